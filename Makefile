@@ -1,0 +1,11 @@
+# Conveniences; scripts/dev.sh does the work and bootstraps what it needs.
+.PHONY: run test setup bench
+run:
+	scripts/dev.sh run
+test:
+	scripts/dev.sh test
+setup:
+	scripts/dev.sh setup
+bench: setup
+	.venv/bin/python -m bench.collect --pods 200 --json
+	.venv/bin/python -m bench.daemon --pods 200 --json

@@ -1,0 +1,55 @@
+"""The koordlet's exception tree.
+
+::
+
+    KoordletError
+    ├── ConfigError            bad flags, config file or NodeSLO file (names file and field)
+    ├── HostError              the host refused or lacks something
+    │   ├── UnsupportedError   a knob or source this host cannot provide (with the reason)
+    │   ├── CgroupGoneError    the cgroup vanished (ENOENT); a race with deletion, not a fault
+    │   └── ParseError         a kernel file in a format we do not understand
+    └── InvalidValueError      a value outside a knob's valid range (never written)
+
+Host code translates ``OSError`` into these at the boundary and chains the cause.
+"""
+
+from __future__ import annotations
+
+
+class KoordletError(Exception):
+    """Base of every error the koordlet raises on purpose."""
+
+
+class ConfigError(KoordletError):
+    """Bad configuration; the message names the file (or flag) and the field."""
+
+    def __init__(self, message: str, *, source: str = "", field: str = "") -> None:
+        self.source = source
+        self.field = field
+        where = ": ".join(p for p in (source, field) if p)
+        super().__init__(f"{where}: {message}" if where else message)
+
+
+class HostError(KoordletError):
+    """Something on the host could not be read or written."""
+
+
+class UnsupportedError(HostError):
+    """The host cannot provide this knob or source; ``reason`` says why."""
+
+    def __init__(self, what: str, reason: str) -> None:
+        self.what = what
+        self.reason = reason
+        super().__init__(f"{what} unsupported: {reason}")
+
+
+class CgroupGoneError(HostError):
+    """The cgroup (or file) disappeared while we used it: a normal race with deletion."""
+
+
+class ParseError(HostError):
+    """A kernel file had a format we do not understand; names the file."""
+
+
+class InvalidValueError(KoordletError):
+    """A value outside a knob's valid range; it is never written."""

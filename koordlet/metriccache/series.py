@@ -1,0 +1,73 @@
+"""Series names and entity ids shared by the collectors, the cache and its readers.
+
+A series is one number over time for one entity: ``SeriesKey(metric, entity)``. CPU is in cores
+(float), memory in bytes, ratios in 0..1. Entity ids are plain strings so that dropping everything
+of a pod is a prefix match.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+
+class SeriesKey(NamedTuple):
+    metric: str
+    entity: str
+
+
+class Sample(NamedTuple):
+    """One value of one series at the tick's timestamp (``time.time()`` seconds)."""
+
+    key: SeriesKey
+    value: float
+
+
+# Entities ------------------------------------------------------------------------------------
+NODE = "node"
+SYSTEM = "system"
+BE = "be"
+
+
+def pod_entity(uid: str) -> str:
+    return f"pod/{uid}"
+
+
+def container_entity(pod_uid: str, container_id: str) -> str:
+    return f"container/{pod_uid}/{container_id}"
+
+
+def host_app_entity(name: str) -> str:
+    return f"hostapp/{name}"
+
+
+def numa_entity(node_id: int) -> str:
+    return f"numa/{node_id}"
+
+
+# Metrics (Koordinator's metriccache kinds, our spelling) --------------------------------------
+NODE_CPU_USAGE = "node_cpu_usage"  # cores, entity NODE
+NODE_MEMORY_USAGE = "node_memory_usage"  # bytes: MemTotal - MemAvailable, entity NODE
+NODE_MEMORY_WITH_PAGE_CACHE = "node_memory_with_page_cache"  # bytes: MemTotal - MemFree
+NUMA_MEMORY_USAGE = "numa_memory_usage"  # bytes, entity numa/<id>
+NUMA_MEMORY_TOTAL = "numa_memory_total"  # bytes, entity numa/<id>
+
+POD_CPU_USAGE = "pod_cpu_usage"  # cores
+POD_MEMORY_USAGE = "pod_memory_usage"  # bytes: anon + unevictable
+POD_MEMORY_WITH_PAGE_CACHE = "pod_memory_with_page_cache"  # bytes
+POD_CPU_THROTTLED_RATIO = "pod_cpu_throttled_ratio"  # 0..1 of periods throttled
+
+CONTAINER_CPU_USAGE = "container_cpu_usage"
+CONTAINER_MEMORY_USAGE = "container_memory_usage"
+CONTAINER_MEMORY_WITH_PAGE_CACHE = "container_memory_with_page_cache"
+CONTAINER_CPU_THROTTLED_RATIO = "container_cpu_throttled_ratio"
+
+BE_CPU_REAL_LIMIT = "be_cpu_real_limit"  # cores, entity BE
+BE_CPU_REQUEST = "be_cpu_request"  # cores, entity BE
+BE_CPU_USAGE = "be_cpu_usage"  # cores, entity BE
+
+SYSTEM_CPU_USAGE = "system_cpu_usage"  # cores, entity SYSTEM: node - pods - host apps
+SYSTEM_MEMORY_USAGE = "system_memory_usage"  # bytes, entity SYSTEM
+
+HOST_APP_CPU_USAGE = "host_app_cpu_usage"  # cores, entity hostapp/<name>
+HOST_APP_MEMORY_USAGE = "host_app_memory_usage"  # bytes
+HOST_APP_MEMORY_WITH_PAGE_CACHE = "host_app_memory_with_page_cache"  # bytes

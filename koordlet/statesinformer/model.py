@@ -1,0 +1,76 @@
+"""Immutable descriptions of the workloads on this node, as the inventory hands them out."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from apis.extension import KubeQOS, QoSClass
+
+
+@dataclass(frozen=True, slots=True)
+class ContainerInfo:
+    """One container of a pod."""
+
+    id: str
+    """Runtime container id (the hex id in the cgroup name)."""
+    name: str
+    """Kubernetes container name when known; else the first 12 characters of ``id``."""
+    runtime: str
+    """``containerd``, ``cri-o``, ``docker`` or ``unknown`` (from the cgroup name)."""
+    cgroup_dir: str
+    """Cgroup directory relative to a controller root (v1) or the unified root (v2)."""
+
+
+@dataclass(frozen=True, slots=True)
+class PodInfo:
+    """One pod and its containers."""
+
+    uid: str
+    """Pod UID with dashes (``0f6d…-…``), whatever the driver wrote in the cgroup name."""
+    name: str
+    """Pod name; kubelet-free discovery, which has no name, uses ``pod<uid>``."""
+    namespace: str
+    """Namespace; empty when unknown."""
+    qos: QoSClass
+    """Koordinator QoS class."""
+    kube_qos: KubeQOS
+    """Kubernetes QoS class (from the cgroup path or the pod status)."""
+    cgroup_dir: str
+    """Pod cgroup directory relative to a controller root (v1) or the unified root (v2)."""
+    containers: tuple[ContainerInfo, ...] = ()
+    priority_class: str = ""
+    """Koordinator priority class (``koord-prod``, ``koord-mid``, ``koord-batch``, ``koord-free``);
+    empty when unknown."""
+    cpu_request_milli: int | None = None
+    """Sum of container CPU requests in milli-cores; None when the source does not know."""
+    memory_request_bytes: int | None = None
+    """Sum of container memory requests in bytes; None when the source does not know."""
+    source: str = ""
+    """Which inventory source reported it (``kubepods``, ``kubernetes``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class HostAppInfo:
+    """A non-containerized application declared in NodeSLO's ``hostApplications``."""
+
+    name: str
+    qos: QoSClass
+    cgroup_dir: str
+    """Its reserved cgroup, relative to a controller root (v1) or the unified root (v2)."""
+    priority_class: str = ""
+    present: bool = True
+    """False when declared but its cgroup does not exist (reported, not an error)."""
+
+
+@dataclass(frozen=True, slots=True)
+class WorkloadSnapshot:
+    """Everything the inventory knows at one moment; replaced, never mutated."""
+
+    pods: Mapping[str, PodInfo] = field(default_factory=dict)
+    """Pods by UID."""
+    host_apps: tuple[HostAppInfo, ...] = ()
+    generation: int = 0
+    """Increases by one each time the content changes."""
+    taken_at: float = 0.0
+    """``time.time()`` when it was built."""

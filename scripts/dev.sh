@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# Bootstrap and run koordinator-py on a fresh Debian/Ubuntu machine.
+#   scripts/dev.sh run   [koordlet flags...]   set up, then run koordlet standalone on this host
+#   scripts/dev.sh test  [pytest args...]      set up, then run lint, types, contracts and all tests
+#   scripts/dev.sh setup                       only set up (.venv with the pinned packages)
+# Idempotent: a second call reuses .venv when requirements/lock.txt has not changed.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$(pwd)
+VENV=$ROOT/.venv
+export DEBIAN_FRONTEND=noninteractive
+
+log() { printf '==> %s\n' "$*" >&2; }
+
+as_root() {
+  if [ "$(id -u)" = 0 ]; then "$@"; elif command -v sudo >/dev/null; then sudo -n "$@"; else
+    log "need root for: $*"; return 1; fi
+}
+
+pick_python() {
+  for py in python3.13 python3.12 python3.11 python3; do
+    if command -v "$py" >/dev/null 2>&1 &&
+       "$py" -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else 1)' 2>/dev/null; then
+      echo "$py"; return 0
+    fi
+  done
+  return 1
+}
+
+apt_install() {
+  command -v apt-get >/dev/null || { log "no apt-get: install $* by hand"; return 1; }
+  log "installing apt packages: $*"
+  as_root apt-get update -qq </dev/null
+  as_root apt-get install -y -qq --no-install-recommends "$@" </dev/null
+}
+
+setup() {
+  local py
+  if ! py=$(pick_python); then
+    apt_install python3 python3-venv
+    py=$(pick_python) || { log "Python 3.11 or newer is required"; exit 1; }
+  fi
+  if ! "$py" -c 'import venv, ensurepip' >/dev/null 2>&1; then
+    local ver; ver=$("$py" -c 'import sys; print(f"{sys.version_info[0]}.{sys.version_info[1]}")')
+    apt_install "python${ver}-venv" || apt_install python3-venv
+  fi
+  local stamp=$VENV/.lock-stamp
+  if [ -x "$VENV/bin/python" ] && [ -f "$stamp" ] && cmp -s "$stamp" requirements/lock.txt; then
+    return 0
+  fi
+  log "creating $VENV with $py"
+  "$py" -m venv "$VENV"
+  "$VENV/bin/python" -m pip install -q --disable-pip-version-check --upgrade pip </dev/null
+  "$VENV/bin/python" -m pip install -q --disable-pip-version-check -r requirements/lock.txt </dev/null
+  "$VENV/bin/python" -m pip install -q --disable-pip-version-check --no-deps --no-build-isolation -e . </dev/null
+  cp requirements/lock.txt "$stamp"
+}
+
+cmd=${1:-}
+[ $# -gt 0 ] && shift
+case "$cmd" in
+  setup) setup ;;
+  run)
+    setup
+    log "starting koordlet standalone on this host (Ctrl-C to stop); http://127.0.0.1:9316/metrics"
+    exec "$VENV/bin/koordlet" --standalone "$@"
+    ;;
+  test)
+    setup
+    export PATH=$VENV/bin:$PATH
+    log "ruff";          ruff check .
+    log "ruff format";   ruff format --check .
+    log "mypy";          mypy
+    log "import-linter"; lint-imports
+    log "pytest";        python -m pytest -p no:cacheprovider "$@"
+    ;;
+  *) echo "usage: $0 {run|test|setup} [args...]" >&2; exit 2 ;;
+esac
