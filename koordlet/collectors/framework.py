@@ -1,9 +1,17 @@
 """What a collector is, and what it is given.
 
 A collector implements one synchronous step, :meth:`Collector.collect`, that reads what it needs
-from the host and returns samples. The framework (``koordlet.collectors.loop``) owns the interval,
-runs the step in a worker thread, appends the samples to the metric cache on the event loop,
-counts errors and retries next tick; a collector never sleeps, loops or catches broadly.
+from the host and returns samples. The framework (``koordlet.collectors.runner``) owns the
+interval: at each base tick it runs, in one worker thread and in table order, every collector
+that is due, hands them one shared :class:`Tick`, and then appends the samples to the metric cache
+on the event loop. A collector never sleeps, loops or catches broadly; a raising step is logged,
+counted and retried next tick by the framework.
+
+The :class:`Tick` memoizes file reads for its duration, so two collectors that need the same
+kernel file in the same tick (the pod collector and the page-cache collector both parse
+``memory.stat``) cost one read; and ``Tick.last`` sees the samples that earlier collectors of the
+same tick produced, so derived collectors (system usage = node − pods − host apps) combine
+values of one instant.
 
 Collectors are built from one explicit table (``koordlet.collectors.table.COLLECTORS``) passed
 to the daemon: name → factory taking a :class:`CollectorContext`.
@@ -20,9 +28,28 @@ from koordlet.statesinformer.model import WorkloadSnapshot
 
 
 class MetricReader(Protocol):
-    """The read side of the metric cache that derived collectors (system usage) may use."""
+    """The read side of the metric cache."""
 
     def last(self, metric: str, entity: str, *, max_age: float | None = None) -> float | None: ...
+
+
+class Tick(Protocol):
+    """One collection instant, shared by the collectors that run in it."""
+
+    now: float
+    """``time.time()`` of the tick; every sample of the tick carries it."""
+    workloads: WorkloadSnapshot
+    """The inventory's snapshot for this tick."""
+
+    def read(self, path: str) -> bytes:
+        """The file's bytes, read at most once per tick. Raises ``CgroupGoneError`` when the
+        file (or its cgroup) does not exist, ``HostError`` for other failures."""
+        ...
+
+    def last(self, metric: str, entity: str) -> float | None:
+        """This tick's value from an earlier collector, else the cache's latest value when it is
+        fresh (younger than two base intervals); None otherwise."""
+        ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,7 +59,7 @@ class CollectResult:
     samples: Sequence[Sample] = ()
     """Series values at the tick's timestamp."""
     info: Mapping[str, Any] = field(default_factory=dict)
-    """Structured facts (node info, topology) stored as latest-value by name."""
+    """Structured facts (node info, topology) stored as latest value by name."""
     unsupported: Mapping[str, str] = field(default_factory=dict)
     """Sources this step could not read because the host lacks them: source → reason."""
 
@@ -43,29 +70,27 @@ class Collector(Protocol):
     name: str
     """Table name, used in logs, metrics and ``/debug``."""
     interval: float
-    """Seconds between steps."""
+    """Seconds between steps (rounded up to a multiple of the base tick by the runner)."""
 
-    def collect(self, now: float) -> CollectResult:
-        """Read the host once and return the samples for timestamp ``now``.
+    def collect(self, tick: Tick) -> CollectResult:
+        """Read the host once through ``tick.read`` and return samples for ``tick.now``.
 
-        Runs in a worker thread. Raise on a real failure (the framework logs and counts it);
-        a workload whose cgroup vanished mid-read is skipped, not an error.
+        Runs in a worker thread. Raise on a real failure; a workload whose cgroup vanished
+        mid-read is skipped, not an error. First samples of a counter only seed it.
         """
         ...
 
 
 @dataclass(frozen=True, slots=True)
 class CollectorContext:
-    """Everything a collector factory may use; nothing else is reachable from a collector."""
+    """Everything a collector factory may use."""
 
     host: Any
-    """``koordlet.system`` host access (``HostPaths`` plus the cgroup layout)."""
+    """``koordlet.system.host.Host``: paths plus the cgroup layout."""
     config: Any
-    """The koordlet's frozen configuration."""
-    workloads: Callable[[], WorkloadSnapshot]
-    """Returns the inventory's current snapshot (cheap; call once per step)."""
-    metrics: MetricReader
-    """Read side of the metric cache."""
+    """The koordlet's frozen configuration (``koordlet.config.KoordletConfig``)."""
+    capabilities: Any = None
+    """``koordlet.system.probe.Capabilities`` from start-up probing, or None in tests."""
 
 
 CollectorFactory = Callable[[CollectorContext], Collector]
