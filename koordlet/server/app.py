@@ -1,0 +1,223 @@
+"""The koordlet's HTTP server: ``/metrics``, ``/healthz``, ``/readyz`` and read-only ``/debug``.
+
+The server depends on interfaces only. :class:`ServerDeps` gathers what it reads, as callables
+and protocols (:class:`MetricStore` for the metric cache's read side, :class:`ReadinessView` for
+the start-up stages), so the daemon wires the real components and tests pass small fakes.
+
+Routes (GET and HEAD only; anything else is 405):
+
+- ``/metrics``: the exposition of ``deps.registry`` (self metrics and the exporter), in the
+  format the scraper's ``Accept`` header asks for, gzip'd when it accepts that.
+- ``/healthz``: 200 ``ok`` whenever the event loop answers.
+- ``/readyz``: 200 once every start-up stage is done, else 503 naming the stage still pending.
+- ``/debug/...``: JSON views (see :mod:`koordlet.server.debug`), answered to loopback clients
+  only unless ``deps.debug_allow_remote``; others get 403.
+
+Building the exposition is CPU work over in-memory data owned by the event loop, so it runs on
+the loop: moving it to a thread would race with the collectors appending to the cache.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from aiohttp import web
+from aiohttp.typedefs import Handler
+from prometheus_client.exposition import choose_encoder
+from prometheus_client.registry import Collector
+
+from koordlet.server.debug import DebugHandlers, is_loopback_peer
+from koordlet.server.exporter import EXPORTED_SERIES, SampleReader
+from koordlet.statesinformer.model import WorkloadSnapshot
+
+logger = logging.getLogger(__name__)
+
+
+class AggregateView(Protocol):
+    """A window aggregate of one series, as the metric cache computes it."""
+
+    @property
+    def count(self) -> int: ...
+    @property
+    def avg(self) -> float: ...
+    @property
+    def p50(self) -> float: ...
+    @property
+    def p90(self) -> float: ...
+    @property
+    def p95(self) -> float: ...
+    @property
+    def p99(self) -> float: ...
+    @property
+    def last(self) -> float: ...
+    @property
+    def min(self) -> float: ...
+    @property
+    def max(self) -> float: ...
+    @property
+    def first_ts(self) -> float: ...
+    @property
+    def last_ts(self) -> float: ...
+
+
+class MetricStore(SampleReader, Protocol):
+    """The read side of the metric cache that the server uses."""
+
+    def aggregate(
+        self, metric: str, entity: str, start: float, end: float, /
+    ) -> AggregateView | None:
+        """Aggregate of the samples with ``start <= ts <= end``; None when there are none."""
+        ...
+
+    def stats(self) -> Mapping[str, Any]:
+        """Sizes and counters of the cache, for ``/debug/metrics``."""
+        ...
+
+
+class ReadinessView(Protocol):
+    """The start-up stages (``koordlet.selfmetrics.Readiness``)."""
+
+    def ready(self) -> bool: ...
+
+    def pending(self) -> Sequence[str]:
+        """Stages not yet done, the one being waited on first."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class ServerDeps:
+    """Everything the server reads; the daemon builds it from the real components."""
+
+    registry: Collector
+    """What ``/metrics`` exposes: a ``CollectorRegistry`` holding the self metrics and the
+    exporter."""
+    readiness: ReadinessView
+    """Start-up stages behind ``/readyz``."""
+    cache: MetricStore
+    """The metric cache (read side)."""
+    workloads: Callable[[], WorkloadSnapshot]
+    """The inventory's current snapshot."""
+    capabilities: Callable[[], Mapping[str, Any]]
+    """The start-up probe's result as JSON-ready data (``Capabilities.as_dict``)."""
+    config: Callable[[], Mapping[str, Any]]
+    """The effective configuration as JSON-ready data (``config_as_dict``)."""
+    tasks: Callable[[], Sequence[Mapping[str, object]]]
+    """The supervisor's task states (``Supervisor.describe``)."""
+    metric_names: Sequence[str] = EXPORTED_SERIES
+    """Series that ``/debug/metrics`` lists (default: every series the exporter knows)."""
+    debug_allow_remote: bool = False
+    """Serve ``/debug`` to non-loopback clients too (default False: loopback only)."""
+    max_query_window: float = 86400.0
+    """Largest ``window`` (s) ``/debug/query`` accepts."""
+    clock: Callable[[], float] = time.time
+    """Wall-clock seconds, the time base of the cache's timestamps."""
+
+
+DEPS = web.AppKey("koordlet_server_deps", ServerDeps)
+"""Typed application state: the server's dependencies."""
+
+
+@web.middleware
+async def _debug_guard(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """403 for ``/debug`` requests from non-loopback peers, unless remote access is allowed."""
+    if request.path == "/debug" or request.path.startswith("/debug/"):
+        deps = request.app[DEPS]
+        transport = request.transport
+        peer = transport.get_extra_info("peername") if transport is not None else None
+        if not deps.debug_allow_remote and not is_loopback_peer(peer):
+            logger.debug("refused %s to non-loopback peer %s", request.path, peer)
+            return web.json_response(
+                {"error": "/debug is served to loopback clients only"}, status=403
+            )
+    return await handler(request)
+
+
+async def _metrics(request: web.Request) -> web.Response:
+    deps = request.app[DEPS]
+    encoder, content_type = choose_encoder(request.headers.get("Accept", ""))
+    body = encoder(deps.registry)
+    response = web.Response(body=body, headers={"Content-Type": content_type})
+    response.enable_compression()
+    return response
+
+
+async def _healthz(request: web.Request) -> web.Response:
+    return web.Response(text="ok")
+
+
+async def _readyz(request: web.Request) -> web.Response:
+    readiness = request.app[DEPS].readiness
+    if readiness.ready():
+        return web.Response(text="ok")
+    pending = list(readiness.pending())
+    waiting = pending[0] if pending else "unknown"
+    return web.Response(
+        status=503, text=f"not ready: waiting for {waiting} (pending: {', '.join(pending)})"
+    )
+
+
+def build_app(deps: ServerDeps) -> web.Application:
+    """The aiohttp application serving the routes of the module docstring."""
+    app = web.Application(middlewares=[_debug_guard])
+    app[DEPS] = deps
+    debug = DebugHandlers(deps)
+    app.router.add_get("/metrics", _metrics)
+    app.router.add_get("/healthz", _healthz)
+    app.router.add_get("/readyz", _readyz)
+    app.router.add_get("/debug", debug.index)
+    for path, handler in debug.routes():
+        app.router.add_get(path, handler)
+    return app
+
+
+@dataclass(frozen=True, slots=True)
+class ServerHandle:
+    """A started server; :meth:`stop` closes it."""
+
+    runner: web.AppRunner
+    """The aiohttp runner (owns the sites and the app's cleanup)."""
+
+    @property
+    def addresses(self) -> list[Any]:
+        """The bound socket addresses (``(host, port)`` for IPv4)."""
+        return list(self.runner.addresses)
+
+    @property
+    def port(self) -> int:
+        """The bound port (useful after binding port 0)."""
+        port: int = self.addresses[0][1]
+        return port
+
+    async def stop(self) -> None:
+        """Stop accepting, finish in-flight requests (up to the shutdown timeout), clean up."""
+        await self.runner.cleanup()
+
+
+async def start_server(
+    app: web.Application,
+    host: str,
+    port: int,
+    *,
+    shutdown_timeout: float = 5.0,
+) -> ServerHandle:
+    """Serve ``app`` on ``host:port`` (port 0 picks a free one) until ``stop()``.
+
+    No access log: Prometheus scrapes and probes would fill it. Signals are the daemon's.
+    """
+    runner = web.AppRunner(
+        app, handle_signals=False, access_log=None, shutdown_timeout=shutdown_timeout
+    )
+    await runner.setup()
+    try:
+        site = web.TCPSite(runner, host, port)
+        await site.start()
+    except BaseException:
+        await runner.cleanup()
+        raise
+    handle = ServerHandle(runner)
+    logger.info("serving /metrics, /healthz, /readyz and /debug on %s", handle.addresses)
+    return handle

@@ -1,0 +1,245 @@
+"""Read-only JSON views of the koordlet's state, for an operator on the node.
+
+=========================  ====================================================================
+``/debug``                 the list of endpoints
+``/debug/capabilities``    what the start-up probe found supported, and why not
+``/debug/config``          the effective configuration
+``/debug/workloads``       pods (uid, name, namespace, QoS, kube QoS, cgroup, containers) and
+                           host applications (QoS, cgroup, present)
+``/debug/metrics``         latest value, timestamp and age of every series, by entity;
+                           ``?entity=pod/<uid>`` keeps one entity
+``/debug/query``           ``?metric=&entity=&window=300``: count, avg, p50, p90, p95, p99, last,
+                           min, max over the last ``window`` seconds; 400 on bad parameters,
+                           404 when the window holds no sample
+``/debug/tasks``           the supervisor's tasks: state, runs, errors, last error
+=========================  ====================================================================
+
+The server answers them to loopback peers only (unless configured otherwise):
+:func:`is_loopback_peer` decides from the socket's peer address, never from a header.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import math
+import re
+from collections.abc import Iterable
+from functools import partial
+from typing import TYPE_CHECKING, Any
+
+from aiohttp import web
+from aiohttp.typedefs import Handler
+
+from koordlet.statesinformer.model import WorkloadSnapshot
+
+if TYPE_CHECKING:
+    from koordlet.server.app import ServerDeps
+
+DEFAULT_QUERY_WINDOW = 300.0
+"""Seconds aggregated by ``/debug/query`` when ``window`` is not given."""
+_QUERY_PARAMS = frozenset({"metric", "entity", "window"})
+_METRIC_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_:]{0,127}")
+_ENTITY_RE = re.compile(r"[\w.:/@-]{1,256}")
+
+_dumps = partial(json.dumps, default=str)
+
+
+def is_loopback_peer(peername: object) -> bool:
+    """True when a socket peer address (``transport.get_extra_info("peername")``) is loopback.
+
+    Accepts ``127.0.0.0/8``, ``::1`` and IPv4-mapped loopback (``::ffff:127.0.0.1``, what a
+    dual-stack socket reports). Anything else, including no address at all, is not loopback.
+    """
+    if not isinstance(peername, tuple | list) or not peername:
+        return False
+    host = peername[0]
+    if not isinstance(host, str):
+        return False
+    try:
+        addr = ipaddress.ip_address(host.split("%", 1)[0])  # drop an IPv6 zone (fe80::1%eth0)
+    except ValueError:
+        return False
+    if isinstance(addr, ipaddress.IPv6Address) and addr.ipv4_mapped is not None:
+        return addr.ipv4_mapped.is_loopback
+    return addr.is_loopback
+
+
+def workloads_payload(snapshot: WorkloadSnapshot) -> dict[str, Any]:
+    """The inventory snapshot as JSON-ready data, pods ordered by namespace and name."""
+    pods = sorted(snapshot.pods.values(), key=lambda p: (p.namespace, p.name, p.uid))
+    return {
+        "generation": snapshot.generation,
+        "taken_at": snapshot.taken_at,
+        "pods": [
+            {
+                "uid": p.uid,
+                "name": p.name,
+                "namespace": p.namespace,
+                "qos": str(p.qos),
+                "kube_qos": str(p.kube_qos),
+                "priority_class": p.priority_class,
+                "cgroup_dir": p.cgroup_dir,
+                "cpu_request_milli": p.cpu_request_milli,
+                "memory_request_bytes": p.memory_request_bytes,
+                "source": p.source,
+                "containers": [
+                    {"id": c.id, "name": c.name, "runtime": c.runtime, "cgroup_dir": c.cgroup_dir}
+                    for c in p.containers
+                ],
+            }
+            for p in pods
+        ],
+        "host_apps": [
+            {
+                "name": a.name,
+                "qos": str(a.qos),
+                "priority_class": a.priority_class,
+                "cgroup_dir": a.cgroup_dir,
+                "present": a.present,
+            }
+            for a in snapshot.host_apps
+        ],
+    }
+
+
+def parse_query(pairs: Iterable[tuple[str, str]], max_window: float) -> tuple[str, str, float]:
+    """``(metric, entity, window)`` from ``/debug/query``'s parameters, as sent (repeats kept).
+
+    Raises ``ValueError`` with a message for the client on a missing, repeated, unknown or
+    malformed parameter.
+    """
+    sent = list(pairs)
+    names = [k for k, _ in sent]
+    unknown = sorted(set(names) - _QUERY_PARAMS)
+    if unknown:
+        raise ValueError(f"unknown parameter(s) {unknown}; expected metric, entity, window")
+    repeated = sorted({k for k in names if names.count(k) > 1})
+    if repeated:
+        raise ValueError(f"parameter(s) {repeated} given more than once")
+    params = dict(sent)
+    metric = params.get("metric", "")
+    if not _METRIC_RE.fullmatch(metric):
+        raise ValueError(f"metric must be a series name such as pod_cpu_usage, got {metric!r}")
+    entity = params.get("entity", "")
+    if not _ENTITY_RE.fullmatch(entity):
+        raise ValueError(
+            "entity must be an entity id (node, system, be, pod/<uid>, container/<uid>/<id>),"
+            f" got {entity!r}"
+        )
+    raw = params.get("window", "")
+    if not raw:
+        return metric, entity, DEFAULT_QUERY_WINDOW
+    try:
+        window = float(raw)
+    except ValueError:
+        raise ValueError(f"window must be a number of seconds, got {raw!r}") from None
+    if not math.isfinite(window) or not 0 < window <= max_window:
+        raise ValueError(f"window must be in (0, {max_window:g}] seconds, got {raw!r}")
+    return metric, entity, window
+
+
+def _finite(value: float) -> float | None:
+    """JSON has no NaN or infinity: they become null."""
+    return value if math.isfinite(value) else None
+
+
+def _json(data: Any, status: int = 200) -> web.Response:
+    return web.json_response(data, status=status, dumps=_dumps)
+
+
+class DebugHandlers:
+    """The ``/debug`` request handlers over the server's dependencies."""
+
+    def __init__(self, deps: ServerDeps) -> None:
+        self._deps = deps
+
+    def routes(self) -> list[tuple[str, Handler]]:
+        """``(path, handler)`` of every ``/debug/...`` endpoint."""
+        return [
+            ("/debug/capabilities", self.capabilities),
+            ("/debug/config", self.config),
+            ("/debug/workloads", self.workloads),
+            ("/debug/metrics", self.metrics),
+            ("/debug/query", self.query),
+            ("/debug/tasks", self.tasks),
+        ]
+
+    async def index(self, request: web.Request) -> web.Response:
+        return _json({"endpoints": [path for path, _ in self.routes()]})
+
+    async def capabilities(self, request: web.Request) -> web.Response:
+        return _json(dict(self._deps.capabilities()))
+
+    async def config(self, request: web.Request) -> web.Response:
+        return _json(dict(self._deps.config()))
+
+    async def workloads(self, request: web.Request) -> web.Response:
+        return _json(workloads_payload(self._deps.workloads()))
+
+    async def tasks(self, request: web.Request) -> web.Response:
+        return _json({"tasks": [dict(t) for t in self._deps.tasks()]})
+
+    async def metrics(self, request: web.Request) -> web.Response:
+        deps = self._deps
+        only = request.query.get("entity")
+        if only is not None and not _ENTITY_RE.fullmatch(only):
+            return _json({"error": "entity must be an entity id such as pod/<uid>"}, 400)
+        now = deps.clock()
+        by_entity: dict[str, dict[str, Any]] = {}
+        for metric in deps.metric_names:
+            for entity in (only,) if only else deps.cache.entities(metric):
+                sample = deps.cache.last_sample(metric, entity)
+                if sample is None:
+                    continue
+                ts, value = sample
+                by_entity.setdefault(entity, {})[metric] = {
+                    "value": _finite(value),
+                    "ts": ts,
+                    "age_s": round(now - ts, 3),
+                }
+        return _json(
+            {
+                "now": now,
+                "entities": {e: by_entity[e] for e in sorted(by_entity)},
+                "cache": dict(deps.cache.stats()),
+            }
+        )
+
+    async def query(self, request: web.Request) -> web.Response:
+        deps = self._deps
+        try:
+            metric, entity, window = parse_query(request.query.items(), deps.max_query_window)
+        except ValueError as err:
+            return _json({"error": str(err)}, 400)
+        end = deps.clock()
+        start = end - window
+        agg = deps.cache.aggregate(metric, entity, start, end)
+        if agg is None or agg.count == 0:
+            return _json(
+                {
+                    "error": f"no samples of {metric} for {entity} in the last {window:g}s",
+                    "known_metrics": list(deps.metric_names),
+                },
+                404,
+            )
+        return _json(
+            {
+                "metric": metric,
+                "entity": entity,
+                "window": window,
+                "start": start,
+                "end": end,
+                "count": agg.count,
+                "avg": _finite(agg.avg),
+                "p50": _finite(agg.p50),
+                "p90": _finite(agg.p90),
+                "p95": _finite(agg.p95),
+                "p99": _finite(agg.p99),
+                "last": _finite(agg.last),
+                "min": _finite(agg.min),
+                "max": _finite(agg.max),
+                "first_ts": agg.first_ts,
+                "last_ts": agg.last_ts,
+            }
+        )

@@ -1,0 +1,352 @@
+"""Workload and node usage as Prometheus families, built from the metric cache at each scrape.
+
+:class:`KoordletExporter` implements prometheus-client's collector protocol: every ``collect()``
+reads the latest sample of each series from the metric cache and labels it from the current
+inventory snapshot, so a pod that is gone, or a series that stopped updating, simply disappears.
+A value older than ``STALE_INTERVALS`` collect intervals is absent, never zero.
+
+Family names and label keys are Koordinator's (``pkg/koordlet/metrics``) where the Go koordlet
+exports the same quantity: ``koordlet_node_used_cpu_cores``, ``koordlet_node_used_memory_bytes``,
+``koordlet_be_suppress_be_used_cpu_cores`` and ``koordlet_host_application_resource_usage``, with
+its ``node``, ``pod_uid``, ``pod_name``, ``pod_namespace``, ``container_id`` (``<runtime>://<id>``
+as in a pod's status), ``container_name``, ``numa_node_id``, ``resource`` and ``qos`` keys. The
+others have no upstream counterpart and are named in the same style; ``docs/metrics.md`` lists
+them all. The table :data:`FAMILIES` is the single place that maps a series to a family.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from enum import Enum
+from typing import Protocol
+
+from prometheus_client.core import GaugeMetricFamily, Metric
+
+from koordlet.metriccache import series as s
+from koordlet.statesinformer.model import PodInfo, WorkloadSnapshot
+
+_NUMA_PREFIX = s.numa_entity(0).removesuffix("0")
+"""``numa/``: entity ids of NUMA nodes are this prefix and the node id."""
+
+STALE_INTERVALS = 3.0
+"""A sample older than this many collect intervals is not exported."""
+
+
+class SampleReader(Protocol):
+    """The part of the metric cache the exporter reads."""
+
+    def last_sample(self, metric: str, entity: str, /) -> tuple[float, float] | None:
+        """``(timestamp, value)`` of the newest sample, or None."""
+        ...
+
+    def entities(self, metric: str | None = None, /) -> Iterable[str]:
+        """Entities that have samples of ``metric`` (of any metric when None)."""
+        ...
+
+
+class Scope(Enum):
+    """Which entities a family has one sample per, and so which labels it carries."""
+
+    NODE = "node"
+    NUMA = "numa"
+    POD = "pod"
+    CONTAINER = "container"
+    HOST_APP = "host_app"
+
+    @property
+    def labels(self) -> tuple[str, ...]:
+        return SCOPE_LABELS[self]
+
+
+SCOPE_LABELS: dict[Scope, tuple[str, ...]] = {
+    Scope.NODE: ("node",),
+    Scope.NUMA: ("node", "numa_node_id"),
+    Scope.POD: ("node", "pod_uid", "pod_name", "pod_namespace", "qos"),
+    Scope.CONTAINER: (
+        "node",
+        "container_id",
+        "container_name",
+        "pod_uid",
+        "pod_name",
+        "pod_namespace",
+    ),
+    Scope.HOST_APP: ("node", "host_application_name", "priority_class", "qos"),
+}
+"""Label keys of each scope, in exposition order (Koordinator's keys and order)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Source:
+    """One series feeding a family."""
+
+    series: str
+    """Series name in the metric cache (``koordlet.metriccache.series``)."""
+    entity: str = ""
+    """The fixed entity of a node-scope series (``node``, ``system``, ``be``)."""
+    extra: tuple[str, ...] = ()
+    """Values of the family's extra labels for this series (``resource="cpu"``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class FamilySpec:
+    """One exported gauge family."""
+
+    name: str
+    """Full family name, ``koordlet_`` prefixed."""
+    help: str
+    """The HELP text."""
+    scope: Scope
+    """Whose samples it holds; fixes the base labels."""
+    sources: tuple[Source, ...]
+    """The series it is built from."""
+    extra_labels: tuple[str, ...] = ()
+    """Labels after the scope's, valued by each source's ``extra``."""
+    upstream: bool = False
+    """True when the Go koordlet exports the same name and labels."""
+
+    @property
+    def labels(self) -> tuple[str, ...]:
+        return self.scope.labels + self.extra_labels
+
+
+def _one(name: str, help_: str, scope: Scope, series: str, entity: str = "") -> FamilySpec:
+    return FamilySpec(name, help_, scope, (Source(series, entity),))
+
+
+FAMILIES: tuple[FamilySpec, ...] = (
+    FamilySpec(
+        "koordlet_node_used_cpu_cores",
+        "Number of cpu cores used by node in realtime",
+        Scope.NODE,
+        (Source(s.NODE_CPU_USAGE, s.NODE),),
+        upstream=True,
+    ),
+    FamilySpec(
+        "koordlet_node_used_memory_bytes",
+        "Memory used by node in realtime (MemTotal - MemAvailable)",
+        Scope.NODE,
+        (Source(s.NODE_MEMORY_USAGE, s.NODE),),
+        upstream=True,
+    ),
+    _one(
+        "koordlet_node_used_memory_with_page_cache_bytes",
+        "Memory used by node including page cache (MemTotal - MemFree)",
+        Scope.NODE,
+        s.NODE_MEMORY_WITH_PAGE_CACHE,
+        s.NODE,
+    ),
+    _one(
+        "koordlet_system_used_cpu_cores",
+        "Cpu cores used outside pods and host applications (node - pods - host apps)",
+        Scope.NODE,
+        s.SYSTEM_CPU_USAGE,
+        s.SYSTEM,
+    ),
+    _one(
+        "koordlet_system_used_memory_bytes",
+        "Memory used outside pods and host applications",
+        Scope.NODE,
+        s.SYSTEM_MEMORY_USAGE,
+        s.SYSTEM,
+    ),
+    FamilySpec(
+        "koordlet_be_suppress_be_used_cpu_cores",
+        "Number of cpu cores used by BE pods",
+        Scope.NODE,
+        (Source(s.BE_CPU_USAGE, s.BE),),
+        upstream=True,
+    ),
+    _one(
+        "koordlet_be_cpu_real_limit_cores",
+        "Cpu cores the BE pods may use now (their cgroup limit or cpuset, whichever binds)",
+        Scope.NODE,
+        s.BE_CPU_REAL_LIMIT,
+        s.BE,
+    ),
+    _one(
+        "koordlet_be_cpu_request_cores",
+        "Sum of the cpu requests of BE pods",
+        Scope.NODE,
+        s.BE_CPU_REQUEST,
+        s.BE,
+    ),
+    _one(
+        "koordlet_numa_node_used_memory_bytes",
+        "Memory used on one NUMA node",
+        Scope.NUMA,
+        s.NUMA_MEMORY_USAGE,
+    ),
+    _one(
+        "koordlet_numa_node_memory_total_bytes",
+        "Memory of one NUMA node",
+        Scope.NUMA,
+        s.NUMA_MEMORY_TOTAL,
+    ),
+    _one("koordlet_pod_used_cpu_cores", "Cpu cores used by a pod", Scope.POD, s.POD_CPU_USAGE),
+    _one(
+        "koordlet_pod_used_memory_bytes",
+        "Memory used by a pod without page cache (anon + unevictable)",
+        Scope.POD,
+        s.POD_MEMORY_USAGE,
+    ),
+    _one(
+        "koordlet_pod_used_memory_with_page_cache_bytes",
+        "Memory used by a pod including page cache",
+        Scope.POD,
+        s.POD_MEMORY_WITH_PAGE_CACHE,
+    ),
+    _one(
+        "koordlet_pod_cpu_throttled_ratio",
+        "Fraction (0..1) of a pod's CFS periods that were throttled over the last interval",
+        Scope.POD,
+        s.POD_CPU_THROTTLED_RATIO,
+    ),
+    _one(
+        "koordlet_container_used_cpu_cores",
+        "Cpu cores used by a container",
+        Scope.CONTAINER,
+        s.CONTAINER_CPU_USAGE,
+    ),
+    _one(
+        "koordlet_container_used_memory_bytes",
+        "Memory used by a container without page cache (anon + unevictable)",
+        Scope.CONTAINER,
+        s.CONTAINER_MEMORY_USAGE,
+    ),
+    _one(
+        "koordlet_container_used_memory_with_page_cache_bytes",
+        "Memory used by a container including page cache",
+        Scope.CONTAINER,
+        s.CONTAINER_MEMORY_WITH_PAGE_CACHE,
+    ),
+    _one(
+        "koordlet_container_cpu_throttled_ratio",
+        "Fraction (0..1) of a container's CFS periods that were throttled over the last interval",
+        Scope.CONTAINER,
+        s.CONTAINER_CPU_THROTTLED_RATIO,
+    ),
+    FamilySpec(
+        "koordlet_host_application_resource_usage",
+        "Host application resource usage collected by koordlet (cpu in cores, memory in bytes)",
+        Scope.HOST_APP,
+        (
+            Source(s.HOST_APP_CPU_USAGE, extra=("cpu",)),
+            Source(s.HOST_APP_MEMORY_USAGE, extra=("memory",)),
+        ),
+        extra_labels=("resource",),
+        upstream=True,
+    ),
+    _one(
+        "koordlet_host_application_memory_with_page_cache_bytes",
+        "Memory used by a host application including page cache",
+        Scope.HOST_APP,
+        s.HOST_APP_MEMORY_WITH_PAGE_CACHE,
+    ),
+)
+"""Every family the exporter builds, in exposition order."""
+
+EXPORTED_SERIES: tuple[str, ...] = tuple(
+    dict.fromkeys(src.series for fam in FAMILIES for src in fam.sources)
+)
+"""The series names the families read, each once."""
+
+
+def container_id_label(runtime: str, container_id: str) -> str:
+    """The ``container_id`` label as Kubernetes writes it in a pod status: ``<runtime>://<id>``;
+    the bare id when the runtime is unknown."""
+    if runtime and runtime != "unknown":
+        return f"{runtime}://{container_id}"
+    return container_id
+
+
+class KoordletExporter:
+    """A prometheus-client collector over the metric cache and the inventory.
+
+    :param cache: the metric cache's read side.
+    :param workloads: returns the current inventory snapshot.
+    :param node_name: value of every family's ``node`` label.
+    :param collect_interval: the collectors' base interval (s); samples older than
+        ``STALE_INTERVALS`` times it are not exported.
+    :param clock: wall-clock seconds (the cache's timestamps are ``time.time()``).
+    """
+
+    def __init__(
+        self,
+        cache: SampleReader,
+        workloads: Callable[[], WorkloadSnapshot],
+        *,
+        node_name: str,
+        collect_interval: float,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        if not collect_interval > 0:
+            raise ValueError(f"collect_interval must be positive, got {collect_interval}")
+        self._cache = cache
+        self._workloads = workloads
+        self._node = node_name
+        self.max_age = STALE_INTERVALS * collect_interval
+        self._clock = clock
+
+    def describe(self) -> Iterable[Metric]:
+        """The families without samples: lets a registry detect name clashes at registration
+        without reading the cache."""
+        return [GaugeMetricFamily(f.name, f.help, labels=f.labels) for f in FAMILIES]
+
+    def collect(self) -> Iterable[Metric]:
+        """Fresh families built from the latest samples (called at each scrape)."""
+        now = self._clock()
+        snapshot = self._workloads()
+        for spec in FAMILIES:
+            family = GaugeMetricFamily(spec.name, spec.help, labels=spec.labels)
+            for src in spec.sources:
+                for entity, labels in self._entities(spec.scope, src, snapshot):
+                    sample = self._cache.last_sample(src.series, entity)
+                    if sample is None:
+                        continue
+                    ts, value = sample
+                    if now - ts > self.max_age:
+                        continue
+                    family.add_metric([*labels, *src.extra], value)
+            yield family
+
+    def _entities(
+        self, scope: Scope, src: Source, snapshot: WorkloadSnapshot
+    ) -> Iterator[tuple[str, tuple[str, ...]]]:
+        """``(entity id, scope label values)`` for every entity a source may have samples of."""
+        node = self._node
+        if scope is Scope.NODE:
+            yield src.entity, (node,)
+        elif scope is Scope.NUMA:
+            yield from self._numa_entities(src.series)
+        elif scope is Scope.POD:
+            for pod in _sorted_pods(snapshot.pods):
+                yield s.pod_entity(pod.uid), (node, pod.uid, pod.name, pod.namespace, str(pod.qos))
+        elif scope is Scope.CONTAINER:
+            for pod in _sorted_pods(snapshot.pods):
+                for c in pod.containers:
+                    cid = container_id_label(c.runtime, c.id)
+                    labels: tuple[str, ...] = (node, cid, c.name, pod.uid, pod.name, pod.namespace)
+                    yield s.container_entity(pod.uid, c.id), labels
+        else:
+            for app in snapshot.host_apps:
+                if app.present:
+                    yield (
+                        s.host_app_entity(app.name),
+                        (node, app.name, app.priority_class, str(app.qos)),
+                    )
+
+    def _numa_entities(self, series: str) -> Iterator[tuple[str, tuple[str, ...]]]:
+        prefix = _NUMA_PREFIX
+        found: list[tuple[int, str]] = []
+        for entity in self._cache.entities(series):
+            suffix = entity[len(prefix) :] if entity.startswith(prefix) else ""
+            if suffix.isdigit():
+                found.append((int(suffix), entity))
+        for node_id, entity in sorted(found):
+            yield entity, (self._node, str(node_id))
+
+
+def _sorted_pods(pods: Mapping[str, PodInfo]) -> list[PodInfo]:
+    return sorted(pods.values(), key=lambda p: (p.namespace, p.name, p.uid))
