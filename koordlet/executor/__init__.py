@@ -1,0 +1,11 @@
+"""The resource executor: the only way the koordlet changes a cgroup.
+
+:class:`~koordlet.executor.writer.CgroupWriter` validates every value against the knob table
+(``koordlet.system.knobs``), resolves the file through the cgroup layout, skips writes that would
+change nothing and performs the rest on its single ``cgroup-writer`` thread. QoS strategies
+and runtime hooks submit to it; none of them opens a cgroup file for writing.
+"""
+
+from koordlet.executor.writer import CgroupWriter, WriteResult
+
+__all__ = ["CgroupWriter", "WriteResult"]

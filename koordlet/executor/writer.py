@@ -1,0 +1,230 @@
+"""The single cgroup writer: every cgroup write of the koordlet goes through here.
+
+Like Koordinator's ``ResourceUpdateExecutor``, it owns one writer thread, so writes never race
+each other and never block the event loop, and it skips writes that would change nothing:
+
+1. the knob table validates the value (out of range → ``InvalidValueError``, nothing written);
+2. the knob's file is resolved through the cgroup layout (a knob this version or this host lacks
+   → ``UnsupportedError`` with the probed reason);
+3. a write of the value last written to the same file within ``cache_ttl`` seconds is skipped
+   without touching the file (Koordinator's ``--resource-force-update-seconds``, 60 s); after
+   that the file is read again, so a value changed behind our back is restored;
+4. the current text is read, the new text encoded from it (``cpu.max`` keeps its other half) and
+   written only when the logical value differs;
+5. ENOENT or ENODEV on the cgroup → ``CgroupGoneError``: the cgroup was removed, a normal race.
+
+``on_change`` is called with each :class:`WriteResult` that changed a file (the audit log hooks
+in here).
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from koordlet.errors import CgroupGoneError, HostError, ParseError, UnsupportedError
+from koordlet.system.knobs import KNOBS, Knob, knob
+
+if TYPE_CHECKING:
+    from koordlet.system.host import Host
+    from koordlet.system.probe import Capabilities
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_CACHE_TTL = 60.0
+"""Seconds a written value is trusted before the file is read again (Koordinator's
+``ResourceForceUpdateSeconds``)."""
+
+_GONE = (errno.ENOENT, errno.ENODEV)
+
+
+@dataclass(frozen=True, slots=True)
+class WriteResult:
+    """What one write did."""
+
+    path: str
+    """The cgroup file."""
+    old: str
+    """Its text before (stripped); the cached text when the write was skipped from cache."""
+    new: str
+    """The text that was written, or would have been."""
+    changed: bool
+    """True when the file was written."""
+    knob: str = ""
+    """The logical knob name."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Cached:
+    value: object
+    text: str
+    at: float
+
+
+class CgroupWriter:
+    """Validates, resolves, deduplicates and performs cgroup writes on one thread."""
+
+    def __init__(
+        self,
+        host: Host,
+        *,
+        capabilities: Capabilities | None = None,
+        cache_ttl: float = DEFAULT_CACHE_TTL,
+        on_change: Callable[[WriteResult], None] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.host = host
+        """Paths and cgroup layout the writes resolve through."""
+        self.capabilities = capabilities
+        """Start-up probe results; a knob probed unsupported is refused with its reason."""
+        self.cache_ttl = cache_ttl
+        """Seconds a written value is trusted before the file is read again."""
+        self.on_change = on_change
+        """Called (on the writing thread) with every result that changed a file."""
+        self._clock = clock
+        self._cache: dict[tuple[str, str], _Cached] = {}
+        self._lock = threading.Lock()
+        self._pool: ThreadPoolExecutor | None = None
+
+    # Lifecycle ---------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Start the writer thread (idempotent)."""
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="cgroup-writer")
+
+    def stop(self, *, cancel_pending: bool = False) -> None:
+        """Stop the writer thread after the queued writes (or dropping them when asked)."""
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.shutdown(wait=True, cancel_futures=cancel_pending)
+
+    def __enter__(self) -> CgroupWriter:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # Writes --------------------------------------------------------------------------------------
+
+    def submit(self, knob_name: str, rel_dir: str, value: object) -> Future[WriteResult]:
+        """Queue :meth:`write` on the writer thread; the future carries its result or error."""
+        pool = self._pool
+        if pool is None:
+            raise RuntimeError("CgroupWriter.submit() before start() or after stop()")
+        return pool.submit(self.write, knob_name, rel_dir, value)
+
+    def write(self, knob_name: str, rel_dir: str, value: object) -> WriteResult:
+        """Write ``value`` to knob ``knob_name`` of cgroup ``rel_dir`` now, on this thread.
+
+        For the writer thread itself (and tests); everyone else uses :meth:`submit`.
+        Raises ``InvalidValueError``, ``UnsupportedError``, ``CgroupGoneError``, ``ParseError``
+        or ``HostError``; the file is untouched in every case but the last.
+        """
+        k = knob(knob_name)
+        version = self.host.layout.version
+        filename = k.file_for(version)
+        if filename is None:
+            raise UnsupportedError(k.name, f"cgroup {version} has no file for it")
+        if not k.writable:
+            raise UnsupportedError(k.name, f"{filename} is read-only")
+        caps = self.capabilities
+        if caps is not None and k.name in caps and not caps.supported(k.name):
+            raise UnsupportedError(k.name, caps[k.name].reason)
+        canonical = k.validate(value)
+        path = self.host.layout.file(k.controller, rel_dir, filename)
+        key = (path, k.name)
+
+        now = self._clock()
+        with self._lock:
+            hit = self._cache.get(key)
+        if hit is not None and hit.value == canonical and now - hit.at < self.cache_ttl:
+            return WriteResult(path, hit.text, hit.text, False, k.name)
+
+        current = self._read(path, k)
+        new = k.encode(canonical, version, current, path=path)
+        if self._same(k, current, new, path):
+            self._remember(key, canonical, new, now)
+            return WriteResult(path, current.strip(), new, False, k.name)
+
+        self._write(path, new, k)
+        self._remember(key, canonical, new, now)
+        result = WriteResult(path, current.strip(), new, True, k.name)
+        logger.debug("wrote %s: %r -> %r", path, result.old, new)
+        self._notify(result)
+        return result
+
+    def forget(self, rel_dir: str) -> int:
+        """Drop the cached values of cgroup ``rel_dir`` and its descendants (it was removed)."""
+        layout = self.host.layout
+        controllers = {k.controller for k in KNOBS.values()}
+        bases = tuple(layout.abs_dir(c, rel_dir).rstrip("/") + "/" for c in controllers)
+        with self._lock:
+            gone = [key for key in self._cache if key[0].startswith(bases)]
+            for key in gone:
+                del self._cache[key]
+        return len(gone)
+
+    # Internals -----------------------------------------------------------------------------------
+
+    def _same(self, k: Knob[Any], current: str, new: str, path: str) -> bool:
+        if current.split() == new.split():
+            return True
+        version = self.host.layout.version
+        try:
+            return bool(k.decode(current, version, path=path) == k.decode(new, version, path=path))
+        except ParseError:
+            logger.debug("%s: unparsable current text %r, rewriting", path, current)
+            return False
+
+    def _remember(self, key: tuple[str, str], value: object, text: str, now: float) -> None:
+        with self._lock:
+            self._cache[key] = _Cached(value, text, now)
+
+    def _drop(self, key: tuple[str, str]) -> None:
+        with self._lock:
+            self._cache.pop(key, None)
+
+    def _read(self, path: str, k: Knob[Any]) -> str:
+        try:
+            with open(path, encoding="ascii", errors="replace") as f:
+                return f.read()
+        except OSError as err:
+            raise self._translate(err, path, k, "reading") from err
+
+    def _write(self, path: str, text: str, k: Knob[Any]) -> None:
+        data = (text or "\n").encode("ascii")
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_TRUNC | os.O_CLOEXEC)
+            try:
+                os.write(fd, data)
+            finally:
+                os.close(fd)
+        except OSError as err:
+            self._drop((path, k.name))
+            raise self._translate(err, path, k, f"writing {text!r}") from err
+
+    @staticmethod
+    def _translate(err: OSError, path: str, k: Knob[Any], doing: str) -> HostError:
+        if err.errno == errno.ENOENT and os.path.isdir(os.path.dirname(path)):
+            return UnsupportedError(k.name, f"file {path} absent")
+        if err.errno in _GONE:  # ENODEV: the cgroup was removed while the file was open
+            return CgroupGoneError(f"{path}: cgroup gone ({doing})")
+        return HostError(f"{path}: {doing} failed: {err.strerror}")
+
+    def _notify(self, result: WriteResult) -> None:
+        hook = self.on_change
+        if hook is None:
+            return
+        try:
+            hook(result)
+        except Exception:  # a broken hook must not turn a done write into a failed one
+            logger.exception("on_change hook failed for %s", result.path)

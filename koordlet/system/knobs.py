@@ -1,0 +1,592 @@
+"""Every cgroup knob the koordlet reads or writes, declared once, with its codecs.
+
+A :class:`Knob` names a logical resource (Koordinator's resource names, snake-cased:
+``cpu_shares``, ``cpu_cfs_quota``, ``memory_wmark_ratio``…), the controller and the file it lives
+in on cgroup v1 and on cgroup v2, the codec that turns the logical value into the file's text on
+each version, and the valid range (Koordinator's validators in
+``pkg/koordlet/util/system/cgroup_resource.go``). Callers never branch on the cgroup version:
+they hand a logical value and a version to :meth:`Knob.encode` and get the text to write.
+
+Logical values:
+
+* integers for counters and ratios (``cpu_shares`` is in v1 shares on both versions);
+* ``None`` for "unlimited" (``cpu_cfs_quota``, ``memory_limit``, ``memory_min/low/high``);
+  ``-1`` is accepted as an alias on input and normalized to ``None``;
+* ``frozenset[int]`` for CPU and memory-node lists (a cpulist string is accepted on input);
+* ``str`` for the read-only ``memory_idle_page_stats`` source.
+
+Two conversions are lossy on purpose. v2 has no ``cpu.shares``: ``cpu_shares`` is written as
+``cpu.weight`` with runc's and the kernel documentation's mapping of shares [2, 262144] onto
+weights [1, 10000], ``weight = 1 + (shares - 2) * 9999 // 262142``, and read back as the smallest
+shares that map to that weight, so ``encode(decode(text)) == text`` always holds while a shares
+value read back from v2 is within 27 of the one written. (Koordinator's own read-back,
+``ConvertCPUWeightToShares``, uses ``weight * 1024 / 100``, which does not invert the write; we
+use the exact inverse.) ``cpu_weight`` is the mirror image on v1.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any, Generic, Protocol, TypeVar
+
+from koordlet.errors import InvalidValueError, ParseError, UnsupportedError
+from koordlet.system.cgroups import CgroupVersion
+
+T = TypeVar("T")
+T_co = TypeVar("T_co", covariant=True)
+
+INT64_MAX = (1 << 63) - 1
+V1_UNLIMITED_MIN = (1 << 63) - (1 << 20)
+"""v1 reports "no limit" as ``PAGE_COUNTER_MAX * PAGE_SIZE`` (9223372036854771712 with 4 KiB
+pages, less with bigger pages); any value at or above this (pages up to 1 MiB) means unlimited."""
+CPU_SHARES_MIN = 2
+CPU_SHARES_MAX = 262144
+"""``MIN_SHARES`` and ``MAX_SHARES`` (1 << 18) of kernel/sched; the kernel clamps to them."""
+CPU_WEIGHT_MIN = 1
+CPU_WEIGHT_MAX = 10000
+CFS_QUOTA_MIN_US = 1000
+"""Koordinator's ``CFSQuotaMinValue``: the kernel refuses a quota under 1 ms."""
+CFS_QUOTA_MAX_US = (1 << 44) - 1
+"""kernel/sched ``max_cfs_runtime`` (``MAX_BW``) in µs: larger quotas are refused."""
+CFS_PERIOD_MIN_US = 1000
+CFS_PERIOD_MAX_US = 1_000_000
+"""kernel/sched ``min_cfs_quota_period`` (1 ms) and ``max_cfs_quota_period`` (1 s)."""
+CPU_BURST_MAX_US = 100 * 10 * 100_000
+"""Koordinator's ``CPUBurstValidator`` bound (100 cores at 1000 % of one 100 ms period), µs."""
+CPULIST_MAX_ID = 65535
+"""Largest CPU or node id accepted in a cpulist (far above any kernel's ``NR_CPUS``)."""
+
+
+# Conversions ----------------------------------------------------------------------------------
+
+
+def shares_to_weight(shares: int) -> int:
+    """v1 ``cpu.shares`` → v2 ``cpu.weight`` as runc and the kubelet convert it (clamped)."""
+    shares = min(max(shares, CPU_SHARES_MIN), CPU_SHARES_MAX)
+    return 1 + ((shares - 2) * 9999) // 262142
+
+
+def weight_to_shares(weight: int) -> int:
+    """The smallest shares whose :func:`shares_to_weight` is ``weight`` (clamped to 1..10000)."""
+    weight = min(max(weight, CPU_WEIGHT_MIN), CPU_WEIGHT_MAX)
+    return 2 + -((-(weight - 1) * 262142) // 9999)  # ceiling division
+
+
+def parse_cpulist(text: str) -> frozenset[int]:
+    """Parse a kernel cpulist (``0-3,8,10-11``; empty is the empty set).
+
+    Raises ``ValueError`` for negative ids, descending ranges or anything else malformed.
+    """
+    text = text.strip()
+    if not text:
+        return frozenset()
+    ids: set[int] = set()
+    for part in text.split(","):
+        m = _CPULIST_PART.fullmatch(part.strip())
+        if m is None:
+            raise ValueError(f"bad cpulist element {part!r}")
+        lo = int(m.group(1))
+        hi = int(m.group(2)) if m.group(2) is not None else lo
+        if hi < lo:
+            raise ValueError(f"descending range {part!r}")
+        if hi > CPULIST_MAX_ID:
+            raise ValueError(f"id {hi} above {CPULIST_MAX_ID}")
+        ids.update(range(lo, hi + 1))
+    return frozenset(ids)
+
+
+def format_cpulist(ids: Iterable[int]) -> str:
+    """The kernel's canonical cpulist of ``ids``: ascending, runs of two or more as ``a-b``."""
+    out: list[str] = []
+    for _, group in itertools.groupby(enumerate(sorted(set(ids))), key=lambda p: p[1] - p[0]):
+        run = [i for _, i in group]
+        out.append(str(run[0]) if len(run) == 1 else f"{run[0]}-{run[-1]}")
+    return ",".join(out)
+
+
+_CPULIST_PART = re.compile(r"(\d+)(?:-(\d+))?")
+_INT = re.compile(r"-?\d+")
+
+
+def _parse_int(text: str) -> int:
+    text = text.strip()
+    if not _INT.fullmatch(text):
+        raise ValueError("not a decimal integer")
+    return int(text)
+
+
+# Validators -----------------------------------------------------------------------------------
+
+
+class Validator(Protocol[T_co]):
+    """The valid logical values of a knob."""
+
+    def normalize(self, value: object) -> T_co:
+        """The canonical form of ``value``; raises ``TypeError``/``ValueError`` when invalid."""
+        ...
+
+    def describe(self) -> str:
+        """The valid values in words (``2..262144``)."""
+        ...
+
+
+def _check_int(value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"expected an int, got {type(value).__name__}")
+    return value
+
+
+@dataclass(frozen=True, slots=True)
+class Range:
+    """Integers in ``[lo, hi]``."""
+
+    lo: int
+    """Smallest valid value."""
+    hi: int
+    """Largest valid value."""
+
+    def normalize(self, value: object) -> int:
+        n = _check_int(value)
+        if not self.lo <= n <= self.hi:
+            raise ValueError(f"outside {self.lo}..{self.hi}")
+        return n
+
+    def describe(self) -> str:
+        return f"{self.lo}..{self.hi}"
+
+
+@dataclass(frozen=True, slots=True)
+class RangeOrUnlimited:
+    """Integers in ``[lo, hi]`` or ``None`` (unlimited); ``-1`` is read as ``None``."""
+
+    lo: int
+    """Smallest valid value."""
+    hi: int
+    """Largest valid limited value."""
+    saturate: bool = False
+    """Values above ``hi`` up to ``INT64_MAX`` mean unlimited (Go's ``math.MaxInt64``)."""
+
+    def normalize(self, value: object) -> int | None:
+        if value is None:
+            return None
+        n = _check_int(value)
+        if n == -1 or (self.saturate and self.hi < n <= INT64_MAX):
+            return None
+        if not self.lo <= n <= self.hi:
+            raise ValueError(f"outside {self.lo}..{self.hi}")
+        return n
+
+    def describe(self) -> str:
+        return f"{self.lo}..{self.hi} or None/-1 (unlimited)"
+
+
+@dataclass(frozen=True, slots=True)
+class CpuList:
+    """A set of CPU (or NUMA node) ids, from a set of ints or a cpulist string."""
+
+    def normalize(self, value: object) -> frozenset[int]:
+        if isinstance(value, str):
+            return parse_cpulist(value)
+        if not isinstance(value, Iterable):
+            raise TypeError(f"expected a set of ids or a cpulist, got {type(value).__name__}")
+        ids = frozenset(_check_int(i) for i in value)
+        bad = [i for i in ids if not 0 <= i <= CPULIST_MAX_ID]
+        if bad:
+            raise ValueError(f"ids {sorted(bad)} outside 0..{CPULIST_MAX_ID}")
+        return ids
+
+    def describe(self) -> str:
+        return f"a set of ids in 0..{CPULIST_MAX_ID} or a cpulist"
+
+
+@dataclass(frozen=True, slots=True)
+class AnyText:
+    """Any string (read-only sources)."""
+
+    def normalize(self, value: object) -> str:
+        if not isinstance(value, str):
+            raise TypeError(f"expected a str, got {type(value).__name__}")
+        return value
+
+    def describe(self) -> str:
+        return "text"
+
+
+# File codecs ----------------------------------------------------------------------------------
+
+
+class FileCodec(Protocol[T]):
+    """Text of one file on one cgroup version ↔ the logical value."""
+
+    @property
+    def needs_current(self) -> bool:
+        """The file holds more than this value: ``encode`` must see its current text."""
+        ...
+
+    def decode(self, text: str) -> T:
+        """The logical value; raises ``ValueError`` when the text is malformed."""
+        ...
+
+    def encode(self, value: T, current: str | None) -> str:
+        """The text to write for a valid ``value``; ``ValueError`` on malformed ``current``."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class IntCodec:
+    """A plain decimal integer."""
+
+    needs_current: bool = False
+
+    def decode(self, text: str) -> int:
+        return _parse_int(text)
+
+    def encode(self, value: int, current: str | None) -> str:
+        return str(value)
+
+
+@dataclass(frozen=True, slots=True)
+class LimitCodec:
+    """A non-negative integer or its "unlimited" spelling, which reads as ``None``.
+
+    v1 (``unlimited="-1"``) is written ``-1`` and reads back as the page-counter maximum, so any
+    value from :data:`V1_UNLIMITED_MIN` up reads as ``None`` too; v2 (``unlimited="max"``) is
+    ``max`` both ways.
+    """
+
+    unlimited: str
+    needs_current: bool = False
+
+    def decode(self, text: str) -> int | None:
+        text = text.strip()
+        if text == self.unlimited:
+            return None
+        n = _parse_int(text)
+        if self.unlimited == "-1" and n >= V1_UNLIMITED_MIN:
+            return None
+        if n < 0:
+            raise ValueError("negative limit")
+        return n
+
+    def encode(self, value: int | None, current: str | None) -> str:
+        return self.unlimited if value is None else str(value)
+
+
+@dataclass(frozen=True, slots=True)
+class ConvertedCodec:
+    """An integer kept in the file in another unit (shares in ``cpu.weight`` and back)."""
+
+    to_file: Callable[[int], int]
+    from_file: Callable[[int], int]
+    file_range: Range
+    """Values the kernel shows in the file."""
+    needs_current: bool = False
+
+    def decode(self, text: str) -> int:
+        return self.from_file(self.file_range.normalize(_parse_int(text)))
+
+    def encode(self, value: int, current: str | None) -> str:
+        return str(self.to_file(value))
+
+
+def _split_cpu_max(text: str) -> tuple[int | None, int | None]:
+    fields = text.split()
+    if not 1 <= len(fields) <= 2:
+        raise ValueError("cpu.max is '<quota|max> <period>'")
+    quota = None if fields[0] == "max" else _parse_int(fields[0])
+    if quota is not None and quota < 0:
+        raise ValueError("negative quota")
+    period = _parse_int(fields[1]) if len(fields) == 2 else None
+    return quota, period
+
+
+@dataclass(frozen=True, slots=True)
+class CpuMaxQuotaCodec:
+    """The quota half of v2 ``cpu.max``; a write keeps the period of the current text (without
+    it only the quota is written, and the kernel keeps the period itself)."""
+
+    needs_current: bool = False
+
+    def decode(self, text: str) -> int | None:
+        return _split_cpu_max(text)[0]
+
+    def encode(self, value: int | None, current: str | None) -> str:
+        quota = "max" if value is None else str(value)
+        period = _split_cpu_max(current)[1] if current is not None else None
+        return quota if period is None else f"{quota} {period}"
+
+
+@dataclass(frozen=True, slots=True)
+class CpuMaxPeriodCodec:
+    """The period half of v2 ``cpu.max``; a write needs the current text to keep the quota."""
+
+    needs_current: bool = True
+
+    def decode(self, text: str) -> int:
+        period = _split_cpu_max(text)[1]
+        if period is None:
+            raise ValueError("cpu.max has no period")
+        return period
+
+    def encode(self, value: int, current: str | None) -> str:
+        quota = _split_cpu_max(current or "")[0]
+        return f"{'max' if quota is None else quota} {value}"
+
+
+@dataclass(frozen=True, slots=True)
+class CpuListCodec:
+    """A cpulist file (``cpuset.cpus``, ``cpuset.mems``), written in canonical form."""
+
+    needs_current: bool = False
+
+    def decode(self, text: str) -> frozenset[int]:
+        return parse_cpulist(text)
+
+    def encode(self, value: frozenset[int], current: str | None) -> str:
+        return format_cpulist(value)
+
+
+@dataclass(frozen=True, slots=True)
+class RawTextCodec:
+    """A read-only file handed to its parser (a collector) as text."""
+
+    needs_current: bool = False
+
+    def decode(self, text: str) -> str:
+        return text
+
+    def encode(self, value: str, current: str | None) -> str:
+        raise ValueError("read-only")
+
+
+@dataclass(frozen=True, slots=True)
+class Codec(Generic[T]):
+    """The two file codecs of one knob: its text on cgroup v1 and on cgroup v2."""
+
+    v1: FileCodec[T]
+    """How the v1 file's text maps to the logical value."""
+    v2: FileCodec[T]
+    """How the v2 file's text maps to the logical value."""
+
+    def for_version(self, version: CgroupVersion) -> FileCodec[T]:
+        """The codec of ``version``."""
+        return self.v2 if version is CgroupVersion.V2 else self.v1
+
+
+# Knobs ----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Knob(Generic[T]):
+    """One logical cgroup resource and how it is spelled on each cgroup version."""
+
+    name: str
+    """Logical name, the key in :data:`KNOBS` (``cpu_shares``)."""
+    controller: str
+    """The v1 controller whose hierarchy holds the file (``cpu``, ``cpuset``, ``memory``)."""
+    v1_file: str | None
+    """File name on cgroup v1; None when v1 has no such file."""
+    v2_file: str | None
+    """File name on cgroup v2; None when v2 has no such file."""
+    codec: Codec[T]
+    """Text ↔ logical value, per version."""
+    valid: Validator[T]
+    """Valid logical values; :meth:`validate` normalizes through it."""
+    doc: str
+    """What the knob does, in one line (shown in ``/debug``)."""
+    anolis_only: bool = False
+    """The file exists only on Alibaba Cloud Linux / Anolis kernels, on both versions."""
+    v1_anolis_only: bool = False
+    """On cgroup v1 the file exists only on Anolis kernels (mainline has it on v2 only)."""
+    writable: bool = True
+    """False for read-only sources (``memory.idle_page_stats``)."""
+    requires: str = ""
+    """What a mainline kernel needs to have the file (``Linux >= 5.14``); shown when absent."""
+
+    def file_for(self, version: CgroupVersion) -> str | None:
+        """The file name on ``version``, or None when that version has no such file."""
+        return self.v2_file if version is CgroupVersion.V2 else self.v1_file
+
+    def anolis_only_on(self, version: CgroupVersion) -> bool:
+        """Whether only Anolis kernels have this knob on ``version``."""
+        return self.anolis_only or (self.v1_anolis_only and version is CgroupVersion.V1)
+
+    def needs_current(self, version: CgroupVersion) -> bool:
+        """Whether :meth:`encode` on ``version`` needs the file's current text."""
+        return self.codec.for_version(version).needs_current
+
+    def validate(self, value: object) -> T:
+        """The canonical form of ``value``; raises ``InvalidValueError`` naming knob and value."""
+        try:
+            return self.valid.normalize(value)
+        except (TypeError, ValueError) as err:
+            raise InvalidValueError(
+                f"{self.name}: invalid value {value!r} (valid: {self.valid.describe()}): {err}"
+            ) from err
+
+    def decode(self, text: str, version: CgroupVersion, *, path: str = "") -> T:
+        """The logical value of the file's ``text`` on ``version``.
+
+        Raises ``ParseError`` naming the file (``path`` when given) when the text is not in the
+        format the kernel writes, ``UnsupportedError`` when ``version`` has no such file.
+        """
+        filename = self._require_file(version)
+        try:
+            return self.codec.for_version(version).decode(text)
+        except ValueError as err:
+            raise ParseError(
+                f"{path or filename}: cannot parse {text!r} as {self.name}: {err}"
+            ) from err
+
+    def encode(
+        self,
+        value: object,
+        version: CgroupVersion,
+        current_text: str | None = None,
+        *,
+        path: str = "",
+    ) -> str:
+        """The text to write for ``value`` on ``version``.
+
+        ``current_text`` is the file's present content; knobs that share a file with another
+        value (``cpu.max`` on v2 holds quota and period) keep the other half from it. Raises
+        ``InvalidValueError`` for an out-of-range value or a missing ``current_text`` that the
+        codec needs, ``UnsupportedError`` for a read-only knob or one this version lacks, and
+        ``ParseError`` naming the file when ``current_text`` is malformed.
+        """
+        filename = self._require_file(version)
+        if not self.writable:
+            raise UnsupportedError(self.name, f"{filename} is read-only")
+        canonical = self.validate(value)
+        codec = self.codec.for_version(version)
+        if codec.needs_current and current_text is None:
+            raise InvalidValueError(
+                f"{self.name}: {filename} also holds another value; encode needs its current text"
+            )
+        try:
+            return codec.encode(canonical, current_text)
+        except ValueError as err:
+            raise ParseError(
+                f"{path or filename}: cannot update {current_text!r} with {self.name}: {err}"
+            ) from err
+
+    def _require_file(self, version: CgroupVersion) -> str:
+        filename = self.file_for(version)
+        if filename is None:
+            raise UnsupportedError(self.name, f"cgroup {version} has no file for it")
+        return filename
+
+
+integer = IntCodec()
+v1_limit = LimitCodec("-1")
+v2_limit = LimitCodec("max")
+shares_in_weight = ConvertedCodec(
+    shares_to_weight, weight_to_shares, Range(CPU_WEIGHT_MIN, CPU_WEIGHT_MAX)
+)
+weight_in_shares = ConvertedCodec(
+    weight_to_shares, shares_to_weight, Range(CPU_SHARES_MIN, CPU_SHARES_MAX)
+)
+cpulist = CpuListCodec()
+INT: Codec[int] = Codec(integer, integer)
+LIMIT: Codec[int | None] = Codec(v1_limit, v2_limit)
+CPULIST: Codec[frozenset[int]] = Codec(cpulist, cpulist)
+BYTES = RangeOrUnlimited(0, V1_UNLIMITED_MIN - 1, saturate=True)
+V1_ANOLIS = "cgroup v2, or an Anolis kernel on cgroup v1"
+
+# The table: logical name, v1 controller, v1 file, v2 file, codec, valid values, doc, flags.
+# Ranges are Koordinator's validators (pkg/koordlet/util/system/cgroup_resource.go).
+# fmt: off
+CPU_SHARES: Knob[int] = Knob(
+    "cpu_shares", "cpu", "cpu.shares", "cpu.weight", Codec(integer, shares_in_weight),
+    Range(CPU_SHARES_MIN, CPU_SHARES_MAX),
+    "relative CPU weight in v1 shares; v2 keeps it as cpu.weight (see the module doc)")
+CPU_WEIGHT: Knob[int] = Knob(
+    "cpu_weight", "cpu", "cpu.shares", "cpu.weight", Codec(weight_in_shares, integer),
+    Range(CPU_WEIGHT_MIN, CPU_WEIGHT_MAX),
+    "relative CPU weight in v2 units; v1 keeps the smallest shares that map back to it")
+CPU_CFS_QUOTA: Knob[int | None] = Knob(
+    "cpu_cfs_quota", "cpu", "cpu.cfs_quota_us", "cpu.max", Codec(v1_limit, CpuMaxQuotaCodec()),
+    RangeOrUnlimited(CFS_QUOTA_MIN_US, CFS_QUOTA_MAX_US),
+    "CFS runtime per period in µs, None unlimited; on v2 the period in cpu.max is kept")
+CPU_CFS_PERIOD: Knob[int] = Knob(
+    "cpu_cfs_period", "cpu", "cpu.cfs_period_us", "cpu.max", Codec(integer, CpuMaxPeriodCodec()),
+    Range(CFS_PERIOD_MIN_US, CFS_PERIOD_MAX_US),
+    "CFS period in µs; on v2 the quota in cpu.max is kept")
+CPU_BURST: Knob[int] = Knob(
+    "cpu_burst", "cpu", "cpu.cfs_burst_us", "cpu.max.burst", INT, Range(0, CPU_BURST_MAX_US),
+    "CFS burst in µs: unused quota a cgroup may save up and spend above its quota",
+    requires="Linux >= 5.14 (CFS burst)")
+CPU_IDLE: Knob[int] = Knob(
+    "cpu_idle", "cpu", "cpu.idle", "cpu.idle", INT, Range(0, 1),
+    "1 makes the cgroup SCHED_IDLE: it runs only when nothing else wants the CPU",
+    requires="Linux >= 5.15 (SCHED_IDLE for cgroups)")
+CPU_BVT_WARP_NS: Knob[int] = Knob(
+    "cpu_bvt_warp_ns", "cpu", "cpu.bvt_warp_ns", "cpu.bvt_warp_ns", INT, Range(-1, 2),
+    "Anolis group identity: 2 latency-sensitive, 0 normal, -1 best-effort", anolis_only=True)
+CPUSET_CPUS: Knob[frozenset[int]] = Knob(
+    "cpuset_cpus", "cpuset", "cpuset.cpus", "cpuset.cpus", CPULIST, CpuList(),
+    "CPUs the cgroup may run on")
+CPUSET_MEMS: Knob[frozenset[int]] = Knob(
+    "cpuset_mems", "cpuset", "cpuset.mems", "cpuset.mems", CPULIST, CpuList(),
+    "NUMA nodes the cgroup may allocate from")
+MEMORY_LIMIT: Knob[int | None] = Knob(
+    "memory_limit", "memory", "memory.limit_in_bytes", "memory.max", LIMIT, BYTES,
+    "hard memory limit in bytes; None is unlimited")
+MEMORY_MIN: Knob[int | None] = Knob(
+    "memory_min", "memory", "memory.min", "memory.min", LIMIT, BYTES,
+    "memory protected from reclaim, bytes", v1_anolis_only=True, requires=V1_ANOLIS)
+MEMORY_LOW: Knob[int | None] = Knob(
+    "memory_low", "memory", "memory.low", "memory.low", LIMIT, BYTES,
+    "best-effort memory protection, bytes", v1_anolis_only=True, requires=V1_ANOLIS)
+MEMORY_HIGH: Knob[int | None] = Knob(
+    "memory_high", "memory", "memory.high", "memory.high", LIMIT, BYTES,
+    "memory throttling threshold, bytes; None is unlimited",
+    v1_anolis_only=True, requires=V1_ANOLIS)
+MEMORY_WMARK_RATIO: Knob[int] = Knob(
+    "memory_wmark_ratio", "memory", "memory.wmark_ratio", "memory.wmark_ratio", INT,
+    Range(0, 100), "async reclaim high watermark, percent of the limit; 0 disables it",
+    anolis_only=True)
+MEMORY_WMARK_SCALE_FACTOR: Knob[int] = Knob(
+    "memory_wmark_scale_factor", "memory", "memory.wmark_scale_factor",
+    "memory.wmark_scale_factor", INT, Range(1, 1000),
+    "gap between async reclaim high and low watermarks, in 1/10000 of the limit",
+    anolis_only=True)
+MEMORY_WMARK_MIN_ADJ: Knob[int] = Knob(
+    "memory_wmark_min_adj", "memory", "memory.wmark_min_adj", "memory.wmark_min_adj", INT,
+    Range(-25, 50), "global min watermark adjustment, percent: negative LS, positive BE",
+    anolis_only=True)
+MEMORY_PRIORITY: Knob[int] = Knob(
+    "memory_priority", "memory", "memory.priority", "memory.priority", INT, Range(0, 12),
+    "OOM priority; with memory_use_priority_oom lower priorities die first", anolis_only=True)
+MEMORY_USE_PRIORITY_OOM: Knob[int] = Knob(
+    "memory_use_priority_oom", "memory", "memory.use_priority_oom", "memory.use_priority_oom",
+    INT, Range(0, 1), "1 makes the OOM killer honour memory.priority", anolis_only=True)
+MEMORY_OOM_GROUP: Knob[int] = Knob(
+    "memory_oom_group", "memory", "memory.oom.group", "memory.oom.group", INT, Range(0, 1),
+    "1 makes the OOM killer kill the whole cgroup at once",
+    v1_anolis_only=True, requires="cgroup v2 (Linux >= 4.19), or an Anolis kernel on cgroup v1")
+MEMORY_IDLE_PAGE_STATS: Knob[str] = Knob(
+    "memory_idle_page_stats", "memory", "memory.idle_page_stats", "memory.idle_page_stats",
+    Codec(RawTextCodec(), RawTextCodec()), AnyText(),
+    "Anolis kidled cold-page histogram, read by the cold-memory collector",
+    anolis_only=True, writable=False)
+KNOBS: Mapping[str, Knob[Any]] = MappingProxyType({k.name: k for k in (
+    CPU_SHARES, CPU_WEIGHT, CPU_CFS_QUOTA, CPU_CFS_PERIOD, CPU_BURST, CPU_IDLE, CPU_BVT_WARP_NS,
+    CPUSET_CPUS, CPUSET_MEMS, MEMORY_LIMIT, MEMORY_MIN, MEMORY_LOW, MEMORY_HIGH,
+    MEMORY_WMARK_RATIO, MEMORY_WMARK_SCALE_FACTOR, MEMORY_WMARK_MIN_ADJ, MEMORY_PRIORITY,
+    MEMORY_USE_PRIORITY_OOM, MEMORY_OOM_GROUP, MEMORY_IDLE_PAGE_STATS,
+)})
+# fmt: on
+"""Every knob by logical name."""
+
+
+def knob(name: str) -> Knob[Any]:
+    """The knob called ``name``; raises ``UnsupportedError`` for a name not in the table."""
+    try:
+        return KNOBS[name]
+    except KeyError:
+        raise UnsupportedError(name, "no such knob in koordlet.system.knobs.KNOBS") from None

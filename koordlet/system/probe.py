@@ -1,0 +1,323 @@
+"""What this host can do, probed once at start: every knob and every collector source.
+
+A knob is supported when its file exists and is readable (and writable, for writable knobs) in
+a probed cgroup directory. The directories are tried in order: the caller's ``sample_rel``, the
+kubepods root, the root cgroup and, on cgroup v2, the first child cgroup with the controller
+enabled, because the v2 root has none of the controllers' interface files (no ``cpu.max``,
+``memory.max``…). The answer names the file that was found or, when none was, the first file
+probed and why it is missing ("file cpu.bvt_warp_ns absent (Anolis kernels only)").
+Koordinator probes the same way (``SupportedIfFileExistsInKubepods``); it never claims support
+for a file it did not see.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import asdict, dataclass
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any
+
+from koordlet.system.cgroups import CgroupVersion
+from koordlet.system.knobs import KNOBS, Knob
+
+if TYPE_CHECKING:
+    from koordlet.system.host import Host
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class Capability:
+    """Whether one knob or source works on this host."""
+
+    name: str
+    """Knob name (``cpu_shares``) or source name (``psi_node``)."""
+    supported: bool
+    """True only when the file was seen and could be read (and written, for writable knobs)."""
+    reason: str
+    """Why it is unsupported; for a supported one, where it was found."""
+    path: str
+    """The file found, or the first file probed when none was; empty when nothing was probed."""
+
+
+class Capabilities(Mapping[str, Capability]):
+    """Probe results by name; immutable."""
+
+    __slots__ = ("_items", "version")
+
+    def __init__(self, items: Iterable[Capability], version: CgroupVersion) -> None:
+        self._items: Mapping[str, Capability] = MappingProxyType({c.name: c for c in items})
+        self.version = version
+        """The cgroup version that was probed."""
+
+    def __getitem__(self, name: str) -> Capability:
+        return self._items[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._items)
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def supported(self, name: str) -> bool:
+        """Whether ``name`` was probed and found usable; KeyError for a name never probed."""
+        return self._items[name].supported
+
+    def unsupported(self) -> list[Capability]:
+        """Every unsupported knob and source, by name."""
+        return sorted((c for c in self._items.values() if not c.supported), key=lambda c: c.name)
+
+    def as_dict(self) -> dict[str, dict[str, object]]:
+        """Plain data for ``/debug``: name → ``{name, supported, reason, path}``."""
+        return {name: asdict(c) for name, c in sorted(self._items.items())}
+
+
+def probe_capabilities(host: Host, *, sample_rel: str = "") -> Capabilities:
+    """Probe every knob of :data:`~koordlet.system.knobs.KNOBS` and every collector source.
+
+    ``sample_rel`` is a cgroup directory (relative to a controller root) to try first, for
+    example a pod's, when the kubepods root lacks files that its children have.
+    """
+    prober = _Prober(host, sample_rel)
+    caps = [prober.knob(k) for k in KNOBS.values()]
+    caps += prober.sources()
+    result = Capabilities(caps, host.layout.version)
+    missing = result.unsupported()
+    logger.info(
+        "probed %d knobs and %d sources on cgroup %s: %d unsupported (%s)",
+        len(KNOBS),
+        len(result) - len(KNOBS),
+        host.layout.version,
+        len(missing),
+        ", ".join(c.name for c in missing) or "none",
+    )
+    return result
+
+
+def _check_file(path: str, *, writable: bool, must_contain: str = "") -> str:
+    """Empty when ``path`` is readable (and writable when asked); else why not."""
+    try:
+        with open(path, "rb") as f:
+            content = f.read(65536)
+    except PermissionError:
+        return f"permission denied reading {path}"
+    except OSError as err:
+        if err.errno in (errno.EOPNOTSUPP, errno.ENOTSUP):
+            return f"{path} exists but the kernel refuses reads (feature disabled at boot)"
+        return f"cannot read {path}: {err.strerror}"
+    if must_contain and must_contain.encode() not in content:
+        return f"{path} has no {must_contain!r} field"
+    if writable and not os.access(path, os.W_OK):
+        return f"permission denied writing {path} (read-only cgroupfs?)"
+    return ""
+
+
+@dataclass
+class _Prober:
+    host: Host
+    sample_rel: str
+
+    @property
+    def version(self) -> CgroupVersion:
+        return self.host.layout.version
+
+    def cgroup_dirs(self, controller: str) -> list[str]:
+        """Existing directories to look in for ``controller``'s files, most specific first."""
+        layout = self.host.layout
+        rels = [r for r in (self.sample_rel, layout.kube_root) if r] + [""]
+        dirs: list[str] = []
+        for rel in dict.fromkeys(rels):
+            path = layout.abs_dir(controller, rel)
+            if os.path.isdir(path):
+                dirs.append(path)
+        if self.version is CgroupVersion.V2 and len(dirs) <= 1:
+            child = self._v2_child_with(controller)
+            if child:
+                dirs.append(child)
+        return dirs
+
+    def _v2_child_with(self, controller: str) -> str:
+        root = self.host.layout.abs_dir(controller, "")
+        try:
+            names = sorted(e.name for e in os.scandir(root) if e.is_dir(follow_symlinks=False))
+        except OSError:
+            return ""
+        for name in names:
+            path = os.path.join(root, name)
+            try:
+                with open(os.path.join(path, "cgroup.controllers")) as f:
+                    if controller in f.read().split():
+                        return path
+            except OSError:
+                continue
+        return ""
+
+    def controller_missing(self, controller: str) -> str:
+        """Why ``controller`` is unusable on this host, or empty."""
+        layout = self.host.layout
+        root = layout.abs_dir(controller, "")
+        if not os.path.isdir(root):
+            return f"cgroup {self.version} controller {controller} not mounted at {root}"
+        if self.version is CgroupVersion.V2:
+            try:
+                with open(os.path.join(root, "cgroup.controllers")) as f:
+                    available = f.read().split()
+            except OSError as err:
+                return f"cannot read {root}/cgroup.controllers: {err.strerror}"
+            if controller not in available:
+                return f"controller {controller} not enabled in cgroup v2 ({root})"
+        return ""
+
+    def cgroup_file(
+        self,
+        name: str,
+        controller: str,
+        filename: str,
+        *,
+        writable: bool = False,
+        must_contain: str = "",
+        absent_note: str = "",
+    ) -> Capability:
+        why = self.controller_missing(controller)
+        if why:
+            return Capability(name, False, why, "")
+        dirs = self.cgroup_dirs(controller)
+        refused: tuple[str, str] | None = None
+        for d in dirs:
+            path = os.path.join(d, filename)
+            if not os.path.exists(path):
+                continue
+            why = _check_file(path, writable=writable, must_contain=must_contain)
+            if not why:
+                return Capability(name, True, f"found in {d}", path)
+            refused = refused or (why, path)
+        if refused is not None:
+            return Capability(name, False, *refused)
+        first = os.path.join(dirs[0], filename) if dirs else ""
+        note = f" ({absent_note})" if absent_note else ""
+        return Capability(
+            name, False, f"file {filename} absent{note}; probed {', '.join(dirs)}", first
+        )
+
+    def knob(self, k: Knob[Any]) -> Capability:
+        filename = k.file_for(self.version)
+        if filename is None:
+            return Capability(k.name, False, f"cgroup {self.version} has no file for it", "")
+        if k.v1_anolis_only and self.version is CgroupVersion.V1:
+            note = f"cgroup v1 has no {filename} on this kernel; Anolis kernels only"
+        elif k.anolis_only:
+            note = "Anolis kernels only"
+        else:
+            note = k.requires
+        return self.cgroup_file(
+            k.name, k.controller, filename, writable=k.writable, absent_note=note
+        )
+
+    def host_file(self, name: str, path: str, absent: str, *, must_contain: str = "") -> Capability:
+        if not os.path.exists(path):
+            return Capability(name, False, f"{path} absent ({absent})", path)
+        why = _check_file(path, writable=False, must_contain=must_contain)
+        return Capability(name, not why, why or "readable", path)
+
+    def sources(self) -> list[Capability]:
+        paths = self.host.paths
+        v2 = self.version is CgroupVersion.V2
+        caps = [
+            self.host_file("proc_stat", paths.proc("stat"), "procfs not mounted?"),
+            self.host_file("meminfo", paths.proc("meminfo"), "procfs not mounted?"),
+            self._numa_meminfo(),
+            self.host_file(
+                "cpu_topology",
+                paths.sys("devices", "system", "cpu", "cpu0", "topology", "core_id"),
+                "sysfs without CPU topology",
+            ),
+            self._psi_node(),
+            self.cgroup_file("memory_stat", "memory", "memory.stat"),
+            self.cgroup_file(
+                "memory_numa_stat", "memory", "memory.numa_stat", absent_note="needs CONFIG_NUMA"
+            ),
+            self.cgroup_file("cpu_stat_throttling", "cpu", "cpu.stat", must_contain="nr_throttled"),
+            self.cgroup_file(
+                "idle_page_stats",
+                "memory",
+                "memory.idle_page_stats",
+                absent_note="Anolis kernels with kidled only",
+            ),
+            self.cgroup_file(
+                "psi_cgroup",
+                "cpuacct" if not v2 else "cpu",
+                "cpu.pressure",
+                absent_note="needs PSI for cgroups (psi=1; on v1 Anolis psi_v1=1)",
+            ),
+            self._resctrl(),
+            self._perf_event(),
+        ]
+        if v2:
+            caps.append(Capability("cpuacct_usage", False, "cgroup v2 has no cpuacct", ""))
+            caps.append(
+                self.cgroup_file("cpu_stat_usage", "cpu", "cpu.stat", must_contain="usage_usec")
+            )
+        else:
+            caps.append(self.cgroup_file("cpuacct_usage", "cpuacct", "cpuacct.usage"))
+            caps.append(
+                Capability("cpu_stat_usage", False, "cgroup v1 cpu.stat has no usage_usec", "")
+            )
+        return caps
+
+    def _numa_meminfo(self) -> Capability:
+        node_root = self.host.paths.sys("devices", "system", "node")
+        try:
+            nodes = sorted(n for n in os.listdir(node_root) if n.removeprefix("node").isdigit())
+        except OSError:
+            nodes = []
+        if not nodes:
+            return Capability(
+                "numa_meminfo", False, f"no node* under {node_root} (no CONFIG_NUMA?)", node_root
+            )
+        return self.host_file(
+            "numa_meminfo", os.path.join(node_root, nodes[0], "meminfo"), "sysfs without meminfo"
+        )
+
+    def _psi_node(self) -> Capability:
+        for resource in ("cpu", "memory", "io"):
+            cap = self.host_file(
+                "psi_node",
+                self.host.paths.proc("pressure", resource),
+                "kernel without CONFIG_PSI",
+            )
+            if not cap.supported:
+                return cap
+        return Capability("psi_node", True, "readable", self.host.paths.proc("pressure"))
+
+    def _resctrl(self) -> Capability:
+        schemata = self.host.paths.sys("fs", "resctrl", "schemata")
+        if os.path.exists(schemata):
+            return self.host_file("resctrl", schemata, "")
+        cpuinfo = self.host.paths.proc("cpuinfo")
+        try:
+            with open(cpuinfo) as f:
+                flags = {w for line in f if line.startswith("flags") for w in line.split()}
+        except OSError:
+            flags = set()
+        if flags & {"rdt_a", "cat_l3", "mba"}:
+            why = f"resctrl not mounted at {os.path.dirname(schemata)}"
+        else:
+            why = f"resctrl not mounted and {cpuinfo} lists no RDT (rdt_a/cat_l3/mba) flag"
+        return Capability("resctrl", False, why, schemata)
+
+    def _perf_event(self) -> Capability:
+        if self.version is CgroupVersion.V2:
+            # perf_event is implicitly enabled on the v2 hierarchy (Linux >= 4.11) and never
+            # listed in cgroup.controllers; the kernel knob says whether perf exists at all.
+            return self.host_file(
+                "perf_event",
+                self.host.paths.proc("sys", "kernel", "perf_event_paranoid"),
+                "kernel without perf events",
+            )
+        root = self.host.layout.abs_dir("perf_event", "")
+        if os.path.isdir(root):
+            return Capability("perf_event", True, "controller mounted", root)
+        return Capability("perf_event", False, f"controller perf_event not mounted at {root}", root)

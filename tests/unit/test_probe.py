@@ -1,0 +1,296 @@
+"""Capability probing on fake cgroup v1 and v2 trees with the kernel's real file names."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Mapping
+from pathlib import Path
+
+import pytest
+
+from koordlet.system.cgroups import CgroupDriver, CgroupVersion, detect_layout
+from koordlet.system.host import Host
+from koordlet.system.knobs import KNOBS
+from koordlet.system.paths import HostPaths
+from koordlet.system.probe import Capabilities, probe_capabilities
+
+GOLDEN = Path(__file__).parent.parent / "golden"
+SOURCES = {
+    "proc_stat",
+    "meminfo",
+    "numa_meminfo",
+    "cpu_topology",
+    "psi_node",
+    "cpuacct_usage",
+    "cpu_stat_usage",
+    "memory_stat",
+    "memory_numa_stat",
+    "cpu_stat_throttling",
+    "idle_page_stats",
+    "psi_cgroup",
+    "resctrl",
+    "perf_event",
+}
+V2_THROTTLED_STAT = (GOLDEN / "v2" / "cpu.stat.root").read_text() + (
+    "nr_periods 10\nnr_throttled 2\nthrottled_usec 3000\n"
+)
+
+V1_FILES: Mapping[str, Mapping[str, str]] = {
+    "cpu": {
+        "cpu.shares": "1024\n",
+        "cpu.cfs_quota_us": "-1\n",
+        "cpu.cfs_period_us": "100000\n",
+        "cpu.cfs_burst_us": "0\n",
+        "cpu.idle": "0\n",
+        "cpu.stat": (GOLDEN / "v1" / "cpu.stat").read_text(),
+    },
+    "cpuacct": {
+        "cpuacct.usage": (GOLDEN / "v1" / "cpuacct.usage").read_text(),
+        "cpu.pressure": (GOLDEN / "v2" / "cpu.pressure").read_text(),
+    },
+    "cpuset": {"cpuset.cpus": "0-3\n", "cpuset.mems": "0\n"},
+    "memory": {
+        "memory.limit_in_bytes": "9223372036854771712\n",
+        "memory.stat": (GOLDEN / "v1" / "memory.stat").read_text(),
+        "memory.numa_stat": (GOLDEN / "v1" / "memory.numa_stat").read_text(),
+    },
+}
+V2_ROOT_FILES: Mapping[str, str] = {
+    "cgroup.controllers": "cpuset cpu io memory pids\n",
+    "cgroup.subtree_control": "cpuset cpu io memory pids\n",
+    "cpu.stat": (GOLDEN / "v2" / "cpu.stat.root").read_text(),
+    "cpu.pressure": (GOLDEN / "v2" / "cpu.pressure").read_text(),
+    "memory.stat": (GOLDEN / "v1" / "memory.stat").read_text(),
+}
+V2_CHILD_FILES: Mapping[str, str] = {
+    "cgroup.controllers": "cpuset cpu io memory pids\n",
+    "cpu.max": "max 100000\n",
+    "cpu.max.burst": "0\n",
+    "cpu.weight": "100\n",
+    "cpu.idle": "0\n",
+    "cpu.stat": V2_THROTTLED_STAT,
+    "cpu.pressure": (GOLDEN / "v2" / "cpu.pressure").read_text(),
+    "cpuset.cpus": "\n",
+    "cpuset.mems": "\n",
+    "memory.max": "max\n",
+    "memory.min": "0\n",
+    "memory.low": "0\n",
+    "memory.high": "max\n",
+    "memory.oom.group": "0\n",
+    "memory.stat": (GOLDEN / "v1" / "memory.stat").read_text(),
+    "memory.numa_stat": (GOLDEN / "v1" / "memory.numa_stat").read_text(),
+}
+
+
+def put(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+
+
+def host_tree(tmp_path: Path) -> HostPaths:
+    """procfs and sysfs with the golden files of a real (non-Anolis, no RDT) machine."""
+    proc, sys = tmp_path / "proc", tmp_path / "sys"
+    for name in ("stat", "meminfo", "cpuinfo"):
+        put(proc / name, (GOLDEN / "proc" / name).read_text())
+    for res in ("cpu", "memory", "io"):
+        put(proc / "pressure" / res, (GOLDEN / "proc" / f"pressure_{res}").read_text())
+    put(proc / "sys" / "kernel" / "perf_event_paranoid", "2\n")
+    put(sys / "devices/system/node/node0/meminfo", (GOLDEN / "sys" / "node0_meminfo").read_text())
+    put(sys / "devices/system/cpu/cpu0/topology/core_id", "0\n")
+    return HostPaths(cgroup_root=str(tmp_path / "cgroup"), proc_root=str(proc), sys_root=str(sys))
+
+
+def v1_host(tmp_path: Path, *, extra: Mapping[str, Mapping[str, str]] | None = None) -> Host:
+    paths = host_tree(tmp_path)
+    for ctrl, files in V1_FILES.items():
+        for name, text in {**files, **(extra or {}).get(ctrl, {})}.items():
+            for rel in ("", "kubepods"):
+                put(Path(paths.cgroup_root) / ctrl / rel / name, text)
+    layout = detect_layout(paths, version=CgroupVersion.V1, driver=CgroupDriver.CGROUPFS)
+    return Host(paths, layout)
+
+
+def v2_host(tmp_path: Path, *, child: str | None = "kubepods") -> Host:
+    paths = host_tree(tmp_path)
+    root = Path(paths.cgroup_root)
+    for name, text in V2_ROOT_FILES.items():
+        put(root / name, text)
+    if child is not None:
+        for name, text in V2_CHILD_FILES.items():
+            put(root / child / name, text)
+    layout = detect_layout(paths, version=CgroupVersion.V2, driver=CgroupDriver.CGROUPFS)
+    return Host(paths, layout)
+
+
+def assert_honest(caps: Capabilities) -> None:
+    """Every supported capability names a path that exists."""
+    for cap in caps.values():
+        if cap.supported:
+            assert os.path.exists(cap.path), cap
+        else:
+            assert cap.reason, cap
+
+
+# cgroup v1 -------------------------------------------------------------------------------------
+
+
+def test_every_knob_and_source_is_probed_and_reported(tmp_path: Path) -> None:
+    caps = probe_capabilities(v1_host(tmp_path))
+    assert set(caps) == set(KNOBS) | SOURCES
+    assert set(caps.as_dict()) == set(caps)
+    assert caps.as_dict()["cpu_shares"]["supported"] is True
+    assert_honest(caps)
+
+
+def test_mainline_v1_knobs_are_supported_at_their_files(tmp_path: Path) -> None:
+    host = v1_host(tmp_path)
+    caps = probe_capabilities(host)
+    for name in ("cpu_shares", "cpu_cfs_quota", "cpu_burst", "cpu_idle", "memory_limit"):
+        assert caps.supported(name), caps[name]
+    assert caps["cpuset_cpus"].path.startswith(os.path.join(host.paths.cgroup_root, "cpuset"))
+    assert caps["cpu_cfs_quota"].path.endswith("cpu.cfs_quota_us")
+
+
+def test_anolis_only_knobs_are_unsupported_on_a_mainline_kernel(tmp_path: Path) -> None:
+    caps = probe_capabilities(v1_host(tmp_path))
+    assert not caps.supported("cpu_bvt_warp_ns")
+    assert "cpu.bvt_warp_ns absent (Anolis kernels only" in caps["cpu_bvt_warp_ns"].reason
+    assert not caps.supported("memory_wmark_ratio")
+    assert caps["memory_wmark_ratio"].path.endswith("memory.wmark_ratio")
+
+
+def test_v1_memory_protection_is_unsupported_without_anolis(tmp_path: Path) -> None:
+    caps = probe_capabilities(v1_host(tmp_path))
+    assert "cgroup v1 has no memory.min on this kernel" in caps["memory_min"].reason
+    assert not caps.supported("memory_oom_group")
+
+
+def test_anolis_files_make_their_knobs_supported(tmp_path: Path) -> None:
+    extra = {
+        "cpu": {"cpu.bvt_warp_ns": "0\n"},
+        "memory": {"memory.min": "0\n", "memory.wmark_ratio": "0\n", "memory.idle_page_stats": ""},
+    }
+    caps = probe_capabilities(v1_host(tmp_path, extra=extra))
+    for name in ("cpu_bvt_warp_ns", "memory_min", "memory_wmark_ratio", "idle_page_stats"):
+        assert caps.supported(name), caps[name]
+    assert caps.supported("memory_idle_page_stats")
+
+
+def test_v1_knobs_are_found_in_the_kubepods_cgroup_first(tmp_path: Path) -> None:
+    host = v1_host(tmp_path)
+    caps = probe_capabilities(host)
+    assert caps["cpu_shares"].path == host.layout.file("cpu", host.layout.kube_root, "cpu.shares")
+
+
+def test_a_missing_v1_controller_is_reported_as_not_mounted(tmp_path: Path) -> None:
+    host = v1_host(tmp_path)
+    shutil.rmtree(Path(host.paths.cgroup_root) / "cpuset")
+    caps = probe_capabilities(host)
+    assert not caps.supported("cpuset_cpus")
+    assert "controller cpuset not mounted" in caps["cpuset_cpus"].reason
+
+
+def test_v1_reads_cpu_usage_from_cpuacct_not_cpu_stat(tmp_path: Path) -> None:
+    caps = probe_capabilities(v1_host(tmp_path))
+    assert caps.supported("cpuacct_usage")
+    assert not caps.supported("cpu_stat_usage")
+    assert caps.supported("cpu_stat_throttling")
+
+
+def test_host_sources_of_a_machine_without_rdt_or_perf_cgroup(tmp_path: Path) -> None:
+    caps = probe_capabilities(v1_host(tmp_path))
+    for name in ("proc_stat", "meminfo", "numa_meminfo", "cpu_topology", "psi_node"):
+        assert caps.supported(name), caps[name]
+    assert "no RDT" in caps["resctrl"].reason
+    assert "perf_event not mounted" in caps["perf_event"].reason
+    assert [c.name for c in caps.unsupported()] == sorted(c.name for c in caps.unsupported())
+
+
+def test_a_cpu_with_rdt_but_no_resctrl_mount_is_told_to_mount_it(tmp_path: Path) -> None:
+    host = v1_host(tmp_path)
+    put(Path(host.paths.proc("cpuinfo")), "processor\t: 0\nflags\t\t: fpu cat_l3 rdt_a\n")
+    caps = probe_capabilities(host)
+    assert "resctrl not mounted at" in caps["resctrl"].reason
+    put(Path(host.paths.sys("fs", "resctrl", "schemata")), "L3:0=fff\n")
+    assert probe_capabilities(host).supported("resctrl")
+
+
+def test_missing_psi_files_make_node_psi_unsupported(tmp_path: Path) -> None:
+    host = v1_host(tmp_path)
+    os.unlink(host.paths.proc("pressure", "io"))
+    caps = probe_capabilities(host)
+    assert not caps.supported("psi_node")
+    assert caps["psi_node"].path.endswith("io")
+
+
+def test_a_file_that_cannot_be_read_is_not_supported(tmp_path: Path) -> None:
+    host = v1_host(tmp_path)
+    for rel in ("", "kubepods"):
+        path = Path(host.layout.file("cpu", rel, "cpu.idle"))
+        path.unlink()
+        path.mkdir()  # an entry that exists but cannot be read as a file
+    caps = probe_capabilities(host)
+    assert not caps.supported("cpu_idle")
+    assert "cannot read" in caps["cpu_idle"].reason
+
+
+def test_an_unknown_name_is_a_key_error_not_a_false_claim(tmp_path: Path) -> None:
+    caps = probe_capabilities(v1_host(tmp_path))
+    with pytest.raises(KeyError):
+        caps.supported("cpu_turbo")
+
+
+# cgroup v2 -------------------------------------------------------------------------------------
+
+
+def test_v2_cpu_knobs_are_probed_in_kubepods_because_the_root_lacks_them(tmp_path: Path) -> None:
+    host = v2_host(tmp_path)
+    caps = probe_capabilities(host)
+    for name in ("cpu_shares", "cpu_cfs_quota", "cpu_cfs_period", "memory_limit", "memory_min"):
+        assert caps.supported(name), caps[name]
+    assert caps["cpu_cfs_quota"].path == os.path.join(host.paths.cgroup_root, "kubepods", "cpu.max")
+    assert caps.supported("memory_oom_group")
+    assert_honest(caps)
+
+
+def test_v2_probes_any_child_with_the_controller_when_kubepods_is_missing(tmp_path: Path) -> None:
+    host = v2_host(tmp_path, child="system.slice")
+    caps = probe_capabilities(host)
+    assert caps.supported("cpu_cfs_quota")
+    assert "system.slice" in caps["cpu_cfs_quota"].path
+
+
+def test_v2_with_only_the_root_reports_the_missing_files(tmp_path: Path) -> None:
+    host = v2_host(tmp_path, child=None)
+    caps = probe_capabilities(host)
+    assert not caps.supported("cpu_cfs_quota")
+    assert caps["cpu_cfs_quota"].path == os.path.join(host.paths.cgroup_root, "cpu.max")
+    assert "file cpu.max absent" in caps["cpu_cfs_quota"].reason
+    assert not caps.supported("cpu_stat_throttling")  # root cpu.stat has no nr_throttled
+    assert caps.supported("cpu_stat_usage")
+
+
+def test_v2_has_no_cpuacct_and_implicit_perf_event(tmp_path: Path) -> None:
+    caps = probe_capabilities(v2_host(tmp_path))
+    assert not caps.supported("cpuacct_usage")
+    assert "no cpuacct" in caps["cpuacct_usage"].reason
+    assert caps.supported("perf_event")
+    assert caps.supported("psi_cgroup")
+
+
+def test_a_controller_not_enabled_on_v2_is_reported(tmp_path: Path) -> None:
+    host = v2_host(tmp_path)
+    put(Path(host.paths.cgroup_root) / "cgroup.controllers", "cpu io pids\n")
+    caps = probe_capabilities(host)
+    assert not caps.supported("memory_limit")
+    assert "controller memory not enabled" in caps["memory_limit"].reason
+    assert caps.supported("cpu_shares")
+
+
+def test_a_sample_cgroup_is_probed_before_the_kubepods_root(tmp_path: Path) -> None:
+    host = v2_host(tmp_path)
+    pod = Path(host.paths.cgroup_root) / "kubepods" / "besteffort"
+    put(pod / "cpu.max", "max 100000\n")
+    caps = probe_capabilities(host, sample_rel="kubepods/besteffort")
+    assert caps["cpu_cfs_quota"].path == str(pod / "cpu.max")
