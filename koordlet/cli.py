@@ -1,0 +1,87 @@
+"""The ``koordlet`` command: parse the configuration, set up logging, run the daemon on uvloop.
+
+Exit codes: 0 after a clean stop (Ctrl-C included), 2 for a bad flag, config file or NodeSLO
+file (with ``koordlet: <file or flag>: <field>: <reason>`` on stderr), otherwise what
+``koordlet.daemon.run`` returns. uvloop is installed here and nowhere else.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import sys
+from collections.abc import Sequence
+
+import uvloop
+
+from koordlet.config import KoordletConfig, load_config, load_node_slo
+from koordlet.errors import ConfigError
+
+logger = logging.getLogger(__name__)
+
+EXIT_CONFIG = 2
+"""Exit code for configuration errors (as argparse uses for usage errors)."""
+
+LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+"""One line per record; newlines inside a message or traceback are written as ``\\n``."""
+
+
+class _OneLineFormatter(logging.Formatter):
+    """Keeps a record, traceback included, on one line so that log collectors see one event."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return super().format(record).replace("\n", "\\n")
+
+
+def _install_logging(level: str) -> logging.Handler:
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(_OneLineFormatter(LOG_FORMAT))
+    root = logging.getLogger()
+    root.addHandler(handler)
+    root.setLevel(level.upper())
+    return handler
+
+
+def _load(argv: Sequence[str]) -> KoordletConfig:
+    """The configuration, with the NodeSLO file checked before anything starts."""
+    cfg = load_config(argv)
+    if cfg.nodeslo_file is not None:
+        load_node_slo(cfg.nodeslo_file)
+    return cfg
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the koordlet with ``argv`` (default ``sys.argv[1:]``); returns the exit code."""
+    try:
+        cfg = _load(sys.argv[1:] if argv is None else argv)
+    except ConfigError as err:
+        print(f"koordlet: {err}", file=sys.stderr)
+        return EXIT_CONFIG
+    except SystemExit as done:  # --help, --version
+        return done.code if isinstance(done.code, int) else 0
+
+    root_level = logging.getLogger().level
+    handler = _install_logging(cfg.log_level)
+    try:
+        # Imported only when running: the daemon knows every component, the CLI needs none.
+        daemon = importlib.import_module("koordlet.daemon")
+
+        logger.info(
+            "koordlet starting: node %s, %s, config %s",
+            cfg.node_name,
+            "standalone" if cfg.standalone else "with the API server",
+            cfg.config_file or "flags only",
+        )
+        try:
+            code: int = uvloop.run(daemon.run(cfg))
+        except KeyboardInterrupt:
+            logger.info("interrupted; stopped")
+            return 0
+        return code
+    finally:
+        logging.getLogger().removeHandler(handler)
+        logging.getLogger().setLevel(root_level)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,560 @@
+"""The koordlet's configuration: Koordinator's flags, an optional YAML file, frozen dataclasses.
+
+Precedence: built-in defaults < the YAML file named by ``--config`` < flags. Feature gates merge
+gate by gate across the three. Flags keep Koordinator's koordlet names where it has one
+(``--addr``, ``--cgroup-root-dir``, ``--collect-res-used-interval-seconds``, ``--feature-gates``,
+...), accept Go's single-dash spelling (``-addr=:9316``) and take durations as Go writes them
+(``500ms``, ``1m30s``) or as plain seconds. The YAML file nests the same settings under
+``paths``, ``cgroup``, ``collect`` and ``server`` (see docs/configuration.md); an unknown key is an
+error, never ignored. Every error is a :class:`~koordlet.errors.ConfigError` naming the flag or
+the file and the field.
+
+:data:`SETTINGS` is the one table of settings: the parser, ``--help``, the YAML schema and
+:func:`config_as_dict` (``/debug/config``) are all derived from it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import ipaddress
+import math
+import os
+import re
+import socket
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal, NoReturn
+
+from apis.slo import NodeSLOSpec, SchemaError, load_node_slo_file, read_document
+from koordlet import __version__
+from koordlet.errors import ConfigError
+from koordlet.features import FLAG as FEATURE_GATES_FLAG
+from koordlet.features import FeatureGates, help_lines, parse_bool, parse_overrides
+from koordlet.system.paths import HostPaths
+
+DEFAULT_NODESLO_FILE = "/etc/koordinator/nodeslo.yaml"
+"""The NodeSLO file standalone mode reads when ``--nodeslo-file`` is not given, if it exists."""
+VERSION_TEXT = f"koordlet (koordinator-py) {__version__}"
+"""What ``--version`` prints."""
+
+CgroupVersionSetting = Literal["auto", "v1", "v2"]
+CgroupDriverSetting = Literal["auto", "systemd", "cgroupfs"]
+LogLevel = Literal["debug", "info", "warning", "error"]
+
+
+@dataclass(frozen=True, slots=True)
+class CgroupConfig:
+    """How the cgroup hierarchy is laid out."""
+
+    version: CgroupVersionSetting = "auto"
+    """``v1``, ``v2`` or ``auto`` (detect from the mounts); ``--cgroup-version``, ours:
+    Koordinator always detects."""
+    driver: CgroupDriverSetting = "auto"
+    """The kubelet's cgroup driver, ``systemd``, ``cgroupfs`` or ``auto`` (detect from the
+    kubepods directory names); ``--cgroup-driver``, ours: Koordinator detects it."""
+    kube_path: str = "kubepods/"
+    """The kubepods directory below each hierarchy root, as the cgroupfs driver names it;
+    Koordinator's ``--cgroup-kube-dir`` (default ``kubepods/``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class CollectConfig:
+    """How often collectors run; every interval is in seconds."""
+
+    res_used_interval: float = 1.0
+    """Node, pod and container usage collection; Koordinator's
+    ``--collect-res-used-interval-seconds`` (default 1)."""
+    node_cpu_info_interval: float = 60.0
+    """CPU topology and node info; Koordinator's ``--collect-node-cpu-info-interval-seconds``
+    (default 60)."""
+    psi_interval: float = 10.0
+    """Pressure stall information (gate ``PSICollector``); Koordinator's
+    ``--psi-collector-interval-seconds`` (default 10)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ServerConfig:
+    """The HTTP server (``/metrics``, ``/healthz``, ``/readyz``, ``/debug/``)."""
+
+    addr: str = "127.0.0.1:9316"
+    """``HOST:PORT`` to listen on; an empty host (``:9316``) means every interface. Koordinator's
+    ``--addr``, whose default is ``:9316``: ours is loopback only, safe by default."""
+    debug_allow_remote: bool = False
+    """Whether ``/debug/`` answers clients other than loopback; ``--debug-allow-remote``, ours."""
+
+    @property
+    def host(self) -> str:
+        """The host part without IPv6 brackets; empty for every interface."""
+        return self.addr.rpartition(":")[0].strip("[]")
+
+    @property
+    def port(self) -> int:
+        """The port (0: any free port)."""
+        return int(self.addr.rpartition(":")[2])
+
+
+def default_node_name(environ: Mapping[str, str] | None = None) -> str:
+    """``$NODE_NAME`` (as Koordinator's DaemonSet sets it) or else the host name, lower-cased as
+    the kubelet registers it."""
+    env = os.environ if environ is None else environ
+    return env.get("NODE_NAME", "").strip() or socket.gethostname().strip().lower()
+
+
+@dataclass(frozen=True, slots=True)
+class KoordletConfig:
+    """Everything the koordlet is configured with; built by :func:`load_config`."""
+
+    node_name: str = field(default_factory=default_node_name)
+    """This node's Kubernetes name; ``--node-name``, default ``$NODE_NAME`` (Koordinator reads
+    that variable) or the lower-cased host name."""
+    paths: HostPaths = field(default_factory=HostPaths)
+    """Host file system roots; Koordinator's ``--cgroup-root-dir`` (default ``/sys/fs/cgroup``),
+    ``--proc-root-dir`` (``/proc``) and ``--sys-root-dir`` (``/sys``), as in its host mode."""
+    cgroup: CgroupConfig = field(default_factory=CgroupConfig)
+    """Cgroup version, driver and kubepods directory."""
+    collect: CollectConfig = field(default_factory=CollectConfig)
+    """Collection intervals."""
+    server: ServerConfig = field(default_factory=ServerConfig)
+    """The HTTP server."""
+    standalone: bool = False
+    """Run without the Kubernetes API server: pods from the kubepods hierarchy, the NodeSLO from
+    a local file; ``--standalone``, ours (default false)."""
+    nodeslo_file: str | None = None
+    """Absolute path of the local NodeSLO (YAML or JSON, standalone mode only); None for none,
+    then Koordinator's NodeSLO defaults apply. ``--nodeslo-file``, ours; default
+    ``/etc/koordinator/nodeslo.yaml`` when standalone and that file exists."""
+    state_dir: str = "/var/lib/koordlet"
+    """Directory for state kept across restarts; ``--state-dir``, ours."""
+    feature_gates: FeatureGates = field(default_factory=FeatureGates)
+    """Koordinator's koordlet feature gates; ``--feature-gates``."""
+    log_level: LogLevel = "info"
+    """``debug``, ``info``, ``warning`` or ``error``; ``--log-level``, ours (Koordinator uses
+    klog's ``-v``)."""
+    config_file: str | None = None
+    """The YAML file the settings were read from, if any (``--config``)."""
+
+
+# Value converters: YAML scalars or flag strings in, checked values out; ValueError on bad input.
+def _string(value: object) -> str:
+    if not isinstance(value, str):
+        raise TypeError(f"must be a string, got {value!r}")
+    return value
+
+
+def _nonempty(value: object) -> str:
+    text = _string(value).strip()
+    if not text:
+        raise ValueError("must not be empty")
+    return text
+
+
+def _abs_path(value: object) -> str:
+    text = _nonempty(value)
+    if not os.path.isabs(text):
+        raise ValueError(f"must be an absolute path, got {text!r}")
+    return os.path.normpath(text)
+
+
+def _bool(value: object) -> bool:
+    if isinstance(value, bool):
+        return value
+    return parse_bool(_string(value).strip())
+
+
+def _choice(*choices: str) -> Callable[[object], str]:
+    def convert(value: object) -> str:
+        text = _string(value).strip().lower()
+        if text not in choices:
+            raise ValueError(f"must be one of {', '.join(choices)}, got {value!r}")
+        return text
+
+    return convert
+
+
+_GO_DURATION_UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "μs": 1e-6, "ms": 1e-3, "s": 1.0}
+_GO_DURATION_UNITS |= {"m": 60.0, "h": 3600.0}
+_NUMBER = r"(?:\d+\.?\d*|\.\d+)"
+_GO_DURATION = re.compile(rf"([+-]?)((?:{_NUMBER}(?:ns|us|µs|μs|ms|s|m|h))+)")
+_GO_DURATION_PART = re.compile(rf"({_NUMBER})(ns|us|µs|μs|ms|s|m|h)")
+
+
+def parse_duration(text: str) -> float:
+    """Seconds from Go's ``time.ParseDuration`` syntax (``300ms``, ``1m30s``, ``-1.5h``) or from
+    a plain number of seconds (``1.5``); ValueError otherwise."""
+    text = text.strip()
+    if re.fullmatch(rf"[+-]?{_NUMBER}", text):
+        return float(text)
+    match = _GO_DURATION.fullmatch(text)
+    if not match:
+        raise ValueError(f"invalid duration {text!r} (want e.g. 1s, 500ms, 1m30s or seconds)")
+    total = sum(
+        float(num) * _GO_DURATION_UNITS[unit]
+        for num, unit in _GO_DURATION_PART.findall(match.group(2))
+    )
+    return -total if match.group(1) == "-" else total
+
+
+def _positive_duration(value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        raise TypeError(f"must be a duration, got {value!r}")
+    seconds = parse_duration(value) if isinstance(value, str) else float(value)
+    if not (math.isfinite(seconds) and seconds > 0):
+        raise ValueError(f"must be a positive duration, got {value!r}")
+    return seconds
+
+
+def _kube_dir(value: object) -> str:
+    text = _nonempty(value)
+    parts = text.strip("/").split("/")
+    if os.path.isabs(text) or "." in parts or ".." in parts or "" in parts:
+        raise ValueError(f"must be a relative directory below the cgroup roots, got {text!r}")
+    if parts[-1] not in ("kubepods", "kubepods.slice"):  # the kubelet names nothing else
+        raise ValueError(f"must end in kubepods/ or kubepods.slice/, got {text!r}")
+    return text
+
+
+_DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+
+
+def _node_name(value: object) -> str:
+    name = _nonempty(value)
+    if len(name) > 253 or not _DNS_SUBDOMAIN.fullmatch(name):
+        raise ValueError(f"must be a valid Kubernetes node name (DNS subdomain), got {name!r}")
+    return name
+
+
+def _addr(value: object) -> str:
+    text = _nonempty(value)
+    host, sep, port = text.rpartition(":")
+    if not sep or not port.isdigit() or int(port) > 65535:
+        raise ValueError(f"must be HOST:PORT with a port in 0..65535, got {text!r}")
+    if host.startswith("[") and host.endswith("]"):
+        try:
+            ipaddress.IPv6Address(host[1:-1])
+        except ValueError:
+            raise ValueError(f"bad IPv6 address in {text!r}") from None
+    elif ":" in host or "[" in host or "]" in host:
+        raise ValueError(f"an IPv6 host needs brackets ([::1]:9316), got {text!r}")
+    return text
+
+
+def _optional_path(value: object) -> str:
+    return _string(value).strip()
+
+
+@dataclass(frozen=True, slots=True)
+class Setting:
+    """One configuration setting: its YAML key, flags and where it lands in KoordletConfig."""
+
+    key: str
+    """YAML key path (``collect.resUsedInterval``); also the field name in error messages."""
+    attr: str
+    """Attribute path in :class:`KoordletConfig` (``collect.res_used_interval``)."""
+    flags: tuple[str, ...]
+    """Command-line flags; the first is the primary, the others aliases."""
+    convert: Callable[[object], Any]
+    """Checks and converts a YAML value or flag string; TypeError or ValueError say why not."""
+    help: str
+    """One line for ``--help``."""
+    koordinator: str = ""
+    """The Koordinator flag this mirrors; empty when the setting is koordinator-py's own."""
+    is_bool: bool = False
+    """A switch: ``--flag`` alone means true, ``--flag=false`` is accepted too."""
+
+
+# fmt: off
+SETTINGS: tuple[Setting, ...] = (
+    Setting("nodeName", "node_name", ("--node-name",), _node_name, "this node's name"),
+    Setting("standalone", "standalone", ("--standalone",), _bool, "run without the API server",
+            is_bool=True),
+    Setting("nodesloFile", "nodeslo_file", ("--nodeslo-file",), _optional_path,
+            "local NodeSLO YAML/JSON for --standalone ('' for none)"),
+    Setting("stateDir", "state_dir", ("--state-dir",), _abs_path, "state kept across restarts"),
+    Setting("logLevel", "log_level", ("--log-level",),
+            _choice("debug", "info", "warning", "error"), "debug, info, warning or error"),
+    Setting("paths.cgroupRootDir", "paths.cgroup_root", ("--cgroup-root-dir",), _abs_path,
+            "cgroup mount root", "--cgroup-root-dir"),
+    Setting("paths.procRootDir", "paths.proc_root", ("--proc-root-dir",), _abs_path,
+            "host /proc", "--proc-root-dir"),
+    Setting("paths.sysRootDir", "paths.sys_root", ("--sys-root-dir",), _abs_path, "host /sys",
+            "--sys-root-dir"),
+    Setting("cgroup.version", "cgroup.version", ("--cgroup-version",),
+            _choice("auto", "v1", "v2"), "auto, v1 or v2"),
+    Setting("cgroup.driver", "cgroup.driver", ("--cgroup-driver",),
+            _choice("auto", "systemd", "cgroupfs"), "auto, systemd or cgroupfs"),
+    Setting("cgroup.kubeDir", "cgroup.kube_path", ("--cgroup-kube-dir", "--cgroup-kube-path"),
+            _kube_dir, "kubepods directory below the roots", "--cgroup-kube-dir"),
+    Setting("collect.resUsedInterval", "collect.res_used_interval",
+            ("--collect-res-used-interval-seconds", "--collect-res-used-interval"),
+            _positive_duration, "resource usage collection interval",
+            "--collect-res-used-interval-seconds"),
+    Setting("collect.nodeCPUInfoInterval", "collect.node_cpu_info_interval",
+            ("--collect-node-cpu-info-interval-seconds", "--collect-node-cpu-info-interval"),
+            _positive_duration, "node CPU info collection interval",
+            "--collect-node-cpu-info-interval-seconds"),
+    Setting("collect.psiInterval", "collect.psi_interval",
+            ("--psi-collector-interval-seconds", "--psi-collector-interval"),
+            _positive_duration, "PSI collection interval", "--psi-collector-interval-seconds"),
+    Setting("server.addr", "server.addr", ("--addr",), _addr, "HTTP listen address", "--addr"),
+    Setting("server.debugAllowRemote", "server.debug_allow_remote", ("--debug-allow-remote",),
+            _bool, "serve /debug/ to non-loopback clients", is_bool=True),
+)
+# fmt: on
+"""Every setting but the feature gates (``featureGates`` / ``--feature-gates``), which merge gate
+by gate instead of replacing each other."""
+FEATURE_GATES_KEY = "featureGates"
+"""The YAML key of the feature gates: a mapping of gate → bool, or a ``--feature-gates`` string."""
+
+_BY_KEY = {s.key: s for s in SETTINGS}
+_SECTIONS = ("paths", "cgroup", "collect", "server")
+_LONG_FLAGS = {f[2:] for s in SETTINGS for f in s.flags}
+_LONG_FLAGS |= {"config", "feature-gates", "version", "help"}
+_METAVARS: Mapping[Callable[[object], Any], str] = {
+    _positive_duration: "DURATION",
+    _abs_path: "DIR",
+    _addr: "HOST:PORT",
+    _optional_path: "FILE",
+}
+_DEFAULT_TEXT = {
+    "nodeName": "$NODE_NAME, else the host name",
+    "nodesloFile": f"{DEFAULT_NODESLO_FILE} if it exists",
+}
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        raise ConfigError(message, source="command line")
+
+
+def _attr(obj: Any, path: str) -> Any:
+    for part in path.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def _default_text(setting: Setting) -> str:
+    if setting.key in _DEFAULT_TEXT:
+        return _DEFAULT_TEXT[setting.key]
+    value = _attr(KoordletConfig(node_name="-"), setting.attr)
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, float):
+        return f"{value:g}s"
+    return str(value)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The command-line parser; ``--help`` lists every flag with its default and Koordinator's
+    name for it, then the feature gates."""
+    parser = _Parser(
+        prog="koordlet",
+        description="koordinator-py's koordlet: Koordinator's node agent, in Python.",
+        epilog="feature gates (--feature-gates):\n  " + "\n  ".join(help_lines()),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        allow_abbrev=False,
+    )
+    parser.add_argument("--version", action="version", version=VERSION_TEXT)
+    parser.add_argument(
+        "--config",
+        metavar="FILE",
+        default=argparse.SUPPRESS,
+        help="YAML file with these settings; flags override it (default: none)",
+    )
+    parser.add_argument(
+        FEATURE_GATES_FLAG,
+        dest=FEATURE_GATES_KEY,
+        action="append",
+        metavar="A=true,B=false",
+        default=argparse.SUPPRESS,
+        help="feature gates, listed below; repeatable (default: Koordinator's defaults; "
+        "Koordinator: --feature-gates)",
+    )
+    for s in SETTINGS:
+        mirror = f"; Koordinator: {s.koordinator}" if s.koordinator else ""
+        text = f"{s.help} (default: {_default_text(s)}{mirror})"
+        if s.is_bool:
+            parser.add_argument(
+                *s.flags, dest=s.key, nargs="?", const="true", metavar="BOOL", help=text,
+                default=argparse.SUPPRESS,
+            )  # fmt: skip
+        else:
+            metavar = _METAVARS.get(s.convert, "VALUE")
+            parser.add_argument(
+                *s.flags, dest=s.key, metavar=metavar, help=text, default=argparse.SUPPRESS
+            )
+    return parser
+
+
+def _go_style(argv: Sequence[str]) -> list[str]:
+    """Go's flag package also takes ``-name``: rewrite ``-addr=:9316`` as ``--addr=:9316``."""
+    out = []
+    for arg in argv:
+        if arg[:1] == "-" and arg[:2] != "--" and arg[1:].partition("=")[0] in _LONG_FLAGS:
+            arg = "-" + arg
+        out.append(arg)
+    return out
+
+
+def _convert(setting: Setting, raw: object, source: str, field: str = "") -> Any:
+    try:
+        return setting.convert(raw)
+    except (TypeError, ValueError) as err:
+        raise ConfigError(str(err), source=source, field=field) from err
+
+
+def _config_error(err: SchemaError) -> ConfigError:
+    return ConfigError(err.message, source=err.source, field=err.field)
+
+
+def _unknown_key(key: str, path: str) -> ConfigError:
+    known = [*_BY_KEY, FEATURE_GATES_KEY, *_SECTIONS]
+    close = difflib.get_close_matches(key, known, n=1)
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    return ConfigError(f"unknown setting{hint}; see docs/configuration.md", source=path, field=key)
+
+
+def _file_entries(doc: Mapping[Any, Any], path: str) -> list[tuple[str, Any]]:
+    """(key path, value) pairs of a config document; sections are flattened."""
+    entries: list[tuple[str, Any]] = []
+    for key, value in doc.items():
+        if key not in _SECTIONS:
+            entries.append((str(key), value))
+        elif isinstance(value, Mapping):
+            entries.extend((f"{key}.{sub}", v) for sub, v in value.items())
+        elif value is not None:
+            raise ConfigError(f"must be a mapping, got {value!r}", source=path, field=str(key))
+    return entries
+
+
+def _file_gates(value: object, path: str) -> FeatureGates:
+    source = f"{path}: {FEATURE_GATES_KEY}"
+    if isinstance(value, str):
+        return FeatureGates(parse_overrides(value, source=source), source=source)
+    if not isinstance(value, Mapping):
+        raise ConfigError("must be a mapping of gate: bool", source=path, field=FEATURE_GATES_KEY)
+    overrides = {}
+    for name, raw in value.items():
+        try:
+            overrides[str(name)] = _bool(raw)
+        except (TypeError, ValueError) as err:
+            raise ConfigError(str(err), source=source, field=str(name)) from err
+    return FeatureGates(overrides, source=source)
+
+
+def _read_file(
+    path: str, values: dict[str, Any], sources: dict[str, tuple[str, str]]
+) -> FeatureGates:
+    """Converts the settings of config file ``path`` into ``values``; returns its gates."""
+    try:
+        doc = read_document(path)
+    except SchemaError as err:
+        raise _config_error(err) from err
+    if doc is None:
+        return FeatureGates()
+    if not isinstance(doc, Mapping):
+        raise ConfigError("must be a mapping of settings", source=path)
+    gates = FeatureGates()
+    for key, value in _file_entries(doc, path):
+        if key == FEATURE_GATES_KEY:
+            gates = FeatureGates() if value is None else _file_gates(value, path)
+        elif key not in _BY_KEY:
+            raise _unknown_key(key, path)
+        elif value is not None:  # null: leave the default
+            values[key] = _convert(_BY_KEY[key], value, path, key)
+            sources[key] = (path, key)
+    return gates
+
+
+def _checked_node_name(environ: Mapping[str, str]) -> str:
+    source = "NODE_NAME" if environ.get("NODE_NAME", "").strip() else "host name"
+    name: str = _convert(_BY_KEY["nodeName"], default_node_name(environ), source)
+    return name
+
+
+def _nodeslo_file(
+    given: str | None, where: tuple[str, str], standalone: bool, default: str
+) -> str | None:
+    if given is None:
+        return default if standalone and os.path.isfile(default) else None
+    if not given:
+        return None
+    if not standalone:
+        raise ConfigError(
+            "only used with --standalone (the API server provides the NodeSLO otherwise)",
+            source=where[0],
+            field=where[1],
+        )
+    if where[1]:  # from a config file: relative to that file
+        given = os.path.join(os.path.dirname(where[0]), given)
+    return os.path.abspath(given)
+
+
+def load_config(
+    argv: Sequence[str],
+    *,
+    environ: Mapping[str, str] | None = None,
+    default_nodeslo_file: str = DEFAULT_NODESLO_FILE,
+) -> KoordletConfig:
+    """The configuration from command-line arguments (without the program name), the config file
+    they name and ``environ`` (``os.environ`` by default; ``NODE_NAME``). Raises ConfigError
+    naming the flag or file and the field. ``--help`` and ``--version`` print and raise
+    SystemExit(0), as argparse does."""
+    env = os.environ if environ is None else environ
+    args = vars(build_parser().parse_args(_go_style(argv)))
+    values: dict[str, Any] = {}
+    sources: dict[str, tuple[str, str]] = {}
+    config_file: str | None = args.pop("config", None)
+    gates = FeatureGates() if config_file is None else _read_file(config_file, values, sources)
+    for text in args.pop(FEATURE_GATES_KEY, []):
+        overrides = parse_overrides(text, source=FEATURE_GATES_FLAG)
+        gates = gates.merged(overrides, source=FEATURE_GATES_FLAG)
+    for key, raw in args.items():
+        flag = _BY_KEY[key].flags[0]
+        values[key] = _convert(_BY_KEY[key], raw, flag)
+        sources[key] = (flag, "")
+
+    top: dict[str, Any] = {}
+    sections: dict[str, dict[str, Any]] = {name: {} for name in _SECTIONS}
+    for key, value in values.items():
+        section, _, attr = _BY_KEY[key].attr.rpartition(".")
+        (sections[section] if section else top)[attr] = value
+    if "node_name" not in top:
+        top["node_name"] = _checked_node_name(env)
+    top["nodeslo_file"] = _nodeslo_file(
+        top.get("nodeslo_file"),
+        sources.get("nodesloFile", ("", "")),
+        top.get("standalone", False),
+        default_nodeslo_file,
+    )
+    return KoordletConfig(
+        paths=HostPaths(**sections["paths"]),
+        cgroup=CgroupConfig(**sections["cgroup"]),
+        collect=CollectConfig(**sections["collect"]),
+        server=ServerConfig(**sections["server"]),
+        feature_gates=gates,
+        config_file=config_file,
+        **top,
+    )
+
+
+def config_as_dict(cfg: KoordletConfig) -> dict[str, Any]:
+    """The configuration in the config file's schema, JSON-ready (``/debug/config``): written
+    back as YAML and loaded, it gives the same configuration. Durations are in seconds; the
+    feature gates show every gate's effective value (``koordlet.features.describe`` has more)."""
+    out: dict[str, Any] = {}
+    for s in SETTINGS:
+        value = _attr(cfg, s.attr)
+        section, _, name = s.key.rpartition(".")
+        (out.setdefault(section, {}) if section else out)[name] = "" if value is None else value
+    out[FEATURE_GATES_KEY] = dict(cfg.feature_gates)
+    return out
+
+
+def load_node_slo(path: str) -> NodeSLOSpec:
+    """:func:`apis.slo.load_node_slo_file`, with its errors as ConfigError naming file and
+    field."""
+    try:
+        return load_node_slo_file(path)
+    except SchemaError as err:
+        raise _config_error(err) from err

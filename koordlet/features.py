@@ -1,0 +1,243 @@
+"""The koordlet's feature gates: Koordinator's names, stages and defaults, Kubernetes' syntax.
+
+The table mirrors ``pkg/features/koordlet_features.go`` upstream (koordinator-sh/koordinator),
+so ``--feature-gates=CPUBurst=false,PSICollector=true`` means here what it means to the Go
+koordlet. ``AllAlpha`` and ``AllBeta`` work as in Kubernetes' ``component-base``: they set every
+gate of that stage that is not named explicitly, and an explicit setting always wins.
+
+Each gate also says whether this implementation acts on it yet (:attr:`FeatureSpec.implemented`):
+a gate that is known but not implemented is accepted, so a Koordinator command line keeps working,
+and ``/debug/config`` shows it as "known but not implemented here" instead of pretending.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+from types import MappingProxyType
+from typing import Any
+
+from koordlet.errors import ConfigError
+
+FLAG = "--feature-gates"
+"""The flag name, used as the error source for gate strings from the command line."""
+
+
+class Stage(StrEnum):
+    """Maturity of a gate, spelled as Kubernetes prints it."""
+
+    ALPHA = "ALPHA"
+    BETA = "BETA"
+
+
+@dataclass(frozen=True, slots=True)
+class FeatureSpec:
+    """One gate of the table."""
+
+    default: bool
+    """Value when neither the gate nor ``AllAlpha``/``AllBeta`` is set (Koordinator's default)."""
+    stage: Stage
+    """Koordinator's pre-release stage of the gate."""
+    implemented: bool
+    """True when koordinator-py acts on the gate; False: accepted and shown, but nothing here
+    reads it yet."""
+    summary: str
+    """One line on what the gate turns on."""
+
+
+ALL_ALPHA = "AllAlpha"
+"""Kubernetes' special gate: the value of every alpha gate that is not set explicitly."""
+ALL_BETA = "AllBeta"
+"""Kubernetes' special gate: the value of every beta gate that is not set explicitly."""
+_SPECIAL = {ALL_ALPHA: Stage.ALPHA, ALL_BETA: Stage.BETA}
+
+_A, _B = Stage.ALPHA, Stage.BETA
+
+KOORDLET_FEATURES: Mapping[str, FeatureSpec] = MappingProxyType(
+    {
+        "AuditEvents": FeatureSpec(False, _A, False, "record recent koordlet events for audit"),
+        "AuditEventsHTTPHandler": FeatureSpec(
+            False, _A, False, "serve the audited events on the koordlet port"
+        ),
+        "BECPUSuppress": FeatureSpec(
+            True, _B, False, "shrink the cpuset of BE pods when node CPU usage is high"
+        ),
+        "BECPUManager": FeatureSpec(
+            False, _A, False, "manage BE cpusets (exclusive with BECPUSuppress)"
+        ),
+        "BECPUEvict": FeatureSpec(False, _A, False, "evict BE pods starved of CPU"),
+        "BEMemoryEvict": FeatureSpec(False, _A, False, "evict BE pods on node memory pressure"),
+        "CPUBurst": FeatureSpec(
+            True, _B, False, "set cfs burst; scale CFS quota of throttled pods"
+        ),
+        "SystemConfig": FeatureSpec(
+            False, _A, False, "tune vm.min_free_kbytes and vm.watermark_scale_factor"
+        ),
+        "RdtResctrl": FeatureSpec(True, _B, False, "LLC and memory-bandwidth isolation by resctrl"),
+        "CgroupReconcile": FeatureSpec(False, _A, False, "reconcile QoS cgroup settings"),
+        "NodeTopologyReport": FeatureSpec(
+            True, _B, False, "report the node topology as a NodeResourceTopology object"
+        ),
+        "Accelerators": FeatureSpec(False, _A, False, "GPU support (NVIDIA)"),
+        "NetDevices": FeatureSpec(False, _A, False, "report network devices (RDMA)"),
+        "CPICollector": FeatureSpec(False, _A, False, "collect cycles-per-instruction by perf"),
+        "Libpfm4": FeatureSpec(False, _A, False, "use libpfm4 for the CPI collector"),
+        "PSICollector": FeatureSpec(False, _A, False, "collect pressure stall information"),
+        "BlkIOReconcile": FeatureSpec(False, _A, False, "block I/O QoS"),
+        "ColdPageCollector": FeatureSpec(False, _A, False, "collect cold page (kidled) memory"),
+        "HugePageReport": FeatureSpec(False, _A, False, "report hugepages per NUMA node"),
+    }
+)
+"""Every koordlet gate Koordinator defines (upstream ``defaultKoordletFeatureGates``, commit
+1366c7d), with whether this implementation acts on it."""
+
+DEFAULTS: Mapping[str, bool] = MappingProxyType(
+    {name: spec.default for name, spec in KOORDLET_FEATURES.items()}
+)
+"""Koordinator's default value of each gate."""
+
+_TRUE = frozenset({"1", "t", "T", "TRUE", "true", "True"})
+_FALSE = frozenset({"0", "f", "F", "FALSE", "false", "False"})
+
+
+def parse_bool(text: str) -> bool:
+    """A boolean as Go's ``strconv.ParseBool`` reads it; ValueError otherwise."""
+    if text in _TRUE:
+        return True
+    if text in _FALSE:
+        return False
+    raise ValueError(f"invalid bool value {text!r} (want true or false)")
+
+
+class FeatureGates(Mapping[str, bool]):
+    """The effective value of every known gate; immutable.
+
+    Iterates over :data:`KOORDLET_FEATURES` names (``AllAlpha``/``AllBeta`` are inputs, not gates).
+    Equality compares effective values, so two spellings of the same settings are equal.
+    """
+
+    __slots__ = ("_overrides", "_values")
+
+    def __init__(self, overrides: Mapping[str, bool] | None = None, *, source: str = "") -> None:
+        """Gates with ``overrides`` (gate or ``AllAlpha``/``AllBeta`` → value) applied to the
+        defaults. Raises ConfigError naming ``source`` and the gate for an unknown name."""
+        given = dict(overrides or {})
+        for name, value in given.items():
+            if name not in KOORDLET_FEATURES and name not in _SPECIAL:
+                raise ConfigError(
+                    f"unknown feature gate (known: {', '.join(known_names())})",
+                    source=source,
+                    field=name,
+                )
+            if not isinstance(value, bool):
+                raise ConfigError(
+                    f"must be true or false, got {value!r}", source=source, field=name
+                )
+        values = {}
+        for name, spec in KOORDLET_FEATURES.items():
+            special = ALL_ALPHA if spec.stage is Stage.ALPHA else ALL_BETA
+            values[name] = given.get(name, given.get(special, spec.default))
+        self._overrides: Mapping[str, bool] = MappingProxyType(given)
+        self._values: Mapping[str, bool] = MappingProxyType(values)
+
+    @property
+    def overrides(self) -> Mapping[str, bool]:
+        """What was set explicitly, ``AllAlpha``/``AllBeta`` included."""
+        return self._overrides
+
+    def enabled(self, name: str) -> bool:
+        """Whether gate ``name`` is on; KeyError for a name that is not a koordlet gate."""
+        return self._values[name]
+
+    def merged(self, overrides: Mapping[str, bool], *, source: str = "") -> FeatureGates:
+        """New gates with ``overrides`` applied over this one's explicit settings."""
+        return FeatureGates({**self._overrides, **overrides}, source=source)
+
+    def __getitem__(self, name: str) -> bool:
+        return self._values[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._values)
+
+    def __len__(self) -> int:
+        return len(self._values)
+
+    def __hash__(self) -> int:
+        return hash(frozenset(self._values.items()))
+
+    def __repr__(self) -> str:
+        return f"FeatureGates({dict(self._overrides)!r})"
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if hasattr(self, "_values"):
+            raise AttributeError("FeatureGates is immutable")
+        object.__setattr__(self, name, value)
+
+
+def known_names() -> list[str]:
+    """Every name ``--feature-gates`` accepts: ``AllAlpha``, ``AllBeta`` and the gates, sorted."""
+    return sorted([*_SPECIAL, *KOORDLET_FEATURES])
+
+
+def parse_overrides(text: str, *, source: str = FLAG) -> dict[str, bool]:
+    """``"A=true,B=false"`` → ``{"A": True, "B": False}``, Kubernetes' ``--feature-gates`` syntax.
+
+    Items are comma-separated ``Name=bool``; blanks around items are ignored; a later item wins.
+    Raises ConfigError naming ``source`` and the gate for a missing or bad value or an unknown gate.
+    """
+    result: dict[str, bool] = {}
+    for item in text.split(","):
+        item = item.strip()
+        if not item:
+            continue
+        name, sep, raw = item.partition("=")
+        name = name.strip()
+        if not sep:
+            raise ConfigError(
+                "missing bool value (want Name=true|false)", source=source, field=name
+            )
+        try:
+            result[name] = parse_bool(raw.strip())
+        except ValueError as err:
+            raise ConfigError(str(err), source=source, field=name) from err
+    FeatureGates(result, source=source)  # validates the names
+    return result
+
+
+def parse_feature_gates(text: str, *, source: str = FLAG) -> FeatureGates:
+    """Gates from a ``--feature-gates`` string applied to Koordinator's defaults."""
+    return FeatureGates(parse_overrides(text, source=source), source=source)
+
+
+def describe(gates: FeatureGates) -> list[dict[str, Any]]:
+    """One JSON-ready row per gate for ``/debug/config``: name, enabled, default, stage, whether
+    it was set explicitly (directly or by ``AllAlpha``/``AllBeta``) and whether it is
+    implemented here."""
+    rows = []
+    for name, spec in KOORDLET_FEATURES.items():
+        special = ALL_ALPHA if spec.stage is Stage.ALPHA else ALL_BETA
+        rows.append(
+            {
+                "name": name,
+                "enabled": gates.enabled(name),
+                "default": spec.default,
+                "stage": spec.stage.value,
+                "explicit": name in gates.overrides or special in gates.overrides,
+                "implemented": spec.implemented,
+                "summary": spec.summary,
+            }
+        )
+    return rows
+
+
+def help_lines() -> list[str]:
+    """``Name=true|false (STAGE - default=...)`` per accepted name, as Kubernetes lists them."""
+    lines = [
+        f"{name}=true|false ({stage.value} - default=false)" for name, stage in _SPECIAL.items()
+    ]
+    for name, spec in sorted(KOORDLET_FEATURES.items()):
+        note = "" if spec.implemented else ", not implemented here"
+        default = str(spec.default).lower()
+        lines.append(f"{name}=true|false ({spec.stage.value} - default={default}{note})")
+    return lines
