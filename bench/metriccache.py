@@ -1,0 +1,205 @@
+"""Benchmark of the metric cache at a busy node's steady state.
+
+Simulates one collector tick a second for 200 pods of 3 containers (4 metrics each) plus 10
+node-level series, long enough for the 30-minute node series to reach steady state, on a fake
+clock. Reports the memory the cache holds (``MetricCache.memory_bytes``; with ``--tracemalloc``
+also what ``tracemalloc`` saw allocated from ``store.py``, as a cross-check), the CPU time of one
+``append`` of a tick (mean over the steady-state ticks, p99, max; CPU rather than wall time so
+that other processes on a shared machine do not inflate it; the median wall time is reported too;
+``append_floor_ms`` is the same samples through a bare dict lookup and two array appends, the
+floor of any per-series store on this machine), and of aggregating a 300 s pod window and a
+1,800 s node window.
+
+    python -m bench.metriccache [--json] [--ticks N] [--pods N] [--tracemalloc]
+
+With ``--json`` the last line is one JSON object (``memory_mib``, ``append_ms``,
+``aggregate_ms``, ``series``, ...).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+import tracemalloc
+from array import array
+from collections.abc import Sequence
+
+from koordlet.metriccache import store
+from koordlet.metriccache.series import (
+    BE,
+    BE_CPU_REAL_LIMIT,
+    BE_CPU_REQUEST,
+    BE_CPU_USAGE,
+    CONTAINER_CPU_THROTTLED_RATIO,
+    CONTAINER_CPU_USAGE,
+    CONTAINER_MEMORY_USAGE,
+    CONTAINER_MEMORY_WITH_PAGE_CACHE,
+    NODE,
+    NODE_CPU_USAGE,
+    NODE_MEMORY_USAGE,
+    NODE_MEMORY_WITH_PAGE_CACHE,
+    NUMA_MEMORY_USAGE,
+    POD_CPU_THROTTLED_RATIO,
+    POD_CPU_USAGE,
+    POD_MEMORY_USAGE,
+    POD_MEMORY_WITH_PAGE_CACHE,
+    SYSTEM,
+    SYSTEM_CPU_USAGE,
+    SYSTEM_MEMORY_USAGE,
+    Sample,
+    SeriesKey,
+    container_entity,
+    numa_entity,
+    pod_entity,
+)
+
+START = 1_700_000_000.0
+GiB = 1 << 30
+
+
+def node_keys() -> list[tuple[SeriesKey, float]]:
+    """Ten node-level series with a typical magnitude each."""
+    return [
+        (SeriesKey(NODE_CPU_USAGE, NODE), 24.0),
+        (SeriesKey(NODE_MEMORY_USAGE, NODE), 180.0 * GiB),
+        (SeriesKey(NODE_MEMORY_WITH_PAGE_CACHE, NODE), 220.0 * GiB),
+        (SeriesKey(SYSTEM_CPU_USAGE, SYSTEM), 1.5),
+        (SeriesKey(SYSTEM_MEMORY_USAGE, SYSTEM), 6.0 * GiB),
+        (SeriesKey(BE_CPU_USAGE, BE), 8.0),
+        (SeriesKey(BE_CPU_REQUEST, BE), 16.0),
+        (SeriesKey(BE_CPU_REAL_LIMIT, BE), 20.0),
+        (SeriesKey(NUMA_MEMORY_USAGE, numa_entity(0)), 90.0 * GiB),
+        (SeriesKey(NUMA_MEMORY_USAGE, numa_entity(1)), 90.0 * GiB),
+    ]
+
+
+def workload_keys(pods: int, containers: int) -> list[tuple[SeriesKey, float]]:
+    """Four series a pod and four a container."""
+    keys: list[tuple[SeriesKey, float]] = []
+    for p in range(pods):
+        uid = f"{p:08x}-0000-4000-8000-{p:012x}"
+        pod = pod_entity(uid)
+        keys += [
+            (SeriesKey(POD_CPU_USAGE, pod), 0.5),
+            (SeriesKey(POD_MEMORY_USAGE, pod), 0.8 * GiB),
+            (SeriesKey(POD_MEMORY_WITH_PAGE_CACHE, pod), 1.1 * GiB),
+            (SeriesKey(POD_CPU_THROTTLED_RATIO, pod), 0.01),
+        ]
+        for c in range(containers):
+            ctr = container_entity(uid, f"{p:04x}{c:02x}" + "ab" * 29)
+            keys += [
+                (SeriesKey(CONTAINER_CPU_USAGE, ctr), 0.2),
+                (SeriesKey(CONTAINER_MEMORY_USAGE, ctr), 0.25 * GiB),
+                (SeriesKey(CONTAINER_MEMORY_WITH_PAGE_CACHE, ctr), 0.35 * GiB),
+                (SeriesKey(CONTAINER_CPU_THROTTLED_RATIO, ctr), 0.005),
+            ]
+    return keys
+
+
+def tick_samples(keys: Sequence[tuple[SeriesKey, float]], i: int) -> list[Sample]:
+    """One tick's samples: each series wobbles around its magnitude."""
+    f = 1.0 + ((i * 7919) % 101) / 1000.0
+    return [Sample(k, v * f) for k, v in keys]
+
+
+def floor_append(
+    buffers: dict[SeriesKey, tuple[array[int], array[float]]], tms: int, samples: Sequence[Sample]
+) -> None:
+    """The least any per-series store can do: one dict lookup and two array appends a sample."""
+    get = buffers.__getitem__
+    for key, value in samples:
+        ts, vals = get(key)
+        ts.append(tms)
+        vals.append(value)
+
+
+def run(ticks: int, pods: int, containers: int, trace: bool) -> dict[str, float | int]:
+    now = [START]
+    keys = node_keys() + workload_keys(pods, containers)
+    if trace:
+        tracemalloc.start()
+    cache = store.MetricCache(clock=lambda: now[0])
+    append_s: list[float] = []
+    append_wall_s: list[float] = []
+    floor_s: list[float] = []
+    buffers = {k: (array("I"), array("d")) for k, _ in keys}
+    cpu, wall = time.process_time, time.perf_counter
+    for i in range(ticks):
+        ts = START + i
+        now[0] = ts
+        samples = tick_samples(keys, i)
+        c0, w0 = cpu(), wall()
+        cache.append(ts, samples)
+        append_wall_s.append(wall() - w0)
+        append_s.append(cpu() - c0)
+        if i >= ticks - 300:  # the floor, on the same samples, for the last 300 ticks
+            c0 = cpu()
+            floor_append(buffers, i, samples)
+            floor_s.append(cpu() - c0)
+    traced = 0
+    if trace:
+        snap = tracemalloc.take_snapshot().filter_traces([tracemalloc.Filter(True, store.__file__)])
+        traced = sum(stat.size for stat in snap.statistics("filename"))
+        tracemalloc.stop()
+
+    end = now[0]
+    pod_entities = cache.entities(POD_CPU_USAGE)
+    agg300: list[float] = []
+    for entity in pod_entities:
+        t0 = cpu()
+        result = cache.aggregate(POD_CPU_USAGE, entity, end - 300.0, end)
+        agg300.append(cpu() - t0)
+        if result is None or result.count != 301:
+            raise SystemExit(f"bench bug: {entity} has {result} in a 300 s window")
+    agg1800: list[float] = []
+    for _ in range(100):
+        t0 = cpu()
+        cache.aggregate(NODE_MEMORY_USAGE, NODE, end - 1800.0, end)
+        agg1800.append(cpu() - t0)
+    first = min(1800, ticks // 2)
+    steady = sorted(append_s[first:])
+    steady_wall = sorted(append_wall_s[first:])
+    stats = cache.stats()
+    figures: dict[str, float | int] = {
+        "ticks": ticks,
+        "samples_per_tick": len(keys),
+        "series": stats["series"],
+        "samples": stats["samples"],
+        "memory_mib": round(stats["memory_bytes"] / 2**20, 2),
+        "bytes_per_sample": round(stats["memory_bytes"] / stats["samples"], 2),
+        "append_ms": round(statistics.fmean(steady) * 1e3, 3),
+        "append_p99_ms": round(steady[int(len(steady) * 0.99) - 1] * 1e3, 3),
+        "append_max_ms": round(steady[-1] * 1e3, 3),
+        "append_floor_ms": round(statistics.fmean(floor_s) * 1e3, 3),
+        "append_wall_median_ms": round(steady_wall[len(steady_wall) // 2] * 1e3, 3),
+        "aggregate_ms": round(statistics.fmean(agg300) * 1e3, 4),
+        "aggregate_1800_ms": round(statistics.fmean(agg1800) * 1e3, 4),
+    }
+    if trace:
+        figures["tracemalloc_mib"] = round(traced / 2**20, 2)
+    return figures
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.metriccache", description=__doc__)
+    parser.add_argument("--json", action="store_true", help="end with one JSON line")
+    parser.add_argument("--ticks", type=int, default=2400, help="1 s ticks to simulate")
+    parser.add_argument("--pods", type=int, default=200)
+    parser.add_argument("--containers-per-pod", type=int, default=3)
+    parser.add_argument("--tracemalloc", action="store_true", help="cross-check memory (slow)")
+    args = parser.parse_args(argv)
+    if args.ticks < 301:
+        parser.error("--ticks must be at least 301 (a full 300 s window)")
+    figures = run(args.ticks, args.pods, args.containers_per_pod, args.tracemalloc)
+    for name, value in figures.items():
+        print(f"{name:>20}: {value}")
+    if args.json:
+        print(json.dumps(figures, sort_keys=True))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

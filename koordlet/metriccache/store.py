@@ -1,0 +1,440 @@
+"""The embedded metric cache: bounded in-process time series, kept per entity kind.
+
+Koordinator's koordlet keeps its metrics in an embedded TSDB (``pkg/koordlet/metriccache``) with
+``--MetricExpireSeconds`` (1800 s) and a garbage collection every ``--MetricGCIntervalSeconds``
+(300 s); readers query a window ``[start, end]`` and aggregate it. This module keeps the same
+contract in a few MiB of ``array.array`` buffers.
+
+Layout, per series:
+
+* timestamps as ``array('I')``: unsigned 32-bit milliseconds relative to the series' base time
+  (its first sample). Millisecond resolution is what Koordinator's TSDB stores; 4 bytes instead of
+  8 for a float64. A series older than 49.7 days is rebased (once per 49.7 days, O(retention)).
+* values as ``array('d')``: float64, because memory is in bytes and a float32 is exact only up
+  to 16 MiB. 12 bytes a sample in all.
+
+Samples older than the retention of the series' entity kind (:class:`RetentionPolicy`) are hidden
+from every read at once (reads bound the window by ``clock() - retention``) and deleted in chunks:
+once the oldest sample is 1/32 to 1/16 of the retention past expiry (spread over series, so that
+series born in one tick do not all trim in the same later tick), an append cuts the expired
+prefix: one memmove of the live samples. A chunk is at least 1/32 of the buffer, so an append
+moves at most 32 elements amortized, O(1), and a buffer never holds more than 1/16 of expired
+samples; there is no dead prefix to track. :meth:`MetricCache.gc` (run by ``append`` every
+``gc_interval`` seconds) trims series that no longer receive samples and removes the empty ones.
+
+All timestamps, of samples and of query bounds, are rounded to the millisecond; window edges are
+inclusive. A sample not newer than the series' last one is dropped and counted (out of order when
+older, duplicate when at the same millisecond), as a TSDB rejects it; non-finite values and
+unknown entity kinds are dropped and counted as invalid.
+
+Thread safety: none, by design. The cache belongs to the event loop: ``append``, ``gc`` and the
+``drop_*`` methods run there. A worker thread may read only while the loop is not mutating it
+(the collector runner reads through ``Tick.last`` while the loop awaits the collectors).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import sys
+import time
+from array import array
+from bisect import bisect_left, bisect_right, insort
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, fields
+from typing import Any
+
+from koordlet.errors import ConfigError
+from koordlet.metriccache.aggregate import Aggregate, coverage, summarize
+from koordlet.metriccache.series import Sample, SeriesKey
+
+logger = logging.getLogger(__name__)
+
+_TS_TYPECODE = "I"
+_MAX_OFFSET_MS = 0xFFFFFFFF
+"""Largest offset an ``array('I')`` holds (it is 4 bytes on every platform CPython supports)."""
+_MAX_RETENTION_S = 30 * 24 * 3600.0
+"""Retention must stay well below the 49.7 days a 32-bit millisecond offset spans."""
+_GOLDEN = 0.6180339887498949
+"""Fractional golden ratio: ``(i * _GOLDEN) % 1`` spreads consecutive ``i`` evenly over [0, 1)."""
+_KINDS = ("node", "system", "numa", "be", "hostapp", "pod", "container")
+
+
+@dataclass(frozen=True, slots=True)
+class RetentionPolicy:
+    """How long samples are kept, per entity kind (the entity id's prefix before ``/``)."""
+
+    node: float = 1800.0
+    """Seconds for ``node``: NodeMetric's longest aggregation window is 30 min (Koordinator's
+    ``--MetricExpireSeconds`` default)."""
+    system: float = 1800.0
+    """Seconds for ``system`` (reported in NodeMetric like the node)."""
+    numa: float = 1800.0
+    """Seconds for ``numa/<id>``."""
+    be: float = 1800.0
+    """Seconds for ``be`` (the BE suppression and CPU-evict strategies' windows)."""
+    hostapp: float = 1800.0
+    """Seconds for ``hostapp/<name>`` (reported in NodeMetric)."""
+    pod: float = 600.0
+    """Seconds for ``pod/<uid>``."""
+    container: float = 300.0
+    """Seconds for ``container/<uid>/<id>``."""
+    gc_interval: float = 300.0
+    """Seconds between sweeps that trim idle series and remove empty ones (Koordinator's
+    ``--MetricGCIntervalSeconds``)."""
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if not 0.0 < value <= _MAX_RETENTION_S:
+                raise ConfigError(
+                    f"must be in (0, {_MAX_RETENTION_S:.0f}] seconds, got {value!r}",
+                    source="metric cache retention",
+                    field=f.name,
+                )
+
+    def seconds_for(self, entity: str) -> float | None:
+        """Retention of the entity's kind; None for an entity id of no known kind."""
+        kind = entity.partition("/")[0]
+        if kind not in _KINDS:
+            return None
+        seconds: float = getattr(self, kind)
+        return seconds
+
+
+class _Series:
+    """One series: ``ts`` (ms offsets from ``base_ms``) and ``vals``, oldest first."""
+
+    __slots__ = ("base_ms", "keep_ms", "key", "last_ms", "next_trim", "slack_ms", "ts", "vals")
+
+    def __init__(self, key: SeriesKey, keep_ms: int, first_ms: int, stagger: float) -> None:
+        self.key = key
+        self.keep_ms = keep_ms
+        # Between 1/32 and 1/16 of the retention, spread by ``stagger`` in [0, 1) so that series
+        # created in one tick do not all trim in one later tick.
+        self.slack_ms = (keep_ms >> 5) + int((keep_ms >> 5) * stagger)
+        self.ts: array[int] = array(_TS_TYPECODE)
+        self.vals: array[float] = array("d")
+        self.base_ms = first_ms
+        self.last_ms = first_ms - 1
+        self.next_trim = first_ms + keep_ms + self.slack_ms
+        """When ``now`` reaches this (absolute ms), the oldest sample is ``slack_ms`` past
+        expiry and the next append trims."""
+
+    def trim(self, now_ms: int) -> None:
+        """Delete the samples older than the retention: one memmove of the rest."""
+        ts = self.ts
+        cut = bisect_left(ts, now_ms - self.keep_ms - self.base_ms)
+        if cut:
+            del ts[:cut]
+            del self.vals[:cut]
+        oldest = self.base_ms + ts[0] if ts else now_ms
+        self.next_trim = oldest + self.keep_ms + self.slack_ms
+
+    def rebase(self, tms: int, now_ms: int) -> int:
+        """Make room for ``tms`` in 32-bit offsets; returns how many samples had to go."""
+        self.trim(now_ms)
+        ts = self.ts
+        if ts and tms - (self.base_ms + ts[0]) <= _MAX_OFFSET_MS:
+            shift = ts[0]
+            self.ts = array(_TS_TYPECODE, [t - shift for t in ts])
+            self.base_ms += shift
+            return 0
+        dropped = len(ts)
+        self.ts = array(_TS_TYPECODE)
+        self.vals = array("d")
+        self.base_ms = tms
+        return dropped
+
+    def window(self, start_ms: int, end_ms: int) -> tuple[int, int]:
+        """Index range of the samples with ``start_ms <= t <= end_ms`` (absolute ms)."""
+        lo = bisect_left(self.ts, start_ms - self.base_ms)
+        hi = bisect_right(self.ts, end_ms - self.base_ms, lo)
+        return lo, hi
+
+
+def _ms(seconds: float) -> int:
+    return round(seconds * 1000.0)
+
+
+class MetricCache:
+    """Bounded time series keyed by ``SeriesKey(metric, entity)``, plus latest info values.
+
+    Single-threaded (see the module docstring). ``clock`` returns ``time.time()``-like seconds; it
+    decides retention and ``max_age``, and is injected in tests.
+    """
+
+    def __init__(
+        self,
+        retention: RetentionPolicy = RetentionPolicy(),
+        *,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._retention = retention
+        self._clock = clock
+        self._series: dict[SeriesKey, _Series] = {}
+        self._by_entity: dict[str, dict[str, _Series]] = {}
+        self._entities: list[str] = []
+        """Entity ids, sorted, so that a prefix is one contiguous run."""
+        self._info: dict[str, object] = {}
+        self._dropped_out_of_order = 0
+        self._dropped_duplicate = 0
+        self._dropped_invalid = 0
+        self._unknown_kinds: set[str] = set()
+        self._created = 0
+        self._gc_interval_ms = _ms(retention.gc_interval)
+        self._last_gc_ms = self._now_ms()
+
+    def _now_ms(self) -> int:
+        return _ms(self._clock())
+
+    # Writing ---------------------------------------------------------------------------------
+    def append(self, ts: float, samples: Iterable[Sample]) -> None:
+        """Store one collector tick: every sample at timestamp ``ts`` (seconds).
+
+        O(1) amortized per sample. Drops (and counts) samples not newer than their series' last
+        one, non-finite values and entities of no known kind.
+        """
+        tms = _ms(ts)
+        now_ms = self._now_ms()
+        series = self._series
+        isfinite = math.isfinite
+        before = self._dropped_out_of_order + self._dropped_duplicate + self._dropped_invalid
+        for key, value in samples:
+            s = series.get(key)
+            if s is None:
+                s = self._create(key, tms)
+                if s is None:
+                    continue
+            if tms <= s.last_ms:
+                if tms < s.last_ms:
+                    self._dropped_out_of_order += 1
+                else:
+                    self._dropped_duplicate += 1
+                continue
+            if not isfinite(value):
+                self._dropped_invalid += 1
+                continue
+            try:
+                s.ts.append(tms - s.base_ms)
+            except OverflowError:
+                self._rebase(s, tms, now_ms)
+                s.ts.append(tms - s.base_ms)
+            s.vals.append(value)
+            s.last_ms = tms
+            if now_ms >= s.next_trim:
+                s.trim(now_ms)
+        dropped = self._dropped_out_of_order + self._dropped_duplicate + self._dropped_invalid
+        if dropped != before:
+            logger.debug(
+                "metric cache: dropped %d of the samples at %.3f (totals: %d out of order, "
+                "%d duplicate, %d invalid)",
+                dropped - before,
+                ts,
+                self._dropped_out_of_order,
+                self._dropped_duplicate,
+                self._dropped_invalid,
+            )
+        if now_ms - self._last_gc_ms >= self._gc_interval_ms:
+            self.gc()
+
+    def _create(self, key: SeriesKey, tms: int) -> _Series | None:
+        metric, entity = key
+        keep = self._retention.seconds_for(entity)
+        if keep is None:
+            self._dropped_invalid += 1
+            kind = entity.partition("/")[0]
+            if kind not in self._unknown_kinds:
+                self._unknown_kinds.add(kind)
+                logger.warning(
+                    "metric cache: unknown entity kind %r; its samples are dropped", kind
+                )
+            return None
+        # One string object per distinct entity and metric, however many copies callers make.
+        key = SeriesKey(sys.intern(metric), sys.intern(entity))
+        self._created += 1
+        s = _Series(key, _ms(keep), tms, (self._created * _GOLDEN) % 1.0)
+        self._series[key] = s
+        metrics = self._by_entity.get(key.entity)
+        if metrics is None:
+            metrics = self._by_entity[key.entity] = {}
+            insort(self._entities, key.entity)
+        metrics[key.metric] = s
+        return s
+
+    def _rebase(self, s: _Series, tms: int, now_ms: int) -> None:
+        """Rebase a series whose offsets outgrew 32 bits (it has lived 49.7 days)."""
+        dropped = s.rebase(tms, now_ms)
+        if dropped:
+            logger.warning(
+                "metric cache: %s of %s jumped %.0f s past its %d stored samples; they are dropped",
+                s.key.metric,
+                s.key.entity,
+                (tms - s.last_ms) / 1000.0,
+                dropped,
+            )
+
+    def gc(self) -> int:
+        """Trim every series to its retention and remove the empty ones; returns how many."""
+        now_ms = self._now_ms()
+        self._last_gc_ms = now_ms
+        removed = 0
+        for s in list(self._series.values()):
+            if not s.ts or s.base_ms + s.ts[-1] < now_ms - s.keep_ms:
+                self._remove(s)
+                removed += 1
+            elif now_ms >= s.next_trim:
+                s.trim(now_ms)
+        if removed:
+            logger.debug("metric cache gc: removed %d expired series", removed)
+        return removed
+
+    def _remove(self, s: _Series) -> None:
+        metric, entity = s.key
+        del self._series[s.key]
+        metrics = self._by_entity[entity]
+        del metrics[metric]
+        if not metrics:
+            del self._by_entity[entity]
+            del self._entities[bisect_left(self._entities, entity)]
+
+    def drop_entity(self, entity: str) -> int:
+        """Remove every series of one entity; returns how many."""
+        metrics = self._by_entity.pop(entity, None)
+        if metrics is None:
+            return 0
+        for s in metrics.values():
+            del self._series[s.key]
+        del self._entities[bisect_left(self._entities, entity)]
+        return len(metrics)
+
+    def drop_prefix(self, prefix: str) -> int:
+        """Remove every series whose entity id starts with ``prefix`` (e.g. ``container/<uid>/``).
+
+        Costs a binary search plus the removed series. Raises ``ValueError`` for an empty prefix.
+        """
+        if not prefix:
+            raise ValueError("drop_prefix needs a non-empty prefix")
+        entities = self._entities
+        lo = bisect_left(entities, prefix)
+        hi = lo
+        removed = 0
+        while hi < len(entities) and entities[hi].startswith(prefix):
+            for s in self._by_entity.pop(entities[hi]).values():
+                del self._series[s.key]
+                removed += 1
+            hi += 1
+        del entities[lo:hi]
+        return removed
+
+    def set_info(self, name: str, value: object) -> None:
+        """Store the latest structured value under ``name`` (node info, CPU topology)."""
+        self._info[name] = value
+
+    # Reading ---------------------------------------------------------------------------------
+    def get_info(self, name: str) -> object | None:
+        """The latest value stored by :meth:`set_info`, or None."""
+        return self._info.get(name)
+
+    def last_sample(self, metric: str, entity: str) -> tuple[float, float] | None:
+        """``(ts, value)`` of the newest unexpired sample of the series, or None."""
+        s = self._series.get(SeriesKey(metric, entity))
+        if s is None or not s.ts:
+            return None
+        last_ms = s.base_ms + s.ts[-1]
+        if last_ms < self._now_ms() - s.keep_ms:
+            return None
+        return last_ms / 1000.0, s.vals[-1]
+
+    def last(self, metric: str, entity: str, *, max_age: float | None = None) -> float | None:
+        """Newest value of the series; None when absent, expired, or older than ``max_age`` s."""
+        sample = self.last_sample(metric, entity)
+        if sample is None:
+            return None
+        if max_age is not None and self._clock() - sample[0] > max_age:
+            return None
+        return sample[1]
+
+    def _window(
+        self, metric: str, entity: str, start: float, end: float
+    ) -> tuple[_Series, int, int]:
+        s = self._series.get(SeriesKey(metric, entity))
+        if s is None:
+            return _EMPTY, 0, 0
+        lo, hi = s.window(max(_ms(start), self._now_ms() - s.keep_ms), _ms(end))
+        return s, lo, hi
+
+    def aggregate(self, metric: str, entity: str, start: float, end: float) -> Aggregate | None:
+        """Aggregates of the unexpired samples with ``start <= ts <= end``; None if none."""
+        s, lo, hi = self._window(metric, entity, start, end)
+        if lo >= hi:
+            return None
+        base = s.base_ms
+        return summarize(s.vals[lo:hi], (base + s.ts[lo]) / 1000.0, (base + s.ts[hi - 1]) / 1000.0)
+
+    def coverage(self, metric: str, entity: str, start: float, end: float) -> float:
+        """Fraction of ``[start, end]`` spanned by the window's samples (0 with none).
+
+        ``(last_ts - first_ts) / (end - start)`` clamped to [0, 1]: see
+        :func:`koordlet.metriccache.aggregate.coverage`. NodeMetric reports a window only when
+        this is at least :data:`~koordlet.metriccache.aggregate.MIN_VALID_COVERAGE`.
+        """
+        s, lo, hi = self._window(metric, entity, start, end)
+        if lo >= hi:
+            return 0.0
+        base = s.base_ms
+        return coverage((base + s.ts[lo]) / 1000.0, (base + s.ts[hi - 1]) / 1000.0, start, end)
+
+    def points(
+        self, metric: str, entity: str, start: float, end: float
+    ) -> list[tuple[float, float]]:
+        """The unexpired ``(ts, value)`` samples with ``start <= ts <= end``, oldest first."""
+        s, lo, hi = self._window(metric, entity, start, end)
+        base = s.base_ms
+        return [((base + t) / 1000.0, v) for t, v in zip(s.ts[lo:hi], s.vals[lo:hi], strict=True)]
+
+    def entities(self, metric: str | None = None) -> list[str]:
+        """Sorted ids of the entities with stored series (of ``metric`` when given)."""
+        if metric is None:
+            return list(self._entities)
+        return [e for e in self._entities if metric in self._by_entity[e]]
+
+    def series_count(self) -> int:
+        """Number of stored series (empty ones linger until the next :meth:`gc`)."""
+        return len(self._series)
+
+    def memory_bytes(self) -> int:
+        """Bytes held by the stored series: buffers as allocated, series objects, keys, indexes.
+
+        ``sys.getsizeof`` of an ``array`` counts its whole allocation, spare capacity included.
+        Info values are not counted (the collectors own those objects). O(series).
+        """
+        size = sys.getsizeof
+        total = size(self._series) + size(self._by_entity) + size(self._entities)
+        metric_names: set[str] = set()
+        for entity, metrics in self._by_entity.items():
+            total += size(entity) + size(metrics)
+            for metric, s in metrics.items():
+                metric_names.add(metric)
+                total += size(s) + size(s.key) + size(s.ts) + size(s.vals)
+        return total + sum(size(m) for m in metric_names)
+
+    def stats(self) -> dict[str, Any]:
+        """Counters for ``/debug`` and ``/metrics``.
+
+        ``samples`` counts the stored samples, including expired ones awaiting their trim (at
+        1/16 of a retention per series; reads never see them).
+        """
+        return {
+            "series": len(self._series),
+            "entities": len(self._entities),
+            "samples": sum(len(s.ts) for s in self._series.values()),
+            "dropped_out_of_order": self._dropped_out_of_order,
+            "dropped_duplicate": self._dropped_duplicate,
+            "dropped_invalid": self._dropped_invalid,
+            "memory_bytes": self.memory_bytes(),
+        }
+
+
+_EMPTY = _Series(SeriesKey("", ""), 0, 0, 0.0)
+"""Stand-in for an absent series in window reads (it holds no sample and is never written)."""
