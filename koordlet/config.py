@@ -135,7 +135,8 @@ class KoordletConfig:
     """The YAML file the settings were read from, if any (``--config``)."""
 
 
-# Value converters: YAML scalars or flag strings in, checked values out; ValueError on bad input.
+# Value converters: a YAML scalar or flag string in, a checked value out; TypeError or ValueError
+# (with the reason) on bad input.
 def _string(value: object) -> str:
     if not isinstance(value, str):
         raise TypeError(f"must be a string, got {value!r}")
@@ -172,9 +173,17 @@ def _choice(*choices: str) -> Callable[[object], str]:
     return convert
 
 
-_GO_DURATION_UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "μs": 1e-6, "ms": 1e-3, "s": 1.0}
-_GO_DURATION_UNITS |= {"m": 60.0, "h": 3600.0}
-_NUMBER = r"(?:\d+\.?\d*|\.\d+)"
+_GO_DURATION_UNITS = {
+    "ns": 1e-9,
+    "us": 1e-6,
+    "µs": 1e-6,
+    "μs": 1e-6,
+    "ms": 1e-3,
+    "s": 1.0,
+    "m": 60.0,
+    "h": 3600.0,
+}
+_NUMBER = r"(?:[0-9]+\.?[0-9]*|\.[0-9]+)"
 _GO_DURATION = re.compile(rf"([+-]?)((?:{_NUMBER}(?:ns|us|µs|μs|ms|s|m|h))+)")
 _GO_DURATION_PART = re.compile(rf"({_NUMBER})(ns|us|µs|μs|ms|s|m|h)")
 
@@ -227,7 +236,7 @@ def _node_name(value: object) -> str:
 def _addr(value: object) -> str:
     text = _nonempty(value)
     host, sep, port = text.rpartition(":")
-    if not sep or not port.isdigit() or int(port) > 65535:
+    if not sep or not (port.isascii() and port.isdigit()) or int(port) > 65535:
         raise ValueError(f"must be HOST:PORT with a port in 0..65535, got {text!r}")
     if host.startswith("[") and host.endswith("]"):
         try:

@@ -51,6 +51,7 @@ ALL_ALPHA = "AllAlpha"
 ALL_BETA = "AllBeta"
 """Kubernetes' special gate: the value of every beta gate that is not set explicitly."""
 _SPECIAL = {ALL_ALPHA: Stage.ALPHA, ALL_BETA: Stage.BETA}
+_ALL_OF = {stage: name for name, stage in _SPECIAL.items()}
 
 _A, _B = Stage.ALPHA, Stage.BETA
 
@@ -110,6 +111,16 @@ def parse_bool(text: str) -> bool:
     raise ValueError(f"invalid bool value {text!r} (want true or false)")
 
 
+def _check(overrides: Mapping[str, object], source: str) -> None:
+    """ConfigError naming ``source`` and the gate for an unknown name or a non-bool value."""
+    for name, value in overrides.items():
+        if name not in KOORDLET_FEATURES and name not in _SPECIAL:
+            known = ", ".join(known_names())
+            raise ConfigError(f"unknown feature gate (known: {known})", source=source, field=name)
+        if not isinstance(value, bool):
+            raise ConfigError(f"must be true or false, got {value!r}", source=source, field=name)
+
+
 class FeatureGates(Mapping[str, bool]):
     """The effective value of every known gate; immutable.
 
@@ -123,21 +134,10 @@ class FeatureGates(Mapping[str, bool]):
         """Gates with ``overrides`` (gate or ``AllAlpha``/``AllBeta`` → value) applied to the
         defaults. Raises ConfigError naming ``source`` and the gate for an unknown name."""
         given = dict(overrides or {})
-        for name, value in given.items():
-            if name not in KOORDLET_FEATURES and name not in _SPECIAL:
-                raise ConfigError(
-                    f"unknown feature gate (known: {', '.join(known_names())})",
-                    source=source,
-                    field=name,
-                )
-            if not isinstance(value, bool):
-                raise ConfigError(
-                    f"must be true or false, got {value!r}", source=source, field=name
-                )
+        _check(given, source)
         values = {}
         for name, spec in KOORDLET_FEATURES.items():
-            special = ALL_ALPHA if spec.stage is Stage.ALPHA else ALL_BETA
-            values[name] = given.get(name, given.get(special, spec.default))
+            values[name] = given.get(name, given.get(_ALL_OF[spec.stage], spec.default))
         self._overrides: Mapping[str, bool] = MappingProxyType(given)
         self._values: Mapping[str, bool] = MappingProxyType(values)
 
@@ -201,7 +201,7 @@ def parse_overrides(text: str, *, source: str = FLAG) -> dict[str, bool]:
             result[name] = parse_bool(raw.strip())
         except ValueError as err:
             raise ConfigError(str(err), source=source, field=name) from err
-    FeatureGates(result, source=source)  # validates the names
+    _check(result, source)
     return result
 
 
@@ -216,14 +216,13 @@ def describe(gates: FeatureGates) -> list[dict[str, Any]]:
     implemented here."""
     rows = []
     for name, spec in KOORDLET_FEATURES.items():
-        special = ALL_ALPHA if spec.stage is Stage.ALPHA else ALL_BETA
         rows.append(
             {
                 "name": name,
                 "enabled": gates.enabled(name),
                 "default": spec.default,
                 "stage": spec.stage.value,
-                "explicit": name in gates.overrides or special in gates.overrides,
+                "explicit": name in gates.overrides or _ALL_OF[spec.stage] in gates.overrides,
                 "implemented": spec.implemented,
                 "summary": spec.summary,
             }
