@@ -1,0 +1,384 @@
+"""Readers and parsers of cgroup statistics files: the collectors' hot path.
+
+A collection tick reads three small files per cgroup (``cpuacct.usage`` or v2 ``cpu.stat``,
+``memory.stat``, ``cpu.stat``) for every pod and container, so this module is built for speed:
+
+- :func:`read_file_bytes` does one ``os.open``/``os.read``/``os.close`` with a buffer large enough
+  for every cgroup file, and reads again only when the buffer came back full;
+- the parsers take ``bytes`` and pick ONLY the keys they need with ``bytes.find`` on
+  ``b"\\n<key> "`` (the first line of a file has no leading newline, so a key not found that way
+  is also tried at offset 0), converting just those values with ``int()``. The file is never split
+  into lines or a dict. Keys are searched in the kernel's order starting where the previous one
+  ended, falling back to a full search, so any order is still parsed correctly.
+
+Errors: a file or cgroup that vanished (``ENOENT``, ``ENODEV`` on a removed cgroup, ``ESRCH``)
+raises :class:`~koordlet.errors.CgroupGoneError`, chained to the ``OSError``; a file whose format
+we do not understand raises :class:`~koordlet.errors.ParseError` naming the path and the key or
+line at fault.
+
+Usage rules mirror Koordinator's koordlet (``pkg/koordlet/util/system/cgroup.go``,
+``MemoryStatRaw``): memory usage is ``inactive_anon + active_anon + unevictable`` (page cache
+excluded) and usage with page cache adds ``active_file + inactive_file``, on v1 (hierarchical
+``total_*`` keys) and v2 alike.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+from collections.abc import Sequence
+from typing import NamedTuple
+
+from koordlet.errors import CgroupGoneError, HostError, ParseError
+
+READ_BUFFER = 16384
+"""Bytes asked for by the first ``os.read``: v1 ``memory.stat`` is about 1 KiB, v2 about 1.5 KiB."""
+
+_GONE_ERRNOS = frozenset({errno.ENOENT, errno.ENODEV, errno.ESRCH})
+"""``ENODEV`` is what a read on an open file of a removed cgroup returns; ``ESRCH`` a dead pid's."""
+
+PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
+"""Bytes per page; v1 ``memory.numa_stat`` counts pages."""
+
+
+def _os_error(path: str, err: OSError) -> HostError:
+    if err.errno in _GONE_ERRNOS:
+        return CgroupGoneError(f"{path}: gone ({os.strerror(err.errno or 0)})")
+    return HostError(f"{path}: {err.strerror or err}")
+
+
+def read_file_bytes(path: str) -> bytes:
+    """The whole content of a cgroup (or proc/sys) pseudo file, in one read when it fits.
+
+    Raises :class:`CgroupGoneError` when the file or its cgroup vanished and :class:`HostError`
+    for any other ``OSError``. Meant for single-record kernel files (every cgroup file,
+    ``/proc/stat``, ``/proc/meminfo``): for those a short read is the end of the file.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError as err:
+        raise _os_error(path, err) from err
+    try:
+        data = os.read(fd, READ_BUFFER)
+        if len(data) < READ_BUFFER:
+            return data
+        chunks = [data]
+        size = READ_BUFFER
+        while True:
+            size *= 2
+            chunk = os.read(fd, size)
+            if not chunk:
+                return b"".join(chunks)
+            chunks.append(chunk)
+    except OSError as err:
+        raise _os_error(path, err) from err
+    finally:
+        os.close(fd)
+
+
+# Selective key picking ---------------------------------------------------------------------
+
+
+def _needles(names: Sequence[str]) -> tuple[tuple[bytes, bytes], ...]:
+    """``(b"\\nkey ", b"key ")`` for each name: the first finds a key after a line break, the
+    second recognises it on the file's first line."""
+    return tuple(((f"\n{name} ").encode(), f"{name} ".encode()) for name in names)
+
+
+def _pick(
+    data: bytes, path: str, needles: tuple[tuple[bytes, bytes], ...], required: int
+) -> list[int]:
+    """Integer values of the keys in ``needles`` (in that order), without splitting the file.
+
+    The first ``required`` keys must be present (else :class:`ParseError`); the optional ones
+    that are absent read as 0. Searching starts where the previous key's line ended, because the
+    kernel prints keys in a fixed order; a miss falls back to a search of the whole buffer.
+    """
+    values: list[int] = []
+    pos = 0
+    for index, (nkey, head) in enumerate(needles):
+        start = data.find(nkey, pos)
+        if start < 0 and pos:
+            start = data.find(nkey)
+        if start >= 0:
+            start += len(nkey)
+        elif data.startswith(head):
+            start = len(head)
+        elif index < required:
+            raise ParseError(f"{path}: missing key {head.decode().strip()!r}")
+        else:
+            values.append(0)
+            continue
+        end = data.find(b"\n", start)
+        if end < 0:
+            end = len(data)
+        try:
+            values.append(int(data[start:end]))
+        except ValueError:
+            line = (head + data[start:end]).decode(errors="replace")
+            raise ParseError(f"{path}: bad value in line {line!r}") from None
+        pos = end
+    return values
+
+
+# Single values -----------------------------------------------------------------------------
+
+
+def parse_int_file(data: bytes, path: str = "") -> int | None:
+    """A single-integer cgroup file (``cpu.shares``, ``memory.max``...): ``max`` reads as None."""
+    value = data.strip()
+    if value == b"max":
+        return None
+    try:
+        return int(value)
+    except ValueError:
+        raise ParseError(f"{path}: not an integer: {data[:64]!r}") from None
+
+
+def read_cpuacct_usage_ns(path: str) -> int:
+    """Total CPU time of a v1 cgroup in nanoseconds (``cpuacct.usage``)."""
+    data = read_file_bytes(path)
+    try:
+        return int(data)
+    except ValueError:
+        raise ParseError(f"{path}: not an integer: {data[:64]!r}") from None
+
+
+def parse_cgroup_procs(data: bytes, path: str = "") -> list[int]:
+    """Pids (or tids) of ``cgroup.procs``/``tasks``: one decimal per line."""
+    try:
+        return [int(tok) for tok in data.split()]
+    except ValueError:
+        raise ParseError(f"{path}: not a list of pids: {data[:64]!r}") from None
+
+
+# cpu.stat ----------------------------------------------------------------------------------
+
+
+class CpuStat(NamedTuple):
+    """One ``cpu.stat`` in one unit for both cgroup versions (nanoseconds, counts)."""
+
+    usage_ns: int | None
+    """Total CPU time (v2 ``usage_usec`` x 1000); None on v1, which keeps it in ``cpuacct``."""
+    nr_periods: int
+    """CFS enforcement periods that elapsed while the cgroup was runnable."""
+    nr_throttled: int
+    """Periods in which the cgroup was throttled."""
+    throttled_ns: int
+    """Total throttled time (v1 ``throttled_time``; v2 ``throttled_usec`` x 1000)."""
+    nr_bursts: int
+    """Periods in which the cgroup used its burst (0 on kernels before 5.14)."""
+    burst_ns: int
+    """Total time spent bursting (v1 ``burst_time``; v2 ``burst_usec`` x 1000; 0 when absent)."""
+
+
+class _SmallFileLayout:
+    """Picks values from a small flat-keyed file (``cpu.stat``: 3 to 10 lines) by its layout.
+
+    For a file this small, one ``bytes.split()`` plus a list comparison with the layout seen last
+    time is cheaper than a ``find`` per key (measured: about 2 us against 6 us for v1
+    ``cpu.stat``). A new layout (first call, another kernel, a test) is learned once: key order,
+    where each wanted key sits, which optional keys are absent.
+    """
+
+    __slots__ = ("_layout", "names", "required")
+
+    def __init__(self, names: Sequence[str], required: int) -> None:
+        self.names = tuple(name.encode() for name in names)
+        self.required = required
+        # b"" never comes out of bytes.split(), so nothing matches before the first _learn.
+        self._layout: tuple[list[bytes], tuple[int, ...]] = ([b""], ())
+
+    def pick(self, data: bytes, path: str) -> list[int]:
+        """Values of ``names`` in order; absent optional keys read as 0."""
+        tokens = data.split()
+        layout = self._layout  # one read: another thread may swap it, never half of it
+        if tokens[0::2] != layout[0]:
+            layout = self._learn(tokens, path)
+        try:
+            return [int(tokens[i]) if i else 0 for i in layout[1]]
+        except ValueError:
+            raise ParseError(f"{path}: bad value in {data[:200]!r}") from None
+
+    def _learn(self, tokens: list[bytes], path: str) -> tuple[list[bytes], tuple[int, ...]]:
+        if len(tokens) % 2:
+            raise ParseError(f"{path}: not 'key value' lines: {b' '.join(tokens)[:200]!r}")
+        keys = tokens[0::2]
+        where = {key: 2 * n + 1 for n, key in enumerate(keys)}
+        index: list[int] = []
+        for n, name in enumerate(self.names):
+            position = where.get(name, 0)
+            if not position and n < self.required:
+                raise ParseError(f"{path}: missing key {name.decode()!r}")
+            index.append(position)
+        layout = (keys, tuple(index))
+        self._layout = layout
+        return layout
+
+
+_CPU_STAT_V1 = _SmallFileLayout(
+    ("nr_periods", "nr_throttled", "throttled_time", "nr_bursts", "burst_time"), 3
+)
+_CPU_STAT_V2 = _SmallFileLayout(
+    ("usage_usec", "nr_periods", "nr_throttled", "throttled_usec", "nr_bursts", "burst_usec"), 1
+)
+
+
+def parse_cpu_stat(data: bytes, path: str) -> CpuStat:
+    """Either version's ``cpu.stat``; v2 is told by its ``usage_usec`` key (the kernel's first).
+
+    v1 requires ``nr_periods``, ``nr_throttled`` and ``throttled_time``. v2 requires only
+    ``usage_usec``: the kernel prints the CFS keys only when the cpu controller is enabled for the
+    cgroup, and a cgroup without it is never throttled, so they read as 0. Burst keys (5.14+)
+    are optional in both.
+    """
+    if data.startswith(b"usage_usec ") or b"\nusage_usec " in data:
+        usage, periods, throttled, throttled_us, bursts, burst_us = _CPU_STAT_V2.pick(data, path)
+        return CpuStat(
+            usage * 1000, periods, throttled, throttled_us * 1000, bursts, burst_us * 1000
+        )
+    periods, throttled, throttled_ns, bursts, burst_ns = _CPU_STAT_V1.pick(data, path)
+    return CpuStat(None, periods, throttled, throttled_ns, bursts, burst_ns)
+
+
+def cpu_throttled_ratio(current: CpuStat, previous: CpuStat) -> float:
+    """Share of the CFS periods between two samples in which the cgroup was throttled (0..1);
+    0 when no period elapsed (Koordinator's ``CalcCPUThrottledRatio``)."""
+    periods = current.nr_periods - previous.nr_periods
+    if periods <= 0:
+        return 0.0
+    return max(0, current.nr_throttled - previous.nr_throttled) / periods
+
+
+# memory.stat -------------------------------------------------------------------------------
+
+
+class MemoryUsage(NamedTuple):
+    """What the koordlet needs of a ``memory.stat``, in bytes, for both cgroup versions."""
+
+    anon: int
+    """Anonymous memory on the LRU lists: ``active_anon + inactive_anon``."""
+    unevictable: int
+    """Unevictable memory (mlocked, ramfs, shm locked)."""
+    active_file: int
+    """Page cache on the active list."""
+    inactive_file: int
+    """Page cache on the inactive list."""
+    cache: int
+    """All page cache: v1 ``total_cache``, v2 ``file``."""
+    rss: int
+    """Anonymous and swap cache memory: v1 ``total_rss``, v2 ``anon``."""
+
+    @property
+    def usage(self) -> int:
+        """Koordinator's memory usage, page cache excluded: ``anon + unevictable``
+        (``MemoryStatRaw.Usage()`` upstream)."""
+        return self.anon + self.unevictable
+
+    @property
+    def usage_with_page_cache(self) -> int:
+        """Usage including the page cache on the LRU lists: ``anon + unevictable + active_file +
+        inactive_file`` (``MemoryStatRaw.UsageWithPageCache()`` upstream; same rule on v1 and
+        v2, so it differs from ``memory.usage_in_bytes`` by kernel memory and swap cache)."""
+        return self.anon + self.unevictable + self.active_file + self.inactive_file
+
+
+_MEMORY_STAT_V1 = _needles(
+    (
+        "total_cache",
+        "total_rss",
+        "total_inactive_anon",
+        "total_active_anon",
+        "total_inactive_file",
+        "total_active_file",
+        "total_unevictable",
+    )
+)
+_MEMORY_STAT_V2 = _needles(
+    ("anon", "file", "inactive_anon", "active_anon", "inactive_file", "active_file", "unevictable")
+)
+
+
+def parse_memory_stat_v1(data: bytes, path: str) -> MemoryUsage:
+    """A v1 ``memory.stat``, from its hierarchical ``total_*`` keys (the cgroup and all its
+    descendants), all of which are required."""
+    cache, rss, inactive_anon, active_anon, inactive_file, active_file, unevictable = _pick(
+        data, path, _MEMORY_STAT_V1, 7
+    )
+    return MemoryUsage(
+        inactive_anon + active_anon, unevictable, active_file, inactive_file, cache, rss
+    )
+
+
+def parse_memory_stat_v2(data: bytes, path: str) -> MemoryUsage:
+    """A v2 ``memory.stat`` (hierarchical by design); all seven keys used are required."""
+    anon, file, inactive_anon, active_anon, inactive_file, active_file, unevictable = _pick(
+        data, path, _MEMORY_STAT_V2, 7
+    )
+    return MemoryUsage(
+        inactive_anon + active_anon, unevictable, active_file, inactive_file, file, anon
+    )
+
+
+# memory.numa_stat --------------------------------------------------------------------------
+
+
+def _numa_line(data: bytes, path: str, key: bytes) -> dict[int, int] | None:
+    """``{node: value}`` of the line ``<key> N0=.. N1=..`` (``key`` ends with its separator),
+    None when the file has no such line."""
+    start = data.find(b"\n" + key)
+    if start >= 0:
+        start += 1
+    elif not data.startswith(key):
+        return None
+    else:
+        start = 0
+    end = data.find(b"\n", start)
+    line = data[start:] if end < 0 else data[start:end]
+    fields = line[len(key) :].split()
+    nodes: dict[int, int] = {}
+    try:
+        for field in fields:
+            node, _, value = field.partition(b"=")
+            if node[:1] != b"N":
+                continue  # v1 puts the sum ("total=<sum>") before the per-node fields
+            nodes[int(node[1:])] = int(value)
+    except ValueError:
+        raise ParseError(f"{path}: bad line {line.decode(errors='replace')!r}") from None
+    if not nodes:
+        raise ParseError(f"{path}: no per-node values in {line.decode(errors='replace')!r}")
+    return nodes
+
+
+def parse_memory_numa_stat_v1(data: bytes, path: str) -> dict[int, int]:
+    """Bytes of memory per NUMA node of a v1 ``memory.numa_stat``.
+
+    Uses ``hierarchical_total`` (this cgroup and its descendants, like the ``total_*`` keys of
+    ``memory.stat``) when the kernel prints it, else ``total``; both count pages.
+    """
+    nodes = _numa_line(data, path, b"hierarchical_total=")
+    if nodes is None:
+        nodes = _numa_line(data, path, b"total=")
+    if nodes is None:
+        raise ParseError(f"{path}: missing 'total' line")
+    return {node: pages * PAGE_SIZE for node, pages in nodes.items()}
+
+
+def parse_memory_numa_stat_v2(data: bytes, path: str) -> dict[int, int]:
+    """Bytes of memory per NUMA node of a v2 ``memory.numa_stat``: ``anon + file``, as
+    Koordinator's ``ParseMemoryNumaStatV2`` sums them (values are already bytes)."""
+    anon = _numa_line(data, path, b"anon ")
+    file = _numa_line(data, path, b"file ")
+    if anon is None or file is None:
+        raise ParseError(f"{path}: missing 'anon' or 'file' line")
+    return {node: anon.get(node, 0) + file.get(node, 0) for node in sorted(anon.keys() | file)}
+
+
+def parse_memory_numa_stat(data: bytes, path: str, version: int) -> dict[int, int]:
+    """Bytes per NUMA node of a ``memory.numa_stat`` of cgroup ``version`` 1 or 2 (an ``IntEnum``
+    such as the layout's cgroup version works too)."""
+    if version == 2:
+        return parse_memory_numa_stat_v2(data, path)
+    if version == 1:
+        return parse_memory_numa_stat_v1(data, path)
+    raise ValueError(f"unknown cgroup version {version!r}")
