@@ -1,0 +1,7 @@
+"""``python -m koordlet``: the same as the ``koordlet`` console script."""
+
+import sys
+
+from koordlet.cli import main
+
+sys.exit(main())

@@ -1,0 +1,466 @@
+"""The daemon: the only module that knows every component; staged start, reverse-order stop.
+
+Start, one stage after the other, each logged with its duration (``docs/architecture.md``)::
+
+    1 executor     detect the cgroup layout (version, driver, kubepods root); start the
+                   CgroupWriter thread, which resolves every write through that layout
+    2 metriccache  the embedded metric cache
+    3 states       probe the host's capabilities; the inventory (kubepods walker, plus the
+                   NodeSLO-file host-application source in standalone mode); first refresh
+    4 collectors   the collect loop: every base interval, ONE worker thread refreshes the
+                   inventory and runs the due collectors; the loop then drops the series of
+                   removed pods and stores the tick's samples
+    5 qos          the QoS manager, one supervised loop per strategy of the table
+    6 server       /metrics, /healthz, /readyz and /debug; then ready
+
+SIGTERM or SIGINT stops the stages that started, in reverse order, within :data:`STOP_TIMEOUT`
+seconds, and :func:`run` returns 0. A stage that fails to start is logged, what started is
+stopped, and :func:`run` returns 2 for a configuration error (a bad NodeSLO file), else 1.
+SIGHUP re-reads the NodeSLO file; it is also re-read whenever its modification time changes, and
+a bad version keeps the last good one (logged with file and field, counted in
+``koordlet_nodeslo_reload_errors_total``).
+
+With ``--cgroup-driver=auto`` and no kubepods root at start, the driver is re-detected at each
+inventory refresh until one appears; then the sources, the writer and the collectors adopt the
+new layout (logged once), so a kubelet started after the koordlet is found.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from typing import TypeVar
+
+from prometheus_client import CollectorRegistry, Counter
+
+from apis.slo import NodeSLOSpec
+from koordlet import __version__
+from koordlet.collectors.framework import CollectorContext, CollectorFactory
+from koordlet.collectors.runner import CollectorRunner, TickReport
+from koordlet.collectors.table import COLLECTORS, build_collectors
+from koordlet.config import KoordletConfig, config_as_dict
+from koordlet.errors import ConfigError
+from koordlet.executor.writer import CgroupWriter
+from koordlet.metriccache.series import container_entity, host_app_entity, pod_entity
+from koordlet.metriccache.store import MetricCache
+from koordlet.qos.manager import QoSManager, StrategyContext, StrategyFactory
+from koordlet.qos.table import FEATURE_GATES as QOS_FEATURE_GATES
+from koordlet.qos.table import STRATEGIES
+from koordlet.selfmetrics import Readiness, SelfMetrics
+from koordlet.server.app import ServerDeps, ServerHandle, build_app, start_server
+from koordlet.server.exporter import KoordletExporter
+from koordlet.statesinformer.hostapps import NodeSLOFileSource
+from koordlet.statesinformer.inventory import InventoryChange, WorkloadInventory
+from koordlet.statesinformer.kubepods import KubepodsSource
+from koordlet.statesinformer.model import WorkloadSnapshot
+from koordlet.supervisor import Supervisor
+from koordlet.system.cgroups import CgroupDriver, CgroupVersion, kube_root_for
+from koordlet.system.host import Host
+from koordlet.system.probe import Capabilities, probe_capabilities
+
+logger = logging.getLogger(__name__)
+
+STAGES = ("executor", "metriccache", "states", "collectors", "qos", "server")
+"""Start-up stages, in start order; they stop in the reverse order. Also the readiness stages."""
+STOP_TIMEOUT = 5.0
+"""Seconds within which every started stage must have stopped."""
+SERVER_SHUTDOWN_TIMEOUT = 2.0
+"""Seconds the HTTP server waits for in-flight requests when stopping."""
+EXIT_OK, EXIT_FAILED, EXIT_CONFIG = 0, 1, 2
+
+_Stop = Callable[[float], Awaitable[object]]
+_T = TypeVar("_T")
+
+
+class _DriverWatch:
+    """Re-detects the cgroup driver until a kubepods root appears (driver ``auto`` only)."""
+
+    def __init__(self, host: Host, kube_path: str) -> None:
+        self._kube_path = kube_path
+        layout = host.layout
+        self._candidates = tuple(
+            layout.abs_dir("cpu", kube_root_for(kube_path, d)) for d in CgroupDriver
+        )
+        self.pending = not any(os.path.isdir(c) for c in self._candidates)
+        if self.pending:
+            logger.warning(
+                "no kubepods root yet (%s); re-detecting the cgroup driver until one appears",
+                " or ".join(self._candidates),
+            )
+
+    def check(self, host: Host) -> Host | None:
+        """The host with the re-detected layout once a kubepods root exists; else None."""
+        if not self.pending or not any(os.path.isdir(c) for c in self._candidates):
+            return None
+        self.pending = False
+        new = Host.detect(host.paths, version=host.layout.version, kube_path=self._kube_path)
+        logger.info(
+            "kubepods root appeared: cgroup driver %s, kubepods root %s",
+            new.layout.driver,
+            new.layout.kube_root,
+        )
+        return new
+
+
+class Daemon:
+    """The koordlet's components and their lifecycle; :func:`run` drives it."""
+
+    def __init__(
+        self,
+        cfg: KoordletConfig,
+        *,
+        collectors: Mapping[str, CollectorFactory] = COLLECTORS,
+        strategies: Mapping[str, StrategyFactory] = STRATEGIES,
+    ) -> None:
+        self.cfg = cfg
+        self._collector_table = collectors
+        self._strategy_table = strategies
+        self.registry = CollectorRegistry()
+        self.metrics = SelfMetrics(self.registry, node_name=cfg.node_name, version=__version__)
+        self.readiness = Readiness(STAGES, metrics=self.metrics)
+        self.nodeslo_errors = Counter(
+            "koordlet_nodeslo_reload_errors",
+            "Reloads of the local NodeSLO file that failed; the last good version stays.",
+            registry=self.registry,
+        )
+        self._stops: list[tuple[str, _Stop]] = []
+        self._supervisors: list[Supervisor] = []
+        self.host: Host | None = None
+        self.writer: CgroupWriter | None = None
+        self.cache: MetricCache | None = None
+        self.capabilities: Capabilities | None = None
+        self.inventory: WorkloadInventory | None = None
+        self.kubepods: KubepodsSource | None = None
+        self.nodeslo: NodeSLOFileSource | None = None
+        self.runner: CollectorRunner | None = None
+        self.qos: QoSManager | None = None
+        self.server: ServerHandle | None = None
+        self._driver_watch: _DriverWatch | None = None
+
+    # Start -------------------------------------------------------------------------------------
+
+    async def start(self) -> int:
+        """Start every stage in order; on a failure stop what started. Returns an exit code."""
+        began = time.perf_counter()
+        self.metrics.mark_started()
+        steps = (
+            self._start_executor,
+            self._start_metriccache,
+            self._start_states,
+            self._start_collectors,
+            self._start_qos,
+            self._start_server,
+        )
+        for number, (name, step) in enumerate(zip(STAGES, steps, strict=True), 1):
+            t0 = time.perf_counter()
+            try:
+                await step()
+            except ConfigError as err:
+                logger.error("stage %s failed to start: %s", name, err)  # noqa: TRY400 (no trace)
+                await self.stop()
+                return EXIT_CONFIG
+            except Exception:
+                logger.exception("stage %s failed to start; stopping what started", name)
+                await self.stop()
+                return EXIT_FAILED
+            logger.info(
+                "stage %d/%d %s started in %.3fs",
+                number,
+                len(STAGES),
+                name,
+                time.perf_counter() - t0,
+            )
+            self.readiness.mark_done(name)
+        logger.info(
+            "koordlet ready in %.3fs: serving on %s",
+            time.perf_counter() - began,
+            self._need(self.server).addresses,
+        )
+        return EXIT_OK
+
+    async def _start_executor(self) -> None:
+        cfg = self.cfg.cgroup
+        self.host = await asyncio.to_thread(
+            Host.detect,
+            self.cfg.paths,
+            version=None if cfg.version == "auto" else CgroupVersion(cfg.version),
+            driver=None if cfg.driver == "auto" else CgroupDriver(cfg.driver),
+            kube_path=cfg.kube_path,
+        )
+        writer = CgroupWriter(self.host)
+        writer.start()
+        self.writer = writer
+        self._on_stop("executor", lambda t: asyncio.to_thread(writer.stop, cancel_pending=True))
+
+    async def _start_metriccache(self) -> None:
+        self.cache = MetricCache()
+
+    async def _start_states(self) -> None:
+        host, writer = self._need(self.host), self._need(self.writer)
+        caps = await asyncio.to_thread(probe_capabilities, host)
+        self.capabilities = caps
+        self.metrics.record_capabilities({name: c.supported for name, c in caps.items()})
+        writer.capabilities = caps
+        self.kubepods = KubepodsSource(host)
+        if self.cfg.nodeslo_file is not None:
+            self.nodeslo = NodeSLOFileSource(
+                self.cfg.nodeslo_file, host, on_error=lambda _err: self.nodeslo_errors.inc()
+            )
+        self.inventory = WorkloadInventory(
+            [self.kubepods], [self.nodeslo] if self.nodeslo is not None else []
+        )
+        if self.cfg.cgroup.driver == "auto":
+            self._driver_watch = await asyncio.to_thread(
+                _DriverWatch, host, self.cfg.cgroup.kube_path
+            )
+        change = await asyncio.to_thread(self._first_refresh)
+        logger.info(
+            "inventory: %d pods, %d host applications",
+            len(change.snapshot.pods),
+            len(change.snapshot.host_apps),
+        )
+
+    def _first_refresh(self) -> InventoryChange:
+        """In a worker thread: the NodeSLO file's strict first load, then the first refresh."""
+        if self.nodeslo is not None:
+            self.nodeslo.load()
+        self._adopt_redetected_host()
+        return self._need(self.inventory).refresh()
+
+    async def _start_collectors(self) -> None:
+        self.runner = self._build_runner(self._need(self.host))
+        supervisor = self._supervisor("collectors")
+        supervisor.spawn_loop(
+            "collect", self._collect_step, self.cfg.collect.res_used_interval, component="daemon"
+        )
+        logger.info(
+            "collecting every %gs with %d collectors (%s)",
+            self.cfg.collect.res_used_interval,
+            len(self.runner.names),
+            ", ".join(self.runner.names) or "none",
+        )
+
+    async def _start_qos(self) -> None:
+        supervisor = Supervisor(self.metrics)
+        self._supervisors.append(supervisor)
+        ctx = StrategyContext(
+            host=lambda: self._need(self.host),
+            config=self.cfg,
+            cache=self._need(self.cache),
+            executor=self._need(self.writer),
+            workloads=self._snapshot,
+            node_slo=self._node_slo,
+            capabilities=self.capabilities,
+        )
+        qos = QoSManager(ctx, self._strategy_table, supervisor, gates=QOS_FEATURE_GATES)
+        self._on_stop("qos", qos.stop)
+        self.qos = qos
+        qos.start()
+
+    async def _start_server(self) -> None:
+        cache = self._need(self.cache)
+        self.registry.register(
+            KoordletExporter(
+                cache,
+                self._snapshot,
+                node_name=self.cfg.node_name,
+                collect_interval=self.cfg.collect.res_used_interval,
+            )
+        )
+        caps = self._need(self.capabilities)
+        deps = ServerDeps(
+            registry=self.registry,
+            readiness=self.readiness,
+            cache=cache,
+            workloads=self._snapshot,
+            capabilities=caps.as_dict,
+            config=lambda: config_as_dict(self.cfg),
+            tasks=lambda: [t for s in self._supervisors for t in s.describe()],
+            debug_allow_remote=self.cfg.server.debug_allow_remote,
+        )
+        server = self.cfg.server
+        handle = await start_server(
+            build_app(deps), server.host, server.port, shutdown_timeout=SERVER_SHUTDOWN_TIMEOUT
+        )
+        self.server = handle
+        self._on_stop("server", lambda t: handle.stop())
+
+    # The collect tick --------------------------------------------------------------------------
+
+    async def _collect_step(self) -> None:
+        """One base tick: refresh and collect in one worker thread, then store on the loop."""
+        inventory = self._need(self.inventory)
+        before = inventory.snapshot()
+        change, runner, report = await asyncio.to_thread(self._tick, time.time())
+        self._forget_removed(before, change)
+        runner.apply(report)
+
+    def _tick(self, now: float) -> tuple[InventoryChange, CollectorRunner, TickReport]:
+        """In the worker thread: layout re-detection, inventory refresh, the due collectors."""
+        self._adopt_redetected_host()
+        change = self._need(self.inventory).refresh()
+        runner = self._need(self.runner)
+        return change, runner, runner.run_tick(now)
+
+    def _adopt_redetected_host(self) -> None:
+        """Switch every host user to the new layout once the kubepods root appeared."""
+        watch, host = self._driver_watch, self._need(self.host)
+        new = watch.check(host) if watch is not None else None
+        if new is None or new.layout == host.layout:
+            return
+        self.host = new
+        self._need(self.kubepods).host = new
+        if self.nodeslo is not None:
+            self.nodeslo.host = new
+        self._need(self.writer).host = new
+        if self.runner is not None:
+            self.runner = self._build_runner(new)
+
+    def _forget_removed(self, before: WorkloadSnapshot, change: InventoryChange) -> None:
+        """Drop the series (and the writer's cached values) of pods and apps that are gone."""
+        cache, writer = self._need(self.cache), self._need(self.writer)
+        dropped = 0
+        for uid in change.removed:
+            dropped += cache.drop_entity(pod_entity(uid))
+            dropped += cache.drop_prefix(container_entity(uid, ""))
+            pod = before.pods.get(uid)
+            if pod is not None:
+                writer.forget(pod.cgroup_dir)
+        if change.host_apps_changed:
+            declared = {a.name for a in change.snapshot.host_apps}
+            for app in before.host_apps:
+                if app.name not in declared:
+                    dropped += cache.drop_entity(host_app_entity(app.name))
+        if dropped:
+            logger.debug("dropped %d series of removed workloads", dropped)
+
+    def _build_runner(self, host: Host) -> CollectorRunner:
+        ctx = CollectorContext(host=host, config=self.cfg, capabilities=self.capabilities)
+        return CollectorRunner(
+            build_collectors(ctx, self._collector_table),
+            self._need(self.cache),
+            self._snapshot,
+            base_interval=self.cfg.collect.res_used_interval,
+            recorder=self.metrics,
+        )
+
+    # Helpers -----------------------------------------------------------------------------------
+
+    def _snapshot(self) -> WorkloadSnapshot:
+        return self._need(self.inventory).snapshot()
+
+    def _node_slo(self) -> NodeSLOSpec:
+        return self.nodeslo.spec if self.nodeslo is not None else NodeSLOSpec()
+
+    def _supervisor(self, stage: str) -> Supervisor:
+        supervisor = Supervisor(self.metrics)
+        self._supervisors.append(supervisor)
+        self._on_stop(stage, supervisor.stop)
+        return supervisor
+
+    def _on_stop(self, stage: str, stop: _Stop) -> None:
+        self._stops.append((stage, stop))
+
+    @staticmethod
+    def _need(value: _T | None) -> _T:
+        if value is None:
+            raise RuntimeError("a component was used before its stage started")
+        return value
+
+    def reload_node_slo(self) -> None:
+        """SIGHUP: re-read the NodeSLO file at the next refresh, changed or not."""
+        if self.nodeslo is None:
+            logger.info("SIGHUP: no NodeSLO file configured; nothing to reload")
+            return
+        logger.info("SIGHUP: re-reading %s at the next refresh", self.nodeslo.path)
+        self.nodeslo.request_reload()
+
+    # Stop --------------------------------------------------------------------------------------
+
+    async def stop(self) -> None:
+        """Stop the started stages in reverse order, all within :data:`STOP_TIMEOUT` seconds.
+
+        Idempotent. A stage that fails or overruns is logged and the others still stop.
+        """
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + STOP_TIMEOUT
+        self.metrics.ready.set(0)
+        while self._stops:
+            stage, stop = self._stops.pop()
+            remaining = max(deadline - loop.time(), 0.1)
+            t0 = time.perf_counter()
+            try:
+                async with asyncio.timeout(remaining):
+                    await stop(remaining)
+            except TimeoutError:
+                logger.error("stage %s did not stop within %.1fs", stage, remaining)  # noqa: TRY400
+            except Exception:
+                logger.exception("stage %s failed to stop", stage)
+            else:
+                logger.info("stage %s stopped in %.3fs", stage, time.perf_counter() - t0)
+
+
+async def run(
+    cfg: KoordletConfig,
+    *,
+    collectors: Mapping[str, CollectorFactory] = COLLECTORS,
+    strategies: Mapping[str, StrategyFactory] = STRATEGIES,
+    stop: asyncio.Event | None = None,
+) -> int:
+    """Run the koordlet until SIGTERM or SIGINT (or ``stop`` is set); returns the exit code.
+
+    ``collectors`` and ``strategies`` are the plugin tables (tests pass their own).
+    """
+    daemon = Daemon(cfg, collectors=collectors, strategies=strategies)
+    stop_event = stop if stop is not None else asyncio.Event()
+    loop = asyncio.get_running_loop()
+    installed = _install_signals(loop, stop_event, daemon.reload_node_slo)
+    try:
+        start = asyncio.ensure_future(daemon.start())
+        waiter = asyncio.ensure_future(stop_event.wait())
+        await asyncio.wait((start, waiter), return_when=asyncio.FIRST_COMPLETED)
+        if not start.done():
+            logger.info("stop requested during start-up")
+            start.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await start
+            await daemon.stop()
+            waiter.cancel()
+            return EXIT_OK
+        code = start.result()
+        if code != EXIT_OK:
+            waiter.cancel()
+            return code
+        await waiter
+        logger.info("stopping")
+        await daemon.stop()
+        logger.info("stopped")
+        return EXIT_OK
+    finally:
+        for sig in installed:
+            loop.remove_signal_handler(sig)
+
+
+def _install_signals(
+    loop: asyncio.AbstractEventLoop, stop: asyncio.Event, reload: Callable[[], None]
+) -> list[signal.Signals]:
+    """SIGTERM and SIGINT set ``stop``, SIGHUP calls ``reload``; returns what was installed."""
+    handlers: dict[signal.Signals, Callable[[], None]] = {
+        signal.SIGTERM: stop.set,
+        signal.SIGINT: stop.set,
+        signal.SIGHUP: reload,
+    }
+    installed = []
+    for sig, handler in handlers.items():
+        try:
+            loop.add_signal_handler(sig, handler)
+        except (NotImplementedError, RuntimeError, ValueError) as err:  # not the main thread
+            logger.warning("cannot handle %s here (%s); use the stop event", sig.name, err)
+            continue
+        installed.append(sig)
+    return installed
