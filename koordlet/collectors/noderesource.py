@@ -1,0 +1,115 @@
+"""Node CPU and memory usage, and memory per NUMA node (Koordinator's ``NodeResourceCollector``).
+
+Each tick:
+
+- **CPU**, in cores: busy jiffies of the aggregate ``cpu`` line of ``/proc/stat``
+  (``user + nice + system + irq + softirq``; guest time is already inside ``user``) differenced
+  against the previous tick, divided by ``USER_HZ`` and by the seconds between the two ticks
+  (upstream: ``delta ticks / GetPeriodTicks(last, now)``). The first tick only seeds; a counter
+  that went backwards (it cannot, short of a reboot under us) re-seeds.
+- **Memory**, in bytes: ``MemTotal - MemAvailable`` of ``/proc/meminfo`` (``MemUsageBytes``), and
+  with page cache ``MemTotal - MemFree`` (``MemUsageWithPageCache``) from the same bytes.
+- **NUMA**: for each node of ``/sys/devices/system/node``, ``MemTotal`` and the usage without
+  page cache of its ``meminfo`` (``MemTotal - MemFree - Active(file) - Inactive(file)``: the
+  kernel prints no ``MemAvailable`` per node; see ``koordlet.system.procfs.NumaMemInfo``). The
+  node list is read once (NUMA nodes do not come and go); a kernel without NUMA support has
+  no such directory and the collector says so once as an unsupported source.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from koordlet.collectors.framework import CollectResult, Tick
+from koordlet.errors import CgroupGoneError, HostError
+from koordlet.metriccache.series import (
+    NODE,
+    NODE_CPU_USAGE,
+    NODE_MEMORY_USAGE,
+    NODE_MEMORY_WITH_PAGE_CACHE,
+    NUMA_MEMORY_TOTAL,
+    NUMA_MEMORY_USAGE,
+    Sample,
+    SeriesKey,
+    numa_entity,
+)
+from koordlet.system.host import Host
+from koordlet.system.procfs import (
+    USER_HZ,
+    numa_node_ids,
+    parse_meminfo,
+    parse_numa_meminfo,
+    parse_proc_stat_cpu,
+)
+
+logger = logging.getLogger(__name__)
+
+NAME = "noderesource"
+
+_CPU_KEY = SeriesKey(NODE_CPU_USAGE, NODE)
+_MEM_KEY = SeriesKey(NODE_MEMORY_USAGE, NODE)
+_MEM_PC_KEY = SeriesKey(NODE_MEMORY_WITH_PAGE_CACHE, NODE)
+
+
+def read_node_file(tick: Tick, path: str) -> bytes:
+    """A system file through the tick; a missing one is a host fault, not a cgroup race."""
+    try:
+        return tick.read(path)
+    except CgroupGoneError as err:
+        raise HostError(f"{path}: missing") from err
+
+
+class NodeResourceCollector:
+    """See the module docstring."""
+
+    def __init__(self, host: Host, interval: float = 1.0, *, user_hz: int = USER_HZ) -> None:
+        self.name = NAME
+        self.interval = interval
+        self._paths = host.paths
+        self._stat_path = host.paths.proc("stat")
+        self._meminfo_path = host.paths.proc("meminfo")
+        self._user_hz = float(user_hz)
+        self._last: tuple[int, float] | None = None
+        self._numa: tuple[tuple[int, str, SeriesKey, SeriesKey], ...] | None = None
+
+    def _numa_plan(self) -> tuple[tuple[int, str, SeriesKey, SeriesKey], ...]:
+        if self._numa is None:
+            plan = []
+            for node in numa_node_ids(self._paths):
+                entity = numa_entity(node)
+                plan.append(
+                    (
+                        node,
+                        self._paths.sys("devices", "system", "node", f"node{node}", "meminfo"),
+                        SeriesKey(NUMA_MEMORY_USAGE, entity),
+                        SeriesKey(NUMA_MEMORY_TOTAL, entity),
+                    )
+                )
+            self._numa = tuple(plan)
+            if not plan:
+                logger.info("no NUMA nodes under %s", self._paths.sys("devices", "system", "node"))
+        return self._numa
+
+    def collect(self, tick: Tick) -> CollectResult:
+        now = tick.now
+        busy = parse_proc_stat_cpu(read_node_file(tick, self._stat_path), self._stat_path).busy
+        meminfo = parse_meminfo(read_node_file(tick, self._meminfo_path), self._meminfo_path)
+        samples = [
+            Sample(_MEM_KEY, float(meminfo.used)),
+            Sample(_MEM_PC_KEY, float(meminfo.used_with_page_cache)),
+        ]
+        last, self._last = self._last, (busy, now)
+        if last is not None:
+            delta, elapsed = busy - last[0], now - last[1]
+            if delta >= 0 and elapsed > 0:
+                samples.append(Sample(_CPU_KEY, delta / self._user_hz / elapsed))
+        unsupported: dict[str, str] = {}
+        numa = self._numa_plan()
+        if not numa:
+            where = self._paths.sys("devices", "system", "node")
+            unsupported["numa"] = f"no node<N> folders under {where} (kernel without NUMA)"
+        for node, path, usage_key, total_key in numa:
+            info = parse_numa_meminfo(read_node_file(tick, path), path, node)
+            samples.append(Sample(usage_key, float(info.used)))
+            samples.append(Sample(total_key, float(info.mem_total)))
+        return CollectResult(samples=samples, unsupported=unsupported)

@@ -1,0 +1,381 @@
+"""The collector runner: one shared :class:`~koordlet.collectors.framework.Tick` per base interval.
+
+The daemon calls :meth:`CollectorRunner.run_tick` in ONE worker thread per base tick and then
+:meth:`CollectorRunner.apply` on the event loop with the report it returned::
+
+    report = await asyncio.to_thread(runner.run_tick, time.time())
+    runner.apply(report)
+
+``run_tick`` builds the tick (file reads memoized for its duration, ENOENT → ``CgroupGoneError``,
+the samples of earlier collectors visible through ``Tick.last``), runs the collectors that are due
+in table order, each one guarded, and measures each step's thread CPU time and wall time.
+``apply`` appends the samples to the metric cache at the tick's timestamp, stores ``info``, feeds
+the self-metrics and logs what changed (a collector that starts or stops failing, sources that
+become unsupported) once, never once per tick.
+
+Intervals: a collector's ``interval`` is rounded up to a whole number of base ticks; it runs at
+its first tick, then whenever that many base intervals have passed (half a tick of tolerance, so
+a late tick does not push it a whole period back).
+
+Threading: ``run_tick`` reads the metric cache (``Tick.last`` falls back on it) while the event loop
+waits for it; the daemon never runs ``apply`` or drops series while a ``run_tick`` is in flight.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol, TypeVar, cast
+
+from koordlet.collectors.framework import Collector, CollectResult, Tick
+from koordlet.errors import ConfigError, HostError
+from koordlet.metriccache.series import Sample
+from koordlet.statesinformer.model import WorkloadSnapshot
+from koordlet.system.cgroupstats import read_file_bytes
+
+logger = logging.getLogger(__name__)
+
+COMPONENT = "collector"
+"""The ``component`` label of the collectors' steps in the self-metrics."""
+
+FRESH_INTERVALS = 2.0
+"""``Tick.last`` falls back on cache values younger than this many base intervals."""
+
+T = TypeVar("T")
+
+Parser = Callable[[bytes, str], T]
+"""A file parser: ``(content, path) -> value``, raising ``ParseError`` naming ``path``."""
+
+
+class MetricStore(Protocol):
+    """What the runner needs of the metric cache (``koordlet.metriccache.MetricCache``)."""
+
+    def append(self, ts: float, samples: Iterable[Sample]) -> None: ...
+
+    def set_info(self, name: str, value: object) -> None: ...
+
+    def last(self, metric: str, entity: str, *, max_age: float | None = None) -> float | None: ...
+
+
+class StepRecorder(Protocol):
+    """Where step durations and failures go: ``koordlet.selfmetrics.SelfMetrics`` fits."""
+
+    def observe_step(self, component: str, name: str, seconds: float, *, failed: bool) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class StepOutcome:
+    """What one collector's step did in one tick."""
+
+    name: str
+    """The collector's table name."""
+    result: CollectResult | None
+    """Its result; None when it raised."""
+    error: BaseException | None
+    """The exception it raised, else None."""
+    cpu_seconds: float
+    """CPU time of the step on the worker thread (``time.thread_time``)."""
+    wall_seconds: float
+    """Wall time of the step (``time.perf_counter``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class TickReport:
+    """Everything one ``run_tick`` produced, handed to ``apply`` on the event loop."""
+
+    now: float
+    """The tick's timestamp (``time.time()``); every sample of the tick carries it."""
+    steps: tuple[StepOutcome, ...]
+    """One entry per collector that was due, in table order."""
+    reads: int
+    """Distinct files read during the tick (memoized reads count once)."""
+    cpu_seconds: float
+    """CPU time of the whole tick on the worker thread, tick set-up included."""
+    wall_seconds: float
+    """Wall time of the whole tick."""
+    unsupported: Mapping[str, str] = field(default_factory=dict)
+    """``collector/source`` → reason, over every step of the tick."""
+
+    @property
+    def errors(self) -> dict[str, BaseException]:
+        """Collector name → the exception its step raised."""
+        return {s.name: s.error for s in self.steps if s.error is not None}
+
+    @property
+    def sample_count(self) -> int:
+        return sum(len(s.result.samples) for s in self.steps if s.result is not None)
+
+
+class TickState:
+    """The runner's :class:`~koordlet.collectors.framework.Tick`: reads memoized (failures too,
+    so a vanished cgroup costs one ``open`` per tick), ``last`` over the samples published by
+    the steps before. Tests and benchmarks build one directly to drive a collector's step.
+
+    :param read: the file reader (``read_file_bytes``: ENOENT → ``CgroupGoneError``).
+    :param store: where ``last`` falls back when this tick has no value; None: nowhere.
+    :param max_age: seconds a fallback value may be old.
+    """
+
+    __slots__ = (
+        "_files",
+        "_max_age",
+        "_overlay",
+        "_parsed",
+        "_pending",
+        "_read",
+        "_store",
+        "now",
+        "workloads",
+    )
+
+    def __init__(
+        self,
+        now: float,
+        workloads: WorkloadSnapshot,
+        *,
+        read: Callable[[str], bytes] = read_file_bytes,
+        store: MetricStore | None = None,
+        max_age: float = FRESH_INTERVALS,
+    ) -> None:
+        self.now = now
+        self.workloads = workloads
+        self._read = read
+        self._store = store
+        self._max_age = max_age
+        self._files: dict[str, bytes | HostError] = {}
+        self._overlay: dict[tuple[str, str], float] = {}
+        self._pending: list[Sequence[Sample]] = []
+        self._parsed: dict[Callable[[bytes, str], Any], dict[str, Any]] = {}
+
+    @property
+    def reads(self) -> int:
+        return len(self._files)
+
+    def read(self, path: str) -> bytes:
+        try:
+            got = self._files[path]
+        except KeyError:
+            try:
+                got = self._read(path)
+            except HostError as err:  # remembered too: a vanished cgroup is not read twice
+                got = err
+            self._files[path] = got
+        if type(got) is bytes:
+            return got
+        assert isinstance(got, HostError)
+        raise got
+
+    def parsed(self, path: str, parser: Parser[T]) -> T:
+        """``parser(read(path), path)``, computed once per tick for each (parser, path): the pod
+        and page-cache collectors share one parse of each ``memory.stat``, the v2 usage and
+        throttling collectors one of each ``cpu.stat``. Parse errors are not remembered."""
+        memo = self._parsed.get(parser)
+        if memo is None:
+            memo = self._parsed[parser] = {}
+        try:
+            return cast(T, memo[path])
+        except KeyError:
+            pass
+        value = memo[path] = parser(self.read(path), path)
+        return value
+
+    def publish(self, samples: Sequence[Sample]) -> None:
+        """Make a finished step's samples visible to ``last`` (folded in lazily)."""
+        if samples:
+            self._pending.append(samples)
+
+    def last(self, metric: str, entity: str) -> float | None:
+        if self._pending:
+            for batch in self._pending:
+                self._overlay.update(batch)  # Sample is a (key, value) pair
+            self._pending.clear()
+        # A plain tuple hashes and compares equal to the SeriesKey (a NamedTuple): no object.
+        value = self._overlay.get((metric, entity))
+        if value is not None or self._store is None:
+            return value
+        return self._store.last(metric, entity, max_age=self._max_age)
+
+
+def parse_file(tick: Tick, path: str, parser: Parser[T]) -> T:
+    """``parser`` applied to ``path`` as read through ``tick``: once per tick on the runner's
+    :class:`TickState`; on any other :class:`~koordlet.collectors.framework.Tick`, each time."""
+    if type(tick) is TickState:
+        return tick.parsed(path, parser)
+    return parser(tick.read(path), path)
+
+
+class _Schedule:
+    """When one collector is due."""
+
+    __slots__ = ("every", "next_due")
+
+    def __init__(self, every: int) -> None:
+        self.every = every
+        self.next_due: float | None = None
+
+
+def ticks_per_step(interval: float, base_interval: float) -> int:
+    """``interval`` as a whole number of base ticks, rounded up (at least one)."""
+    if not interval > 0:
+        return 1
+    return max(1, math.ceil(interval / base_interval - 1e-9))
+
+
+class CollectorRunner:
+    """Runs the collectors of the table, in its order, on one shared tick."""
+
+    def __init__(
+        self,
+        collectors: Sequence[Collector],
+        cache: MetricStore,
+        workloads: Callable[[], WorkloadSnapshot],
+        *,
+        base_interval: float = 1.0,
+        recorder: StepRecorder | None = None,
+        read: Callable[[str], bytes] = read_file_bytes,
+    ) -> None:
+        if not base_interval > 0:
+            raise ConfigError(
+                f"must be a positive duration, got {base_interval!r}",
+                field="collect.res_used_interval",
+            )
+        names = [c.name for c in collectors]
+        if len(set(names)) != len(names):
+            raise ConfigError(f"duplicate collector names in {names}", field="collectors")
+        self._collectors = tuple(collectors)
+        self._cache = cache
+        self._workloads = workloads
+        self._base = base_interval
+        self._recorder = recorder
+        self._read = read
+        self._schedules = {
+            c.name: _Schedule(ticks_per_step(c.interval, base_interval)) for c in collectors
+        }
+        self._failing: set[str] = set()
+        self._unsupported: dict[str, str] = {}
+
+    @property
+    def base_interval(self) -> float:
+        return self._base
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(c.name for c in self._collectors)
+
+    def every(self, name: str) -> int:
+        """How many base ticks apart the collector ``name`` runs."""
+        return self._schedules[name].every
+
+    def set_recorder(self, recorder: StepRecorder | None) -> None:
+        """Install (or remove) the self-metrics hook."""
+        self._recorder = recorder
+
+    def run_tick(self, now: float) -> TickReport:
+        """Run every due collector once on one shared tick; synchronous, for one worker thread."""
+        cpu0 = time.thread_time()
+        wall0 = time.perf_counter()
+        tick = TickState(
+            now,
+            self._workloads(),
+            read=self._read,
+            store=self._cache,
+            max_age=FRESH_INTERVALS * self._base,
+        )
+        tolerance = self._base / 2
+        steps: list[StepOutcome] = []
+        unsupported: dict[str, str] = {}
+        for collector in self._collectors:
+            schedule = self._schedules[collector.name]
+            if schedule.next_due is not None and now < schedule.next_due - tolerance:
+                continue
+            schedule.next_due = now + schedule.every * self._base
+            c0 = time.thread_time()
+            w0 = time.perf_counter()
+            result: CollectResult | None
+            error: BaseException | None = None
+            try:
+                result = collector.collect(tick)
+            except Exception as err:  # the framework's guard: one failing step stops nothing else
+                result, error = None, err
+            steps.append(
+                StepOutcome(
+                    collector.name, result, error, time.thread_time() - c0, time.perf_counter() - w0
+                )
+            )
+            if result is not None:
+                tick.publish(result.samples)
+                for source, reason in result.unsupported.items():
+                    unsupported[f"{collector.name}/{source}"] = reason
+        return TickReport(
+            now=now,
+            steps=tuple(steps),
+            reads=tick.reads,
+            cpu_seconds=time.thread_time() - cpu0,
+            wall_seconds=time.perf_counter() - wall0,
+            unsupported=unsupported,
+        )
+
+    def apply(self, report: TickReport) -> None:
+        """Store a tick's results (event loop side): samples, info, self-metrics, logs."""
+        cache = self._cache
+        for step in report.steps:
+            result = step.result
+            if result is not None:
+                if result.samples:
+                    cache.append(report.now, result.samples)
+                for name, value in result.info.items():
+                    cache.set_info(name, value)
+            self._note_outcome(step)
+            if self._recorder is not None:
+                self._recorder.observe_step(
+                    COMPONENT, step.name, step.wall_seconds, failed=step.error is not None
+                )
+        self._note_unsupported(report)
+
+    def _note_outcome(self, step: StepOutcome) -> None:
+        if step.error is None:
+            if step.name in self._failing:
+                self._failing.discard(step.name)
+                logger.info("collector %s works again", step.name)
+            return
+        if step.name not in self._failing:
+            self._failing.add(step.name)
+            logger.error("collector %s failed; retrying every tick", step.name, exc_info=step.error)
+        else:
+            logger.debug("collector %s still failing: %s", step.name, step.error)
+
+    def _note_unsupported(self, report: TickReport) -> None:
+        ran = {s.name for s in report.steps if s.result is not None}
+        current = {k: v for k, v in self._unsupported.items() if k.split("/", 1)[0] not in ran}
+        current.update(report.unsupported)
+        if current == self._unsupported:
+            return
+        for key in sorted(current.keys() - self._unsupported.keys()):
+            logger.warning("collector source %s unsupported: %s", key, current[key])
+        for key in sorted(self._unsupported.keys() - current.keys()):
+            logger.info("collector source %s available again", key)
+        self._unsupported = current
+
+    @property
+    def unsupported(self) -> dict[str, str]:
+        """``collector/source`` → reason, as of the last applied tick."""
+        return dict(self._unsupported)
+
+    @property
+    def failing(self) -> frozenset[str]:
+        """Collectors whose last step raised."""
+        return frozenset(self._failing)
+
+    def describe(self) -> list[dict[str, Any]]:
+        """The collectors with their effective intervals (for ``/debug``)."""
+        return [
+            {
+                "name": c.name,
+                "interval_seconds": self._schedules[c.name].every * self._base,
+                "failing": c.name in self._failing,
+            }
+            for c in self._collectors
+        ]
