@@ -5,11 +5,13 @@ A collection tick reads three small files per cgroup (``cpuacct.usage`` or v2 ``
 
 - :func:`read_file_bytes` does one ``os.open``/``os.read``/``os.close`` with a buffer large enough
   for every cgroup file, and reads again only when the buffer came back full;
-- the parsers take ``bytes`` and pick ONLY the keys they need with ``bytes.find`` on
-  ``b"\\n<key> "`` (the first line of a file has no leading newline, so a key not found that way
-  is also tried at offset 0), converting just those values with ``int()``. The file is never split
-  into lines or a dict. Keys are searched in the kernel's order starting where the previous one
-  ended, falling back to a full search, so any order is still parsed correctly.
+- the parsers take ``bytes`` and pick ONLY the keys they need, never building a dict of the
+  file. ``memory.stat``: ``bytes.find`` of ``b"\\n<key> "`` (the first line has no leading
+  newline, so a key not found that way is also tried at offset 0) for the first key of each run
+  of keys the kernel prints on consecutive lines, one bounded ``split`` for the rest of the run,
+  and ``int()`` of just those values; another order falls back to one ``find`` per key, so any
+  order parses correctly. ``cpu.stat`` (3 to 10 lines) is split once and read by its learned
+  layout, which measured cheaper for a file that small.
 
 Errors: a file or cgroup that vanished (``ENOENT``, ``ENODEV`` on a removed cgroup, ``ESRCH``)
 raises :class:`~koordlet.errors.CgroupGoneError`, chained to the ``OSError``; a file whose format
@@ -118,6 +120,58 @@ def _pick(
             line = (head + data[start:end]).decode(errors="replace")
             raise ParseError(f"{path}: bad value in line {line!r}") from None
         pos = end
+    return values
+
+
+class _Run(NamedTuple):
+    """Keys the kernel prints on consecutive lines: one ``find`` and one bounded ``split``."""
+
+    first: tuple[bytes, bytes]
+    """Needles of the run's first key (see :func:`_needles`)."""
+    following: list[bytes]
+    """Names of the keys expected on the next lines, in order."""
+
+
+def _runs(*groups: Sequence[str]) -> tuple[_Run, ...]:
+    return tuple(
+        _Run(_needles(group[:1])[0], [name.encode() for name in group[1:]]) for group in groups
+    )
+
+
+def _pick_runs(
+    data: bytes,
+    path: str,
+    runs: tuple[_Run, ...],
+    needles: tuple[tuple[bytes, bytes], ...],
+    required: int,
+) -> list[int]:
+    """:func:`_pick` for a file in the kernel's key order, about a third cheaper.
+
+    Each run's first key is found, then ``split(None, 2n+1)`` of the rest yields the run's values
+    and the names of the lines after it, which must be the expected ones. Anything else (another
+    order, a missing key, a bad value) falls back to :func:`_pick`, which also words the errors.
+    """
+    values: list[int] = []
+    pos = 0
+    for (nkey, head), following in runs:
+        start = data.find(nkey, pos)
+        if start < 0:
+            start = data.find(nkey)
+        if start >= 0:
+            start += len(nkey)
+        elif data.startswith(head):
+            start = len(head)
+        else:
+            return _pick(data, path, needles, required)
+        count = 2 * len(following) + 1
+        tokens = data[start:].split(None, count)
+        if tokens[1:count:2] != following:
+            return _pick(data, path, needles, required)
+        try:
+            values.extend(map(int, tokens[0:count:2]))
+        except ValueError:
+            return _pick(data, path, needles, required)
+        pos = start
     return values
 
 
@@ -297,13 +351,21 @@ _MEMORY_STAT_V1 = _needles(
 _MEMORY_STAT_V2 = _needles(
     ("anon", "file", "inactive_anon", "active_anon", "inactive_file", "active_file", "unevictable")
 )
+_LRU_RUN = ("active_anon", "inactive_file", "active_file", "unevictable")
+"""The LRU lists follow ``inactive_anon`` on consecutive lines in both versions (v1 with the
+``total_`` prefix); ``total_rss`` follows ``total_cache``, ``file`` follows ``anon``."""
+_MEMORY_STAT_V1_RUNS = _runs(
+    ("total_cache", "total_rss"),
+    ("total_inactive_anon", *(f"total_{name}" for name in _LRU_RUN)),
+)
+_MEMORY_STAT_V2_RUNS = _runs(("anon", "file"), ("inactive_anon", *_LRU_RUN))
 
 
 def parse_memory_stat_v1(data: bytes, path: str) -> MemoryUsage:
     """A v1 ``memory.stat``, from its hierarchical ``total_*`` keys (the cgroup and all its
     descendants), all of which are required."""
-    cache, rss, inactive_anon, active_anon, inactive_file, active_file, unevictable = _pick(
-        data, path, _MEMORY_STAT_V1, 7
+    cache, rss, inactive_anon, active_anon, inactive_file, active_file, unevictable = _pick_runs(
+        data, path, _MEMORY_STAT_V1_RUNS, _MEMORY_STAT_V1, 7
     )
     return MemoryUsage(
         inactive_anon + active_anon, unevictable, active_file, inactive_file, cache, rss
@@ -312,8 +374,8 @@ def parse_memory_stat_v1(data: bytes, path: str) -> MemoryUsage:
 
 def parse_memory_stat_v2(data: bytes, path: str) -> MemoryUsage:
     """A v2 ``memory.stat`` (hierarchical by design); all seven keys used are required."""
-    anon, file, inactive_anon, active_anon, inactive_file, active_file, unevictable = _pick(
-        data, path, _MEMORY_STAT_V2, 7
+    anon, file, inactive_anon, active_anon, inactive_file, active_file, unevictable = _pick_runs(
+        data, path, _MEMORY_STAT_V2_RUNS, _MEMORY_STAT_V2, 7
     )
     return MemoryUsage(
         inactive_anon + active_anon, unevictable, active_file, inactive_file, file, anon

@@ -407,3 +407,46 @@ def test_selective_v2_cpu_parse_equals_the_naive_parse(data: bytes) -> None:
         0,
         0,
     )
+
+
+@st.composite
+def kernel_ordered_v1(draw: st.DrawFn) -> bytes:
+    """A v1 memory.stat in the kernel's order (the runs the fast path expects), decoys between."""
+
+    def decoys() -> list[tuple[str, int]]:
+        names = draw(st.lists(st.sampled_from(DECOYS), unique=True, max_size=3))
+        return [(name, draw(values)) for name in names]
+
+    head = [(key, draw(values)) for key in V1_KEYS[:2]]
+    lru = [(key, draw(values)) for key in V1_KEYS[2:]]
+    return render(decoys() + head + decoys() + lru + decoys(), draw(st.booleans()))
+
+
+@given(kernel_ordered_v1())
+def test_kernel_ordered_v1_memory_stat_parses_like_the_naive_parse(data: bytes) -> None:
+    raw = naive(data)
+    usage = parse_memory_stat_v1(data, "memory.stat")
+    assert (
+        usage.usage
+        == raw["total_active_anon"] + raw["total_inactive_anon"] + raw["total_unevictable"]
+    )
+    assert (usage.cache, usage.rss, usage.active_file, usage.inactive_file) == (
+        raw["total_cache"],
+        raw["total_rss"],
+        raw["total_active_file"],
+        raw["total_inactive_file"],
+    )
+
+
+def test_a_memory_stat_with_reordered_lru_lines_is_still_parsed() -> None:
+    data, path = golden("v2/memory.stat")
+    swapped = data.replace(b"\nactive_anon ", b"\nactive_anoX ").replace(
+        b"\ninactive_file ", b"\nactive_anon "
+    )
+    swapped = swapped.replace(b"\nactive_anoX ", b"\ninactive_file ")
+    raw = naive(swapped)
+    usage = parse_memory_stat_v2(swapped, path)
+    assert (usage.anon, usage.inactive_file) == (
+        raw["active_anon"] + raw["inactive_anon"],
+        raw["inactive_file"],
+    )
