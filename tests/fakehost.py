@@ -13,7 +13,18 @@ captured samples in ``tests/golden`` (see its README), numbers are substituted.
 
 Counters are set per cgroup and never aggregated up the tree: a test sets exactly what the code
 under test reads. Setters rewrite only their keys and keep the rest of a file, so a test may also
-write a file directly (``write``) and still use the setters.
+write a file directly (``write``) and still use the setters. Cgroups are named by their path
+relative to a controller root, as ``CgroupLayout`` and ``PodInfo.cgroup_dir`` name them::
+
+    pod, [c] = fake.add_pod(uid, KubeQOS.BURSTABLE, [("containerd", container_id(1))])
+    fake.set_cpu_usage(c, 2 * 10**9)
+    fake.set_memory(pod, anon=300 << 20, file=100 << 20)
+    fake.advance_proc_stat(user=100, idle=300)
+    fake.set_meminfo(MemAvailable=8 << 20)
+
+Use the ``fake_host`` fixture (every layout) or build one on the ``host_root`` fixture, which
+puts the tree on tmpfs: 200 pods of 3 containers build there in well under a second, against
+several seconds on a busy disk.
 """
 
 from __future__ import annotations
@@ -22,19 +33,14 @@ import contextlib
 import functools
 import hashlib
 import os
+import re
 import shutil
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import NamedTuple
 
 from apis.extension import KubeQOS
-from koordlet.system.cgroups import (
-    RUNTIME_CRIO,
-    CgroupDriver,
-    CgroupLayout,
-    CgroupVersion,
-    detect_layout,
-)
+from koordlet.system.cgroups import RUNTIME_CRIO, CgroupDriver, CgroupVersion, detect_layout
 from koordlet.system.host import Host
 from koordlet.system.paths import HostPaths
 
@@ -47,6 +53,11 @@ V1_UNLIMITED = 9223372036854771712
 _NS_PER_TICK = 10**9 // USER_HZ
 _V2_ROOT_CONTROLLERS = "cpuset cpu io memory hugetlb pids rdma misc"
 _V2_ENABLED = "cpuset cpu io memory pids"
+_V2_NON_ROOT = (
+    "cpu.max cpu.max.burst cpu.weight cpu.idle cpuset.cpus cpuset.mems io.max memory.current "
+    "memory.min memory.low memory.high memory.max pids.max pids.current"
+)
+"""cgroup v2 files that exist on non-root cgroups only (cgroup-v2.rst)."""
 _PROC_STAT_FIELDS = ("user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal")
 """The /proc/stat fields a test sets (guest and guest_nice stay 0)."""
 _MEMINFO_PERCENT = (
@@ -159,9 +170,7 @@ class FakeHost:
         self.paths = HostPaths(
             str(self.root / "sys/fs/cgroup"), str(self.root / "proc"), str(self.root / "sys")
         )
-        self.layout: CgroupLayout = detect_layout(
-            self.paths, version=version, driver=driver, kube_path=kube_path
-        )
+        self.layout = detect_layout(self.paths, version=version, driver=driver, kube_path=kube_path)
         self.host = Host(paths=self.paths, layout=self.layout)
         self.all_cpus = cpulist(range(ncpus))
         self.all_mems = cpulist(range(numa_nodes))
@@ -347,14 +356,8 @@ class FakeHost:
         return dict(self._meminfo)
 
     @staticmethod
-    def _meminfo_key(name: str) -> str:
-        for kind in ("anon", "file"):
-            if name.endswith(f"_{kind}"):
-                return f"{name[: -len(kind) - 1]}({kind})"
-        return name
-
-    def _merge_kb(self, target: dict[str, int], values: Mapping[str, int], where: str) -> None:
-        updates = {k if k in target else self._meminfo_key(k): v for k, v in values.items()}
+    def _merge_kb(target: dict[str, int], values: Mapping[str, int], where: str) -> None:
+        updates = {re.sub(r"_(anon|file)$", r"(\1)", k): v for k, v in values.items()}
         unknown = set(updates) - set(target)
         if unknown:
             raise KeyError(f"{where} has no keys {sorted(unknown)}")
@@ -438,9 +441,7 @@ class FakeHost:
             del files["pids"]["pids.max"], files["pids"]["pids.current"]
             return files
         v2 = files[""]
-        non_root = "cpu.max cpu.max.burst cpu.weight cpu.idle cpuset.cpus cpuset.mems io.max"
-        non_root += " memory.current memory.min memory.low memory.high memory.max pids.max"
-        for name in (*non_root.split(), "pids.current"):
+        for name in _V2_NON_ROOT.split():
             del v2[name]
         v2["cgroup.controllers"] = (_V2_ROOT_CONTROLLERS + "\n").encode()
         v2["cpu.stat"] = render_flat(_keys(golden("v2/cpu.stat.root")), {}).encode()
@@ -514,9 +515,6 @@ class FakeHost:
         for controller in self._templates:
             shutil.rmtree(self.layout.abs_dir(controller or "cpu", rel), ignore_errors=True)
         self._cgroups = {c for c in self._cgroups if c != rel and not c.startswith(rel + "/")}
-
-    def exists(self, rel: str) -> bool:
-        return rel.strip("/") in self._cgroups
 
     # cgroups: counters -------------------------------------------------------------------------
 

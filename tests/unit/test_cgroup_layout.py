@@ -32,7 +32,15 @@ from koordlet.system.cgroups import (
 from koordlet.system.host import Host
 from koordlet.system.paths import HostPaths
 from tests.conftest import LAYOUTS
-from tests.fakehost import GOLDEN, PAGE, CpuTimes, FakeHost, container_id, parse_flat
+from tests.fakehost import (
+    GOLDEN,
+    PAGE,
+    CpuTimes,
+    FakeHost,
+    container_id,
+    parse_flat,
+    render_flat,
+)
 
 UID = "7712555c-ce62-454a-9e18-9ff0217b8941"
 CID = container_id("c1")
@@ -372,6 +380,15 @@ def test_the_fake_procfs_renders_the_golden_samples_byte_for_byte(host_root: Pat
     node = (GOLDEN / "sys/node0_meminfo").read_text()
     fake.set_numa_meminfo(0, **{ln.split()[2][:-1]: int(ln.split()[3]) for ln in node.splitlines()})
     assert Path(fake.paths.sys("devices/system/node/node0/meminfo")).read_text() == node
+
+
+@pytest.mark.parametrize(
+    "sample",
+    ["v1/memory.stat", "v1/cpu.stat", "v1/cpuacct.stat", "v2/memory.stat", "v2/cpu.stat"],
+)
+def test_flat_cgroup_files_render_back_to_their_golden_samples(sample: str) -> None:
+    values = parse_flat((GOLDEN / sample).read_text())
+    assert render_flat(values, values) == (GOLDEN / sample).read_text()
 
 
 def test_the_fake_topology_numbers_threads_as_linux_does(host_root: Path) -> None:
