@@ -1,0 +1,399 @@
+"""``koordlet.daemon.run`` in the test's event loop, on a fake host tree with a short tick."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import re
+import socket
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, cast
+
+import aiohttp
+import pytest
+import yaml
+
+from apis.extension import KubeQOS
+from koordlet import daemon
+from koordlet.collectors.framework import CollectorContext, CollectorFactory, CollectResult, Tick
+from koordlet.collectors.table import COLLECTORS
+from koordlet.config import (
+    CgroupConfig,
+    CgroupDriverSetting,
+    CgroupVersionSetting,
+    CollectConfig,
+    KoordletConfig,
+    ServerConfig,
+)
+from koordlet.qos.manager import Strategy, StrategyContext, StrategyFactory
+from koordlet.system.cgroups import CgroupDriver, CgroupVersion
+from tests.daemon import Samples, free_port, one_value, parse_samples
+from tests.fakehost import FakeHost, container_id
+
+INTERVAL = 0.1
+"""Seconds between collect ticks in these tests."""
+UID = "7c1e2d3f-aaaa-4bbb-8ccc-000000000001"
+GIB = 1024**3
+
+
+@pytest.fixture
+async def no_leftover_tasks() -> AsyncIterator[None]:
+    """Fails the test when it leaves a task of its own running."""
+    before = asyncio.all_tasks()
+    yield
+    current = asyncio.current_task()
+    leftover = [t for t in asyncio.all_tasks() - before if t is not current and not t.done()]
+    assert not leftover, f"tasks left running: {[t.get_name() for t in leftover]}"
+
+
+@pytest.fixture
+def fake(tmp_path: Path) -> FakeHost:
+    return FakeHost(tmp_path / "host", CgroupVersion.V1, CgroupDriver.CGROUPFS)
+
+
+def make_config(
+    fake: FakeHost,
+    *,
+    driver: CgroupDriverSetting = "cgroupfs",
+    nodeslo: Path | None = None,
+    port: int | None = None,
+) -> KoordletConfig:
+    return KoordletConfig(
+        node_name="node-1",
+        paths=fake.paths,
+        cgroup=CgroupConfig(version=cast(CgroupVersionSetting, str(fake.version)), driver=driver),
+        collect=CollectConfig(res_used_interval=INTERVAL),
+        server=ServerConfig(addr=f"127.0.0.1:{port or free_port()}"),
+        standalone=True,
+        nodeslo_file=None if nodeslo is None else str(nodeslo),
+    )
+
+
+@dataclass
+class Running:
+    """A daemon running in this loop, and an HTTP client for it."""
+
+    task: asyncio.Task[int]
+    stop: asyncio.Event
+    base: str
+    session: aiohttp.ClientSession
+    code: int | None = field(default=None)
+
+    async def get(self, path: str) -> tuple[int, str]:
+        async with self.session.get(self.base + path) as resp:
+            return resp.status, await resp.text()
+
+    async def json(self, path: str) -> Any:
+        status, text = await self.get(path)
+        assert status == 200, text
+        return json.loads(text)
+
+    async def samples(self) -> Samples:
+        status, text = await self.get("/metrics")
+        assert status == 200
+        return parse_samples(text)
+
+    async def until(
+        self, what: str, check: Callable[[], Awaitable[bool]], within: float = 10.0
+    ) -> None:
+        """Poll ``check`` until it holds; fail naming ``what`` after ``within`` seconds."""
+        try:
+            async with asyncio.timeout(within):
+                while not await check():
+                    assert not self.task.done(), f"the daemon ended (code {self.task.result()})"
+                    await asyncio.sleep(INTERVAL / 2)
+        except TimeoutError:
+            pytest.fail(f"no {what} within {within:g}s")
+
+
+@contextlib.asynccontextmanager
+async def running(
+    cfg: KoordletConfig,
+    *,
+    collectors: Mapping[str, CollectorFactory] = COLLECTORS,
+    strategies: Mapping[str, StrategyFactory] | None = None,
+) -> AsyncIterator[Running]:
+    """Start ``daemon.run``, wait for ``/readyz``, and stop it (within 5 s) on the way out."""
+    stop = asyncio.Event()
+    tables: dict[str, Any] = {"collectors": collectors}
+    if strategies is not None:
+        tables["strategies"] = strategies
+    task = asyncio.create_task(daemon.run(cfg, stop=stop, **tables), name="test-daemon")
+    async with aiohttp.ClientSession() as session:
+        run = Running(task, stop, f"http://{cfg.server.addr}", session)
+        try:
+
+            async def ready() -> bool:
+                with contextlib.suppress(aiohttp.ClientConnectionError):
+                    return (await run.get("/readyz"))[0] == 200
+                return False
+
+            await run.until("ready", ready)
+            yield run
+        finally:
+            stop.set()
+            async with asyncio.timeout(daemon.STOP_TIMEOUT):
+                run.code = await task
+    assert run.code == 0
+
+
+def stage_events(records: list[logging.LogRecord]) -> list[tuple[str, str]]:
+    """``(started|stopped, stage)`` from the daemon's stage log lines, in order."""
+    out = []
+    for r in records:
+        if r.name != "koordlet.daemon":
+            continue
+        m = re.match(r"stage (?:\d+/\d+ )?(\w+) (started|stopped) in", r.getMessage())
+        if m:
+            out.append((m.group(2), m.group(1)))
+    return out
+
+
+async def test_stages_start_in_order_serve_ready_and_stop_in_reverse(
+    fake: FakeHost, caplog: pytest.LogCaptureFixture, no_leftover_tasks: None
+) -> None:
+    caplog.set_level(logging.INFO)
+    async with running(make_config(fake)) as run:
+        assert await run.get("/readyz") == (200, "ok")
+        tasks = (await run.json("/debug/tasks"))["tasks"]
+        assert [t["name"] for t in tasks] == ["collect"]
+
+    events = stage_events(caplog.records)
+    started = [s for e, s in events if e == "started"]
+    stopped = [s for e, s in events if e == "stopped"]
+    assert started == list(daemon.STAGES)
+    assert stopped == [s for s in reversed(daemon.STAGES) if s in stopped]
+    assert {"server", "qos", "collectors", "executor"} <= set(stopped)
+
+
+async def test_node_and_pod_usage_from_the_fake_tree_are_exported(
+    fake: FakeHost, no_leftover_tasks: None
+) -> None:
+    pod_rel, (ctr_rel,) = fake.add_pod(UID, KubeQOS.BESTEFFORT, [("containerd", container_id(1))])
+    fake.set_memory(pod_rel, anon=300 << 20, file=100 << 20)
+    fake.set_memory(ctr_rel, anon=300 << 20, file=100 << 20)
+    mem = fake.meminfo
+    expected_node_memory = (mem["MemTotal"] - mem["MemAvailable"]) * 1024
+
+    async with running(make_config(fake)) as run:
+
+        async def exported() -> bool:
+            got = await run.samples()
+            return one_value(got, "koordlet_pod_used_memory_bytes", pod_uid=UID) is not None
+
+        await run.until("pod memory exported", exported)
+        samples = await run.samples()
+
+    assert one_value(samples, "koordlet_node_used_memory_bytes") == expected_node_memory
+    assert one_value(samples, "koordlet_pod_used_memory_bytes", pod_uid=UID) == 300 << 20
+    assert one_value(samples, "koordlet_pod_used_memory_bytes", pod_uid=UID, qos="BE") is not None
+
+
+@dataclass
+class Boom:
+    """A collector whose every step raises."""
+
+    name: str = "boom"
+    interval: float = INTERVAL
+
+    def collect(self, tick: Tick) -> CollectResult:
+        raise RuntimeError("collector exploded")
+
+
+async def test_a_collector_that_raises_is_counted_and_does_not_take_the_daemon_down(
+    fake: FakeHost, no_leftover_tasks: None
+) -> None:
+    def boom(ctx: CollectorContext) -> Boom:
+        return Boom()
+
+    table = {"boom": boom, **COLLECTORS}
+
+    async with running(make_config(fake), collectors=table) as run:
+
+        async def counted_twice() -> bool:
+            got = await run.samples()
+            errors = one_value(
+                got, "koordlet_step_errors_total", component="collector", name="boom"
+            )
+            return errors is not None and errors >= 2
+
+        await run.until("boom's errors counted", counted_twice)
+        samples = await run.samples()
+        assert await run.get("/healthz") == (200, "ok")
+        (collect,) = (await run.json("/debug/tasks"))["tasks"]
+
+    assert one_value(samples, "koordlet_node_used_memory_bytes") is not None
+    assert one_value(samples, "koordlet_step_errors_total", name="noderesource") in (None, 0.0)
+    assert collect["errors"] == 0
+
+
+async def test_the_series_of_a_removed_pod_are_dropped_at_the_next_tick(
+    fake: FakeHost, no_leftover_tasks: None
+) -> None:
+    pod_rel, (ctr_rel,) = fake.add_pod(UID, KubeQOS.BURSTABLE, [("containerd", container_id(2))])
+    fake.set_memory(pod_rel, anon=64 << 20)
+    fake.set_memory(ctr_rel, anon=64 << 20)
+
+    async with running(make_config(fake)) as run:
+
+        async def entities() -> set[str]:
+            return set((await run.json("/debug/metrics")).get("entities", {}))
+
+        async def pod_series() -> bool:
+            return any(e.startswith(("pod/", "container/")) for e in await entities())
+
+        await run.until("pod series stored", pod_series)
+        fake.remove_cgroup(pod_rel)
+
+        async def gone() -> bool:
+            workloads = await run.json("/debug/workloads")
+            return not workloads["pods"] and not await pod_series()
+
+        await run.until("pod and its series gone", gone)
+
+
+def write_nodeslo(path: Path, apps: list[dict[str, Any]]) -> None:
+    path.write_text(yaml.safe_dump({"spec": {"hostApplications": apps}}))
+
+
+async def test_a_nodeslo_file_is_reloaded_on_change_and_a_bad_edit_keeps_the_last_good_one(
+    fake: FakeHost, tmp_path: Path, no_leftover_tasks: None
+) -> None:
+    slo = tmp_path / "nodeslo.yaml"
+    write_nodeslo(slo, [{"name": "nginx", "qos": "LS"}])
+    fake.add_host_app_cgroup("host-latency-sensitive/nginx")
+
+    async with running(make_config(fake, nodeslo=slo)) as run:
+        apps = (await run.json("/debug/workloads"))["host_apps"]
+        assert apps == [
+            {
+                "name": "nginx",
+                "qos": "LS",
+                "priority_class": "",
+                "cgroup_dir": "host-latency-sensitive/nginx",
+                "present": True,
+            }
+        ]
+
+        write_nodeslo(slo, [{"name": "nginx", "qos": "LS"}, {"name": "batch", "qos": "BE"}])
+
+        async def two_apps() -> bool:
+            return len((await run.json("/debug/workloads"))["host_apps"]) == 2
+
+        await run.until("edited file reloaded", two_apps)
+
+        write_nodeslo(slo, [{"name": "nginx", "qos": "PLATINUM"}])
+
+        async def error_counted() -> bool:
+            got = await run.samples()
+            return one_value(got, "koordlet_nodeslo_reload_errors_total") == 1.0
+
+        await run.until("bad reload counted", error_counted)
+        names = [a["name"] for a in (await run.json("/debug/workloads"))["host_apps"]]
+        assert names == ["nginx", "batch"]
+
+
+async def test_a_kubepods_tree_created_after_start_is_found_with_its_driver(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, no_leftover_tasks: None
+) -> None:
+    fake = FakeHost(tmp_path / "host", CgroupVersion.V1, CgroupDriver.SYSTEMD)
+    fake.remove_cgroup(fake.layout.kube_root)
+    caplog.set_level(logging.INFO)
+
+    async with running(make_config(fake, driver="auto")) as run:
+        assert (await run.json("/debug/workloads"))["pods"] == []
+        pod_rel, _ = fake.add_pod(UID, KubeQOS.BESTEFFORT)
+
+        async def found() -> bool:
+            return bool((await run.json("/debug/workloads"))["pods"])
+
+        await run.until("late pod found", found)
+        (pod,) = (await run.json("/debug/workloads"))["pods"]
+
+    assert pod["cgroup_dir"] == pod_rel
+    assert pod_rel.startswith("kubepods.slice/kubepods-besteffort.slice/")
+    appeared = [r for r in caplog.records if "kubepods root appeared" in r.getMessage()]
+    assert len(appeared) == 1
+
+
+@dataclass
+class Counting:
+    """A strategy that counts its rounds (and fails when told to)."""
+
+    name: str
+    interval: float = INTERVAL
+    rounds: int = 0
+    fail: bool = False
+
+    async def reconcile(self) -> None:
+        self.rounds += 1
+        if self.fail:
+            raise RuntimeError("strategy failed")
+
+
+async def test_the_qos_manager_runs_each_strategy_and_counts_its_failures(
+    fake: FakeHost, no_leftover_tasks: None
+) -> None:
+    good, bad = Counting("good"), Counting("bad", fail=True)
+    seen: list[StrategyContext] = []
+
+    def factory(strategy: Counting) -> StrategyFactory:
+        def build(ctx: StrategyContext) -> Strategy:
+            seen.append(ctx)
+            return strategy
+
+        return build
+
+    table = {"good": factory(good), "bad": factory(bad)}
+    async with running(make_config(fake), strategies=table) as run:
+
+        async def both_ran() -> bool:
+            return good.rounds >= 3 and bad.rounds >= 3
+
+        await run.until("strategies ran", both_ran)
+        samples = await run.samples()
+        names = {t["name"] for t in (await run.json("/debug/tasks"))["tasks"]}
+
+    assert names == {"collect", "qos/good", "qos/bad"}
+    errors = one_value(samples, "koordlet_step_errors_total", component="qos", name="qos/bad")
+    assert errors is not None
+    assert errors >= 1
+    assert seen[0].host().layout == fake.layout
+
+
+async def test_a_stage_that_fails_to_start_stops_what_started_and_returns_1(
+    fake: FakeHost, caplog: pytest.LogCaptureFixture, no_leftover_tasks: None
+) -> None:
+    caplog.set_level(logging.INFO)
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        cfg = make_config(fake, port=taken.getsockname()[1])
+        async with asyncio.timeout(10):
+            code = await daemon.run(cfg, stop=asyncio.Event())
+
+    assert code == daemon.EXIT_FAILED
+    assert any("stage server failed to start" in r.getMessage() for r in caplog.records)
+    stopped = [s for e, s in stage_events(caplog.records) if e == "stopped"]
+    assert stopped[0] == "qos"
+    assert stopped[-1] == "executor"
+
+
+async def test_a_bad_nodeslo_file_at_start_returns_the_config_exit_code(
+    fake: FakeHost, tmp_path: Path, caplog: pytest.LogCaptureFixture, no_leftover_tasks: None
+) -> None:
+    slo = tmp_path / "nodeslo.yaml"
+    write_nodeslo(slo, [{"name": "x", "qos": "NOPE"}])
+
+    async with asyncio.timeout(10):
+        code = await daemon.run(make_config(fake, nodeslo=slo), stop=asyncio.Event())
+
+    assert code == daemon.EXIT_CONFIG
+    (record,) = [r for r in caplog.records if "failed to start" in r.getMessage()]
+    assert str(slo) in record.getMessage()
+    assert "hostApplications[0].qos" in record.getMessage()
+    assert record.exc_info is None

@@ -1,0 +1,242 @@
+"""The kubepods walker and the inventory that merges sources, on a fake host tree."""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Mapping
+from pathlib import Path
+
+import pytest
+
+from apis.extension import KubeQOS, QoSClass
+from koordlet.statesinformer.inventory import WorkloadInventory
+from koordlet.statesinformer.kubepods import KubepodsSource
+from koordlet.statesinformer.model import HostAppInfo, PodInfo
+from koordlet.system.cgroups import CgroupDriver, CgroupVersion
+from tests.fakehost import FakeHost, container_id
+
+LAYOUTS = [
+    pytest.param((v, d), id=f"{v}-{d}")
+    for v in (CgroupVersion.V1, CgroupVersion.V2)
+    for d in (CgroupDriver.CGROUPFS, CgroupDriver.SYSTEMD)
+]
+
+UID_G = "0f6d1c2e-1111-4a4a-8b8b-000000000001"
+UID_B = "0f6d1c2e-2222-4a4a-8b8b-000000000002"
+UID_BE = "0f6d1c2e-3333-4a4a-8b8b-000000000003"
+CID_1 = container_id("c1")
+CID_2 = container_id("c2")
+
+
+@pytest.fixture(params=LAYOUTS)
+def fake(request: pytest.FixtureRequest, tmp_path: Path) -> FakeHost:
+    version, driver = request.param
+    return FakeHost(tmp_path / "host", version, driver)
+
+
+def pod_dir(driver: CgroupDriver, qos: KubeQOS, uid: str) -> str:
+    """The kubelet's pod folder, written out (not computed by the code under test)."""
+    if driver is CgroupDriver.CGROUPFS:
+        mid = {KubeQOS.GUARANTEED: "", KubeQOS.BURSTABLE: "burstable/"}.get(qos, "besteffort/")
+        return f"kubepods/{mid}pod{uid}"
+    under = uid.replace("-", "_")
+    if qos is KubeQOS.GUARANTEED:
+        return f"kubepods.slice/kubepods-pod{under}.slice"
+    token = "burstable" if qos is KubeQOS.BURSTABLE else "besteffort"
+    return f"kubepods.slice/kubepods-{token}.slice/kubepods-{token}-pod{under}.slice"
+
+
+def test_pods_are_found_in_every_qos_level_with_uid_qos_and_cgroup_dir(fake: FakeHost) -> None:
+    fake.add_pod(UID_G, KubeQOS.GUARANTEED, [("containerd", CID_1)])
+    fake.add_pod(UID_B, KubeQOS.BURSTABLE)
+    fake.add_pod(UID_BE, KubeQOS.BESTEFFORT)
+    driver = fake.layout.driver
+
+    pods = KubepodsSource(fake.host).list_pods()
+
+    assert set(pods) == {UID_G, UID_B, UID_BE}
+    expected = {
+        UID_G: (KubeQOS.GUARANTEED, QoSClass.LSR),
+        UID_B: (KubeQOS.BURSTABLE, QoSClass.LS),
+        UID_BE: (KubeQOS.BESTEFFORT, QoSClass.BE),
+    }
+    for uid, (kube_qos, qos) in expected.items():
+        pod = pods[uid]
+        assert (pod.kube_qos, pod.qos) == (kube_qos, qos)
+        assert pod.cgroup_dir == pod_dir(driver, kube_qos, uid)
+        assert pod.name == f"pod{uid}"
+        assert pod.namespace == ""
+        assert pod.source == "kubepods"
+
+
+def test_containers_are_listed_with_runtime_and_cgroup_dir(fake: FakeHost) -> None:
+    fake.add_pod(UID_B, KubeQOS.BURSTABLE, [("containerd", CID_1), ("cri-o", CID_2)])
+    systemd = fake.layout.driver is CgroupDriver.SYSTEMD
+    base = pod_dir(fake.layout.driver, KubeQOS.BURSTABLE, UID_B)
+
+    pod = KubepodsSource(fake.host).list_pods()[UID_B]
+
+    got = {c.id: (c.runtime, c.cgroup_dir, c.name) for c in pod.containers}
+    assert got == {
+        CID_1: (
+            "containerd" if systemd else "unknown",
+            f"{base}/cri-containerd-{CID_1}.scope" if systemd else f"{base}/{CID_1}",
+            CID_1[:12],
+        ),
+        CID_2: (
+            "cri-o",
+            f"{base}/crio-{CID_2}.scope" if systemd else f"{base}/crio-{CID_2}",
+            CID_2[:12],
+        ),
+    }
+
+
+def test_folders_that_are_not_pods_or_containers_are_ignored(fake: FakeHost) -> None:
+    pod_rel, _ = fake.add_pod(UID_BE, KubeQOS.BESTEFFORT)
+    fake.add_host_app_cgroup(f"{fake.layout.kube_root}/not-a-pod")
+    fake.add_host_app_cgroup(f"{pod_rel}/not-a-container")
+
+    pods = KubepodsSource(fake.host).list_pods()
+
+    assert list(pods) == [UID_BE]
+    assert pods[UID_BE].containers == ()
+
+
+def test_a_missing_kubepods_root_means_no_pods(fake: FakeHost) -> None:
+    fake.remove_cgroup(fake.layout.kube_root)
+
+    assert KubepodsSource(fake.host).list_pods() == {}
+
+
+def test_on_v1_a_pod_made_under_one_walked_controller_only_is_found(tmp_path: Path) -> None:
+    fake = FakeHost(tmp_path / "host", CgroupVersion.V1, CgroupDriver.CGROUPFS)
+    rel = f"kubepods/besteffort/pod{UID_BE}/{CID_1}"
+    os.makedirs(fake.layout.abs_dir("memory", rel))
+
+    pods = KubepodsSource(fake.host).list_pods()
+
+    assert [c.id for c in pods[UID_BE].containers] == [CID_1]
+
+
+class FakePodSource:
+    """A pod source whose answer (or failure) a test sets."""
+
+    def __init__(self, name: str, pods: Mapping[str, PodInfo] | None = None) -> None:
+        self.name = name
+        self.pods: Mapping[str, PodInfo] = pods or {}
+        self.error: Exception | None = None
+
+    def list_pods(self) -> Mapping[str, PodInfo]:
+        if self.error is not None:
+            raise self.error
+        return self.pods
+
+
+class FakeAppSource:
+    def __init__(self, apps: tuple[HostAppInfo, ...] = ()) -> None:
+        self.name = "apps"
+        self.apps = apps
+        self.error: Exception | None = None
+
+    def list_host_apps(self) -> tuple[HostAppInfo, ...]:
+        if self.error is not None:
+            raise self.error
+        return self.apps
+
+
+def pod(uid: str, source: str, qos: QoSClass = QoSClass.LS) -> PodInfo:
+    return PodInfo(
+        uid=uid,
+        name=f"pod{uid}",
+        namespace="",
+        qos=qos,
+        kube_qos=KubeQOS.BURSTABLE,
+        cgroup_dir=f"kubepods/burstable/pod{uid}",
+        source=source,
+    )
+
+
+def test_a_refresh_reports_added_removed_and_updated_pods(fake: FakeHost) -> None:
+    inventory = WorkloadInventory([KubepodsSource(fake.host)])
+    fake.add_pod(UID_G, KubeQOS.GUARANTEED)
+    fake.add_pod(UID_B, KubeQOS.BURSTABLE)
+
+    first = inventory.refresh()
+    assert (first.added, first.removed, first.updated) == ((UID_G, UID_B), (), ())
+
+    fake.remove_cgroup(pod_dir(fake.layout.driver, KubeQOS.GUARANTEED, UID_G))
+    fake.add_pod(UID_B, KubeQOS.BURSTABLE, [("containerd", CID_1)])
+    fake.add_pod(UID_BE, KubeQOS.BESTEFFORT)
+
+    second = inventory.refresh()
+    assert (second.added, second.removed, second.updated) == ((UID_BE,), (UID_G,), (UID_B,))
+    assert set(inventory.snapshot().pods) == {UID_B, UID_BE}
+
+
+def test_the_snapshot_and_its_generation_change_only_when_the_content_does(
+    fake: FakeHost,
+) -> None:
+    inventory = WorkloadInventory([KubepodsSource(fake.host)])
+    fake.add_pod(UID_B, KubeQOS.BURSTABLE)
+    inventory.refresh()
+    snap = inventory.snapshot()
+
+    unchanged = inventory.refresh()
+
+    assert not unchanged.changed
+    assert inventory.snapshot() is snap
+    fake.add_pod(UID_BE, KubeQOS.BESTEFFORT)
+    inventory.refresh()
+    assert inventory.snapshot().generation == snap.generation + 1
+
+
+def test_a_failing_source_keeps_its_last_answer_and_is_logged_once(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    source = FakePodSource("walker", {"u1": pod("u1", "walker")})
+    inventory = WorkloadInventory([source])
+    inventory.refresh()
+    source.error = OSError("EIO")
+
+    with caplog.at_level(logging.ERROR, logger="koordlet.statesinformer.inventory"):
+        assert not inventory.refresh().changed
+        assert not inventory.refresh().changed
+
+    assert list(inventory.snapshot().pods) == ["u1"]
+    assert len(caplog.records) == 1
+    source.error = None
+    source.pods = {}
+    assert inventory.refresh().removed == ("u1",)
+
+
+def test_the_first_source_wins_a_uid_both_report() -> None:
+    first = FakePodSource("first", {"u1": pod("u1", "first", QoSClass.LSR)})
+    second = FakePodSource("second", {"u1": pod("u1", "second"), "u2": pod("u2", "second")})
+
+    inventory = WorkloadInventory([first, second])
+    snap = inventory.refresh().snapshot
+
+    assert snap.pods["u1"].source == "first"
+    assert snap.pods["u1"].qos is QoSClass.LSR
+    assert snap.pods["u2"].source == "second"
+
+
+def test_host_apps_are_merged_and_kept_while_their_source_fails() -> None:
+    app = HostAppInfo(name="nginx", qos=QoSClass.LS, cgroup_dir="host-latency-sensitive/nginx")
+    apps = FakeAppSource((app,))
+    inventory = WorkloadInventory([FakePodSource("walker")], [apps])
+
+    change = inventory.refresh()
+    assert change.host_apps_changed
+    assert change.snapshot.host_apps == (app,)
+
+    apps.error = RuntimeError("boom")
+    assert not inventory.refresh().changed
+    assert inventory.snapshot().host_apps == (app,)
+
+    apps.error = None
+    apps.apps = ()
+    change = inventory.refresh()
+    assert change.host_apps_changed
+    assert change.snapshot.host_apps == ()
