@@ -10,7 +10,7 @@ counted and retried next tick by the framework.
 The :class:`Tick` memoizes file reads for its duration, so two collectors that need the same
 kernel file in the same tick (the pod collector and the page-cache collector both parse
 ``memory.stat``) cost one read; and ``Tick.last`` sees the samples that earlier collectors of the
-same tick produced, so derived collectors (system usage = node − pods − host apps) combine
+same tick produced, so derived collectors (system usage = node - pods - host apps) combine
 values of one instant.
 
 Collectors are built from one explicit table (``koordlet.collectors.table.COLLECTORS``) passed

@@ -63,7 +63,8 @@ class WorkloadInventory:
 
     @property
     def source_names(self) -> tuple[str, ...]:
-        return tuple(s.name for s in (*self._pod_sources, *self._host_app_sources))
+        pods = tuple(s.name for s in self._pod_sources)
+        return pods + tuple(s.name for s in self._host_app_sources)
 
     def refresh(self) -> InventoryChange:
         """Ask every source once and install the merged snapshot.
