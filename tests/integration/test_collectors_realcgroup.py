@@ -1,0 +1,188 @@
+"""The real collectors on this machine's cgroup v1 hierarchy, with real processes in a pod.
+
+The test builds a kubepods-shaped tree of its own, ``kpytest-<hex>/kubepods/besteffort/pod<uid>/
+<container id>``, under each v1 controller the collectors read (cpu, cpuacct, cpuset, memory),
+puts a busy loop in one container and a process holding ~100 MiB in another, runs two ticks of
+the whole collector table through the runner, and always kills the processes and removes the
+tree, children first, in a ``finally``.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import psutil
+import pytest
+
+from apis.extension import KubeQOS
+from koordlet.collectors.framework import CollectorContext
+from koordlet.collectors.runner import CollectorRunner
+from koordlet.collectors.table import build_collectors
+from koordlet.metriccache import MetricCache
+from koordlet.metriccache import series as s
+from koordlet.statesinformer.kubepods import KubepodsSource
+from koordlet.statesinformer.model import WorkloadSnapshot
+from koordlet.system.cgroups import CgroupDriver, CgroupVersion, detect_layout
+from koordlet.system.host import Host
+from koordlet.system.paths import HostPaths
+
+PATHS = HostPaths()
+CONTROLLERS = ("cpu", "cpuacct", "cpuset", "memory")
+MiB = 1 << 20
+
+pytestmark = [
+    pytest.mark.realcgroup,
+    pytest.mark.skipif(os.geteuid() != 0, reason="needs root to create cgroups"),
+    pytest.mark.skipif(
+        not all(os.path.isfile(PATHS.cgroup(c, "tasks")) for c in CONTROLLERS),
+        reason="needs the cgroup v1 cpu, cpuacct, cpuset and memory hierarchies",
+    ),
+]
+
+BUSY = "while True: pass"
+HOLD = (
+    "import sys, time\n"
+    "sys.stdin.readline()\n"  # wait until moved into its cgroup: pages are charged on touch
+    "block = bytearray(b'\\x01') * (100 << 20)\n"
+    "print('ready', flush=True)\n"
+    "time.sleep(600)\n"
+)
+
+
+@dataclass
+class Tree:
+    """The cgroups and processes the test made, for the ``finally``."""
+
+    host: Host
+    made: list[str] = field(default_factory=list)
+    """Absolute directories, in creation order (parents first)."""
+    procs: list[subprocess.Popen[str]] = field(default_factory=list)
+
+    def mkdir(self, rel: str) -> None:
+        for controller in CONTROLLERS:
+            path = self.host.layout.abs_dir(controller, rel)
+            os.mkdir(path)
+            self.made.append(path)
+            if controller == "cpuset":  # a new v1 cpuset is empty until told; copy the parent's
+                parent = os.path.dirname(path)
+                for name in ("cpuset.cpus", "cpuset.mems"):
+                    with open(os.path.join(parent, name)) as src:
+                        value = src.read().strip()
+                    with open(os.path.join(path, name), "w") as dst:
+                        dst.write(value)
+
+    def attach(self, rel: str, pid: int) -> None:
+        for controller in CONTROLLERS:
+            with open(self.host.layout.file(controller, rel, "cgroup.procs"), "w") as f:
+                f.write(str(pid))
+
+    def cleanup(self) -> None:
+        for proc in self.procs:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGKILL)
+            proc.wait(timeout=10)
+            for pipe in (proc.stdin, proc.stdout):
+                if pipe is not None:
+                    pipe.close()
+        for path in reversed(self.made):
+            for _ in range(50):  # a killed task leaves its cgroup asynchronously
+                try:
+                    os.rmdir(path)
+                    break
+                except FileNotFoundError:
+                    break
+                except OSError:
+                    time.sleep(0.1)
+
+
+@pytest.fixture
+def tree() -> Iterator[Tree]:
+    prefix = f"kpytest-{secrets.token_hex(6)}"
+    layout = detect_layout(
+        PATHS,
+        version=CgroupVersion.V1,
+        driver=CgroupDriver.CGROUPFS,
+        kube_path=f"{prefix}/kubepods/",
+    )
+    made = Tree(Host(PATHS, layout))
+    try:
+        made.mkdir(prefix)
+        yield made
+    finally:
+        made.cleanup()
+        assert not any(os.path.exists(p) for p in made.made), "test cgroups left behind"
+
+
+def test_real_pod_cpu_and_memory_are_collected(tree: Tree) -> None:
+    layout = tree.host.layout
+    uid = str(uuid.uuid4())
+    busy_id, hold_id = secrets.token_hex(32), secrets.token_hex(32)
+    pod_rel = layout.pod_dir(KubeQOS.BESTEFFORT, uid)
+    busy_rel = layout.container_dir(pod_rel, "containerd", busy_id)
+    hold_rel = layout.container_dir(pod_rel, "containerd", hold_id)
+    for rel in (layout.kube_root, layout.qos_dir(KubeQOS.BESTEFFORT), pod_rel, busy_rel, hold_rel):
+        tree.mkdir(rel)
+
+    busy = subprocess.Popen([sys.executable, "-c", BUSY], text=True)
+    tree.procs.append(busy)
+    tree.attach(busy_rel, busy.pid)
+    hold = subprocess.Popen(
+        [sys.executable, "-c", HOLD], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    tree.procs.append(hold)
+    tree.attach(hold_rel, hold.pid)
+    assert hold.stdin is not None
+    assert hold.stdout is not None
+    hold.stdin.write("go\n")
+    hold.stdin.flush()
+    assert hold.stdout.readline().strip() == "ready"
+
+    pods = KubepodsSource(tree.host).list_pods()
+    assert set(pods) == {uid}
+    snap = WorkloadSnapshot(pods=pods, generation=1)
+    cache = MetricCache()
+    runner = CollectorRunner(
+        build_collectors(CollectorContext(host=tree.host, config=None)), cache, lambda: snap
+    )
+    busy_proc = psutil.Process(busy.pid)
+    cpu0, t0 = sum(busy_proc.cpu_times()[:2]), time.time()
+    first = runner.run_tick(t0)
+    runner.apply(first)
+    time.sleep(1.5)
+    cpu1, t1 = sum(busy_proc.cpu_times()[:2]), time.time()
+    second = runner.run_tick(t1)
+    runner.apply(second)
+    # What the kernel says the busy loop got: under contention from other work on this host
+    # it may be less than one core, and the collectors must agree with it, not with hope.
+    measured = (cpu1 - cpu0) / (t1 - t0)
+
+    assert first.errors == {}
+    assert second.errors == {}
+    pod_cpu = cache.last(s.POD_CPU_USAGE, s.pod_entity(uid))
+    busy_cpu = cache.last(s.CONTAINER_CPU_USAGE, s.container_entity(uid, busy_id))
+    hold_memory = cache.last(s.CONTAINER_MEMORY_USAGE, s.container_entity(uid, hold_id))
+    pod_memory = cache.last(s.POD_MEMORY_USAGE, s.pod_entity(uid))
+    assert pod_cpu is not None
+    assert busy_cpu is not None
+    assert busy_cpu == pytest.approx(measured, abs=0.15)
+    assert pod_cpu == pytest.approx(busy_cpu, abs=0.1)  # the holder sleeps
+    if measured >= 0.8:  # the loop had a core to itself
+        assert 0.7 <= pod_cpu <= 1.3
+    assert hold_memory is not None
+    assert hold_memory >= 90 * MiB
+    assert pod_memory is not None
+    assert pod_memory >= hold_memory
+    be_usage = cache.last(s.BE_CPU_USAGE, s.BE)
+    assert be_usage is not None
+    assert be_usage == pytest.approx(pod_cpu, abs=0.1)  # the BE QoS cgroup holds the pod
+    node_cpu = cache.last(s.NODE_CPU_USAGE, s.NODE)
+    assert node_cpu is not None
+    assert node_cpu >= pod_cpu - 0.1
