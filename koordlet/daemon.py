@@ -28,7 +28,6 @@ new layout (logged once), so a kubelet started after the koordlet is found.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
 import signal
@@ -387,9 +386,12 @@ class Daemon:
 
         Idempotent. A stage that fails or overruns is logged and the others still stop.
         """
+        if not self._stops:
+            return
         loop = asyncio.get_running_loop()
         deadline = loop.time() + STOP_TIMEOUT
         self.metrics.ready.set(0)
+        logger.info("stopping %d stages", len(self._stops))
         while self._stops:
             stage, stop = self._stops.pop()
             remaining = max(deadline - loop.time(), 0.1)
@@ -403,6 +405,7 @@ class Daemon:
                 logger.exception("stage %s failed to stop", stage)
             else:
                 logger.info("stage %s stopped in %.3fs", stage, time.perf_counter() - t0)
+        logger.info("stopped")
 
 
 async def run(
@@ -420,28 +423,23 @@ async def run(
     stop_event = stop if stop is not None else asyncio.Event()
     loop = asyncio.get_running_loop()
     installed = _install_signals(loop, stop_event, daemon.reload_node_slo)
+    start = asyncio.ensure_future(daemon.start())
+    stopped = asyncio.ensure_future(stop_event.wait())
     try:
-        start = asyncio.ensure_future(daemon.start())
-        waiter = asyncio.ensure_future(stop_event.wait())
-        await asyncio.wait((start, waiter), return_when=asyncio.FIRST_COMPLETED)
+        await asyncio.wait((start, stopped), return_when=asyncio.FIRST_COMPLETED)
         if not start.done():
             logger.info("stop requested during start-up")
-            start.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await start
-            await daemon.stop()
-            waiter.cancel()
             return EXIT_OK
         code = start.result()
-        if code != EXIT_OK:
-            waiter.cancel()
-            return code
-        await waiter
-        logger.info("stopping")
-        await daemon.stop()
-        logger.info("stopped")
-        return EXIT_OK
+        if code == EXIT_OK:
+            await stopped
+        return code
     finally:
+        # Also when run() itself is cancelled: nothing started may outlive it.
+        for task in (start, stopped):
+            task.cancel()
+        await asyncio.wait((start, stopped))
+        await daemon.stop()
         for sig in installed:
             loop.remove_signal_handler(sig)
 

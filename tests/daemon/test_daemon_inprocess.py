@@ -41,31 +41,24 @@ GIB = 1024**3
 
 
 @pytest.fixture
-async def no_leftover_tasks() -> AsyncIterator[None]:
-    """Fails the test when it leaves a task of its own running."""
-    before = asyncio.all_tasks()
-    yield
-    current = asyncio.current_task()
-    leftover = [t for t in asyncio.all_tasks() - before if t is not current and not t.done()]
-    assert not leftover, f"tasks left running: {[t.get_name() for t in leftover]}"
-
-
-@pytest.fixture
-def fake(tmp_path: Path) -> FakeHost:
-    return FakeHost(tmp_path / "host", CgroupVersion.V1, CgroupDriver.CGROUPFS)
+def fake(host_root: Path) -> FakeHost:
+    return FakeHost(host_root, CgroupVersion.V1, CgroupDriver.CGROUPFS)
 
 
 def make_config(
     fake: FakeHost,
     *,
-    driver: CgroupDriverSetting = "cgroupfs",
+    driver: CgroupDriverSetting | None = None,
     nodeslo: Path | None = None,
     port: int | None = None,
 ) -> KoordletConfig:
     return KoordletConfig(
         node_name="node-1",
         paths=fake.paths,
-        cgroup=CgroupConfig(version=cast(CgroupVersionSetting, str(fake.version)), driver=driver),
+        cgroup=CgroupConfig(
+            version=cast(CgroupVersionSetting, str(fake.version)),
+            driver=driver or cast(CgroupDriverSetting, str(fake.layout.driver)),
+        ),
         collect=CollectConfig(res_used_interval=INTERVAL),
         server=ServerConfig(addr=f"127.0.0.1:{port or free_port()}"),
         standalone=True,
@@ -154,7 +147,7 @@ def stage_events(records: list[logging.LogRecord]) -> list[tuple[str, str]]:
 
 
 async def test_stages_start_in_order_serve_ready_and_stop_in_reverse(
-    fake: FakeHost, caplog: pytest.LogCaptureFixture, no_leftover_tasks: None
+    fake: FakeHost, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.INFO)
     async with running(make_config(fake)) as run:
@@ -171,8 +164,9 @@ async def test_stages_start_in_order_serve_ready_and_stop_in_reverse(
 
 
 async def test_node_and_pod_usage_from_the_fake_tree_are_exported(
-    fake: FakeHost, no_leftover_tasks: None
+    fake_host: FakeHost,
 ) -> None:
+    fake = fake_host
     pod_rel, (ctr_rel,) = fake.add_pod(UID, KubeQOS.BESTEFFORT, [("containerd", container_id(1))])
     fake.set_memory(pod_rel, anon=300 << 20, file=100 << 20)
     fake.set_memory(ctr_rel, anon=300 << 20, file=100 << 20)
@@ -205,7 +199,7 @@ class Boom:
 
 
 async def test_a_collector_that_raises_is_counted_and_does_not_take_the_daemon_down(
-    fake: FakeHost, no_leftover_tasks: None
+    fake: FakeHost,
 ) -> None:
     def boom(ctx: CollectorContext) -> Boom:
         return Boom()
@@ -231,9 +225,7 @@ async def test_a_collector_that_raises_is_counted_and_does_not_take_the_daemon_d
     assert collect["errors"] == 0
 
 
-async def test_the_series_of_a_removed_pod_are_dropped_at_the_next_tick(
-    fake: FakeHost, no_leftover_tasks: None
-) -> None:
+async def test_the_series_of_a_removed_pod_are_dropped_at_the_next_tick(fake: FakeHost) -> None:
     pod_rel, (ctr_rel,) = fake.add_pod(UID, KubeQOS.BURSTABLE, [("containerd", container_id(2))])
     fake.set_memory(pod_rel, anon=64 << 20)
     fake.set_memory(ctr_rel, anon=64 << 20)
@@ -261,7 +253,7 @@ def write_nodeslo(path: Path, apps: list[dict[str, Any]]) -> None:
 
 
 async def test_a_nodeslo_file_is_reloaded_on_change_and_a_bad_edit_keeps_the_last_good_one(
-    fake: FakeHost, tmp_path: Path, no_leftover_tasks: None
+    fake: FakeHost, tmp_path: Path
 ) -> None:
     slo = tmp_path / "nodeslo.yaml"
     write_nodeslo(slo, [{"name": "nginx", "qos": "LS"}])
@@ -298,9 +290,9 @@ async def test_a_nodeslo_file_is_reloaded_on_change_and_a_bad_edit_keeps_the_las
 
 
 async def test_a_kubepods_tree_created_after_start_is_found_with_its_driver(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture, no_leftover_tasks: None
+    host_root: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    fake = FakeHost(tmp_path / "host", CgroupVersion.V1, CgroupDriver.SYSTEMD)
+    fake = FakeHost(host_root, CgroupVersion.V1, CgroupDriver.SYSTEMD)
     fake.remove_cgroup(fake.layout.kube_root)
     caplog.set_level(logging.INFO)
 
@@ -335,9 +327,7 @@ class Counting:
             raise RuntimeError("strategy failed")
 
 
-async def test_the_qos_manager_runs_each_strategy_and_counts_its_failures(
-    fake: FakeHost, no_leftover_tasks: None
-) -> None:
+async def test_the_qos_manager_runs_each_strategy_and_counts_its_failures(fake: FakeHost) -> None:
     good, bad = Counting("good"), Counting("bad", fail=True)
     seen: list[StrategyContext] = []
 
@@ -366,7 +356,7 @@ async def test_the_qos_manager_runs_each_strategy_and_counts_its_failures(
 
 
 async def test_a_stage_that_fails_to_start_stops_what_started_and_returns_1(
-    fake: FakeHost, caplog: pytest.LogCaptureFixture, no_leftover_tasks: None
+    fake: FakeHost, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.INFO)
     with socket.socket() as taken:
@@ -384,7 +374,7 @@ async def test_a_stage_that_fails_to_start_stops_what_started_and_returns_1(
 
 
 async def test_a_bad_nodeslo_file_at_start_returns_the_config_exit_code(
-    fake: FakeHost, tmp_path: Path, caplog: pytest.LogCaptureFixture, no_leftover_tasks: None
+    fake: FakeHost, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     slo = tmp_path / "nodeslo.yaml"
     write_nodeslo(slo, [{"name": "x", "qos": "NOPE"}])
@@ -397,3 +387,15 @@ async def test_a_bad_nodeslo_file_at_start_returns_the_config_exit_code(
     assert str(slo) in record.getMessage()
     assert "hostApplications[0].qos" in record.getMessage()
     assert record.exc_info is None
+
+
+async def test_a_stop_requested_during_start_up_stops_what_started_and_returns_0(
+    fake: FakeHost,
+) -> None:
+    stop = asyncio.Event()
+    stop.set()
+
+    async with asyncio.timeout(daemon.STOP_TIMEOUT):
+        code = await daemon.run(make_config(fake), stop=stop)
+
+    assert code == daemon.EXIT_OK

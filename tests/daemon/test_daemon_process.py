@@ -146,11 +146,12 @@ def write_nodeslo(path: Path, apps: list[dict[str, Any]]) -> None:
 def test_koordlet_on_a_fake_tree_serves_its_numbers_and_stops_cleanly(
     command: list[str],
     tmp_path: Path,
+    host_root: Path,
     version: CgroupVersion,
     driver: CgroupDriver,
     sig: signal.Signals,
 ) -> None:
-    fake = FakeHost(tmp_path / "host", version, driver)
+    fake = FakeHost(host_root, version, driver)
     pod_rel, (ctr_rel,) = fake.add_pod(UID, KubeQOS.BESTEFFORT, [("containerd", container_id(7))])
     fake.set_memory(pod_rel, anon=256 << 20, file=64 << 20)
     fake.set_memory(ctr_rel, anon=256 << 20, file=64 << 20)
@@ -195,8 +196,10 @@ def test_koordlet_on_a_fake_tree_serves_its_numbers_and_stops_cleanly(
     assert "stage executor stopped" in proc.log.read_text()
 
 
-def test_sighup_rereads_the_nodeslo_file(command: list[str], tmp_path: Path) -> None:
-    fake = FakeHost(tmp_path / "host", CgroupVersion.V1, CgroupDriver.CGROUPFS)
+def test_sighup_rereads_the_nodeslo_file(
+    command: list[str], tmp_path: Path, host_root: Path
+) -> None:
+    fake = FakeHost(host_root, CgroupVersion.V1, CgroupDriver.CGROUPFS)
     slo = tmp_path / "nodeslo.yaml"
     write_nodeslo(slo, [{"name": "aa", "qos": "LS"}])
     st = slo.stat()

@@ -16,12 +16,6 @@ from koordlet.statesinformer.hostapps import NodeSLOFileSource
 from koordlet.system.cgroups import CgroupDriver, CgroupVersion
 from tests.fakehost import FakeHost
 
-LAYOUTS = [
-    pytest.param((v, d), id=f"{v}-{d}")
-    for v in (CgroupVersion.V1, CgroupVersion.V2)
-    for d in (CgroupDriver.CGROUPFS, CgroupDriver.SYSTEMD)
-]
-
 # Koordinator's bases, spelled out per driver (GetPodQoSRelativePath upstream).
 BASE_DIRS = {
     CgroupDriver.CGROUPFS: {
@@ -49,12 +43,6 @@ def write_nodeslo(path: Path, apps: list[dict[str, Any]]) -> None:
     path.write_text(yaml.safe_dump(doc))
 
 
-@pytest.fixture(params=LAYOUTS)
-def fake(request: pytest.FixtureRequest, tmp_path: Path) -> FakeHost:
-    version, driver = request.param
-    return FakeHost(tmp_path / "host", version, driver)
-
-
 @pytest.fixture
 def slo_file(tmp_path: Path) -> Path:
     return tmp_path / "nodeslo.yaml"
@@ -72,14 +60,14 @@ def slo_file(tmp_path: Path) -> Path:
     ],
 )
 def test_an_application_without_cgroup_path_gets_koordinators_default_dir_for_its_qos(
-    fake: FakeHost, slo_file: Path, qos: str | None, expected: str
+    fake_host: FakeHost, slo_file: Path, qos: str | None, expected: str
 ) -> None:
     app: dict[str, Any] = {"name": "app"}
     if qos is not None:
         app["qos"] = qos
     write_nodeslo(slo_file, [app])
 
-    (info,) = NodeSLOFileSource(str(slo_file), fake.host).list_host_apps()
+    (info,) = NodeSLOFileSource(str(slo_file), fake_host.host).list_host_apps()
 
     assert info.name == "app"
     assert info.cgroup_dir == expected
@@ -88,7 +76,7 @@ def test_an_application_without_cgroup_path_gets_koordinators_default_dir_for_it
 
 @pytest.mark.parametrize("base", list(CgroupBaseType))
 def test_each_cgroup_base_resolves_to_the_folder_the_cgroup_driver_names(
-    fake: FakeHost, slo_file: Path, base: CgroupBaseType
+    fake_host: FakeHost, slo_file: Path, base: CgroupBaseType
 ) -> None:
     write_nodeslo(
         slo_file,
@@ -102,55 +90,55 @@ def test_each_cgroup_base_resolves_to_the_folder_the_cgroup_driver_names(
         ],
     )
 
-    (info,) = NodeSLOFileSource(str(slo_file), fake.host).list_host_apps()
+    (info,) = NodeSLOFileSource(str(slo_file), fake_host.host).list_host_apps()
 
-    prefix = BASE_DIRS[fake.layout.driver][base]
+    prefix = BASE_DIRS[fake_host.layout.driver][base]
     assert info.cgroup_dir == "/".join(p for p in (prefix, "host-ls", "ng") if p)
     assert info.priority_class == "koord-prod"
 
 
-def test_an_empty_base_means_the_cgroup_root(fake: FakeHost, slo_file: Path) -> None:
+def test_an_empty_base_means_the_cgroup_root(fake_host: FakeHost, slo_file: Path) -> None:
     write_nodeslo(slo_file, [{"name": "a", "cgroupPath": {"parentDir": "p/q"}}])
 
-    (info,) = NodeSLOFileSource(str(slo_file), fake.host).list_host_apps()
+    (info,) = NodeSLOFileSource(str(slo_file), fake_host.host).list_host_apps()
 
     assert info.cgroup_dir == "p/q"
 
 
 def test_an_application_is_present_only_once_its_cgroup_exists(
-    fake: FakeHost, slo_file: Path
+    fake_host: FakeHost, slo_file: Path
 ) -> None:
     write_nodeslo(slo_file, [{"name": "db", "qos": "LS"}, {"name": "batch", "qos": "BE"}])
-    source = NodeSLOFileSource(str(slo_file), fake.host)
-    fake.add_host_app_cgroup("host-latency-sensitive/db")
+    source = NodeSLOFileSource(str(slo_file), fake_host.host)
+    fake_host.add_host_app_cgroup("host-latency-sensitive/db")
 
     present = {a.name: a.present for a in source.list_host_apps()}
     assert present == {"db": True, "batch": False}
 
-    fake.add_host_app_cgroup("host-best-effort/batch")
-    fake.remove_cgroup("host-latency-sensitive/db")
+    fake_host.add_host_app_cgroup("host-best-effort/batch")
+    fake_host.remove_cgroup("host-latency-sensitive/db")
 
     present = {a.name: a.present for a in source.list_host_apps()}
     assert present == {"db": False, "batch": True}
 
 
 def test_on_v1_a_cgroup_made_in_one_walked_controller_only_counts_as_present(
-    tmp_path: Path, slo_file: Path
+    host_root: Path, slo_file: Path
 ) -> None:
-    fake = FakeHost(tmp_path / "host", CgroupVersion.V1, CgroupDriver.CGROUPFS)
+    fake_host = FakeHost(host_root, CgroupVersion.V1, CgroupDriver.CGROUPFS)
     write_nodeslo(slo_file, [{"name": "agent", "qos": "LS"}])
-    os.makedirs(fake.layout.abs_dir("memory", "host-latency-sensitive/agent"))
+    os.makedirs(fake_host.layout.abs_dir("memory", "host-latency-sensitive/agent"))
 
-    (info,) = NodeSLOFileSource(str(slo_file), fake.host).list_host_apps()
+    (info,) = NodeSLOFileSource(str(slo_file), fake_host.host).list_host_apps()
 
     assert info.present
 
 
 def test_an_edited_file_is_reloaded_when_its_modification_time_changes(
-    fake: FakeHost, slo_file: Path
+    fake_host: FakeHost, slo_file: Path
 ) -> None:
     write_nodeslo(slo_file, [{"name": "a", "qos": "LS"}])
-    source = NodeSLOFileSource(str(slo_file), fake.host)
+    source = NodeSLOFileSource(str(slo_file), fake_host.host)
     assert [a.name for a in source.list_host_apps()] == ["a"]
 
     write_nodeslo(slo_file, [{"name": "a", "qos": "LS"}, {"name": "b", "qos": "BE"}])
@@ -162,11 +150,11 @@ def test_an_edited_file_is_reloaded_when_its_modification_time_changes(
 
 
 def test_a_bad_reload_keeps_the_last_good_version_and_reports_file_and_field_once(
-    fake: FakeHost, slo_file: Path, caplog: pytest.LogCaptureFixture
+    fake_host: FakeHost, slo_file: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     write_nodeslo(slo_file, [{"name": "a", "qos": "LS"}])
     errors: list[ConfigError] = []
-    source = NodeSLOFileSource(str(slo_file), fake.host, on_error=errors.append)
+    source = NodeSLOFileSource(str(slo_file), fake_host.host, on_error=errors.append)
     good = source.list_host_apps()
 
     write_nodeslo(slo_file, [{"name": "a", "qos": "GOLD"}])
@@ -187,10 +175,10 @@ def test_a_bad_reload_keeps_the_last_good_version_and_reports_file_and_field_onc
     assert info.cgroup_dir == "host-best-effort/a"
 
 
-def test_a_deleted_file_keeps_the_last_good_version(fake: FakeHost, slo_file: Path) -> None:
+def test_a_deleted_file_keeps_the_last_good_version(fake_host: FakeHost, slo_file: Path) -> None:
     write_nodeslo(slo_file, [{"name": "a", "qos": "LS"}])
     errors: list[ConfigError] = []
-    source = NodeSLOFileSource(str(slo_file), fake.host, on_error=errors.append)
+    source = NodeSLOFileSource(str(slo_file), fake_host.host, on_error=errors.append)
     good = source.list_host_apps()
 
     slo_file.unlink()
@@ -202,10 +190,10 @@ def test_a_deleted_file_keeps_the_last_good_version(fake: FakeHost, slo_file: Pa
 
 
 def test_a_requested_reload_rereads_a_file_that_looks_unchanged(
-    fake: FakeHost, slo_file: Path
+    fake_host: FakeHost, slo_file: Path
 ) -> None:
     write_nodeslo(slo_file, [{"name": "aa", "qos": "LS"}])
-    source = NodeSLOFileSource(str(slo_file), fake.host)
+    source = NodeSLOFileSource(str(slo_file), fake_host.host)
     source.list_host_apps()
     st = slo_file.stat()
     write_nodeslo(slo_file, [{"name": "bb", "qos": "LS"}])  # same size, same inode
@@ -217,10 +205,10 @@ def test_a_requested_reload_rereads_a_file_that_looks_unchanged(
 
 
 def test_a_bad_file_at_start_is_a_config_error_naming_file_and_field(
-    fake: FakeHost, slo_file: Path
+    fake_host: FakeHost, slo_file: Path
 ) -> None:
     write_nodeslo(slo_file, [{"name": "a", "cgroupPath": {"base": "Nowhere", "parentDir": "x"}}])
-    source = NodeSLOFileSource(str(slo_file), fake.host)
+    source = NodeSLOFileSource(str(slo_file), fake_host.host)
 
     with pytest.raises(ConfigError) as info:
         source.load()
@@ -231,10 +219,10 @@ def test_a_bad_file_at_start_is_a_config_error_naming_file_and_field(
 
 
 def test_the_host_can_be_replaced_when_the_driver_is_detected_late(
-    tmp_path: Path, slo_file: Path
+    host_root: Path, slo_file: Path
 ) -> None:
-    cgroupfs = FakeHost(tmp_path / "a", CgroupVersion.V1, CgroupDriver.CGROUPFS)
-    systemd = FakeHost(tmp_path / "b", CgroupVersion.V1, CgroupDriver.SYSTEMD)
+    cgroupfs = FakeHost(host_root / "a", CgroupVersion.V1, CgroupDriver.CGROUPFS)
+    systemd = FakeHost(host_root / "b", CgroupVersion.V1, CgroupDriver.SYSTEMD)
     write_nodeslo(
         slo_file,
         [{"name": "x", "cgroupPath": {"base": "KubepodsBesteffort", "relativePath": "x"}}],

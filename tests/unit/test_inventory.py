@@ -16,23 +16,11 @@ from koordlet.statesinformer.model import HostAppInfo, PodInfo
 from koordlet.system.cgroups import CgroupDriver, CgroupVersion
 from tests.fakehost import FakeHost, container_id
 
-LAYOUTS = [
-    pytest.param((v, d), id=f"{v}-{d}")
-    for v in (CgroupVersion.V1, CgroupVersion.V2)
-    for d in (CgroupDriver.CGROUPFS, CgroupDriver.SYSTEMD)
-]
-
 UID_G = "0f6d1c2e-1111-4a4a-8b8b-000000000001"
 UID_B = "0f6d1c2e-2222-4a4a-8b8b-000000000002"
 UID_BE = "0f6d1c2e-3333-4a4a-8b8b-000000000003"
 CID_1 = container_id("c1")
 CID_2 = container_id("c2")
-
-
-@pytest.fixture(params=LAYOUTS)
-def fake(request: pytest.FixtureRequest, tmp_path: Path) -> FakeHost:
-    version, driver = request.param
-    return FakeHost(tmp_path / "host", version, driver)
 
 
 def pod_dir(driver: CgroupDriver, qos: KubeQOS, uid: str) -> str:
@@ -47,13 +35,13 @@ def pod_dir(driver: CgroupDriver, qos: KubeQOS, uid: str) -> str:
     return f"kubepods.slice/kubepods-{token}.slice/kubepods-{token}-pod{under}.slice"
 
 
-def test_pods_are_found_in_every_qos_level_with_uid_qos_and_cgroup_dir(fake: FakeHost) -> None:
-    fake.add_pod(UID_G, KubeQOS.GUARANTEED, [("containerd", CID_1)])
-    fake.add_pod(UID_B, KubeQOS.BURSTABLE)
-    fake.add_pod(UID_BE, KubeQOS.BESTEFFORT)
-    driver = fake.layout.driver
+def test_pods_are_found_in_every_qos_level_with_uid_qos_and_cgroup_dir(fake_host: FakeHost) -> None:
+    fake_host.add_pod(UID_G, KubeQOS.GUARANTEED, [("containerd", CID_1)])
+    fake_host.add_pod(UID_B, KubeQOS.BURSTABLE)
+    fake_host.add_pod(UID_BE, KubeQOS.BESTEFFORT)
+    driver = fake_host.layout.driver
 
-    pods = KubepodsSource(fake.host).list_pods()
+    pods = KubepodsSource(fake_host.host).list_pods()
 
     assert set(pods) == {UID_G, UID_B, UID_BE}
     expected = {
@@ -70,12 +58,12 @@ def test_pods_are_found_in_every_qos_level_with_uid_qos_and_cgroup_dir(fake: Fak
         assert pod.source == "kubepods"
 
 
-def test_containers_are_listed_with_runtime_and_cgroup_dir(fake: FakeHost) -> None:
-    fake.add_pod(UID_B, KubeQOS.BURSTABLE, [("containerd", CID_1), ("cri-o", CID_2)])
-    systemd = fake.layout.driver is CgroupDriver.SYSTEMD
-    base = pod_dir(fake.layout.driver, KubeQOS.BURSTABLE, UID_B)
+def test_containers_are_listed_with_runtime_and_cgroup_dir(fake_host: FakeHost) -> None:
+    fake_host.add_pod(UID_B, KubeQOS.BURSTABLE, [("containerd", CID_1), ("cri-o", CID_2)])
+    systemd = fake_host.layout.driver is CgroupDriver.SYSTEMD
+    base = pod_dir(fake_host.layout.driver, KubeQOS.BURSTABLE, UID_B)
 
-    pod = KubepodsSource(fake.host).list_pods()[UID_B]
+    pod = KubepodsSource(fake_host.host).list_pods()[UID_B]
 
     got = {c.id: (c.runtime, c.cgroup_dir, c.name) for c in pod.containers}
     assert got == {
@@ -92,29 +80,29 @@ def test_containers_are_listed_with_runtime_and_cgroup_dir(fake: FakeHost) -> No
     }
 
 
-def test_folders_that_are_not_pods_or_containers_are_ignored(fake: FakeHost) -> None:
-    pod_rel, _ = fake.add_pod(UID_BE, KubeQOS.BESTEFFORT)
-    fake.add_host_app_cgroup(f"{fake.layout.kube_root}/not-a-pod")
-    fake.add_host_app_cgroup(f"{pod_rel}/not-a-container")
+def test_folders_that_are_not_pods_or_containers_are_ignored(fake_host: FakeHost) -> None:
+    pod_rel, _ = fake_host.add_pod(UID_BE, KubeQOS.BESTEFFORT)
+    fake_host.add_host_app_cgroup(f"{fake_host.layout.kube_root}/not-a-pod")
+    fake_host.add_host_app_cgroup(f"{pod_rel}/not-a-container")
 
-    pods = KubepodsSource(fake.host).list_pods()
+    pods = KubepodsSource(fake_host.host).list_pods()
 
     assert list(pods) == [UID_BE]
     assert pods[UID_BE].containers == ()
 
 
-def test_a_missing_kubepods_root_means_no_pods(fake: FakeHost) -> None:
-    fake.remove_cgroup(fake.layout.kube_root)
+def test_a_missing_kubepods_root_means_no_pods(fake_host: FakeHost) -> None:
+    fake_host.remove_cgroup(fake_host.layout.kube_root)
 
-    assert KubepodsSource(fake.host).list_pods() == {}
+    assert KubepodsSource(fake_host.host).list_pods() == {}
 
 
-def test_on_v1_a_pod_made_under_one_walked_controller_only_is_found(tmp_path: Path) -> None:
-    fake = FakeHost(tmp_path / "host", CgroupVersion.V1, CgroupDriver.CGROUPFS)
+def test_on_v1_a_pod_made_under_one_walked_controller_only_is_found(host_root: Path) -> None:
+    fake_host = FakeHost(host_root, CgroupVersion.V1, CgroupDriver.CGROUPFS)
     rel = f"kubepods/besteffort/pod{UID_BE}/{CID_1}"
-    os.makedirs(fake.layout.abs_dir("memory", rel))
+    os.makedirs(fake_host.layout.abs_dir("memory", rel))
 
-    pods = KubepodsSource(fake.host).list_pods()
+    pods = KubepodsSource(fake_host.host).list_pods()
 
     assert [c.id for c in pods[UID_BE].containers] == [CID_1]
 
@@ -157,17 +145,17 @@ def pod(uid: str, source: str, qos: QoSClass = QoSClass.LS) -> PodInfo:
     )
 
 
-def test_a_refresh_reports_added_removed_and_updated_pods(fake: FakeHost) -> None:
-    inventory = WorkloadInventory([KubepodsSource(fake.host)])
-    fake.add_pod(UID_G, KubeQOS.GUARANTEED)
-    fake.add_pod(UID_B, KubeQOS.BURSTABLE)
+def test_a_refresh_reports_added_removed_and_updated_pods(fake_host: FakeHost) -> None:
+    inventory = WorkloadInventory([KubepodsSource(fake_host.host)])
+    fake_host.add_pod(UID_G, KubeQOS.GUARANTEED)
+    fake_host.add_pod(UID_B, KubeQOS.BURSTABLE)
 
     first = inventory.refresh()
     assert (first.added, first.removed, first.updated) == ((UID_G, UID_B), (), ())
 
-    fake.remove_cgroup(pod_dir(fake.layout.driver, KubeQOS.GUARANTEED, UID_G))
-    fake.add_pod(UID_B, KubeQOS.BURSTABLE, [("containerd", CID_1)])
-    fake.add_pod(UID_BE, KubeQOS.BESTEFFORT)
+    fake_host.remove_cgroup(pod_dir(fake_host.layout.driver, KubeQOS.GUARANTEED, UID_G))
+    fake_host.add_pod(UID_B, KubeQOS.BURSTABLE, [("containerd", CID_1)])
+    fake_host.add_pod(UID_BE, KubeQOS.BESTEFFORT)
 
     second = inventory.refresh()
     assert (second.added, second.removed, second.updated) == ((UID_BE,), (UID_G,), (UID_B,))
@@ -175,10 +163,10 @@ def test_a_refresh_reports_added_removed_and_updated_pods(fake: FakeHost) -> Non
 
 
 def test_the_snapshot_and_its_generation_change_only_when_the_content_does(
-    fake: FakeHost,
+    fake_host: FakeHost,
 ) -> None:
-    inventory = WorkloadInventory([KubepodsSource(fake.host)])
-    fake.add_pod(UID_B, KubeQOS.BURSTABLE)
+    inventory = WorkloadInventory([KubepodsSource(fake_host.host)])
+    fake_host.add_pod(UID_B, KubeQOS.BURSTABLE)
     inventory.refresh()
     snap = inventory.snapshot()
 
@@ -186,7 +174,7 @@ def test_the_snapshot_and_its_generation_change_only_when_the_content_does(
 
     assert not unchanged.changed
     assert inventory.snapshot() is snap
-    fake.add_pod(UID_BE, KubeQOS.BESTEFFORT)
+    fake_host.add_pod(UID_BE, KubeQOS.BESTEFFORT)
     inventory.refresh()
     assert inventory.snapshot().generation == snap.generation + 1
 
