@@ -173,12 +173,6 @@ class CpuCounters:
         for entity in [e for e in self._last if e not in entities]:
             del self._last[entity]
 
-    def __len__(self) -> int:
-        return len(self._last)
-
-    def __contains__(self, entity: object) -> bool:
-        return entity in self._last
-
 
 class PodResourceCollector:
     """See the module docstring."""

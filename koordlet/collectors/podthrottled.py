@@ -26,6 +26,7 @@ from koordlet.metriccache.series import (
     Sample,
     SeriesKey,
 )
+from koordlet.system.cgroups import CgroupVersion
 from koordlet.system.cgroupstats import parse_cpu_stat
 from koordlet.system.host import Host
 
@@ -47,6 +48,9 @@ class PodThrottledCollector:
         self.name = NAME
         self.interval = interval
         self._layout = host.layout
+        # v2: the usage collector parses the same cpu.stat; share its parse through the tick.
+        # v1: nobody else parses cpu.stat, and a memo would cost more than it saves.
+        self._shared_parse = host.layout.version is CgroupVersion.V2
         self._targets = TargetCache()
         self._plan: tuple[_Plan, ...] = ()
         self._last: dict[str, tuple[int, int]] = {}
@@ -70,13 +74,18 @@ class PodThrottledCollector:
         if self._targets.refresh(tick.workloads):
             self._replan()
         last = self._last
+        shared = self._shared_parse
         samples: list[Sample] = []
         append = samples.append
         new = tuple.__new__  # Sample's own __new__ is Python code; this skips it
         gone = 0
         for entity, path, key in self._plan:
             try:
-                stat = parse_file(tick, path, parse_cpu_stat)
+                stat = (
+                    parse_file(tick, path, parse_cpu_stat)
+                    if shared
+                    else parse_cpu_stat(tick.read(path), path)
+                )
             except CgroupGoneError:
                 gone += 1
                 last.pop(entity, None)

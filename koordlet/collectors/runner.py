@@ -155,9 +155,10 @@ class TickState:
         return len(self._files)
 
     def read(self, path: str) -> bytes:
-        try:
-            got = self._files[path]
-        except KeyError:
+        # get() rather than try/except KeyError: a miss is the common case (most files are
+        # read once a tick) and raising KeyError costs more than the read's bookkeeping.
+        got = self._files.get(path)
+        if got is None:
             try:
                 got = self._read(path)
             except HostError as err:  # remembered too: a vanished cgroup is not read twice
@@ -175,12 +176,10 @@ class TickState:
         memo = self._parsed.get(parser)
         if memo is None:
             memo = self._parsed[parser] = {}
-        try:
-            return cast(T, memo[path])
-        except KeyError:
-            pass
-        value = memo[path] = parser(self.read(path), path)
-        return value
+        value = memo.get(path)
+        if value is None:
+            value = memo[path] = parser(self.read(path), path)
+        return cast(T, value)
 
     def publish(self, samples: Sequence[Sample]) -> None:
         """Make a finished step's samples visible to ``last`` (folded in lazily)."""
