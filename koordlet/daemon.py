@@ -295,16 +295,21 @@ class Daemon:
         """One base tick: refresh and collect in one worker thread, then store on the loop."""
         inventory = self._need(self.inventory)
         before = inventory.snapshot()
-        change, runner, report = await asyncio.to_thread(self._tick, time.time())
+        change, runner, report = await asyncio.to_thread(self._tick)
         self._forget_removed(before, change)
         runner.apply(report)
 
-    def _tick(self, now: float) -> tuple[InventoryChange, CollectorRunner, TickReport]:
-        """In the worker thread: layout re-detection, inventory refresh, the due collectors."""
+    def _tick(self) -> tuple[InventoryChange, CollectorRunner, TickReport]:
+        """In the worker thread: layout re-detection, inventory refresh, the due collectors.
+
+        The tick is stamped here, after the thread hop and the inventory walk and just before
+        the collectors read, so counter deltas divide by the time that really passed between
+        two reads (stamping on the event loop let node CPU exceed the CPU count under load).
+        """
         self._adopt_redetected_host()
         change = self._need(self.inventory).refresh()
         runner = self._need(self.runner)
-        return change, runner, runner.run_tick(now)
+        return change, runner, runner.run_tick(time.time())
 
     def _adopt_redetected_host(self) -> None:
         """Switch every host user to the new layout once the kubepods root appeared."""

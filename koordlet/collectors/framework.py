@@ -21,10 +21,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from koordlet.metriccache.series import Sample
 from koordlet.statesinformer.model import WorkloadSnapshot
+
+T = TypeVar("T")
 
 
 class MetricReader(Protocol):
@@ -44,6 +46,11 @@ class Tick(Protocol):
     def read(self, path: str) -> bytes:
         """The file's bytes, read at most once per tick. Raises ``CgroupGoneError`` when the
         file (or its cgroup) does not exist, ``HostError`` for other failures."""
+        ...
+
+    def parsed(self, path: str, parser: Callable[[bytes, str], T]) -> T:
+        """``parser(data, path)`` of the file, parsed at most once per tick per parser, so two
+        collectors that need the same kernel file share the read and the parse."""
         ...
 
     def last(self, metric: str, entity: str) -> float | None:

@@ -199,11 +199,8 @@ class TickState:
 
 
 def parse_file(tick: Tick, path: str, parser: Parser[T]) -> T:
-    """``parser`` applied to ``path`` as read through ``tick``: once per tick on the runner's
-    :class:`TickState`; on any other :class:`~koordlet.collectors.framework.Tick`, each time."""
-    if type(tick) is TickState:
-        return tick.parsed(path, parser)
-    return parser(tick.read(path), path)
+    """``parser`` applied to ``path`` as read through ``tick``, once per tick."""
+    return tick.parsed(path, parser)
 
 
 class _Schedule:

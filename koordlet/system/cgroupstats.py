@@ -436,11 +436,11 @@ def parse_memory_numa_stat_v2(data: bytes, path: str) -> dict[int, int]:
     return {node: anon.get(node, 0) + file.get(node, 0) for node in sorted(anon.keys() | file)}
 
 
-def parse_memory_numa_stat(data: bytes, path: str, version: int) -> dict[int, int]:
-    """Bytes per NUMA node of a ``memory.numa_stat`` of cgroup ``version`` 1 or 2 (an ``IntEnum``
-    such as the layout's cgroup version works too)."""
-    if version == 2:
+def parse_memory_numa_stat(data: bytes, path: str, version: int | str) -> dict[int, int]:
+    """Bytes per NUMA node of a ``memory.numa_stat`` of cgroup ``version`` 1 or 2 (also the
+    layout's ``CgroupVersion``, a ``StrEnum`` of ``"v1"``/``"v2"``)."""
+    if version in (2, "v2"):
         return parse_memory_numa_stat_v2(data, path)
-    if version == 1:
+    if version in (1, "v1"):
         return parse_memory_numa_stat_v1(data, path)
     raise ValueError(f"unknown cgroup version {version!r}")
