@@ -60,6 +60,9 @@ CONTAINER_CPU_USAGE = "container_cpu_usage"
 CONTAINER_MEMORY_USAGE = "container_memory_usage"
 CONTAINER_MEMORY_WITH_PAGE_CACHE = "container_memory_with_page_cache"
 CONTAINER_CPU_THROTTLED_RATIO = "container_cpu_throttled_ratio"
+# perf counts of a container over one CPI window (scaled, summed over CPUs; gate CPICollector)
+CONTAINER_CPI_CYCLES = "container_cpi_cycles"
+CONTAINER_CPI_INSTRUCTIONS = "container_cpi_instructions"
 
 BE_CPU_REAL_LIMIT = "be_cpu_real_limit"  # cores, entity BE
 BE_CPU_REQUEST = "be_cpu_request"  # cores, entity BE
