@@ -228,6 +228,17 @@ FAMILIES: tuple[FamilySpec, ...] = (
         s.CONTAINER_CPU_THROTTLED_RATIO,
     ),
     FamilySpec(
+        "koordlet_container_cpi",
+        "Container cpi collected by koordlet",
+        Scope.CONTAINER,
+        (
+            Source(s.CONTAINER_CPI_CYCLES, extra=("cycles",)),
+            Source(s.CONTAINER_CPI_INSTRUCTIONS, extra=("instructions",)),
+        ),
+        extra_labels=("cpi_field",),
+        upstream=True,
+    ),
+    FamilySpec(
         "koordlet_host_application_resource_usage",
         "Host application resource usage collected by koordlet (cpu in cores, memory in bytes)",
         Scope.HOST_APP,
@@ -270,6 +281,8 @@ class KoordletExporter:
     :param collect_interval: the collectors' base interval (s); samples older than
         ``STALE_INTERVALS`` times it are not exported.
     :param clock: wall-clock seconds (the cache's timestamps are ``time.time()``).
+    :param max_ages: family name → seconds its samples stay exported, for families whose
+        collector runs less often than the base interval (CPI: one window a minute).
     """
 
     def __init__(
@@ -280,6 +293,7 @@ class KoordletExporter:
         node_name: str,
         collect_interval: float,
         clock: Callable[[], float] = time.time,
+        max_ages: Mapping[str, float] | None = None,
     ) -> None:
         if not collect_interval > 0:
             raise ValueError(f"collect_interval must be positive, got {collect_interval}")
@@ -288,6 +302,7 @@ class KoordletExporter:
         self._node = node_name
         self.max_age = STALE_INTERVALS * collect_interval
         self._clock = clock
+        self._max_ages = dict(max_ages or {})
 
     def describe(self) -> Iterable[Metric]:
         """The families without samples: lets a registry detect name clashes at registration
@@ -300,13 +315,14 @@ class KoordletExporter:
         snapshot = self._workloads()
         for spec in FAMILIES:
             family = GaugeMetricFamily(spec.name, spec.help, labels=spec.labels)
+            max_age = self._max_ages.get(spec.name, self.max_age)
             for src in spec.sources:
                 for entity, labels in self._entities(spec.scope, src, snapshot):
                     sample = self._cache.last_sample(src.series, entity)
                     if sample is None:
                         continue
                     ts, value = sample
-                    if now - ts > self.max_age:
+                    if now - ts > max_age:
                         continue
                     family.add_metric([*labels, *src.extra], value)
             yield family
