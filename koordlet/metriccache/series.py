@@ -74,3 +74,20 @@ SYSTEM_MEMORY_USAGE = "system_memory_usage"  # bytes, entity SYSTEM
 HOST_APP_CPU_USAGE = "host_app_cpu_usage"  # cores, entity hostapp/<name>
 HOST_APP_MEMORY_USAGE = "host_app_memory_usage"  # bytes
 HOST_APP_MEMORY_WITH_PAGE_CACHE = "host_app_memory_with_page_cache"  # bytes
+
+# PSI, in percent of wall time (0..100) as the kernel prints it and Koordinator exports it; one
+# name per (resource, degree, window), entity NODE, pod/<uid> or container/<uid>/<id>.
+PSI_RESOURCES = ("cpu", "mem", "io")  # Koordinator's psi_resource_type (files cpu, memory, io)
+PSI_DEGREES = ("some", "full")  # Koordinator's psi_degree
+PSI_WINDOWS = ("avg10", "avg60", "avg300")  # Koordinator's psi_precision
+
+
+def psi_series(resource: str, degree: str, window: str) -> str:
+    """``psi_<resource>_<degree>_<window>`` (``psi_mem_full_avg10``): percent stalled."""
+    return f"psi_{resource}_{degree}_{window}"
+
+
+def psi_full_supported_series(resource: str) -> str:
+    """``psi_<resource>_full_supported``: 1 when the file has a ``full`` line, else 0 (cpu
+    before Linux 5.13); no ``full`` series is recorded then."""
+    return f"psi_{resource}_full_supported"
