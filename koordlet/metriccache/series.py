@@ -44,6 +44,16 @@ def numa_entity(node_id: int) -> str:
     return f"numa/{node_id}"
 
 
+def resctrl_group_entity(group: str) -> str:
+    """A resctrl control group (``LSR``, ``LS``, ``BE``): ``resctrl/<group>``."""
+    return f"resctrl/{group}"
+
+
+def resctrl_domain_entity(group: str, cache_id: int) -> str:
+    """One L3 cache domain of a resctrl control group: ``resctrl/<group>/<cache id>``."""
+    return f"resctrl/{group}/{cache_id}"
+
+
 # Metrics (Koordinator's metriccache kinds, our spelling) --------------------------------------
 NODE_CPU_USAGE = "node_cpu_usage"  # cores, entity NODE
 NODE_MEMORY_USAGE = "node_memory_usage"  # bytes: MemTotal - MemAvailable, entity NODE
@@ -74,6 +84,28 @@ SYSTEM_MEMORY_USAGE = "system_memory_usage"  # bytes, entity SYSTEM
 HOST_APP_CPU_USAGE = "host_app_cpu_usage"  # cores, entity hostapp/<name>
 HOST_APP_MEMORY_USAGE = "host_app_memory_usage"  # bytes
 HOST_APP_MEMORY_WITH_PAGE_CACHE = "host_app_memory_with_page_cache"  # bytes
+
+# Cold memory (gate ColdPageCollector), bytes; entity NODE, pod/, container/ or hostapp/.
+# Cold: idle at least the cold age (kidled); with hot page cache: usage with page cache - cold.
+NODE_MEMORY_COLD_PAGE = "node_memory_cold_page"
+NODE_MEMORY_WITH_HOT_PAGE_CACHE = "node_memory_with_hot_page_cache"  # MemTotal - MemFree - cold
+POD_MEMORY_COLD_PAGE = "pod_memory_cold_page"
+POD_MEMORY_WITH_HOT_PAGE_CACHE = "pod_memory_with_hot_page_cache"
+CONTAINER_MEMORY_COLD_PAGE = "container_memory_cold_page"
+CONTAINER_MEMORY_WITH_HOT_PAGE_CACHE = "container_memory_with_hot_page_cache"
+HOST_APP_MEMORY_COLD_PAGE = "host_app_memory_cold_page"
+HOST_APP_MEMORY_WITH_HOT_PAGE_CACHE = "host_app_memory_with_hot_page_cache"
+
+# resctrl monitoring, per control group (entity resctrl/<group>, summed over L3 domains) and per
+# domain (resctrl/<group>/<cache id>). Occupancy in bytes, counters in bytes, bandwidth in bytes/s.
+RESCTRL_LLC_OCCUPANCY = "resctrl_llc_occupancy"
+RESCTRL_MBM_TOTAL_BANDWIDTH = "resctrl_mbm_total_bandwidth"
+RESCTRL_MBM_LOCAL_BANDWIDTH = "resctrl_mbm_local_bandwidth"
+RESCTRL_DOMAIN_LLC_OCCUPANCY = "resctrl_domain_llc_occupancy"
+RESCTRL_DOMAIN_MBM_TOTAL_BYTES = "resctrl_domain_mbm_total_bytes"  # the running counter
+RESCTRL_DOMAIN_MBM_LOCAL_BYTES = "resctrl_domain_mbm_local_bytes"  # the running counter
+RESCTRL_DOMAIN_MBM_TOTAL_BANDWIDTH = "resctrl_domain_mbm_total_bandwidth"
+RESCTRL_DOMAIN_MBM_LOCAL_BANDWIDTH = "resctrl_domain_mbm_local_bandwidth"
 
 # PSI, in percent of wall time (0..100) as the kernel prints it and Koordinator exports it; one
 # name per (resource, degree, window), entity NODE, pod/<uid> or container/<uid>/<id>.
