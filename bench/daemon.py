@@ -1,0 +1,369 @@
+"""Benchmark of the real koordlet process at steady state: CPU share and resident memory.
+
+Builds a tree of ``--pods`` pods of three containers (``bench._trees``: fake on tmpfs by default,
+or real cgroup v1 with ``--tree real``), starts the daemon as a user does (``python -m koordlet``,
+or the ``koordlet`` console script with ``--command script``) in standalone mode on a free
+127.0.0.1 port, pointed at that tree and collecting every ``--interval`` seconds, and waits for
+``/readyz``. After ``--warmup`` seconds (excluded: imports, first ticks, series creation) it
+scrapes ``/metrics`` once to check that the pods are exported (distinct ``pod_uid`` values), then
+measures over ``--duration`` seconds:
+
+- CPU: ``utime + stime`` of ``/proc/<pid>/stat`` at both ends of the window, over the window's
+  wall time, in percent of one core (split into user and system too);
+- memory: ``VmRSS`` of ``/proc/<pid>/status`` sampled every second; the last sample and the
+  largest.
+
+Then it sends SIGTERM and records the exit code and how long the process took to exit. The
+process is killed, and the tree removed, in a ``finally`` whatever happens (SIGTERM to the bench
+included). Nothing scrapes during the window.
+
+    python -m bench.daemon [--json] [--pods N] [--duration S] [--interval S] [--warmup S]
+                           [--tree fake|real|auto] [--command module|script]
+
+With ``--json`` the last line is one JSON object (``cpu_percent``, ``rss_mib``, ``rss_max_mib``,
+``duration_s``, ``pods``, ``exit_code``, ``stop_s``, ...).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import platform
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager
+from pathlib import Path
+from typing import Any, NamedTuple
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from bench._trees import BenchTree, exit_on_sigterm, fake_tree, real_cgroups_available, real_tree
+from koordlet.system.paths import HostPaths
+
+REPO = Path(__file__).resolve().parents[1]
+CONTAINERS = 3
+TARGET_CPU_PERCENT = 5.0
+"""The issue's target at 200 pods: under 5 % of one core."""
+TARGET_RSS_MIB = 80.0
+"""The issue's target at 200 pods: under 80 MiB resident."""
+READY_TIMEOUT = 60.0
+STOP_TIMEOUT = 10.0
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+PROC = HostPaths()
+"""This machine's procfs, where the daemon's own counters are."""
+
+
+class CpuTicks(NamedTuple):
+    """``utime`` and ``stime`` of a process, in clock ticks."""
+
+    user: int
+    system: int
+
+
+def read_cpu_ticks(pid: int) -> CpuTicks:
+    """From ``/proc/<pid>/stat``; ``comm`` may hold spaces and parentheses, so the fields are
+    counted from the last ``)`` (proc(5): utime and stime are fields 14 and 15)."""
+    with open(PROC.proc(str(pid), "stat"), "rb") as f:
+        text = f.read()
+    fields = text[text.rindex(b")") + 2 :].split()
+    return CpuTicks(int(fields[11]), int(fields[12]))
+
+
+def read_host_cpu() -> tuple[int, int, int]:
+    """(busy, steal, total) clock ticks of the whole machine, from the ``cpu`` line of
+    ``/proc/stat`` (busy: everything but idle, iowait and steal; guest time is inside user)."""
+    with open(PROC.proc("stat"), "rb") as f:
+        values = [int(v) for v in f.readline().split()[1:9]]
+    idle, iowait, steal = values[3], values[4], values[7]
+    total = sum(values)
+    return total - idle - iowait - steal, steal, total
+
+
+def read_status(pid: int) -> dict[str, str]:
+    """``/proc/<pid>/status`` as key → value text."""
+    with open(PROC.proc(str(pid), "status")) as f:
+        return {k: v.strip() for k, _, v in (line.partition(":") for line in f)}
+
+
+def rss_mib(pid: int) -> float:
+    """``VmRSS`` in MiB."""
+    return int(read_status(pid)["VmRSS"].split()[0]) / 1024
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def http_get(url: str, timeout: float = 5.0) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as resp:
+            return resp.status, resp.read().decode()
+    except urllib.error.HTTPError as err:
+        return err.code, err.read().decode()
+
+
+class Scrape(NamedTuple):
+    """What the bench reads from one ``/metrics`` exposition."""
+
+    pods: int
+    """Distinct ``pod_uid`` label values."""
+    samples: int
+    """Samples in the exposition."""
+    steps: dict[str, tuple[float, float]]
+    """``component/name`` → (sum of seconds, count) of ``koordlet_step_duration_seconds``."""
+
+
+STEP_FAMILY = "koordlet_step_duration_seconds"
+
+
+def read_scrape(text: str) -> Scrape:
+    uids: set[str] = set()
+    samples = 0
+    steps: dict[str, list[float]] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            samples += 1
+            uid = sample.labels.get("pod_uid")
+            if uid:
+                uids.add(uid)
+            if family.name == STEP_FAMILY and sample.name in (
+                STEP_FAMILY + "_sum",
+                STEP_FAMILY + "_count",
+            ):
+                key = f"{sample.labels.get('component')}/{sample.labels.get('name')}"
+                pair = steps.setdefault(key, [0.0, 0.0])
+                pair[sample.name.endswith("_count")] = sample.value
+    return Scrape(len(uids), samples, {k: (v[0], v[1]) for k, v in steps.items()})
+
+
+def step_means_ms(before: Scrape, after: Scrape) -> dict[str, float]:
+    """Mean wall milliseconds of each step between two scrapes (steps that ran in between)."""
+    means = {}
+    for key, (total, count) in sorted(after.steps.items()):
+        total0, count0 = before.steps.get(key, (0.0, 0.0))
+        if count > count0:
+            means[key] = round((total - total0) / (count - count0) * 1e3, 3)
+    return means
+
+
+def launcher(kind: str) -> list[str]:
+    if kind == "script":
+        script = Path(sys.executable).parent / "koordlet"
+        if not script.exists():
+            raise SystemExit(f"no console script at {script}; pip install -e . installs it")
+        return [str(script)]
+    return [sys.executable, "-m", "koordlet"]
+
+
+class Daemon:
+    """A running koordlet; see :func:`running`."""
+
+    def __init__(self, popen: subprocess.Popen[bytes], port: int, log: Path) -> None:
+        self.popen = popen
+        self.base = f"http://127.0.0.1:{port}"
+        self.log = log
+
+    @property
+    def pid(self) -> int:
+        return self.popen.pid
+
+    def alive(self) -> None:
+        if self.popen.poll() is not None:
+            tail = self.log.read_text(errors="replace")[-4000:]
+            raise SystemExit(f"koordlet exited with {self.popen.returncode}; log tail:\n{tail}")
+
+    def until(self, what: str, check: Callable[[], bool], timeout: float) -> float:
+        """Poll ``check`` every 50 ms; returns the seconds it took."""
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < timeout:
+            self.alive()
+            with contextlib.suppress(OSError):
+                if check():
+                    return time.monotonic() - t0
+            time.sleep(0.05)
+        raise SystemExit(f"no {what} within {timeout:g}s; log: {self.log}")
+
+    def get(self, path: str) -> tuple[int, str]:
+        return http_get(self.base + path)
+
+
+@contextlib.contextmanager
+def running(cmd: Sequence[str], args: Sequence[str], log: Path) -> Iterator[Daemon]:
+    """Start the koordlet on a free loopback port; always kill it afterwards."""
+    port = free_port()
+    with open(log, "wb") as out:
+        popen = subprocess.Popen(
+            [*cmd, "--addr", f"127.0.0.1:{port}", *args],
+            cwd=REPO,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        yield Daemon(popen, port, log)
+    finally:
+        if popen.poll() is None:
+            popen.kill()
+        popen.wait(timeout=STOP_TIMEOUT)
+
+
+def measure(
+    tree: BenchTree,
+    cmd: Sequence[str],
+    *,
+    interval: float,
+    warmup: float,
+    duration: float,
+    log_level: str,
+    log: Path,
+) -> dict[str, Any]:
+    args = [
+        "--standalone",
+        *("--nodeslo-file", ""),
+        *("--node-name", "bench-node"),
+        *("--collect-res-used-interval-seconds", f"{interval:g}"),
+        *("--log-level", log_level),
+        *tree.daemon_args,
+    ]
+    with running(cmd, args, log) as daemon:
+        ready_s = daemon.until("/readyz", lambda: daemon.get("/readyz")[0] == 200, READY_TIMEOUT)
+        time.sleep(warmup)
+        scraped: list[Scrape] = []
+
+        def all_pods_exported() -> bool:
+            status, text = daemon.get("/metrics")
+            if status != 200:
+                return False
+            scraped.append(read_scrape(text))
+            return scraped[-1].pods >= tree.pods
+
+        # One scrape is enough once the pods are there; a slow start gets a few more seconds.
+        with contextlib.suppress(SystemExit):
+            daemon.until("every pod in /metrics", all_pods_exported, timeout=10 * interval + 5)
+        daemon.alive()
+        before = scraped[-1] if scraped else Scrape(0, 0, {})
+
+        pid = daemon.pid
+        rss: list[float] = []
+        host0 = read_host_cpu()
+        ticks0, t0 = read_cpu_ticks(pid), time.monotonic()
+        end = t0 + duration
+        while (left := end - time.monotonic()) > 0:
+            time.sleep(min(1.0, left))
+            daemon.alive()
+            rss.append(rss_mib(pid))
+        ticks1, t1 = read_cpu_ticks(pid), time.monotonic()
+        host1 = read_host_cpu()
+        threads = int(read_status(pid)["Threads"])
+        status, text = daemon.get("/metrics")
+        after = read_scrape(text) if status == 200 else before
+
+        s0 = time.monotonic()
+        daemon.popen.send_signal(signal.SIGTERM)
+        try:
+            code: int | None = daemon.popen.wait(timeout=STOP_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            code = None
+        stop_s = time.monotonic() - s0
+
+    window = t1 - t0
+    user = (ticks1.user - ticks0.user) / CLK_TCK
+    system = (ticks1.system - ticks0.system) / CLK_TCK
+    busy, steal, total = (b - a for a, b in zip(host0, host1, strict=True))
+    return {
+        "tree": tree.kind,
+        "pods": tree.pods,
+        "containers_per_pod": tree.containers,
+        "interval_s": interval,
+        "warmup_s": warmup,
+        "duration_s": round(window, 2),
+        "cpu_percent": round((user + system) / window * 100, 2),
+        "cpu_user_percent": round(user / window * 100, 2),
+        "cpu_system_percent": round(system / window * 100, 2),
+        "host_busy_percent": round(busy / max(total, 1) * 100, 1),
+        "host_steal_percent": round(steal / max(total, 1) * 100, 1),
+        "rss_mib": round(rss[-1], 1),
+        "rss_max_mib": round(max(rss), 1),
+        "rss_samples": len(rss),
+        "threads": threads,
+        "ready_s": round(ready_s, 2),
+        "pods_in_metrics": before.pods,
+        "metrics_samples": before.samples,
+        "step_wall_ms": step_means_ms(before, after),
+        "exit_code": code,
+        "stop_s": round(stop_s, 3),
+    }
+
+
+def build(kind: str, pods: int) -> AbstractContextManager[BenchTree]:
+    if kind == "auto":
+        kind = "real" if real_cgroups_available() is None else "fake"
+    if kind == "real":
+        return real_tree(pods, CONTAINERS)
+    return fake_tree(pods, CONTAINERS)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.daemon", description=__doc__)
+    parser.add_argument("--json", action="store_true", help="end with one JSON line")
+    parser.add_argument("--pods", type=int, default=200)
+    parser.add_argument("--duration", type=float, default=60.0, help="measured seconds")
+    parser.add_argument("--interval", type=float, default=1.0, help="collect interval, seconds")
+    parser.add_argument("--warmup", type=float, default=10.0, help="seconds excluded at start")
+    parser.add_argument("--tree", choices=("fake", "real", "auto"), default="fake")
+    parser.add_argument("--command", choices=("module", "script"), default="module")
+    parser.add_argument("--log-level", default="info", help="the daemon's --log-level")
+    parser.add_argument("--keep-log", action="store_true", help="keep the daemon's log file")
+    args = parser.parse_args(argv)
+    if args.pods < 0 or args.duration < 1 or args.interval <= 0 or args.warmup < 0:
+        parser.error("--pods >= 0, --duration >= 1, --interval > 0 and --warmup >= 0")
+    cmd = launcher(args.command)
+    fd, name = tempfile.mkstemp(prefix="bench-koordlet-", suffix=".log")
+    os.close(fd)
+    log = Path(name)
+    try:
+        with exit_on_sigterm(), build(args.tree, args.pods) as tree:
+            figures = measure(
+                tree,
+                cmd,
+                interval=args.interval,
+                warmup=args.warmup,
+                duration=args.duration,
+                log_level=args.log_level,
+                log=log,
+            )
+    finally:
+        if not args.keep_log:
+            log.unlink(missing_ok=True)
+    figures["command"] = " ".join([*(Path(c).name for c in cmd[:1]), *cmd[1:]])
+    figures["target_cpu_percent"] = TARGET_CPU_PERCENT
+    figures["target_rss_mib"] = TARGET_RSS_MIB
+    figures["meets_target"] = (
+        figures["cpu_percent"] < TARGET_CPU_PERCENT and figures["rss_max_mib"] < TARGET_RSS_MIB
+    )
+    figures["kernel"] = platform.release()
+    figures["python"] = platform.python_version()
+    figures["cpus"] = os.cpu_count()
+    if args.keep_log:
+        figures["log"] = str(log)
+    for key, value in figures.items():
+        print(f"{key:>20}: {value}")
+    if args.json:
+        print(json.dumps(figures, sort_keys=True))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,115 @@
+"""The benchmarks run end to end with tiny sizes and keep their output contract.
+
+Each bench is run as a user runs it (``python -m bench.<name> --json`` from the repository root)
+and its last line must be one JSON object with the documented keys. Times are never asserted:
+only that they are there, numbers, and consistent with each other where that is a fact (the floor
+reads exactly the files the sweep read).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bench._trees import REAL_CONTROLLERS, real_cgroups_available
+from koordlet.system.paths import HostPaths
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def run_bench(name: str, *args: str) -> dict[str, Any]:
+    done = subprocess.run(
+        [sys.executable, "-m", f"bench.{name}", *args, "--json"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=90,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    last = done.stdout.strip().splitlines()[-1]
+    figures = json.loads(last)
+    assert isinstance(figures, dict)
+    return figures
+
+
+def is_number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+@pytest.mark.parametrize(
+    ("version", "driver"),
+    [("v1", "cgroupfs"), ("v2", "systemd")],
+    ids=["v1-cgroupfs", "v2-systemd"],
+)
+def test_collect_bench_ends_with_one_json_line_of_sweep_and_floor_figures(
+    version: str, driver: str
+) -> None:
+    figures = run_bench(
+        "collect", "--tree", "fake", "--version", version, "--driver", driver,
+        "--pods", "2", "--repeat", "2", "--warmup", "0",
+    )  # fmt: skip
+
+    for key in ("sweep_cpu_ms", "sweep_cpu_p90_ms", "floor_cpu_ms", "floor_cpu_p90_ms", "ratio"):
+        assert is_number(figures[key]), key
+        assert figures[key] >= 0, key
+    assert figures["tree"] == f"fake-{version}"
+    assert figures["driver"] == driver
+    assert (figures["pods"], figures["containers_per_pod"], figures["repeat"]) == (2, 3, 2)
+    assert figures["files"] > 0
+    assert figures["files"] == sum(figures["files_by_name"].values())
+    # Each of the 2 pods and 6 containers has its memory.stat read once by the sweep.
+    assert figures["files_by_name"]["memory.stat"] == 8
+    assert figures["reads_per_sweep"] == [figures["files"]]  # the floor reads what the tick read
+    assert figures["files_missing"] == 0
+    assert figures["failing_collectors"] == []
+    assert "nodeinfo" not in figures["collectors"]  # 60 s interval: not part of a base sweep
+    assert set(figures["collector_cpu_ms"]) == set(figures["collectors"])
+    assert [r["pods"] for r in figures["runs"]] == [2]
+
+
+def test_collect_bench_runs_every_pod_count_and_heads_with_the_200_pod_run() -> None:
+    figures = run_bench(
+        "collect", "--tree", "fake", "--pods", "1", "3", "--repeat", "1", "--warmup", "0"
+    )
+
+    assert [r["pods"] for r in figures["runs"]] == [1, 3]
+    assert figures["pods"] == 3  # no 200-pod run: the largest one heads
+    assert figures["runs"][0]["files"] < figures["runs"][1]["files"]
+
+
+@pytest.mark.realcgroup
+@pytest.mark.skipif(real_cgroups_available() is not None, reason=str(real_cgroups_available()))
+def test_collect_bench_on_real_cgroups_removes_its_tree() -> None:
+    figures = run_bench("collect", "--tree", "real", "--pods", "2", "--repeat", "1")
+
+    assert figures["tree"] == "real-cgroup-v1"
+    assert figures["failing_collectors"] == []
+    top = figures["kube_path"].split("/")[0]
+    assert top.startswith("kpytest-bench-")
+    paths = HostPaths()
+    assert not [c for c in REAL_CONTROLLERS if os.path.exists(paths.cgroup(c, top))]
+
+
+@pytest.mark.daemon
+def test_daemon_bench_ends_with_one_json_line_of_cpu_and_memory_figures() -> None:
+    figures = run_bench(
+        "daemon", "--pods", "2", "--duration", "2", "--warmup", "1", "--interval", "0.2"
+    )
+
+    for key in ("cpu_percent", "rss_mib", "rss_max_mib", "duration_s", "stop_s"):
+        assert is_number(figures[key]), key
+    assert figures["cpu_percent"] >= 0
+    assert 0 < figures["rss_mib"] <= figures["rss_max_mib"]
+    assert figures["duration_s"] >= 2
+    assert figures["pods"] == 2
+    assert figures["pods_in_metrics"] == 2  # the daemon exported both pods
+    assert figures["exit_code"] == 0  # stopped cleanly by SIGTERM
+    assert figures["tree"] == "fake-v1"
+    assert "daemon/collect" in figures["step_wall_ms"]
