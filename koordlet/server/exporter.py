@@ -52,6 +52,8 @@ class Scope(Enum):
     NODE = "node"
     NUMA = "numa"
     POD = "pod"
+    POD_PLAIN = "pod_plain"
+    """A pod without the ``qos`` label, for families whose upstream labels lack it (PSI)."""
     CONTAINER = "container"
     HOST_APP = "host_app"
 
@@ -64,6 +66,7 @@ SCOPE_LABELS: dict[Scope, tuple[str, ...]] = {
     Scope.NODE: ("node",),
     Scope.NUMA: ("node", "numa_node_id"),
     Scope.POD: ("node", "pod_uid", "pod_name", "pod_namespace", "qos"),
+    Scope.POD_PLAIN: ("node", "pod_uid", "pod_name", "pod_namespace"),
     Scope.CONTAINER: (
         "node",
         "container_id",
@@ -87,6 +90,9 @@ class Source:
     """The fixed entity of a node-scope series (``node``, ``system``, ``be``)."""
     extra: tuple[str, ...] = ()
     """Values of the family's extra labels for this series (``resource="cpu"``)."""
+    only_if: tuple[str, float] | None = None
+    """``(series, value)``: exported only for entities whose latest sample of that series is
+    ``value``; a label valued by another series (PSI's ``cpu_full_supported``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,6 +119,29 @@ class FamilySpec:
 
 def _one(name: str, help_: str, scope: Scope, series: str, entity: str = "") -> FamilySpec:
     return FamilySpec(name, help_, scope, (Source(series, entity),))
+
+
+PSI_LABELS = ("psi_resource_type", "psi_precision", "psi_degree", "cpu_full_supported")
+"""Koordinator's PSI labels (``pkg/koordlet/metrics/psi.go``); ``cpu_full_supported`` is whether
+the resource's file has a ``full`` line, and without one only ``some`` is exported."""
+
+
+def _psi(name: str, help_: str, scope: Scope, entity: str = "") -> FamilySpec:
+    """A PSI family: a source per resource, degree and window; each ``some`` source twice, for
+    ``cpu_full_supported`` true and false, each ``full`` one for true only."""
+    sources: list[Source] = []
+    for res in s.PSI_RESOURCES:
+        flag = s.psi_full_supported_series(res)
+        for degree in s.PSI_DEGREES:
+            variants = (("true", 1.0), ("false", 0.0)) if degree == "some" else (("true", 1.0),)
+            for window in s.PSI_WINDOWS:
+                series = s.psi_series(res, degree, window)
+                sources += (
+                    Source(series, entity, (res, window, degree, full), only_if=(flag, value))
+                    for full, value in variants
+                )
+    upstream = scope is not Scope.NODE
+    return FamilySpec(name, help_, scope, tuple(sources), PSI_LABELS, upstream=upstream)
 
 
 FAMILIES: tuple[FamilySpec, ...] = (
@@ -255,6 +284,9 @@ FAMILIES: tuple[FamilySpec, ...] = (
         Scope.HOST_APP,
         s.HOST_APP_MEMORY_WITH_PAGE_CACHE,
     ),
+    _psi("koordlet_node_psi", "Node psi collected by koordlet", Scope.NODE, s.NODE),
+    _psi("koordlet_pod_psi", "Pod psi collected by koordlet", Scope.POD_PLAIN),
+    _psi("koordlet_container_psi", "Container psi collected by koordlet", Scope.CONTAINER),
 )
 """Every family the exporter builds, in exposition order."""
 
@@ -324,6 +356,10 @@ class KoordletExporter:
                     ts, value = sample
                     if now - ts > max_age:
                         continue
+                    if src.only_if is not None:
+                        flag = self._cache.last_sample(src.only_if[0], entity)
+                        if flag is None or flag[1] != src.only_if[1]:
+                            continue
                     family.add_metric([*labels, *src.extra], value)
             yield family
 
@@ -339,6 +375,9 @@ class KoordletExporter:
         elif scope is Scope.POD:
             for pod in _sorted_pods(snapshot.pods):
                 yield s.pod_entity(pod.uid), (node, pod.uid, pod.name, pod.namespace, str(pod.qos))
+        elif scope is Scope.POD_PLAIN:
+            for pod in _sorted_pods(snapshot.pods):
+                yield s.pod_entity(pod.uid), (node, pod.uid, pod.name, pod.namespace)
         elif scope is Scope.CONTAINER:
             for pod in _sorted_pods(snapshot.pods):
                 for c in pod.containers:
