@@ -345,21 +345,26 @@ class KoordletExporter:
         """Fresh families built from the latest samples (called at each scrape)."""
         now = self._clock()
         snapshot = self._workloads()
+        # only_if values by (series, entity), read once a scrape (PSI asks for each 9 times).
+        flags: dict[tuple[str, str], float | None] = {}
         for spec in FAMILIES:
             family = GaugeMetricFamily(spec.name, spec.help, labels=spec.labels)
             max_age = self._max_ages.get(spec.name, self.max_age)
             for src in spec.sources:
                 for entity, labels in self._entities(spec.scope, src, snapshot):
+                    if src.only_if is not None:
+                        key = (src.only_if[0], entity)
+                        if key not in flags:
+                            flag = self._cache.last_sample(*key)
+                            flags[key] = None if flag is None else flag[1]
+                        if flags[key] != src.only_if[1]:
+                            continue
                     sample = self._cache.last_sample(src.series, entity)
                     if sample is None:
                         continue
                     ts, value = sample
                     if now - ts > max_age:
                         continue
-                    if src.only_if is not None:
-                        flag = self._cache.last_sample(src.only_if[0], entity)
-                        if flag is None or flag[1] != src.only_if[1]:
-                            continue
                     family.add_metric([*labels, *src.extra], value)
             yield family
 
