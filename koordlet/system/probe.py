@@ -21,7 +21,9 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from koordlet.system.cgroups import CgroupVersion
+from koordlet.system.kidled import probe_kidled
 from koordlet.system.knobs import KNOBS, Knob
+from koordlet.system.resctrl import probe_resctrl
 
 if TYPE_CHECKING:
     from koordlet.system.host import Host
@@ -240,12 +242,7 @@ class _Prober:
                 "memory_numa_stat", "memory", "memory.numa_stat", absent_note="needs CONFIG_NUMA"
             ),
             self.cgroup_file("cpu_stat_throttling", "cpu", "cpu.stat", must_contain="nr_throttled"),
-            self.cgroup_file(
-                "idle_page_stats",
-                "memory",
-                "memory.idle_page_stats",
-                absent_note="Anolis kernels with kidled only",
-            ),
+            self._idle_page_stats(),
             self.cgroup_file(
                 "psi_cgroup",
                 "cpuacct" if not v2 else "cpu",
@@ -292,21 +289,20 @@ class _Prober:
                 return cap
         return Capability("psi_node", True, "readable", self.host.paths.proc("pressure"))
 
+    def _idle_page_stats(self) -> Capability:
+        """The memcg file, with whether kidled is there and scanning (``system.kidled``)."""
+        cap = self.cgroup_file(
+            "idle_page_stats",
+            "memory",
+            "memory.idle_page_stats",
+            absent_note="Anolis kernels with kidled only",
+        )
+        kidled = probe_kidled(self.host.paths)[1]
+        return Capability(cap.name, cap.supported, f"{cap.reason}; kidled: {kidled}", cap.path)
+
     def _resctrl(self) -> Capability:
-        schemata = self.host.paths.sys("fs", "resctrl", "schemata")
-        if os.path.exists(schemata):
-            return self.host_file("resctrl", schemata, "")
-        cpuinfo = self.host.paths.proc("cpuinfo")
-        try:
-            with open(cpuinfo) as f:
-                flags = {w for line in f if line.startswith("flags") for w in line.split()}
-        except OSError:
-            flags = set()
-        if flags & {"rdt_a", "cat_l3", "mba"}:
-            why = f"resctrl not mounted at {os.path.dirname(schemata)}"
-        else:
-            why = f"resctrl not mounted and {cpuinfo} lists no RDT (rdt_a/cat_l3/mba) flag"
-        return Capability("resctrl", False, why, schemata)
+        """Mounted or not, and the monitoring events, flags and files (``system.resctrl``)."""
+        return Capability("resctrl", *probe_resctrl(self.host.paths))
 
     def _perf_event(self) -> Capability:
         if self.version is CgroupVersion.V2:
