@@ -45,13 +45,14 @@ def numa_entity(node_id: int) -> str:
 
 
 def resctrl_group_entity(group: str) -> str:
-    """A resctrl control group (``LSR``, ``LS``, ``BE``): ``resctrl/<group>``."""
-    return f"resctrl/{group}"
+    """A resctrl control group (``LSR``, ``LS``, ``BE``): ``node/resctrl/<group>``, a node-kind
+    entity (the metric cache keeps node retention for it)."""
+    return f"node/resctrl/{group}"
 
 
 def resctrl_domain_entity(group: str, cache_id: int) -> str:
-    """One L3 cache domain of a resctrl control group: ``resctrl/<group>/<cache id>``."""
-    return f"resctrl/{group}/{cache_id}"
+    """One L3 cache domain of a resctrl control group: ``node/resctrl/<group>/<cache id>``."""
+    return f"node/resctrl/{group}/{cache_id}"
 
 
 # Metrics (Koordinator's metriccache kinds, our spelling) --------------------------------------
@@ -96,8 +97,8 @@ CONTAINER_MEMORY_WITH_HOT_PAGE_CACHE = "container_memory_with_hot_page_cache"
 HOST_APP_MEMORY_COLD_PAGE = "host_app_memory_cold_page"
 HOST_APP_MEMORY_WITH_HOT_PAGE_CACHE = "host_app_memory_with_hot_page_cache"
 
-# resctrl monitoring, per control group (entity resctrl/<group>, summed over L3 domains) and per
-# domain (resctrl/<group>/<cache id>). Occupancy in bytes, counters in bytes, bandwidth in bytes/s.
+# resctrl monitoring, per control group (node/resctrl/<group>, summed over L3 domains) and per
+# domain (node/resctrl/<group>/<cache id>). Occupancy and counters in bytes, bandwidth in bytes/s.
 RESCTRL_LLC_OCCUPANCY = "resctrl_llc_occupancy"
 RESCTRL_MBM_TOTAL_BANDWIDTH = "resctrl_mbm_total_bandwidth"
 RESCTRL_MBM_LOCAL_BANDWIDTH = "resctrl_mbm_local_bandwidth"
