@@ -28,6 +28,8 @@ from koordlet.metriccache import series as s
 from koordlet.statesinformer.model import PodInfo, WorkloadSnapshot
 
 _NUMA_PREFIX = s.numa_entity(0).removesuffix("0")
+_RESCTRL_PREFIX = s.resctrl_group_entity("")
+"""``node/resctrl/``: entity ids of resctrl domains are this prefix, the group and the cache id."""
 """``numa/``: entity ids of NUMA nodes are this prefix and the node id."""
 
 STALE_INTERVALS = 3.0
@@ -56,6 +58,8 @@ class Scope(Enum):
     """A pod without the ``qos`` label, for families whose upstream labels lack it (PSI)."""
     CONTAINER = "container"
     HOST_APP = "host_app"
+    RESCTRL = "resctrl"
+    """One L3 cache domain of a resctrl QoS group (``node/resctrl/<group>/<cache id>``)."""
 
     @property
     def labels(self) -> tuple[str, ...]:
@@ -76,6 +80,7 @@ SCOPE_LABELS: dict[Scope, tuple[str, ...]] = {
         "pod_namespace",
     ),
     Scope.HOST_APP: ("node", "host_application_name", "priority_class", "qos"),
+    Scope.RESCTRL: ("node", "cache_id", "qos"),
 }
 """Label keys of each scope, in exposition order (Koordinator's keys and order)."""
 
@@ -284,9 +289,87 @@ FAMILIES: tuple[FamilySpec, ...] = (
         Scope.HOST_APP,
         s.HOST_APP_MEMORY_WITH_PAGE_CACHE,
     ),
+    _one(
+        "koordlet_node_memory_cold_page_bytes",
+        "Cold memory of the node: idle past the cold age (kidled)",
+        Scope.NODE,
+        s.NODE_MEMORY_COLD_PAGE,
+        s.NODE,
+    ),
+    _one(
+        "koordlet_node_used_memory_with_hot_page_cache_bytes",
+        "Memory used by the node with hot page cache (MemTotal - MemFree - cold)",
+        Scope.NODE,
+        s.NODE_MEMORY_WITH_HOT_PAGE_CACHE,
+        s.NODE,
+    ),
+    _one(
+        "koordlet_pod_memory_cold_page_bytes",
+        "Cold memory of a pod: idle past the cold age (kidled)",
+        Scope.POD,
+        s.POD_MEMORY_COLD_PAGE,
+    ),
+    _one(
+        "koordlet_pod_used_memory_with_hot_page_cache_bytes",
+        "Memory used by a pod with hot page cache (usage with page cache - cold)",
+        Scope.POD,
+        s.POD_MEMORY_WITH_HOT_PAGE_CACHE,
+    ),
+    _one(
+        "koordlet_container_memory_cold_page_bytes",
+        "Cold memory of a container: idle past the cold age (kidled)",
+        Scope.CONTAINER,
+        s.CONTAINER_MEMORY_COLD_PAGE,
+    ),
+    _one(
+        "koordlet_container_used_memory_with_hot_page_cache_bytes",
+        "Memory used by a container with hot page cache (usage with page cache - cold)",
+        Scope.CONTAINER,
+        s.CONTAINER_MEMORY_WITH_HOT_PAGE_CACHE,
+    ),
+    _one(
+        "koordlet_host_application_memory_cold_page_bytes",
+        "Cold memory of a host application: idle past the cold age (kidled)",
+        Scope.HOST_APP,
+        s.HOST_APP_MEMORY_COLD_PAGE,
+    ),
+    _one(
+        "koordlet_host_application_memory_with_hot_page_cache_bytes",
+        "Memory used by a host application with hot page cache (usage with page cache - cold)",
+        Scope.HOST_APP,
+        s.HOST_APP_MEMORY_WITH_HOT_PAGE_CACHE,
+    ),
     _psi("koordlet_node_psi", "Node psi collected by koordlet", Scope.NODE, s.NODE),
     _psi("koordlet_pod_psi", "Pod psi collected by koordlet", Scope.POD_PLAIN),
     _psi("koordlet_container_psi", "Container psi collected by koordlet", Scope.CONTAINER),
+    FamilySpec(
+        "koordlet_resctrl_llc_occupancy",
+        "L3 cache bytes held by a resctrl QoS group (LSR, LS, BE) in one cache domain",
+        Scope.RESCTRL,
+        (Source(s.RESCTRL_DOMAIN_LLC_OCCUPANCY),),
+        upstream=True,
+    ),
+    FamilySpec(
+        "koordlet_resctrl_memory_bandwidth",
+        "Running count of memory bytes a resctrl QoS group moved in one cache domain",
+        Scope.RESCTRL,
+        (
+            Source(s.RESCTRL_DOMAIN_MBM_TOTAL_BYTES, extra=("mbm_total_bytes",)),
+            Source(s.RESCTRL_DOMAIN_MBM_LOCAL_BYTES, extra=("mbm_local_bytes",)),
+        ),
+        extra_labels=("mb_type",),
+        upstream=True,
+    ),
+    FamilySpec(
+        "koordlet_resctrl_memory_bandwidth_bytes_per_second",
+        "Memory bandwidth of a resctrl QoS group in one cache domain over the last interval",
+        Scope.RESCTRL,
+        (
+            Source(s.RESCTRL_DOMAIN_MBM_TOTAL_BANDWIDTH, extra=("mbm_total_bytes",)),
+            Source(s.RESCTRL_DOMAIN_MBM_LOCAL_BANDWIDTH, extra=("mbm_local_bytes",)),
+        ),
+        extra_labels=("mb_type",),
+    ),
 )
 """Every family the exporter builds, in exposition order."""
 
@@ -389,6 +472,8 @@ class KoordletExporter:
                     cid = container_id_label(c.runtime, c.id)
                     labels: tuple[str, ...] = (node, cid, c.name, pod.uid, pod.name, pod.namespace)
                     yield s.container_entity(pod.uid, c.id), labels
+        elif scope is Scope.RESCTRL:
+            yield from self._resctrl_entities(src.series)
         else:
             for app in snapshot.host_apps:
                 if app.present:
@@ -406,6 +491,18 @@ class KoordletExporter:
                 found.append((int(suffix), entity))
         for node_id, entity in sorted(found):
             yield entity, (self._node, str(node_id))
+
+    def _resctrl_entities(self, series: str) -> Iterator[tuple[str, tuple[str, ...]]]:
+        """``node/resctrl/<group>/<cache id>`` entities of ``series``, by group and cache id."""
+        found: list[tuple[str, int, str]] = []
+        for entity in self._cache.entities(series):
+            if not entity.startswith(_RESCTRL_PREFIX):
+                continue
+            group, _, domain = entity[len(_RESCTRL_PREFIX) :].partition("/")
+            if group and domain.isdigit():
+                found.append((group, int(domain), entity))
+        for group, cache_id, entity in sorted(found):
+            yield entity, (self._node, str(cache_id), group)
 
 
 def _sorted_pods(pods: Mapping[str, PodInfo]) -> list[PodInfo]:
