@@ -21,6 +21,8 @@ from koordlet.collectors.runner import TickState
 from koordlet.config import CollectConfig, KoordletConfig
 from koordlet.features import KOORDLET_FEATURES
 from koordlet.metriccache import series as s
+from koordlet.metriccache.store import MetricCache
+from koordlet.server.exporter import KoordletExporter
 from koordlet.statesinformer.kubepods import KubepodsSource
 from koordlet.statesinformer.model import HostAppInfo, WorkloadSnapshot
 from koordlet.system.kidled import IDLE_PAGE_STATS, kidled_file
@@ -218,3 +220,41 @@ def test_the_factory_takes_the_configured_interval_and_koordinators_gate(
     assert build(CollectorContext(fake_host.host, configured)).interval == DEFAULT_INTERVAL
     assert FEATURE_GATE in KOORDLET_FEATURES
     assert not KOORDLET_FEATURES[FEATURE_GATE].default
+
+
+def test_the_exporter_serves_cold_and_hot_families_with_the_scopes_labels(
+    fake_host: FakeHost, workload: tuple[str, str, str]
+) -> None:
+    _, _, app = workload
+    snap = snapshot(fake_host, agent(app))
+    cache = MetricCache(clock=lambda: 100.0)
+    cache.append(100.0, run(ColdMemoryCollector(fake_host.host), snap).samples)
+    exporter = KoordletExporter(
+        cache, lambda: snap, node_name="n1", collect_interval=5.0, clock=lambda: 100.0
+    )
+    pod = snap.pods[UID]
+
+    got = {
+        (f.name, tuple(sorted(x.labels.items()))): x.value
+        for f in exporter.collect()
+        for x in f.samples
+        if "cold_page" in f.name or "hot_page" in f.name
+    }
+
+    node = (("node", "n1"),)
+    pod_labels = (
+        ("node", "n1"),
+        ("pod_name", pod.name),
+        ("pod_namespace", pod.namespace),
+        ("pod_uid", UID),
+        ("qos", str(pod.qos)),
+    )
+    assert got[("koordlet_node_memory_cold_page_bytes", node)] == 3 << 30
+    assert got[("koordlet_node_used_memory_with_hot_page_cache_bytes", node)] == 7 << 30
+    assert got[("koordlet_pod_memory_cold_page_bytes", pod_labels)] == 120 * MiB
+    hot = "koordlet_pod_used_memory_with_hot_page_cache_bytes"
+    assert got[(hot, pod_labels)] == 390 * MiB
+    names = {name for name, _ in got}
+    assert "koordlet_container_used_memory_with_hot_page_cache_bytes" in names
+    assert "koordlet_host_application_memory_cold_page_bytes" in names
+    assert len(got) == 8

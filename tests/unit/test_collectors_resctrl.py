@@ -14,8 +14,10 @@ from koordlet.collectors.resctrlmon import INFO_KEY, ResctrlMonCollector, build
 from koordlet.collectors.runner import TickState
 from koordlet.config import CollectConfig, KoordletConfig
 from koordlet.metriccache import series as s
+from koordlet.metriccache.store import MetricCache
+from koordlet.server.exporter import KoordletExporter
 from koordlet.statesinformer.model import WorkloadSnapshot
-from koordlet.system.resctrl import resctrl_root
+from koordlet.system.resctrl import MBM_TOTAL, resctrl_root
 from tests.fakehost import FakeHost
 
 GOLDEN = Path(__file__).parent.parent / "golden" / "resctrl"
@@ -155,7 +157,7 @@ def test_missing_groups_are_listed_as_absent(fake_host: FakeHost, rdt: Path) -> 
         "absent": ["LSR"],
         "events": ["llc_occupancy", "mbm_total_bytes", "mbm_local_bytes"],
     }
-    assert not any(entity.startswith("resctrl/LSR") for _, entity in values(result))
+    assert not any(e.startswith(s.resctrl_group_entity("LSR")) for _, e in values(result))
 
 
 def test_an_event_the_kernel_does_not_list_is_reported_and_not_read(
@@ -181,3 +183,33 @@ def test_the_factory_takes_the_resctrl_or_else_the_base_interval(fake_host: Fake
 
     assert build(CollectorContext(fake_host.host, None)).interval == 1.0
     assert build(CollectorContext(fake_host.host, base)).interval == 2.0
+
+
+def test_the_exporter_serves_upstreams_families_per_cache_domain(
+    fake_host: FakeHost, rdt: Path
+) -> None:
+    collector = ResctrlMonCollector(fake_host.host)
+    cache = MetricCache(clock=lambda: 102.0)
+    cache.append(100.0, step(collector, 100.0).samples)
+    base = golden_value("BE", 1, "mbm_total_bytes")
+    put(rdt, "BE", 1, "mbm_total_bytes", base + 2 * GiB)
+    cache.append(102.0, step(collector, 102.0).samples)
+    exporter = KoordletExporter(
+        cache, WorkloadSnapshot, node_name="n1", collect_interval=1.0, clock=lambda: 102.0
+    )
+
+    families = {f.name: f for f in exporter.collect()}
+
+    def sample(family: str, **labels: str) -> float:
+        got = [x.value for x in families[family].samples if x.labels == {"node": "n1", **labels}]
+        assert len(got) == 1, (family, labels)
+        return got[0]
+
+    llc = sample("koordlet_resctrl_llc_occupancy", cache_id="1", qos="LS")
+    assert llc == golden_value("LS", 1, "llc_occupancy")
+    raw = sample("koordlet_resctrl_memory_bandwidth", cache_id="1", qos="BE", mb_type=MBM_TOTAL)
+    assert raw == base + 2 * GiB
+    rate = "koordlet_resctrl_memory_bandwidth_bytes_per_second"
+    assert sample(rate, cache_id="1", qos="BE", mb_type=MBM_TOTAL) == GiB
+    assert sample(rate, cache_id="0", qos="LSR", mb_type="mbm_local_bytes") == 0.0
+    assert len(families["koordlet_resctrl_llc_occupancy"].samples) == 3 * 2
