@@ -14,6 +14,8 @@ podthrottled       PodThrottledCollector                          collect.res_us
 pagecache          PageCacheCollector                             collect.res_used_interval
 hostapplication    HostApplicationCollector                       collect.res_used_interval
 beresource         BEResourceCollector                            collect.res_used_interval
+coldmemory         ColdMemoryCollector (gate ColdPageCollector)   collect.cold_page_interval
+resctrlmon         ResctrlCollector (--enable-resctrl-collector)  collect.resctrl_interval
 sysresource        SystemResourceCollector                        collect.res_used_interval
 =================  =============================================  ======================
 """
@@ -24,6 +26,7 @@ from collections.abc import Collection, Mapping
 from types import MappingProxyType
 from typing import Any
 
+from koordlet.collectors import coldmemory, resctrlmon
 from koordlet.collectors.beresource import BEResourceCollector
 from koordlet.collectors.framework import Collector, CollectorContext, CollectorFactory
 from koordlet.collectors.hostapplication import HostApplicationCollector
@@ -100,14 +103,15 @@ COLLECTORS: Mapping[str, CollectorFactory] = MappingProxyType(
         "pagecache": _pagecache,
         "hostapplication": _hostapplication,
         "beresource": _beresource,
+        "coldmemory": coldmemory.build,
+        "resctrlmon": resctrlmon.build,
         "sysresource": _sysresource,
     }
 )
 """Every collector, in execution order."""
 
-FEATURE_GATES: Mapping[str, str] = MappingProxyType({})
-"""Collector → the koordlet feature gate that must be on for it to run. Empty: Koordinator gates
-none of these (its gated collectors, PSI, CPI, cold pages, resctrl, are not implemented here)."""
+FEATURE_GATES: Mapping[str, str] = MappingProxyType({"coldmemory": coldmemory.FEATURE_GATE})
+"""Collector → the koordlet feature gate that must be on for it to run (Koordinator's gates)."""
 
 
 def build_collectors(
