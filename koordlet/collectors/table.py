@@ -17,6 +17,7 @@ beresource         BEResourceCollector                            collect.res_us
 coldmemory         ColdMemoryCollector (gate ColdPageCollector)   collect.cold_page_interval
 resctrlmon         ResctrlCollector (--enable-resctrl-collector)  collect.resctrl_interval
 sysresource        SystemResourceCollector                        collect.res_used_interval
+cpi                CPICollector (gate CPICollector)               collect.cpi_interval
 =================  =============================================  ======================
 """
 
@@ -26,7 +27,7 @@ from collections.abc import Collection, Mapping
 from types import MappingProxyType
 from typing import Any
 
-from koordlet.collectors import coldmemory, resctrlmon
+from koordlet.collectors import coldmemory, cpi, resctrlmon
 from koordlet.collectors.beresource import BEResourceCollector
 from koordlet.collectors.framework import Collector, CollectorContext, CollectorFactory
 from koordlet.collectors.hostapplication import HostApplicationCollector
@@ -106,11 +107,14 @@ COLLECTORS: Mapping[str, CollectorFactory] = MappingProxyType(
         "coldmemory": coldmemory.build,
         "resctrlmon": resctrlmon.build,
         "sysresource": _sysresource,
+        "cpi": cpi.build,
     }
 )
 """Every collector, in execution order."""
 
-FEATURE_GATES: Mapping[str, str] = MappingProxyType({"coldmemory": coldmemory.FEATURE_GATE})
+FEATURE_GATES: Mapping[str, str] = MappingProxyType(
+    {"cpi": cpi.FEATURE_GATE, "coldmemory": coldmemory.FEATURE_GATE}
+)
 """Collector → the koordlet feature gate that must be on for it to run (Koordinator's gates)."""
 
 
