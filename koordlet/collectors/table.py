@@ -18,6 +18,7 @@ coldmemory         ColdMemoryCollector (gate ColdPageCollector)   collect.cold_p
 resctrlmon         ResctrlCollector (--enable-resctrl-collector)  collect.resctrl_interval
 sysresource        SystemResourceCollector                        collect.res_used_interval
 cpi                CPICollector (gate CPICollector)               collect.cpi_interval
+psi                performance collector's PSI (gate PSICollector) collect.psi_interval
 =================  =============================================  ======================
 """
 
@@ -27,7 +28,7 @@ from collections.abc import Collection, Mapping
 from types import MappingProxyType
 from typing import Any
 
-from koordlet.collectors import coldmemory, cpi, resctrlmon
+from koordlet.collectors import coldmemory, cpi, psi, resctrlmon
 from koordlet.collectors.beresource import BEResourceCollector
 from koordlet.collectors.framework import Collector, CollectorContext, CollectorFactory
 from koordlet.collectors.hostapplication import HostApplicationCollector
@@ -108,12 +109,13 @@ COLLECTORS: Mapping[str, CollectorFactory] = MappingProxyType(
         "resctrlmon": resctrlmon.build,
         "sysresource": _sysresource,
         "cpi": cpi.build,
+        "psi": psi.build,
     }
 )
 """Every collector, in execution order."""
 
 FEATURE_GATES: Mapping[str, str] = MappingProxyType(
-    {"cpi": cpi.FEATURE_GATE, "coldmemory": coldmemory.FEATURE_GATE}
+    {"cpi": cpi.FEATURE_GATE, "coldmemory": coldmemory.FEATURE_GATE, "psi": psi.FEATURE_GATE}
 )
 """Collector → the koordlet feature gate that must be on for it to run (Koordinator's gates)."""
 
