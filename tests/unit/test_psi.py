@@ -15,8 +15,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from apis.extension import KubeQOS
+from koordlet.collectors.framework import CollectorContext
 from koordlet.collectors.psi import PSICollector, build
 from koordlet.collectors.runner import TickState
+from koordlet.collectors.table import build_collectors
+from koordlet.config import CollectConfig, KoordletConfig
 from koordlet.errors import (
     CgroupGoneError,
     HostError,
@@ -24,6 +27,7 @@ from koordlet.errors import (
     ParseError,
     UnsupportedError,
 )
+from koordlet.features import parse_feature_gates
 from koordlet.metriccache import MetricCache
 from koordlet.metriccache import series as s
 from koordlet.server.exporter import FAMILIES, KoordletExporter
@@ -430,17 +434,23 @@ def test_a_malformed_node_file_fails_the_step(fake_host: FakeHost) -> None:
         PSICollector(fake_host.host).collect(TickState(1.0, snapshot(fake_host)))
 
 
-def test_the_table_factory_takes_the_psi_interval_and_the_probe_results(
+def test_the_table_runs_psi_only_with_the_psicollector_gate_at_the_psi_interval(
     fake_host: FakeHost,
 ) -> None:
-    from koordlet.collectors.framework import CollectorContext
-    from koordlet.config import KoordletConfig
+    off = KoordletConfig(node_name="n")
+    on = KoordletConfig(
+        node_name="n",
+        feature_gates=parse_feature_gates("PSICollector=true"),
+        collect=CollectConfig(psi_interval=30.0),
+    )
 
-    config = KoordletConfig()
-    collector = build(CollectorContext(fake_host.host, config))
+    without = build_collectors(CollectorContext(fake_host.host, off))
+    with_gate = {c.name: c for c in build_collectors(CollectorContext(fake_host.host, on))}
 
-    assert collector.interval == config.collect.psi_interval
-    assert collector.name == "psi"
+    assert "psi" not in [c.name for c in without]
+    assert with_gate["psi"].interval == 30.0
+    assert isinstance(with_gate["psi"], PSICollector)
+    assert build(CollectorContext(fake_host.host, None)).interval == 10.0  # Koordinator's
 
 
 # Export -----------------------------------------------------------------------------------------
