@@ -18,7 +18,7 @@ coldmemory         ColdMemoryCollector (gate ColdPageCollector)   collect.cold_p
 resctrlmon         ResctrlCollector (--enable-resctrl-collector)  collect.resctrl_interval
 sysresource        SystemResourceCollector                        collect.res_used_interval
 cpi                CPICollector (gate CPICollector)               collect.cpi_interval
-psi                performance collector's PSI (gate PSICollector) collect.psi_interval
+psi                performanceCollector, PSI (gate PSICollector)  collect.psi_interval
 =================  =============================================  ======================
 """
 
