@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 from koordlet.system.cgroups import CgroupVersion
 from koordlet.system.kidled import probe_kidled
 from koordlet.system.knobs import KNOBS, Knob
+from koordlet.system.perf import CYCLES, INSTRUCTIONS, probe_events
 from koordlet.system.resctrl import probe_resctrl
 
 if TYPE_CHECKING:
@@ -250,7 +251,7 @@ class _Prober:
                 absent_note="needs PSI for cgroups (psi=1; on v1 Anolis psi_v1=1)",
             ),
             self._resctrl(),
-            self._perf_event(),
+            *self._perf_event_and_cpi(),
         ]
         if v2:
             caps.append(Capability("cpuacct_usage", False, "cgroup v2 has no cpuacct", ""))
@@ -303,6 +304,16 @@ class _Prober:
     def _resctrl(self) -> Capability:
         """Mounted or not, and the monitoring events, flags and files (``system.resctrl``)."""
         return Capability("resctrl", *probe_resctrl(self.host.paths))
+
+    def _perf_event_and_cpi(self) -> list[Capability]:
+        """The perf_event controller, and ``perf_cpi``: whether the CPI collector's cycles and
+        instructions open CPU-wide. That is a real ``perf_event_open``, the kernel's and the PMU's
+        answer (errno in the reason), whatever tree the paths point at."""
+        controller = self._perf_event()
+        if not controller.supported:
+            return [controller, Capability("perf_cpi", False, controller.reason, controller.path)]
+        hw = probe_events((CYCLES, INSTRUCTIONS))
+        return [controller, Capability("perf_cpi", hw.supported, hw.reason, controller.path)]
 
     def _perf_event(self) -> Capability:
         if self.version is CgroupVersion.V2:
