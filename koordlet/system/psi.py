@@ -53,6 +53,7 @@ from koordlet.errors import (
     ParseError,
     UnsupportedError,
 )
+from koordlet.system.cgroups import fs_magic
 from koordlet.system.paths import HostPaths
 
 DEGREES = ("some", "full")
@@ -65,6 +66,8 @@ UNPRIVILEGED_WINDOW_US = 2_000_000
 """Without ``CAP_SYS_RESOURCE`` a window must be a multiple of this (the averaging period)."""
 CAP_SYS_RESOURCE = 24
 """Capability bit number (``include/uapi/linux/capability.h``)."""
+PROC_SUPER_MAGIC = 0x9FA0
+"""``f_type`` of procfs (``include/uapi/linux/magic.h``)."""
 
 _UNSUPPORTED_ERRNOS = frozenset({errno.EOPNOTSUPP, errno.ENOTSUP})
 _KEYS = (b"avg10=", b"avg60=", b"avg300=", b"total=")
@@ -266,6 +269,51 @@ def open_psi_trigger(
             raise UnsupportedError(path, reason) from err
         raise psi_error(path, err, cgroup=cgroup) from err
     return fd
+
+
+def _reason(err: HostError) -> str:
+    return err.reason if isinstance(err, UnsupportedError) else str(err)
+
+
+def probe_psi_trigger(paths: HostPaths) -> tuple[bool, str, str]:
+    """``(supported, reason, path)`` for PSI triggers, for the start-up probe: arms a 2 s trigger
+    on ``/proc/pressure/memory`` and closes it at once (nothing persists); the reason says which
+    windows this process may use. Only a real procfs file is written to, never a fake tree's."""
+    path = paths.proc("pressure", "memory")
+    try:
+        magic = fs_magic(path)
+    except OSError as err:
+        return False, _reason(psi_error(path, err, cgroup=False)), path
+    if magic is not None and magic != PROC_SUPER_MAGIC:
+        return False, f"{path} is not on procfs (f_type 0x{magic:x}): not probed", path
+    privileged = has_cap_sys_resource(paths)
+    try:
+        fd = open_psi_trigger(path, "some", 150_000, UNPRIVILEGED_WINDOW_US, privileged=privileged)
+    except HostError as err:
+        return False, _reason(err), path
+    os.close(fd)
+    if privileged:
+        return True, "armed a test trigger; CAP_SYS_RESOURCE: windows of 0.5 to 10 s", path
+    return (
+        True,
+        f"armed a test trigger; {'no' if privileged is False else 'maybe no'} CAP_SYS_RESOURCE: "
+        "windows must be multiples of 2 s and fire on 2 s boundaries",
+        path,
+    )
+
+
+def probe_memcg_threshold(memory_root: str) -> tuple[bool, str, str]:
+    """``(supported, reason, path)`` for memcg usage thresholds: the v1 memory hierarchy's
+    ``cgroup.event_control`` at ``memory_root`` (absent on cgroup v2)."""
+    path = os.path.join(memory_root, "cgroup.event_control")
+    if os.path.isfile(path):
+        return True, "cgroup v1 memory hierarchy with cgroup.event_control", path
+    return (
+        False,
+        f"{path} absent: cgroup v2, or a kernel without memcg v1 event notification; "
+        "use PSI triggers instead",
+        path,
+    )
 
 
 # Memcg v1 usage thresholds -----------------------------------------------------------------------

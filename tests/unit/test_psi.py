@@ -46,6 +46,8 @@ from koordlet.system.psi import (
     drain_eventfd,
     open_psi_trigger,
     parse_psi,
+    probe_memcg_threshold,
+    probe_psi_trigger,
     psi_error,
     read_psi,
     trigger_spec,
@@ -245,6 +247,42 @@ def test_draining_an_eventfd_returns_its_count_and_resets_it() -> None:
         assert drain_eventfd(fd) == 0
     finally:
         os.close(fd)
+
+
+def test_the_trigger_probe_arms_a_real_trigger_and_says_which_windows_are_allowed() -> None:
+    paths = HostPaths()
+    if not os.path.exists(paths.proc("pressure", "memory")):
+        pytest.skip("this kernel has no PSI")
+    fds = set(os.listdir("/proc/self/fd"))
+
+    supported, reason, path = probe_psi_trigger(paths)
+
+    assert supported, reason
+    assert "CAP_SYS_RESOURCE" in reason
+    assert path == paths.proc("pressure", "memory")
+    assert set(os.listdir("/proc/self/fd")) <= fds
+
+
+def test_the_trigger_probe_never_writes_into_a_fake_tree(fake_host: FakeHost) -> None:
+    path = fake_host.paths.proc("pressure", "memory")
+    before = Path(path).read_bytes()
+
+    supported, reason, _ = probe_psi_trigger(fake_host.paths)
+
+    assert not supported
+    assert "not on procfs" in reason
+    assert Path(path).read_bytes() == before
+
+
+def test_the_memcg_threshold_probe_needs_cgroup_event_control(tmp_path: Path) -> None:
+    (tmp_path / "v1").mkdir()
+    (tmp_path / "v1" / "cgroup.event_control").write_bytes(b"")
+    (tmp_path / "v2").mkdir()
+
+    assert probe_memcg_threshold(str(tmp_path / "v1"))[0]
+    supported, reason, _ = probe_memcg_threshold(str(tmp_path / "v2"))
+    assert not supported
+    assert "cgroup v2" in reason
 
 
 # The collector ----------------------------------------------------------------------------------
