@@ -246,6 +246,7 @@ def measure(tree: BenchTree, repeat: int, warmup: int, profile: int) -> dict[str
         "apply_cpu_ms": ms(median(apply_cpu)),
         "inventory_cpu_ms": ms(median(walk_cpu)),
         "failing_collectors": failing,
+        "unsupported_sources": sorted(runner.unsupported),
     }
 
 

@@ -11,7 +11,12 @@ measures over ``--duration`` seconds:
 - CPU: ``utime + stime`` of ``/proc/<pid>/stat`` at both ends of the window, over the window's
   wall time, in percent of one core (split into user and system too);
 - memory: ``VmRSS`` of ``/proc/<pid>/status`` sampled every second; the last sample and the
-  largest.
+  largest;
+- where the time went, from the daemon's own ``koordlet_step_duration_seconds`` histogram,
+  scraped just before and just after the window: the mean wall time of the whole collect step
+  (``daemon/collect``: inventory walk, sweep, storing) and of each collector's step;
+- how busy the whole machine was meanwhile (``/proc/stat``, all CPUs, steal separately), to
+  judge whether the figures were taken on a quiet machine.
 
 Then it sends SIGTERM and records the exit code and how long the process took to exit. The
 process is killed, and the tree removed, in a ``finally`` whatever happens (SIGTERM to the bench
@@ -21,7 +26,7 @@ included). Nothing scrapes during the window.
                            [--tree fake|real|auto] [--command module|script]
 
 With ``--json`` the last line is one JSON object (``cpu_percent``, ``rss_mib``, ``rss_max_mib``,
-``duration_s``, ``pods``, ``exit_code``, ``stop_s``, ...).
+``duration_s``, ``pods``, ``exit_code``, ``stop_s``, ``step_wall_ms``, ...).
 """
 
 from __future__ import annotations
