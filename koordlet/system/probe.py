@@ -24,6 +24,7 @@ from koordlet.system.cgroups import CgroupVersion
 from koordlet.system.kidled import probe_kidled
 from koordlet.system.knobs import KNOBS, Knob
 from koordlet.system.perf import CYCLES, INSTRUCTIONS, probe_events
+from koordlet.system.psi import probe_memcg_threshold, probe_psi_trigger
 from koordlet.system.resctrl import probe_resctrl
 
 if TYPE_CHECKING:
@@ -238,6 +239,11 @@ class _Prober:
                 "sysfs without CPU topology",
             ),
             self._psi_node(),
+            Capability("psi_trigger", *probe_psi_trigger(self.host.paths)),
+            Capability(
+                "memcg_threshold",
+                *probe_memcg_threshold(self.host.layout.abs_dir("memory", "")),
+            ),
             self.cgroup_file("memory_stat", "memory", "memory.stat"),
             self.cgroup_file(
                 "memory_numa_stat", "memory", "memory.numa_stat", absent_note="needs CONFIG_NUMA"
