@@ -185,12 +185,15 @@ class CPICollector:
         return CollectResult(samples=samples)
 
     def close(self) -> None:
-        """Close every descriptor and forget the window (daemon stop)."""
+        """Close every descriptor and forget the window (daemon stop, after the last step)."""
+        self._close_counting()
+        self._window_end = None
+        self._next_start = None
+
+    def _close_counting(self) -> None:
         counting, self._counting = self._counting, {}
         for c in counting.values():
             c.counters.close()
-        self._window_end = None
-        self._next_start = None
 
     # Support ------------------------------------------------------------------------------------
 
@@ -222,6 +225,7 @@ class CPICollector:
 
     def _start(self, tick: Tick) -> None:
         assert self._opener is not None  # set by a successful probe
+        self._close_counting()  # nothing is left open unless a previous start raised midway
         cpus = self._cpus()
         self._targets.refresh(tick.workloads)
         layout = self._host.layout
@@ -271,6 +275,7 @@ class CPICollector:
         samples: list[Sample] = []
         failed, self._open_failures = self._open_failures, []
         idle = 0
+        cycles_name, instructions_name = (e.name for e in self._events)
         for c in counting.values():
             try:
                 totals = c.counters.read()
@@ -282,7 +287,6 @@ class CPICollector:
             if totals is None:
                 idle += 1
                 continue
-            cycles_name, instructions_name = (e.name for e in self._events)
             samples.append(Sample(c.cycles, totals.values[cycles_name]))
             samples.append(Sample(c.instructions, totals.values[instructions_name]))
         logger.debug(
