@@ -71,6 +71,21 @@ class CollectConfig:
     psi_interval: float = 10.0
     """Pressure stall information (gate ``PSICollector``); Koordinator's
     ``--psi-collector-interval-seconds`` (default 10)."""
+    cpi_interval: float = 60.0
+    """How often a CPI window starts (gate ``CPICollector``); Koordinator's
+    ``--cpi-collector-interval`` (default 60 s)."""
+    cpi_window: float = 10.0
+    """How long the CPI counters run in each window; Koordinator's ``--collect-cpi-timewindow``
+    (default 10 s). Must be shorter than ``cpi_interval``."""
+    cold_page_interval: float = 5.0
+    """Cold memory from kidled (gate ``ColdPageCollector``); Koordinator's
+    ``--coldpage-collector-interval`` (default 5 s)."""
+    enable_resctrl_collector: bool = False
+    """Collect LLC occupancy and memory bandwidth from resctrl monitoring; Koordinator's
+    ``--enable-resctrl-collector`` (default false)."""
+    resctrl_interval: float = 1.0
+    """resctrl monitoring collection; Koordinator's ``--resctrl-collector-interval`` (default
+    1 s)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -305,6 +320,21 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("collect.psiInterval", "collect.psi_interval",
             ("--psi-collector-interval-seconds", "--psi-collector-interval"),
             _positive_duration, "PSI collection interval", "--psi-collector-interval-seconds"),
+    Setting("collect.cpiInterval", "collect.cpi_interval",
+            ("--cpi-collector-interval", "--cpi-collector-interval-seconds"),
+            _positive_duration, "CPI collection interval", "--cpi-collector-interval"),
+    Setting("collect.cpiTimeWindow", "collect.cpi_window",
+            ("--collect-cpi-timewindow", "--collect-cpi-timewindow-seconds"),
+            _positive_duration, "CPI counting window", "--collect-cpi-timewindow"),
+    Setting("collect.coldPageInterval", "collect.cold_page_interval",
+            ("--coldpage-collector-interval",), _positive_duration,
+            "cold page collection interval", "--coldpage-collector-interval"),
+    Setting("collect.enableResctrlCollector", "collect.enable_resctrl_collector",
+            ("--enable-resctrl-collector",), _bool, "collect resctrl LLC and bandwidth",
+            "--enable-resctrl-collector", is_bool=True),
+    Setting("collect.resctrlInterval", "collect.resctrl_interval",
+            ("--resctrl-collector-interval",), _positive_duration,
+            "resctrl collection interval", "--resctrl-collector-interval"),
     Setting("server.addr", "server.addr", ("--addr",), _addr, "HTTP listen address", "--addr"),
     Setting("server.debugAllowRemote", "server.debug_allow_remote", ("--debug-allow-remote",),
             _bool, "serve /debug/ to non-loopback clients", is_bool=True),
@@ -536,10 +566,19 @@ def load_config(
         top.get("standalone", False),
         default_nodeslo_file,
     )
+    collect = CollectConfig(**sections["collect"])
+    if collect.cpi_window >= collect.cpi_interval:
+        where = sources.get("collect.cpiTimeWindow", ("defaults", ""))
+        raise ConfigError(
+            f"the CPI window ({collect.cpi_window:g} s) must be shorter than the CPI interval "
+            f"({collect.cpi_interval:g} s)",
+            source=where[0],
+            field=where[1] or "collect.cpiTimeWindow",
+        )
     return KoordletConfig(
         paths=HostPaths(**sections["paths"]),
         cgroup=CgroupConfig(**sections["cgroup"]),
-        collect=CollectConfig(**sections["collect"]),
+        collect=collect,
         server=ServerConfig(**sections["server"]),
         feature_gates=gates,
         config_file=config_file,

@@ -10,7 +10,8 @@ Start, one stage after the other, each logged with its duration (``docs/architec
     4 collectors   the collect loop: every base interval, ONE worker thread refreshes the
                    inventory and runs the due collectors; the loop then drops the series of
                    removed pods and stores the tick's samples
-    5 qos          the QoS manager, one supervised loop per strategy of the table
+    5 qos          the pressure event source (PSI triggers, memcg thresholds), then the QoS
+                   manager, one supervised loop per strategy of the table
     6 server       /metrics, /healthz, /readyz and /debug; then ready
 
 SIGTERM or SIGINT stops the stages that started, in reverse order, within :data:`STOP_TIMEOUT`
@@ -30,20 +31,23 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import resource
 import signal
 import time
 from collections.abc import Awaitable, Callable, Mapping
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from prometheus_client import CollectorRegistry, Counter
 
 from apis.slo import NodeSLOSpec
 from koordlet import __version__
+from koordlet.collectors import cpi
 from koordlet.collectors.framework import CollectorContext, CollectorFactory
 from koordlet.collectors.runner import CollectorRunner, TickReport
 from koordlet.collectors.table import COLLECTORS, build_collectors
 from koordlet.config import KoordletConfig, config_as_dict
 from koordlet.errors import ConfigError
+from koordlet.events.source import PressureEventSource
 from koordlet.executor.writer import CgroupWriter
 from koordlet.metriccache.series import container_entity, host_app_entity, pod_entity
 from koordlet.metriccache.store import MetricCache
@@ -61,6 +65,7 @@ from koordlet.supervisor import Supervisor
 from koordlet.system.cgroups import CgroupDriver, CgroupVersion, kube_root_for
 from koordlet.system.host import Host
 from koordlet.system.probe import Capabilities, probe_capabilities
+from koordlet.system.psi import has_cap_sys_resource
 
 logger = logging.getLogger(__name__)
 
@@ -74,6 +79,47 @@ EXIT_OK, EXIT_FAILED, EXIT_CONFIG = 0, 1, 2
 
 _Stop = Callable[[float], Awaitable[object]]
 _T = TypeVar("_T")
+
+_PSI_FAMILIES = ("koordlet_node_psi", "koordlet_pod_psi", "koordlet_container_psi")
+_COLD_FAMILIES = tuple(
+    f"koordlet_{scope}_{name}"
+    for scope in ("node", "pod", "container", "host_application")
+    for name in ("memory_cold_page_bytes", "used_memory_with_hot_page_cache_bytes")
+)
+_RESCTRL_FAMILIES = (
+    "koordlet_resctrl_llc_occupancy",
+    "koordlet_resctrl_memory_bandwidth",
+    "koordlet_resctrl_memory_bandwidth_bytes_per_second",
+)
+_EXPORT_INTERVALS = 3
+"""A slow collector's sample stays exported for this many of its own intervals."""
+
+
+def export_max_ages(cfg: KoordletConfig) -> dict[str, float]:
+    """Family → seconds its samples stay in ``/metrics``, for the collectors slower than the base
+    tick: one of their intervals plus slack (PSI, CPI), or a few intervals (cold memory, resctrl).
+    The others use the exporter's default, a few base ticks."""
+    c = cfg.collect
+    base = c.res_used_interval
+    ages: dict[str, float] = dict.fromkeys(_PSI_FAMILIES, c.psi_interval + 2 * base)
+    ages["koordlet_container_cpi"] = cpi.export_max_age(c.cpi_interval, base)
+    ages.update(dict.fromkeys(_COLD_FAMILIES, _EXPORT_INTERVALS * max(c.cold_page_interval, base)))
+    ages.update(dict.fromkeys(_RESCTRL_FAMILIES, _EXPORT_INTERVALS * max(c.resctrl_interval, base)))
+    return ages
+
+
+def raise_nofile_limit() -> tuple[int, int]:
+    """Raise the soft open-file limit to the hard one (the CPI collector holds two descriptors
+    per container and CPU: 200 containers on 64 CPUs need 25,600). Returns (soft, hard) after."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != hard:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+        except (ValueError, OSError) as err:
+            logger.warning("cannot raise the open-file limit from %d to %d: %s", soft, hard, err)
+            return soft, hard
+        logger.info("open-file limit raised from %d to %d for the CPI collector", soft, hard)
+    return hard, hard
 
 
 class _DriverWatch:
@@ -137,6 +183,7 @@ class Daemon:
         self.kubepods: KubepodsSource | None = None
         self.nodeslo: NodeSLOFileSource | None = None
         self.runner: CollectorRunner | None = None
+        self.events: PressureEventSource | None = None
         self.qos: QoSManager | None = None
         self.server: ServerHandle | None = None
         self._driver_watch: _DriverWatch | None = None
@@ -232,7 +279,11 @@ class Daemon:
         return self._need(self.inventory).refresh()
 
     async def _start_collectors(self) -> None:
+        if self.cfg.feature_gates.enabled(cpi.FEATURE_GATE):
+            raise_nofile_limit()
         self.runner = self._build_runner(self._need(self.host))
+        # Registered before the supervisor, so it runs after the collect loop has stopped.
+        self._on_stop("collectors", lambda t: asyncio.to_thread(self._close_runner))
         supervisor = self._supervisor("collectors")
         supervisor.spawn_loop(
             "collect", self._collect_step, self.cfg.collect.res_used_interval, component="daemon"
@@ -245,6 +296,12 @@ class Daemon:
         )
 
     async def _start_qos(self) -> None:
+        host = self._need(self.host)
+        events = PressureEventSource(
+            privileged=await asyncio.to_thread(has_cap_sys_resource, host.paths)
+        )
+        self.events = events
+        self._on_stop("qos", lambda t: _close_events(events))
         supervisor = Supervisor(self.metrics)
         self._supervisors.append(supervisor)
         ctx = StrategyContext(
@@ -255,6 +312,7 @@ class Daemon:
             workloads=self._snapshot,
             node_slo=self._node_slo,
             capabilities=self.capabilities,
+            events=events,
         )
         qos = QoSManager(ctx, self._strategy_table, supervisor, gates=QOS_FEATURE_GATES)
         self._on_stop("qos", qos.stop)
@@ -269,15 +327,15 @@ class Daemon:
                 self._snapshot,
                 node_name=self.cfg.node_name,
                 collect_interval=self.cfg.collect.res_used_interval,
+                max_ages=export_max_ages(self.cfg),
             )
         )
-        caps = self._need(self.capabilities)
         deps = ServerDeps(
             registry=self.registry,
             readiness=self.readiness,
             cache=cache,
             workloads=self._snapshot,
-            capabilities=caps.as_dict,
+            capabilities=self.describe_capabilities,
             config=lambda: config_as_dict(self.cfg),
             tasks=lambda: [t for s in self._supervisors for t in s.describe()],
             debug_allow_remote=self.cfg.server.debug_allow_remote,
@@ -323,6 +381,7 @@ class Daemon:
             self.nodeslo.host = new
         self._need(self.writer).host = new
         if self.runner is not None:
+            self.runner.close()
             self.runner = self._build_runner(new)
 
     def _forget_removed(self, before: WorkloadSnapshot, change: InventoryChange) -> None:
@@ -352,6 +411,23 @@ class Daemon:
             base_interval=self.cfg.collect.res_used_interval,
             recorder=self.metrics,
         )
+
+    def _close_runner(self) -> None:
+        if self.runner is not None:
+            self.runner.close()
+
+    def describe_capabilities(self) -> dict[str, Any]:
+        """``/debug/capabilities``: the start-up probe's verdicts, plus what was found
+        unsupported while running: collector sources (``collector/<name>/<source>``) and
+        refused pressure watches (``events/<watch>``), each with its reason."""
+        out: dict[str, Any] = dict(self._need(self.capabilities).as_dict())
+        if self.runner is not None:
+            for key, reason in sorted(self.runner.unsupported.items()):
+                out[f"collector/{key}"] = {"supported": False, "reason": reason, "runtime": True}
+        if self.events is not None:
+            for key, reason in sorted(self.events.unsupported.items()):
+                out[f"events/{key}"] = {"supported": False, "reason": reason, "runtime": True}
+        return out
 
     # Helpers -----------------------------------------------------------------------------------
 
@@ -398,17 +474,22 @@ class Daemon:
         self.metrics.ready.set(0)
         logger.info("stopping %d stages", len(self._stops))
         while self._stops:
-            stage, stop = self._stops.pop()
-            remaining = max(deadline - loop.time(), 0.1)
+            stage = self._stops[-1][0]
             t0 = time.perf_counter()
-            try:
-                async with asyncio.timeout(remaining):
-                    await stop(remaining)
-            except TimeoutError:
-                logger.error("stage %s did not stop within %.1fs", stage, remaining)  # noqa: TRY400
-            except Exception:
-                logger.exception("stage %s failed to stop", stage)
-            else:
+            clean = True
+            while self._stops and self._stops[-1][0] == stage:  # a stage's steps, last first
+                _, stop = self._stops.pop()
+                remaining = max(deadline - loop.time(), 0.1)
+                try:
+                    async with asyncio.timeout(remaining):
+                        await stop(remaining)
+                except TimeoutError:
+                    clean = False
+                    logger.error("stage %s did not stop within %.1fs", stage, remaining)  # noqa: TRY400
+                except Exception:
+                    clean = False
+                    logger.exception("stage %s failed to stop", stage)
+            if clean:
                 logger.info("stage %s stopped in %.3fs", stage, time.perf_counter() - t0)
         logger.info("stopped")
 
@@ -447,6 +528,10 @@ async def run(
         await daemon.stop()
         for sig in installed:
             loop.remove_signal_handler(sig)
+
+
+async def _close_events(events: PressureEventSource) -> None:
+    events.close()
 
 
 def _install_signals(

@@ -82,11 +82,11 @@ KOORDLET_FEATURES: Mapping[str, FeatureSpec] = MappingProxyType(
         ),
         "Accelerators": FeatureSpec(False, _A, False, "GPU support (NVIDIA)"),
         "NetDevices": FeatureSpec(False, _A, False, "report network devices (RDMA)"),
-        "CPICollector": FeatureSpec(False, _A, False, "collect cycles-per-instruction by perf"),
+        "CPICollector": FeatureSpec(False, _A, True, "collect cycles-per-instruction by perf"),
         "Libpfm4": FeatureSpec(False, _A, False, "use libpfm4 for the CPI collector"),
-        "PSICollector": FeatureSpec(False, _A, False, "collect pressure stall information"),
+        "PSICollector": FeatureSpec(False, _A, True, "collect pressure stall information"),
         "BlkIOReconcile": FeatureSpec(False, _A, False, "block I/O QoS"),
-        "ColdPageCollector": FeatureSpec(False, _A, False, "collect cold page (kidled) memory"),
+        "ColdPageCollector": FeatureSpec(False, _A, True, "collect cold page (kidled) memory"),
         "HugePageReport": FeatureSpec(False, _A, False, "report hugepages per NUMA node"),
     }
 )

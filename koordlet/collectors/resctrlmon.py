@@ -184,7 +184,5 @@ def _collect_setting(config: Any, name: str, default: float) -> float:
 
 
 def build(ctx: CollectorContext) -> ResctrlMonCollector:
-    """The table's factory: interval ``collect.resctrl_interval``, else the base interval
-    ``collect.res_used_interval`` (Koordinator's defaults are both 1 s)."""
-    base = _collect_setting(ctx.config, "res_used_interval", 1.0)
-    return ResctrlMonCollector(ctx.host, _collect_setting(ctx.config, "resctrl_interval", base))
+    """The table's factory: interval ``collect.resctrl_interval`` (Koordinator's default 1 s)."""
+    return ResctrlMonCollector(ctx.host, _collect_setting(ctx.config, "resctrl_interval", 1.0))

@@ -119,6 +119,10 @@ FEATURE_GATES: Mapping[str, str] = MappingProxyType(
 )
 """Collector → the koordlet feature gate that must be on for it to run (Koordinator's gates)."""
 
+SWITCHES: Mapping[str, str] = MappingProxyType({"resctrlmon": "enable_resctrl_collector"})
+"""Collector → the ``collect`` setting that must be true for it to run (Koordinator's
+``--enable-resctrl-collector``, off by default)."""
+
 
 def build_collectors(
     ctx: CollectorContext,
@@ -126,9 +130,11 @@ def build_collectors(
     *,
     disabled: Collection[str] = (),
     gates: Mapping[str, str] = FEATURE_GATES,
+    switches: Mapping[str, str] = SWITCHES,
 ) -> list[Collector]:
     """Instantiate the collectors of ``table`` in its order, leaving out those named in
-    ``disabled`` and those whose feature gate (``gates``) is off in ``ctx.config``.
+    ``disabled``, those whose feature gate (``gates``) is off in ``ctx.config`` and those whose
+    ``collect`` switch (``switches``) is false or absent.
 
     A name in ``disabled`` that the table does not hold is a :class:`ConfigError`.
     """
@@ -136,12 +142,16 @@ def build_collectors(
     if unknown:
         raise ConfigError(f"unknown collectors {unknown}; known: {list(table)}", field="collectors")
     feature_gates = getattr(ctx.config, "feature_gates", None)
+    collect = getattr(ctx.config, "collect", None)
     collectors: list[Collector] = []
     for name, factory in table.items():
         if name in disabled:
             continue
         gate = gates.get(name)
         if gate is not None and (feature_gates is None or not feature_gates.enabled(gate)):
+            continue
+        switch = switches.get(name)
+        if switch is not None and not getattr(collect, switch, False):
             continue
         collectors.append(factory(ctx))
     return collectors

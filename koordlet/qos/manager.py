@@ -25,6 +25,7 @@ from koordlet.statesinformer.model import WorkloadSnapshot
 
 if TYPE_CHECKING:
     from apis.slo import NodeSLOSpec
+    from koordlet.events.source import PressureEventSource
     from koordlet.executor.writer import CgroupWriter
     from koordlet.metriccache.store import MetricCache
     from koordlet.system.host import Host
@@ -72,6 +73,9 @@ class StrategyContext:
     """The NodeSLO spec in force (thresholds and per-QoS strategies); empty when none."""
     capabilities: Capabilities | None = None
     """What the start-up probe found supported; None in tests."""
+    events: PressureEventSource | None = None
+    """The pressure event source (PSI triggers, memcg thresholds) a strategy may arm and
+    subscribe to, to act between ticks; None when the daemon has none (tests)."""
 
 
 StrategyFactory = Callable[[StrategyContext], Strategy]

@@ -178,11 +178,13 @@ def test_a_host_without_rdt_reports_only_the_missing_flag(fake_host: FakeHost) -
     assert "flags lack cqm_llc" in result.unsupported["resctrl"]
 
 
-def test_the_factory_takes_the_resctrl_or_else_the_base_interval(fake_host: FakeHost) -> None:
-    base = KoordletConfig(node_name="n", collect=CollectConfig(res_used_interval=2.0))
+def test_the_factory_takes_the_resctrl_interval_with_koordinators_default(
+    fake_host: FakeHost,
+) -> None:
+    own = KoordletConfig(node_name="n", collect=CollectConfig(resctrl_interval=3.0))
 
     assert build(CollectorContext(fake_host.host, None)).interval == 1.0
-    assert build(CollectorContext(fake_host.host, base)).interval == 2.0
+    assert build(CollectorContext(fake_host.host, own)).interval == 3.0
 
 
 def test_the_exporter_serves_upstreams_families_per_cache_domain(

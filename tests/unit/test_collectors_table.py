@@ -19,8 +19,15 @@ ORDER = [
     "pagecache",
     "hostapplication",
     "beresource",
+    "coldmemory",
+    "resctrlmon",
     "sysresource",
+    "cpi",
+    "psi",
 ]
+GATED = {"coldmemory", "cpi", "psi", "resctrlmon"}
+"""Behind feature gates or switches that are off by default, as upstream."""
+RUNNING = [name for name in ORDER if name not in GATED]
 
 
 def test_the_table_lists_every_collector_in_execution_order_with_system_last() -> None:
@@ -36,9 +43,9 @@ def test_each_collector_carries_its_table_name_and_configured_interval(
 
     collectors = build_collectors(CollectorContext(host=fake_host.host, config=cfg))
 
-    assert [c.name for c in collectors] == ORDER
+    assert [c.name for c in collectors] == RUNNING
     assert {c.name: c.interval for c in collectors} == {
-        name: 30.0 if name == "nodeinfo" else 2.0 for name in ORDER
+        name: 30.0 if name == "nodeinfo" else 2.0 for name in RUNNING
     }
 
 
@@ -54,7 +61,7 @@ def test_disabled_collectors_are_left_out_and_unknown_names_refused(fake_host: F
 
     names = [c.name for c in build_collectors(ctx, disabled={"pagecache", "nodeinfo"})]
 
-    assert names == [n for n in ORDER if n not in {"pagecache", "nodeinfo"}]
+    assert names == [n for n in RUNNING if n not in {"pagecache", "nodeinfo"}]
     with pytest.raises(ConfigError, match="pagecach"):
         build_collectors(ctx, disabled={"pagecach"})
 
@@ -69,3 +76,31 @@ def test_a_gated_collector_runs_only_when_its_feature_gate_is_on(fake_host: Fake
 
     assert "pagecache" not in [c.name for c in without]
     assert "pagecache" in [c.name for c in with_gate]
+
+
+def test_gated_and_switched_collectors_run_at_their_own_intervals_when_enabled(
+    fake_host: FakeHost,
+) -> None:
+    cfg = KoordletConfig(
+        node_name="n",
+        collect=CollectConfig(
+            psi_interval=7.0,
+            cold_page_interval=3.0,
+            enable_resctrl_collector=True,
+            resctrl_interval=4.0,
+        ),
+        feature_gates=parse_feature_gates("PSICollector=true,ColdPageCollector=true"),
+    )
+
+    collectors = {c.name: c for c in build_collectors(CollectorContext(fake_host.host, cfg))}
+
+    assert "cpi" not in collectors  # CPICollector stays off
+    assert collectors["psi"].interval == 7.0
+    assert collectors["coldmemory"].interval == 3.0
+    assert collectors["resctrlmon"].interval == 4.0
+
+
+def test_resctrl_monitoring_is_off_unless_its_switch_is_on(fake_host: FakeHost) -> None:
+    off = build_collectors(CollectorContext(fake_host.host, KoordletConfig(node_name="n")))
+
+    assert "resctrlmon" not in [c.name for c in off]

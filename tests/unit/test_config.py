@@ -73,6 +73,11 @@ SAMPLES: dict[str, tuple[str, Any, Any, Any]] = {
     "collect.resUsedInterval": ("500ms", 0.5, 2, 2.0),
     "collect.nodeCPUInfoInterval": ("2m", 120.0, "90s", 90.0),
     "collect.psiInterval": ("30", 30.0, 0.25, 0.25),
+    "collect.cpiInterval": ("2m", 120.0, "90s", 90.0),
+    "collect.cpiTimeWindow": ("5s", 5.0, 15, 15.0),
+    "collect.coldPageInterval": ("10s", 10.0, 2, 2.0),
+    "collect.enableResctrlCollector": ("true", True, True, True),
+    "collect.resctrlInterval": ("2s", 2.0, "500ms", 0.5),
     "server.addr": (":9400", ":9400", "[::1]:9400", "[::1]:9400"),
     "server.debugAllowRemote": ("1", True, "true", True),
 }
@@ -209,6 +214,18 @@ def test_switches_take_an_optional_go_bool() -> None:
     assert load("--standalone").standalone is True
     assert load("--standalone=false").standalone is False
     assert load("--debug-allow-remote=1").server.debug_allow_remote is True
+
+
+def test_a_cpi_window_not_shorter_than_its_interval_is_refused_naming_the_field(
+    tmp_path: Path,
+) -> None:
+    with pytest.raises(ConfigError, match="CPI window") as flag_err:
+        load("--collect-cpi-timewindow=60s")
+    path = write(tmp_path, "collect:\n  cpiInterval: 20s\n  cpiTimeWindow: 30s\n")
+    with pytest.raises(ConfigError, match=r"collect\.cpiTimeWindow") as file_err:
+        load("--config", path)
+    assert "--collect-cpi-timewindow" in str(flag_err.value)
+    assert path in str(file_err.value)
 
 
 def test_the_listen_address_splits_into_host_and_port() -> None:

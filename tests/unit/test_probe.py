@@ -31,6 +31,9 @@ SOURCES = {
     "psi_cgroup",
     "resctrl",
     "perf_event",
+    "perf_cpi",
+    "psi_trigger",
+    "memcg_threshold",
 }
 V2_THROTTLED_STAT = (GOLDEN / "v2" / "cpu.stat.root").read_text() + (
     "nr_periods 10\nnr_throttled 2\nthrottled_usec 3000\n"
