@@ -59,6 +59,10 @@ class WriteResult:
     """True when the file was written."""
     knob: str = ""
     """The logical knob name."""
+    strategy: str = ""
+    """Who asked for the write (a QoS strategy's table name), for the audit log."""
+    reason: str = ""
+    """Why, in a few words with the inputs (``node cpu 82% > 65%``), for the audit log."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,14 +119,18 @@ class CgroupWriter:
 
     # Writes --------------------------------------------------------------------------------------
 
-    def submit(self, knob_name: str, rel_dir: str, value: object) -> Future[WriteResult]:
+    def submit(
+        self, knob_name: str, rel_dir: str, value: object, *, strategy: str = "", reason: str = ""
+    ) -> Future[WriteResult]:
         """Queue :meth:`write` on the writer thread; the future carries its result or error."""
         pool = self._pool
         if pool is None:
             raise RuntimeError("CgroupWriter.submit() before start() or after stop()")
-        return pool.submit(self.write, knob_name, rel_dir, value)
+        return pool.submit(self.write, knob_name, rel_dir, value, strategy=strategy, reason=reason)
 
-    def write(self, knob_name: str, rel_dir: str, value: object) -> WriteResult:
+    def write(
+        self, knob_name: str, rel_dir: str, value: object, *, strategy: str = "", reason: str = ""
+    ) -> WriteResult:
         """Write ``value`` to knob ``knob_name`` of cgroup ``rel_dir`` now, on this thread.
 
         For the writer thread itself (and tests); everyone else uses :meth:`submit`.
@@ -147,17 +155,17 @@ class CgroupWriter:
         with self._lock:
             hit = self._cache.get(key)
         if hit is not None and hit.value == canonical and now - hit.at < self.cache_ttl:
-            return WriteResult(path, hit.text, hit.text, False, k.name)
+            return WriteResult(path, hit.text, hit.text, False, k.name, strategy, reason)
 
         current = self._read(path, k)
         new = k.encode(canonical, version, current, path=path)
         if self._same(k, current, new, path):
             self._remember(key, canonical, new, now)
-            return WriteResult(path, current.strip(), new, False, k.name)
+            return WriteResult(path, current.strip(), new, False, k.name, strategy, reason)
 
         self._write(path, new, k)
         self._remember(key, canonical, new, now)
-        result = WriteResult(path, current.strip(), new, True, k.name)
+        result = WriteResult(path, current.strip(), new, True, k.name, strategy, reason)
         logger.debug("wrote %s: %r -> %r", path, result.old, new)
         self._notify(result)
         return result

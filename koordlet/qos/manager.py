@@ -73,6 +73,9 @@ class StrategyContext:
     """The NodeSLO spec in force (thresholds and per-QoS strategies); empty when none."""
     capabilities: Capabilities | None = None
     """What the start-up probe found supported; None in tests."""
+    evictor: Any = None
+    """The evictor (``koordlet.qos.evictor``): the only way a strategy evicts; None in tests
+    that need none."""
     events: PressureEventSource | None = None
     """The pressure event source (PSI triggers, memcg thresholds) a strategy may arm and
     subscribe to, to act between ticks; None when the daemon has none (tests)."""
