@@ -48,6 +48,18 @@ class PodInfo:
     """Sum of container memory requests in bytes; None when the source does not know."""
     source: str = ""
     """Which inventory source reported it (``kubepods``, ``kubernetes``)."""
+    priority: int | None = None
+    """``spec.priority``; None when the source does not know (kubelet-free discovery)."""
+    labels: Mapping[str, str] = field(default_factory=dict)
+    """Pod labels (``koordinator.sh/eviction-enabled``...); empty when the source has none."""
+    annotations: Mapping[str, str] = field(default_factory=dict)
+    """Pod annotations (``scheduling.koordinator.sh/resource-status``...); empty when none."""
+    cpu_limit_milli: int | None = None
+    """Sum of container CPU limits in milli-cores; None when unknown or unlimited."""
+    memory_limit_bytes: int | None = None
+    """Sum of container memory limits in bytes; None when unknown or unlimited."""
+    created_at: float | None = None
+    """``metadata.creationTimestamp`` in Unix seconds; None when unknown."""
 
 
 @dataclass(frozen=True, slots=True)
