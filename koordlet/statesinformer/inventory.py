@@ -135,5 +135,7 @@ def _diff(
 ) -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]:
     added = tuple(sorted(u for u in new if u not in old))
     removed = tuple(sorted(u for u in old if u not in new))
-    updated = tuple(sorted(u for u in new if u in old and new[u] != old[u]))
+    updated = tuple(
+        sorted(u for u in new if u in old and new[u] is not old[u] and new[u] != old[u])
+    )
     return added, removed, updated

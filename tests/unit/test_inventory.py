@@ -107,6 +107,53 @@ def test_on_v1_a_pod_made_under_one_walked_controller_only_is_found(host_root: P
     assert [c.id for c in pods[UID_BE].containers] == [CID_1]
 
 
+def test_between_full_walks_new_and_removed_pods_show_at_the_next_call(
+    fake_host: FakeHost,
+) -> None:
+    source = KubepodsSource(fake_host.host)
+    fake_host.add_pod(UID_G, KubeQOS.GUARANTEED, [("containerd", CID_1)])
+    first = source.list_pods()
+
+    fake_host.add_pod(UID_BE, KubeQOS.BESTEFFORT, [("containerd", CID_2)])
+    fake_host.remove_cgroup(pod_dir(fake_host.layout.driver, KubeQOS.GUARANTEED, UID_G))
+    second = source.list_pods()
+
+    assert set(first) == {UID_G}
+    assert set(second) == {UID_BE}
+    assert [c.id for c in second[UID_BE].containers] == [CID_2]
+
+
+def test_a_known_pod_keeps_its_object_and_a_new_container_shows_within_the_rescan_ticks(
+    fake_host: FakeHost,
+) -> None:
+    source = KubepodsSource(fake_host.host, full_walk_ticks=1000, container_rescan_ticks=4)
+    fake_host.add_pod(UID_B, KubeQOS.BURSTABLE, [("containerd", CID_1)])
+    known = source.list_pods()[UID_B]
+    fake_host.add_pod(UID_B, KubeQOS.BURSTABLE, [("containerd", CID_1), ("containerd", CID_2)])
+
+    seen = [source.list_pods()[UID_B] for _ in range(4)]
+
+    unchanged = [p for p in seen if p is known]
+    assert unchanged, "between rescans the pod is not described again"
+    assert [c.id for c in seen[-1].containers] == sorted([CID_1, CID_2])
+
+
+def test_on_v1_a_pod_under_other_controllers_only_stays_until_the_next_full_walk(
+    host_root: Path,
+) -> None:
+    fake_host = FakeHost(host_root, CgroupVersion.V1, CgroupDriver.CGROUPFS)
+    rel = f"kubepods/besteffort/pod{UID_BE}"
+    os.makedirs(fake_host.layout.abs_dir("memory", rel))
+    source = KubepodsSource(fake_host.host, full_walk_ticks=3)
+
+    found = [UID_BE in source.list_pods(), UID_BE in source.list_pods()]
+    os.rmdir(fake_host.layout.abs_dir("memory", rel))
+    after = [UID_BE in source.list_pods(), UID_BE in source.list_pods()]
+
+    assert found == [True, True]
+    assert after == [True, False]  # the third call is incremental, the fourth a full walk
+
+
 class FakePodSource:
     """A pod source whose answer (or failure) a test sets."""
 
@@ -146,7 +193,7 @@ def pod(uid: str, source: str, qos: QoSClass = QoSClass.LS) -> PodInfo:
 
 
 def test_a_refresh_reports_added_removed_and_updated_pods(fake_host: FakeHost) -> None:
-    inventory = WorkloadInventory([KubepodsSource(fake_host.host)])
+    inventory = WorkloadInventory([KubepodsSource(fake_host.host, container_rescan_ticks=1)])
     fake_host.add_pod(UID_G, KubeQOS.GUARANTEED)
     fake_host.add_pod(UID_B, KubeQOS.BURSTABLE)
 
