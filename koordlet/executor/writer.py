@@ -13,8 +13,17 @@ each other and never block the event loop, and it skips writes that would change
    written only when the logical value differs;
 5. ENOENT or ENODEV on the cgroup → ``CgroupGoneError``: the cgroup was removed, a normal race.
 
-``on_change`` is called with each :class:`WriteResult` that changed a file (the audit log hooks
-in here).
+``on_change`` is called with each :class:`WriteResult` that changed a file, and with each
+dry-run result that would have (the audit log hooks in here). ``observe`` times every file write
+(``koordlet_resource_update_duration_milliseconds{type,status}``).
+
+Dry run (``--dry-run``, ``--qos-dry-run-strategies``): a write submitted for a strategy in dry
+run is validated, resolved and compared with the file's current text exactly as a real one, but
+nothing is written and nothing is cached; the result has ``dry_run=True`` and ``changed=False``,
+and when the value would have changed it goes to ``on_change`` as an audited decision.
+
+The cache starts empty, so after a start every knob is read from the file before it is written
+(nothing from an earlier run is trusted); :meth:`CgroupWriter.resync` empties it again.
 """
 
 from __future__ import annotations
@@ -63,6 +72,9 @@ class WriteResult:
     """Who asked for the write (a QoS strategy's table name), for the audit log."""
     reason: str = ""
     """Why, in a few words with the inputs (``node cpu 82% > 65%``), for the audit log."""
+    dry_run: bool = False
+    """True when the strategy is in dry run: nothing was written; ``new`` is what would have
+    been, and ``old != new`` (by value) tells whether it would have changed the file."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,6 +94,9 @@ class CgroupWriter:
         capabilities: Capabilities | None = None,
         cache_ttl: float = DEFAULT_CACHE_TTL,
         on_change: Callable[[WriteResult], None] | None = None,
+        observe: Callable[[str, str, float], None] | None = None,
+        dry_run_all: bool = False,
+        dry_run_strategies: frozenset[str] = frozenset(),
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.host = host
@@ -91,7 +106,14 @@ class CgroupWriter:
         self.cache_ttl = cache_ttl
         """Seconds a written value is trusted before the file is read again."""
         self.on_change = on_change
-        """Called (on the writing thread) with every result that changed a file."""
+        """Called (on the writing thread) with every result that changed a file, and every
+        dry-run result that would have."""
+        self.observe = observe
+        """Called with (file name, ``success`` or ``failed``, seconds) for every file write."""
+        self.dry_run_all = dry_run_all
+        """``--dry-run``: nothing is written, whoever asks."""
+        self.dry_run_strategies = dry_run_strategies
+        """Strategies whose writes are computed and audited but not performed."""
         self._clock = clock
         self._cache: dict[tuple[str, str], _Cached] = {}
         self._lock = threading.Lock()
@@ -116,6 +138,19 @@ class CgroupWriter:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+    def resync(self) -> int:
+        """Forget every cached value, so the next write of each knob reads the file again;
+        returns how many were dropped. The cache starts empty: a fresh writer never trusts a
+        value from before its start."""
+        with self._lock:
+            dropped = len(self._cache)
+            self._cache.clear()
+        return dropped
+
+    def is_dry_run(self, strategy: str) -> bool:
+        """Whether writes asked for by ``strategy`` are only computed and audited."""
+        return self.dry_run_all or (bool(strategy) and strategy in self.dry_run_strategies)
 
     # Writes --------------------------------------------------------------------------------------
 
@@ -150,20 +185,28 @@ class CgroupWriter:
         canonical = k.validate(value)
         path = self.host.layout.file(k.controller, rel_dir, filename)
         key = (path, k.name)
+        dry = self.is_dry_run(strategy)
 
         now = self._clock()
         with self._lock:
             hit = self._cache.get(key)
         if hit is not None and hit.value == canonical and now - hit.at < self.cache_ttl:
-            return WriteResult(path, hit.text, hit.text, False, k.name, strategy, reason)
+            return WriteResult(path, hit.text, hit.text, False, k.name, strategy, reason, dry)
 
         current = self._read(path, k)
         new = k.encode(canonical, version, current, path=path)
         if self._same(k, current, new, path):
-            self._remember(key, canonical, new, now)
-            return WriteResult(path, current.strip(), new, False, k.name, strategy, reason)
+            if not dry:
+                self._remember(key, canonical, new, now)
+            return WriteResult(path, current.strip(), new, False, k.name, strategy, reason, dry)
 
-        self._write(path, new, k)
+        if dry:
+            result = WriteResult(path, current.strip(), new, False, k.name, strategy, reason, True)
+            logger.debug("dry run %s: %r -> %r (not written)", path, result.old, new)
+            self._notify(result)
+            return result
+
+        self._timed_write(path, new, k, filename)
         self._remember(key, canonical, new, now)
         result = WriteResult(path, current.strip(), new, True, k.name, strategy, reason)
         logger.debug("wrote %s: %r -> %r", path, result.old, new)
@@ -207,6 +250,22 @@ class CgroupWriter:
                 return f.read()
         except OSError as err:
             raise self._translate(err, path, k, "reading") from err
+
+    def _timed_write(self, path: str, text: str, k: Knob[Any], filename: str) -> None:
+        observe = self.observe
+        if observe is None:
+            self._write(path, text, k)
+            return
+        t0 = time.perf_counter()
+        status = "failed"
+        try:
+            self._write(path, text, k)
+            status = "success"
+        finally:
+            try:
+                observe(filename, status, time.perf_counter() - t0)
+            except Exception:  # a broken metric must not fail a write
+                logger.exception("observe hook failed for %s", path)
 
     def _write(self, path: str, text: str, k: Knob[Any]) -> None:
         data = (text or "\n").encode("ascii")

@@ -11,22 +11,41 @@ A strategy reads the metric cache and the inventory and writes only through the 
 (``CgroupWriter.submit``); it never opens a file itself. ``reconcile()`` runs on the event loop,
 which owns the metric cache; it awaits the writer's futures (``asyncio.wrap_future``) when it
 needs their outcome.
+
+The framework API a strategy uses besides the cache and the executor (docs/qos.md has the
+contract):
+
+- ``ctx.max_input_age`` and ``ctx.fresh_last(strategy, metric, entity)`` /
+  ``ctx.read_last(...)``: inputs older than twice the collection interval are stale; the
+  strategy then holds (suppress, burst) or skips (evict) and says so with ``ctx.stale(...)``,
+  counted in ``koordlet_qos_stale_inputs_total{strategy}``;
+- ``ctx.dry_run(strategy)``: True when the strategy must only compute, log and audit. The
+  executor already turns its writes into audited decisions; the evictor asks this before it
+  evicts;
+- ``ctx.audit``: the audit log, ``ctx.audit.record("evict" | "decision", ...)``;
+- ``ctx.report(StrategyReport(...))`` once per round: its inputs, decision and result, served
+  by ``/debug/qos`` (:meth:`QoSManager.describe`).
 """
 
 from __future__ import annotations
 
 import logging
+import threading
+import time
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from koordlet.errors import ConfigError
+from koordlet.qos.inputs import Reading, fresh_aggregate, max_input_age, read_last
 from koordlet.statesinformer.model import WorkloadSnapshot
 
 if TYPE_CHECKING:
     from apis.slo import NodeSLOSpec
     from koordlet.events.source import PressureEventSource
+    from koordlet.executor.audit import AuditLog
     from koordlet.executor.writer import CgroupWriter
+    from koordlet.metriccache.aggregate import Aggregate
     from koordlet.metriccache.store import MetricCache
     from koordlet.system.host import Host
     from koordlet.system.probe import Capabilities
@@ -51,6 +70,137 @@ class Strategy(Protocol):
         Runs on the event loop; raise on a real failure (the manager retries next tick).
         """
         ...
+
+
+@dataclass(frozen=True, slots=True)
+class StrategyReport:
+    """What one round of a strategy saw, decided and did, for ``/debug/qos``.
+
+    A strategy builds one per round and hands it to ``ctx.report``; the framework stamps it.
+    Keep the values JSON-ready (numbers, strings, lists, dicts) and small: the last report of
+    each strategy is kept, not a history (the audit log is the history of changes).
+    """
+
+    inputs: Mapping[str, Any]
+    """The inputs the decision used, by name (``{"node_cpu_used": 7.2, "threshold": 0.65}``);
+    ``Reading.as_dict()`` is a good value for a metric."""
+    decision: str
+    """What the strategy decided, in a few words (``suppress BE to 6 CPUs``, ``hold: stale
+    inputs``, ``evict 2 pods``, ``nothing to do``)."""
+    result: str = ""
+    """What happened (``2 writes, 1 unchanged``, ``dry run``, ``cgroup gone``); empty when the
+    decision was to do nothing."""
+    stale: bool = False
+    """True when the round held or skipped because its inputs were stale."""
+    detail: Mapping[str, Any] = field(default_factory=dict)
+    """Anything else (per-pod targets, the victims and their order)."""
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-ready."""
+        out: dict[str, Any] = {
+            "inputs": dict(self.inputs),
+            "decision": self.decision,
+            "result": self.result,
+            "stale": self.stale,
+        }
+        if self.detail:
+            out["detail"] = dict(self.detail)
+        return out
+
+
+@dataclass(slots=True)
+class _StrategyState:
+    rounds: int = 0
+    errors: int = 0
+    stale_rounds: int = 0
+    last_started: float | None = None
+    last_duration: float | None = None
+    last_error: str = ""
+    last_report: StrategyReport | None = None
+    last_report_at: float | None = None
+    last_stale: str = ""
+
+
+class QoSBook:
+    """The framework's mutable record of the strategies' rounds (shared by the context and the
+    manager): last reports, stale-input counts, round timings. Thread-safe for reads from the
+    HTTP handlers; written on the event loop."""
+
+    def __init__(
+        self,
+        *,
+        on_stale: Callable[[str], None] | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.on_stale = on_stale
+        """Called with the strategy's name for every stale round (the daemon counts it in
+        ``koordlet_qos_stale_inputs_total``)."""
+        self.clock = clock
+        """Wall-clock seconds: report stamps and input ages."""
+        self._states: dict[str, _StrategyState] = {}
+        self._lock = threading.Lock()
+
+    def _state(self, strategy: str) -> _StrategyState:
+        state = self._states.get(strategy)
+        if state is None:
+            state = self._states[strategy] = _StrategyState()
+        return state
+
+    def report(self, strategy: str, report: StrategyReport) -> None:
+        """Keep ``report`` as the strategy's last round."""
+        with self._lock:
+            state = self._state(strategy)
+            state.last_report = report
+            state.last_report_at = self.clock()
+
+    def stale(self, strategy: str, why: str) -> None:
+        """Count one round of ``strategy`` held or skipped on stale inputs."""
+        with self._lock:
+            state = self._state(strategy)
+            state.stale_rounds += 1
+            state.last_stale = why
+        hook = self.on_stale
+        if hook is not None:
+            hook(strategy)
+
+    def round_started(self, strategy: str) -> None:
+        with self._lock:
+            self._state(strategy).last_started = self.clock()
+
+    def round_done(self, strategy: str, seconds: float, error: BaseException | None) -> None:
+        with self._lock:
+            state = self._state(strategy)
+            state.rounds += 1
+            state.last_duration = seconds
+            if error is not None:
+                state.errors += 1
+                state.last_error = f"{type(error).__name__}: {error}"
+
+    def last_report(self, strategy: str) -> StrategyReport | None:
+        """The strategy's last report, or None before its first."""
+        with self._lock:
+            state = self._states.get(strategy)
+            return None if state is None else state.last_report
+
+    def describe(self, strategy: str) -> dict[str, Any]:
+        """JSON-ready record of one strategy's rounds."""
+        with self._lock:
+            state = self._states.get(strategy) or _StrategyState()
+            report = state.last_report
+            return {
+                "rounds": state.rounds,
+                "errors": state.errors,
+                "last_error": state.last_error,
+                "stale_rounds": state.stale_rounds,
+                "last_stale": state.last_stale,
+                "last_started": state.last_started,
+                "last_duration_s": None
+                if state.last_duration is None
+                else round(state.last_duration, 6),
+                "last_round": None
+                if report is None
+                else {"at": state.last_report_at, **report.as_dict()},
+            }
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,6 +229,71 @@ class StrategyContext:
     events: PressureEventSource | None = None
     """The pressure event source (PSI triggers, memcg thresholds) a strategy may arm and
     subscribe to, to act between ticks; None when the daemon has none (tests)."""
+    audit: AuditLog | None = None
+    """The audit log: ``audit.record("evict" | "decision", strategy=..., reason=..., ...)``.
+    Writes through the executor are audited without asking; None in tests that need none."""
+    dry_run_all: bool = False
+    """``--dry-run``: every strategy only computes, logs and audits."""
+    dry_run_strategies: frozenset[str] = frozenset()
+    """``--qos-dry-run-strategies``: these strategies only compute, log and audit."""
+    book: QoSBook = field(default_factory=QoSBook)
+    """Where reports and stale rounds are recorded (shared with the manager)."""
+
+    # The framework API for strategies --------------------------------------------------------
+
+    def dry_run(self, strategy: str) -> bool:
+        """True when ``strategy`` must change nothing: compute, log and audit only.
+
+        The executor applies the same rule to writes submitted with ``strategy=``; the evictor
+        asks this before every eviction and, when True, records a ``decision`` instead.
+        """
+        return self.dry_run_all or strategy in self.dry_run_strategies
+
+    @property
+    def collect_interval(self) -> float:
+        """Seconds between two collections of the usage series (``--collect-res-used-interval``;
+        1 s when the config has no such field, as in small tests)."""
+        collect = getattr(self.config, "collect", None)
+        interval = getattr(collect, "res_used_interval", None)
+        return float(interval) if isinstance(interval, int | float) and interval > 0 else 1.0
+
+    @property
+    def max_input_age(self) -> float:
+        """Seconds after which an input is stale: twice the collection interval."""
+        return max_input_age(self.collect_interval)
+
+    def now(self) -> float:
+        """Wall-clock seconds, the time base of the metric cache."""
+        return self.book.clock()
+
+    def read_last(self, metric: str, entity: str, *, max_age: float | None = None) -> Reading:
+        """The newest sample of a series with its age judged (``Reading.fresh``); the default
+        ``max_age`` is :attr:`max_input_age`. Counts nothing: see :meth:`stale`."""
+        limit = self.max_input_age if max_age is None else max_age
+        return read_last(self.cache, metric, entity, max_age=limit, now=self.now())
+
+    def fresh_last(self, metric: str, entity: str, *, max_age: float | None = None) -> float | None:
+        """The newest value of a series when fresh; None when stale or absent."""
+        reading = self.read_last(metric, entity, max_age=max_age)
+        return reading.value if reading.fresh else None
+
+    def fresh_aggregate(
+        self, metric: str, entity: str, window: float, *, max_age: float | None = None
+    ) -> Aggregate | None:
+        """The aggregate of the last ``window`` seconds when its newest sample is fresh."""
+        limit = self.max_input_age if max_age is None else max_age
+        return fresh_aggregate(self.cache, metric, entity, window, limit, now=self.now())
+
+    def stale(self, strategy: str, why: str) -> None:
+        """Record that this round of ``strategy`` held (or skipped) on stale inputs: counted in
+        ``koordlet_qos_stale_inputs_total{strategy}``, shown in ``/debug/qos``, logged at
+        debug. Call it once per round, not once per input."""
+        logger.debug("%s: stale inputs (%s); holding", strategy, why)
+        self.book.stale(strategy, why)
+
+    def report(self, strategy: str, report: StrategyReport) -> None:
+        """Keep ``report`` as this round's for ``/debug/qos``. Call it once per round."""
+        self.book.report(strategy, report)
 
 
 StrategyFactory = Callable[[StrategyContext], Strategy]
@@ -153,7 +368,7 @@ class QoSManager:
             built[name] = strategy
         for name, strategy in built.items():
             self._supervisor.spawn_loop(
-                f"qos/{name}", strategy.reconcile, strategy.interval, component=COMPONENT
+                f"qos/{name}", self._step(name, strategy), strategy.interval, component=COMPONENT
             )
             self._strategies[name] = strategy
         logger.info(
@@ -164,6 +379,42 @@ class QoSManager:
             if self._disabled
             else "",
         )
+
+    def _step(self, name: str, strategy: Strategy) -> Callable[[], Awaitable[None]]:
+        """The strategy's ``reconcile`` with its round recorded in the book (errors re-raised
+        for the supervisor to log and count)."""
+        book = self._ctx.book
+
+        async def step() -> None:
+            book.round_started(name)
+            t0 = time.perf_counter()
+            try:
+                await strategy.reconcile()
+            except Exception as err:
+                book.round_done(name, time.perf_counter() - t0, err)
+                raise
+            book.round_done(name, time.perf_counter() - t0, None)
+
+        return step
+
+    def describe(self) -> dict[str, Any]:
+        """``/debug/qos``: the dry-run settings, each running strategy's interval, rounds,
+        errors, stale rounds and last report (inputs, decision, result), and the strategies
+        that do not run with the reason."""
+        ctx = self._ctx
+        return {
+            "dry_run": {"all": ctx.dry_run_all, "strategies": sorted(ctx.dry_run_strategies)},
+            "max_input_age_s": ctx.max_input_age,
+            "strategies": {
+                name: {
+                    "interval_s": strategy.interval,
+                    "dry_run": ctx.dry_run(name),
+                    **ctx.book.describe(name),
+                }
+                for name, strategy in self._strategies.items()
+            },
+            "disabled": dict(self._disabled),
+        }
 
     async def stop(self, timeout: float) -> tuple[str, ...]:  # noqa: ASYNC109 (see LoopSpawner)
         """Cancel every strategy loop; returns the names of loops that did not stop in time."""
