@@ -316,9 +316,11 @@ class _Prober:
         instructions open CPU-wide. That is a real ``perf_event_open``, the kernel's and the PMU's
         answer (errno in the reason), whatever tree the paths point at."""
         controller = self._perf_event()
-        if not controller.supported:
-            return [controller, Capability("perf_cpi", False, controller.reason, controller.path)]
         hw = probe_events((CYCLES, INSTRUCTIONS))
+        if not controller.supported:
+            # Both reasons: mounting the controller alone would not help a PMU-less VM.
+            reason = f"{controller.reason}; hardware events: {hw.reason}"
+            return [controller, Capability("perf_cpi", False, reason, controller.path)]
         return [controller, Capability("perf_cpi", hw.supported, hw.reason, controller.path)]
 
     def _perf_event(self) -> Capability:

@@ -13,6 +13,7 @@ from koordlet.system.cgroups import CgroupDriver, CgroupVersion, detect_layout
 from koordlet.system.host import Host
 from koordlet.system.knobs import KNOBS
 from koordlet.system.paths import HostPaths
+from koordlet.system.perf import CYCLES, INSTRUCTIONS, probe_events
 from koordlet.system.probe import Capabilities, probe_capabilities
 
 GOLDEN = Path(__file__).parent.parent / "golden"
@@ -297,3 +298,14 @@ def test_a_sample_cgroup_is_probed_before_the_kubepods_root(tmp_path: Path) -> N
     put(pod / "cpu.max", "max 100000\n")
     caps = probe_capabilities(host, sample_rel="kubepods/besteffort")
     assert caps["cpu_cfs_quota"].path == str(pod / "cpu.max")
+
+
+def test_cpi_without_the_perf_event_controller_names_both_the_mount_and_the_pmus_answer(
+    tmp_path: Path,
+) -> None:
+    caps = probe_capabilities(v1_host(tmp_path))
+
+    cpi = caps["perf_cpi"]
+    assert not cpi.supported
+    assert "perf_event not mounted" in cpi.reason
+    assert cpi.reason.endswith(f"; hardware events: {probe_events((CYCLES, INSTRUCTIONS)).reason}")
