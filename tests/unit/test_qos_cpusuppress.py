@@ -1,0 +1,344 @@
+"""CPU suppress: Koordinator's arithmetic in tables, and what one round writes on a fake host."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from apis.extension import KubeQOS, QoSClass
+from apis.slo import NodeSLOSpec
+from koordlet.collectors.nodeinfo import node_info_dict
+from koordlet.executor import CgroupWriter
+from koordlet.metriccache import series
+from koordlet.metriccache.store import MetricCache
+from koordlet.qos.cpupicker import Processor, be_cpuset_count, pick_be_cpus, pick_cpus
+from koordlet.qos.cpusuppress import (
+    CPUSuppress,
+    Usage,
+    be_cgroup_dirs,
+    be_suppress_milli,
+    cfs_quota_target,
+    split_usage,
+    suppress_settings,
+)
+from koordlet.qos.manager import StrategyContext
+from koordlet.statesinformer.model import ContainerInfo, HostAppInfo, PodInfo, WorkloadSnapshot
+from koordlet.system.knobs import knob
+from koordlet.system.topology import read_cpu_topology
+from tests.fakehost import FakeHost, container_id
+
+# Arithmetic -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("node", "pods", "be", "apps", "reserved", "expected"),
+    [
+        # system = node - all pods - all host apps
+        (6.0, {"ls": 2.0, "be": 1.0}, {"be"}, {}, 0.0, Usage(2.0, 0.0, 3.0, 1.0)),
+        # system never negative
+        (2.0, {"ls": 2.0, "be": 1.0}, {"be"}, {}, 0.0, Usage(2.0, 0.0, 0.0, 1.0)),
+        # system at least the node reservation
+        (3.5, {"ls": 2.0, "be": 1.0}, {"be"}, {}, 1.0, Usage(2.0, 0.0, 1.0, 1.0)),
+        # a pod the inventory does not know counts as LS
+        (4.0, {"ls": 1.0, "unknown": 1.0}, set(), {}, 0.0, Usage(2.0, 0.0, 2.0, 0.0)),
+        # host apps: LS ones count, BE ones do not
+        (5.0, {"ls": 1.0}, set(), {"db": 1.5, "batch": 0.5}, 0.0, Usage(1.0, 1.5, 2.0, 0.5)),
+    ],
+)
+def test_usage_splits_into_ls_pods_host_apps_system_and_be(
+    node: float,
+    pods: dict[str, float],
+    be: set[str],
+    apps: dict[str, float],
+    reserved: float,
+    expected: Usage,
+) -> None:
+    assert split_usage(node, pods, be, apps, {"batch"}, reserved) == expected
+
+
+@pytest.mark.parametrize(
+    ("capacity", "threshold", "usage", "min_percent", "expected"),
+    [
+        (8000, 65, Usage(2.0, 0.0, 0.5, 1.0), None, 2700),  # 5200 - 2000 - 500
+        (8000, 65, Usage(2.0, 1.0, 0.5, 1.0), None, 1700),  # LS host apps count too
+        (8000, 65, Usage(6.0, 0.0, 1.0, 1.0), None, -1800),  # negative: the callers floor it
+        (8000, 65, Usage(6.0, 0.0, 1.0, 1.0), 10, 800),  # cpuSuppressMinPercent floor
+        (3000, 33, Usage(0.0, 0.0, 0.0, 0.0), None, 990),  # integer percent of capacity
+        (4000, 50, Usage(0.0009, 0.0, 0.0, 0.0), None, 2000),  # usage truncated to milli
+    ],
+)
+def test_be_suppress_is_capacity_share_minus_ls_and_system(
+    capacity: int, threshold: int, usage: Usage, min_percent: int | None, expected: int
+) -> None:
+    assert be_suppress_milli(capacity, threshold, usage, min_percent) == expected
+
+
+@pytest.mark.parametrize(
+    ("milli", "old", "total", "expected"),
+    [
+        (2700, 8, 8, 3),  # ceil(2.7)
+        (3000, 8, 8, 3),  # exact
+        (500, 8, 8, 2),  # at least 2 CPUs
+        (-1800, 8, 8, 2),  # negative: 2 CPUs
+        (10000, 2, 16, 4),  # growth limited to ceil(16 * 10%) = 2 CPUs a round
+        (10000, 2, 8, 3),  # ceil(0.8) = 1
+        (1000, 12, 16, 2),  # shrinking is not limited
+    ],
+)
+def test_cpuset_size_rounds_up_keeps_two_and_grows_slowly(
+    milli: int, old: int, total: int, expected: int
+) -> None:
+    assert be_cpuset_count(milli, old, total) == expected
+
+
+@pytest.mark.parametrize(
+    ("milli", "current", "cores", "expected"),
+    [
+        (2700, None, 8, 270000),  # cores x 100 ms period
+        (-1800, None, 8, 2000),  # floor 2000 us
+        (10, 300000, 8, 2000),  # down to the floor in one step
+        (2750, 270000, 8, None),  # within 1% of 8 cores (8000 us): skipped
+        (20, 2500, 8, 2000),  # the floor is written even within the dead band
+        (3000, 100000, 8, 180000),  # growth limited to 10% of 8 cores (80000 us)
+        (3000, None, 8, 300000),  # from unlimited: no growth limit
+        (1000, 300000, 8, 100000),  # shrinking is not limited
+    ],
+)
+def test_cfs_quota_floor_dead_band_and_growth_limit(
+    milli: int, current: int | None, cores: int, expected: int | None
+) -> None:
+    assert cfs_quota_target(milli, current, cores) == expected
+
+
+def _ht_two_sockets() -> list[Processor]:
+    """8 CPUs: 2 sockets = NUMA nodes x 2 cores x 2 threads, numbered as x86 Linux does."""
+    procs = []
+    for cpu in range(8):
+        core = cpu % 4
+        procs.append(Processor(cpu, core, core // 2, core // 2))
+    return procs
+
+
+@pytest.mark.parametrize(
+    ("count", "expected"),
+    [
+        (2, [0, 4]),  # one whole core of the first NUMA node
+        (4, [0, 4, 2, 6]),  # one core on each NUMA node
+        (3, [0, 4, 2]),  # a pair, then a single CPU from the next node
+        (6, [0, 4, 2, 6, 1, 5]),
+        (8, [0, 4, 2, 6, 1, 5, 3, 7]),
+        (9, []),  # upstream: too few CPUs picks nothing
+    ],
+)
+def test_picker_spreads_whole_cores_over_numa_nodes(count: int, expected: list[int]) -> None:
+    assert pick_cpus(count, _ht_two_sockets()) == expected
+
+
+def test_picker_without_hyperthreads_takes_single_cpus_round_robin() -> None:
+    procs = [Processor(c, c, c // 2, c // 2) for c in range(4)]
+    assert pick_cpus(3, procs) == [0, 2, 1]
+
+
+def test_picker_never_takes_lse_cpus_and_splits_lsr_by_share() -> None:
+    procs = [Processor(c, c, 0, 0) for c in range(8)]
+    # CPUs 6-7 belong to an LSE pod; 4-5 to an LSR pod: of 6 usable CPUs 2 are LSR (1/3).
+    cpus = pick_be_cpus(3, procs, lsr_cpus=frozenset({4, 5}), excluded=frozenset({6, 7}))
+    assert cpus == [0, 1, 4]
+    assert not {6, 7} & set(pick_be_cpus(6, procs, excluded=frozenset({6, 7})))
+
+
+def test_settings_merge_nodeslo_over_koordinator_defaults() -> None:
+    default = suppress_settings(None)
+    assert (default.enable, default.threshold_percent, default.policy) == (False, 65, "cpuset")
+    s = suppress_settings({"enable": True, "cpuSuppressPolicy": "cfsQuota"})
+    assert (s.enable, s.threshold_percent, s.policy) == (True, 65, "cfsQuota")
+
+
+# Reconcile on a fake host ---------------------------------------------------------------------
+
+NOW = 10_000.0
+
+
+@dataclass
+class Rig:
+    fake: FakeHost
+    cache: MetricCache
+    strategy: CPUSuppress
+    snapshot: WorkloadSnapshot
+    slo: dict[str, Any]
+    be_dir: str
+    be_pod: str
+    be_container: str
+    ls_pod: str
+
+    def usage(self, node: float, ls: float, be: float, *, at: float = NOW) -> None:
+        self.cache.append(
+            at,
+            [
+                series.Sample(series.SeriesKey(series.NODE_CPU_USAGE, series.NODE), node),
+                series.Sample(series.SeriesKey(series.POD_CPU_USAGE, "pod/a5-1"), ls),
+                series.Sample(series.SeriesKey(series.POD_CPU_USAGE, "pod/be-1"), be),
+            ],
+        )
+
+    def quota(self, rel: str) -> int | None:
+        k = knob("cpu_cfs_quota")
+        text = self.fake.read("cpu", rel, k.file_for(self.fake.version) or "")
+        value: int | None = k.decode(text, self.fake.version)
+        return value
+
+    def cpuset(self, rel: str) -> str:
+        return self.fake.read("cpuset", rel, "cpuset.cpus").strip()
+
+
+@pytest.fixture
+async def rig(fake_host: FakeHost) -> AsyncIterator[Rig]:
+    fake = fake_host
+    be_uid, ls_uid = "be-1", "a5-1"
+    cid = container_id("be")
+    be_pod, [be_container] = fake.add_pod(be_uid, KubeQOS.BESTEFFORT, [("containerd", cid)])
+    ls_pod, _ = fake.add_pod(ls_uid, KubeQOS.BURSTABLE)
+    be_dir = fake.layout.qos_dir(KubeQOS.BESTEFFORT)
+    for rel in (be_dir, be_pod, be_container, ls_pod):
+        fake.write("cpuset", rel, "cpuset.cpus", fake.all_cpus)
+    snapshot = WorkloadSnapshot(
+        pods={
+            be_uid: PodInfo(
+                be_uid,
+                "be",
+                "default",
+                QoSClass.BE,
+                KubeQOS.BESTEFFORT,
+                be_pod,
+                (ContainerInfo(cid, "main", "containerd", be_container),),
+            ),
+            ls_uid: PodInfo(ls_uid, "ls", "default", QoSClass.LS, KubeQOS.BURSTABLE, ls_pod),
+        }
+    )
+    clock = SimpleNamespace(now=NOW)
+    cache = MetricCache(clock=lambda: clock.now)
+    cache.set_info("node_info", node_info_dict(read_cpu_topology(fake.paths)))
+    slo: dict[str, Any] = {"enable": True, "cpuSuppressThresholdPercent": 50}
+    writer = CgroupWriter(fake.host)
+    writer.start()
+    rig_box: dict[str, Rig] = {}
+    ctx = StrategyContext(
+        host=lambda: fake.host,
+        config=SimpleNamespace(node_name="node-a", collect=SimpleNamespace(res_used_interval=1.0)),
+        cache=cache,
+        executor=writer,
+        workloads=lambda: rig_box["rig"].snapshot,
+        node_slo=lambda: NodeSLOSpec(resource_used_threshold_with_be=dict(rig_box["rig"].slo)),
+    )
+    strategy = CPUSuppress(ctx, clock=lambda: clock.now)
+    rig_box["rig"] = Rig(fake, cache, strategy, snapshot, slo, be_dir, be_pod, be_container, ls_pod)
+    try:
+        yield rig_box["rig"]
+    finally:
+        await asyncio.to_thread(writer.stop)
+
+
+async def test_cfs_quota_policy_shrinks_the_be_cgroup_quota_to_what_ls_leaves(rig: Rig) -> None:
+    rig.slo["cpuSuppressPolicy"] = "cfsQuota"
+    # 4 CPUs x 50% = 2 cores; LS 0.5 and system 3.2 - 0.5 - 1.0 = 1.7: BE gets -0.2 -> floor.
+    rig.usage(node=3.2, ls=0.5, be=1.0)
+    await rig.strategy.reconcile()
+    assert rig.quota(rig.be_dir) == 2000
+    # LS load gone, system 0.1: BE gets 2 - 0 - 0.1 = 1.9 cores; step limit 40000 us a round.
+    rig.usage(node=1.1, ls=0.0, be=1.0, at=NOW + 1)
+    await rig.strategy.reconcile()
+    assert rig.quota(rig.be_dir) == 42000
+    families = {f.name: f for f in rig.strategy.collect()}
+    [sample] = families["koordlet_be_suppress_cpu_cores"].samples
+    assert sample.labels == {"node": "node-a", "type": "cfsQuota"}
+    assert sample.value == pytest.approx(0.42)
+    # The pods below are untouched by the quota policy: their cpusets stay whole.
+    assert rig.cpuset(rig.be_container) == rig.fake.all_cpus
+
+
+async def test_cpuset_policy_writes_the_same_cpus_to_qos_pod_and_container(rig: Rig) -> None:
+    rig.usage(node=3.2, ls=0.5, be=1.0)
+    await rig.strategy.reconcile()
+    for rel in (rig.be_dir, rig.be_pod, rig.be_container):
+        assert rig.cpuset(rel) == "0-1"  # at least 2 CPUs
+    assert rig.cpuset(rig.ls_pod) == rig.fake.all_cpus
+    # No quota was ever set: restoring it under the cpuset policy leaves it unlimited.
+    assert rig.quota(rig.be_dir) is None
+
+
+async def test_disabling_the_threshold_restores_cpuset_and_quota(rig: Rig) -> None:
+    rig.slo["cpuSuppressPolicy"] = "cfsQuota"
+    rig.usage(node=3.2, ls=0.5, be=1.0)
+    await rig.strategy.reconcile()
+    assert rig.quota(rig.be_dir) == 2000
+    rig.slo["enable"] = False
+    await rig.strategy.reconcile()
+    assert rig.quota(rig.be_dir) is None
+    assert rig.cpuset(rig.be_container) == rig.fake.all_cpus
+
+
+async def test_switching_policy_restores_what_the_other_policy_set(rig: Rig) -> None:
+    rig.usage(node=3.2, ls=0.5, be=1.0)
+    await rig.strategy.reconcile()
+    assert rig.cpuset(rig.be_container) == "0-1"
+    rig.slo["cpuSuppressPolicy"] = "cfsQuota"
+    rig.usage(node=3.2, ls=0.5, be=1.0, at=NOW + 1)
+    await rig.strategy.reconcile()
+    assert rig.quota(rig.be_dir) == 2000
+    for rel in (rig.be_dir, rig.be_pod, rig.be_container):
+        assert rig.cpuset(rel) == rig.fake.all_cpus
+
+
+async def test_stale_node_usage_holds_the_last_applied_state(rig: Rig) -> None:
+    rig.slo["cpuSuppressPolicy"] = "cfsQuota"
+    rig.usage(node=3.2, ls=0.5, be=1.0, at=NOW - 2.5)  # older than 2 x 1 s
+    await rig.strategy.reconcile()
+    assert rig.quota(rig.be_dir) is None
+    assert rig.strategy.stale_rounds == 1
+    assert rig.strategy.debug_state()["decision"].startswith("hold")
+
+
+async def test_be_host_app_under_besteffort_gets_the_cpuset_and_counts_as_be(rig: Rig) -> None:
+    app_dir = rig.fake.add_host_app_cgroup(f"{rig.be_dir}/batch-app")
+    rig.fake.write("cpuset", app_dir, "cpuset.cpus", rig.fake.all_cpus)
+    rig.snapshot = WorkloadSnapshot(
+        pods=rig.snapshot.pods, host_apps=(HostAppInfo("batch-app", QoSClass.BE, app_dir),)
+    )
+    # The app's 1.5 cores are BE: system = 3.2 - 1.5 - 1.5 = 0.2, BE = 2 - 0.2 = 1.8 -> 2 CPUs.
+    rig.cache.append(
+        NOW,
+        [series.Sample(series.SeriesKey(series.HOST_APP_CPU_USAGE, "hostapp/batch-app"), 1.5)],
+    )
+    rig.usage(node=3.2, ls=0.0, be=1.5)
+    await rig.strategy.reconcile()
+    assert rig.cpuset(app_dir) == "0-1"
+    inputs: Mapping[str, float] = rig.strategy.debug_state()["inputs"]
+    assert inputs["be"] == pytest.approx(3.0)
+    assert inputs["system"] == pytest.approx(0.2)
+
+
+def test_be_cgroups_are_listed_parents_first() -> None:
+    snapshot = WorkloadSnapshot(
+        pods={
+            "u": PodInfo(
+                "u",
+                "p",
+                "",
+                QoSClass.BE,
+                KubeQOS.BESTEFFORT,
+                "kubepods/besteffort/podu",
+                (ContainerInfo("c", "c", "containerd", "kubepods/besteffort/podu/c"),),
+            ),
+            "g": PodInfo("g", "g", "", QoSClass.LS, KubeQOS.GUARANTEED, "kubepods/podg"),
+        }
+    )
+    assert be_cgroup_dirs(snapshot, "kubepods/besteffort") == [
+        "kubepods/besteffort",
+        "kubepods/besteffort/podu",
+        "kubepods/besteffort/podu/c",
+    ]
