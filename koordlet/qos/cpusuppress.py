@@ -33,8 +33,7 @@ import asyncio
 import dataclasses
 import json
 import logging
-import time
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
@@ -52,7 +51,7 @@ from koordlet.qos.cpupicker import (
     pick_be_cpus,
     processors_from_node_info,
 )
-from koordlet.qos.manager import StrategyContext
+from koordlet.qos.manager import StrategyContext, StrategyReport
 from koordlet.statesinformer.model import HostAppInfo, PodInfo, WorkloadSnapshot
 from koordlet.system.knobs import parse_cpulist
 from koordlet.system.topology import format_cpulist
@@ -262,14 +261,10 @@ class CPUSuppress:
 
     name = NAME
 
-    def __init__(self, ctx: StrategyContext, *, clock: Callable[[], float] = time.time) -> None:
+    def __init__(self, ctx: StrategyContext) -> None:
         self._ctx = ctx
-        self._clock = clock
         self.interval = _qos_setting(ctx.config, "cpu_suppress_interval", 1.0)
         """Seconds between rounds: Koordinator's ``--cpu-suppress-interval-seconds`` (1)."""
-        collect = getattr(ctx.config, "collect", None)
-        self.collect_interval = float(getattr(collect, "res_used_interval", 1.0))
-        """The usage collection interval; inputs older than twice this are stale."""
         self._node_name = str(getattr(ctx.config, "node_name", ""))
         self._state = _State()
 
@@ -318,34 +313,35 @@ class CPUSuppress:
         snapshot = ctx.workloads()
         be_dir = ctx.host().layout.qos_dir(KubeQOS.BESTEFFORT)
         processors = processors_from_node_info(ctx.cache.get_info(NODE_INFO_KEY))
-        last: dict[str, Any] = {"at": self._clock(), "settings": dataclasses.asdict(settings)}
+        last: dict[str, Any] = {"at": ctx.now(), "settings": dataclasses.asdict(settings)}
         self._state.last = last
+        inputs: dict[str, Any] = {"settings": last["settings"]}
 
         if not settings.enable:
             last["decision"] = "restore: resourceUsedThresholdWithBE.enable is false"
             await self._restore_quota(be_dir, "BE suppress disabled")
             if processors:
                 await self._restore_cpuset(snapshot, be_dir, processors, "BE suppress disabled")
+            ctx.report(NAME, StrategyReport(inputs, last["decision"]))
             return
         if not processors:
-            self._hold(last, "CPU topology (node_info) not collected yet")
+            self._hold(inputs, last, "CPU topology (node_info) not collected yet")
             return
 
-        max_age = 2 * self.collect_interval
-        node_used = ctx.cache.last(series.NODE_CPU_USAGE, series.NODE, max_age=max_age)
-        if node_used is None:
-            self._hold(last, f"node CPU usage missing or older than {max_age:g} s")
+        node = ctx.read_last(series.NODE_CPU_USAGE, series.NODE)
+        inputs["node_cpu"] = node.as_dict()
+        if not node.fresh or node.value is None:
+            self._hold(inputs, last, f"node CPU usage {node.why_stale}")
             return
+        node_used = node.value
         pod_used: dict[str, float] = {}
         for uid in snapshot.pods:
-            v = ctx.cache.last(series.POD_CPU_USAGE, series.pod_entity(uid), max_age=max_age)
+            v = ctx.fresh_last(series.POD_CPU_USAGE, series.pod_entity(uid))
             if v is not None:
                 pod_used[uid] = v
         app_used: dict[str, float] = {}
         for app in snapshot.host_apps:
-            v = ctx.cache.last(
-                series.HOST_APP_CPU_USAGE, series.host_app_entity(app.name), max_age=max_age
-            )
+            v = ctx.fresh_last(series.HOST_APP_CPU_USAGE, series.host_app_entity(app.name))
             if v is not None:
                 app_used[app.name] = v
         usage = split_usage(
@@ -365,15 +361,16 @@ class CPUSuppress:
             f"{usage.ls_host_apps:.2f} + system {usage.system:.2f} against "
             f"{settings.threshold_percent}% of {capacity}: BE {milli / 1000:.2f} cores"
         )
-        last["inputs"] = {
-            "node_used": node_used,
-            "ls_pods": usage.ls_pods,
-            "ls_host_apps": usage.ls_host_apps,
-            "system": usage.system,
-            "be": usage.be,
-            "capacity": capacity,
-        }
-        last["suppress_milli"] = milli
+        inputs.update(
+            node_used=node_used,
+            ls_pods=usage.ls_pods,
+            ls_host_apps=usage.ls_host_apps,
+            system=usage.system,
+            be=usage.be,
+            capacity=capacity,
+            suppress_milli=milli,
+        )
+        last["inputs"] = inputs
 
         if settings.policy == POLICY_CFS_QUOTA:
             await self._apply_quota(milli, capacity, be_dir, reason, last)
@@ -381,11 +378,14 @@ class CPUSuppress:
         else:
             await self._apply_cpuset(milli, snapshot, be_dir, processors, reason, last)
             await self._restore_quota(be_dir, "policy is cpuset")
+        ctx.report(NAME, StrategyReport(inputs, last["decision"], reason))
 
-    def _hold(self, last: dict[str, Any], why: str) -> None:
+    def _hold(self, inputs: dict[str, Any], last: dict[str, Any], why: str) -> None:
         self._state.stale_rounds += 1
         last["decision"] = f"hold: {why}"
-        logger.debug("%s: holding the last applied state: %s", NAME, why)
+        last["inputs"] = inputs
+        self._ctx.stale(NAME, why)
+        self._ctx.report(NAME, StrategyReport(inputs, last["decision"], stale=True))
 
     # cfsQuota -------------------------------------------------------------------------------
 
@@ -397,7 +397,8 @@ class CPUSuppress:
             last["decision"] = f"cfsQuota: keep {self._state.quota} (change under the dead band)"
             return
         last["decision"] = f"cfsQuota: {target} us"
-        await self._write_all([("cpu_cfs_quota", be_dir, target)], reason)
+        if not await self._write_all([("cpu_cfs_quota", be_dir, target)], reason):
+            return
         self._state.quota = target
         self._state.quota_restored = False
         self._state.suppressed_cores[POLICY_CFS_QUOTA] = target / CFS_PERIOD_US
@@ -406,7 +407,8 @@ class CPUSuppress:
     async def _restore_quota(self, be_dir: str, why: str) -> None:
         if self._state.quota_restored:
             return
-        await self._write_all([("cpu_cfs_quota", be_dir, None)], f"restore: {why}")
+        if not await self._write_all([("cpu_cfs_quota", be_dir, None)], f"restore: {why}"):
+            return
         self._state.quota = None
         self._state.quota_restored = True
 
@@ -442,7 +444,8 @@ class CPUSuppress:
         if loose != cpus:
             writes.extend(("cpuset_cpus", d, loose) for d in dirs)
         writes.extend(("cpuset_cpus", d, cpus) for d in reversed(dirs))
-        await self._write_all(writes, f"{reason} -> cpuset {format_cpulist(cpus)}")
+        if not await self._write_all(writes, f"{reason} -> cpuset {format_cpulist(cpus)}"):
+            return
         self._state.cpuset = cpus
         self._state.suppressed_cores[POLICY_CPUSET] = float(len(cpus))
 
@@ -453,17 +456,18 @@ class CPUSuppress:
         if not allowed:
             return
         dirs = be_cgroup_dirs(snapshot, be_dir)
-        await self._write_all(
-            [("cpuset_cpus", d, allowed) for d in dirs], f"restore: {why}"
-        )  # parents first: every cgroup grows
-        self._state.cpuset = allowed
+        # Parents first: every cgroup grows.
+        if await self._write_all([("cpuset_cpus", d, allowed) for d in dirs], f"restore: {why}"):
+            self._state.cpuset = allowed
 
     # Writing --------------------------------------------------------------------------------
 
-    async def _write_all(self, writes: Sequence[tuple[str, str, object]], reason: str) -> None:
+    async def _write_all(self, writes: Sequence[tuple[str, str, object]], reason: str) -> bool:
         """Submit the writes in order to the single writer (it runs them in that order) and
-        wait for all. A vanished cgroup is a normal race; a failure on the besteffort cgroup
-        itself is raised after the rest is done, others are logged in one line."""
+        wait for all; True when they were real (not a dry run), so the state may advance.
+
+        A vanished cgroup is a normal race; unsupported knobs and other failures are logged in
+        one line, and the first failure that is neither is raised after the rest is done."""
         executor = self._ctx.executor
         futures: list[tuple[str, str, Future[Any]]] = [
             (knob, d, executor.submit(knob, d, value, strategy=NAME, reason=reason))
@@ -495,6 +499,7 @@ class CPUSuppress:
             logger.warning("%s: %d writes failed: %s", NAME, len(failed), "; ".join(failed[:5]))
         if first is not None:
             raise HostError(f"{NAME}: {failed[0]}") from first
+        return not self._ctx.dry_run(NAME)
 
 
 def new_cpu_suppress(ctx: StrategyContext) -> CPUSuppress:

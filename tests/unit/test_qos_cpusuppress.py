@@ -26,7 +26,7 @@ from koordlet.qos.cpusuppress import (
     split_usage,
     suppress_settings,
 )
-from koordlet.qos.manager import StrategyContext
+from koordlet.qos.manager import QoSBook, StrategyContext
 from koordlet.statesinformer.model import ContainerInfo, HostAppInfo, PodInfo, WorkloadSnapshot
 from koordlet.system.knobs import knob
 from koordlet.system.topology import read_cpu_topology
@@ -234,8 +234,9 @@ async def rig(fake_host: FakeHost) -> AsyncIterator[Rig]:
         executor=writer,
         workloads=lambda: rig_box["rig"].snapshot,
         node_slo=lambda: NodeSLOSpec(resource_used_threshold_with_be=dict(rig_box["rig"].slo)),
+        book=QoSBook(clock=lambda: clock.now),
     )
-    strategy = CPUSuppress(ctx, clock=lambda: clock.now)
+    strategy = CPUSuppress(ctx)
     rig_box["rig"] = Rig(fake, cache, strategy, snapshot, slo, be_dir, be_pod, be_container, ls_pod)
     try:
         yield rig_box["rig"]
@@ -300,7 +301,10 @@ async def test_stale_node_usage_holds_the_last_applied_state(rig: Rig) -> None:
     await rig.strategy.reconcile()
     assert rig.quota(rig.be_dir) is None
     assert rig.strategy.stale_rounds == 1
-    assert rig.strategy.debug_state()["decision"].startswith("hold")
+    report = rig.strategy._ctx.book.last_report("cpusuppress")
+    assert report is not None
+    assert report.stale
+    assert report.decision.startswith("hold")
 
 
 async def test_be_host_app_under_besteffort_gets_the_cpuset_and_counts_as_be(rig: Rig) -> None:
