@@ -51,9 +51,15 @@ def _load(argv: Sequence[str]) -> KoordletConfig:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the koordlet with ``argv`` (default ``sys.argv[1:]``); returns the exit code."""
+    """Run the koordlet with ``argv`` (default ``sys.argv[1:]``); returns the exit code.
+
+    ``koordlet host-app ...`` is the host-application launcher (``koordlet.hostapp``).
+    """
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) > 0 and args[0] == "host-app":
+        return importlib.import_module("koordlet.hostapp").main(args[1:])  # type: ignore[no-any-return]
     try:
-        cfg = _load(sys.argv[1:] if argv is None else argv)
+        cfg = _load(args)
     except ConfigError as err:
         print(f"koordlet: {err}", file=sys.stderr)
         return EXIT_CONFIG
