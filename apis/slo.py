@@ -3,11 +3,12 @@
 Raw JSON stays a ``TypedDict`` at the edge; :func:`parse_node_slo` turns it into frozen
 dataclasses and says exactly what is wrong (``spec.hostApplications[1].qos: unknown QoS 'XX'``).
 
-Modelled: ``spec.hostApplications`` (Koordinator's ``HostApplicationSpec``). Kept as validated,
-read-only objects for later work: ``resourceUsedThresholdWithBE``, ``resourceQOSStrategy``,
-``cpuBurstStrategy``, ``systemStrategy`` and ``extensions``; their field names are checked
-against the CRD, their values are not yet. ``DEFAULT_*`` are Koordinator's defaults
-(``pkg/util/sloconfig`` upstream) for merging under what a NodeSLO sets.
+Modelled: ``spec.hostApplications`` (Koordinator's ``HostApplicationSpec``). Kept here as
+read-only mappings: ``resourceUsedThresholdWithBE``, ``resourceQOSStrategy``,
+``cpuBurstStrategy``, ``systemStrategy`` and ``extensions``; their top-level field names are
+checked against the CRD. :func:`apis.slo_strategies.strategies_of` turns the four strategy
+sections into typed dataclasses merged over Koordinator's defaults, checking every value.
+``DEFAULT_*`` here are the raw JSON form of three of those defaults (``pkg/util/sloconfig``).
 
 Errors are :class:`SchemaError` (``apis`` imports no binary); the koordlet re-raises them as its
 ``ConfigError``.
