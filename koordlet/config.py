@@ -5,9 +5,9 @@ gate by gate across the three. Flags keep Koordinator's koordlet names where it 
 (``--addr``, ``--cgroup-root-dir``, ``--collect-res-used-interval-seconds``, ``--feature-gates``,
 ...), accept Go's single-dash spelling (``-addr=:9316``) and take durations as Go writes them
 (``500ms``, ``1m30s``) or as plain seconds. The YAML file nests the same settings under
-``paths``, ``cgroup``, ``collect`` and ``server`` (see docs/configuration.md); an unknown key is an
-error, never ignored. Every error is a :class:`~koordlet.errors.ConfigError` naming the flag or
-the file and the field.
+``paths``, ``cgroup``, ``collect``, ``server``, ``qos`` and ``audit`` (see
+docs/configuration.md); an unknown key is an error, never ignored. Every error is a
+:class:`~koordlet.errors.ConfigError` naming the flag or the file and the field.
 
 :data:`SETTINGS` is the one table of settings: the parser, ``--help``, the YAML schema and
 :func:`config_as_dict` (``/debug/config``) are all derived from it.
@@ -109,6 +109,31 @@ class ServerConfig:
         return int(self.addr.rpartition(":")[2])
 
 
+@dataclass(frozen=True, slots=True)
+class QoSConfig:
+    """The QoS manager's safety switches."""
+
+    dry_run: bool = False
+    """Every QoS strategy computes, logs and audits its decisions but writes and evicts nothing;
+    ``--dry-run``, ours (default false)."""
+    dry_run_strategies: frozenset[str] = frozenset()
+    """QoS strategies (table names, ``cpusuppress,memoryevict``) in dry run while the others act;
+    ``--qos-dry-run-strategies``, ours (default none). A name not in the strategy table stops
+    the koordlet at start: a typo must not leave a strategy acting for real."""
+
+
+@dataclass(frozen=True, slots=True)
+class AuditConfig:
+    """The audit log of every change made to the host (``docs/qos.md``)."""
+
+    log_dir: str = ""
+    """Directory of ``audit.jsonl`` and its rotated copies; empty means ``<stateDir>/audit``.
+    Koordinator's ``--audit-log-dir`` (default ``/var/log/koordlet``)."""
+    max_disk_space_mb: int = 16
+    """MiB the audit files may take on disk, in four files; Koordinator's
+    ``--audit-max-disk-space-mb`` (default 16)."""
+
+
 def default_node_name(environ: Mapping[str, str] | None = None) -> str:
     """``$NODE_NAME`` (as Koordinator's DaemonSet sets it) or else the host name, lower-cased as
     the kubelet registers it."""
@@ -132,6 +157,10 @@ class KoordletConfig:
     """Collection intervals."""
     server: ServerConfig = field(default_factory=ServerConfig)
     """The HTTP server."""
+    qos: QoSConfig = field(default_factory=QoSConfig)
+    """Dry run for the QoS strategies."""
+    audit: AuditConfig = field(default_factory=AuditConfig)
+    """The audit log."""
     standalone: bool = False
     """Run without the Kubernetes API server: pods from the kubepods hierarchy, the NodeSLO from
     a local file; ``--standalone``, ours (default false)."""
@@ -148,6 +177,11 @@ class KoordletConfig:
     klog's ``-v``)."""
     config_file: str | None = None
     """The YAML file the settings were read from, if any (``--config``)."""
+
+    @property
+    def audit_dir(self) -> str:
+        """Where the audit log lives: ``audit.log_dir``, else ``<state_dir>/audit``."""
+        return self.audit.log_dir or os.path.join(self.state_dir, "audit")
 
 
 # Value converters: a YAML scalar or flag string in, a checked value out; TypeError or ValueError
@@ -267,6 +301,46 @@ def _optional_path(value: object) -> str:
     return _string(value).strip()
 
 
+def _optional_abs_path(value: object) -> str:
+    text = _string(value).strip()
+    return _abs_path(text) if text else ""
+
+
+_STRATEGY_NAME = re.compile(r"[a-z][a-z0-9_-]{0,62}")
+
+
+def _strategy_names(value: object) -> frozenset[str]:
+    """``a,b`` (flag or YAML string) or a YAML list of strategy table names."""
+    if isinstance(value, str):
+        items = [part.strip() for part in value.split(",")]
+    elif isinstance(value, list | tuple | frozenset | set):
+        items = [_string(item).strip() for item in value]
+    else:
+        raise TypeError(f"must be a comma-separated string or a list of names, got {value!r}")
+    names = frozenset(item for item in items if item)
+    bad = sorted(n for n in names if not _STRATEGY_NAME.fullmatch(n))
+    if bad:
+        raise ValueError(f"not strategy names (lower case, as in the strategy table): {bad}")
+    return names
+
+
+def _disk_mb(value: object) -> int:
+    if isinstance(value, bool):
+        raise TypeError(f"must be a whole number of MiB, got {value!r}")
+    if isinstance(value, str):
+        text = value.strip()
+        if not (text.isascii() and text.isdigit()):
+            raise ValueError(f"must be a whole number of MiB, got {value!r}")
+        number = int(text)
+    elif isinstance(value, int):
+        number = value
+    else:
+        raise TypeError(f"must be a whole number of MiB, got {value!r}")
+    if not 1 <= number <= 10240:
+        raise ValueError(f"must be between 1 and 10240 MiB, got {number}")
+    return number
+
+
 @dataclass(frozen=True, slots=True)
 class Setting:
     """One configuration setting: its YAML key, flags and where it lands in KoordletConfig."""
@@ -338,6 +412,14 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("server.addr", "server.addr", ("--addr",), _addr, "HTTP listen address", "--addr"),
     Setting("server.debugAllowRemote", "server.debug_allow_remote", ("--debug-allow-remote",),
             _bool, "serve /debug/ to non-loopback clients", is_bool=True),
+    Setting("qos.dryRun", "qos.dry_run", ("--dry-run",), _bool,
+            "QoS strategies compute and audit but change nothing", is_bool=True),
+    Setting("qos.dryRunStrategies", "qos.dry_run_strategies", ("--qos-dry-run-strategies",),
+            _strategy_names, "these QoS strategies (comma-separated) only compute and audit"),
+    Setting("audit.logDir", "audit.log_dir", ("--audit-log-dir",), _optional_abs_path,
+            "audit log directory ('' for <state-dir>/audit)", "--audit-log-dir"),
+    Setting("audit.maxDiskSpaceMB", "audit.max_disk_space_mb", ("--audit-max-disk-space-mb",),
+            _disk_mb, "MiB the audit log may take on disk", "--audit-max-disk-space-mb"),
 )
 # fmt: on
 """Every setting but the feature gates (``featureGates`` / ``--feature-gates``), which merge gate
@@ -346,7 +428,7 @@ FEATURE_GATES_KEY = "featureGates"
 """The YAML key of the feature gates: a mapping of gate → bool, or a ``--feature-gates`` string."""
 
 _BY_KEY = {s.key: s for s in SETTINGS}
-_SECTIONS = ("paths", "cgroup", "collect", "server")
+_SECTIONS = ("paths", "cgroup", "collect", "server", "qos", "audit")
 _LONG_FLAGS = {f[2:] for s in SETTINGS for f in s.flags}
 _LONG_FLAGS |= {"config", "feature-gates", "version", "help"}
 _METAVARS: Mapping[Callable[[object], Any], str] = {
@@ -354,10 +436,15 @@ _METAVARS: Mapping[Callable[[object], Any], str] = {
     _abs_path: "DIR",
     _addr: "HOST:PORT",
     _optional_path: "FILE",
+    _optional_abs_path: "DIR",
+    _strategy_names: "A,B",
+    _disk_mb: "MIB",
 }
 _DEFAULT_TEXT = {
     "nodeName": "$NODE_NAME, else the host name",
     "nodesloFile": f"{DEFAULT_NODESLO_FILE} if it exists",
+    "qos.dryRunStrategies": "none",
+    "audit.logDir": "<state-dir>/audit",
 }
 
 
@@ -580,6 +667,8 @@ def load_config(
         cgroup=CgroupConfig(**sections["cgroup"]),
         collect=collect,
         server=ServerConfig(**sections["server"]),
+        qos=QoSConfig(**sections["qos"]),
+        audit=AuditConfig(**sections["audit"]),
         feature_gates=gates,
         config_file=config_file,
         **top,
@@ -593,6 +682,8 @@ def config_as_dict(cfg: KoordletConfig) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for s in SETTINGS:
         value = _attr(cfg, s.attr)
+        if isinstance(value, frozenset):
+            value = sorted(value)
         section, _, name = s.key.rpartition(".")
         (out.setdefault(section, {}) if section else out)[name] = "" if value is None else value
     out[FEATURE_GATES_KEY] = dict(cfg.feature_gates)

@@ -42,6 +42,10 @@ STEP_BUCKETS: tuple[float, ...] = (
 """Histogram buckets (seconds) for one step: a collector tick is a few milliseconds, a stuck
 step is several seconds."""
 
+RESOURCE_UPDATE_BUCKETS: tuple[float, ...] = tuple(0.01 * 4**i for i in range(8))
+"""Milliseconds, 10 µs to 163.84 ms in powers of four: Koordinator's buckets for
+``koordlet_resource_update_duration_milliseconds`` (a cgroup write takes tens of µs)."""
+
 
 class SelfMetrics:
     """The daemon's own metrics, registered in ``registry``.
@@ -102,6 +106,20 @@ class SelfMetrics:
             "1 once every start-up stage has completed, else 0.",
             registry=registry,
         )
+        self.resource_update_duration = Histogram(
+            "koordlet_resource_update_duration_milliseconds",
+            "time duration of resource update such as cgroup files",
+            ("type", "status"),
+            buckets=RESOURCE_UPDATE_BUCKETS,
+            registry=registry,
+        )
+        self.qos_stale_inputs = Counter(
+            "koordlet_qos_stale_inputs",
+            "QoS strategy rounds that held or skipped because their inputs were older than twice "
+            "the collection interval.",
+            ("strategy",),
+            registry=registry,
+        )
         self.build_info = Info(
             "koordlet_build",
             "Version of this koordlet and the Python running it (value is always 1).",
@@ -130,6 +148,15 @@ class SelfMetrics:
     def restarted(self, name: str, reason: str) -> None:
         """Record a restart of an eternal task (``reason``: ``raised`` or ``returned``)."""
         self.task_restarts.labels(name, reason).inc()
+
+    def resource_updated(self, kind: str, status: str, seconds: float) -> None:
+        """Record one resource write (``kind``: the file, ``status``: ``success`` or
+        ``failed``), as Koordinator's ``RecordResourceUpdateDuration``."""
+        self.resource_update_duration.labels(kind, status).observe(max(seconds, 0.0) * 1000.0)
+
+    def stale_inputs(self, strategy: str) -> None:
+        """Count one round of ``strategy`` held or skipped on stale inputs."""
+        self.qos_stale_inputs.labels(strategy).inc()
 
     def record_capabilities(self, supported: Mapping[str, bool]) -> None:
         """Publish the start-up probe's result: one gauge per capability, 1 or 0."""

@@ -6,6 +6,8 @@ change nothing and performs the rest on its single ``cgroup-writer`` thread. QoS
 and runtime hooks submit to it; none of them opens a cgroup file for writing.
 """
 
+from koordlet.executor.audit import AuditEntry, AuditLog
+from koordlet.executor.batch import BatchResult, BatchWrite
 from koordlet.executor.writer import CgroupWriter, WriteResult
 
-__all__ = ["CgroupWriter", "WriteResult"]
+__all__ = ["AuditEntry", "AuditLog", "BatchResult", "BatchWrite", "CgroupWriter", "WriteResult"]

@@ -33,12 +33,13 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from koordlet.errors import CgroupGoneError, HostError, ParseError, UnsupportedError
+from koordlet.executor.batch import BatchResult, BatchWrite, apply_batch
 from koordlet.system.knobs import KNOBS, Knob, knob
 
 if TYPE_CHECKING:
@@ -212,6 +213,34 @@ class CgroupWriter:
         logger.debug("wrote %s: %r -> %r", path, result.old, new)
         self._notify(result)
         return result
+
+    def submit_batch(self, writes: Sequence[BatchWrite]) -> Future[BatchResult]:
+        """Queue a leveled batch (:mod:`koordlet.executor.batch`) as one job on the writer
+        thread; the future carries its :class:`BatchResult`."""
+        pool = self._pool
+        if pool is None:
+            raise RuntimeError("CgroupWriter.submit_batch() before start() or after stop()")
+        return pool.submit(apply_batch, self, tuple(writes))
+
+    def read(self, knob_name: str, rel_dir: str) -> Any:
+        """The logical value of knob ``knob_name`` of cgroup ``rel_dir``, read from the file now.
+
+        For the writer thread (batches) and tests. A cached value that disagrees with the file
+        is dropped, so the next write reads again. Raises like :meth:`write`.
+        """
+        k = knob(knob_name)
+        version = self.host.layout.version
+        filename = k.file_for(version)
+        if filename is None:
+            raise UnsupportedError(k.name, f"cgroup {version} has no file for it")
+        path = self.host.layout.file(k.controller, rel_dir, filename)
+        value = k.decode(self._read(path, k), version, path=path)
+        key = (path, k.name)
+        with self._lock:
+            hit = self._cache.get(key)
+            if hit is not None and hit.value != value:
+                del self._cache[key]
+        return value
 
     def forget(self, rel_dir: str) -> int:
         """Drop the cached values of cgroup ``rel_dir`` and its descendants (it was removed)."""

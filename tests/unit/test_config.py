@@ -80,6 +80,15 @@ SAMPLES: dict[str, tuple[str, Any, Any, Any]] = {
     "collect.resctrlInterval": ("2s", 2.0, "500ms", 0.5),
     "server.addr": (":9400", ":9400", "[::1]:9400", "[::1]:9400"),
     "server.debugAllowRemote": ("1", True, "true", True),
+    "qos.dryRun": ("true", True, True, True),
+    "qos.dryRunStrategies": (
+        "cpusuppress, memoryevict",
+        frozenset({"cpusuppress", "memoryevict"}),
+        ["cpuburst"],
+        frozenset({"cpuburst"}),
+    ),
+    "audit.logDir": ("/var/log/koordlet/", "/var/log/koordlet", "", ""),
+    "audit.maxDiskSpaceMB": ("32", 32, 64, 64),
 }
 
 
