@@ -1,0 +1,57 @@
+"""Which API resources the binaries use, and the URL paths to them.
+
+A :class:`Resource` names a collection by group, version and plural; objects stay plain decoded
+JSON (``dict``), typed at the edge by the caller's ``TypedDict``. The table below is the whole
+set the koordlet, koord-manager and koord-scheduler talk to.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from urllib.parse import quote
+
+
+@dataclass(frozen=True, slots=True)
+class Resource:
+    """One API collection (``nodes``, ``slo.koordinator.sh/v1alpha1 nodemetrics``...)."""
+
+    group: str
+    """API group; empty for the core group."""
+    version: str
+    """``v1``, ``v1alpha1``..."""
+    plural: str
+    """URL name of the collection (``nodemetrics``)."""
+    kind: str
+    """``Kind`` of one object (``NodeMetric``)."""
+    namespaced: bool
+    """Whether objects live in a namespace."""
+
+    @property
+    def api_version(self) -> str:
+        """``apiVersion`` of its objects: ``v1`` or ``<group>/<version>``."""
+        return f"{self.group}/{self.version}" if self.group else self.version
+
+    def path(self, namespace: str | None = None, name: str | None = None, sub: str = "") -> str:
+        """URL path of the collection (``namespace`` None: across all namespaces), of one object
+        when ``name`` is given, and of its subresource (``status``, ``eviction``) when ``sub``."""
+        base = f"/api/{self.version}" if not self.group else f"/apis/{self.group}/{self.version}"
+        if self.namespaced and namespace:
+            base += f"/namespaces/{quote(namespace, safe='')}"
+        base += f"/{self.plural}"
+        if name is not None:
+            base += f"/{quote(name, safe='')}"
+            if sub:
+                base += f"/{sub}"
+        return base
+
+
+NODES = Resource("", "v1", "nodes", "Node", namespaced=False)
+PODS = Resource("", "v1", "pods", "Pod", namespaced=True)
+CONFIGMAPS = Resource("", "v1", "configmaps", "ConfigMap", namespaced=True)
+EVENTS = Resource("", "v1", "events", "Event", namespaced=True)
+LEASES = Resource("coordination.k8s.io", "v1", "leases", "Lease", namespaced=True)
+NODE_METRICS = Resource("slo.koordinator.sh", "v1alpha1", "nodemetrics", "NodeMetric", False)
+NODE_SLOS = Resource("slo.koordinator.sh", "v1alpha1", "nodeslos", "NodeSLO", False)
+NODE_RESOURCE_TOPOLOGIES = Resource(
+    "topology.node.k8s.io", "v1alpha1", "noderesourcetopologies", "NodeResourceTopology", False
+)

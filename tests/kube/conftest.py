@@ -1,0 +1,31 @@
+"""The fake API server's fixtures for every test under tests/kube/, and an informer runner."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+
+from kubeclient.informer import Informer
+from tests.kubefake.fixtures import kube_api, kube_client, kubeconfig
+
+__all__ = ["eventually", "kube_api", "kube_client", "kubeconfig", "running"]
+
+
+@asynccontextmanager
+async def running(informer: Informer) -> AsyncIterator[asyncio.Task[None]]:
+    """Run an informer's loop for the body of a ``with``; cancelled and awaited afterwards."""
+    task: asyncio.Task[None] = asyncio.create_task(informer.run(), name=f"informer-{informer.name}")
+    try:
+        yield task
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+
+async def eventually(check: Callable[[], bool], *, within: float = 10.0) -> None:
+    """Wait until ``check()`` holds, failing after ``within`` seconds. It polls: the conditions
+    are state of the fake server and the informer, which have no event to wait on."""
+    async with asyncio.timeout(within):
+        while not check():  # noqa: ASYNC110 - see the docstring
+            await asyncio.sleep(0.01)

@@ -1,0 +1,173 @@
+"""The list-then-watch informer against the fake API server, through the real client."""
+
+from __future__ import annotations
+
+import random
+
+from kubeclient.backoff import Backoff
+from kubeclient.client import KubeClient, Obj
+from kubeclient.informer import Informer
+from kubeclient.resources import NODE_METRICS, PODS
+from tests.kube.conftest import eventually, running
+from tests.kubefake import FakeApiServer, Fault
+
+
+def _pod(name: str, node: str, labels: dict[str, str] | None = None) -> Obj:
+    return {
+        "metadata": {"name": name, "namespace": "default", "labels": labels or {}},
+        "spec": {"nodeName": node, "containers": [{"name": "c"}]},
+    }
+
+
+class _Recorder:
+    def __init__(self) -> None:
+        self.events: list[tuple[str, str]] = []
+
+    def add(self, obj: Obj) -> None:
+        self.events.append(("add", obj["metadata"]["name"]))
+
+    def update(self, old: Obj, new: Obj) -> None:
+        self.events.append(("update", new["metadata"]["name"]))
+
+    def delete(self, obj: Obj) -> None:
+        self.events.append(("delete", obj["metadata"]["name"]))
+
+
+def _informer(client: KubeClient, delays: list[float] | None = None, **kw: object) -> Informer:
+    async def sleep(seconds: float) -> None:
+        if delays is not None:
+            delays.append(seconds)
+
+    backoff = Backoff(base=0.01, cap=0.05, rng=random.Random(7))
+    return Informer(client, PODS, backoff=backoff, sleep=sleep, **kw)  # type: ignore[arg-type]
+
+
+async def test_the_store_follows_adds_updates_and_deletes_with_callbacks(
+    kube_api: FakeApiServer, kube_client: KubeClient
+) -> None:
+    kube_api.put("pods", _pod("a", "n1"))
+    informer = _informer(kube_client, field_selector="spec.nodeName=n1")
+    rec = _Recorder()
+    informer.add_handler(rec.add, rec.update, rec.delete)
+    async with running(informer):
+        assert await informer.wait_synced(5.0)
+        kube_api.put("pods", _pod("b", "n1"))
+        kube_api.put("pods", _pod("elsewhere", "n2"))
+        kube_api.put("pods", _pod("a", "n1", {"x": "1"}))
+        kube_api.remove("pods", "b", "default")
+        await eventually(lambda: len(rec.events) == 4)
+    assert rec.events == [("add", "a"), ("add", "b"), ("update", "a"), ("delete", "b")]
+    assert [o["metadata"]["name"] for o in informer.list()] == ["a"]
+    assert informer.get("a", "default")["metadata"]["labels"] == {"x": "1"}  # type: ignore[index]
+    watches = [r for r in kube_api.requests if r.query.get("watch") == "true"]
+    assert watches[0].query["fieldSelector"] == "spec.nodeName=n1"
+    assert watches[0].query["allowWatchBookmarks"] == "true"
+
+
+async def test_a_410_gone_on_the_watch_relists_and_reports_what_changed_meanwhile(
+    kube_api: FakeApiServer, kube_client: KubeClient
+) -> None:
+    kube_api.put("pods", _pod("a", "n1"))
+    kube_api.put("pods", _pod("b", "n1"))
+    informer = _informer(kube_client)
+    rec = _Recorder()
+    informer.add_handler(rec.add, rec.update, rec.delete)
+    async with running(informer):
+        assert await informer.wait_synced(5.0)
+        await eventually(lambda: kube_api.open_watches == 1)
+        # Changes the informer misses: its stream is cut and the history compacted.
+        kube_api.drop_watches()
+        kube_api.remove("pods", "b", "default")
+        kube_api.put("pods", _pod("c", "n1"))
+        kube_api.compact()
+        await eventually(lambda: informer.stats.gone >= 1 and informer.stats.lists >= 2)
+        await eventually(lambda: ("add", "c") in rec.events)
+    names = sorted(o["metadata"]["name"] for o in informer.list())
+    assert names == ["a", "c"]
+    assert ("delete", "b") in rec.events
+
+
+async def test_an_http_410_on_the_watch_also_relists(
+    kube_api: FakeApiServer, kube_client: KubeClient
+) -> None:
+    kube_api.gone_as_http = True
+    kube_api.put("pods", _pod("a", "n1"))
+    informer = _informer(kube_client)
+    async with running(informer):
+        assert await informer.wait_synced(5.0)
+        kube_api.compact()
+        kube_api.drop_watches()
+        await eventually(lambda: informer.stats.lists >= 2)
+    assert informer.stats.gone >= 1
+
+
+async def test_bookmarks_move_the_resource_version_without_touching_the_store(
+    kube_api: FakeApiServer, kube_client: KubeClient
+) -> None:
+    kube_api.put("pods", _pod("a", "n1"))
+    kube_api.put("pods", _pod("other", "n2"))
+    informer = _informer(kube_client, field_selector="spec.nodeName=n1")
+    rec = _Recorder()
+    informer.add_handler(rec.add, rec.update, rec.delete)
+    async with running(informer):
+        assert await informer.wait_synced(5.0)
+        listed_rv = int(informer.resource_version)
+        kube_api.put("pods", _pod("other", "n2", {"v": "2"}))  # filtered out, moves rv on
+        await eventually(lambda: int(informer.resource_version) > listed_rv)
+    assert rec.events == [("add", "a")]
+    assert int(informer.resource_version) == kube_api.rv
+
+
+async def test_server_errors_back_off_exponentially_with_jitter_then_recover(
+    kube_api: FakeApiServer, kube_client: KubeClient
+) -> None:
+    kube_api.put("pods", _pod("a", "n1"))
+    kube_api.faults.append(Fault(status=500, method="GET", times=4))
+    delays: list[float] = []
+    informer = _informer(kube_client, delays)
+    async with running(informer):
+        assert await informer.wait_synced(5.0)
+    assert informer.stats.errors == 4
+    assert len(delays) >= 4
+    steps = [0.01, 0.02, 0.04, 0.05]  # base 0.01 doubling, capped at 0.05
+    for delay, step in zip(delays[:4], steps, strict=True):
+        assert step / 2 <= delay <= step
+
+
+async def test_a_429_waits_at_least_its_retry_after(
+    kube_api: FakeApiServer, kube_client: KubeClient
+) -> None:
+    kube_api.faults.append(Fault(status=429, retry_after=7, method="GET"))
+    delays: list[float] = []
+    informer = _informer(kube_client, delays)
+    async with running(informer):
+        assert await informer.wait_synced(5.0)
+    assert delays[0] == 7.0
+
+
+async def test_dropped_connections_are_retried_and_the_store_kept(
+    kube_api: FakeApiServer, kube_client: KubeClient
+) -> None:
+    kube_api.put("pods", _pod("a", "n1"))
+    informer = _informer(kube_client)
+    async with running(informer):
+        assert await informer.wait_synced(5.0)
+        await eventually(lambda: kube_api.open_watches == 1)
+        kube_api.faults.append(Fault(drop=True, watch=True, times=2))
+        kube_api.drop_watches()
+        await eventually(lambda: informer.stats.errors >= 2)
+        assert [o["metadata"]["name"] for o in informer.list()] == ["a"]
+        kube_api.put("pods", _pod("b", "n1"))
+        await eventually(lambda: informer.get("b", "default") is not None)
+    assert informer.stats.lists == 1  # resumed from its resourceVersion, no relist
+
+
+async def test_wait_synced_gives_up_after_its_timeout_when_the_server_fails(
+    kube_api: FakeApiServer, kube_client: KubeClient
+) -> None:
+    kube_api.faults.append(Fault(status=503, times=1000))
+    informer = Informer(kube_client, NODE_METRICS, backoff=Backoff(base=0.01, cap=0.02))
+    async with running(informer):
+        assert not await informer.wait_synced(0.2)
+    assert not informer.synced
+    assert informer.stats.errors >= 1

@@ -1,0 +1,55 @@
+"""pytest fixtures for the fake API server (load with ``pytest_plugins``).
+
+- ``kube_api``: a started :class:`~tests.kubefake.server.FakeApiServer` (stopped afterwards);
+- ``kubeconfig``: a kubeconfig file pointing at it (token auth, plain HTTP);
+- ``kube_client``: a :class:`~kubeclient.client.KubeClient` loaded from that kubeconfig.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+import yaml
+
+from kubeclient.client import KubeClient
+from tests.kubefake.server import FakeApiServer
+
+
+def write_kubeconfig(path: Path, url: str, token: str = "fake-token") -> Path:
+    """A kubeconfig with one cluster, user and context for ``url``."""
+    doc = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "fake", "cluster": {"server": url}}],
+        "users": [{"name": "koordlet", "user": {"token": token}}],
+        "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "koordlet"}}],
+        "current-context": "fake",
+    }
+    path.write_text(yaml.safe_dump(doc), encoding="utf-8")
+    return path
+
+
+@pytest.fixture
+async def kube_api() -> AsyncIterator[FakeApiServer]:
+    server = FakeApiServer()
+    await server.start()
+    try:
+        yield server
+    finally:
+        await server.stop()
+
+
+@pytest.fixture
+def kubeconfig(kube_api: FakeApiServer, tmp_path: Path) -> Path:
+    return write_kubeconfig(tmp_path / "kubeconfig", kube_api.url)
+
+
+@pytest.fixture
+async def kube_client(kubeconfig: Path) -> AsyncIterator[KubeClient]:
+    client = await KubeClient.connect(str(kubeconfig), request_timeout=5.0)
+    try:
+        yield client
+    finally:
+        await client.close()
