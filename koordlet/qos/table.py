@@ -12,11 +12,20 @@ from __future__ import annotations
 from collections.abc import Mapping
 from types import MappingProxyType
 
+from koordlet.qos import sysreconcile
 from koordlet.qos.manager import StrategyFactory
 
-STRATEGIES: Mapping[str, StrategyFactory] = MappingProxyType({})
+STRATEGIES: Mapping[str, StrategyFactory] = MappingProxyType(
+    {
+        sysreconcile.NAME: sysreconcile.build,
+    }
+)
 """Every QoS strategy, in start order."""
 
-FEATURE_GATES: Mapping[str, str] = MappingProxyType({})
+FEATURE_GATES: Mapping[str, str] = MappingProxyType(
+    {
+        sysreconcile.NAME: sysreconcile.GATE,
+    }
+)
 """Strategy → the koordlet feature gate that must be on for it to run (Koordinator gates each
 strategy: ``BECPUSuppress``, ``CPUBurst``, ``BEMemoryEvict``...)."""

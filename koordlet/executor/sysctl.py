@@ -1,0 +1,214 @@
+"""Node-wide kernel settings (procfs ``sys/vm`` and Anolis sysfs files): validated, deduplicated,
+audited writes, like :class:`~koordlet.executor.writer.CgroupWriter` does for cgroup knobs.
+
+Each :class:`SystemFile` is declared once with its valid range (Koordinator's validators in
+``pkg/koordlet/util/system/system_file.go``)::
+
+    vm.min_free_kbytes           <proc>/sys/vm/min_free_kbytes              10240..10485760 (kB)
+    vm.watermark_scale_factor    <proc>/sys/vm/watermark_scale_factor       10..400
+    memcg_reap_background        <sys>/kernel/mm/memcg_reaper/reap_background  0..1 (Anolis)
+
+:meth:`SystemFileWriter.write` validates the value (out of range: ``InvalidValueError``, nothing
+written), reads the file, writes only when the value differs, and hands every change to
+``on_change`` as a :class:`~koordlet.executor.writer.WriteResult` (the audit log's hook, the same
+as the cgroup writer's). A file that does not exist is ``UnsupportedError`` naming it.
+
+Writes run on the executor's writer thread through :func:`call_on_writer` when the executor offers
+a public hook for it (``CgroupWriter.call``); until then on a worker thread, serialized by a lock
+of this module, so that two node-wide writes never interleave.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import logging
+import os
+import threading
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any, TypeVar
+
+from koordlet.errors import HostError, InvalidValueError, ParseError, UnsupportedError
+from koordlet.executor.writer import WriteResult
+from koordlet.system.knobs import Range
+from koordlet.system.paths import HostPaths
+
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+_LOCK = threading.Lock()
+"""Serializes the writes of this module and of ``koordlet.executor.resctrl`` while they run
+off the cgroup writer's thread."""
+
+
+def call_on_writer(executor: object, fn: Callable[[], T]) -> Awaitable[T]:
+    """Run ``fn`` on the executor's single writer thread and await its result.
+
+    Uses the executor's public ``call(fn) -> concurrent.futures.Future`` when it has one; without
+    it, a worker thread holding this module's lock (node-wide files are never written by the
+    cgroup writer, so the two cannot race on a file).
+    """
+    call = getattr(executor, "call", None)
+    if callable(call):
+        return asyncio.wrap_future(call(fn))
+
+    def locked() -> T:
+        with _LOCK:
+            return fn()
+
+    return asyncio.to_thread(locked)
+
+
+@dataclass(frozen=True, slots=True)
+class SystemFile:
+    """One node-wide kernel setting."""
+
+    name: str
+    """Logical name, the key in :data:`SYSTEM_FILES` (``vm.min_free_kbytes``)."""
+    root: str
+    """``proc`` or ``sys``: which injected root the path is under."""
+    parts: tuple[str, ...]
+    """Path below that root."""
+    valid: Range
+    """Valid values (Koordinator's validator)."""
+    doc: str
+    """What it does, in one line."""
+    requires: str = ""
+    """What a kernel needs to have the file; shown when it is absent."""
+
+    def path(self, paths: HostPaths) -> str:
+        """The file on this host."""
+        return paths.proc(*self.parts) if self.root == "proc" else paths.sys(*self.parts)
+
+
+# fmt: off
+MIN_FREE_KBYTES = SystemFile(
+    "vm.min_free_kbytes", "proc", ("sys", "vm", "min_free_kbytes"), Range(10 * 1024, 10 << 20),
+    "free memory (kB) the kernel keeps for atomic allocations; the base of the zone watermarks")
+WATERMARK_SCALE_FACTOR = SystemFile(
+    "vm.watermark_scale_factor", "proc", ("sys", "vm", "watermark_scale_factor"), Range(10, 400),
+    "gap between the zone watermarks in 1/10000 of memory: how early kswapd starts reclaiming")
+MEMCG_REAP_BACKGROUND = SystemFile(
+    "memcg_reap_background", "sys", ("kernel", "mm", "memcg_reaper", "reap_background"),
+    Range(0, 1), "Anolis background memcg reaper", requires="Anolis kernels only")
+# fmt: on
+SYSTEM_FILES: Mapping[str, SystemFile] = MappingProxyType(
+    {f.name: f for f in (MIN_FREE_KBYTES, WATERMARK_SCALE_FACTOR, MEMCG_REAP_BACKGROUND)}
+)
+"""Every node-wide setting the executor may write, by name."""
+
+
+def system_file(name: str) -> SystemFile:
+    """The setting called ``name``; ``UnsupportedError`` for an unknown name."""
+    try:
+        return SYSTEM_FILES[name]
+    except KeyError:
+        raise UnsupportedError(name, "no such setting in koordlet.executor.sysctl") from None
+
+
+class SystemFileWriter:
+    """Reads and writes the settings of :data:`SYSTEM_FILES` (call it on the writer thread)."""
+
+    def __init__(
+        self,
+        paths: HostPaths,
+        *,
+        on_change: Callable[[WriteResult], None] | None = None,
+        is_dry_run: Callable[[str], bool] | None = None,
+    ) -> None:
+        self.paths = paths
+        """Host roots the files resolve under."""
+        self.on_change = on_change
+        """Called with every result that changed a file, and every dry-run result that would
+        have (the audit log)."""
+        self.is_dry_run = is_dry_run or (lambda strategy: False)
+        """Whether writes asked for by a strategy are only computed and audited (the cgroup
+        writer's rule)."""
+
+    def probe(self, name: str) -> tuple[bool, str]:
+        """``(supported, reason)``: whether the file exists and is readable and writable."""
+        f = system_file(name)
+        path = f.path(self.paths)
+        if not os.path.exists(path):
+            why = f" ({f.requires})" if f.requires else ""
+            return False, f"{path} absent{why}"
+        if not os.access(path, os.R_OK | os.W_OK):
+            return False, f"permission denied on {path} (read-only procfs/sysfs?)"
+        return True, f"found at {path}"
+
+    def read(self, name: str) -> int:
+        """The current value; ``UnsupportedError`` when absent, ``ParseError`` when not a number."""
+        f = system_file(name)
+        path = f.path(self.paths)
+        text = self._read(path, f)
+        try:
+            return int(text.strip())
+        except ValueError:
+            raise ParseError(f"{path}: not an integer: {text[:40]!r}") from None
+
+    def write(self, name: str, value: int, *, strategy: str = "", reason: str = "") -> WriteResult:
+        """Set ``name`` to ``value`` when it differs; see the module docstring."""
+        f = system_file(name)
+        try:
+            canonical = f.valid.normalize(value)
+        except (TypeError, ValueError) as err:
+            raise InvalidValueError(
+                f"{name}: invalid value {value!r} (valid: {f.valid.describe()}): {err}"
+            ) from err
+        path = f.path(self.paths)
+        current = self.read(name)
+        new = str(canonical)
+        if current == canonical:
+            return WriteResult(path, new, new, False, name, strategy, reason)
+        if self.is_dry_run(strategy):
+            logger.info("dry run: would write %s: %s -> %s (%s)", path, current, new, reason)
+            dry = WriteResult(path, str(current), new, False, name, strategy, reason, True)
+            notify(self.on_change, dry)
+            return dry
+        result = WriteResult(path, str(current), new, True, name, strategy, reason)
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_TRUNC | os.O_CLOEXEC)
+            try:
+                os.write(fd, new.encode("ascii"))
+            finally:
+                os.close(fd)
+        except OSError as err:
+            raise HostError(f"{path}: writing {new!r} failed: {err.strerror}") from err
+        logger.info("wrote %s: %s -> %s (%s)", path, current, new, reason or strategy)
+        notify(self.on_change, result)
+        return result
+
+    @staticmethod
+    def _read(path: str, f: SystemFile) -> str:
+        try:
+            with open(path, encoding="ascii", errors="replace") as fh:
+                return fh.read()
+        except OSError as err:
+            if err.errno == errno.ENOENT:
+                why = f" ({f.requires})" if f.requires else ""
+                raise UnsupportedError(f.name, f"{path} absent{why}") from err
+            raise HostError(f"{path}: reading failed: {err.strerror}") from err
+
+
+def notify(hook: Callable[[WriteResult], None] | None, result: WriteResult) -> None:
+    """Hand ``result`` to the audit hook; a broken hook never fails a done write."""
+    if hook is None:
+        return
+    try:
+        hook(result)
+    except Exception:
+        logger.exception("on_change hook failed for %s", result.path)
+
+
+def executor_hooks(executor: object) -> dict[str, Any]:
+    """The audit hook and dry-run rule of the cgroup executor, for the node-wide writers to
+    share: ``{"on_change": ..., "is_dry_run": ...}`` (None where the executor has none)."""
+    on_change = getattr(executor, "on_change", None)
+    is_dry_run = getattr(executor, "is_dry_run", None)
+    return {
+        "on_change": on_change if callable(on_change) else None,
+        "is_dry_run": is_dry_run if callable(is_dry_run) else None,
+    }
