@@ -2,17 +2,23 @@
 
 Start, one stage after the other, each logged with its duration (``docs/architecture.md``)::
 
-    1 executor     detect the cgroup layout (version, driver, kubepods root); start the
-                   CgroupWriter thread, which resolves every write through that layout
+    1 executor     detect the cgroup layout (version, driver, kubepods root); start the audit
+                   log and the CgroupWriter thread, which resolves every write through that
+                   layout, reads every file before its first write (no cache survives a
+                   restart), records every change (and dry-run decision) in the audit log and
+                   times every write
     2 metriccache  the embedded metric cache
     3 states       probe the host's capabilities; the inventory (kubepods walker, plus the
                    NodeSLO-file host-application source in standalone mode); first refresh
     4 collectors   the collect loop: every base interval, ONE worker thread refreshes the
                    inventory and runs the due collectors; the loop then drops the series of
                    removed pods and stores the tick's samples
-    5 qos          the pressure event source (PSI triggers, memcg thresholds), then the QoS
-                   manager, one supervised loop per strategy of the table
-    6 server       /metrics, /healthz, /readyz and /debug; then ready
+    5 qos          the pressure event source (PSI triggers, memcg thresholds), the evictor,
+                   then the QoS manager, one supervised loop per strategy of the table, with
+                   the dry-run settings (an unknown name in --qos-dry-run-strategies is a
+                   configuration error)
+    6 server       /metrics, /healthz, /readyz and /debug (with /debug/audit and /debug/qos);
+                   then ready
 
 SIGTERM or SIGINT stops the stages that started, in reverse order, within :data:`STOP_TIMEOUT`
 seconds, and :func:`run` returns 0. A stage that fails to start is logged, what started is
@@ -48,10 +54,12 @@ from koordlet.collectors.table import COLLECTORS, build_collectors
 from koordlet.config import KoordletConfig, config_as_dict
 from koordlet.errors import ConfigError
 from koordlet.events.source import PressureEventSource
+from koordlet.executor.audit import DEFAULT_BACKUPS, AuditLog
 from koordlet.executor.writer import CgroupWriter
 from koordlet.metriccache.series import container_entity, host_app_entity, pod_entity
 from koordlet.metriccache.store import MetricCache
-from koordlet.qos.manager import QoSManager, StrategyContext, StrategyFactory
+from koordlet.qos.evictor import CgroupKillEvictor, Evictor
+from koordlet.qos.manager import QoSBook, QoSManager, StrategyContext, StrategyFactory
 from koordlet.qos.table import FEATURE_GATES as QOS_FEATURE_GATES
 from koordlet.qos.table import STRATEGIES
 from koordlet.selfmetrics import Readiness, SelfMetrics
@@ -177,6 +185,8 @@ class Daemon:
         self._supervisors: list[Supervisor] = []
         self.host: Host | None = None
         self.writer: CgroupWriter | None = None
+        self.audit: AuditLog | None = None
+        self.evictor: Evictor | None = None
         self.cache: MetricCache | None = None
         self.capabilities: Capabilities | None = None
         self.inventory: WorkloadInventory | None = None
@@ -238,10 +248,31 @@ class Daemon:
             driver=None if cfg.driver == "auto" else CgroupDriver(cfg.driver),
             kube_path=cfg.kube_path,
         )
-        writer = CgroupWriter(self.host)
+        audit = build_audit_log(self.cfg)
+        audit.start()
+        self.audit = audit
+        # Stops after the writer (a stage's steps stop last registered first): the writer's
+        # last changes still reach the file.
+        self._on_stop("executor", lambda t: asyncio.to_thread(audit.close, min(t, 2.0)))
+        qos = self.cfg.qos
+        writer = CgroupWriter(
+            self.host,
+            on_change=audit.on_write,
+            observe=self.metrics.resource_updated,
+            dry_run_all=qos.dry_run,
+            dry_run_strategies=qos.dry_run_strategies,
+        )
         writer.start()
         self.writer = writer
+        # cancel_pending: a batch already running finishes (it is one job), queued ones are
+        # dropped, so no batch is left half-applied.
         self._on_stop("executor", lambda t: asyncio.to_thread(writer.stop, cancel_pending=True))
+        if qos.dry_run or qos.dry_run_strategies:
+            logger.warning(
+                "dry run for %s: decisions are audited in %s, nothing is written or evicted",
+                "every QoS strategy" if qos.dry_run else ", ".join(sorted(qos.dry_run_strategies)),
+                audit.path,
+            )
 
     async def _start_metriccache(self) -> None:
         self.cache = MetricCache()
@@ -296,6 +327,13 @@ class Daemon:
         )
 
     async def _start_qos(self) -> None:
+        unknown = sorted(self.cfg.qos.dry_run_strategies - set(self._strategy_table))
+        if unknown:
+            raise ConfigError(
+                f"unknown strategies {unknown}; the strategy table has "
+                f"{sorted(self._strategy_table) or 'none'}",
+                source="--qos-dry-run-strategies",
+            )
         host = self._need(self.host)
         events = PressureEventSource(
             privileged=await asyncio.to_thread(has_cap_sys_resource, host.paths)
@@ -304,6 +342,8 @@ class Daemon:
         self._on_stop("qos", lambda t: _close_events(events))
         supervisor = Supervisor(self.metrics)
         self._supervisors.append(supervisor)
+        audit = self._need(self.audit)
+        self.evictor = self._build_evictor(audit)
         ctx = StrategyContext(
             host=lambda: self._need(self.host),
             config=self.cfg,
@@ -312,12 +352,30 @@ class Daemon:
             workloads=self._snapshot,
             node_slo=self._node_slo,
             capabilities=self.capabilities,
+            evictor=self.evictor,
             events=events,
+            audit=audit,
+            dry_run_all=self.cfg.qos.dry_run,
+            dry_run_strategies=self.cfg.qos.dry_run_strategies,
+            book=QoSBook(on_stale=self.metrics.stale_inputs),
         )
         qos = QoSManager(ctx, self._strategy_table, supervisor, gates=QOS_FEATURE_GATES)
         self._on_stop("qos", qos.stop)
         self.qos = qos
         qos.start()
+
+    def _build_evictor(self, audit: AuditLog) -> Evictor:
+        """The evictor every strategy evicts through. Its backend empties the victim's cgroup
+        (standalone: cgroup-discovered pods and host applications); the Kubernetes mode swaps
+        in the Eviction API backend here. The global ``--dry-run`` is the evictor's own; a
+        strategy in ``--qos-dry-run-strategies`` passes ``dry_run=ctx.dry_run(name)``."""
+        return Evictor(
+            CgroupKillEvictor(lambda: self._need(self.host)),
+            dry_run=self.cfg.qos.dry_run,
+            audit=audit,
+            registry=self.registry,
+            node_name=self.cfg.node_name,
+        )
 
     async def _start_server(self) -> None:
         cache = self._need(self.cache)
@@ -338,6 +396,8 @@ class Daemon:
             capabilities=self.describe_capabilities,
             config=lambda: config_as_dict(self.cfg),
             tasks=lambda: [t for s in self._supervisors for t in s.describe()],
+            audit=self._describe_audit,
+            qos=lambda: self._need(self.qos).describe(),
             debug_allow_remote=self.cfg.server.debug_allow_remote,
         )
         server = self.cfg.server
@@ -428,6 +488,12 @@ class Daemon:
             for key, reason in sorted(self.events.unsupported.items()):
                 out[f"events/{key}"] = {"supported": False, "reason": reason, "runtime": True}
         return out
+
+    def _describe_audit(self, limit: int, strategy: str | None, kind: str | None) -> dict[str, Any]:
+        """``/debug/audit``: the most recent entries, newest first, and the log's counters."""
+        audit = self._need(self.audit)
+        entries = audit.recent(limit, strategy=strategy, kind=kind)
+        return {"entries": [e.as_dict() for e in entries], "log": audit.stats()}
 
     # Helpers -----------------------------------------------------------------------------------
 
@@ -528,6 +594,17 @@ async def run(
         await daemon.stop()
         for sig in installed:
             loop.remove_signal_handler(sig)
+
+
+def build_audit_log(cfg: KoordletConfig) -> AuditLog:
+    """The audit log in ``cfg.audit_dir``, its disk budget split over the current file and
+    :data:`~koordlet.executor.audit.DEFAULT_BACKUPS` rotated ones."""
+    files = DEFAULT_BACKUPS + 1
+    return AuditLog(
+        cfg.audit_dir,
+        max_bytes=cfg.audit.max_disk_space_mb * 1024 * 1024 // files,
+        backups=DEFAULT_BACKUPS,
+    )
 
 
 async def _close_events(events: PressureEventSource) -> None:

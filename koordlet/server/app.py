@@ -88,6 +88,11 @@ class ReadinessView(Protocol):
         ...
 
 
+AuditQuery = Callable[[int, str | None, str | None], Mapping[str, Any]]
+"""``/debug/audit``'s source: ``(limit, strategy or None, kind or None)`` → JSON-ready data with
+``entries`` (newest first) and ``log`` (the audit log's counters)."""
+
+
 @dataclass(frozen=True, slots=True)
 class ServerDeps:
     """Everything the server reads; the daemon builds it from the real components."""
@@ -107,6 +112,11 @@ class ServerDeps:
     """The effective configuration as JSON-ready data (``config_as_dict``)."""
     tasks: Callable[[], Sequence[Mapping[str, object]]]
     """The supervisor's task states (``Supervisor.describe``)."""
+    audit: AuditQuery | None = None
+    """``(limit, strategy, kind)`` → the most recent audit entries and the log's counters, for
+    ``/debug/audit``; None answers 404."""
+    qos: Callable[[], Mapping[str, Any]] | None = None
+    """The QoS manager's state (``QoSManager.describe``) for ``/debug/qos``; None answers 404."""
     metric_names: Sequence[str] = EXPORTED_SERIES
     """Series that ``/debug/metrics`` lists (default: every series the exporter knows)."""
     debug_allow_remote: bool = False

@@ -12,6 +12,11 @@
                            min, max over the last ``window`` seconds; 400 on bad parameters,
                            404 when the window holds no sample
 ``/debug/tasks``           the supervisor's tasks: state, runs, errors, last error
+``/debug/audit``           the most recent audit entries, newest first: every change written,
+                           every eviction, every dry-run decision; ``?limit=100`` (at most
+                           1000), ``&strategy=<name>``, ``&kind=write|evict|decision``
+``/debug/qos``             the QoS strategies: dry-run settings, rounds, errors, stale rounds,
+                           each one's last inputs, decision and result; disabled ones and why
 =========================  ====================================================================
 
 The server answers them to loopback peers only (unless configured otherwise):
@@ -36,6 +41,13 @@ from koordlet.statesinformer.model import WorkloadSnapshot
 if TYPE_CHECKING:
     from koordlet.server.app import ServerDeps
 
+DEFAULT_AUDIT_LIMIT = 100
+"""Entries ``/debug/audit`` returns when ``limit`` is not given."""
+MAX_AUDIT_LIMIT = 1000
+"""The largest ``limit`` ``/debug/audit`` accepts."""
+_AUDIT_PARAMS = frozenset({"limit", "strategy", "kind"})
+_AUDIT_KINDS = ("write", "evict", "decision")
+_STRATEGY_RE = re.compile(r"[a-z][a-z0-9_-]{0,62}")
 DEFAULT_QUERY_WINDOW = 300.0
 """Seconds aggregated by ``/debug/query`` when ``window`` is not given."""
 _QUERY_PARAMS = frozenset({"metric", "entity", "window"})
@@ -139,6 +151,33 @@ def parse_query(pairs: Iterable[tuple[str, str]], max_window: float) -> tuple[st
     return metric, entity, window
 
 
+def parse_audit_query(pairs: Iterable[tuple[str, str]]) -> tuple[int, str | None, str | None]:
+    """``(limit, strategy, kind)`` from ``/debug/audit``'s parameters; ``ValueError`` with a
+    message for the client on an unknown, repeated or malformed one."""
+    sent = list(pairs)
+    names = [k for k, _ in sent]
+    unknown = sorted(set(names) - _AUDIT_PARAMS)
+    if unknown:
+        raise ValueError(f"unknown parameter(s) {unknown}; expected limit, strategy, kind")
+    repeated = sorted({k for k in names if names.count(k) > 1})
+    if repeated:
+        raise ValueError(f"parameter(s) {repeated} given more than once")
+    params = dict(sent)
+    raw = params.get("limit", "")
+    limit = DEFAULT_AUDIT_LIMIT
+    if raw:
+        if not (raw.isascii() and raw.isdigit()) or not 1 <= int(raw) <= MAX_AUDIT_LIMIT:
+            raise ValueError(f"limit must be a whole number in 1..{MAX_AUDIT_LIMIT}, got {raw!r}")
+        limit = int(raw)
+    strategy = params.get("strategy")
+    if strategy is not None and not _STRATEGY_RE.fullmatch(strategy):
+        raise ValueError(f"strategy must be a strategy table name, got {strategy!r}")
+    kind = params.get("kind")
+    if kind is not None and kind not in _AUDIT_KINDS:
+        raise ValueError(f"kind must be one of {', '.join(_AUDIT_KINDS)}, got {kind!r}")
+    return limit, strategy, kind
+
+
 def _finite(value: float) -> float | None:
     """JSON has no NaN or infinity: they become null."""
     return value if math.isfinite(value) else None
@@ -163,6 +202,8 @@ class DebugHandlers:
             ("/debug/metrics", self.metrics),
             ("/debug/query", self.query),
             ("/debug/tasks", self.tasks),
+            ("/debug/audit", self.audit),
+            ("/debug/qos", self.qos),
         ]
 
     async def index(self, request: web.Request) -> web.Response:
@@ -179,6 +220,22 @@ class DebugHandlers:
 
     async def tasks(self, request: web.Request) -> web.Response:
         return _json({"tasks": [dict(t) for t in self._deps.tasks()]})
+
+    async def audit(self, request: web.Request) -> web.Response:
+        source = self._deps.audit
+        if source is None:
+            return _json({"error": "this koordlet has no audit log"}, 404)
+        try:
+            limit, strategy, kind = parse_audit_query(request.query.items())
+        except ValueError as err:
+            return _json({"error": str(err)}, 400)
+        return _json(dict(source(limit, strategy, kind)))
+
+    async def qos(self, request: web.Request) -> web.Response:
+        source = self._deps.qos
+        if source is None:
+            return _json({"error": "this koordlet runs no QoS manager"}, 404)
+        return _json(dict(source()))
 
     async def metrics(self, request: web.Request) -> web.Response:
         deps = self._deps
