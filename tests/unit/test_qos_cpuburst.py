@@ -1,0 +1,260 @@
+"""CPU burst: Koordinator's arithmetic in tables, the token bucket, and rounds on a fake host."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from apis.extension import KubeQOS, QoSClass
+from apis.slo import NodeSLOSpec
+from koordlet.collectors.nodeinfo import node_info_dict
+from koordlet.executor import CgroupWriter
+from koordlet.metriccache import series
+from koordlet.metriccache.store import MetricCache
+from koordlet.qos.cpuburst import (
+    BurstLimiter,
+    BurstSettings,
+    CPUBurst,
+    NodeState,
+    Op,
+    adjust_by_node,
+    base_quota_us,
+    burst_settings,
+    ceil_quota_us,
+    container_op,
+    next_quota,
+    node_state,
+    safe_burst_us,
+    share_pool_ratio,
+    static_burst_us,
+)
+from koordlet.qos.manager import QoSBook, StrategyContext
+from koordlet.statesinformer.model import ContainerInfo, PodInfo, WorkloadSnapshot
+from koordlet.system.knobs import knob
+from koordlet.system.topology import read_cpu_topology
+from tests.fakehost import FakeHost, container_id
+
+AUTO = BurstSettings(policy="auto")
+
+
+@pytest.mark.parametrize(
+    ("limit", "settings", "expected"),
+    [
+        (2000, AUTO, 200000),  # 2 cores x 100% x 100 ms
+        (500, BurstSettings(policy="cpuBurstOnly", cpu_burst_percent=300), 150000),
+        (2000, BurstSettings(policy="cfsQuotaBurstOnly"), 0),  # CPU burst off: 0
+        (2000, BurstSettings(policy="none"), 0),
+        (0, AUTO, 0),  # unlimited container
+    ],
+)
+def test_static_burst_is_limit_times_percent_of_a_period(
+    limit: int, settings: BurstSettings, expected: int
+) -> None:
+    assert static_burst_us(limit, settings) == expected
+
+
+def test_burst_is_capped_at_the_current_quota_unless_unlimited() -> None:
+    big = BurstSettings(policy="auto", cpu_burst_percent=300)
+    assert safe_burst_us(1000, big, 100000) == 100000
+    assert safe_burst_us(1000, big, None) == 300000
+
+
+@pytest.mark.parametrize(
+    ("op", "current", "expected"),
+    [
+        (Op.UP, 100000, 120000),
+        (Op.UP, 280000, 300000),  # ceiling: 300% of base
+        (Op.DOWN, 200000, 160000),
+        (Op.DOWN, 110000, 100000),  # never below the base
+        (Op.RESET, 250000, 100000),
+        (Op.REMAIN, 150000, 150000),
+    ],
+)
+def test_quota_scales_by_steps_within_base_and_ceiling(op: Op, current: int, expected: int) -> None:
+    base = base_quota_us(1000)
+    assert next_quota(op, current, base, ceil_quota_us(base, AUTO)) == expected
+
+
+@pytest.mark.parametrize(
+    ("ratio", "expected"),
+    [
+        (0.5, NodeState.OVERLOAD),
+        (0.46, NodeState.COOLING),  # 90% of 50% = 45%
+        (0.44, NodeState.IDLE),
+        (None, NodeState.UNKNOWN),
+    ],
+)
+def test_node_state_from_share_pool_usage(ratio: float | None, expected: NodeState) -> None:
+    assert node_state(ratio, 50) is expected
+
+
+@pytest.mark.parametrize(
+    ("state", "op", "expected"),
+    [
+        (NodeState.OVERLOAD, Op.UP, Op.DOWN),
+        (NodeState.OVERLOAD, Op.REMAIN, Op.DOWN),
+        (NodeState.OVERLOAD, Op.RESET, Op.RESET),
+        (NodeState.COOLING, Op.UP, Op.REMAIN),
+        (NodeState.UNKNOWN, Op.UP, Op.REMAIN),
+        (NodeState.UNKNOWN, Op.DOWN, Op.DOWN),
+        (NodeState.IDLE, Op.UP, Op.UP),
+    ],
+)
+def test_node_state_overrides_the_containers_wish(state: NodeState, op: Op, expected: Op) -> None:
+    assert adjust_by_node(state, op) is expected
+
+
+def test_container_op_follows_policy_bucket_and_throttling() -> None:
+    assert container_op(BurstSettings(policy="cpuBurstOnly"), True, 0.5) is Op.RESET
+    assert container_op(AUTO, False, 0.5) is Op.DOWN
+    assert container_op(AUTO, True, 0.2) is Op.UP
+    assert container_op(AUTO, True, 0.0) is Op.REMAIN
+    assert container_op(AUTO, True, None) is Op.REMAIN
+
+
+def _pod(uid: str, qos: QoSClass, request: int | None = None) -> PodInfo:
+    return PodInfo(uid, uid, "ns", qos, KubeQOS.BURSTABLE, f"kubepods/pod{uid}",
+                   cpu_request_milli=request)  # fmt: skip
+
+
+def test_share_pool_excludes_exclusive_pods_and_be_usage() -> None:
+    pods = [_pod("a", QoSClass.LSR, 2000), _pod("b", QoSClass.BE), _pod("c", QoSClass.LS)]
+    used = {"a": 1.5, "b": 1.0, "c": 1.0}
+    # pool = 8 - 2 = 6 CPUs; usage = 4.5 - 1.5 - 1.0 = 2.0 (LS pod and system stay in)
+    assert share_pool_ratio(4.5, 8, pods, used) == pytest.approx(2.0 / 6)
+    assert share_pool_ratio(1.0, 2, [_pod("a", QoSClass.LSE, 2000)], {}) == 1.0
+
+
+def test_token_bucket_drains_over_the_limit_and_refills_when_idle() -> None:
+    limiter = BurstLimiter(10, 300, now=0.0, rng=lambda: 0.0)  # capacity 2000, starts empty
+    assert limiter.capacity == 2000
+    assert not limiter.allow(1.0, 100)  # nothing saved yet
+    assert limiter.allow(3.0, 50)  # 2 s x 50 saved
+    assert limiter.tokens == 100
+    assert limiter.allow(3.9, 200)  # 0 whole seconds: no change (upstream truncates)
+    assert not limiter.allow(4.9, 200)  # 1 s x 100 drained
+    limiter.allow(1000.0, 0)
+    assert limiter.tokens == 2000  # clamped at the capacity
+    assert limiter.expired(1021.0)  # unused for more than 2 x period
+
+
+def test_settings_merge_node_then_pod_over_defaults() -> None:
+    s = burst_settings({"policy": "auto"}, {"cpuBurstPercent": 200})
+    assert (s.policy, s.cpu_burst_percent, s.cfs_quota_burst_percent) == ("auto", 200, 300)
+    assert burst_settings(None).policy == "none"
+
+
+# Rounds on a fake host ------------------------------------------------------------------------
+
+NOW = 10_000.0
+
+
+@dataclass
+class Rig:
+    fake: FakeHost
+    cache: MetricCache
+    strategy: CPUBurst
+    slo: dict[str, Any]
+    pod: str
+    container: str
+    cid: str
+    clock: SimpleNamespace
+
+    def read(self, name: str, rel: str) -> Any:
+        k = knob(name)
+        return k.decode(self.fake.read(k.controller, rel, k.file_for(self.fake.version) or ""),
+                        self.fake.version)  # fmt: skip
+
+    def metrics(self, node: float, throttled: float, at: float) -> None:
+        self.cache.append(
+            at,
+            [
+                series.Sample(series.SeriesKey(series.NODE_CPU_USAGE, series.NODE), node),
+                series.Sample(
+                    series.SeriesKey(
+                        series.CONTAINER_CPU_THROTTLED_RATIO, f"container/ab-1/{self.cid}"
+                    ),
+                    throttled,
+                ),
+            ],
+        )
+
+
+@pytest.fixture
+async def rig(fake_host: FakeHost) -> AsyncIterator[Rig]:
+    fake = fake_host
+    cid = container_id("ls")
+    pod, [cont] = fake.add_pod("ab-1", KubeQOS.BURSTABLE, [("containerd", cid)])
+    quota_text = "100000" if fake.version.value == "v1" else "100000 100000"
+    for rel in (pod, cont):
+        fake.write("cpu", rel, knob("cpu_cfs_quota").file_for(fake.version) or "", quota_text)
+        fake.write("cpu", rel, knob("cpu_burst").file_for(fake.version) or "", "0")
+    main = ContainerInfo(cid, "main", "containerd", cont)
+    info = PodInfo(
+        "ab-1", "web", "ns", QoSClass.LS, KubeQOS.BURSTABLE, pod, (main,), cpu_limit_milli=1000
+    )
+    clock = SimpleNamespace(now=NOW)
+    cache = MetricCache(clock=lambda: clock.now)
+    cache.set_info("node_info", node_info_dict(read_cpu_topology(fake.paths)))
+    slo: dict[str, Any] = {"policy": "auto"}
+    writer = CgroupWriter(fake.host)
+    writer.start()
+    ctx = StrategyContext(
+        host=lambda: fake.host,
+        config=SimpleNamespace(node_name="n", collect=SimpleNamespace(res_used_interval=1.0)),
+        cache=cache,
+        executor=writer,
+        workloads=lambda: WorkloadSnapshot(pods={"ab-1": info}),
+        node_slo=lambda: NodeSLOSpec(cpu_burst_strategy=dict(slo)),
+        book=QoSBook(clock=lambda: clock.now),
+    )
+    try:
+        yield Rig(fake, cache, CPUBurst(ctx, rng=lambda: 0.0), slo, pod, cont, cid, clock)
+    finally:
+        await asyncio.to_thread(writer.stop)
+
+
+async def test_cpu_burst_writes_limit_times_percent_to_container_and_pod(rig: Rig) -> None:
+    await rig.strategy.reconcile()
+    assert rig.read("cpu_burst", rig.container) == 100000
+    assert rig.read("cpu_burst", rig.pod) == 100000
+    rig.slo["policy"] = "none"
+    await rig.strategy.reconcile()
+    assert rig.read("cpu_burst", rig.container) == 0
+
+
+async def test_throttled_container_on_idle_node_gets_its_quota_scaled_up(rig: Rig) -> None:
+    rig.metrics(node=0.5, throttled=0.3, at=NOW)  # pool 0.5 / 4 = 12.5% < 45%: idle
+    await rig.strategy.reconcile()
+    assert rig.read("cpu_cfs_quota", rig.container) == 120000
+    assert rig.read("cpu_cfs_quota", rig.pod) == 120000
+    samples = {f.name: f.samples for f in rig.strategy.collect()}
+    assert samples["koordlet_container_scaled_cfs_quota_us"][0].value == 120000
+
+
+async def test_overloaded_share_pool_scales_quota_back_down(rig: Rig) -> None:
+    rig.metrics(node=0.5, throttled=0.3, at=NOW)
+    await rig.strategy.reconcile()
+    assert rig.read("cpu_cfs_quota", rig.container) == 120000
+    rig.cache.append(
+        NOW + 0.5, [series.Sample(series.SeriesKey(series.NODE_CPU_USAGE, series.NODE), 3.9)]
+    )
+    rig.cache.append(
+        NOW + 1, [series.Sample(series.SeriesKey(series.NODE_CPU_USAGE, series.NODE), 3.9)]
+    )
+    # avg over the window (0.5, 3.9, 3.9) / 4 = 69% >= 50%: overload, scale down to >= base.
+    rig.clock.now = NOW + 1
+    await rig.strategy.reconcile()
+    assert rig.read("cpu_cfs_quota", rig.container) == 100000
+    assert rig.read("cpu_cfs_quota", rig.pod) == 100000
+
+
+async def test_stale_node_usage_never_scales_up(rig: Rig) -> None:
+    rig.metrics(node=0.5, throttled=0.3, at=NOW - 5)
+    await rig.strategy.reconcile()
+    assert rig.read("cpu_cfs_quota", rig.container) == 100000
