@@ -1,0 +1,674 @@
+"""Memory eviction: evict pods when node memory usage crosses the NodeSLO threshold.
+
+Koordinator's ``memoryevict`` plugin, re-implemented. Each round builds up to three eviction
+tasks, in upstream's order, and hands their victims to the evictor:
+
+1. ``BEMemoryEvict`` (the table's gate): node usage ``used * 100 // capacity`` (integer percent,
+   floored) at or above ``memoryEvictThresholdPercent`` releases
+   ``capacity * (usage% - lower%) // 100`` bytes, where ``lower%`` is ``memoryEvictLowerPercent``
+   or the threshold minus 2. Victims: BE pods, ordered by :func:`order_be`;
+2. ``MemoryAllocatableEvict`` (gate of that name, when this koordlet knows it): the memory
+   requests of pods with priority ≤ ``allocatableEvictPriorityThreshold`` over the allocatable,
+   above ``memoryAllocatableEvictThresholdPercent``, release ``(ratio - lower/100) *
+   allocatable``; victims by priority, then request, largest first;
+3. ``MemoryEvict`` (gate of that name): the used threshold above, over pods with priority ≤
+   ``evictEnabledPriorityThreshold`` that carry ``koordinator.sh/eviction-enabled: "true"``;
+   victims by priority, then usage, largest first.
+
+A victim's release is its memory usage (or request, for the allocatable task); victims are taken
+in order until the releases cover the need, and a pod evicted within the evictor's dedupe window
+counts as a pending release without being evicted again (upstream's ``IsPodEvicted``). After a
+round that evicted (or decided, in dry run), rounds wait ``memory_evict_cool_time`` seconds
+(``--memory-evict-cool-time-seconds``, 4). NodeSLO ``enable: false`` disables every task.
+
+**Stale inputs skip the round**: a node usage older than twice the collection interval evicts
+nobody (``ctx.stale``). **Pressure events** wake a round between ticks: on cgroup v1 a memcg
+threshold on the kubepods memory cgroup at the kubepods usage that puts the node at the
+threshold (re-armed when that value moves by more than 1% of capacity); on cgroup v2, or where the
+threshold cannot be armed, a PSI trigger on the node's memory pressure. An event round reads the
+node's ``/proc/meminfo`` once (through ``koordlet.system.procfs``) instead of the cache, whose
+newest sample may be a whole interval old; that read is the only host read of this module.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import json
+import logging
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from apis.extension import QoSClass
+from apis.slo import DEFAULT_RESOURCE_USED_THRESHOLD_WITH_BE
+from koordlet.events.watches import PressureEvent
+from koordlet.metriccache import series
+from koordlet.qos.evictor import (
+    ANNOTATION_EVICTION_POLICY,
+    ANNOTATION_EVICTION_PRIORITY,
+    EVICT_REASON_PREFIX,
+    LABEL_EVICTION_ENABLED,
+    LABEL_POD_PRIORITY,
+    REASON_MEMORY,
+    Outcome,
+    Victim,
+)
+from koordlet.qos.manager import StrategyContext, StrategyReport
+from koordlet.statesinformer.model import PodInfo
+from koordlet.system.cgroups import CgroupVersion
+from koordlet.system.procfs import read_meminfo
+
+logger = logging.getLogger(__name__)
+
+NAME = "memoryevict"
+GATE = "BEMemoryEvict"
+"""The table gate (Koordinator's ``BEMemoryEvict``)."""
+FEATURE_MEMORY_EVICT = "MemoryEvict"
+"""Upstream gate of the priority-based task (runs when this koordlet's gates know and enable it)."""
+FEATURE_ALLOCATABLE_EVICT = "MemoryAllocatableEvict"
+"""Upstream gate of the allocatable-based task."""
+MEMORY_RELEASE_BUFFER_PERCENT = 2
+"""``memoryEvictLowerPercent`` when unset: the threshold minus this (upstream's constant)."""
+DEFAULT_INTERVAL = 1.0
+"""Seconds between rounds (``--memory-evict-interval-seconds``)."""
+DEFAULT_COOL_TIME = 4.0
+"""Seconds without rounds after an eviction (``--memory-evict-cool-time-seconds``)."""
+PRIORITY_MID_VALUE_MAX = 7999
+"""koord-mid's highest priority: the allocatable task never reaches koord-prod."""
+WATCH_NAME = "memoryevict"
+"""Name of this strategy's pressure watch."""
+PSI_STALL_US = 100_000
+PSI_WINDOW_US = 2_000_000
+"""PSI wake-up: 100 ms of ``some`` memory stall within 2 s (2 s: allowed without
+CAP_SYS_RESOURCE)."""
+REARM_FRACTION = 0.01
+"""Re-arm the memcg threshold when its target moves by more than this fraction of capacity."""
+
+
+class InvalidThreshold(ValueError):
+    """A NodeSLO threshold combination upstream refuses (the task is skipped, not failed)."""
+
+
+# Settings ------------------------------------------------------------------------------------
+
+
+def _int(raw: Mapping[str, Any], key: str) -> int | None:
+    value = raw.get(key)
+    if isinstance(value, bool) or not isinstance(value, int):
+        return None
+    return value
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryEvictSettings:
+    """The ``resourceUsedThresholdWithBE`` fields memory eviction reads, merged over defaults."""
+
+    enabled: bool
+    """``enable``: false disables every task (upstream's ``IsFeatureDisabled``)."""
+    threshold: int | None
+    """``memoryEvictThresholdPercent`` (default 70)."""
+    lower: int | None
+    """``memoryEvictLowerPercent``; None: threshold - 2."""
+    evict_enabled_priority_threshold: int | None
+    """``evictEnabledPriorityThreshold`` (the MemoryEvict task)."""
+    allocatable_threshold: int | None
+    """``memoryAllocatableEvictThresholdPercent``."""
+    allocatable_lower: int | None
+    """``memoryAllocatableEvictLowerPercent``; None: 0, as upstream reads it."""
+    allocatable_priority_threshold: int | None
+    """``allocatableEvictPriorityThreshold``."""
+
+
+def settings_of(raw: Mapping[str, Any] | None) -> MemoryEvictSettings:
+    """Settings from the raw ``resourceUsedThresholdWithBE`` merged over upstream's defaults."""
+    merged = {**DEFAULT_RESOURCE_USED_THRESHOLD_WITH_BE, **(raw or {})}
+    return MemoryEvictSettings(
+        enabled=merged.get("enable") is True,
+        threshold=_int(merged, "memoryEvictThresholdPercent"),
+        lower=_int(merged, "memoryEvictLowerPercent"),
+        evict_enabled_priority_threshold=_int(merged, "evictEnabledPriorityThreshold"),
+        allocatable_threshold=_int(merged, "memoryAllocatableEvictThresholdPercent"),
+        allocatable_lower=_int(merged, "memoryAllocatableEvictLowerPercent"),
+        allocatable_priority_threshold=_int(merged, "allocatableEvictPriorityThreshold"),
+    )
+
+
+def used_thresholds(threshold: int | None, lower: int | None) -> tuple[int, int]:
+    """``(threshold, lower)`` percent, upstream's validation: the threshold is set and not
+    negative; the lower bound defaults to threshold - 2 and must stay below the threshold."""
+    if threshold is None:
+        raise InvalidThreshold("memoryEvictThresholdPercent is not set")
+    if threshold < 0:
+        raise InvalidThreshold(f"memoryEvictThresholdPercent {threshold} is negative")
+    low = threshold - MEMORY_RELEASE_BUFFER_PERCENT if lower is None else lower
+    if low >= threshold:
+        raise InvalidThreshold(f"memoryEvictLowerPercent {low} is not below the threshold")
+    return threshold, low
+
+
+def allocatable_thresholds(s: MemoryEvictSettings) -> tuple[int, int, int]:
+    """``(threshold, lower, priority threshold)`` of the allocatable task, validated as upstream."""
+    if s.allocatable_threshold is None:
+        raise InvalidThreshold("memoryAllocatableEvictThresholdPercent is not set")
+    if s.allocatable_threshold < 0:
+        raise InvalidThreshold("memoryAllocatableEvictThresholdPercent is negative")
+    lower = s.allocatable_lower or 0
+    if lower >= s.allocatable_threshold:
+        raise InvalidThreshold(f"memoryAllocatableEvictLowerPercent {lower} is not below it")
+    if s.allocatable_priority_threshold is None:
+        raise InvalidThreshold("allocatableEvictPriorityThreshold is not set")
+    if s.allocatable_priority_threshold > PRIORITY_MID_VALUE_MAX:
+        raise InvalidThreshold("allocatableEvictPriorityThreshold reaches koord-prod")
+    return s.allocatable_threshold, lower, s.allocatable_priority_threshold
+
+
+# Arithmetic ----------------------------------------------------------------------------------
+
+
+def usage_percent(used: float, capacity: int) -> int:
+    """Node usage as upstream computes it: ``int64(used) * 100 / capacity``, floored."""
+    return int(used) * 100 // capacity
+
+
+def release_by_used(used: float, capacity: int, threshold: int, lower: int) -> int:
+    """Bytes to release: 0 below the threshold, else ``capacity * (usage% - lower%) // 100``."""
+    if capacity <= 0:
+        return 0
+    pct = usage_percent(used, capacity)
+    if pct < threshold:
+        return 0
+    return capacity * (pct - lower) // 100
+
+
+def release_by_allocatable(requested: int, allocatable: int, threshold: int, lower: int) -> int:
+    """Bytes of requests to release: ``(requested/allocatable - lower/100) * allocatable`` when
+    the ratio exceeds ``threshold/100``; everything requested when the allocatable is zero."""
+    if threshold < 0 or requested <= 0:
+        return 0
+    if allocatable <= 0:
+        return requested
+    ratio = requested / allocatable
+    if ratio <= threshold / 100:
+        return 0
+    return int((ratio - lower / 100) * allocatable)
+
+
+# Candidates and their order ------------------------------------------------------------------
+
+
+def eviction_policy_allowed(pod: PodInfo, feature: str) -> bool:
+    """``koordinator.sh/eviction-policy`` (a JSON list of features) allows ``feature``; absent:
+    allowed; unparsable: refused, as upstream."""
+    text = pod.annotations.get(ANNOTATION_EVICTION_POLICY)
+    if text is None:
+        return True
+    try:
+        policies = json.loads(text)
+    except ValueError:
+        return False
+    return isinstance(policies, list) and feature in policies
+
+
+def eviction_priority(pod: PodInfo) -> int:
+    """``koordinator.sh/eviction-priority`` as an int32; 0 when absent or invalid."""
+    try:
+        value = int(pod.annotations.get(ANNOTATION_EVICTION_PRIORITY, "0"))
+    except ValueError:
+        return 0
+    return value if -(2**31) <= value < 2**31 else 0
+
+
+def label_priority(pod: PodInfo, default: int) -> int:
+    """``koordinator.sh/priority`` as an integer; ``default`` when absent or invalid."""
+    try:
+        return int(pod.labels[LABEL_POD_PRIORITY])
+    except (KeyError, ValueError):
+        return default
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    """A pod that may be evicted, with what ordering and accounting need."""
+
+    pod: PodInfo
+    used: int = 0
+    """Memory usage in bytes (``pod_memory_usage``); 0 when unknown."""
+    request: int = 0
+    """Memory request in bytes; 0 when unknown."""
+
+    @property
+    def key(self) -> str:
+        return f"pod/{self.pod.uid}"
+
+
+def _compare_be(a: Candidate, b: Candidate) -> int:
+    """Upstream's BE order: lower ``spec.priority`` first when both have one and they differ;
+    then larger usage first when both are known; both unknown: name descending; a known usage
+    before an unknown one."""
+    pa, pb = a.pod.priority, b.pod.priority
+    if pa is not None and pb is not None and pa != pb:
+        return -1 if pa < pb else 1
+    if a.used and b.used:
+        return (a.used < b.used) - (a.used > b.used)
+    if not a.used and not b.used:
+        return (a.pod.name < b.pod.name) - (a.pod.name > b.pod.name)
+    return -1 if a.used else 1
+
+
+def order_be(candidates: Iterable[Candidate]) -> list[Candidate]:
+    """BE pods in Koordinator's memory-eviction order (see :func:`_compare_be`)."""
+    return sorted(candidates, key=functools.cmp_to_key(_compare_be))
+
+
+def order_by_priority(candidates: Iterable[Candidate], by: str) -> list[Candidate]:
+    """Upstream's priority order: ``koordinator.sh/eviction-priority``, ``spec.priority``,
+    ``koordinator.sh/priority`` ascending, then ``by`` (``used`` or ``request``) descending."""
+
+    def key(c: Candidate) -> tuple[int, int, int, int]:
+        prio = c.pod.priority or 0
+        sub = c.used if by == "used" else c.request
+        return (eviction_priority(c.pod), prio, label_priority(c.pod, prio), -sub)
+
+    return sorted(candidates, key=key)
+
+
+def pick(
+    ordered: Sequence[Candidate],
+    need: int,
+    release_of: Callable[[Candidate], int],
+    pending: frozenset[str] = frozenset(),
+    exclude: frozenset[str] = frozenset(),
+) -> tuple[list[Candidate], int]:
+    """Victims in order until their releases cover ``need``; a ``pending`` candidate (evicted
+    within the dedupe window) counts as released without being picked again. Returns the picks
+    and the release they (and the pending ones) add up to."""
+    picks: list[Candidate] = []
+    released = 0
+    for c in ordered:
+        if released >= need:
+            break
+        if c.key in exclude:
+            continue
+        released += release_of(c)
+        if c.key not in pending:
+            picks.append(c)
+    return picks, released
+
+
+# The strategy --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class _Task:
+    feature: str
+    need: int
+    victims: list[Candidate]
+    released: int
+    by: str
+
+
+def _gate_on(config: Any, gate: str) -> bool:
+    gates = getattr(config, "feature_gates", None)
+    if gates is None:
+        return False
+    try:
+        return bool(gates.enabled(gate))
+    except KeyError:  # a gate this koordlet does not define
+        return False
+
+
+class MemoryEvict:
+    """The memory eviction strategy (see the module docstring).
+
+    :param capacity: node memory capacity in bytes; None: the NUMA totals in the metric cache
+        (else the last ``MemTotal`` an event round read).
+    :param fresh_usage: ``(used, total)`` bytes read now, for event rounds; None: ``/proc/meminfo``.
+    :param watch_dir: the memory cgroup folder to arm the threshold on; None: the kubepods root.
+    :param allocatable: node allocatable memory for the allocatable task; None: the capacity.
+    """
+
+    name = NAME
+
+    def __init__(
+        self,
+        ctx: StrategyContext,
+        *,
+        capacity: Callable[[], int | None] | None = None,
+        fresh_usage: Callable[[], tuple[int, int]] | None = None,
+        watch_dir: str | None = None,
+        allocatable: Callable[[], int | None] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.ctx = ctx
+        qos = getattr(ctx.config, "qos", None)
+        self.interval = float(getattr(qos, "memory_evict_interval", DEFAULT_INTERVAL))
+        self.cool_time = float(getattr(qos, "memory_evict_cool_time", DEFAULT_COOL_TIME))
+        self._capacity_fn = capacity
+        self._fresh_usage = fresh_usage or self._read_meminfo
+        self._watch_dir = watch_dir
+        self._allocatable_fn = allocatable
+        self._clock = clock
+        self._last_evict: float | None = None
+        self._last_total: int | None = None
+        self._lock = asyncio.Lock()
+        self._armed: tuple[str, str, int] | None = None
+        self._unsubscribe: Callable[[], None] | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._event_waiting = False
+        self.event_rounds = 0
+        """Rounds run on a pressure event."""
+
+    # Rounds ----------------------------------------------------------------------------------
+
+    async def reconcile(self) -> None:
+        """One tick: (re-)arm the pressure watch, then one round on the cached inputs."""
+        await self._arm()
+        await self.round("tick")
+
+    async def round(self, trigger: str) -> list[Outcome]:
+        """One round; ``trigger`` is ``tick`` or ``event`` (reads the node's usage now)."""
+        async with self._lock:
+            return await self._round(trigger)
+
+    async def _round(self, trigger: str) -> list[Outcome]:
+        ctx, name = self.ctx, self.name
+        now = self._clock()
+        if self._last_evict is not None and now - self._last_evict < self.cool_time:
+            left = self.cool_time - (now - self._last_evict)
+            ctx.report(name, StrategyReport({"trigger": trigger}, f"cool-down, {left:.1f}s left"))
+            return []
+        settings = settings_of(ctx.node_slo().resource_used_threshold_with_be)
+        if not settings.enabled:
+            ctx.report(name, StrategyReport({"trigger": trigger}, "disabled in NodeSLO"))
+            return []
+        inputs: dict[str, Any] = {"trigger": trigger}
+        if trigger == "event":
+            used_now, total = await asyncio.to_thread(self._fresh_usage)
+            self._last_total = total
+            used: float = used_now
+            inputs["node_memory_used"] = {"value": used_now, "age": 0.0, "fresh": True}
+        else:
+            reading = ctx.read_last(series.NODE_MEMORY_USAGE, series.NODE)
+            inputs["node_memory_used"] = reading.as_dict()
+            if not reading.fresh or reading.value is None:
+                ctx.stale(name, reading.why_stale)
+                ctx.report(name, StrategyReport(inputs, "skip: stale inputs", stale=True))
+                return []
+            used = reading.value
+        capacity = self.capacity()
+        inputs["capacity"] = capacity
+        if not capacity:
+            ctx.report(name, StrategyReport(inputs, "skip: node memory capacity unknown"))
+            return []
+        tasks = self._tasks_for(settings, used, capacity, inputs)
+        victims = [c for t in tasks for c in t.victims]
+        detail = {
+            t.feature: {
+                "need": t.need,
+                "released": t.released,
+                "victims": [c.key for c in t.victims],
+            }
+            for t in tasks
+        }
+        if not victims:
+            decision = "nothing to do" if not tasks else "no victim left to evict"
+            ctx.report(name, StrategyReport(inputs, decision, detail=detail))
+            return []
+        outcomes = await self._evict(tasks)
+        if any(o.status in ("evicted", "dry_run") for o in outcomes):
+            self._last_evict = self._clock()
+        counts: dict[str, int] = {}
+        for o in outcomes:
+            counts[o.status] = counts.get(o.status, 0) + 1
+        result = ", ".join(f"{n} {s}" for s, n in counts.items())
+        ctx.report(
+            name, StrategyReport(inputs, f"evict {len(victims)} pods", result, detail=detail)
+        )
+        return outcomes
+
+    def _tasks_for(
+        self, s: MemoryEvictSettings, used: float, capacity: int, inputs: dict[str, Any]
+    ) -> list[_Task]:
+        ctx = self.ctx
+        evictor = ctx.evictor
+        pending = evictor.recent_keys() if evictor is not None else frozenset()
+        snapshot = ctx.workloads()
+        pods = list(snapshot.pods.values())
+        usage = self._pod_usage(pods)
+        tasks: list[_Task] = []
+        taken: set[str] = set()
+        features = [GATE] + [
+            f for f in (FEATURE_ALLOCATABLE_EVICT, FEATURE_MEMORY_EVICT) if _gate_on(ctx.config, f)
+        ]
+        for feature in features:
+            try:
+                task = self._task(feature, s, used, capacity, pods, usage, pending, taken)
+            except InvalidThreshold as err:
+                inputs[f"{feature}_skipped"] = str(err)
+                continue
+            if task is not None:
+                tasks.append(task)
+                taken.update(c.key for c in task.victims)
+        inputs["node_usage_percent"] = usage_percent(used, capacity)
+        return tasks
+
+    def _task(
+        self,
+        feature: str,
+        s: MemoryEvictSettings,
+        used: float,
+        capacity: int,
+        pods: list[PodInfo],
+        usage: Mapping[str, int],
+        pending: frozenset[str],
+        taken: set[str],
+    ) -> _Task | None:
+        if feature == FEATURE_ALLOCATABLE_EVICT:
+            threshold, lower, prio_max = allocatable_thresholds(s)
+            eligible = [p for p in pods if p.priority is not None and p.priority <= prio_max]
+            requested = sum(p.memory_request_bytes or 0 for p in eligible)
+            allocatable = (self._allocatable_fn or self.capacity)() or 0
+            need = release_by_allocatable(requested, allocatable, threshold, lower)
+            if need <= 0:
+                return None
+            cands = [
+                Candidate(p, usage.get(p.uid, 0), p.memory_request_bytes or 0)
+                for p in self._opted_in(eligible, feature)
+            ]
+            ordered = order_by_priority(cands, "request")
+            picks, released = pick(ordered, need, lambda c: c.request, pending, frozenset(taken))
+            return _Task(feature, need, picks, released, "request")
+        threshold, lower = used_thresholds(s.threshold, s.lower)
+        need = release_by_used(used, capacity, threshold, lower)
+        if need <= 0:
+            return None
+        if feature == GATE:
+            be = [p for p in pods if p.qos is QoSClass.BE and eviction_policy_allowed(p, feature)]
+            ordered = order_be(Candidate(p, usage.get(p.uid, 0)) for p in be)
+        else:
+            used_max = s.evict_enabled_priority_threshold
+            if used_max is None:
+                raise InvalidThreshold("evictEnabledPriorityThreshold is not set")
+            eligible = [p for p in pods if p.priority is not None and p.priority <= used_max]
+            ordered = order_by_priority(
+                (
+                    Candidate(p, usage[p.uid], p.memory_request_bytes or 0)
+                    for p in self._opted_in(eligible, feature)
+                    if p.uid in usage  # upstream skips pods without a metric here
+                ),
+                "used",
+            )
+        picks, released = pick(ordered, need, lambda c: c.used, pending, frozenset(taken))
+        return _Task(feature, need, picks, released, "used")
+
+    @staticmethod
+    def _opted_in(pods: Iterable[PodInfo], feature: str) -> list[PodInfo]:
+        return [
+            p
+            for p in pods
+            if p.labels.get(LABEL_EVICTION_ENABLED) == "true"
+            and eviction_policy_allowed(p, feature)
+        ]
+
+    def _pod_usage(self, pods: Iterable[PodInfo]) -> dict[str, int]:
+        """Fresh ``pod_memory_usage`` by UID (pods without a fresh sample are left out)."""
+        out: dict[str, int] = {}
+        for p in pods:
+            value = self.ctx.fresh_last(series.POD_MEMORY_USAGE, series.pod_entity(p.uid))
+            if value is not None:
+                out[p.uid] = int(value)
+        return out
+
+    async def _evict(self, tasks: list[_Task]) -> list[Outcome]:
+        ctx = self.ctx
+        evictor = ctx.evictor
+        victims = [
+            Victim.of_pod(
+                c.pod,
+                f"{EVICT_REASON_PREFIX}{t.feature}: release {t.need} bytes; "
+                f"{'used' if t.by == 'used' else 'requested'} "
+                f"{c.used if t.by == 'used' else c.request}, priority {c.pod.priority}",
+                release=c.used if t.by == "used" else c.request,
+            )
+            for t in tasks
+            for c in t.victims
+        ]
+        if evictor is None:
+            logger.warning("%s: no evictor; %d victims not evicted", self.name, len(victims))
+            return []
+        outcomes: list[Outcome] = await evictor.evict(
+            victims, strategy=self.name, reason=REASON_MEMORY, dry_run=ctx.dry_run(self.name)
+        )
+        return outcomes
+
+    # Inputs ----------------------------------------------------------------------------------
+
+    def capacity(self) -> int | None:
+        """Node memory capacity in bytes, or None when unknown."""
+        if self._capacity_fn is not None:
+            return self._capacity_fn()
+        cache = self.ctx.cache
+        total = 0.0
+        for entity in cache.entities(series.NUMA_MEMORY_TOTAL):
+            value = cache.last(series.NUMA_MEMORY_TOTAL, entity)
+            if value is not None:
+                total += value
+        if total > 0:
+            return int(total)
+        return self._last_total
+
+    def _read_meminfo(self) -> tuple[int, int]:
+        info = read_meminfo(self.ctx.host().paths)
+        return info.used, info.mem_total
+
+    # Pressure events -------------------------------------------------------------------------
+
+    def _desired_watch(self) -> tuple[str, str, int] | None:
+        """``(kind, path, threshold)`` this strategy wants armed now, or None."""
+        ctx = self.ctx
+        if ctx.events is None:
+            return None
+        host = ctx.host()
+        settings = settings_of(ctx.node_slo().resource_used_threshold_with_be)
+        if not settings.enabled:
+            return None
+        if host.layout.version is CgroupVersion.V2 or WATCH_NAME in ctx.events.unsupported:
+            return ("psi", host.paths.proc("pressure", "memory"), PSI_STALL_US)
+        try:
+            threshold, _ = used_thresholds(settings.threshold, settings.lower)
+        except InvalidThreshold:
+            return None
+        capacity = self.capacity()
+        node = ctx.fresh_last(series.NODE_MEMORY_USAGE, series.NODE)
+        if not capacity or node is None:
+            return None
+        pods = ctx.workloads().pods
+        kube = 0.0
+        for uid in pods:
+            v = ctx.fresh_last(series.POD_MEMORY_WITH_PAGE_CACHE, series.pod_entity(uid))
+            kube += v or 0.0
+        # Pods grow both the node's usage and kubepods' memcg usage by the same bytes: the node
+        # crosses its threshold when kubepods reaches this value.
+        target = int(capacity * threshold / 100 - (node - kube))
+        target = max(target, 1 << 20)
+        folder = self._watch_dir or host.layout.abs_dir("memory", host.layout.kube_root)
+        return ("memcg", folder, target)
+
+    async def _arm(self) -> None:
+        events = self.ctx.events
+        if events is None:
+            return
+        if self._unsubscribe is None:
+            self._unsubscribe = events.subscribe(self._on_event)
+        want = self._desired_watch()
+        have = self._armed
+        if want == have:
+            return
+        if want is not None and have is not None and want[:2] == have[:2] and want[0] == "memcg":
+            capacity = self.capacity() or 0
+            if abs(want[2] - have[2]) <= capacity * REARM_FRACTION:
+                return
+        if have is not None:
+            events.unwatch(WATCH_NAME)
+            self._armed = None
+        if want is None:
+            return
+        kind, path, value = want
+        if kind == "memcg":
+            ok = await events.watch_memcg_threshold(path, value, WATCH_NAME)
+        else:
+            ok = await events.watch_psi(path, "some", value, PSI_WINDOW_US, WATCH_NAME)
+        if ok:
+            self._armed = want
+
+    def _on_event(self, event: PressureEvent) -> None:
+        if event.name != WATCH_NAME:
+            return
+        task = asyncio.get_running_loop().create_task(
+            self._event_round(), name="qos/memoryevict-event"
+        )
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _event_round(self) -> None:
+        if self._event_waiting:
+            return  # an event round is already waiting for the lock: it will see this pressure
+        self._event_waiting = True
+        try:
+            async with self._lock:
+                self._event_waiting = False
+                self.event_rounds += 1
+                await self._round("event")
+        except Exception:  # a task of our own: log, never lose the error
+            logger.exception("%s: event round failed", self.name)
+        finally:
+            self._event_waiting = False
+
+    async def close(self) -> None:
+        """Disarm the watch, unsubscribe, and wait for event rounds in flight."""
+        if self._unsubscribe is not None:
+            self._unsubscribe()
+            self._unsubscribe = None
+        if self._armed is not None and self.ctx.events is not None:
+            self.ctx.events.unwatch(WATCH_NAME)
+            self._armed = None
+        tasks = list(self._tasks)
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    def describe(self) -> dict[str, Any]:
+        """Plain data for ``/debug/qos``."""
+        return {
+            "armed": None if self._armed is None else list(self._armed),
+            "event_rounds": self.event_rounds,
+            "last_evict": self._last_evict,
+            "cool_time": self.cool_time,
+        }
+
+
+def memoryevict(ctx: StrategyContext) -> MemoryEvict:
+    """Table factory."""
+    return MemoryEvict(ctx)
