@@ -1,0 +1,723 @@
+"""The ``slo-controller-config`` ConfigMap (``apis/configuration`` upstream), parsed and validated.
+
+Each data key holds a JSON document:
+
+- ``colocation-config``: a :class:`ColocationStrategy` for the cluster plus ``nodeConfigs``, each a
+  ``name``, a ``nodeSelector`` and the fields it overrides; the first match in list order wins.
+- ``cpu-normalization-config`` and ``resource-amplification-config``: typed here too
+  (:class:`CPUNormalizationStrategy`, :class:`ResourceAmplificationStrategy`), same layout.
+- ``resource-threshold-config``, ``resource-qos-config``, ``cpu-burst-config``,
+  ``system-config``: ``clusterStrategy`` plus ``nodeStrategies``; kept raw (read-only) with their
+  shape and node selectors checked. ``host-application-config``: ``applications`` plus
+  ``nodeConfigs``, each application checked as a NodeSLO host application.
+
+Defaults are Koordinator's (``pkg/util/sloconfig``). Errors are :class:`~apis.slo.SchemaError`
+naming the key and the field (``colocation-config: nodeConfigs[0].cpuReclaimThresholdPercent:
+must be >= 0, got -1``). ``strict`` rejects unknown field names (typos in a local file); without
+it they are logged and ignored, as the Go manager's JSON decoder does.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, fields, replace
+from enum import StrEnum
+from types import MappingProxyType
+from typing import Any, Generic, TypeVar
+
+from apis.slo import SchemaError, freeze, parse_node_slo
+
+logger = logging.getLogger(__name__)
+T = TypeVar("T")
+
+COLOCATION_CONFIG_KEY = "colocation-config"
+RESOURCE_THRESHOLD_CONFIG_KEY = "resource-threshold-config"
+RESOURCE_QOS_CONFIG_KEY = "resource-qos-config"
+CPU_BURST_CONFIG_KEY = "cpu-burst-config"
+SYSTEM_CONFIG_KEY = "system-config"
+HOST_APPLICATION_CONFIG_KEY = "host-application-config"
+CPU_NORMALIZATION_CONFIG_KEY = "cpu-normalization-config"
+RESOURCE_AMPLIFICATION_CONFIG_KEY = "resource-amplification-config"
+CONFIG_KEYS = (
+    COLOCATION_CONFIG_KEY,
+    RESOURCE_THRESHOLD_CONFIG_KEY,
+    RESOURCE_QOS_CONFIG_KEY,
+    CPU_BURST_CONFIG_KEY,
+    SYSTEM_CONFIG_KEY,
+    HOST_APPLICATION_CONFIG_KEY,
+    CPU_NORMALIZATION_CONFIG_KEY,
+    RESOURCE_AMPLIFICATION_CONFIG_KEY,
+)
+"""Every data key of the ConfigMap the manager reads."""
+_STRATEGY_KEYS = (
+    RESOURCE_THRESHOLD_CONFIG_KEY,
+    RESOURCE_QOS_CONFIG_KEY,
+    CPU_BURST_CONFIG_KEY,
+    SYSTEM_CONFIG_KEY,
+)
+
+CPU_NORMALIZATION_MIN_RATIO = 1.0
+"""Smallest CPU normalization ratio accepted (Koordinator does not scale CPU down)."""
+CPU_NORMALIZATION_MAX_RATIO = 5.0
+"""Largest CPU normalization ratio accepted."""
+
+
+class CalculatePolicy(StrEnum):
+    """How high-priority pods count against batch resources (``CalculatePolicy`` upstream)."""
+
+    USAGE = "usage"
+    """HP pods count by their usage: batch reclaims what HP pods requested but do not use."""
+    REQUEST = "request"
+    """HP pods count by their request: no overcommit between priority bands (memory only)."""
+    MAX_USAGE_REQUEST = "maxUsageRequest"
+    """HP pods count by max(usage, request): the conservative policy."""
+
+
+# Label selectors -----------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class SelectorRequirement:
+    """One ``matchExpressions`` entry."""
+
+    key: str
+    """Label key."""
+    operator: str
+    """``In``, ``NotIn``, ``Exists`` or ``DoesNotExist``."""
+    values: tuple[str, ...]
+    """Values for ``In``/``NotIn``; empty for the others."""
+
+    def matches(self, labels: Mapping[str, str]) -> bool:
+        if self.operator == "In":
+            return self.key in labels and labels[self.key] in self.values
+        if self.operator == "NotIn":
+            return self.key not in labels or labels[self.key] not in self.values
+        if self.operator == "Exists":
+            return self.key in labels
+        return self.key not in labels  # DoesNotExist
+
+
+@dataclass(frozen=True, slots=True)
+class LabelSelector:
+    """A metav1.LabelSelector: every ``matchLabels`` pair and every expression must hold."""
+
+    match_labels: Mapping[str, str]
+    """Required label values."""
+    match_expressions: tuple[SelectorRequirement, ...] = ()
+    """Set-based requirements."""
+
+    def matches(self, labels: Mapping[str, str]) -> bool:
+        """Whether a node with ``labels`` is selected (an empty selector selects every node)."""
+        if any(labels.get(k) != v for k, v in self.match_labels.items()):
+            return False
+        return all(req.matches(labels) for req in self.match_expressions)
+
+
+# The colocation strategy ---------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class ColocationStrategy:
+    """A resolved ColocationStrategy: every field set (Koordinator's defaults under what the
+    ConfigMap, the node's config and the node's own metadata say)."""
+
+    enable: bool = False
+    """``enable``: whether batch and mid resources are computed at all; off resets them."""
+    metric_aggregate_duration_seconds: int = 300
+    """``metricAggregateDurationSeconds``: the NodeMetric aggregation window (s), ≥ 1."""
+    metric_report_interval_seconds: int = 60
+    """``metricReportIntervalSeconds``: how often the koordlet reports the NodeMetric (s), ≥ 1."""
+    metric_aggregate_durations: tuple[str, ...] = ("5m", "10m", "30m")
+    """``metricAggregatePolicy.durations``: Go durations of the aggregated usages."""
+    metric_memory_collect_policy: str = "usageWithoutPageCache"
+    """``metricMemoryCollectPolicy``: how the koordlet counts memory usage."""
+    cpu_reclaim_threshold_percent: int = 60
+    """``cpuReclaimThresholdPercent``: share of node CPU capacity batch may reach (%), ≥ 0."""
+    cpu_calculate_policy: CalculatePolicy = CalculatePolicy.USAGE
+    """``cpuCalculatePolicy``: ``usage`` or ``maxUsageRequest`` (``request`` counts as usage)."""
+    memory_reclaim_threshold_percent: int = 65
+    """``memoryReclaimThresholdPercent``: share of node memory capacity batch may reach (%)."""
+    memory_calculate_policy: CalculatePolicy = CalculatePolicy.USAGE
+    """``memoryCalculatePolicy``: ``usage``, ``request`` or ``maxUsageRequest``."""
+    degrade_time_minutes: int = 15
+    """``degradeTimeMinutes``: a NodeMetric older than this resets batch and mid to nothing."""
+    update_time_threshold_seconds: int = 300
+    """``updateTimeThresholdSeconds``: the Node is rewritten at least this often (s)."""
+    resource_diff_threshold: float = 0.1
+    """``resourceDiffThreshold``: relative change that triggers a Node write, in (0, 1]."""
+    mid_reclaim_mode: str = ""
+    """``midReclaimMode``: ``static`` takes mid from fixed shares of capacity; else from metrics."""
+    mid_cpu_threshold_percent: int = 100
+    """``midCPUThresholdPercent``: cap of mid-cpu as a share of node CPU capacity (0..100)."""
+    mid_memory_threshold_percent: int = 100
+    """``midMemoryThresholdPercent``: cap of mid-memory as a share of node memory (0..100)."""
+    mid_unallocated_percent: int = 0
+    """``midUnallocatedPercent``: share of prod-unallocated resources added to mid (0..100)."""
+    mid_static_cpu_reserved_percent: int = 0
+    """``midStaticCPUReservedPercent``: mid-cpu share of capacity in static mode (0..100)."""
+    mid_static_memory_reserved_percent: int = 0
+    """``midStaticMemoryReservedPercent``: mid-memory share of capacity in static mode (0..100)."""
+    batch_cpu_threshold_percent: int | None = None
+    """``batchCPUThresholdPercent``: optional cap of batch-cpu as a share of capacity, ≥ 0."""
+    batch_memory_threshold_percent: int | None = None
+    """``batchMemoryThresholdPercent``: optional cap of batch-memory as a share of capacity."""
+    extensions: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
+    """``extensions``: third-party fields, read-only."""
+
+
+_GO_DURATION = re.compile(r"^([0-9]+(\.[0-9]*)?(ns|us|µs|ms|s|m|h))+$")
+_Check = Callable[[Any], str | None]
+
+
+def _at_least(low: float) -> _Check:
+    return lambda v: None if v >= low else f"must be >= {low:g}, got {v}"
+
+
+def _between(low: float, high: float) -> _Check:
+    return lambda v: None if low <= v <= high else f"must be in [{low:g}, {high:g}], got {v}"
+
+
+def _positive_at_most_one(v: Any) -> str | None:
+    return None if 0 < v <= 1 else f"must be in (0, 1], got {v}"
+
+
+# JSON name → (attribute, kind, check). Kinds: bool, int, float, str, policy, durations, object.
+_COLOCATION_FIELDS: Mapping[str, tuple[str, str, _Check | None]] = {
+    "enable": ("enable", "bool", None),
+    "metricAggregateDurationSeconds": ("metric_aggregate_duration_seconds", "int", _at_least(1)),
+    "metricReportIntervalSeconds": ("metric_report_interval_seconds", "int", _at_least(1)),
+    "metricAggregatePolicy": ("metric_aggregate_durations", "durations", None),
+    "metricMemoryCollectPolicy": ("metric_memory_collect_policy", "str", None),
+    "cpuReclaimThresholdPercent": ("cpu_reclaim_threshold_percent", "int", _at_least(0)),
+    "cpuCalculatePolicy": ("cpu_calculate_policy", "policy", None),
+    "memoryReclaimThresholdPercent": ("memory_reclaim_threshold_percent", "int", _at_least(0)),
+    "memoryCalculatePolicy": ("memory_calculate_policy", "policy", None),
+    "degradeTimeMinutes": ("degrade_time_minutes", "int", _at_least(1)),
+    "updateTimeThresholdSeconds": ("update_time_threshold_seconds", "int", _at_least(1)),
+    "resourceDiffThreshold": ("resource_diff_threshold", "float", _positive_at_most_one),
+    "midReclaimMode": ("mid_reclaim_mode", "str", None),
+    "midCPUThresholdPercent": ("mid_cpu_threshold_percent", "int", _between(0, 100)),
+    "midMemoryThresholdPercent": ("mid_memory_threshold_percent", "int", _between(0, 100)),
+    "midUnallocatedPercent": ("mid_unallocated_percent", "int", _between(0, 100)),
+    "midStaticCPUReservedPercent": ("mid_static_cpu_reserved_percent", "int", _between(0, 100)),
+    "midStaticMemoryReservedPercent": (
+        "mid_static_memory_reserved_percent",
+        "int",
+        _between(0, 100),
+    ),
+    "batchCPUThresholdPercent": ("batch_cpu_threshold_percent", "int", _at_least(0)),
+    "batchMemoryThresholdPercent": ("batch_memory_threshold_percent", "int", _at_least(0)),
+    "extensions": ("extensions", "object", None),
+}
+_MEMORY_COLLECT_POLICIES = frozenset(
+    {"usageWithoutPageCache", "usageWithHotPageCache", "usageWithPageCache"}
+)
+_POLICY_NAMES = ", ".join(sorted(_MEMORY_COLLECT_POLICIES))
+_PROFILE_KEYS = frozenset({"name", "nodeSelector"})
+
+
+@dataclass(frozen=True, slots=True)
+class NodeColocationConfig:
+    """One ``nodeConfigs`` entry of colocation-config."""
+
+    name: str
+    """``name``: an id for the entry (shown by explain)."""
+    selector: LabelSelector
+    """``nodeSelector``: which nodes it applies to."""
+    overrides: Mapping[str, Any]
+    """Attribute name → value for each field the entry sets, read-only."""
+
+
+@dataclass(frozen=True, slots=True)
+class ColocationConfig:
+    """colocation-config: the cluster strategy and the per-node overrides, in order."""
+
+    cluster: ColocationStrategy = ColocationStrategy()
+    """The cluster-wide strategy (defaults under what the key sets)."""
+    node_configs: tuple[NodeColocationConfig, ...] = ()
+    """``nodeConfigs``, in list order; the first whose selector matches applies."""
+
+    def for_node(self, labels: Mapping[str, str]) -> tuple[ColocationStrategy, str]:
+        """The strategy for a node with ``labels`` and the name of the node config applied
+        (empty for none). Node annotations and labels are merged by the caller
+        (:func:`manager.noderesource.strategy`)."""
+        for cfg in self.node_configs:
+            if cfg.selector.matches(labels):
+                return replace(self.cluster, **cfg.overrides), cfg.name
+        return self.cluster, ""
+
+
+# CPU normalization and resource amplification ------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class ModelRatio:
+    """The normalization ratios of one CPU model by hyper-threading and turbo state."""
+
+    base_ratio: float | None = None
+    """``baseRatio``: neither hyper-threading nor turbo."""
+    hyper_thread_enabled_ratio: float | None = None
+    """``hyperThreadEnabledRatio``: hyper-threading on, turbo off."""
+    turbo_enabled_ratio: float | None = None
+    """``turboEnabledRatio``: turbo on, hyper-threading off."""
+    hyper_thread_turbo_enabled_ratio: float | None = None
+    """``hyperThreadTurboEnabledRatio``: both on."""
+
+
+_MODEL_RATIO_FIELDS = {
+    "baseRatio": "base_ratio",
+    "hyperThreadEnabledRatio": "hyper_thread_enabled_ratio",
+    "turboEnabledRatio": "turbo_enabled_ratio",
+    "hyperThreadTurboEnabledRatio": "hyper_thread_turbo_enabled_ratio",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class CPUNormalizationStrategy:
+    """``CPUNormalizationStrategy`` upstream."""
+
+    enable: bool | None = None
+    """``enable``: normalization on for the node (a node label overrides it); off writes 1.00."""
+    default_ratio: float | None = None
+    """``defaultRatio``: kept for compatibility; Koordinator does not apply it."""
+    ratio_model: Mapping[str, ModelRatio] = field(default_factory=lambda: MappingProxyType({}))
+    """``ratioModel``: CPU model name (as the koordlet reports it) → its ratios."""
+
+
+@dataclass(frozen=True, slots=True)
+class ResourceAmplificationStrategy:
+    """``ResourceAmplificationStrategy`` upstream."""
+
+    enable: bool | None = None
+    """``enable``: whether the ratios apply."""
+    ratios: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))
+    """``resourceAmplificationRatio``: resource name → ratio (≥ 1)."""
+
+
+@dataclass(frozen=True, slots=True)
+class NodeScoped(Generic[T]):
+    """A strategy applied to the nodes a selector picks."""
+
+    name: str
+    """``name`` of the entry."""
+    selector: LabelSelector
+    """``nodeSelector``."""
+    strategy: T
+    """The fields the entry sets (unset ones inherit the cluster's)."""
+
+
+@dataclass(frozen=True, slots=True)
+class CPUNormalizationConfig:
+    """cpu-normalization-config."""
+
+    cluster: CPUNormalizationStrategy = CPUNormalizationStrategy()
+    """The cluster-wide strategy."""
+    node_configs: tuple[NodeScoped[CPUNormalizationStrategy], ...] = ()
+    """``nodeConfigs`` in order; the first match is merged over the cluster's."""
+
+    def for_node(self, labels: Mapping[str, str]) -> CPUNormalizationStrategy:
+        """The merged strategy of a node: set fields of the first matching entry win, and its
+        ratio models are added over the cluster's model by model."""
+        for cfg in self.node_configs:
+            if cfg.selector.matches(labels):
+                node = cfg.strategy
+                return CPUNormalizationStrategy(
+                    enable=self.cluster.enable if node.enable is None else node.enable,
+                    default_ratio=(
+                        self.cluster.default_ratio
+                        if node.default_ratio is None
+                        else node.default_ratio
+                    ),
+                    ratio_model=MappingProxyType({**self.cluster.ratio_model, **node.ratio_model}),
+                )
+        return self.cluster
+
+
+@dataclass(frozen=True, slots=True)
+class ResourceAmplificationConfig:
+    """resource-amplification-config."""
+
+    cluster: ResourceAmplificationStrategy = ResourceAmplificationStrategy()
+    """The cluster-wide strategy."""
+    node_configs: tuple[NodeScoped[ResourceAmplificationStrategy], ...] = ()
+    """``nodeConfigs`` in order; the first match is merged over the cluster's."""
+
+    def for_node(self, labels: Mapping[str, str]) -> ResourceAmplificationStrategy:
+        """The merged strategy of a node (the first matching entry's set fields win)."""
+        for cfg in self.node_configs:
+            if cfg.selector.matches(labels):
+                node = cfg.strategy
+                return ResourceAmplificationStrategy(
+                    enable=self.cluster.enable if node.enable is None else node.enable,
+                    ratios=MappingProxyType({**self.cluster.ratios, **node.ratios}),
+                )
+        return self.cluster
+
+
+@dataclass(frozen=True, slots=True)
+class SLOControllerConfig:
+    """The whole ConfigMap, parsed. Keys it lacks take Koordinator's defaults."""
+
+    colocation: ColocationConfig = ColocationConfig()
+    """colocation-config."""
+    cpu_normalization: CPUNormalizationConfig = CPUNormalizationConfig()
+    """cpu-normalization-config."""
+    resource_amplification: ResourceAmplificationConfig = ResourceAmplificationConfig()
+    """resource-amplification-config."""
+    raw: Mapping[str, Mapping[str, Any]] = field(default_factory=lambda: MappingProxyType({}))
+    """The other keys present, checked and read-only: key → decoded JSON."""
+
+
+# Parsing -------------------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class _Ctx:
+    source: str
+    strict: bool
+
+    def fail(self, path: str, message: str) -> SchemaError:
+        return SchemaError(message, source=self.source, field=path)
+
+    def obj(self, value: object, path: str) -> Mapping[str, Any]:
+        if value is None:
+            return {}
+        if not isinstance(value, Mapping):
+            raise self.fail(path, f"must be an object, got {_kind(value)}")
+        return value
+
+    def unknown(
+        self, obj: Mapping[str, Any], known: frozenset[str] | Sequence[str], path: str
+    ) -> None:
+        extra = sorted(str(k) for k in obj if k not in known)
+        if not extra:
+            return
+        where = f"{path}." if path else ""
+        if self.strict:
+            raise self.fail(where + extra[0], "unknown field")
+        logger.warning("%s: ignoring unknown fields %s", self.source, [where + k for k in extra])
+
+
+def _kind(value: object) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int | float):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list):
+        return "a list"
+    return "an object" if isinstance(value, Mapping) else type(value).__name__
+
+
+def _typed(ctx: _Ctx, value: object, kind: str, path: str) -> Any:
+    if kind == "bool":
+        if not isinstance(value, bool):
+            raise ctx.fail(path, f"must be a boolean, got {_kind(value)}")
+        return value
+    if kind == "int":
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ctx.fail(path, f"must be an integer, got {value!r}")
+        return value
+    if kind == "float":
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise ctx.fail(path, f"must be a number, got {_kind(value)}")
+        return float(value)
+    if kind in ("str", "policy"):
+        if not isinstance(value, str):
+            raise ctx.fail(path, f"must be a string, got {_kind(value)}")
+        if kind == "policy":
+            try:
+                return CalculatePolicy(value)
+            except ValueError:
+                known = ", ".join(p.value for p in CalculatePolicy)
+                raise ctx.fail(path, f"unknown policy {value!r} (want one of {known})") from None
+        return value
+    if kind == "durations":
+        policy = ctx.obj(value, path)
+        ctx.unknown(policy, ("durations",), path)
+        raw = policy.get("durations") or []
+        if not isinstance(raw, list):
+            raise ctx.fail(f"{path}.durations", f"must be a list, got {_kind(raw)}")
+        for i, d in enumerate(raw):
+            if not isinstance(d, str) or not _GO_DURATION.match(d):
+                raise ctx.fail(f"{path}.durations[{i}]", f"must be a duration like '5m', got {d!r}")
+        return tuple(raw)
+    return freeze(ctx.obj(value, path))  # object
+
+
+def _colocation_overrides(
+    ctx: _Ctx, obj: Mapping[str, Any], prefix: str, extra_keys: frozenset[str] = frozenset()
+) -> dict[str, Any]:
+    """Attribute → value for each ColocationStrategy field ``obj`` sets (null means unset)."""
+    ctx.unknown(obj, frozenset(_COLOCATION_FIELDS) | extra_keys, prefix.rstrip("."))
+    out: dict[str, Any] = {}
+    for name, (attr, kind, check) in _COLOCATION_FIELDS.items():
+        if obj.get(name) is None:
+            continue
+        value = _typed(ctx, obj[name], kind, prefix + name)
+        problem = check(value) if check else None
+        if problem:
+            raise ctx.fail(prefix + name, problem)
+        if name == "metricMemoryCollectPolicy" and value not in _MEMORY_COLLECT_POLICIES:
+            raise ctx.fail(
+                prefix + name,
+                f"unknown policy {value!r} (want one of {_POLICY_NAMES})",
+            )
+        out[attr] = value
+    return out
+
+
+def parse_colocation_overrides(obj: Mapping[str, Any], source: str) -> dict[str, Any]:
+    """The ColocationStrategy fields a JSON object sets (for the node annotation), validated.
+    Raises :class:`SchemaError`."""
+    ctx = _Ctx(source, strict=False)
+    return _colocation_overrides(ctx, ctx.obj(obj, ""), "")
+
+
+def _selector(ctx: _Ctx, raw: object, path: str, *, need_match_labels: bool) -> LabelSelector:
+    if raw is None:
+        raise ctx.fail(path, "is required")
+    obj = ctx.obj(raw, path)
+    ctx.unknown(obj, ("matchLabels", "matchExpressions"), path)
+    labels_raw = obj.get("matchLabels")
+    if labels_raw is None and need_match_labels:
+        raise ctx.fail(
+            f"{path}.matchLabels", "is required (Koordinator rejects a node config without it)"
+        )
+    labels = ctx.obj(labels_raw, f"{path}.matchLabels")
+    for k, v in labels.items():
+        if not isinstance(v, str):
+            raise ctx.fail(f"{path}.matchLabels.{k}", f"must be a string, got {_kind(v)}")
+    exprs_raw = obj.get("matchExpressions") or []
+    if not isinstance(exprs_raw, list):
+        raise ctx.fail(f"{path}.matchExpressions", f"must be a list, got {_kind(exprs_raw)}")
+    exprs = []
+    for i, item in enumerate(exprs_raw):
+        p = f"{path}.matchExpressions[{i}]"
+        e = ctx.obj(item, p)
+        ctx.unknown(e, ("key", "operator", "values"), p)
+        key, op, values = e.get("key"), e.get("operator"), e.get("values") or []
+        if not isinstance(key, str) or not key:
+            raise ctx.fail(f"{p}.key", "must be a non-empty string")
+        if op not in ("In", "NotIn", "Exists", "DoesNotExist"):
+            raise ctx.fail(
+                f"{p}.operator", f"must be In, NotIn, Exists or DoesNotExist, got {op!r}"
+            )
+        if not isinstance(values, list) or not all(isinstance(v, str) for v in values):
+            raise ctx.fail(f"{p}.values", "must be a list of strings")
+        if op in ("In", "NotIn") and not values:
+            raise ctx.fail(f"{p}.values", f"must not be empty for {op}")
+        if op in ("Exists", "DoesNotExist") and values:
+            raise ctx.fail(f"{p}.values", f"must be empty for {op}")
+        exprs.append(SelectorRequirement(key, op, tuple(values)))
+    return LabelSelector(MappingProxyType(dict(labels)), tuple(exprs))
+
+
+def _profile(
+    ctx: _Ctx, obj: Mapping[str, Any], path: str, *, need_match_labels: bool
+) -> tuple[str, LabelSelector]:
+    name = obj.get("name", "")
+    if not isinstance(name, str):
+        raise ctx.fail(f"{path}.name", f"must be a string, got {_kind(name)}")
+    sel = _selector(
+        ctx, obj.get("nodeSelector"), f"{path}.nodeSelector", need_match_labels=need_match_labels
+    )
+    return name, sel
+
+
+def _list(ctx: _Ctx, value: object, path: str) -> list[Any]:
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise ctx.fail(path, f"must be a list, got {_kind(value)}")
+    return value
+
+
+def _parse_colocation(ctx: _Ctx, doc: Mapping[str, Any]) -> ColocationConfig:
+    cluster = replace(
+        ColocationStrategy(), **_colocation_overrides(ctx, doc, "", frozenset({"nodeConfigs"}))
+    )
+    nodes = []
+    for i, item in enumerate(_list(ctx, doc.get("nodeConfigs"), "nodeConfigs")):
+        path = f"nodeConfigs[{i}]"
+        obj = ctx.obj(item, path)
+        name, sel = _profile(ctx, obj, path, need_match_labels=True)
+        overrides = _colocation_overrides(ctx, obj, path + ".", _PROFILE_KEYS)
+        if not overrides:
+            raise ctx.fail(
+                path, "sets no strategy field (Koordinator rejects an empty node config)"
+            )
+        nodes.append(NodeColocationConfig(name, sel, MappingProxyType(overrides)))
+    return ColocationConfig(cluster, tuple(nodes))
+
+
+def _ratio(ctx: _Ctx, value: object, path: str) -> float:
+    ratio = _typed(ctx, value, "float", path)
+    if not CPU_NORMALIZATION_MIN_RATIO <= ratio <= CPU_NORMALIZATION_MAX_RATIO:
+        raise ctx.fail(
+            path,
+            f"must be in [{CPU_NORMALIZATION_MIN_RATIO:g}, {CPU_NORMALIZATION_MAX_RATIO:g}], "
+            f"got {ratio}",
+        )
+    return float(ratio)
+
+
+def _cpu_normalization_strategy(
+    ctx: _Ctx, obj: Mapping[str, Any], prefix: str, extra: frozenset[str]
+) -> CPUNormalizationStrategy:
+    ctx.unknown(
+        obj, frozenset({"enable", "defaultRatio", "ratioModel"}) | extra, prefix.rstrip(".")
+    )
+    enable = (
+        None if obj.get("enable") is None else _typed(ctx, obj["enable"], "bool", prefix + "enable")
+    )
+    default = None
+    if obj.get("defaultRatio") is not None:
+        default = _ratio(ctx, obj["defaultRatio"], prefix + "defaultRatio")
+    models: dict[str, ModelRatio] = {}
+    model_obj = ctx.obj(obj.get("ratioModel"), prefix + "ratioModel")
+    for model, raw in model_obj.items():
+        path = f"{prefix}ratioModel[{model!r}]"
+        ratios = ctx.obj(raw, path)
+        ctx.unknown(ratios, frozenset(_MODEL_RATIO_FIELDS), path)
+        values = {
+            attr: _ratio(ctx, ratios[name], f"{path}.{name}")
+            for name, attr in _MODEL_RATIO_FIELDS.items()
+            if ratios.get(name) is not None
+        }
+        models[str(model)] = ModelRatio(**values)
+    return CPUNormalizationStrategy(enable, default, MappingProxyType(models))
+
+
+def _amplification_strategy(
+    ctx: _Ctx, obj: Mapping[str, Any], prefix: str, extra: frozenset[str]
+) -> ResourceAmplificationStrategy:
+    ctx.unknown(
+        obj, frozenset({"enable", "resourceAmplificationRatio"}) | extra, prefix.rstrip(".")
+    )
+    enable = (
+        None if obj.get("enable") is None else _typed(ctx, obj["enable"], "bool", prefix + "enable")
+    )
+    ratios: dict[str, float] = {}
+    for res, raw in ctx.obj(
+        obj.get("resourceAmplificationRatio"), prefix + "resourceAmplificationRatio"
+    ).items():
+        path = f"{prefix}resourceAmplificationRatio.{res}"
+        value = _typed(ctx, raw, "float", path)
+        if value < 1:
+            raise ctx.fail(path, f"must be >= 1, got {value}")
+        ratios[str(res)] = value
+    return ResourceAmplificationStrategy(enable, MappingProxyType(ratios))
+
+
+def _parse_scoped(
+    ctx: _Ctx,
+    doc: Mapping[str, Any],
+    parse: Callable[[_Ctx, Mapping[str, Any], str, frozenset[str]], T],
+) -> tuple[T, tuple[NodeScoped[T], ...]]:
+    cluster = parse(ctx, doc, "", frozenset({"nodeConfigs"}))
+    nodes = []
+    for i, item in enumerate(_list(ctx, doc.get("nodeConfigs"), "nodeConfigs")):
+        path = f"nodeConfigs[{i}]"
+        obj = ctx.obj(item, path)
+        name, sel = _profile(ctx, obj, path, need_match_labels=False)
+        nodes.append(NodeScoped(name, sel, parse(ctx, obj, path + ".", _PROFILE_KEYS)))
+    return cluster, tuple(nodes)
+
+
+def _check_strategy_key(ctx: _Ctx, doc: Mapping[str, Any]) -> None:
+    ctx.unknown(doc, ("clusterStrategy", "nodeStrategies"), "")
+    ctx.obj(doc.get("clusterStrategy"), "clusterStrategy")
+    for i, item in enumerate(_list(ctx, doc.get("nodeStrategies"), "nodeStrategies")):
+        path = f"nodeStrategies[{i}]"
+        _profile(ctx, ctx.obj(item, path), path, need_match_labels=False)
+
+
+def _check_host_applications(ctx: _Ctx, doc: Mapping[str, Any]) -> None:
+    ctx.unknown(doc, ("applications", "nodeConfigs"), "")
+
+    def apps(raw: object, path: str) -> None:
+        try:
+            parse_node_slo(
+                {"hostApplications": _list(ctx, raw, path)}, ctx.source, strict=ctx.strict
+            )
+        except SchemaError as err:
+            where = err.field.replace("hostApplications", path, 1)
+            raise ctx.fail(where, err.message) from err
+
+    apps(doc.get("applications"), "applications")
+    for i, item in enumerate(_list(ctx, doc.get("nodeConfigs"), "nodeConfigs")):
+        path = f"nodeConfigs[{i}]"
+        obj = ctx.obj(item, path)
+        ctx.unknown(obj, ("name", "nodeSelector", "applications"), path)
+        _profile(ctx, obj, path, need_match_labels=False)
+        apps(obj.get("applications"), f"{path}.applications")
+
+
+def _unique_object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise ValueError(f"duplicate key {key!r}")
+        out[key] = value
+    return out
+
+
+def _decode(ctx: _Ctx, text: object) -> Mapping[str, Any]:
+    if not isinstance(text, str):
+        raise ctx.fail("", f"must be a JSON string, got {_kind(text)}")
+    try:
+        doc = json.loads(text, object_pairs_hook=_unique_object)
+    except ValueError as err:
+        raise ctx.fail("", f"invalid JSON: {err}") from err
+    return ctx.obj(doc, "")
+
+
+def parse_slo_controller_config(
+    obj: Mapping[str, Any], source: str, *, strict: bool = True
+) -> SLOControllerConfig:
+    """The ConfigMap given as a whole object (``kind: ConfigMap`` with ``data``) or as its
+    ``data`` map. Raises :class:`SchemaError` whose source is ``<source>: <key>``."""
+    top = _Ctx(source, strict).obj(obj, "")
+    data: Mapping[str, Any] = top
+    if "data" in top or top.get("kind") == "ConfigMap":
+        if top.get("kind", "ConfigMap") != "ConfigMap":
+            raise SchemaError(
+                f"must be a ConfigMap, got kind {top.get('kind')!r}", source=source, field="kind"
+            )
+        data = _Ctx(source, strict).obj(top.get("data"), "data")
+    unknown = sorted(k for k in data if k not in CONFIG_KEYS)
+    if unknown:
+        logger.warning("%s: ignoring data keys %s", source, unknown)
+    parsed: dict[str, Any] = {}
+    raw: dict[str, Mapping[str, Any]] = {}
+    for key in CONFIG_KEYS:
+        if key not in data:
+            continue
+        ctx = _Ctx(f"{source}: {key}" if source else key, strict)
+        doc = _decode(ctx, data[key])
+        if key == COLOCATION_CONFIG_KEY:
+            parsed["colocation"] = _parse_colocation(ctx, doc)
+        elif key == CPU_NORMALIZATION_CONFIG_KEY:
+            parsed["cpu_normalization"] = CPUNormalizationConfig(
+                *_parse_scoped(ctx, doc, _cpu_normalization_strategy)
+            )
+        elif key == RESOURCE_AMPLIFICATION_CONFIG_KEY:
+            parsed["resource_amplification"] = ResourceAmplificationConfig(
+                *_parse_scoped(ctx, doc, _amplification_strategy)
+            )
+        else:
+            if key in _STRATEGY_KEYS:
+                _check_strategy_key(ctx, doc)
+            else:
+                _check_host_applications(ctx, doc)
+            raw[key] = freeze(doc)
+    return SLOControllerConfig(raw=MappingProxyType(raw), **parsed)
+
+
+def colocation_fields() -> tuple[str, ...]:
+    """The JSON names of every ColocationStrategy field, in declaration order."""
+    return tuple(_COLOCATION_FIELDS)
+
+
+assert {a for a, _, _ in _COLOCATION_FIELDS.values()} == {
+    f.name for f in fields(ColocationStrategy)
+}

@@ -1,0 +1,66 @@
+"""Resource names, label and annotation keys and priority bands koord-manager reads and writes.
+
+Every value is Koordinator's contract (``apis/extension`` and ``apis/configuration`` upstream):
+a Node written by our manager reads the same to the Go scheduler and koordlet.
+"""
+
+from __future__ import annotations
+
+NODE_DOMAIN_PREFIX = "node.koordinator.sh"
+
+# Extended resources on Node.status (capacity and allocatable) -------------------------------
+BATCH_CPU = "kubernetes.io/batch-cpu"
+"""Batch CPU in milli-cores, written as a plain integer (``"12000"`` is 12 cores)."""
+BATCH_MEMORY = "kubernetes.io/batch-memory"
+"""Batch memory in bytes."""
+MID_CPU = "kubernetes.io/mid-cpu"
+"""Mid-tier CPU in milli-cores, written as a plain integer."""
+MID_MEMORY = "kubernetes.io/mid-memory"
+"""Mid-tier memory in bytes."""
+EXTENDED_RESOURCES = (BATCH_CPU, BATCH_MEMORY, MID_CPU, MID_MEMORY)
+"""The four resources the node resource controller owns, in the order explain prints them."""
+
+# Node metadata the calculation reads ----------------------------------------------------------
+ANNOTATION_NODE_RESERVATION = NODE_DOMAIN_PREFIX + "/reservation"
+"""JSON ``{"resources": {"cpu": ..., "memory": ...}, "reservedCPUs": "0-1"}``: resources kept
+back for the system beside the kubelet's reservation."""
+ANNOTATION_NODE_COLOCATION_STRATEGY = NODE_DOMAIN_PREFIX + "/colocation-strategy"
+"""A ColocationStrategy (JSON) merged over the ConfigMap's for this node; bad JSON is ignored."""
+LABEL_CPU_RECLAIM_RATIO = NODE_DOMAIN_PREFIX + "/cpu-reclaim-ratio"
+"""Float ratio (``"0.7"``) overriding ``cpuReclaimThresholdPercent`` (times 100) for the node."""
+LABEL_MEMORY_RECLAIM_RATIO = NODE_DOMAIN_PREFIX + "/memory-reclaim-ratio"
+"""Float ratio that overrides ``memoryReclaimThresholdPercent`` (times 100) for the node."""
+
+# CPU normalization and resource amplification -------------------------------------------------
+ANNOTATION_CPU_NORMALIZATION_RATIO = NODE_DOMAIN_PREFIX + "/cpu-normalization-ratio"
+"""The node's CPU normalization ratio, two decimals (``"1.20"``); batch-cpu is amplified by it."""
+LABEL_CPU_NORMALIZATION_ENABLED = NODE_DOMAIN_PREFIX + "/cpu-normalization-enabled"
+"""``true``/``false``: overrides the strategy's ``enable`` for the node."""
+ANNOTATION_CPU_BASIC_INFO = NODE_DOMAIN_PREFIX + "/cpu-basic-info"
+"""JSON ``{"cpuModel", "hyperThreadEnabled", "turboEnabled", ...}`` the koordlet reports (upstream
+on the NodeResourceTopology object)."""
+ANNOTATION_NODE_RESOURCE_AMPLIFICATION_RATIO = NODE_DOMAIN_PREFIX + "/resource-amplification-ratio"
+"""JSON map resource name → ratio (≥ 1) by which the scheduler amplifies allocatable."""
+
+# The ConfigMap -------------------------------------------------------------------------------
+SLO_CONFIG_NAMESPACE = "koordinator-system"
+"""Default namespace of the slo-controller-config ConfigMap (``--config-namespace``)."""
+SLO_CONFIG_NAME = "slo-controller-config"
+"""Default name of the ConfigMap (``--slo-config-name``)."""
+
+# Koordinator priority bands (pod.spec.priority) ------------------------------------------------
+PRIORITY_BANDS: tuple[tuple[str, int, int], ...] = (
+    ("koord-prod", 9000, 9999),
+    ("koord-mid", 7000, 7999),
+    ("koord-batch", 5000, 5999),
+    ("koord-free", 3000, 3999),
+)
+"""(priority class, lowest value, highest value): a pod's class follows from its priority."""
+PRIORITY_DEFAULT_VALUES = {
+    "koord-prod": 9500,
+    "koord-mid": 7500,
+    "koord-batch": 5500,
+    "koord-free": 3500,
+    "": 0,
+}
+"""Koordinator's default priority value of each class (used to rank host applications)."""

@@ -1,0 +1,169 @@
+"""CPU normalization and resource amplification of one node (Koordinator's ``CPUNormalization``
+and ``ResourceAmplification`` node resource plugins).
+
+CPU normalization: the node's CPU model, hyper-threading and turbo state (the koordlet's
+``node.koordinator.sh/cpu-basic-info``) pick a ratio from ``cpu-normalization-config``'s
+``ratioModel``: ``baseRatio`` (neither), ``hyperThreadEnabledRatio``, ``turboEnabledRatio`` or
+``hyperThreadTurboEnabledRatio`` (both). The node label ``node.koordinator.sh/
+cpu-normalization-enabled`` overrides the strategy's ``enable``; disabled writes ``1.00``. A
+ratio outside [1.0, 5.0] is rejected. The ratio goes to the node annotation
+``node.koordinator.sh/cpu-normalization-ratio`` (two decimals) and batch-cpu is amplified by it.
+
+Resource amplification: ``resource-amplification-config`` ratios (when enabled), the CPU ratio
+multiplied by the normalization ratio, each ≥ 1, written as JSON to
+``node.koordinator.sh/resource-amplification-ratio``; the scheduler then sees allocatable x ratio.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from apis.configuration import (
+    CPU_NORMALIZATION_MAX_RATIO,
+    CPU_NORMALIZATION_MIN_RATIO,
+    CPUNormalizationConfig,
+    ResourceAmplificationConfig,
+)
+from apis.manager_keys import ANNOTATION_CPU_BASIC_INFO, LABEL_CPU_NORMALIZATION_ENABLED
+
+DEFAULT_RATIO_TEXT = "1.00"
+"""The annotation value written when normalization is off."""
+_GO_TRUE = frozenset({"1", "t", "T", "TRUE", "true", "True"})
+_GO_FALSE = frozenset({"0", "f", "F", "FALSE", "false", "False"})
+
+
+@dataclass(frozen=True, slots=True)
+class CPUBasicInfo:
+    """The koordlet's ``cpu-basic-info``."""
+
+    cpu_model: str
+    """``cpuModel``, as /proc/cpuinfo names it."""
+    hyper_thread_enabled: bool
+    """``hyperThreadEnabled``."""
+    turbo_enabled: bool
+    """``turboEnabled``."""
+
+
+def parse_cpu_basic_info(raw: str) -> CPUBasicInfo:
+    """The JSON of the annotation. Raises ``ValueError``."""
+    doc = json.loads(raw)
+    if not isinstance(doc, Mapping):
+        raise ValueError("cpu basic info must be a JSON object")  # noqa: TRY004 - bad content
+    model = doc.get("cpuModel", "")
+    ht = doc.get("hyperThreadEnabled", False)
+    turbo = doc.get("turboEnabled", False)
+    if not isinstance(model, str) or not isinstance(ht, bool) or not isinstance(turbo, bool):
+        raise ValueError(  # noqa: TRY004 - bad annotation content, not a caller bug
+            "cpuModel must be a string, hyperThreadEnabled and turboEnabled booleans"
+        )
+    return CPUBasicInfo(model, ht, turbo)
+
+
+@dataclass(frozen=True, slots=True)
+class NormalizationResult:
+    """The outcome for one node."""
+
+    ratio: float | None
+    """The ratio to write; None when none can be worked out (the annotation is left alone)."""
+    reason: str
+    """How the ratio was chosen, or why there is none."""
+
+    @property
+    def annotation(self) -> str | None:
+        """The annotation value (two decimals), or None."""
+        return None if self.ratio is None else f"{self.ratio:.2f}"
+
+
+def _label_enabled(labels: Mapping[str, str]) -> bool | None:
+    raw = labels.get(LABEL_CPU_NORMALIZATION_ENABLED)
+    if raw is None:
+        return None
+    if raw in _GO_TRUE:
+        return True
+    if raw in _GO_FALSE:
+        return False
+    raise ValueError(f"label {LABEL_CPU_NORMALIZATION_ENABLED}={raw!r} is not a boolean")
+
+
+def normalization_ratio(
+    config: CPUNormalizationConfig,
+    labels: Mapping[str, str],
+    basic_info: CPUBasicInfo | None,
+) -> NormalizationResult:
+    """The CPU normalization ratio of a node with ``labels`` and ``basic_info``."""
+    strategy = config.for_node(labels)
+    try:
+        label = _label_enabled(labels)
+    except ValueError as err:
+        return NormalizationResult(None, str(err))
+    enabled = label if label is not None else bool(strategy.enable)
+    if not enabled:
+        return NormalizationResult(1.0, "disabled: ratio 1.00")
+    if basic_info is None:
+        return NormalizationResult(None, f"no {ANNOTATION_CPU_BASIC_INFO} for the node")
+    model = strategy.ratio_model.get(basic_info.cpu_model)
+    if model is None:
+        return NormalizationResult(None, f"no ratio for CPU model {basic_info.cpu_model!r}")
+    ht, turbo = basic_info.hyper_thread_enabled, basic_info.turbo_enabled
+    name, ratio = (
+        ("hyperThreadTurboEnabledRatio", model.hyper_thread_turbo_enabled_ratio)
+        if ht and turbo
+        else ("hyperThreadEnabledRatio", model.hyper_thread_enabled_ratio)
+        if ht
+        else ("turboEnabledRatio", model.turbo_enabled_ratio)
+        if turbo
+        else ("baseRatio", model.base_ratio)
+    )
+    if ratio is None:
+        return NormalizationResult(None, f"missing {name} for CPU model {basic_info.cpu_model!r}")
+    if not CPU_NORMALIZATION_MIN_RATIO <= ratio <= CPU_NORMALIZATION_MAX_RATIO:
+        return NormalizationResult(
+            None,
+            f"{name} {ratio} of {basic_info.cpu_model!r} outside "
+            f"[{CPU_NORMALIZATION_MIN_RATIO:g}, {CPU_NORMALIZATION_MAX_RATIO:g}]: rejected",
+        )
+    return NormalizationResult(ratio, f"{name} of {basic_info.cpu_model!r}")
+
+
+def amplify_batch_cpu(milli_cores: int, ratio: float | None) -> int:
+    """batch-cpu after normalization: milli-cores x ratio when the ratio exceeds 1, rounded up to
+    a whole number as the Node's integer quantity (upstream ``MultiplyMilliQuant``)."""
+    if ratio is None or ratio <= 1.0:
+        return milli_cores
+    scaled = int(float(milli_cores * 1000) * ratio)  # in thousandths of the written integer
+    return -(-scaled // 1000)
+
+
+def _go_float(value: float) -> str:
+    text = repr(float(value))
+    return text[:-2] if text.endswith(".0") else text
+
+
+def amplification_ratios(
+    config: ResourceAmplificationConfig, labels: Mapping[str, str], cpu_ratio: float | None
+) -> tuple[dict[str, float], str | None]:
+    """Resource → amplification ratio of a node, and the annotation JSON (None: remove it).
+    Raises ``ValueError`` when a ratio would fall below 1."""
+    strategy = config.for_node(labels)
+    ratios = dict(strategy.ratios) if strategy.enable else {}
+    cpu = ratios.get("cpu", 0.0)
+    final = cpu if cpu > 0 else 1.0
+    if cpu_ratio is not None and cpu_ratio > 0:
+        final *= cpu_ratio
+    if final > 1:
+        ratios["cpu"] = final
+    for name, value in ratios.items():
+        if value < 1 or not math.isfinite(value):
+            raise ValueError(f"amplification ratio of {name} is {value}, must be >= 1")
+    if not ratios:
+        return ratios, None
+    body = ",".join(f"{json.dumps(k)}:{_go_float(v)}" for k, v in sorted(ratios.items()))
+    return ratios, "{" + body + "}"
+
+
+def amplified(value: int, ratio: float) -> int:
+    """An allocatable value as the scheduler sees it under an amplification ratio."""
+    return int(float(value) * ratio) if ratio > 1 else value

@@ -1,0 +1,412 @@
+"""Compact, validated views of the objects the calculation reads: Node, NodeMetric and pods.
+
+The raw API JSON (dicts, as the API server or a YAML file gives them) is read once into small
+frozen records holding integers: CPU in milli-cores, memory in bytes. A missing or malformed
+field that the calculation needs raises :class:`~manager.errors.InputError` naming the field
+(``status.capacity.cpu: is required``); a field it can do without takes its Kubernetes default.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from apis.extension import LABEL_POD_QOS
+from apis.manager_keys import ANNOTATION_NODE_RESERVATION, PRIORITY_BANDS
+from manager.errors import InputError
+from manager.noderesource import quantity
+
+CPU = "cpu"
+MEMORY = "memory"
+PRIORITY_PROD = "koord-prod"
+PRIORITY_MID = "koord-mid"
+PRIORITY_BATCH = "koord-batch"
+PRIORITY_FREE = "koord-free"
+_QOS_NAMES = frozenset({"LSE", "LSR", "LS", "BE", "SYSTEM"})
+
+
+@dataclass(frozen=True, slots=True)
+class Resources:
+    """CPU (milli-cores) and memory (bytes)."""
+
+    cpu: int = 0
+    """Milli-cores."""
+    memory: int = 0
+    """Bytes."""
+
+    def __add__(self, other: Resources) -> Resources:
+        return Resources(self.cpu + other.cpu, self.memory + other.memory)
+
+    def __sub__(self, other: Resources) -> Resources:
+        return Resources(self.cpu - other.cpu, self.memory - other.memory)
+
+    def max(self, other: Resources) -> Resources:
+        """Per-resource maximum (``quotav1.Max``)."""
+        return Resources(max(self.cpu, other.cpu), max(self.memory, other.memory))
+
+    def floor0(self) -> Resources:
+        """Negative parts raised to zero."""
+        return Resources(max(self.cpu, 0), max(self.memory, 0))
+
+    def json(self) -> dict[str, int]:
+        return {CPU: self.cpu, MEMORY: self.memory}
+
+
+ZERO = Resources()
+
+
+@dataclass(frozen=True, slots=True)
+class NodeView:
+    """What the calculation needs of a Node."""
+
+    name: str
+    """metadata.name."""
+    labels: Mapping[str, str]
+    """metadata.labels."""
+    annotations: Mapping[str, str]
+    """metadata.annotations."""
+    capacity: Resources
+    """status.capacity (cpu, memory)."""
+    allocatable: Resources
+    """status.allocatable (cpu, memory); capacity where the node gives none."""
+    extended: Mapping[str, int]
+    """status.allocatable of every other resource, as integers (``kubernetes.io/batch-cpu`` …)."""
+
+
+@dataclass(frozen=True, slots=True)
+class PodMetricView:
+    """One ``status.podsMetric`` entry."""
+
+    key: str
+    """``namespace/name``."""
+    priority: str
+    """``priority`` (Koordinator priority class) as the koordlet reported it; may be empty."""
+    usage: Resources
+    """``podUsage.resources``."""
+
+
+@dataclass(frozen=True, slots=True)
+class HostAppMetricView:
+    """One ``status.hostApplicationMetric`` entry."""
+
+    name: str
+    """``name``."""
+    priority: str
+    """``priority`` class; may be empty."""
+    usage: Resources
+    """``usage.resources``."""
+
+
+@dataclass(frozen=True, slots=True)
+class NodeMetricView:
+    """What the calculation needs of a NodeMetric."""
+
+    update_time: datetime | None
+    """status.updateTime; None when absent (the calculation then degrades)."""
+    node_usage: Resources | None
+    """status.nodeMetric.nodeUsage.resources; None unless both cpu and memory are there."""
+    system_usage: Resources
+    """status.nodeMetric.systemUsage.resources (zero where absent)."""
+    pods: tuple[PodMetricView, ...]
+    """status.podsMetric."""
+    prod_reclaimable: Resources | None
+    """status.prodReclaimableMetric.resource.resources; None when absent."""
+    host_apps: tuple[HostAppMetricView, ...]
+    """status.hostApplicationMetric."""
+
+
+@dataclass(frozen=True, slots=True)
+class PodView:
+    """What the calculation needs of a pod."""
+
+    key: str
+    """``namespace/name``."""
+    node_name: str
+    """spec.nodeName."""
+    phase: str
+    """status.phase (``Pending`` when absent, as for a pod just created)."""
+    priority_class: str
+    """Koordinator priority class, from spec.priority, else from the QoS class."""
+    qos: str
+    """Koordinator QoS class, from the ``koordinator.sh/qosClass`` label, else Kubernetes QoS."""
+    request: Resources
+    """Effective request: max(sum of containers, each init container) plus overhead."""
+
+
+def _obj(value: object, source: str, path: str) -> Mapping[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise InputError(source, path, f"must be an object, got {type(value).__name__}")
+    return value
+
+
+def _str_map(value: object, source: str, path: str) -> Mapping[str, str]:
+    obj = _obj(value, source, path)
+    for k, v in obj.items():
+        if not isinstance(v, str):
+            raise InputError(source, f"{path}.{k}", "must be a string")
+    return obj
+
+
+def _resources(
+    value: object, source: str, path: str, *, need: bool = False
+) -> tuple[Resources, bool]:
+    """(cpu, memory) of a ResourceList, and whether both were present."""
+    obj = _obj(value, source, path)
+    for name in (CPU, MEMORY):
+        if need and name not in obj:
+            raise InputError(source, f"{path}.{name}", "is required")
+    try:
+        cpu = quantity.milli(obj[CPU]) if CPU in obj else 0
+    except ValueError as err:
+        raise InputError(source, f"{path}.{CPU}", str(err)) from None
+    try:
+        mem = quantity.whole(obj[MEMORY]) if MEMORY in obj else 0
+    except ValueError as err:
+        raise InputError(source, f"{path}.{MEMORY}", str(err)) from None
+    return Resources(cpu, mem), CPU in obj and MEMORY in obj
+
+
+def parse_time(value: object, source: str, path: str) -> datetime:
+    """An RFC 3339 time (``2024-05-01T10:00:00Z``) as an aware datetime."""
+    if isinstance(value, datetime):
+        return value if value.tzinfo else value.replace(tzinfo=UTC)
+    if not isinstance(value, str):
+        raise InputError(source, path, f"must be an RFC 3339 time, got {value!r}")
+    try:
+        parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        raise InputError(source, path, f"must be an RFC 3339 time, got {value!r}") from None
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+
+
+def parse_node(obj: object, source: str) -> NodeView:
+    """A Node object. Raises :class:`InputError`."""
+    node = _obj(obj, source, "")
+    if node.get("kind", "Node") != "Node":
+        raise InputError(source, "kind", f"must be Node, got {node.get('kind')!r}")
+    meta = _obj(node.get("metadata"), source, "metadata")
+    name = meta.get("name")
+    if not isinstance(name, str) or not name:
+        raise InputError(source, "metadata.name", "is required")
+    status = _obj(node.get("status"), source, "status")
+    capacity, _ = _resources(status.get("capacity"), source, "status.capacity", need=True)
+    alloc_raw = _obj(status.get("allocatable"), source, "status.allocatable")
+    allocatable = capacity
+    if alloc_raw:
+        allocatable, _ = _resources(alloc_raw, source, "status.allocatable", need=True)
+    extended: dict[str, int] = {}
+    for res, q in alloc_raw.items():
+        if res in (CPU, MEMORY):
+            continue
+        try:
+            extended[str(res)] = quantity.whole(q)
+        except ValueError as err:
+            raise InputError(source, f"status.allocatable.{res}", str(err)) from None
+    return NodeView(
+        name=name,
+        labels=_str_map(meta.get("labels"), source, "metadata.labels"),
+        annotations=_str_map(meta.get("annotations"), source, "metadata.annotations"),
+        capacity=capacity,
+        allocatable=allocatable,
+        extended=extended,
+    )
+
+
+def annotation_reserved(node: NodeView) -> tuple[Resources, str]:
+    """Resources the ``node.koordinator.sh/reservation`` annotation keeps back, and a note when
+    the annotation is unreadable (then nothing is kept back, as upstream)."""
+    raw = node.annotations.get(ANNOTATION_NODE_RESERVATION)
+    if not raw:
+        return ZERO, ""
+    try:
+        return _reservation(raw), ""
+    except (ValueError, TypeError, InputError) as err:
+        return ZERO, f"{ANNOTATION_NODE_RESERVATION} ignored: {err}"
+
+
+def _reservation(raw: str) -> Resources:
+    doc = json.loads(raw)
+    if not isinstance(doc, Mapping):
+        raise TypeError("not a JSON object")
+    res, _ = _resources(doc.get("resources"), "", "resources")
+    cpus = doc.get("reservedCPUs") or ""
+    if cpus:
+        res = Resources(_cpuset_size(str(cpus)) * 1000, res.memory)
+    return res
+
+
+def _cpuset_size(text: str) -> int:
+    cpus: set[int] = set()
+    for part in text.split(","):
+        part = part.strip()
+        if not part:
+            continue
+        lo, _, hi = part.partition("-")
+        start, end = int(lo), int(hi or lo)
+        if end < start:
+            raise ValueError(f"bad cpuset range {part!r}")
+        cpus.update(range(start, end + 1))
+    return len(cpus)
+
+
+def parse_node_metric(obj: object, source: str) -> NodeMetricView:
+    """A NodeMetric object. Raises :class:`InputError`."""
+    nm = _obj(obj, source, "")
+    if nm.get("kind", "NodeMetric") != "NodeMetric":
+        raise InputError(source, "kind", f"must be NodeMetric, got {nm.get('kind')!r}")
+    status = _obj(nm.get("status"), source, "status")
+    update = status.get("updateTime")
+    update_time = None if update is None else parse_time(update, source, "status.updateTime")
+    node_metric = _obj(status.get("nodeMetric"), source, "status.nodeMetric")
+    usage_path = "status.nodeMetric.nodeUsage.resources"
+    usage_obj = _obj(node_metric.get("nodeUsage"), source, "status.nodeMetric.nodeUsage")
+    node_usage, complete = _resources(usage_obj.get("resources"), source, usage_path)
+    sys_obj = _obj(node_metric.get("systemUsage"), source, "status.nodeMetric.systemUsage")
+    system_usage, _ = _resources(
+        sys_obj.get("resources"), source, "status.nodeMetric.systemUsage.resources"
+    )
+    pods = []
+    for i, item in enumerate(_list(status.get("podsMetric"), source, "status.podsMetric")):
+        path = f"status.podsMetric[{i}]"
+        pm = _obj(item, source, path)
+        usage, _ = _resources(
+            _obj(pm.get("podUsage"), source, f"{path}.podUsage").get("resources"),
+            source,
+            f"{path}.podUsage.resources",
+        )
+        key = f"{pm.get('namespace') or ''}/{pm.get('name') or ''}"
+        pods.append(PodMetricView(key, str(pm.get("priority") or ""), usage))
+    reclaim = None
+    prm = status.get("prodReclaimableMetric")
+    if prm is not None:
+        res_obj = _obj(
+            _obj(prm, source, "status.prodReclaimableMetric").get("resource"), source, ""
+        )
+        if res_obj.get("resources") is not None:
+            reclaim, _ = _resources(
+                res_obj["resources"], source, "status.prodReclaimableMetric.resource.resources"
+            )
+    apps = []
+    for i, item in enumerate(
+        _list(status.get("hostApplicationMetric"), source, "status.hostApplicationMetric")
+    ):
+        path = f"status.hostApplicationMetric[{i}]"
+        am = _obj(item, source, path)
+        usage, _ = _resources(
+            _obj(am.get("usage"), source, f"{path}.usage").get("resources"),
+            source,
+            f"{path}.usage.resources",
+        )
+        apps.append(
+            HostAppMetricView(str(am.get("name") or ""), str(am.get("priority") or ""), usage)
+        )
+    return NodeMetricView(
+        update_time=update_time,
+        node_usage=node_usage if complete else None,
+        system_usage=system_usage,
+        pods=tuple(pods),
+        prod_reclaimable=reclaim,
+        host_apps=tuple(apps),
+    )
+
+
+def _list(value: object, source: str, path: str) -> Sequence[Any]:
+    if value is None:
+        return ()
+    if not isinstance(value, list):
+        raise InputError(source, path, f"must be a list, got {type(value).__name__}")
+    return value
+
+
+def _container_requests(c: Mapping[str, Any], source: str, path: str) -> Resources:
+    res = c.get("resources")
+    if not res:
+        return ZERO
+    res = _obj(res, source, f"{path}.resources")
+    req = _obj(res.get("requests"), source, f"{path}.resources.requests")
+    lim = _obj(res.get("limits"), source, f"{path}.resources.limits")
+    # The API server defaults a missing request to the limit; a file may not have been defaulted.
+    merged = {k: req.get(k, lim.get(k)) for k in (CPU, MEMORY) if k in req or k in lim}
+    return _resources(merged, source, f"{path}.resources.requests")[0]
+
+
+def _kube_qos(spec: Mapping[str, Any], status: Mapping[str, Any]) -> str:
+    given = status.get("qosClass")
+    if isinstance(given, str) and given:
+        return given
+    any_set, guaranteed = False, True
+    for c in list(spec.get("containers") or []) + list(spec.get("initContainers") or []):
+        res = c.get("resources") or {} if isinstance(c, Mapping) else {}
+        req, lim = res.get("requests") or {}, res.get("limits") or {}
+        if req or lim:
+            any_set = True
+        for k in (CPU, MEMORY):
+            if k not in lim or (k in req and quantity.parse(req[k]) != quantity.parse(lim[k])):
+                guaranteed = False
+    if not any_set:
+        return "BestEffort"
+    return "Guaranteed" if guaranteed else "Burstable"
+
+
+def _priority_class(priority: object) -> str:
+    if isinstance(priority, int) and not isinstance(priority, bool):
+        for name, low, high in PRIORITY_BANDS:
+            if low <= priority <= high:
+                return name
+    return ""
+
+
+def parse_pod(obj: object, source: str, path: str) -> PodView:
+    """One pod of a list. Raises :class:`InputError`."""
+    pod = _obj(obj, source, path)
+    meta = _obj(pod.get("metadata"), source, f"{path}.metadata")
+    spec = _obj(pod.get("spec"), source, f"{path}.spec")
+    status = _obj(pod.get("status"), source, f"{path}.status")
+    labels = meta.get("labels") or {}
+    total = ZERO
+    for i, c in enumerate(_list(spec.get("containers"), source, f"{path}.spec.containers")):
+        total = total + _container_requests(c, source, f"{path}.spec.containers[{i}]")
+    init_max, sidecars = ZERO, ZERO
+    inits = _list(spec.get("initContainers"), source, f"{path}.spec.initContainers")
+    for i, c in enumerate(inits):
+        req = _container_requests(c, source, f"{path}.spec.initContainers[{i}]")
+        if c.get("restartPolicy") == "Always":  # a sidecar runs beside the app containers
+            sidecars = sidecars + req
+            init_max = init_max.max(sidecars)
+        else:
+            init_max = init_max.max(req + sidecars)
+    request = (total + sidecars).max(init_max)
+    overhead = spec.get("overhead")
+    if overhead:
+        request = request + _resources(overhead, source, f"{path}.spec.overhead")[0]
+    qos = labels.get(LABEL_POD_QOS, "") if isinstance(labels, Mapping) else ""
+    if qos not in _QOS_NAMES:
+        qos = "BE" if _kube_qos(spec, status) == "BestEffort" else "LS"
+    priority_class = _priority_class(spec.get("priority"))
+    if not priority_class:
+        priority_class = PRIORITY_BATCH if qos == "BE" else PRIORITY_PROD
+    return PodView(
+        key=f"{meta.get('namespace') or ''}/{meta.get('name') or ''}",
+        node_name=str(spec.get("nodeName") or ""),
+        phase=str(status.get("phase") or "Pending"),
+        priority_class=priority_class,
+        qos=qos,
+        request=request,
+    )
+
+
+def parse_pod_list(obj: object, source: str) -> tuple[PodView, ...]:
+    """A v1 PodList (``items``) or a plain list of pods. Raises :class:`InputError`."""
+    if isinstance(obj, list):
+        items: Sequence[Any] = obj
+    else:
+        doc = _obj(obj, source, "")
+        if doc.get("kind") not in (None, "PodList", "List"):
+            raise InputError(source, "kind", f"must be PodList, got {doc.get('kind')!r}")
+        items = _list(doc.get("items"), source, "items")
+    return tuple(parse_pod(item, source, f"items[{i}]") for i, item in enumerate(items))
