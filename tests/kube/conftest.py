@@ -6,10 +6,11 @@ import asyncio
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 
+from koordlet.statesinformer.kube import KubeStatesSource
 from kubeclient.informer import Informer
 from tests.kubefake.fixtures import kube_api, kube_client, kubeconfig
 
-__all__ = ["eventually", "kube_api", "kube_client", "kubeconfig", "running"]
+__all__ = ["eventually", "kube_api", "kube_client", "kubeconfig", "running", "running_source"]
 
 
 @asynccontextmanager
@@ -29,3 +30,13 @@ async def eventually(check: Callable[[], bool], *, within: float = 10.0) -> None
     async with asyncio.timeout(within):
         while not check():  # noqa: ASYNC110 - see the docstring
             await asyncio.sleep(0.01)
+
+
+@asynccontextmanager
+async def running_source(source: KubeStatesSource) -> AsyncIterator[None]:
+    task = asyncio.create_task(source.run(), name="kube-states")
+    try:
+        yield
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)

@@ -1,0 +1,460 @@
+"""The Kubernetes source of the states informer: this node, its pods, its NodeSLO and NodeMetric.
+
+Four informers (:class:`kubeclient.informer.Informer`), each on one node's objects:
+
+- the Node (``metadata.name=<node>``): :meth:`KubeStatesSource.node`;
+- the pods (``spec.nodeName=<node>``): :meth:`~KubeStatesSource.list_pods` (a ``PodSource``);
+- the NodeSLO (``metadata.name=<node>``): ``node_slo``, ``strategies`` and
+  :meth:`~KubeStatesSource.list_host_apps` (a ``HostAppSource``);
+- the NodeMetric (``metadata.name=<node>``): ``collect_policy``, and whether it exists.
+
+Pods map to :class:`~koordlet.statesinformer.model.PodInfo`: the Koordinator QoS from the
+``koordinator.sh/qosClass`` label, else from the Kubernetes QoS (``apis.extension``); the priority
+class from the ``koordinator.sh/priority-class`` label, else from ``spec.priority``'s Koordinator
+band, else from the QoS (LSE/LSR/LS/SYSTEM: ``koord-prod``, BE: ``koord-batch``), as upstream's
+``GetPodPriorityClassWithDefault``; requests and limits summed over the containers; the cgroup
+directory from the UID and the Kubernetes QoS by the node's cgroup naming; containers from
+``status.containerStatuses[].containerID``. Pods that finished (``Succeeded``, ``Failed``) have no
+cgroup left and are not listed.
+
+The NodeSLO is merged over Koordinator's defaults field group by field group
+(:func:`apis.slo_strategies.strategies_of`) and persisted to ``<state_dir>/nodeslo.json`` on
+every change, so a restart while the API server is away runs on the last NodeSLO seen (the
+daemon's protect-only mode) rather than on bare defaults. ``list_pods`` and ``list_host_apps`` are
+called from the inventory's worker thread: they return immutable snapshots that the event loop
+replaces whole, never mutates.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import tempfile
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from types import MappingProxyType
+from typing import Any, NoReturn
+
+from apis.extension import (
+    KUBE_QOS_TO_QOS,
+    LABEL_POD_PRIORITY_CLASS,
+    LABEL_POD_QOS,
+    KubeQOS,
+    QoSClass,
+)
+from apis.slo import NodeSLOSpec, PriorityClass, SchemaError, parse_node_slo
+from apis.slo_strategies import NodeSLOStrategies, strategies_of
+from koordlet.statesinformer.hostapps import cgroup_present, host_app_cgroup_dir
+from koordlet.statesinformer.model import ContainerInfo, HostAppInfo, PodInfo
+from koordlet.system.cgroups import CgroupLayout
+from kubeclient.client import KubeClient, Obj
+from kubeclient.informer import Informer
+from kubeclient.resources import NODE_METRICS, NODE_SLOS, NODES, PODS
+from kubeclient.units import cpu_milli, memory_bytes, parse_duration
+
+logger = logging.getLogger(__name__)
+
+NODESLO_FILE = "nodeslo.json"
+"""Name of the persisted NodeSLO under the state directory."""
+
+_RUNTIMES = {"containerd": "containerd", "cri-o": "cri-o", "docker": "docker"}
+"""``containerID`` scheme → runtime name of the cgroup layout."""
+
+_PRIORITY_BANDS = (
+    (9000, 9999, PriorityClass.PROD),
+    (7000, 7999, PriorityClass.MID),
+    (5000, 5999, PriorityClass.BATCH),
+    (3000, 3999, PriorityClass.FREE),
+)
+"""Koordinator's priority value bands (``PriorityProdValueMin``... in ``apis/extension``)."""
+
+
+# The NodeMetric spec ---------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class CollectPolicy:
+    """``spec.metricCollectPolicy`` of the node's NodeMetric over Koordinator's defaults
+    (``defaultNodeMetricSpec`` of the koordlet's NodeMetric informer)."""
+
+    aggregate_duration_seconds: int = 300
+    """``aggregateDurationSeconds``: window of ``nodeUsage``, pod and host-app usage (min 60)."""
+    report_interval_seconds: int = 60
+    """``reportIntervalSeconds``: how often the status is written (min 30)."""
+    node_aggregate_durations: tuple[int, ...] = (300, 600, 1800)
+    """``nodeAggregatePolicy.durations`` in seconds: windows of ``aggregatedNodeUsages``."""
+    node_memory_collect_policy: str = "usageWithoutPageCache"
+    """``nodeMemoryCollectPolicy``: ``usageWithoutPageCache``, ``usageWithPageCache`` or
+    ``usageWithHotPageCache``."""
+
+
+MIN_AGGREGATE_DURATION_SECONDS = 60
+MIN_REPORT_INTERVAL_SECONDS = 30
+
+
+def parse_collect_policy(spec: Mapping[str, Any] | None) -> CollectPolicy:
+    """The collect policy of a NodeMetric ``spec``: given fields over the defaults, the two
+    intervals raised to Koordinator's minimums; a malformed field keeps its default (logged)."""
+    default = CollectPolicy()
+    raw = (spec or {}).get("metricCollectPolicy") or {}
+    agg = raw.get("aggregateDurationSeconds")
+    rep = raw.get("reportIntervalSeconds")
+    durations = default.node_aggregate_durations
+    policy = (raw.get("nodeAggregatePolicy") or {}).get("durations")
+    if isinstance(policy, list):
+        try:
+            durations = tuple(int(parse_duration(str(d))) for d in policy)
+        except ValueError as err:
+            logger.warning("NodeMetric nodeAggregatePolicy.durations: %s; using defaults", err)
+    memory = raw.get("nodeMemoryCollectPolicy")
+    return CollectPolicy(
+        aggregate_duration_seconds=max(int(agg), MIN_AGGREGATE_DURATION_SECONDS)
+        if isinstance(agg, int)
+        else default.aggregate_duration_seconds,
+        report_interval_seconds=max(int(rep), MIN_REPORT_INTERVAL_SECONDS)
+        if isinstance(rep, int)
+        else default.report_interval_seconds,
+        node_aggregate_durations=durations,
+        node_memory_collect_policy=memory
+        if isinstance(memory, str) and memory
+        else default.node_memory_collect_policy,
+    )
+
+
+# Pods ------------------------------------------------------------------------------------------
+def kube_qos_of(pod: Obj) -> KubeQOS:
+    """``status.qosClass``, else computed from the containers' requests and limits."""
+    given = str((pod.get("status") or {}).get("qosClass", ""))
+    if given in KubeQOS.__members__.values():
+        return KubeQOS(given)
+    containers = (pod.get("spec") or {}).get("containers") or []
+    any_set = False
+    guaranteed = bool(containers)
+    for c in containers:
+        res = c.get("resources") or {}
+        req = res.get("requests") or {}
+        lim = res.get("limits") or {}
+        if req or lim:
+            any_set = True
+        for name in ("cpu", "memory"):
+            limit = lim.get(name)
+            if limit is None or (name in req and req[name] != limit):
+                guaranteed = False
+    if not any_set:
+        return KubeQOS.BESTEFFORT
+    return KubeQOS.GUARANTEED if guaranteed else KubeQOS.BURSTABLE
+
+
+def qos_of(labels: Mapping[str, str], kube_qos: KubeQOS) -> QoSClass:
+    raw = labels.get(LABEL_POD_QOS, "")
+    if raw and raw in QoSClass.__members__.values():
+        return QoSClass(raw)
+    return KUBE_QOS_TO_QOS[kube_qos]
+
+
+def priority_class_of(labels: Mapping[str, str], priority: int | None, qos: QoSClass) -> str:
+    raw = labels.get(LABEL_POD_PRIORITY_CLASS, "")
+    if raw and raw in PriorityClass.__members__.values():
+        return raw
+    if priority is not None:
+        for low, high, cls in _PRIORITY_BANDS:
+            if low <= priority <= high:
+                return cls.value
+    if qos in (QoSClass.LSE, QoSClass.LSR, QoSClass.LS, QoSClass.SYSTEM):
+        return PriorityClass.PROD.value
+    if qos is QoSClass.BE:
+        return PriorityClass.BATCH.value
+    return ""
+
+
+def _sum(containers: list[Obj], kind: str, name: str, parse: Callable[[str], int]) -> int | None:
+    total = 0
+    for c in containers:
+        value = ((c.get("resources") or {}).get(kind) or {}).get(name)
+        if value is None:
+            if kind == "limits":
+                return None  # one unlimited container makes the pod unlimited
+            continue
+        total += parse(str(value))
+    return total
+
+
+def _created_at(meta: Obj) -> float | None:
+    raw = meta.get("creationTimestamp")
+    if not isinstance(raw, str):
+        return None
+    try:
+        return datetime.fromisoformat(raw.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
+
+
+def pod_info(pod: Obj, layout: CgroupLayout) -> PodInfo:
+    """A Kubernetes pod as the inventory describes it. Raises ``ValueError`` on a pod whose UID
+    or resources cannot be read (the caller skips it)."""
+    meta = pod.get("metadata") or {}
+    spec = pod.get("spec") or {}
+    labels: dict[str, str] = dict(meta.get("labels") or {})
+    kube_qos = kube_qos_of(pod)
+    qos = qos_of(labels, kube_qos)
+    uid = str(meta.get("uid", ""))
+    pod_dir = layout.pod_dir(kube_qos, uid)
+    priority = spec.get("priority")
+    priority = int(priority) if isinstance(priority, int) else None
+    names = {str(c.get("name")): c for c in spec.get("containers") or []}
+    containers = []
+    for status in (pod.get("status") or {}).get("containerStatuses") or []:
+        scheme, _, cid = str(status.get("containerID", "")).partition("://")
+        runtime = _RUNTIMES.get(scheme)
+        if runtime is None or not cid:
+            continue  # not started yet, or a runtime we cannot name in the cgroup tree
+        containers.append(
+            ContainerInfo(
+                id=cid,
+                name=str(status.get("name", cid[:12])),
+                runtime=runtime,
+                cgroup_dir=layout.container_dir(pod_dir, runtime, cid),
+            )
+        )
+    spec_containers = list(names.values())
+    return PodInfo(
+        uid=uid,
+        name=str(meta.get("name", "")),
+        namespace=str(meta.get("namespace", "")),
+        qos=qos,
+        kube_qos=kube_qos,
+        cgroup_dir=pod_dir,
+        containers=tuple(sorted(containers, key=lambda c: c.id)),
+        priority_class=priority_class_of(labels, priority, qos),
+        cpu_request_milli=_sum(spec_containers, "requests", "cpu", cpu_milli),
+        memory_request_bytes=_sum(spec_containers, "requests", "memory", memory_bytes),
+        source=KubeStatesSource.name,
+        priority=priority,
+        labels=MappingProxyType(labels),
+        annotations=MappingProxyType(dict(meta.get("annotations") or {})),
+        cpu_limit_milli=_sum(spec_containers, "limits", "cpu", cpu_milli),
+        memory_limit_bytes=_sum(spec_containers, "limits", "memory", memory_bytes),
+        created_at=_created_at(meta),
+    )
+
+
+def _finished(pod: Obj) -> bool:
+    return (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
+
+
+# The source ------------------------------------------------------------------------------------
+NodeSLOListener = Callable[[NodeSLOSpec, NodeSLOStrategies], None]
+
+
+class KubeStatesSource:
+    """This node's objects from the API server; a ``PodSource`` and a ``HostAppSource``."""
+
+    name = "kubernetes"
+
+    def __init__(
+        self,
+        client: KubeClient,
+        node_name: str,
+        layout: Callable[[], CgroupLayout],
+        state_dir: str,
+        *,
+        informer_factory: Callable[..., Informer] = Informer,
+    ) -> None:
+        self.node_name = node_name
+        self._layout = layout
+        self.state_dir = state_dir
+        by_name = f"metadata.name={node_name}"
+        self.nodes = informer_factory(client, NODES, field_selector=by_name)
+        self.pods = informer_factory(client, PODS, field_selector=f"spec.nodeName={node_name}")
+        self.node_slos = informer_factory(client, NODE_SLOS, field_selector=by_name)
+        self.node_metrics = informer_factory(client, NODE_METRICS, field_selector=by_name)
+        self._pod_infos: dict[str, PodInfo] = {}
+        self._pods_view: Mapping[str, PodInfo] = MappingProxyType({})
+        self.node_slo = NodeSLOSpec()
+        """The NodeSLO in force (the persisted one until the API server answers)."""
+        self.strategies = NodeSLOStrategies()
+        """:attr:`node_slo`'s strategies merged over Koordinator's defaults."""
+        self.collect_policy = CollectPolicy()
+        """The NodeMetric's collect policy (defaults until the NodeMetric is seen)."""
+        self._listeners: list[NodeSLOListener] = []
+        self._pending: set[asyncio.Task[None]] = set()
+        self.pods.add_handler(self._pod_changed, self._pod_updated, self._pod_deleted)
+        self.node_slos.add_handler(self._slo_changed, self._slo_updated, self._slo_deleted)
+        self.node_metrics.add_handler(self._metric_changed, self._metric_updated)
+
+    # Reading ------------------------------------------------------------------------------------
+    def node(self) -> Obj | None:
+        """The Node object, once listed."""
+        return self.nodes.get(self.node_name)
+
+    def node_metric(self) -> Obj | None:
+        """The NodeMetric object when it exists (the reporter writes only then)."""
+        return self.node_metrics.get(self.node_name)
+
+    def list_pods(self) -> Mapping[str, PodInfo]:
+        return self._pods_view
+
+    def list_host_apps(self) -> tuple[HostAppInfo, ...]:
+        layout = self._layout()
+        apps = []
+        for app in self.node_slo.host_applications:
+            rel = host_app_cgroup_dir(app, layout)
+            apps.append(
+                HostAppInfo(
+                    name=app.name,
+                    qos=app.qos,
+                    cgroup_dir=rel,
+                    priority_class=app.priority.value,
+                    present=cgroup_present(layout, rel),
+                )
+            )
+        return tuple(apps)
+
+    @property
+    def informers(self) -> tuple[Informer, ...]:
+        return (self.nodes, self.pods, self.node_slos, self.node_metrics)
+
+    @property
+    def synced(self) -> bool:
+        return all(i.synced for i in self.informers)
+
+    @property
+    def connected(self) -> bool:
+        """Whether every informer's last contact with the API server succeeded."""
+        return all(i.connected for i in self.informers)
+
+    def add_node_slo_listener(self, listener: NodeSLOListener) -> None:
+        """Called on the event loop with the new spec and strategies whenever they change."""
+        self._listeners.append(listener)
+
+    # Running ------------------------------------------------------------------------------------
+    async def run(self) -> NoReturn:
+        """Run the four informers (named tasks) until cancelled."""
+        async with asyncio.TaskGroup() as tg:
+            for inf in self.informers:
+                tg.create_task(inf.run(), name=f"kube-informer-{inf.resource.plural}")
+        raise AssertionError("informers returned")  # pragma: no cover - they never return
+
+    async def wait_synced(self, timeout: float) -> bool:  # noqa: ASYNC109 - a bounded wait is the API
+        """Wait up to ``timeout`` seconds for all four first lists; whether they came."""
+        results = await asyncio.gather(*(i.wait_synced(timeout) for i in self.informers))
+        return all(results)
+
+    async def flush(self) -> None:
+        """Wait for pending NodeSLO writes to disk (tests and shutdown)."""
+        while self._pending:
+            await asyncio.gather(*list(self._pending))
+
+    # Persistence --------------------------------------------------------------------------------
+    @property
+    def nodeslo_path(self) -> str:
+        return os.path.join(self.state_dir, NODESLO_FILE)
+
+    def load_persisted(self) -> bool:
+        """Blocking (call in a thread at start-up): adopt the NodeSLO persisted by an earlier
+        run. Whether one was there and good; a bad file is logged and left to be overwritten."""
+        try:
+            with open(self.nodeslo_path, encoding="utf-8") as f:
+                doc = json.load(f)
+            spec = parse_node_slo(doc, self.nodeslo_path, strict=False)
+            strategies = strategies_of(spec, source=self.nodeslo_path, strict=False)
+        except FileNotFoundError:
+            logger.info("no persisted NodeSLO at %s; Koordinator's defaults", self.nodeslo_path)
+            return False
+        except (OSError, ValueError, SchemaError) as err:
+            logger.warning("persisted NodeSLO unusable (%s); Koordinator's defaults", err)
+            return False
+        self.node_slo, self.strategies = spec, strategies
+        logger.info(
+            "using the NodeSLO persisted at %s until the API server answers", self.nodeslo_path
+        )
+        return True
+
+    def _persist(self, spec_json: Mapping[str, Any]) -> None:
+        os.makedirs(self.state_dir, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=".nodeslo-", dir=self.state_dir)
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                json.dump({"spec": spec_json}, f, sort_keys=True)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, self.nodeslo_path)
+        except BaseException:
+            os.unlink(tmp)
+            raise
+
+    async def _persist_async(self, spec_json: Mapping[str, Any]) -> None:
+        try:
+            await asyncio.to_thread(self._persist, spec_json)
+        except OSError as err:
+            logger.warning("cannot persist the NodeSLO to %s: %s", self.nodeslo_path, err)
+
+    # Handlers (event loop) ----------------------------------------------------------------------
+    def _publish_pods(self) -> None:
+        self._pods_view = MappingProxyType(dict(self._pod_infos))
+
+    def _pod_changed(self, pod: Obj) -> None:
+        uid = str((pod.get("metadata") or {}).get("uid", ""))
+        if _finished(pod):
+            if self._pod_infos.pop(uid, None) is not None:
+                self._publish_pods()
+            return
+        try:
+            info = pod_info(pod, self._layout())
+        except ValueError as err:
+            logger.warning("pod %s skipped: %s", (pod.get("metadata") or {}).get("name"), err)
+            return
+        self._pod_infos[uid] = info
+        self._publish_pods()
+
+    def _pod_updated(self, old: Obj, new: Obj) -> None:
+        self._pod_changed(new)
+
+    def _pod_deleted(self, pod: Obj) -> None:
+        uid = str((pod.get("metadata") or {}).get("uid", ""))
+        if self._pod_infos.pop(uid, None) is not None:
+            self._publish_pods()
+
+    def _slo_changed(self, obj: Obj) -> None:
+        source = f"NodeSLO {self.node_name}"
+        try:
+            spec = parse_node_slo(obj, source, strict=False)
+            strategies = strategies_of(spec, source=source, strict=False)
+        except SchemaError as err:
+            logger.warning("%s rejected, keeping the one in force: %s", source, err)
+            return
+        self._install_slo(spec, strategies, obj.get("spec") or {})
+
+    def _slo_updated(self, old: Obj, new: Obj) -> None:
+        self._slo_changed(new)
+
+    def _slo_deleted(self, obj: Obj) -> None:
+        logger.info("NodeSLO %s deleted; Koordinator's defaults", self.node_name)
+        self._install_slo(NodeSLOSpec(), NodeSLOStrategies(), {})
+
+    def _install_slo(
+        self, spec: NodeSLOSpec, strategies: NodeSLOStrategies, raw: Mapping[str, Any]
+    ) -> None:
+        if spec == self.node_slo and strategies == self.strategies:
+            return
+        self.node_slo, self.strategies = spec, strategies
+        task = asyncio.get_running_loop().create_task(
+            self._persist_async(raw), name="nodeslo-persist"
+        )
+        self._pending.add(task)
+        task.add_done_callback(self._pending.discard)
+        for listener in self._listeners:
+            try:
+                listener(spec, strategies)
+            except Exception:
+                logger.exception("NodeSLO listener %r failed", listener)
+
+    def _metric_changed(self, obj: Obj) -> None:
+        policy = parse_collect_policy(obj.get("spec"))
+        if policy != self.collect_policy:
+            logger.info("NodeMetric collect policy: %s", policy)
+            self.collect_policy = policy
+
+    def _metric_updated(self, old: Obj, new: Obj) -> None:
+        self._metric_changed(new)
