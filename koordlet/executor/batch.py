@@ -3,7 +3,8 @@
 The kernel checks some knobs against the parent's (cgroup v1 shown; v2 is laxer):
 
 - ``cpuset.cpus`` and ``cpuset.mems`` of a child must be a subset of the parent's: growing a
-  child beyond its parent is ``EINVAL``, shrinking a parent below a child's set is ``EBUSY``;
+  child beyond its parent is ``EACCES``, shrinking a parent below a child's set is ``EBUSY``
+  (``validate_change`` in ``kernel/cgroup/cpuset.c``);
 - ``cpu.cfs_quota_us`` of a child may not exceed the parent's (``EINVAL``);
 - ``memory.min``, ``memory.low`` and ``memory.high`` are not refused, but a child protected
   above its parent for a moment gets an effective value it was not meant to have.
