@@ -12,19 +12,25 @@ from __future__ import annotations
 from collections.abc import Mapping
 from types import MappingProxyType
 
-from koordlet.qos import sysreconcile
+from koordlet.qos import cgreconcile, cpuevict, memoryevict, sysreconcile
 from koordlet.qos.manager import StrategyFactory
 
 STRATEGIES: Mapping[str, StrategyFactory] = MappingProxyType(
     {
+        cgreconcile.NAME: cgreconcile.build,
         sysreconcile.NAME: sysreconcile.build,
+        memoryevict.NAME: memoryevict.memoryevict,
+        cpuevict.NAME: cpuevict.cpuevict,
     }
 )
 """Every QoS strategy, in start order."""
 
 FEATURE_GATES: Mapping[str, str] = MappingProxyType(
     {
+        cgreconcile.NAME: cgreconcile.GATE,
         sysreconcile.NAME: sysreconcile.GATE,
+        memoryevict.NAME: memoryevict.GATE,
+        cpuevict.NAME: cpuevict.GATE,
     }
 )
 """Strategy → the koordlet feature gate that must be on for it to run (Koordinator gates each
