@@ -12,11 +12,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from types import MappingProxyType
 
-from koordlet.qos import cpuevict, memoryevict, sysreconcile
+from koordlet.qos import cgreconcile, cpuevict, memoryevict, sysreconcile
 from koordlet.qos.manager import StrategyFactory
 
 STRATEGIES: Mapping[str, StrategyFactory] = MappingProxyType(
     {
+        cgreconcile.NAME: cgreconcile.build,
         sysreconcile.NAME: sysreconcile.build,
         memoryevict.NAME: memoryevict.memoryevict,
         cpuevict.NAME: cpuevict.cpuevict,
@@ -26,6 +27,7 @@ STRATEGIES: Mapping[str, StrategyFactory] = MappingProxyType(
 
 FEATURE_GATES: Mapping[str, str] = MappingProxyType(
     {
+        cgreconcile.NAME: cgreconcile.GATE,
         sysreconcile.NAME: sysreconcile.GATE,
         memoryevict.NAME: memoryevict.GATE,
         cpuevict.NAME: cpuevict.GATE,
