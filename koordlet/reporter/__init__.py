@@ -1,0 +1,1 @@
+"""What the koordlet publishes to the API server (NodeMetric status)."""

@@ -1,0 +1,304 @@
+"""NodeMetric status: this node's usage as Koordinator's manager and scheduler read it.
+
+:func:`build_status` turns the metric cache into a ``NodeMetric.status`` (``slo.koordinator.sh/
+v1alpha1``), following the Go koordlet's NodeMetric informer field by field:
+
+- ``updateTime``: when it was built (RFC 3339, seconds);
+- ``nodeMetric.nodeUsage`` and ``nodeMetric.systemUsage``: the average over the collect
+  policy's ``aggregateDurationSeconds`` (default 300) ending now, reported whatever the coverage;
+- ``nodeMetric.aggregatedNodeUsages`` and ``aggregatedSystemUsages``: one entry per
+  ``nodeAggregatePolicy.durations`` window (default 5m, 10m, 30m) with ``p50``, ``p90``,
+  ``p95`` and ``p99`` (Koordinator's nearest-rank rule) and, beyond upstream, ``avg``; each is an
+  empty object while the window's samples span less than half of it (the cold-start rule of
+  ``validateTimeRangeRatio``), judged on the CPU series as upstream does;
+- ``nodeMetric.numaUsages``: per NUMA node, its memory usage average (``numaNodeID``);
+- ``podsMetric``: per pod with CPU samples in the window: ``namespace``, ``name``,
+  ``podUsage`` (averages), ``priority`` (Koordinator priority class) and ``qos``;
+- ``hostApplicationMetric``: the same for the NodeSLO's host applications.
+
+Memory follows ``nodeMemoryCollectPolicy``: ``usageWithoutPageCache`` (default) reads the usage
+without page cache, ``usageWithPageCache`` the usage with it, ``usageWithHotPageCache`` the usage
+with hot page cache where the cold-page collector produced it (else the default). Quantities are
+printed as Kubernetes prints them (``kubeclient.units``): CPU in whole milli-cores (``"1250m"``),
+memory in bytes in canonical binary form.
+
+:class:`NodeMetricReporter` writes the status through the ``status`` subresource every
+``reportIntervalSeconds`` (default 60, minimum 30) with conflict retry, behind a token bucket of
+0.1 writes/s with a burst of 2 (upstream's ``statusUpdateQPS``/``Burst``), and not at all until
+the NodeMetric exists (the manager creates it). ``prodReclaimableMetric`` (the peak predictor)
+is not produced yet: the field is left out, which the manager reads as nothing reclaimable.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, NoReturn, Protocol
+
+from apis.slo import HostApplication, NodeSLOSpec
+from koordlet.metriccache import MIN_VALID_COVERAGE, MetricCache
+from koordlet.metriccache import series as s
+from koordlet.metriccache.aggregate import Aggregate
+from koordlet.statesinformer.kube import CollectPolicy
+from koordlet.statesinformer.model import PodInfo
+from kubeclient.client import KubeClient, Obj
+from kubeclient.errors import ApiError, NotFound
+from kubeclient.resources import NODE_METRICS
+from kubeclient.units import format_bytes, format_cpu, format_duration
+from kubeclient.writes import WriteRateLimiter, update_status
+
+logger = logging.getLogger(__name__)
+
+STATUS_UPDATE_QPS = 0.1
+"""Writes per second the status writer may average (upstream ``statusUpdateQPS``)."""
+STATUS_UPDATE_BURST = 2
+"""Writes it may make at once (upstream ``statusUpdateBurst``)."""
+
+AGGREGATIONS = ("avg", "p50", "p90", "p95", "p99")
+"""Keys of each ``aggregatedNodeUsages[].usage`` (Koordinator's ``AggregationType`` values)."""
+
+
+@dataclass(frozen=True, slots=True)
+class _MemorySeries:
+    node: str
+    pod: str
+    host_app: str
+
+
+_MEMORY_POLICY = {
+    "usageWithoutPageCache": _MemorySeries(
+        s.NODE_MEMORY_USAGE, s.POD_MEMORY_USAGE, s.HOST_APP_MEMORY_USAGE
+    ),
+    "usageWithPageCache": _MemorySeries(
+        s.NODE_MEMORY_WITH_PAGE_CACHE,
+        s.POD_MEMORY_WITH_PAGE_CACHE,
+        s.HOST_APP_MEMORY_WITH_PAGE_CACHE,
+    ),
+    "usageWithHotPageCache": _MemorySeries(
+        s.NODE_MEMORY_WITH_HOT_PAGE_CACHE,
+        s.POD_MEMORY_WITH_HOT_PAGE_CACHE,
+        s.HOST_APP_MEMORY_WITH_HOT_PAGE_CACHE,
+    ),
+}
+_DEFAULT_MEMORY = _MEMORY_POLICY["usageWithoutPageCache"]
+
+
+def format_time(ts: float) -> str:
+    """``metav1.Time`` as JSON: RFC 3339 in UTC, whole seconds."""
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(ts))
+
+
+def _resources(cpu: float | None, memory: float | None) -> Obj:
+    """A ``ResourceMap``: ``{"resources": {...}}``, or ``{}`` when nothing is known."""
+    res: dict[str, str] = {}
+    if cpu is not None:
+        res["cpu"] = format_cpu(cpu)
+    if memory is not None:
+        res["memory"] = format_bytes(memory)
+    return {"resources": res} if res else {}
+
+
+class _Reader:
+    """Window queries against the metric cache for one report (``end`` fixed)."""
+
+    def __init__(self, cache: MetricCache, policy: CollectPolicy, end: float) -> None:
+        self.cache = cache
+        self.policy = policy
+        self.end = end
+        self.start = end - policy.aggregate_duration_seconds
+        memory = _MEMORY_POLICY.get(policy.node_memory_collect_policy, _DEFAULT_MEMORY)
+        if memory is not _DEFAULT_MEMORY and not cache.entities(memory.node):
+            memory = _DEFAULT_MEMORY  # e.g. hot page cache without the cold-page collector
+        self.memory = memory
+
+    def avg(self, metric: str, entity: str) -> float | None:
+        agg = self.cache.aggregate(metric, entity, self.start, self.end)
+        return None if agg is None else agg.avg
+
+    def usage(self, cpu_metric: str, mem_metric: str, entity: str) -> Obj:
+        return _resources(self.avg(cpu_metric, entity), self.avg(mem_metric, entity))
+
+    def aggregated(self, cpu_metric: str, mem_metric: str, entity: str) -> list[Obj]:
+        out = []
+        for seconds in self.policy.node_aggregate_durations:
+            start = self.end - seconds
+            cpu = self.cache.aggregate(cpu_metric, entity, start, self.end)
+            mem = self.cache.aggregate(mem_metric, entity, start, self.end)
+            usage: dict[str, Obj]
+            if cpu is None or cpu.coverage(start, self.end) < MIN_VALID_COVERAGE:
+                usage = {kind: {} for kind in AGGREGATIONS}
+            else:
+                usage = {
+                    kind: _resources(_value(cpu, kind), _value(mem, kind)) for kind in AGGREGATIONS
+                }
+            out.append({"duration": format_duration(seconds), "usage": usage})
+        return out
+
+
+def _value(agg: Aggregate | None, kind: str) -> float | None:
+    if agg is None:
+        return None
+    result: float = getattr(agg, kind)
+    return result
+
+
+def build_status(
+    cache: MetricCache,
+    policy: CollectPolicy,
+    pods: Iterable[PodInfo],
+    host_apps: Iterable[HostApplication],
+    now: float,
+) -> Obj:
+    """The NodeMetric ``status`` for the window ending at ``now`` (see the module docstring)."""
+    r = _Reader(cache, policy, now)
+    node_metric: Obj = {
+        "nodeUsage": r.usage(s.NODE_CPU_USAGE, r.memory.node, s.NODE),
+        "aggregatedNodeUsages": r.aggregated(s.NODE_CPU_USAGE, r.memory.node, s.NODE),
+        "systemUsage": r.usage(s.SYSTEM_CPU_USAGE, s.SYSTEM_MEMORY_USAGE, s.SYSTEM),
+        "aggregatedSystemUsages": r.aggregated(s.SYSTEM_CPU_USAGE, s.SYSTEM_MEMORY_USAGE, s.SYSTEM),
+    }
+    numa = []
+    for entity in cache.entities(s.NUMA_MEMORY_USAGE):
+        node_id = entity.rpartition("/")[2]
+        mem = r.avg(s.NUMA_MEMORY_USAGE, entity)
+        if node_id.isdigit() and mem is not None:
+            numa.append({"numaNodeID": int(node_id), "nodeUsage": _resources(None, mem)})
+    if numa:
+        node_metric["numaUsages"] = sorted(numa, key=lambda n: n["numaNodeID"])
+    pods_metric = []
+    for pod in sorted(pods, key=lambda p: (p.namespace, p.name)):
+        entity = s.pod_entity(pod.uid)
+        cpu = r.avg(s.POD_CPU_USAGE, entity)
+        if cpu is None:
+            continue  # no samples in the window: upstream skips the pod too
+        pods_metric.append(
+            {
+                "namespace": pod.namespace,
+                "name": pod.name,
+                "podUsage": _resources(cpu, r.avg(r.memory.pod, entity)),
+                "priority": pod.priority_class,
+                "qos": pod.qos.value,
+            }
+        )
+    apps_metric = []
+    for app in host_apps:
+        entity = s.host_app_entity(app.name)
+        cpu = r.avg(s.HOST_APP_CPU_USAGE, entity)
+        if cpu is None:
+            continue
+        apps_metric.append(
+            {
+                "name": app.name,
+                "usage": _resources(cpu, r.avg(r.memory.host_app, entity)),
+                "priority": app.priority.value,
+                "qos": app.qos.value,
+            }
+        )
+    return {
+        "updateTime": format_time(now),
+        "nodeMetric": node_metric,
+        "podsMetric": pods_metric,
+        "hostApplicationMetric": apps_metric,
+    }
+
+
+class StatesView(Protocol):
+    """What the reporter reads of the states informer (``KubeStatesSource`` is one)."""
+
+    node_name: str
+    collect_policy: CollectPolicy
+    node_slo: NodeSLOSpec
+
+    def node_metric(self) -> Obj | None: ...
+
+    def list_pods(self) -> Mapping[str, PodInfo]: ...
+
+
+@dataclass
+class ReportStats:
+    written: int = 0
+    """Status writes that succeeded."""
+    skipped_missing: int = 0
+    """Reports skipped because the NodeMetric does not exist (yet)."""
+    limited: int = 0
+    """Reports refused by the write limiter."""
+    failed: int = 0
+    """Reports whose write failed (logged)."""
+
+
+class NodeMetricReporter:
+    """Writes the node's NodeMetric status at the collect policy's report interval."""
+
+    def __init__(
+        self,
+        client: KubeClient,
+        states: StatesView,
+        cache: MetricCache,
+        *,
+        limiter: WriteRateLimiter | None = None,
+        clock: Callable[[], float] = time.time,
+        sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep,
+    ) -> None:
+        self._client = client
+        self._states = states
+        self._cache = cache
+        self._limiter = limiter or WriteRateLimiter(STATUS_UPDATE_QPS, STATUS_UPDATE_BURST)
+        self._clock = clock
+        self._sleep = sleep
+        self.stats = ReportStats()
+        self.last_status: Obj | None = None
+
+    def build(self) -> Obj:
+        """The status for now (synchronous, on the event loop: the cache is not thread-safe)."""
+        return build_status(
+            self._cache,
+            self._states.collect_policy,
+            self._states.list_pods().values(),
+            self._states.node_slo.host_applications,
+            self._clock(),
+        )
+
+    async def report_once(self) -> bool:
+        """One report; whether a status was written. Never raises an API error (logged)."""
+        name = self._states.node_name
+        if self._states.node_metric() is None:
+            self.stats.skipped_missing += 1
+            logger.debug("NodeMetric %s does not exist yet; report skipped", name)
+            return False
+        if not self._limiter.try_acquire():
+            self.stats.limited += 1
+            logger.warning("NodeMetric %s: write rate limit reached; report skipped", name)
+            return False
+        status = self.build()
+        try:
+            written = await update_status(
+                self._client, NODE_METRICS, name, lambda _current: status, sleep=self._sleep
+            )
+        except NotFound:
+            self.stats.skipped_missing += 1
+            logger.info("NodeMetric %s disappeared; report skipped", name)
+            return False
+        except ApiError as err:
+            self.stats.failed += 1
+            logger.warning("NodeMetric %s status update failed: %s", name, err)
+            return False
+        self.last_status = status
+        self.stats.written += 1
+        logger.debug("NodeMetric %s status written at rv %s", name, _rv(written))
+        return True
+
+    async def run(self) -> NoReturn:
+        """Report every ``reportIntervalSeconds`` (re-read each time) until cancelled."""
+        while True:
+            await self._sleep(self._states.collect_policy.report_interval_seconds)
+            try:
+                await self.report_once()
+            except Exception:
+                logger.exception("NodeMetric report failed")
+
+
+def _rv(obj: Obj | None) -> str:
+    return str(((obj or {}).get("metadata") or {}).get("resourceVersion", ""))
