@@ -20,8 +20,9 @@ contract):
   strategy then holds (suppress, burst) or skips (evict) and says so with ``ctx.stale(...)``,
   counted in ``koordlet_qos_stale_inputs_total{strategy}``;
 - ``ctx.dry_run(strategy)``: True when the strategy must only compute, log and audit. The
-  executor already turns its writes into audited decisions; the evictor asks this before it
-  evicts;
+  executor already turns its writes into audited decisions; a strategy passes
+  ``dry_run=ctx.dry_run(self.name)`` to ``ctx.evictor.evict`` (the global ``--dry-run`` is also
+  the evictor's own setting);
 - ``ctx.audit``: the audit log, ``ctx.audit.record("evict" | "decision", ...)``;
 - ``ctx.report(StrategyReport(...))`` once per round: its inputs, decision and result, served
   by ``/debug/qos`` (:meth:`QoSManager.describe`).
@@ -244,8 +245,9 @@ class StrategyContext:
     def dry_run(self, strategy: str) -> bool:
         """True when ``strategy`` must change nothing: compute, log and audit only.
 
-        The executor applies the same rule to writes submitted with ``strategy=``; the evictor
-        asks this before every eviction and, when True, records a ``decision`` instead.
+        The executor applies the same rule to writes submitted with ``strategy=``; a strategy
+        passes it to ``evictor.evict(..., dry_run=ctx.dry_run(name))``, which then records a
+        ``decision`` instead of evicting.
         """
         return self.dry_run_all or strategy in self.dry_run_strategies
 

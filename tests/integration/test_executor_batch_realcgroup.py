@@ -172,12 +172,14 @@ def test_a_failed_write_is_reported_per_write_not_raised(
         write_raw(host, "cpuset", rel, "cpuset.mems", mems)
         write_raw(host, "cpuset", rel, "cpuset.cpus", str(min(all_cpus)))
     beyond = max(all_cpus) + 1
-    with CgroupWriter(host) as writer:
+    timed: list[tuple[str, str]] = []
+    with CgroupWriter(host, observe=lambda kind, status, s: timed.append((kind, status))) as writer:
         result = writer.submit_batch(
             [BatchWrite("cpuset_cpus", tree[1], {beyond})]  # no such CPU: the kernel refuses
         ).result(timeout=30)
     assert not result.ok
     assert "cpuset.cpus" in result.errors[0][1]
+    assert timed == [("cpuset.cpus", "failed")]
     assert read(host, "cpuset", tree[1], "cpuset.cpus") == str(min(all_cpus))
     with pytest.raises(HostError):
         CgroupWriter(host).write("cpuset_cpus", tree[1], {beyond})
