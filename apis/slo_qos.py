@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from enum import StrEnum
 from types import MappingProxyType
@@ -255,7 +255,21 @@ def dump_object(obj: Any) -> dict[str, Any]:
     return out
 
 
-def parser(cls: type[_T], default: _T, section: str) -> Callable[..., _T]:
+class SectionParser(Protocol[_T]):
+    """The signature of the ``parse_*`` functions."""
+
+    def __call__(
+        self,
+        raw: object,
+        *,
+        base: _T | None = None,
+        path: str = ...,
+        source: str = "",
+        strict: bool = True,
+    ) -> _T: ...
+
+
+def parser(cls: type[_T], default: _T, section: str) -> SectionParser[_T]:
     """A ``parse_*`` function for ``cls``: JSON merged over ``default`` (or a given ``base``)."""
 
     def parse(
