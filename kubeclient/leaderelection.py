@@ -1,0 +1,189 @@
+"""Leader election on a ``coordination.k8s.io/v1`` Lease, as client-go's ``leaderelection`` does.
+
+One candidate holds the Lease (``spec.holderIdentity``) and renews it (``spec.renewTime``) every
+``retry_period``; the others watch it. A candidate takes the Lease over only when it has not seen
+the record change for ``lease_duration`` by its *own* clock (the observed-time rule: clocks of
+different machines are never compared). Every write is a compare-and-swap on the Lease's
+``resourceVersion``, so two candidates racing for it cannot both win: the loser gets a 409 and
+stays a follower. A leader that cannot renew for ``renew_deadline`` steps down (``on_change``
+with False) before anyone else may take over (``renew_deadline < lease_duration``). On
+cancellation a leader releases the Lease (empty holder) so a successor need not wait.
+
+Defaults are client-go's and Koordinator's manager's: 15 s lease, 10 s renew deadline, 2 s retry.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, NoReturn
+
+from kubeclient.client import KubeClient, Obj
+from kubeclient.errors import ApiError, NotFound
+from kubeclient.resources import LEASES
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class LeaderElectionConfig:
+    """Timing and identity of one candidate."""
+
+    namespace: str
+    """Namespace of the Lease (``koordinator-system``)."""
+    name: str
+    """Name of the Lease (``koord-manager``)."""
+    identity: str
+    """This candidate's identity (host name and a unique suffix)."""
+    lease_duration: float = 15.0
+    """Seconds a follower waits, after the last change it saw, before taking over."""
+    renew_deadline: float = 10.0
+    """Seconds a leader keeps trying to renew before stepping down (< ``lease_duration``)."""
+    retry_period: float = 2.0
+    """Seconds between attempts to acquire or renew."""
+
+    def __post_init__(self) -> None:
+        if not 0 < self.retry_period < self.renew_deadline < self.lease_duration:
+            raise ValueError("need 0 < retry_period < renew_deadline < lease_duration")
+
+
+def micro_time(ts: float) -> str:
+    """``metav1.MicroTime`` JSON: RFC 3339 with microseconds, UTC."""
+    return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+class LeaderElector:
+    """Runs the election for one candidate; ``is_leader`` says where it stands."""
+
+    def __init__(
+        self,
+        client: KubeClient,
+        config: LeaderElectionConfig,
+        *,
+        on_change: Callable[[bool], None] = lambda _leading: None,
+        wall_clock: Callable[[], float] = time.time,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._client = client
+        self.config = config
+        self._on_change = on_change
+        self._wall = wall_clock
+        self._mono = monotonic
+        self.is_leader = False
+        self._observed_spec: Any = None
+        self._observed_at = 0.0
+        self._last_renew = 0.0
+
+    async def try_acquire_or_renew(self) -> bool:
+        """One attempt; whether this candidate holds the Lease afterwards."""
+        cfg = self.config
+        now_wall, now = self._wall(), self._mono()
+        try:
+            lease = await self._client.get(LEASES, cfg.name, cfg.namespace)
+        except NotFound:
+            body: Obj = {
+                "apiVersion": "coordination.k8s.io/v1",
+                "kind": "Lease",
+                "metadata": {"name": cfg.name, "namespace": cfg.namespace},
+                "spec": self._spec(None, now_wall),
+            }
+            try:
+                await self._client.create(LEASES, body)
+            except ApiError as err:
+                logger.debug("lease %s/%s: create lost: %s", cfg.namespace, cfg.name, err)
+                return False
+            self._observe(body["spec"], now)
+            return True
+        spec = lease.get("spec") or {}
+        if spec != self._observed_spec:
+            self._observe(spec, now)
+        holder = spec.get("holderIdentity") or ""
+        duration = float(spec.get("leaseDurationSeconds") or cfg.lease_duration)
+        if holder and holder != cfg.identity and self._observed_at + duration > now:
+            return False  # someone else holds it and it has not expired by our clock
+        lease["spec"] = self._spec(spec, now_wall)
+        try:
+            updated = await self._client.replace(LEASES, lease)
+        except ApiError as err:
+            logger.debug("lease %s/%s: update lost: %s", cfg.namespace, cfg.name, err)
+            return False
+        self._observe(updated.get("spec") or {}, now)
+        return True
+
+    def _spec(self, old: Obj | None, now_wall: float) -> Obj:
+        cfg = self.config
+        old = old or {}
+        mine = old.get("holderIdentity") == cfg.identity
+        transitions = int(old.get("leaseTransitions") or 0)
+        return {
+            "holderIdentity": cfg.identity,
+            "leaseDurationSeconds": int(cfg.lease_duration),
+            "acquireTime": old.get("acquireTime") if mine else micro_time(now_wall),
+            "renewTime": micro_time(now_wall),
+            "leaseTransitions": transitions if mine or not old else transitions + 1,
+        }
+
+    def _observe(self, spec: Any, now: float) -> None:
+        self._observed_spec = spec
+        self._observed_at = now
+
+    def _set_leader(self, leading: bool) -> None:
+        if leading == self.is_leader:
+            return
+        self.is_leader = leading
+        cfg = self.config
+        logger.info(
+            "%s %s leadership of lease %s/%s",
+            cfg.identity,
+            "acquired" if leading else "lost",
+            cfg.namespace,
+            cfg.name,
+        )
+        try:
+            self._on_change(leading)
+        except Exception:
+            logger.exception("leader election callback failed")
+
+    async def step(self) -> None:
+        """One round: acquire or renew; a leader past its renew deadline steps down."""
+        try:
+            held = await self.try_acquire_or_renew()
+        except ApiError as err:
+            logger.warning("lease %s: %s", self.config.name, err)
+            held = False
+        now = self._mono()
+        if held:
+            self._last_renew = now
+            self._set_leader(True)
+        elif self.is_leader and now - self._last_renew >= self.config.renew_deadline:
+            self._set_leader(False)
+
+    async def release(self) -> None:
+        """Give the Lease up (empty holder) if this candidate holds it."""
+        if not self.is_leader:
+            return
+        cfg = self.config
+        try:
+            lease = await self._client.get(LEASES, cfg.name, cfg.namespace)
+            spec = lease.get("spec") or {}
+            if spec.get("holderIdentity") == cfg.identity:
+                spec["holderIdentity"] = ""
+                spec["leaseDurationSeconds"] = 1
+                lease["spec"] = spec
+                await self._client.replace(LEASES, lease)
+        except ApiError as err:
+            logger.warning("lease %s: release failed: %s", cfg.name, err)
+        self._set_leader(False)
+
+    async def run(self) -> NoReturn:
+        """Acquire, then renew, every ``retry_period`` until cancelled (then release)."""
+        try:
+            while True:
+                await self.step()
+                await asyncio.sleep(self.config.retry_period)
+        finally:
+            await asyncio.shield(self.release())
