@@ -27,9 +27,10 @@ from koordlet.config import (
     CgroupVersionSetting,
     CollectConfig,
     KoordletConfig,
+    QoSConfig,
     ServerConfig,
 )
-from koordlet.qos.manager import Strategy, StrategyContext, StrategyFactory
+from koordlet.qos.manager import Strategy, StrategyContext, StrategyFactory, StrategyReport
 from koordlet.system.cgroups import CgroupDriver, CgroupVersion
 from tests.daemon import Samples, free_port, one_value, parse_samples
 from tests.fakehost import FakeHost, container_id
@@ -51,6 +52,7 @@ def make_config(
     driver: CgroupDriverSetting | None = None,
     nodeslo: Path | None = None,
     port: int | None = None,
+    qos: QoSConfig | None = None,
 ) -> KoordletConfig:
     return KoordletConfig(
         node_name="node-1",
@@ -63,6 +65,8 @@ def make_config(
         server=ServerConfig(addr=f"127.0.0.1:{port or free_port()}"),
         standalone=True,
         nodeslo_file=None if nodeslo is None else str(nodeslo),
+        state_dir=str(fake.root / "state"),  # the audit log goes here, never to /var/lib
+        qos=qos or QoSConfig(),
     )
 
 
@@ -353,6 +357,84 @@ async def test_the_qos_manager_runs_each_strategy_and_counts_its_failures(fake: 
     assert errors is not None
     assert errors >= 1
     assert seen[0].host().layout == fake.layout
+
+
+@dataclass
+class SharesWriter:
+    """A strategy that sets the BE pod's cpu.shares through the executor and reports it."""
+
+    ctx: StrategyContext
+    name: str
+    shares: int
+    interval: float = INTERVAL
+    results: list[Any] = field(default_factory=list)
+
+    async def reconcile(self) -> None:
+        pod = next(iter(self.ctx.workloads().pods.values()))
+        future = self.ctx.executor.submit(
+            "cpu_shares", pod.cgroup_dir, self.shares, strategy=self.name, reason="test"
+        )
+        result = await asyncio.wrap_future(future)
+        self.results.append(result)
+        self.ctx.report(
+            self.name,
+            StrategyReport({"pod": pod.uid}, f"shares {self.shares}", "dry run" * result.dry_run),
+        )
+
+
+async def test_dry_run_strategies_write_nothing_while_the_audit_log_records_both(
+    fake: FakeHost,
+) -> None:
+    pod_rel, _ = fake.add_pod(UID, KubeQOS.BESTEFFORT)
+    built: dict[str, SharesWriter] = {}
+
+    def factory(name: str, shares: int) -> StrategyFactory:
+        def build(ctx: StrategyContext) -> Strategy:
+            built[name] = SharesWriter(ctx, name, shares)
+            return built[name]
+
+        return build
+
+    cfg = make_config(fake, qos=QoSConfig(dry_run_strategies=frozenset({"dry"})))
+    table = {"real": factory("real", 64), "dry": factory("dry", 8)}
+    async with running(cfg, strategies=table) as run:
+
+        async def both_audited() -> bool:
+            entries = (await run.json("/debug/audit"))["entries"]
+            return {e["strategy"] for e in entries} == {"real", "dry"}
+
+        await run.until("audit entries of both strategies", both_audited)
+        decisions = await run.json("/debug/audit?strategy=dry")
+        qos = await run.json("/debug/qos")
+        samples = await run.samples()
+
+    shares_file = Path(fake.layout.file("cpu", pod_rel, "cpu.shares"))
+    shares = await asyncio.to_thread(shares_file.read_text)
+    assert shares.strip() == "64"  # the real one wrote; the dry one never did
+    (decision,) = decisions["entries"]
+    assert (decision["kind"], decision["dry_run"], decision["new"]) == ("decision", True, "8")
+    assert qos["dry_run"] == {"all": False, "strategies": ["dry"]}
+    assert qos["strategies"]["dry"]["dry_run"] is True
+    assert qos["strategies"]["dry"]["last_round"]["result"] == "dry run"
+    assert qos["strategies"]["real"]["last_round"]["decision"] == "shares 64"
+    text = await asyncio.to_thread((Path(cfg.audit_dir) / "audit.jsonl").read_text)
+    lines = [json.loads(line) for line in text.splitlines()]
+    assert {(e["kind"], e["strategy"]) for e in lines} >= {("write", "real"), ("decision", "dry")}
+    timed = one_value(
+        samples,
+        "koordlet_resource_update_duration_milliseconds_count",
+        type="cpu.shares",
+        status="success",
+    )
+    assert timed is not None
+    assert timed >= 1
+
+
+async def test_an_unknown_dry_run_strategy_name_is_a_config_error(fake: FakeHost) -> None:
+    cfg = make_config(fake, qos=QoSConfig(dry_run_strategies=frozenset({"cpusupress"})))
+    table = {"cpusuppress": lambda ctx: Counting("cpusuppress")}
+    code = await asyncio.wait_for(daemon.run(cfg, strategies=table), daemon.STOP_TIMEOUT * 2)
+    assert code == daemon.EXIT_CONFIG
 
 
 async def test_a_stage_that_fails_to_start_stops_what_started_and_returns_1(

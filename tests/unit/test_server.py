@@ -22,6 +22,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
 from apis.extension import KubeQOS, QoSClass
+from koordlet.executor.audit import AuditLog
 from koordlet.metriccache import series as s
 from koordlet.selfmetrics import Readiness, SelfMetrics
 from koordlet.server import (
@@ -169,6 +170,13 @@ class Env:
     capabilities: dict[str, Any]
     config: dict[str, Any]
     debug_allow_remote: bool = False
+    audit: AuditLog | None = None
+    qos: dict[str, Any] | None = None
+
+    def audit_query(self, limit: int, strategy: str | None, kind: str | None) -> dict[str, Any]:
+        assert self.audit is not None
+        entries = self.audit.recent(limit, strategy=strategy, kind=kind)
+        return {"entries": [e.as_dict() for e in entries], "log": self.audit.stats()}
 
     def deps(self) -> ServerDeps:
         return ServerDeps(
@@ -179,6 +187,8 @@ class Env:
             capabilities=lambda: self.capabilities,
             config=lambda: self.config,
             tasks=self.supervisor.describe,
+            audit=None if self.audit is None else self.audit_query,
+            qos=None if self.qos is None else (lambda: self.qos or {}),
             debug_allow_remote=self.debug_allow_remote,
             max_query_window=3600.0,
             clock=lambda: NOW,
@@ -210,6 +220,8 @@ def env() -> Env:
         supervisor=Supervisor(metrics),
         capabilities={"knobs": {"cpu.idle": {"supported": False, "reason": "kernel < 5.15"}}},
         config={"collect_interval": INTERVAL, "node_name": NODE_NAME},
+        audit=AuditLog(None, clock=lambda: NOW),
+        qos={"dry_run": {"all": False, "strategies": []}, "strategies": {}, "disabled": {}},
     )
 
 
@@ -509,6 +521,55 @@ async def test_debug_capabilities_and_config_serve_what_the_daemon_hands_in(
     assert await get_json(client, "/debug/config") == env.config
     index = await get_json(client, "/debug")
     assert "/debug/query" in index["endpoints"]
+
+
+async def test_debug_audit_serves_the_newest_entries_filtered(
+    client: tuple[aiohttp.ClientSession, str], env: Env
+) -> None:
+    assert env.audit is not None
+    env.audit.record("write", strategy="cpusuppress", path="/c/cpu.cfs_quota_us", new="2000")
+    env.audit.record("decision", strategy="memoryevict", old="default/be", dry_run=True)
+    env.audit.record("write", strategy="cpuburst", path="/c/cpu.cfs_burst_us", new="100")
+    body = await get_json(client, "/debug/audit")
+    assert [e["strategy"] for e in body["entries"]] == ["cpuburst", "memoryevict", "cpusuppress"]
+    assert body["log"]["recorded"] == 3
+    only = await get_json(client, "/debug/audit?strategy=memoryevict")
+    assert [(e["kind"], e["dry_run"]) for e in only["entries"]] == [("decision", True)]
+    writes = await get_json(client, "/debug/audit?kind=write&limit=1")
+    assert [e["strategy"] for e in writes["entries"]] == ["cpuburst"]
+
+
+@pytest.mark.parametrize(
+    "query",
+    ["limit=0", "limit=1001", "limit=x", "kind=delete", "strategy=Bad%20Name", "limit=1&limit=2",
+     "user=root"],
+)  # fmt: skip
+async def test_debug_audit_rejects_bad_parameters_with_a_json_400(
+    client: tuple[aiohttp.ClientSession, str], query: str
+) -> None:
+    body = await get_json(client, f"/debug/audit?{query}", 400)
+    assert body["error"]
+
+
+async def test_debug_qos_serves_the_manager_description(
+    client: tuple[aiohttp.ClientSession, str], env: Env
+) -> None:
+    assert await get_json(client, "/debug/qos") == env.qos
+    index = await get_json(client, "/debug")
+    assert {"/debug/audit", "/debug/qos"} <= set(index["endpoints"])
+
+
+async def test_debug_audit_and_qos_are_404_without_their_sources(env: Env) -> None:
+    env.audit, env.qos = None, None
+    handle = await start_server(build_app(env.deps()), "127.0.0.1", 0)
+    try:
+        async with aiohttp.ClientSession() as session:
+            client = (session, f"http://127.0.0.1:{handle.port}")
+            assert "no audit log" in (await get_json(client, "/debug/audit", 404))["error"]
+            assert "no QoS manager" in (await get_json(client, "/debug/qos", 404))["error"]
+    finally:
+        await handle.stop()
+        await env.supervisor.stop(timeout=1.0)
 
 
 async def test_debug_is_read_only(client: tuple[aiohttp.ClientSession, str]) -> None:
