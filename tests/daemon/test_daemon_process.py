@@ -95,7 +95,8 @@ def koordlet(cmd: Sequence[str], args: Sequence[str], tmp_path: Path) -> Iterato
     log = tmp_path / f"koordlet-{port}.log"
     with open(log, "wb") as out:
         popen = subprocess.Popen(
-            [*cmd, "--addr", f"127.0.0.1:{port}", *args],
+            # The state dir (audit log) stays in the test's tmp tree, never /var/lib/koordlet.
+            [*cmd, "--addr", f"127.0.0.1:{port}", "--state-dir", str(tmp_path / "state"), *args],
             cwd=REPO,
             stdout=out,
             stderr=subprocess.STDOUT,
