@@ -84,6 +84,11 @@ PSI_WINDOW_US = 2_000_000
 """PSI wake-up: 100 ms of ``some`` memory stall within 2 s (2 s: allowed without
 CAP_SYS_RESOURCE)."""
 REARM_FRACTION = 0.01
+FOLLOW_UP_INTERVAL = 0.02
+FOLLOW_UP_ROUNDS = 50
+"""After an event round that found the node just under the threshold (within the 2-point
+buffer), look again every 20 ms for up to 1 s (then the tick carries on): the memcg threshold
+counts charges a little differently from the node usage the round compares."""
 """Re-arm the memcg threshold when its target moves by more than this fraction of capacity."""
 
 
@@ -357,6 +362,7 @@ class MemoryEvict:
         self._unsubscribe: Callable[[], None] | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self._event_waiting = False
+        self._near = False
         self.event_rounds = 0
         """Rounds run on a pressure event."""
 
@@ -374,6 +380,7 @@ class MemoryEvict:
 
     async def _round(self, trigger: str) -> list[Outcome]:
         ctx, name = self.ctx, self.name
+        self._near = False
         now = self._clock()
         if self._last_evict is not None and now - self._last_evict < self.cool_time:
             left = self.cool_time - (now - self._last_evict)
@@ -403,6 +410,9 @@ class MemoryEvict:
             ctx.report(name, StrategyReport(inputs, "skip: node memory capacity unknown"))
             return []
         tasks = self._tasks_for(settings, used, capacity, inputs)
+        if settings.threshold is not None:
+            near = settings.threshold - MEMORY_RELEASE_BUFFER_PERCENT
+            self._near = usage_percent(used, capacity) >= near
         victims = [c for t in tasks for c in t.victims]
         detail = {
             t.feature: {
@@ -637,10 +647,16 @@ class MemoryEvict:
             return  # an event round is already waiting for the lock: it will see this pressure
         self._event_waiting = True
         try:
-            async with self._lock:
-                self._event_waiting = False
-                self.event_rounds += 1
-                await self._round("event")
+            for _ in range(FOLLOW_UP_ROUNDS):
+                async with self._lock:
+                    self._event_waiting = False
+                    self.event_rounds += 1
+                    outcomes = await self._round("event")
+                if outcomes or not self._near:
+                    return
+                # Just under the threshold: the kernel signalled a crossing of a usage that
+                # differs from ours by its per-CPU charge batches; look again shortly.
+                await asyncio.sleep(FOLLOW_UP_INTERVAL)
         except Exception:  # a task of our own: log, never lose the error
             logger.exception("%s: event round failed", self.name)
         finally:
