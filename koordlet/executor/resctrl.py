@@ -13,6 +13,7 @@ The kernel (``Documentation/filesystems/resctrl.rst``) exposes, under ``<sys>/fs
     <group>/tasks           thread ids in the group: reading lists them, writing one id moves it
 
 A line written to a group's ``schemata`` replaces that resource's values only; the others stay.
+The writer writes the whole file (the other lines as read), which the kernel applies line by line.
 The kernel prints the resource name right-aligned to the longest name (``  MB`` beside
 ``L3CODE``), so lines are parsed stripped. Writing a thread id that exited fails with ESRCH: a
 race, not an error.
@@ -276,9 +277,10 @@ class ResctrlWriter:
         """Set ``resource``'s line of ``group``'s ``schemata`` when any domain differs."""
         path = os.path.join(self.root, group, "schemata")
         try:
-            current = parse_schemata(_read_text(path), path).get(resource, {})
+            lines = parse_schemata(_read_text(path), path)
         except CgroupGoneError as err:
             raise UnsupportedError(f"resctrl group {group}", f"{path} absent") from err
+        current = lines.get(resource, {})
         old = format_schemata_line(resource, current)
         new = format_schemata_line(resource, domains)
         knob = f"resctrl_{resource.lower()}"
@@ -292,10 +294,15 @@ class ResctrlWriter:
             dry = WriteResult(path, old, new, False, knob, strategy, reason, True)
             notify(self.on_change, dry)
             return dry
+        # The whole file, every other resource's line as read: the kernel applies each line
+        # (the others to the values they have), and a plain file (a test tree) ends up as the
+        # kernel would show it.
+        lines[resource] = {**current, **domains}
+        text = "".join(format_schemata_line(r, d) + "\n" for r, d in lines.items())
         try:
-            fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
+            fd = os.open(path, os.O_WRONLY | os.O_TRUNC | os.O_CLOEXEC)
             try:
-                os.write(fd, (new + "\n").encode("ascii"))
+                os.write(fd, text.encode("ascii"))
             finally:
                 os.close(fd)
         except OSError as err:

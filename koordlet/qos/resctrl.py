@@ -1,0 +1,274 @@
+"""Resctrl reconcile (Koordinator's ``resctrl`` QoS plugin, gate ``RdtResctrl``): L3 cache ways
+and memory bandwidth per QoS class, and which threads each class's group holds.
+
+Koordinator keeps one resctrl control group per class, ``LSR`` (LSE and LSR pods), ``LS`` and
+``BE``, under ``<sys>/fs/resctrl``. Each round, when the NodeSLO has a ``resourceQOSStrategy``
+(read over the defaults; a class whose ``resctrlQOS`` is off takes the full cache and bandwidth):
+
+1. the groups are made when missing;
+2. **L3 CAT**: each group's ``L3`` line gets, on every cache domain, the ways from
+   ``catRangeStartPercent`` to ``catRangeEndPercent`` of ``info/L3/cbm_mask``:
+   ``ways = bit length of cbm``, ``start = ceil(ways * startPercent / 100)``,
+   ``end = ceil(ways * endPercent / 100)``, ``mask = (1 << end) - (1 << start)``. A mask with
+   fewer bits than ``info/L3/min_cbm_bits`` (a range too narrow for this cache) is refused and
+   reported, never widened silently;
+3. **MBA**: each group's ``MB`` line gets ``mbaPercent`` on every domain, rounded up to the
+   granularity (``info/MB/bandwidth_gran``, 10 on Intel: upstream rounds up to a multiple of 10)
+   and at least ``info/MB/min_bandwidth``; on AMD, where the value is a bandwidth in 1/8 GB/s,
+   100 % is ``2048`` (unlimited) and ``p`` % is ``int(160 * p / 100)`` (upstream's 25 GB/s CCD
+   ceiling at 80 %). An ``mbaPercent`` outside 1..100 leaves the line alone (reported);
+4. **tasks**: for each class with ``resctrlQOS.enable``, the threads of its pods' containers
+   (their cgroup's ``tasks``, ``cgroup.threads`` on v2) that are not yet in the group are written
+   to its ``tasks``; pods carrying ``node.koordinator.sh/resctrl`` (a pod-level resctrl
+   group, not ours) are left out, as upstream leaves them.
+
+Capability comes from the CPU flags (``cat_l3``, ``mba`` in ``/proc/cpuinfo``) and the mount;
+a host without them is reported unsupported with the missing flag or mount, once, and the round
+does nothing. Every file operation runs through :class:`~koordlet.executor.resctrl.ResctrlWriter`
+on the executor's writer thread, audited and dry-run like cgroup writes.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from apis.extension import QoSClass
+from apis.slo import SchemaError
+from apis.slo_qos import ResctrlQOSConfig
+from apis.slo_strategies import ResourceQOSStrategy, strategies_of
+from koordlet.errors import HostError, InvalidValueError, UnsupportedError
+from koordlet.executor.resctrl import L3, MB, AllocInfo, ResctrlWriter, read_alloc_info
+from koordlet.executor.sysctl import call_on_writer, executor_hooks
+from koordlet.qos.cgreconcile import pod_class
+from koordlet.qos.manager import StrategyContext, StrategyReport
+from koordlet.statesinformer.model import WorkloadSnapshot
+from koordlet.system.cgroups import CgroupLayout
+from koordlet.system.resctrl import RESCTRL_GROUPS
+
+logger = logging.getLogger(__name__)
+
+NAME = "resctrl"
+"""Table name."""
+GATE = "RdtResctrl"
+"""Koordinator's feature gate."""
+DEFAULT_INTERVAL = 1.0
+"""Seconds between rounds (Koordinator's ``--reconcile-interval-seconds``, 1)."""
+POD_RESCTRL_ANNOTATION = "node.koordinator.sh/resctrl"
+"""A pod with its own resctrl configuration (not placed in the class groups)."""
+AMD_MAX_MB = 160
+"""Upstream's AMD CCD bandwidth ceiling: 25 GB/s * 8 (units of 1/8 GB/s) * 0.8."""
+AMD_UNLIMITED_MB = "2048"
+"""What an AMD MB line holds for unlimited bandwidth."""
+GROUP_OF_CLASS: Mapping[QoSClass, str] = {
+    QoSClass.LSE: "LSR",
+    QoSClass.LSR: "LSR",
+    QoSClass.LS: "LS",
+    QoSClass.BE: "BE",
+}
+"""Control group of each class (SYSTEM pods stay in the default group)."""
+
+
+def cat_l3_mask(cbm: int, start_percent: int, end_percent: int, min_bits: int = 1) -> int:
+    """The L3 mask of the ways in ``[start, end)`` percent of ``cbm``; ``ValueError`` when the
+    cbm is not contiguous from bit 0, the range is empty or inverted, or the mask has fewer than
+    ``min_bits`` bits."""
+    if cbm <= 0 or cbm & (cbm + 1):
+        raise ValueError(f"cbm_mask {cbm:x} is not a contiguous mask from bit 0")
+    if start_percent < 0 or end_percent > 100 or end_percent <= start_percent:
+        raise ValueError(
+            f"cat range {start_percent}..{end_percent} % is not 0 <= start < end <= 100"
+        )
+    ways = cbm.bit_length()
+    start = -(-ways * start_percent // 100)
+    end = -(-ways * end_percent // 100)
+    mask = (1 << end) - (1 << start)
+    if mask.bit_count() < max(min_bits, 1):
+        raise ValueError(
+            f"cat range {start_percent}..{end_percent} % of {ways} ways is "
+            f"{mask.bit_count()} ways, under min_cbm_bits {min_bits}"
+        )
+    return mask
+
+
+def mba_value(percent: int, *, gran: int = 10, minimum: int = 10, amd: bool = False) -> str:
+    """The MB value for ``mbaPercent``; ``ValueError`` outside 1..100."""
+    if not 0 < percent <= 100:
+        raise ValueError(f"mbaPercent {percent} is not in 1..100")
+    if amd:
+        return AMD_UNLIMITED_MB if percent == 100 else str(AMD_MAX_MB * percent // 100)
+    gran = max(gran, 1)
+    return str(max(-(-percent // gran) * gran, minimum))
+
+
+@dataclass(frozen=True, slots=True)
+class GroupPlan:
+    """What one control group should get."""
+
+    group: str
+    """``LSR``, ``LS`` or ``BE``."""
+    config: ResctrlQOSConfig
+    """The class's ``resctrlQOS`` (disabled values when off)."""
+    cgroups: tuple[str, ...] = ()
+    """Container cgroups whose threads belong in the group (empty when the class is off)."""
+
+
+def group_plans(
+    strategy: ResourceQOSStrategy, snapshot: WorkloadSnapshot
+) -> tuple[list[GroupPlan], dict[str, str]]:
+    """Per group: its config and the cgroups to place; plus pods left out and why."""
+    configs = {
+        "LSR": strategy.lsr_class.resctrl_qos,
+        "LS": strategy.ls_class.resctrl_qos,
+        "BE": strategy.be_class.resctrl_qos,
+    }
+    members: dict[str, list[str]] = {g: [] for g in RESCTRL_GROUPS}
+    skipped: dict[str, str] = {}
+    for pod in snapshot.pods.values():
+        group = GROUP_OF_CLASS.get(pod_class(pod))
+        if group is None or not configs[group].enable:
+            continue
+        if POD_RESCTRL_ANNOTATION in pod.annotations:
+            skipped[f"pod/{pod.name}"] = f"has {POD_RESCTRL_ANNOTATION}: its own group"
+            continue
+        members[group] += [c.cgroup_dir for c in pod.containers] or [pod.cgroup_dir]
+    plans = [GroupPlan(g, configs[g], tuple(members[g])) for g in RESCTRL_GROUPS]
+    return plans, skipped
+
+
+@dataclass(slots=True)
+class _Round:
+    results: dict[str, Any] = field(default_factory=dict)
+    unsupported: str = ""
+
+
+class ResctrlReconcile:
+    """See the module docstring."""
+
+    def __init__(self, ctx: StrategyContext, *, interval: float = DEFAULT_INTERVAL) -> None:
+        self.name = NAME
+        self.interval = interval
+        self._ctx = ctx
+        self._writer = ResctrlWriter(ctx.host().paths, **executor_hooks(ctx.executor))
+        self._reported: set[str] = set()
+
+    async def reconcile(self) -> None:
+        ctx = self._ctx
+        spec = ctx.node_slo()
+        if spec.resource_qos_strategy is None:
+            ctx.report(NAME, StrategyReport({}, "nothing to do: no resourceQOSStrategy"))
+            return
+        try:
+            strategy = strategies_of(spec, source="NodeSLO", strict=False).resource_qos_strategy
+        except SchemaError as err:
+            ctx.report(NAME, StrategyReport({}, f"invalid resourceQOSStrategy: {err}"))
+            return
+        plans, skipped = group_plans(strategy, ctx.workloads())
+        layout = ctx.host().layout
+        done = await call_on_writer(ctx.executor, lambda: self._apply(plans, layout))
+        inputs = {
+            g.group: {
+                "enable": g.config.enable,
+                "catRange": [g.config.cat_range_start_percent, g.config.cat_range_end_percent],
+                "mbaPercent": g.config.mba_percent,
+                "cgroups": len(g.cgroups),
+            }
+            for g in plans
+        }
+        if done.unsupported:
+            ctx.report(NAME, StrategyReport(inputs, "unsupported", done.unsupported))
+            return
+        ctx.report(
+            NAME,
+            StrategyReport(
+                inputs,
+                "apply schemata and tasks",
+                "dry run" if ctx.dry_run(NAME) else "applied",
+                detail={"groups": done.results, "skipped": skipped},
+            ),
+        )
+
+    def _apply(self, plans: list[GroupPlan], layout: CgroupLayout) -> _Round:
+        """On the writer thread: check support, then groups, schemata and tasks."""
+        out = _Round()
+        info = read_alloc_info(self._writer.paths, RESCTRL_GROUPS)
+        if not info.usable:
+            out.unsupported = f"L3 CAT: {info.l3_reason}; MBA: {info.mb_reason}"
+            self._once("resctrl", out.unsupported)
+            return out
+        for plan in plans:
+            out.results[plan.group] = self._apply_group(plan, info, layout)
+        return out
+
+    def _apply_group(self, plan: GroupPlan, info: AllocInfo, layout: CgroupLayout) -> Any:
+        group, cfg = plan.group, plan.config
+        res: dict[str, Any] = {}
+        try:
+            self._writer.ensure_group(group, strategy=NAME, reason="class resctrl group")
+        except HostError as err:
+            self._once(f"{group}/group", str(err))
+            return {"group": f"failed: {err}"}
+        res[L3] = self._schemata(group, L3, info.l3_reason, lambda: self._l3(cfg, info), info)
+        res[MB] = self._schemata(group, MB, info.mb_reason, lambda: self._mb(cfg, info), info)
+        if plan.cgroups:
+            try:
+                placed = self._writer.place_tasks(
+                    group, layout, plan.cgroups, strategy=NAME, reason=f"{group} class threads"
+                )
+            except (UnsupportedError, HostError) as err:
+                res["tasks"] = f"failed: {err}"
+            else:
+                res["tasks"] = {
+                    "added": placed.added,
+                    "exited": placed.gone,
+                    "cgroups_gone": placed.missing_cgroups,
+                }
+        return res
+
+    def _schemata(
+        self, group: str, resource: str, why_not: str, value: Any, info: AllocInfo
+    ) -> str:
+        if why_not:
+            self._once(resource, why_not)
+            return f"unsupported: {why_not}"
+        domains = info.l3_domains if resource == L3 else info.mb_domains
+        try:
+            text = value()
+        except ValueError as err:
+            self._once(f"{group}/{resource}/value", str(err))
+            return f"not written: {err}"
+        reason = f"{group} {resource}={text}"
+        try:
+            result = self._writer.write_schemata(
+                group, resource, dict.fromkeys(domains, text), strategy=NAME, reason=reason
+            )
+        except (UnsupportedError, HostError, InvalidValueError) as err:
+            logger.warning("resctrl: %s", err)
+            return f"failed: {err}"
+        return result.new + (" (changed)" if result.changed else "")
+
+    @staticmethod
+    def _l3(cfg: ResctrlQOSConfig, info: AllocInfo) -> str:
+        mask = cat_l3_mask(
+            info.l3_cbm,
+            cfg.cat_range_start_percent,
+            cfg.cat_range_end_percent,
+            info.l3_min_cbm_bits,
+        )
+        return f"{mask:x}"
+
+    @staticmethod
+    def _mb(cfg: ResctrlQOSConfig, info: AllocInfo) -> str:
+        return mba_value(cfg.mba_percent, gran=info.mb_gran, minimum=info.mb_min, amd=info.amd)
+
+    def _once(self, key: str, why: str) -> None:
+        if key not in self._reported:
+            self._reported.add(key)
+            logger.info("resctrl reconcile: %s: %s", key, why)
+
+
+def build(ctx: StrategyContext) -> ResctrlReconcile:
+    """Table factory."""
+    return ResctrlReconcile(ctx)

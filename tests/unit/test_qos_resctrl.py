@@ -1,0 +1,275 @@
+"""Resctrl reconcile: Koordinator's CAT mask and MBA arithmetic, and what rounds write on a fake
+``/sys/fs/resctrl`` in the kernel's formats (schemata, tasks, info/L3/cbm_mask,
+info/MB/min_bandwidth), v1 and v2 cgroups."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from apis.extension import KubeQOS, QoSClass
+from apis.slo import NodeSLOSpec
+from koordlet.executor import CgroupWriter
+from koordlet.executor.resctrl import (
+    ResctrlWriter,
+    format_schemata_line,
+    parse_schemata,
+    read_alloc_info,
+)
+from koordlet.executor.writer import WriteResult
+from koordlet.metriccache.store import MetricCache
+from koordlet.qos.manager import QoSBook, StrategyContext
+from koordlet.qos.resctrl import POD_RESCTRL_ANNOTATION, ResctrlReconcile, cat_l3_mask, mba_value
+from koordlet.statesinformer.model import ContainerInfo, PodInfo, WorkloadSnapshot
+from koordlet.system.cgroups import CgroupVersion
+from tests.fakehost import FakeHost, container_id
+
+GOLDEN = Path(__file__).parent.parent / "golden" / "resctrl"
+
+
+@pytest.mark.parametrize(
+    ("cbm", "start", "end", "expected"),
+    [
+        (0x7FF, 0, 100, 0x7FF),
+        (0x7FF, 0, 30, 0xF),  # 11 ways: ceil(3.3) = 4 ways
+        (0x3FF, 10, 80, 0xFE),  # upstream's example: ways [1, 8)
+        (0xFFFFF, 50, 100, 0xFFC00),
+        (0xF, 0, 1, 0x1),  # at least one way once the end rounds up
+    ],
+)
+def test_cat_mask_covers_the_percent_range_of_the_ways(
+    cbm: int, start: int, end: int, expected: int
+) -> None:
+    assert cat_l3_mask(cbm, start, end) == expected
+
+
+@pytest.mark.parametrize(
+    ("cbm", "start", "end", "min_bits", "match"),
+    [
+        (0x7FF, 30, 30, 1, "not 0 <= start < end"),
+        (0x7FF, 50, 40, 1, "not 0 <= start < end"),
+        (0x7F0, 0, 100, 1, "not a contiguous mask"),
+        (0x7FF, 10, 15, 1, "0 ways"),  # ceil(1.1) == ceil(1.65): an empty mask
+        (0x7FF, 0, 5, 2, "under min_cbm_bits 2"),  # 11 ways * 5 % is 1 way
+    ],
+)
+def test_cat_mask_refuses_what_the_kernel_would(
+    cbm: int, start: int, end: int, min_bits: int, match: str
+) -> None:
+    with pytest.raises(ValueError, match=match):
+        cat_l3_mask(cbm, start, end, min_bits)
+
+
+@pytest.mark.parametrize(
+    ("percent", "kwargs", "expected"),
+    [
+        (100, {}, "100"),
+        (45, {}, "50"),  # Intel: up to a multiple of 10
+        (5, {}, "10"),
+        (5, {"minimum": 20}, "20"),  # never under info/MB/min_bandwidth
+        (100, {"amd": True}, "2048"),
+        (50, {"amd": True}, "80"),
+    ],
+)
+def test_mba_rounds_up_to_the_granularity(
+    percent: int, kwargs: dict[str, Any], expected: str
+) -> None:
+    assert mba_value(percent, **kwargs) == expected
+
+
+def test_mba_outside_1_to_100_is_refused() -> None:
+    with pytest.raises(ValueError, match=r"not in 1\.\.100"):
+        mba_value(0)
+
+
+def test_schemata_lines_parse_padded_names_and_format_back() -> None:
+    text = "    L3:0=7ff;1=7ff\n      MB:0=100;1=100\n"
+    parsed = parse_schemata(text)
+    assert parsed == {"L3": {0: "7ff", 1: "7ff"}, "MB": {0: "100", 1: "100"}}
+    assert format_schemata_line("L3", parsed["L3"]) == "L3:0=7ff;1=7ff"
+
+
+# On a fake resctrl mount -----------------------------------------------------------------------
+
+
+def install_resctrl(fake: FakeHost) -> Path:
+    """The golden Xeon mount (two L3 domains) and its cpuinfo flags, with empty tasks files."""
+    root = Path(fake.paths.sys("fs", "resctrl"))
+    shutil.copytree(GOLDEN / "fs", root)
+    for group in ("", "LSR", "LS", "BE"):
+        (root / group / "tasks").write_text("")
+    shutil.copy(GOLDEN / "cpuinfo.xeon-6148", fake.paths.proc("cpuinfo"))
+    return root
+
+
+def _threads(fake: FakeHost, rel: str, tids: list[int]) -> None:
+    name = "cgroup.threads" if fake.version is CgroupVersion.V2 else "tasks"
+    fake.write("cpu", rel, name, "".join(f"{t}\n" for t in tids))
+
+
+@pytest.fixture
+def rig(fake_host: FakeHost) -> Iterator[SimpleNamespace]:
+    fake = fake_host
+    root = install_resctrl(fake)
+    pods = []
+    for i, (qos, kube_qos) in enumerate(
+        [
+            (QoSClass.LSR, KubeQOS.GUARANTEED),
+            (QoSClass.LS, KubeQOS.BURSTABLE),
+            (QoSClass.BE, KubeQOS.BESTEFFORT),
+        ]
+    ):
+        uid = f"0000000{i}-0000-4000-8000-000000000000"
+        cid = container_id(uid)
+        rel, [crel] = fake.add_pod(uid, kube_qos, [("containerd", cid)])
+        _threads(fake, crel, [100 * (i + 1), 100 * (i + 1) + 1])
+        container = ContainerInfo(cid, "main", "containerd", crel)
+        pods.append(PodInfo(uid, f"p{i}", "default", qos, kube_qos, rel, (container,)))
+    box: dict[str, Any] = {"raw": {}, "pods": pods}
+    audit: list[WriteResult] = []
+    writer = CgroupWriter(fake.host, on_change=audit.append)
+    writer.start()
+    book = QoSBook()
+    ctx = StrategyContext(
+        host=lambda: fake.host,
+        config=SimpleNamespace(),
+        cache=MetricCache(),
+        executor=writer,
+        workloads=lambda: WorkloadSnapshot(pods={p.uid: p for p in box["pods"]}),
+        node_slo=lambda: NodeSLOSpec(resource_qos_strategy=box["raw"]),
+        book=book,
+    )
+    try:
+        yield SimpleNamespace(fake=fake, root=root, box=box, audit=audit, book=book, ctx=ctx)
+    finally:
+        writer.stop()
+
+
+ALL_ON = {c: {"resctrlQOS": {"enable": True}} for c in ("lsrClass", "lsClass", "beClass")}
+
+
+def _schemata(root: Path, group: str) -> dict[str, dict[int, str]]:
+    return parse_schemata((root / group / "schemata").read_text())
+
+
+def _tasks(root: Path, group: str) -> list[int]:
+    return sorted(int(t) for t in (root / group / "tasks").read_text().split())
+
+
+async def test_groups_get_their_ways_and_bandwidth_and_their_threads(rig: SimpleNamespace) -> None:
+    rig.box["raw"] = {
+        **ALL_ON,
+        "beClass": {"resctrlQOS": {"enable": True, "mbaPercent": 45}},
+    }
+    strategy = ResctrlReconcile(rig.ctx)
+    await strategy.reconcile()
+    root: Path = rig.root
+    assert _schemata(root, "LSR") == {"L3": {0: "7ff", 1: "7ff"}, "MB": {0: "100", 1: "100"}}
+    assert _schemata(root, "BE") == {"L3": {0: "f", 1: "f"}, "MB": {0: "50", 1: "50"}}
+    assert (_tasks(root, "LSR"), _tasks(root, "LS"), _tasks(root, "BE")) == (
+        [100, 101],
+        [200, 201],
+        [300, 301],
+    )
+    audited = {(Path(r.path).parent.name, r.knob) for r in rig.audit}
+    assert ("BE", "resctrl_l3") in audited
+    assert ("BE", "resctrl_tasks") in audited
+
+
+async def test_disabled_classes_keep_the_full_cache_and_place_no_threads(
+    rig: SimpleNamespace,
+) -> None:
+    rig.box["raw"] = {"beClass": {"resctrlQOS": {"enable": False, "catRangeEndPercent": 10}}}
+    await ResctrlReconcile(rig.ctx).reconcile()
+    assert _schemata(rig.root, "BE")["L3"] == {0: "7ff", 1: "7ff"}
+    assert _tasks(rig.root, "BE") == []
+
+
+async def test_missing_groups_are_created(rig: SimpleNamespace) -> None:
+    shutil.rmtree(rig.root / "LS")
+    rig.box["raw"] = ALL_ON
+    writer = ResctrlWriter(rig.fake.paths)
+    assert writer.ensure_group("LS") is True  # what the kernel does on mkdir: fill it in
+    (rig.root / "LS" / "schemata").write_text("L3:0=7ff;1=7ff\nMB:0=100;1=100\n")
+    (rig.root / "LS" / "tasks").write_text("")
+    await ResctrlReconcile(rig.ctx).reconcile()
+    assert _tasks(rig.root, "LS") == [200, 201]
+
+
+async def test_threads_already_placed_are_not_written_again(rig: SimpleNamespace) -> None:
+    rig.box["raw"] = ALL_ON
+    strategy = ResctrlReconcile(rig.ctx)
+    await strategy.reconcile()
+    before = len(rig.audit)
+    await strategy.reconcile()
+    assert len(rig.audit) == before
+
+
+async def test_pods_with_their_own_resctrl_group_are_left_out(rig: SimpleNamespace) -> None:
+    rig.box["raw"] = ALL_ON
+    be = rig.box["pods"][2]
+    rig.box["pods"][2] = replace(be, annotations={POD_RESCTRL_ANNOTATION: "{}"})
+    await ResctrlReconcile(rig.ctx).reconcile()
+    assert _tasks(rig.root, "BE") == []
+    report = rig.book.last_report("resctrl")
+    assert report is not None
+    assert POD_RESCTRL_ANNOTATION in report.detail["skipped"]["pod/p2"]
+
+
+async def test_a_too_narrow_range_is_reported_and_not_written(rig: SimpleNamespace) -> None:
+    rig.box["raw"] = {
+        "beClass": {
+            "resctrlQOS": {"enable": True, "catRangeStartPercent": 10, "catRangeEndPercent": 15}
+        }
+    }
+    await ResctrlReconcile(rig.ctx).reconcile()
+    assert _schemata(rig.root, "BE")["L3"] == {0: "3", 1: "3"}  # the golden value, untouched
+    report = rig.book.last_report("resctrl")
+    assert report is not None
+    assert report.detail["groups"]["BE"]["L3"].startswith("not written: ")
+
+
+async def test_dry_run_changes_no_schemata_and_moves_no_thread(rig: SimpleNamespace) -> None:
+    rig.box["raw"] = ALL_ON
+    dry = CgroupWriter(
+        rig.fake.host, on_change=rig.audit.append, dry_run_strategies=frozenset({"resctrl"})
+    )
+    await ResctrlReconcile(replace(rig.ctx, executor=dry)).reconcile()
+    assert _schemata(rig.root, "BE")["L3"] == {0: "3", 1: "3"}
+    assert _tasks(rig.root, "BE") == []
+    assert [r.dry_run for r in rig.audit if r.knob == "resctrl_l3"] == [True]
+
+
+async def test_without_rdt_flags_the_round_reports_unsupported_with_the_reason(
+    rig: SimpleNamespace,
+) -> None:
+    shutil.rmtree(rig.root)
+    shutil.copy(GOLDEN.parent / "proc" / "cpuinfo", rig.fake.paths.proc("cpuinfo"))
+    rig.box["raw"] = ALL_ON
+    await ResctrlReconcile(rig.ctx).reconcile()
+    report = rig.book.last_report("resctrl")
+    assert report is not None
+    assert report.decision == "unsupported"
+    assert "flags lack cat_l3" in report.result
+    assert "flags lack mba" in report.result
+
+
+def test_alloc_info_reads_the_mount(rig: SimpleNamespace) -> None:
+    info = read_alloc_info(rig.fake.paths, ("LSR", "XX"))
+    assert (info.l3_cbm, info.l3_min_cbm_bits, info.l3_domains) == (0x7FF, 1, (0, 1))
+    assert (info.mb_min, info.mb_gran, info.mb_domains, info.amd) == (10, 10, (0, 1), False)
+    assert info.groups == {"LSR": True, "XX": False}
+    assert info.usable
+
+
+def test_alloc_info_names_the_missing_mount(rig: SimpleNamespace) -> None:
+    shutil.rmtree(rig.root)
+    info = read_alloc_info(rig.fake.paths)
+    assert not info.usable
+    assert "resctrl not mounted" in info.l3_reason
