@@ -662,14 +662,21 @@ class MemoryEvict:
         finally:
             self._event_waiting = False
 
-    async def close(self) -> None:
-        """Disarm the watch, unsubscribe, and wait for event rounds in flight."""
+    async def settle(self, timeout: float = 10.0) -> None:  # noqa: ASYNC109 (a bound, not a cancel)
+        """Wait up to ``timeout`` seconds for the event rounds in flight to finish."""
+        if self._tasks:
+            await asyncio.wait(list(self._tasks), timeout=timeout)
+
+    async def close(self, timeout: float = 5.0) -> None:  # noqa: ASYNC109 (see settle)
+        """Disarm the watch, unsubscribe, let event rounds in flight finish (an eviction is not
+        left half done) for up to ``timeout`` seconds, then cancel what remains."""
         if self._unsubscribe is not None:
             self._unsubscribe()
             self._unsubscribe = None
         if self._armed is not None and self.ctx.events is not None:
             self.ctx.events.unwatch(WATCH_NAME)
             self._armed = None
+        await self.settle(timeout)
         tasks = list(self._tasks)
         for t in tasks:
             t.cancel()
