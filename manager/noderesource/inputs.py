@@ -137,6 +137,8 @@ class PodView:
 
 
 def _obj(value: object, source: str, path: str) -> Mapping[str, Any]:
+    if type(value) is dict:
+        return value
     if value is None:
         return {}
     if not isinstance(value, Mapping):
@@ -272,6 +274,18 @@ def parse_node_metric(obj: object, source: str) -> NodeMetricView:
     )
     pods = []
     for i, item in enumerate(_list(status.get("podsMetric"), source, "status.podsMetric")):
+        try:
+            res = item["podUsage"]["resources"]
+            pods.append(
+                PodMetricView(
+                    f"{item.get('namespace') or ''}/{item.get('name') or ''}",
+                    str(item.get("priority") or ""),
+                    Resources(quantity.milli(res.get(CPU, 0)), quantity.whole(res.get(MEMORY, 0))),
+                )
+            )
+            continue
+        except (LookupError, AttributeError, TypeError, ValueError):
+            pass  # the checked path below names the field at fault
         path = f"status.podsMetric[{i}]"
         pm = _obj(item, source, path)
         usage, _ = _resources(
@@ -361,8 +375,51 @@ def _priority_class(priority: object) -> str:
     return ""
 
 
+_EMPTY: Mapping[str, Any] = {}
+
+
+def _fast_pod(pod: Any) -> PodView:
+    """The common shape (app containers only, requests as strings) without per-field checks;
+    anything unexpected raises and the checked path takes over."""
+    spec, meta = pod["spec"], pod["metadata"]
+    status = pod.get("status") or _EMPTY
+    if spec.get("initContainers") or spec.get("overhead"):
+        raise LookupError("not the common shape")
+    cpu = mem = 0
+    for c in spec.get("containers") or ():
+        res = c.get("resources")
+        if not res:
+            continue
+        req = res.get("requests") or _EMPTY
+        lim = res.get("limits") or _EMPTY
+        q = req.get(CPU, lim.get(CPU))
+        if q is not None:
+            cpu += quantity.milli(q)
+        q = req.get(MEMORY, lim.get(MEMORY))
+        if q is not None:
+            mem += quantity.whole(q)
+    qos = (meta.get("labels") or _EMPTY).get(LABEL_POD_QOS, "")
+    if qos not in _QOS_NAMES:
+        qos = "BE" if _kube_qos(spec, status) == "BestEffort" else "LS"
+    priority_class = _priority_class(spec.get("priority"))
+    if not priority_class:
+        priority_class = PRIORITY_BATCH if qos == "BE" else PRIORITY_PROD
+    return PodView(
+        f"{meta.get('namespace') or ''}/{meta.get('name') or ''}",
+        str(spec.get("nodeName") or ""),
+        str(status.get("phase") or "Pending"),
+        priority_class,
+        qos,
+        Resources(cpu, mem),
+    )
+
+
 def parse_pod(obj: object, source: str, path: str) -> PodView:
     """One pod of a list. Raises :class:`InputError`."""
+    try:
+        return _fast_pod(obj)
+    except (LookupError, AttributeError, TypeError, ValueError):
+        pass  # the checked path below names the field at fault
     pod = _obj(obj, source, path)
     meta = _obj(pod.get("metadata"), source, f"{path}.metadata")
     spec = _obj(pod.get("spec"), source, f"{path}.spec")

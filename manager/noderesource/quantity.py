@@ -72,11 +72,31 @@ def _whole_cached(value: object) -> int:
     return math.ceil(parse(value))
 
 
+_BINARY = {"Ki": 1 << 10, "Mi": 1 << 20, "Gi": 1 << 30, "Ti": 1 << 40}
+
+
 def milli(value: object) -> int:
     """The quantity in thousandths, rounded up (``MilliValue()``): CPU in milli-cores."""
-    return _milli_cached(value) if isinstance(value, str | int) else math.ceil(parse(value) * 1000)
+    if type(value) is str:
+        if value.isascii() and value.isdigit():  # the shapes metrics use, without a Fraction
+            return int(value) * 1000
+        if value[-1:] == "m" and value.isascii() and value[:-1].isdigit():
+            return int(value[:-1])
+        return _milli_cached(value)
+    if type(value) is int:
+        return _milli_cached(value)
+    return math.ceil(parse(value) * 1000)
 
 
 def whole(value: object) -> int:
     """The quantity in units, rounded up (``Value()``): memory in bytes."""
-    return _whole_cached(value) if isinstance(value, str | int) else math.ceil(parse(value))
+    if type(value) is str:
+        if value.isascii() and value.isdigit():
+            return int(value)
+        factor = _BINARY.get(value[-2:])
+        if factor is not None and value.isascii() and value[:-2].isdigit():
+            return int(value[:-2]) * factor
+        return _whole_cached(value)
+    if type(value) is int:
+        return _whole_cached(value)
+    return math.ceil(parse(value))
