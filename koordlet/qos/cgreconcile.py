@@ -416,6 +416,7 @@ class CgroupReconcile:
         self._ctx = ctx
         self._unsupported: dict[str, str] = {}
         self._applied: dict[tuple[str, str], tuple[object, float]] = {}
+        self._parsed: tuple[object, ResourceQOSStrategy] | None = None
         caps = ctx.capabilities
         if caps is not None:
             for name in (*MEMORY_KNOBS, "cpu_bvt_warp_ns", "cpu_idle", "cpu_shares"):
@@ -441,11 +442,17 @@ class CgroupReconcile:
     async def reconcile(self) -> None:
         ctx = self._ctx
         spec = ctx.node_slo()
-        try:
-            strategy = strategies_of(spec, source="NodeSLO", strict=False).resource_qos_strategy
-        except SchemaError as err:
-            ctx.report(NAME, StrategyReport({}, f"invalid resourceQOSStrategy: {err}"))
-            return
+        raw = spec.resource_qos_strategy
+        if self._parsed is not None and self._parsed[0] is raw:
+            strategy = self._parsed[1]
+        else:
+            try:
+                parsed = strategies_of(spec, source="NodeSLO", strict=False)
+            except SchemaError as err:
+                ctx.report(NAME, StrategyReport({}, f"invalid resourceQOSStrategy: {err}"))
+                return
+            strategy = parsed.resource_qos_strategy
+            self._parsed = (raw, strategy)
         layout = ctx.host().layout
         snapshot = ctx.workloads()
         info = ctx.cache.get_info(NODE_INFO_KEY)
