@@ -1,0 +1,133 @@
+"""How fast the QoS strategies react, on this machine's real cgroups.
+
+Run as ``python -m bench.reaction --json`` (root, cgroup v1); the last line is one JSON object.
+
+Scenarios, one function each, merged by :func:`main`:
+
+- :func:`suppress_reaction` (``suppress_p50_ms``, ``suppress_p99_ms``, ``suppress_runs``): BE busy
+  loops fill every CPU of a kubepods-shaped test tree; the real collectors and the
+  ``cpusuppress`` strategy (``cfsQuota`` policy, threshold 100 %) run every ``--interval`` seconds
+  (1 s, Koordinator's default for both loops); at a random phase of that cycle LS busy loops start
+  on every CPU, which puts the node over the threshold at once. Measured: from the LS start to
+  the writer changing the besteffort ``cpu.cfs_quota_us`` to less than half of its value before.
+  Between runs the LS loops are killed and the quota restored.
+
+Another scenario (memory eviction) adds a function of the same shape (``(runs, interval) ->
+dict`` of ``_ms`` keys) to :data:`SCENARIOS`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import random
+import statistics
+import sys
+import time
+from collections.abc import Awaitable, Callable, Mapping
+
+from apis.extension import KubeQOS
+
+
+def _percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    index = min(len(ordered) - 1, max(0, round(q / 100 * (len(ordered) - 1))))
+    return ordered[index]
+
+
+async def suppress_reaction(runs: int, interval: float) -> dict[str, float]:
+    """See the module docstring; returns ``suppress_p50_ms``, ``suppress_p99_ms``."""
+    from tests.integration.qostree import QoSTree, SuppressRig, real_cgroup_v1_available
+
+    if not real_cgroup_v1_available():
+        raise SystemExit("bench.reaction needs root and cgroup v1 cpu, cpuacct, cpuset, memory")
+    ncpu = os.cpu_count() or 1
+    tree = QoSTree.create()
+    try:
+        _, _, be_container = tree.add_pod(KubeQOS.BESTEFFORT)
+        _, _, ls_container = tree.add_pod(KubeQOS.BURSTABLE)
+        tree.start_busy(be_container, ncpu)
+        slo = {"enable": True, "cpuSuppressPolicy": "cfsQuota", "cpuSuppressThresholdPercent": 100}
+        rig = SuppressRig(tree, slo)
+        rig.refresh_pods()
+        rig.writer.start()
+        stop = asyncio.Event()
+
+        async def loop() -> None:
+            next_at = time.monotonic()
+            while not stop.is_set():
+                await rig.round()
+                next_at += interval
+                await asyncio.sleep(max(0.0, next_at - time.monotonic()))
+
+        samples: list[float] = []
+        ticker = asyncio.create_task(loop(), name="bench/suppress-loop")
+        try:
+            await asyncio.sleep(3 * interval)  # settle: the quota follows the BE-only load
+            for _ in range(runs):
+                before = int(tree.read("cpu", tree.be_dir, "cpu.cfs_quota_us"))
+                await asyncio.sleep(random.uniform(0, interval))
+                t0 = time.monotonic()
+                mark = len(rig.writes)
+                ls = tree.start_busy(ls_container, ncpu)
+                reacted = None
+                deadline = t0 + 10 * interval
+                while reacted is None and time.monotonic() < deadline:
+                    await asyncio.sleep(0.005)
+                    for at, res in rig.writes[mark:]:
+                        if res.knob == "cpu_cfs_quota" and res.new not in ("-1", "max"):
+                            new = int(res.new.split()[0])
+                            if before < 0 or new < before / 2:
+                                reacted = at
+                                break
+                tree.stop(ls)
+                if reacted is not None:
+                    samples.append((reacted - t0) * 1000)
+                slo["enable"] = False  # restore, then let the quota settle on BE load again
+                await asyncio.sleep(2 * interval)
+                slo["enable"] = True
+                await asyncio.sleep(3 * interval)
+        finally:
+            stop.set()
+            await ticker
+            await asyncio.to_thread(rig.writer.stop)
+    finally:
+        tree.cleanup()
+    if not samples:
+        raise SystemExit("bench.reaction: the quota never reacted")
+    return {
+        "suppress_p50_ms": round(statistics.median(samples), 1),
+        "suppress_p99_ms": round(_percentile(samples, 99), 1),
+        "suppress_runs": float(len(samples)),
+    }
+
+
+Scenario = Callable[[int, float], Awaitable[Mapping[str, float]]]
+SCENARIOS: dict[str, Scenario] = {"suppress": suppress_reaction}
+"""Scenario name → function; :func:`main` runs the selected ones and merges their keys."""
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.reaction", description=__doc__)
+    parser.add_argument("--json", action="store_true", help="print one JSON object last")
+    parser.add_argument("--runs", type=int, default=10, help="repetitions per scenario")
+    parser.add_argument("--interval", type=float, default=1.0, help="loop interval, seconds")
+    parser.add_argument(
+        "--scenario", action="append", choices=sorted(SCENARIOS), help="default: all"
+    )
+    args = parser.parse_args(argv)
+    merged: dict[str, float] = {"interval_s": args.interval}
+    for name in args.scenario or list(SCENARIOS):
+        merged.update(asyncio.run(SCENARIOS[name](args.runs, args.interval)))
+    if args.json:
+        print(json.dumps(merged))
+    else:
+        for key, value in merged.items():
+            print(f"{key}: {value}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
