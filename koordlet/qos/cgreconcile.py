@@ -43,7 +43,9 @@ parent, which bounds them the same way).
 ``scheduling.koordinator.sh/resource-status`` annotation; for LS pods, and LS/LSR/LSE host
 applications, the LS share pool: every online CPU minus those LSR and LSE pods hold. BE cpusets
 belong to CPU suppress. **CFS quota** is unset (unlimited) on LSR and LSE pods and their
-containers: their CPUs are theirs. Host applications also get their class's CPU QoS.
+containers that have such a cpuset: their CPUs are theirs (a pod without one, such as an
+unlabelled Guaranteed pod, keeps the quota the kubelet gave it). Host applications also get
+their class's CPU QoS.
 
 Every write of a round goes to the executor as one leveled batch (parents grow before children,
 children shrink before parents; ``koordlet.executor.batch``). A knob the kernel lacks is reported
@@ -368,10 +370,11 @@ def _cpuset_plan(plan: Plan, snapshot: WorkloadSnapshot, online: frozenset[int])
                     f"resource-status CPUs {sorted(cpus - online)} are not online"
                 )
             else:
+                # Quota is lifted only for a pod bound to CPUs of its own: an unlabelled
+                # Guaranteed pod (LSR by default) keeps the limit the kubelet gave it.
                 for rel in rels:
                     plan.add("cpuset_cpus", rel, cpus, f"{cls}: resource-status cpuset")
-            for rel in rels:
-                plan.add("cpu_cfs_quota", rel, None, f"{cls}: bound to its CPUs, quota unset")
+                    plan.add("cpu_cfs_quota", rel, None, f"{cls}: bound to its CPUs, quota unset")
         elif cls is QoSClass.LS:
             if not pool:
                 plan.skipped[f"pod/{pod.name}: cpuset"] = "LS share pool is empty"

@@ -423,3 +423,21 @@ async def test_dry_run_writes_no_cpuset(rig: SimpleNamespace) -> None:
         dry.stop()
     assert fake.read("cpuset", rig.lsr.cgroup_dir, "cpuset.cpus") == before
     assert "(dry run)" in _report(rig).result
+
+
+def test_quota_is_lifted_only_for_pods_bound_to_their_own_cpus(host_root: Path) -> None:
+    fake = FakeHost(host_root, CgroupVersion.V1, CgroupDriver.CGROUPFS)
+    bound = _pod("bound", QoSClass.LSR, KubeQOS.GUARANTEED, fake, cpus="1")
+    plain = _pod("plain", QoSClass.NONE, KubeQOS.GUARANTEED, fake)  # LSR by default
+    snapshot = WorkloadSnapshot(pods={p.uid: p for p in (bound, plain)})
+    plan = build_plan(
+        qos_strategy({}),
+        fake.layout,
+        snapshot,
+        mechanism=MECH_CPU_IDLE,
+        online=frozenset(range(4)),
+        node_memory=None,
+    )
+    unset = {w.rel_dir for w in plan.writes if w.knob == "cpu_cfs_quota"}
+    assert unset == {bound.cgroup_dir, bound.containers[0].cgroup_dir}
+    assert "without a resource-status cpuset" in plan.skipped["pod/plain: cpuset"]
