@@ -158,14 +158,20 @@ def _vendor(paths: HostPaths) -> str:
     return ""
 
 
-def read_alloc_info(paths: HostPaths, groups: Iterable[str] = ()) -> AllocInfo:
-    """What the CPU flags and the mount offer; every reason names the flag, mount or file."""
+def read_alloc_info(
+    paths: HostPaths, groups: Iterable[str] = (), *, flags: frozenset[str] | None = None
+) -> AllocInfo:
+    """What the CPU flags and the mount offer; every reason names the flag, mount or file.
+
+    ``flags`` are the CPU flags when the caller has read them already (they never change).
+    """
     root = resctrl_root(paths)
-    try:
-        flags = read_cpu_flags(paths)
-    except (HostError, ParseError) as err:
-        why = f"cannot read CPU flags: {err}"
-        return AllocInfo(root, l3_reason=why, mb_reason=why)
+    if flags is None:
+        try:
+            flags = read_cpu_flags(paths)
+        except (HostError, ParseError) as err:
+            why = f"cannot read CPU flags: {err}"
+            return AllocInfo(root, l3_reason=why, mb_reason=why)
     cpuinfo = paths.proc("cpuinfo")
     l3_reason = "" if any(f in flags for f in CAT_FLAGS) else f"{cpuinfo} flags lack cat_l3"
     mb_reason = "" if any(f in flags for f in MBA_FLAGS) else f"{cpuinfo} flags lack mba"

@@ -534,11 +534,12 @@ class CgroupReconcile:
             else:
                 logger.warning("cgroup reconcile: %s of %s: %s", w.knob, w.rel_dir, err)
         gone = set(result.gone)
-        dry = self._ctx.dry_run(NAME)
+        # A dry-run value counts as applied too: its decision is audited once per cache lifetime,
+        # not every second.
         for w in writes:
             key = (w.knob, w.rel_dir)
             rel = w.rel_dir.strip("/")
-            if dry or key in failed or any(rel == g or rel.startswith(g + "/") for g in gone):
+            if key in failed or any(rel == g or rel.startswith(g + "/") for g in gone):
                 self._applied.pop(key, None)
             else:
                 self._applied[key] = (w.value, now)

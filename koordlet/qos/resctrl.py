@@ -39,14 +39,14 @@ from apis.extension import QoSClass
 from apis.slo import SchemaError
 from apis.slo_qos import ResctrlQOSConfig
 from apis.slo_strategies import ResourceQOSStrategy, strategies_of
-from koordlet.errors import HostError, InvalidValueError, UnsupportedError
+from koordlet.errors import HostError, InvalidValueError, ParseError, UnsupportedError
 from koordlet.executor.resctrl import L3, MB, AllocInfo, ResctrlWriter, read_alloc_info
 from koordlet.executor.sysctl import call_on_writer, executor_hooks
 from koordlet.qos.cgreconcile import pod_class
 from koordlet.qos.manager import StrategyContext, StrategyReport
 from koordlet.statesinformer.model import WorkloadSnapshot
 from koordlet.system.cgroups import CgroupLayout
-from koordlet.system.resctrl import RESCTRL_GROUPS
+from koordlet.system.resctrl import RESCTRL_GROUPS, read_cpu_flags
 
 logger = logging.getLogger(__name__)
 
@@ -153,6 +153,7 @@ class ResctrlReconcile:
         self._ctx = ctx
         self._writer = ResctrlWriter(ctx.host().paths, **executor_hooks(ctx.executor))
         self._reported: set[str] = set()
+        self._flags: frozenset[str] | None = None
 
     async def reconcile(self) -> None:
         ctx = self._ctx
@@ -193,7 +194,14 @@ class ResctrlReconcile:
     def _apply(self, plans: list[GroupPlan], layout: CgroupLayout) -> _Round:
         """On the writer thread: check support, then groups, schemata and tasks."""
         out = _Round()
-        info = read_alloc_info(self._writer.paths, RESCTRL_GROUPS)
+        if self._flags is None:
+            try:
+                self._flags = read_cpu_flags(self._writer.paths)
+            except (HostError, ParseError) as err:
+                out.unsupported = f"cannot read CPU flags: {err}"
+                self._once("resctrl", out.unsupported)
+                return out
+        info = read_alloc_info(self._writer.paths, RESCTRL_GROUPS, flags=self._flags)
         if not info.usable:
             out.unsupported = f"L3 CAT: {info.l3_reason}; MBA: {info.mb_reason}"
             self._once("resctrl", out.unsupported)
