@@ -20,6 +20,14 @@ class ContainerInfo:
     """``containerd``, ``cri-o``, ``docker`` or ``unknown`` (from the cgroup name)."""
     cgroup_dir: str
     """Cgroup directory relative to a controller root (v1) or the unified root (v2)."""
+    cpu_request_milli: int | None = None
+    """CPU request in milli-cores; None when the source does not know (kubelet-free discovery)."""
+    cpu_limit_milli: int | None = None
+    """CPU limit in milli-cores; None when unknown or unlimited."""
+    memory_request_bytes: int | None = None
+    """Memory request in bytes; None when unknown."""
+    memory_limit_bytes: int | None = None
+    """Memory limit in bytes; None when unknown or unlimited."""
 
 
 @dataclass(frozen=True, slots=True)
