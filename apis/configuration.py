@@ -7,9 +7,11 @@ Each data key holds a JSON document:
 - ``cpu-normalization-config`` and ``resource-amplification-config``: typed here too
   (:class:`CPUNormalizationStrategy`, :class:`ResourceAmplificationStrategy`), same layout.
 - ``resource-threshold-config``, ``resource-qos-config``, ``cpu-burst-config``,
-  ``system-config``: ``clusterStrategy`` plus ``nodeStrategies``; kept raw (read-only) with their
-  shape and node selectors checked. ``host-application-config``: ``applications`` plus
-  ``nodeConfigs``, each application checked as a NodeSLO host application.
+  ``system-config``: ``clusterStrategy`` plus ``nodeStrategies``; each strategy checked by the
+  NodeSLO section parsers of ``apis.slo_strategies`` (field names, types, upstream's ranges),
+  node selectors checked, and kept raw (read-only) for the NodeSLO controller to merge.
+  ``host-application-config``: ``applications`` plus ``nodeConfigs``, each application checked
+  as a NodeSLO host application.
 
 Defaults are Koordinator's (``pkg/util/sloconfig``). Errors are :class:`~apis.slo.SchemaError`
 naming the key and the field (``colocation-config: nodeConfigs[0].cpuReclaimThresholdPercent:
@@ -29,6 +31,12 @@ from types import MappingProxyType
 from typing import Any, Generic, TypeVar
 
 from apis.slo import SchemaError, freeze, parse_node_slo
+from apis.slo_qos import parse_resource_qos_strategy
+from apis.slo_strategies import (
+    parse_cpu_burst_strategy,
+    parse_resource_threshold_strategy,
+    parse_system_strategy,
+)
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -623,12 +631,31 @@ def _parse_scoped(
     return cluster, tuple(nodes)
 
 
-def _check_strategy_key(ctx: _Ctx, doc: Mapping[str, Any]) -> None:
+_STRATEGY_PARSERS: Mapping[str, Callable[..., Any]] = {
+    RESOURCE_THRESHOLD_CONFIG_KEY: parse_resource_threshold_strategy,
+    RESOURCE_QOS_CONFIG_KEY: parse_resource_qos_strategy,
+    CPU_BURST_CONFIG_KEY: parse_cpu_burst_strategy,
+    SYSTEM_CONFIG_KEY: parse_system_strategy,
+}
+"""Each ``clusterStrategy``/``nodeStrategies`` key → the NodeSLO section parser checking it."""
+
+
+def _check_strategy_key(ctx: _Ctx, key: str, doc: Mapping[str, Any]) -> None:
+    parse = _STRATEGY_PARSERS[key]
     ctx.unknown(doc, ("clusterStrategy", "nodeStrategies"), "")
-    ctx.obj(doc.get("clusterStrategy"), "clusterStrategy")
+    if doc.get("clusterStrategy") is not None:
+        parse(
+            ctx.obj(doc["clusterStrategy"], "clusterStrategy"),
+            path="clusterStrategy",
+            source=ctx.source,
+            strict=ctx.strict,
+        )
     for i, item in enumerate(_list(ctx, doc.get("nodeStrategies"), "nodeStrategies")):
         path = f"nodeStrategies[{i}]"
-        _profile(ctx, ctx.obj(item, path), path, need_match_labels=False)
+        obj = ctx.obj(item, path)
+        _profile(ctx, obj, path, need_match_labels=False)
+        fields_only = {k: v for k, v in obj.items() if k not in _PROFILE_KEYS}
+        parse(fields_only, path=path, source=ctx.source, strict=ctx.strict)
 
 
 def _check_host_applications(ctx: _Ctx, doc: Mapping[str, Any]) -> None:
@@ -706,7 +733,7 @@ def parse_slo_controller_config(
             )
         else:
             if key in _STRATEGY_KEYS:
-                _check_strategy_key(ctx, doc)
+                _check_strategy_key(ctx, key, doc)
             else:
                 _check_host_applications(ctx, doc)
             raw[key] = freeze(doc)

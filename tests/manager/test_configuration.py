@@ -258,3 +258,57 @@ def test_upstreams_sample_values_parse() -> None:
     strategy, name = cfg.colocation.for_node({"kubernetes.io/kernel": "alios"})
     assert name == "alios"
     assert (strategy.update_time_threshold_seconds, strategy.resource_diff_threshold) == (360, 0.2)
+
+
+@pytest.mark.parametrize(
+    ("key", "doc", "field"),
+    [
+        ("cpu-burst-config", {"clusterStrategy": {"policy": "bogus"}}, "clusterStrategy.policy"),
+        (
+            "resource-threshold-config",
+            {
+                "nodeStrategies": [
+                    {"name": "n", "nodeSelector": {}, "cpuSuppressThresholdPercent": "x"}
+                ]
+            },
+            "nodeStrategies[0].cpuSuppressThresholdPercent",
+        ),
+        (
+            "system-config",
+            {"clusterStrategy": {"minFreeKbytesFactr": 100}},
+            "clusterStrategy.minFreeKbytesFactr",
+        ),
+    ],
+)
+def test_strategy_keys_are_checked_by_the_nodeslo_section_parsers(
+    key: str, doc: dict[str, object], field: str
+) -> None:
+    with pytest.raises(SchemaError) as info:
+        parse_slo_controller_config(config_map(**{key.replace("-", "_"): doc}), "cm")
+    assert info.value.source == f"cm: {key}"
+    assert info.value.field == field
+
+
+def test_upstreams_sample_strategy_keys_parse() -> None:
+    cfg = parse_slo_controller_config(
+        config_map(
+            cpu_burst_config={
+                "clusterStrategy": {
+                    "policy": "none",
+                    "cpuBurstPercent": 1000,
+                    "cfsQuotaBurstPercent": 300,
+                },
+                "nodeStrategies": [
+                    {
+                        "name": "alios",
+                        "nodeSelector": {"matchLabels": {"kubernetes.io/kernel": "alios"}},
+                        "policy": "cfsQuotaBurstOnly",
+                        "cfsQuotaBurstPercent": 400,
+                    }
+                ],
+            },
+            resource_qos_config={"clusterStrategy": {"beClass": {"memoryQOS": {"wmarkRatio": 90}}}},
+        ),
+        "cm",
+    )
+    assert set(cfg.raw) == {"cpu-burst-config", "resource-qos-config"}
