@@ -39,7 +39,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from apis.extension import QoSClass
-from apis.slo import DEFAULT_RESOURCE_USED_THRESHOLD_WITH_BE
+from apis.slo import SchemaError, thaw
+from apis.slo_strategies import CPUEvictPolicy, parse_resource_threshold_strategy
 from koordlet.metriccache import series
 from koordlet.qos.evictor import (
     EVICT_REASON_PREFIX,
@@ -86,11 +87,6 @@ DEFAULT_COOL_TIME = 20.0
 # Settings ------------------------------------------------------------------------------------
 
 
-def _int(raw: Mapping[str, Any], key: str) -> int | None:
-    value = raw.get(key)
-    return None if isinstance(value, bool) or not isinstance(value, int) else value
-
-
 @dataclass(frozen=True, slots=True)
 class CPUEvictSettings:
     """The ``resourceUsedThresholdWithBE`` fields CPU eviction reads, merged over defaults."""
@@ -111,21 +107,23 @@ class CPUEvictSettings:
 
 
 def settings_of(raw: Mapping[str, Any] | None) -> CPUEvictSettings:
-    """Settings from the raw ``resourceUsedThresholdWithBE`` merged over upstream's defaults."""
-    m = {**DEFAULT_RESOURCE_USED_THRESHOLD_WITH_BE, **(raw or {})}
+    """Settings from the raw ``resourceUsedThresholdWithBE``, parsed and merged over upstream's
+    defaults by ``apis.slo_strategies``. Raises :class:`apis.slo.SchemaError` for a value
+    outside the CRD's ranges."""
+    t = parse_resource_threshold_strategy(thaw(raw), strict=False)
     return CPUEvictSettings(
-        enabled=m.get("enable") is True,
-        satisfaction_lower=_int(m, "cpuEvictBESatisfactionLowerPercent"),
-        satisfaction_upper=_int(m, "cpuEvictBESatisfactionUpperPercent"),
-        be_usage_threshold=_int(m, "cpuEvictBEUsageThresholdPercent"),
-        threshold=_int(m, "cpuEvictThresholdPercent"),
-        lower=_int(m, "cpuEvictLowerPercent"),
-        window=_int(m, "cpuEvictTimeWindowSeconds"),
-        by_allocatable=m.get("cpuEvictPolicy") == "evictByAllocatable",
-        evict_enabled_priority_threshold=_int(m, "evictEnabledPriorityThreshold"),
-        allocatable_threshold=_int(m, "cpuAllocatableEvictThresholdPercent"),
-        allocatable_lower=_int(m, "cpuAllocatableEvictLowerPercent"),
-        allocatable_priority_threshold=_int(m, "allocatableEvictPriorityThreshold"),
+        enabled=t.enable,
+        satisfaction_lower=t.cpu_evict_be_satisfaction_lower_percent,
+        satisfaction_upper=t.cpu_evict_be_satisfaction_upper_percent,
+        be_usage_threshold=t.cpu_evict_be_usage_threshold_percent,
+        threshold=t.cpu_evict_threshold_percent,
+        lower=t.cpu_evict_lower_percent,
+        window=t.cpu_evict_time_window_seconds,
+        by_allocatable=t.cpu_evict_policy is CPUEvictPolicy.BY_ALLOCATABLE,
+        evict_enabled_priority_threshold=t.evict_enabled_priority_threshold,
+        allocatable_threshold=t.cpu_allocatable_evict_threshold_percent,
+        allocatable_lower=t.cpu_allocatable_evict_lower_percent,
+        allocatable_priority_threshold=t.allocatable_evict_priority_threshold,
     )
 
 
@@ -335,6 +333,7 @@ class CPUEvict:
         self._clock = clock
         self._last_evict = clock()  # upstream starts the cool-down at start-up
         self._lock = asyncio.Lock()
+        self._parsed: tuple[object, CPUEvictSettings] | None = None
 
     async def reconcile(self) -> None:
         async with self._lock:
@@ -347,7 +346,14 @@ class CPUEvict:
             left = self.cool_time - (now - self._last_evict)
             ctx.report(name, StrategyReport({}, f"cool-down, {left:.1f}s left"))
             return []
-        s = settings_of(ctx.node_slo().resource_used_threshold_with_be)
+        raw = ctx.node_slo().resource_used_threshold_with_be
+        try:
+            if self._parsed is None or self._parsed[0] is not raw:
+                self._parsed = (raw, settings_of(raw))
+            s = self._parsed[1]
+        except SchemaError as err:
+            ctx.report(name, StrategyReport({}, f"skip: invalid NodeSLO: {err}"))
+            return []
         if not s.enabled:
             ctx.report(name, StrategyReport({}, "disabled in NodeSLO"))
             return []

@@ -42,7 +42,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from apis.extension import QoSClass
-from apis.slo import DEFAULT_RESOURCE_USED_THRESHOLD_WITH_BE
+from apis.slo import SchemaError, thaw
+from apis.slo_strategies import parse_resource_threshold_strategy
 from koordlet.events.watches import PressureEvent
 from koordlet.metriccache import series
 from koordlet.qos.evictor import (
@@ -99,13 +100,6 @@ class InvalidThreshold(ValueError):
 # Settings ------------------------------------------------------------------------------------
 
 
-def _int(raw: Mapping[str, Any], key: str) -> int | None:
-    value = raw.get(key)
-    if isinstance(value, bool) or not isinstance(value, int):
-        return None
-    return value
-
-
 @dataclass(frozen=True, slots=True)
 class MemoryEvictSettings:
     """The ``resourceUsedThresholdWithBE`` fields memory eviction reads, merged over defaults."""
@@ -127,16 +121,18 @@ class MemoryEvictSettings:
 
 
 def settings_of(raw: Mapping[str, Any] | None) -> MemoryEvictSettings:
-    """Settings from the raw ``resourceUsedThresholdWithBE`` merged over upstream's defaults."""
-    merged = {**DEFAULT_RESOURCE_USED_THRESHOLD_WITH_BE, **(raw or {})}
+    """Settings from the raw ``resourceUsedThresholdWithBE``, parsed and merged over upstream's
+    defaults by ``apis.slo_strategies`` (unknown fields ignored). Raises
+    :class:`apis.slo.SchemaError` for a value outside the CRD's ranges."""
+    t = parse_resource_threshold_strategy(thaw(raw), strict=False)
     return MemoryEvictSettings(
-        enabled=merged.get("enable") is True,
-        threshold=_int(merged, "memoryEvictThresholdPercent"),
-        lower=_int(merged, "memoryEvictLowerPercent"),
-        evict_enabled_priority_threshold=_int(merged, "evictEnabledPriorityThreshold"),
-        allocatable_threshold=_int(merged, "memoryAllocatableEvictThresholdPercent"),
-        allocatable_lower=_int(merged, "memoryAllocatableEvictLowerPercent"),
-        allocatable_priority_threshold=_int(merged, "allocatableEvictPriorityThreshold"),
+        enabled=t.enable,
+        threshold=t.memory_evict_threshold_percent,
+        lower=t.memory_evict_lower_percent,
+        evict_enabled_priority_threshold=t.evict_enabled_priority_threshold,
+        allocatable_threshold=t.memory_allocatable_evict_threshold_percent,
+        allocatable_lower=t.memory_allocatable_evict_lower_percent,
+        allocatable_priority_threshold=t.allocatable_evict_priority_threshold,
     )
 
 
@@ -363,6 +359,7 @@ class MemoryEvict:
         self._tasks: set[asyncio.Task[None]] = set()
         self._event_waiting = False
         self._near = False
+        self._parsed: tuple[object, MemoryEvictSettings] | None = None
         self.event_rounds = 0
         """Rounds run on a pressure event."""
 
@@ -386,7 +383,11 @@ class MemoryEvict:
             left = self.cool_time - (now - self._last_evict)
             ctx.report(name, StrategyReport({"trigger": trigger}, f"cool-down, {left:.1f}s left"))
             return []
-        settings = settings_of(ctx.node_slo().resource_used_threshold_with_be)
+        try:
+            settings = self._settings()
+        except SchemaError as err:
+            ctx.report(name, StrategyReport({"trigger": trigger}, f"skip: invalid NodeSLO: {err}"))
+            return []
         if not settings.enabled:
             ctx.report(name, StrategyReport({"trigger": trigger}, "disabled in NodeSLO"))
             return []
@@ -555,6 +556,16 @@ class MemoryEvict:
 
     # Inputs ----------------------------------------------------------------------------------
 
+    def _settings(self) -> MemoryEvictSettings:
+        """The NodeSLO's settings, parsed again only when the NodeSLO section changes."""
+        raw = self.ctx.node_slo().resource_used_threshold_with_be
+        cached = self._parsed
+        if cached is not None and cached[0] is raw:
+            return cached[1]
+        settings = settings_of(raw)
+        self._parsed = (raw, settings)
+        return settings
+
     def capacity(self) -> int | None:
         """Node memory capacity in bytes, or None when unknown."""
         if self._capacity_fn is not None:
@@ -581,7 +592,10 @@ class MemoryEvict:
         if ctx.events is None:
             return None
         host = ctx.host()
-        settings = settings_of(ctx.node_slo().resource_used_threshold_with_be)
+        try:
+            settings = self._settings()
+        except SchemaError:
+            return None
         if not settings.enabled:
             return None
         if host.layout.version is CgroupVersion.V2 or WATCH_NAME in ctx.events.unsupported:

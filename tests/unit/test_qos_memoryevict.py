@@ -498,3 +498,13 @@ async def test_a_pressure_event_runs_a_round_at_once() -> None:
     assert rig.backend.evicted == ["ns/p1"]
     assert rig.strategy.event_rounds == 1
     await rig.strategy.close()
+
+
+async def test_a_nodeslo_with_the_lower_bound_above_the_threshold_evicts_nobody() -> None:
+    rig = make_rig(BE_AND_LS, slo={"memoryEvictLowerPercent": 80})
+    rig.sample(9.5 * GiB, {1: GiB, 2: GiB, 3: GiB})
+    await rig.strategy.reconcile()
+    assert rig.backend.evicted == []
+    decision = rig.ctx.book.describe("memoryevict")["last_round"]["decision"]
+    assert decision.startswith("skip: invalid NodeSLO")
+    assert "memoryEvictLowerPercent" in decision
