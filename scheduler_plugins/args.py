@@ -1,0 +1,99 @@
+"""Reading a plugin's ``args`` map (``pluginConfig[].args`` of a KubeSchedulerConfiguration) into
+typed values, every error naming the file and the field (``pluginConfig[LoadAwareScheduling].
+args.usageThresholds.cpu``)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from kubeclient.units import parse_duration
+from scheduler_plugins.errors import PluginArgsError
+
+
+class ArgsReader:
+    """Typed access to one plugin's args."""
+
+    def __init__(self, args: Mapping[str, Any] | None, source: str, plugin: str) -> None:
+        self.args = dict(args or {})
+        self.source = source
+        self.where = f"pluginConfig[{plugin}].args"
+
+    def fail(self, key: str, message: str) -> PluginArgsError:
+        """The error for ``key``."""
+        return PluginArgsError(self.source, f"{self.where}.{key}" if key else self.where, message)
+
+    def boolean(self, key: str, default: bool) -> bool:
+        """A boolean field."""
+        value = self.args.get(key)
+        if value is None:
+            return default
+        if not isinstance(value, bool):
+            raise self.fail(key, f"must be true or false, got {value!r}")
+        return value
+
+    def integer(self, key: str, default: int, *, minimum: int | None = None) -> int:
+        """An integer field, optionally bounded below."""
+        value = self.args.get(key)
+        if value is None:
+            return default
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise self.fail(key, f"must be an integer, got {value!r}")
+        if minimum is not None and value < minimum:
+            raise self.fail(key, f"must be at least {minimum}, got {value}")
+        return value
+
+    def string(self, key: str, default: str, choices: tuple[str, ...] | None = None) -> str:
+        """A string field, optionally one of ``choices``."""
+        value = self.args.get(key)
+        if value is None:
+            return default
+        if not isinstance(value, str):
+            raise self.fail(key, f"must be a string, got {value!r}")
+        if choices is not None and value not in choices:
+            raise self.fail(key, f"must be one of {', '.join(choices)}, got {value!r}")
+        return value
+
+    def duration(self, key: str, default: float) -> float:
+        """A Go duration string (``"5m"``) in seconds."""
+        value = self.args.get(key)
+        if value is None:
+            return default
+        try:
+            return parse_duration(str(value))
+        except ValueError as err:
+            raise self.fail(key, str(err)) from err
+
+    def percent_map(
+        self, key: str, default: Mapping[str, int] | None, *, low: int = 0, high: int = 100
+    ) -> dict[str, int] | None:
+        """A map resource name → integer in ``[low, high]`` (thresholds, weights, factors)."""
+        value = self.args.get(key)
+        if value is None:
+            return dict(default) if default is not None else None
+        return int_map(value, self, key, low, high)
+
+    def section(self, key: str) -> ArgsReader | None:
+        """A nested object as its own reader (``aggregated``), ``None`` when absent."""
+        value = self.args.get(key)
+        if value is None:
+            return None
+        if not isinstance(value, Mapping):
+            raise self.fail(key, "must be an object")
+        sub = ArgsReader(value, self.source, "")
+        sub.where = f"{self.where}.{key}"
+        return sub
+
+
+def int_map(value: Any, reader: ArgsReader, key: str, low: int, high: int) -> dict[str, int]:
+    """Validate ``value`` as a map of integers in ``[low, high]``."""
+    if not isinstance(value, Mapping):
+        raise reader.fail(key, f"must be a map of resource name to integer, got {value!r}")
+    out: dict[str, int] = {}
+    for name, v in value.items():
+        if isinstance(v, bool) or not isinstance(v, int):
+            raise reader.fail(f"{key}.{name}", f"must be an integer, got {v!r}")
+        if not low <= v <= high:
+            raise reader.fail(f"{key}.{name}", f"must be in [{low}, {high}], got {v}")
+        out[str(name)] = v
+    return out

@@ -1,0 +1,285 @@
+"""The scheduling framework: filter, score, normalize, weigh, reserve, over a snapshot.
+
+As kube-scheduler's framework does it, in one synchronous call per pod:
+
+1. **PreFilter** per plugin: a pod-level verdict (a gang that is not complete, a quota that is
+   full) rejects the pod on every node with that reason.
+2. **Filter** per plugin over the nodes (a plugin sees all candidate nodes at once, so it can
+   loop tightly over what it precomputed per node). ``all_verdicts`` (explain) runs every
+   plugin on every node and keeps every reason; otherwise a node leaves the candidate list at its
+   first failure, as the scheduler does.
+3. **Score** per plugin over the feasible nodes; a plugin that has nothing to say about this pod
+   (``None``) takes no part. Each plugin's scores are normalized to 0..100, then the node's score
+   is the weighted mean ``sum(weight * score) // sum(weight)`` over the plugins that scored.
+4. **Reserve** on the chosen node: each plugin may return annotations to patch on the pod
+   (NodeNUMAResource's ``scheduling.koordinator.sh/resource-status``); a failure unreserves the
+   plugins already reserved, in reverse order.
+
+Plugins subclass :class:`Plugin`; nothing registers itself: ``table.PLUGINS`` lists them.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from scheduler_plugins.errors import SchedulerError
+from scheduler_plugins.snapshot import NodeInfo, PodInfo, Snapshot
+
+MAX_NODE_SCORE = 100
+"""``framework.MaxNodeScore``."""
+
+
+class ReserveError(SchedulerError):
+    """A plugin could not reserve what it promised at filter time."""
+
+
+@dataclass(slots=True)
+class Cycle:
+    """One scheduling cycle of one pod: the snapshot, the clock, and plugins' scratch data
+    (``CycleState``)."""
+
+    snapshot: Snapshot
+    """What the plugins read."""
+    now: float
+    """Epoch seconds of this cycle (NodeMetric expiry, reservation expiry, gang timeouts)."""
+    data: dict[str, Any] = field(default_factory=dict)
+    """Per-plugin scratch, keyed by plugin name."""
+
+
+class Plugin:
+    """A scheduling plugin. Override the steps the plugin implements; the defaults pass."""
+
+    name: ClassVar[str] = ""
+    """Koordinator's plugin name (``LoadAwareScheduling``)."""
+
+    def pre_filter(self, cycle: Cycle, pod: PodInfo) -> str | None:
+        """A reason to reject the pod on every node, or ``None``."""
+        return None
+
+    def filter(self, cycle: Cycle, pod: PodInfo, node: NodeInfo) -> str | None:
+        """The reason ``node`` cannot run ``pod``, or ``None`` when it can."""
+        return None
+
+    def filter_nodes(self, cycle: Cycle, pod: PodInfo, nodes: Sequence[NodeInfo]) -> dict[str, str]:
+        """Failure reasons by node name over ``nodes`` (absent: feasible)."""
+        out: dict[str, str] = {}
+        for node in nodes:
+            reason = self.filter(cycle, pod, node)
+            if reason is not None:
+                out[node.name] = reason
+        return out
+
+    def score(self, cycle: Cycle, pod: PodInfo, node: NodeInfo) -> int | None:
+        """The raw score of ``node``; ``None`` when the plugin does not score this pod."""
+        return None
+
+    def score_nodes(
+        self, cycle: Cycle, pod: PodInfo, nodes: Sequence[NodeInfo]
+    ) -> dict[str, int] | None:
+        """Raw scores by node name; ``None`` when the plugin does not score this pod."""
+        out: dict[str, int] = {}
+        for node in nodes:
+            s = self.score(cycle, pod, node)
+            if s is None:
+                return None
+            out[node.name] = s
+        return out
+
+    def normalize(self, scores: dict[str, int]) -> dict[str, int]:
+        """Scores on the 0..100 scale; the default clamps (plugins that already score 0..100)."""
+        return {n: max(0, min(MAX_NODE_SCORE, s)) for n, s in scores.items()}
+
+    def reserve(self, cycle: Cycle, pod: PodInfo, node: NodeInfo) -> dict[str, str]:
+        """Hold what the pod gets on ``node``; annotations to patch on the pod. Raises
+        :class:`ReserveError`."""
+        return {}
+
+    def unreserve(self, cycle: Cycle, pod: PodInfo, node: NodeInfo) -> None:
+        """Undo :meth:`reserve`."""
+
+
+def default_normalize(scores: dict[str, int]) -> dict[str, int]:
+    """kube-scheduler's ``DefaultNormalizeScore``: scale so the highest score is 100."""
+    top = max(scores.values(), default=0)
+    if top <= 0:
+        return dict.fromkeys(scores, 0)
+    return {n: s * MAX_NODE_SCORE // top for n, s in scores.items()}
+
+
+@dataclass(slots=True)
+class NodeResult:
+    """The verdict for one node."""
+
+    feasible: bool = True
+    """No plugin rejected the node."""
+    reasons: list[str] = field(default_factory=list)
+    """Why not, in Koordinator's words, in plugin order."""
+    rejected_by: dict[str, str] = field(default_factory=dict)
+    """Plugin name → its reason."""
+    scores: dict[str, int] = field(default_factory=dict)
+    """Plugin name → normalized score (0..100), feasible nodes only."""
+    score: int = 0
+    """Weighted total (0..100)."""
+
+
+@dataclass(slots=True)
+class Evaluation:
+    """Filter and score results for one pod."""
+
+    nodes: dict[str, NodeResult]
+    """By node name, in snapshot order."""
+    scoring_plugins: list[str]
+    """Plugins that scored this pod."""
+
+    def best(self) -> str | None:
+        """The feasible node with the highest total (ties: first in snapshot order)."""
+        best: str | None = None
+        top = -1
+        for name, r in self.nodes.items():
+            if r.feasible and r.score > top:
+                best, top = name, r.score
+        return best
+
+    def as_json(self) -> dict[str, Any]:
+        """``{"nodes": {NODE: {"feasible", "reasons", "scores", "score"}}}``."""
+        return {
+            "nodes": {
+                name: {
+                    "feasible": r.feasible,
+                    "reasons": list(r.reasons),
+                    "scores": dict(r.scores),
+                    "score": r.score,
+                }
+                for name, r in self.nodes.items()
+            }
+        }
+
+
+class Framework:
+    """Runs a list of plugins for a pod."""
+
+    def __init__(self, plugins: Sequence[Plugin], weights: Mapping[str, int] | None = None) -> None:
+        self.plugins = list(plugins)
+        self.weights = {p.name: (weights or {}).get(p.name, 1) for p in self.plugins}
+
+    def new_cycle(self, snapshot: Snapshot, now: float | None = None) -> Cycle:
+        """A fresh :class:`Cycle` (``now`` defaults to the wall clock)."""
+        return Cycle(snapshot, time.time() if now is None else now)
+
+    def filter(
+        self,
+        cycle: Cycle,
+        pod: PodInfo,
+        nodes: Sequence[NodeInfo],
+        *,
+        all_verdicts: bool = False,
+    ) -> dict[str, NodeResult]:
+        """Filter verdicts for ``nodes``."""
+        results = {n.name: NodeResult() for n in nodes}
+        for plugin in self.plugins:
+            reason = plugin.pre_filter(cycle, pod)
+            if reason is not None:
+                for r in results.values():
+                    r.feasible = False
+                    r.reasons.append(reason)
+                    r.rejected_by[plugin.name] = reason
+                if not all_verdicts:
+                    return results
+        candidates = list(nodes)
+        for plugin in self.plugins:
+            if not candidates:
+                break
+            failed = plugin.filter_nodes(cycle, pod, candidates)
+            if not failed:
+                continue
+            for name, reason in failed.items():
+                r = results[name]
+                r.feasible = False
+                r.reasons.append(reason)
+                r.rejected_by[plugin.name] = reason
+            if not all_verdicts:
+                candidates = [n for n in candidates if n.name not in failed]
+        return results
+
+    def score(
+        self, cycle: Cycle, pod: PodInfo, nodes: Sequence[NodeInfo], results: dict[str, NodeResult]
+    ) -> list[str]:
+        """Fill ``scores`` and ``score`` of ``results`` for ``nodes``; the plugins that scored."""
+        scoring: list[str] = []
+        if not nodes:
+            return scoring
+        totals = dict.fromkeys((n.name for n in nodes), 0)
+        weight_sum = 0
+        for plugin in self.plugins:
+            raw = plugin.score_nodes(cycle, pod, nodes)
+            if raw is None:
+                continue
+            scoring.append(plugin.name)
+            weight = self.weights[plugin.name]
+            weight_sum += weight
+            for name, s in plugin.normalize(raw).items():
+                results[name].scores[plugin.name] = s
+                totals[name] += weight * s
+        if weight_sum:
+            for name, total in totals.items():
+                results[name].score = total // weight_sum
+        return scoring
+
+    def evaluate(
+        self,
+        snapshot: Snapshot,
+        pod: PodInfo,
+        *,
+        now: float | None = None,
+        node_names: Sequence[str] | None = None,
+        all_verdicts: bool = False,
+        cycle: Cycle | None = None,
+    ) -> Evaluation:
+        """Filter then score ``pod`` over ``node_names`` (default: every node of the snapshot;
+        unknown names are infeasible with reason ``node(s) not found``)."""
+        cycle = cycle or self.new_cycle(snapshot, now)
+        missing: list[str] = []
+        if node_names is None:
+            nodes = list(snapshot.nodes.values())
+        else:
+            nodes = []
+            for name in node_names:
+                node = snapshot.nodes.get(name)
+                if node is None:
+                    missing.append(name)
+                else:
+                    nodes.append(node)
+        results = self.filter(cycle, pod, nodes, all_verdicts=all_verdicts)
+        feasible = [n for n in nodes if results[n.name].feasible]
+        scoring = self.score(cycle, pod, feasible, results)
+        for name in missing:
+            results[name] = NodeResult(False, ["node(s) not found"])
+        return Evaluation(results, scoring)
+
+    def reserve(self, cycle: Cycle, pod: PodInfo, node_name: str) -> dict[str, str]:
+        """Reserve ``pod`` on ``node_name`` in every plugin and assume it in the snapshot;
+        the annotations to patch on the pod. Raises :class:`ReserveError` after unreserving."""
+        node = cycle.snapshot.nodes[node_name]
+        done: list[Plugin] = []
+        annotations: dict[str, str] = {}
+        try:
+            for plugin in self.plugins:
+                annotations.update(plugin.reserve(cycle, pod, node))
+                done.append(plugin)
+        except ReserveError:
+            for plugin in reversed(done):
+                plugin.unreserve(cycle, pod, node)
+            raise
+        pod.annotations.update(annotations)
+        cycle.snapshot.assume(pod, node_name)
+        return annotations
+
+    def unreserve(self, cycle: Cycle, pod: PodInfo, node_name: str) -> None:
+        """Undo :meth:`reserve` (plugins in reverse order, then forget the pod)."""
+        node = cycle.snapshot.nodes[node_name]
+        cycle.snapshot.forget(pod)
+        for plugin in reversed(self.plugins):
+            plugin.unreserve(cycle, pod, node)

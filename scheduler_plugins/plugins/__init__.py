@@ -1,0 +1,1 @@
+"""One scheduling plugin per module; ``scheduler_plugins.table`` lists them."""

@@ -1,0 +1,474 @@
+"""LoadAwareScheduling: avoid nodes whose real usage (NodeMetric) is high; prefer the least used.
+
+Koordinator's semantics (``pkg/scheduler/plugins/loadaware``), re-implemented:
+
+- **Filter.** A node without a NodeMetric, or whose NodeMetric has no ``status.nodeMetric``,
+  passes (load awareness is an optimization). A NodeMetric whose ``updateTime`` is older than
+  ``nodeMetricExpirationSeconds`` (180) is *expired*: with ``filterExpiredNodeMetrics`` (true)
+  the node is rejected, ``node(s) nodeMetric expired``, unless
+  ``enableScheduleWhenNodeMetricsExpired`` (false) lets it pass unfiltered. DaemonSet pods
+  always pass. Otherwise the node's estimated usage is its reported usage plus, for pods
+  assigned too recently to be in the report (not in ``podsMetric``, or bound after
+  ``updateTime - reportInterval``), their estimate less what was reported for them; the node is
+  rejected when ``round(100 * estimated / allocatable) > threshold``, first for what runs there,
+  then with the incoming pod's estimate added: ``node(s) cpu usage exceed threshold``.
+  Thresholds: ``usageThresholds`` (cpu 65, memory 95); with ``aggregated.usageThresholds`` the
+  percentile usage of ``aggregated.usageAggregationType`` over
+  ``usageAggregatedDuration`` (longest reported window when unset) is used instead
+  (``node(s) cpu aggregated usage exceed threshold``); for a koord-prod pod with
+  ``prodUsageThresholds``, only prod pods' usage counts. A node annotation
+  ``scheduling.koordinator.sh/usage-thresholds`` (``{"usageThresholds": ...,
+  "prodUsageThresholds": ..., "aggregatedUsage": ...}``) overrides the args for that node.
+- **Estimator.** Per resource of ``resourceWeights``: the pod's request of the resource its
+  priority class uses (koord-batch: ``kubernetes.io/batch-cpu``, koord-mid: ``mid-cpu``...),
+  times ``estimatedScalingFactors`` (cpu 85 %, memory 70 %); a limit above the request is used
+  at 100 %; no request at all counts 250m cpu and 200 MiB memory.
+- **Score.** ``sum(weight * (alloc - used) * 100 // alloc) // sum(weight)`` over
+  ``resourceWeights`` (cpu 1, memory 1), with ``used`` the estimate above plus the pod's; 0 for
+  a node without a usable NodeMetric. With ``scoreAccordingProdUsage`` a prod pod is scored on
+  prod usage only; ``aggregated.scoreAggregationType`` scores on a percentile.
+- **Reserve** needs nothing beyond the framework's assume: an assumed pod is a recent pod.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from scheduler_plugins.args import ArgsReader, int_map
+from scheduler_plugins.errors import PluginArgsError
+from scheduler_plugins.framework import Cycle, Plugin
+from scheduler_plugins.snapshot import (
+    PRIORITY_BATCH,
+    PRIORITY_MID,
+    PRIORITY_PROD,
+    NodeInfo,
+    NodeMetricInfo,
+    PodInfo,
+    ResourceList,
+)
+
+NAME = "LoadAwareScheduling"
+ERR_USAGE = "node(s) %s usage exceed threshold"
+ERR_AGGREGATED_USAGE = "node(s) %s aggregated usage exceed threshold"
+ERR_EXPIRED = "node(s) nodeMetric expired"
+ANNOTATION_CUSTOM_USAGE_THRESHOLDS = "scheduling.koordinator.sh/usage-thresholds"
+"""Node annotation overriding the thresholds for that node."""
+
+DEFAULT_MILLI_CPU_REQUEST = 250
+"""Estimate of a pod that requests no CPU (milli-cores)."""
+DEFAULT_MEMORY_REQUEST = 200 * 1024 * 1024
+"""Estimate of a pod that requests no memory (bytes)."""
+AGGREGATION_TYPES = ("avg", "p50", "p90", "p95", "p99")
+
+_TRANSLATE = {
+    PRIORITY_BATCH: {"cpu": "kubernetes.io/batch-cpu", "memory": "kubernetes.io/batch-memory"},
+    PRIORITY_MID: {"cpu": "kubernetes.io/mid-cpu", "memory": "kubernetes.io/mid-memory"},
+}
+
+
+@dataclass(frozen=True, slots=True)
+class AggregatedArgs:
+    """``LoadAwareSchedulingArgs.aggregated``."""
+
+    usage_thresholds: dict[str, int]
+    """``usageThresholds``: percent per resource on the aggregated usage; empty: not used."""
+    usage_aggregation_type: str
+    """``usageAggregationType`` (``avg``, ``p50``, ``p90``, ``p95``, ``p99``)."""
+    usage_aggregated_duration: float
+    """``usageAggregatedDuration`` in seconds; 0: the longest window reported."""
+    score_aggregation_type: str
+    """``scoreAggregationType``; empty: score on the instant usage."""
+    score_aggregated_duration: float
+    """``scoreAggregatedDuration`` in seconds; 0: the longest window reported."""
+
+
+@dataclass(frozen=True, slots=True)
+class LoadAwareArgs:
+    """``LoadAwareSchedulingArgs``, Koordinator's defaults."""
+
+    filter_expired_node_metrics: bool = True
+    """``filterExpiredNodeMetrics``: treat nodes with an expired NodeMetric specially."""
+    enable_schedule_when_node_metrics_expired: bool = False
+    """``enableScheduleWhenNodeMetricsExpired``: let such nodes pass instead of rejecting them."""
+    node_metric_expiration_seconds: int = 180
+    """``nodeMetricExpirationSeconds``."""
+    resource_weights: Mapping[str, int] | None = None
+    """``resourceWeights`` (default cpu 1, memory 1)."""
+    usage_thresholds: Mapping[str, int] | None = None
+    """``usageThresholds`` in percent (default cpu 65, memory 95)."""
+    prod_usage_thresholds: Mapping[str, int] | None = None
+    """``prodUsageThresholds`` in percent for koord-prod pods (default none)."""
+    score_according_prod_usage: bool = False
+    """``scoreAccordingProdUsage``."""
+    estimated_scaling_factors: Mapping[str, int] | None = None
+    """``estimatedScalingFactors`` in percent (default cpu 85, memory 70)."""
+    aggregated: AggregatedArgs | None = None
+    """``aggregated``."""
+
+    @property
+    def weights(self) -> dict[str, int]:
+        return dict(self.resource_weights or {"cpu": 1, "memory": 1})
+
+    @property
+    def thresholds(self) -> dict[str, int]:
+        return dict(self.usage_thresholds or {"cpu": 65, "memory": 95})
+
+    @property
+    def factors(self) -> dict[str, int]:
+        factors = {"cpu": 85, "memory": 70}
+        factors.update(self.estimated_scaling_factors or {})
+        return factors
+
+
+def parse_args(raw: Mapping[str, Any] | None, source: str) -> LoadAwareArgs:
+    """Validate ``LoadAwareSchedulingArgs``; raises :class:`PluginArgsError`."""
+    r = ArgsReader(raw, source, NAME)
+    agg = None
+    sub = r.section("aggregated")
+    if sub is not None:
+        agg = AggregatedArgs(
+            usage_thresholds=sub.percent_map("usageThresholds", {}) or {},
+            usage_aggregation_type=sub.string("usageAggregationType", "", (*AGGREGATION_TYPES, "")),
+            usage_aggregated_duration=sub.duration("usageAggregatedDuration", 0.0),
+            score_aggregation_type=sub.string("scoreAggregationType", "", (*AGGREGATION_TYPES, "")),
+            score_aggregated_duration=sub.duration("scoreAggregatedDuration", 0.0),
+        )
+        if agg.usage_thresholds and not agg.usage_aggregation_type:
+            raise sub.fail("usageAggregationType", "required with aggregated usageThresholds")
+    weights = r.percent_map("resourceWeights", None, low=0, high=100)
+    if weights is not None and sum(weights.values()) <= 0:
+        raise r.fail("resourceWeights", "needs at least one positive weight")
+    return LoadAwareArgs(
+        filter_expired_node_metrics=r.boolean("filterExpiredNodeMetrics", True),
+        enable_schedule_when_node_metrics_expired=r.boolean(
+            "enableScheduleWhenNodeMetricsExpired", False
+        ),
+        node_metric_expiration_seconds=r.integer("nodeMetricExpirationSeconds", 180, minimum=1),
+        resource_weights=weights or None,
+        usage_thresholds=r.percent_map("usageThresholds", None) or None,
+        prod_usage_thresholds=r.percent_map("prodUsageThresholds", None) or None,
+        score_according_prod_usage=r.boolean("scoreAccordingProdUsage", False),
+        estimated_scaling_factors=r.percent_map("estimatedScalingFactors", None, low=1),
+        aggregated=agg,
+    )
+
+
+def go_round(x: float) -> int:
+    """Go's ``math.Round`` (half away from zero) for non-negative ``x``."""
+    return math.floor(x + 0.5)
+
+
+def estimate_pod(pod: PodInfo, resources: Sequence[str], factors: Mapping[str, int]) -> list[int]:
+    """Koordinator's default estimator: the pod's expected usage per resource of ``resources``."""
+    translate = _TRANSLATE.get(pod.priority_class, {})
+    out: list[int] = []
+    for name in resources:
+        real = translate.get(name, name)
+        request = pod.requests.get(real, 0)
+        limit = pod.limits.get(real, 0)
+        factor = factors.get(name, 100)
+        if limit > request:
+            quantity, factor = limit, 100
+        else:
+            quantity = request
+        if quantity == 0:
+            if real in ("cpu", "kubernetes.io/batch-cpu"):
+                out.append(DEFAULT_MILLI_CPU_REQUEST)
+            elif real in ("memory", "kubernetes.io/batch-memory"):
+                out.append(DEFAULT_MEMORY_REQUEST)
+            else:
+                out.append(0)
+            continue
+        out.append(go_round(quantity * factor / 100))
+    return out
+
+
+def _usage(rl: ResourceList | None, resources: Sequence[str]) -> list[int] | None:
+    if rl is None:
+        return None
+    return [rl.get(r, 0) for r in resources]
+
+
+def aggregated_usage(metric: NodeMetricInfo, duration: float, kind: str) -> ResourceList | None:
+    """The ``kind`` percentile over ``duration`` (0: the longest window reported), or ``None``."""
+    if not metric.aggregated:
+        return None
+    if duration <= 0:
+        window = metric.aggregated[max(metric.aggregated)]
+    else:
+        found = metric.aggregated.get(duration)
+        if found is None:
+            return None
+        window = found
+    return window.get(kind)
+
+
+@dataclass(slots=True)
+class _NodeLoad:
+    """What a node's NodeMetric and assigned pods say, precomputed once per node change."""
+
+    generation: int
+    metric: NodeMetricInfo | None
+    allocatable: list[int]
+    has_usage: bool
+    node_existing: list[int]
+    """Reported usage (less what estimated pods reported) plus estimates of recent pods."""
+    agg_filter_existing: list[int] | None
+    agg_score_existing: list[int] | None
+    prod_existing: list[int]
+    thresholds: list[int]
+    prod_thresholds: list[int]
+    agg_thresholds: list[int]
+    filter_aggregated: bool
+
+
+class LoadAwareScheduling(Plugin):
+    """See the module docstring."""
+
+    name = NAME
+
+    def __init__(self, args: LoadAwareArgs | None = None) -> None:
+        self.args = args or LoadAwareArgs()
+        a = self.args
+        agg = a.aggregated
+        names: list[str] = []
+        for m in (
+            a.weights,
+            a.thresholds,
+            a.prod_usage_thresholds or {},
+            agg.usage_thresholds if agg else {},
+        ):
+            for r in m:
+                if r not in names:
+                    names.append(r)
+        self.resources: tuple[str, ...] = tuple(names)
+        self.factors = a.factors
+        self._weights = [(i, w) for i, w in enumerate(a.weights.get(r, 0) for r in names) if w > 0]
+        self._weight_sum = sum(w for _, w in self._weights)
+        self._cache: dict[str, _NodeLoad] = {}
+
+    # -- per-node precomputation ----------------------------------------------------------
+
+    def _thresholds(self, node: NodeInfo) -> tuple[list[int], list[int], list[int]]:
+        a = self.args
+        usage = dict(a.thresholds)
+        prod = dict(a.prod_usage_thresholds or {})
+        agg = dict(a.aggregated.usage_thresholds) if a.aggregated else {}
+        custom = node.annotations.get(ANNOTATION_CUSTOM_USAGE_THRESHOLDS)
+        if custom:
+            try:
+                parsed = json.loads(custom)
+                reader = ArgsReader(parsed, f"node {node.name}", NAME)
+                if parsed.get("usageThresholds"):
+                    usage = int_map(parsed["usageThresholds"], reader, "usageThresholds", 0, 100)
+                if parsed.get("prodUsageThresholds"):
+                    prod = int_map(
+                        parsed["prodUsageThresholds"], reader, "prodUsageThresholds", 0, 100
+                    )
+                agg_custom = (parsed.get("aggregatedUsage") or {}).get("usageThresholds")
+                if agg_custom:
+                    agg = int_map(agg_custom, reader, "aggregatedUsage.usageThresholds", 0, 100)
+            except (ValueError, AttributeError, PluginArgsError):
+                pass  # upstream ignores a node's unparsable custom thresholds too
+        res = self.resources
+        return (
+            [usage.get(r, 0) for r in res],
+            [prod.get(r, 0) for r in res],
+            [agg.get(r, 0) for r in res],
+        )
+
+    def _load(self, cycle: Cycle, node: NodeInfo) -> _NodeLoad:
+        metric = cycle.snapshot.node_metrics.get(node.name)
+        cached = self._cache.get(node.name)
+        if cached is not None and cached.generation == node.generation and cached.metric is metric:
+            return cached
+        res = self.resources
+        n = len(res)
+        alloc = [node.allocatable.get(r, 0) for r in res]
+        thresholds, prod_thresholds, agg_thresholds = self._thresholds(node)
+        agg = self.args.aggregated
+        filter_agg = bool(agg and any(agg_thresholds))
+        load = _NodeLoad(
+            generation=node.generation,
+            metric=metric,
+            allocatable=alloc,
+            has_usage=bool(metric and metric.node_usage is not None),
+            node_existing=[0] * n,
+            agg_filter_existing=None,
+            agg_score_existing=None,
+            prod_existing=[0] * n,
+            thresholds=thresholds,
+            prod_thresholds=prod_thresholds,
+            agg_thresholds=agg_thresholds,
+            filter_aggregated=filter_agg,
+        )
+        self._cache[node.name] = load
+        if metric is None or metric.node_usage is None:
+            return load
+        # Pods too recent for the report: estimate them; keep what they reported to subtract.
+        delta = [0] * n
+        reported_of_estimated = [0] * n
+        all_estimated = [0] * n
+        prod_reported = [0] * n
+        prod_delta = [0] * n
+        horizon = (
+            None if metric.update_time is None else metric.update_time - metric.report_interval_s
+        )
+        for pod in node.pods.values():
+            pm = metric.pods.get(pod.key)
+            reported = _usage(pm.usage, res) if pm is not None else None
+            est = estimate_pod(pod, res, self.factors)
+            is_prod = pod.priority_class == PRIORITY_PROD
+            for i in range(n):
+                all_estimated[i] += est[i]
+            if is_prod and reported is not None:
+                for i in range(n):
+                    prod_reported[i] += reported[i]
+            recent = (
+                pm is None
+                or not pm.usage
+                or horizon is None
+                or pod.scheduled_at is None
+                or pod.scheduled_at > horizon
+            )
+            if not recent:
+                continue
+            for i in range(n):
+                rep = reported[i] if reported is not None else 0
+                value = max(est[i], rep)
+                delta[i] += value
+                reported_of_estimated[i] += rep
+                if is_prod:
+                    prod_delta[i] += value - rep
+
+        def existing(usage: ResourceList | None) -> list[int] | None:
+            if usage is None:
+                return None
+            out = []
+            for i, r in enumerate(res):
+                u = usage.get(r, 0)
+                if u >= reported_of_estimated[i]:
+                    u -= reported_of_estimated[i]
+                out.append(u + delta[i])
+            return out
+
+        load.node_existing = existing(metric.node_usage) or all_estimated
+        if agg is not None:
+            if filter_agg:
+                load.agg_filter_existing = existing(
+                    aggregated_usage(
+                        metric, agg.usage_aggregated_duration, agg.usage_aggregation_type
+                    )
+                ) or list(all_estimated)
+            if agg.score_aggregation_type:
+                load.agg_score_existing = existing(
+                    aggregated_usage(
+                        metric, agg.score_aggregated_duration, agg.score_aggregation_type
+                    )
+                ) or list(all_estimated)
+        load.prod_existing = [prod_reported[i] + prod_delta[i] for i in range(n)]
+        return load
+
+    def warm(self, cycle: Cycle) -> None:
+        """Precompute every node (the extender calls this after loading a snapshot)."""
+        for node in cycle.snapshot.nodes.values():
+            self._load(cycle, node)
+
+    def _expired(self, metric: NodeMetricInfo, now: float) -> bool:
+        return (
+            metric.update_time is None
+            or now - metric.update_time >= self.args.node_metric_expiration_seconds
+        )
+
+    def _pod_estimate(self, cycle: Cycle, pod: PodInfo) -> list[int]:
+        key = (NAME, "estimate", pod.uid)
+        est = cycle.data.get(str(key))
+        if est is None:
+            est = estimate_pod(pod, self.resources, self.factors)
+            cycle.data[str(key)] = est
+        return list(est)
+
+    # -- steps ------------------------------------------------------------------------------
+
+    def filter_nodes(self, cycle: Cycle, pod: PodInfo, nodes: Sequence[NodeInfo]) -> dict[str, str]:
+        out: dict[str, str] = {}
+        if "DaemonSet" in pod.owner_kinds:
+            return out
+        a = self.args
+        est = self._pod_estimate(cycle, pod)
+        res = self.resources
+        n = len(res)
+        now = cycle.now
+        prod_pod = pod.priority_class == PRIORITY_PROD
+        for node in nodes:
+            load = self._load(cycle, node)
+            metric = load.metric
+            if metric is None:
+                continue
+            if a.filter_expired_node_metrics and self._expired(metric, now):
+                if not a.enable_schedule_when_node_metrics_expired:
+                    out[node.name] = ERR_EXPIRED
+                continue
+            if not load.has_usage:
+                continue
+            reason = ERR_USAGE
+            if prod_pod and any(load.prod_thresholds):
+                thresholds, existing = load.prod_thresholds, load.prod_existing
+            elif load.filter_aggregated and load.agg_filter_existing is not None:
+                thresholds, existing = load.agg_thresholds, load.agg_filter_existing
+                reason = ERR_AGGREGATED_USAGE
+            else:
+                thresholds, existing = load.thresholds, load.node_existing
+            alloc = load.allocatable
+            for i in range(n):
+                th = thresholds[i]
+                total = alloc[i]
+                if th == 0 or total == 0:
+                    continue
+                if (
+                    go_round(existing[i] * 100 / total) > th
+                    or go_round((existing[i] + est[i]) * 100 / total) > th
+                ):
+                    out[node.name] = reason % res[i]
+                    break
+        return out
+
+    def score_nodes(self, cycle: Cycle, pod: PodInfo, nodes: Sequence[NodeInfo]) -> dict[str, int]:
+        a = self.args
+        est = self._pod_estimate(cycle, pod)
+        now = cycle.now
+        prod_pod = a.score_according_prod_usage and pod.priority_class == PRIORITY_PROD
+        score_agg = bool(a.aggregated and a.aggregated.score_aggregation_type)
+        weights = self._weights
+        weight_sum = self._weight_sum
+        out: dict[str, int] = {}
+        for node in nodes:
+            load = self._load(cycle, node)
+            metric = load.metric
+            if metric is None or self._expired(metric, now) or not load.has_usage:
+                out[node.name] = 0
+                continue
+            if prod_pod:
+                existing = load.prod_existing
+            elif score_agg and load.agg_score_existing is not None:
+                existing = load.agg_score_existing
+            else:
+                existing = load.node_existing
+            alloc = load.allocatable
+            total = 0
+            for i, w in weights:
+                cap = alloc[i]
+                used = existing[i] + est[i]
+                if cap > 0 and used <= cap:
+                    total += (cap - used) * 100 // cap * w
+            out[node.name] = total // weight_sum if weight_sum else 0
+        return out
+
+
+def build(args: Mapping[str, Any] | None, source: str) -> LoadAwareScheduling:
+    """Factory for the plugin table."""
+    return LoadAwareScheduling(parse_args(args, source))

@@ -1,0 +1,517 @@
+"""NodeNUMAResource: CPU orchestration (cpusets for LSE/LSR pods) and NUMA alignment.
+
+Koordinator's semantics (``pkg/scheduler/plugins/nodenumaresource``), re-implemented:
+
+- **Who gets a cpuset.** A pod labelled ``koordinator.sh/qosClass`` LSE or LSR with priority
+  class koord-prod; its CPU request must be whole cores (``the requested CPUs must be integer``
+  otherwise). Its bind policy is ``requiredCPUBindPolicy``, else ``preferredCPUBindPolicy`` of
+  the ``scheduling.koordinator.sh/resource-spec`` annotation, else the args'
+  ``defaultCPUBindPolicy`` (FullPCPUs); ``preferredCPUExclusivePolicy`` (PCPULevel,
+  NUMANodeLevel) keeps it apart from other exclusive pods.
+- **Node CPU bind policy** (label ``node.koordinator.sh/cpu-bind-policy``, or the kubelet's
+  static policy with ``full-pcpus-only`` in the NRT's ``kubelet.koordinator.sh/cpu-manager-
+  policy``): FullPCPUsOnly needs a multiple of the threads per core
+  (``node(s) requested cpus not multiple cpus per core``) and forces FullPCPUs; SpreadByPCPUs
+  forces spreading; a pod whose *required* policy differs is rejected
+  (``node(s) cpu bind policy conflicts with pod's required cpu bind policy``).
+- **NUMA topology policy** (label ``node.koordinator.sh/numa-topology-policy``, else the NRT's
+  ``topologyPolicies``): None, BestEffort, Restricted, SingleNUMANode, as the kubelet's topology
+  manager at pod scope: among the sets of NUMA nodes that can hold the pod's cpu and memory now,
+  the narrowest is chosen; Restricted needs it to be as narrow as the node's capacity allows,
+  SingleNUMANode needs one NUMA node (``node(s) NUMA Topology policy not match``). Nodes with a
+  policy place every pod (cpuset or not) on NUMA nodes.
+- **CPU topology.** From the NodeResourceTopology (``node.koordinator.sh/cpu-topology``); a pod
+  that needs a cpuset cannot go to a node without one (``node(s) invalid CPU Topology``). Free
+  CPUs are all CPUs less the kubelet's reserved CPUs, the kubelet's pinned pods
+  (``node.koordinator.sh/pod-cpu-allocs``) and the cpusets of the pods' resource-status.
+  Too few: ``not enough cpus available to satisfy request``.
+- **Score.** ``scoringStrategy`` LeastAllocated (default) or MostAllocated over cpu and memory
+  (weights 1), at NUMA level on the chosen NUMA nodes for nodes with a NUMA policy, at node
+  level otherwise. The plugin takes no part for pods without a cpuset when no candidate node
+  has a NUMA policy.
+- **Reserve** returns ``scheduling.koordinator.sh/resource-status``: ``{"cpuset": "0-3",
+  "numaNodeResources": [{"node": 0, "resources": {"cpu": "4", "memory": "8Gi"}}]}``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from itertools import combinations
+from typing import Any
+
+from kubeclient.units import format_bytes, format_cpu
+from scheduler_plugins.args import ArgsReader
+from scheduler_plugins.cpuset import format_cpuset, parse_cpuset
+from scheduler_plugins.errors import InputError
+from scheduler_plugins.framework import Cycle, Plugin, ReserveError
+from scheduler_plugins.plugins.cpuaccumulator import (
+    FULL_PCPUS,
+    SPREAD_BY_PCPUS,
+    Topology,
+    take_cpus,
+)
+from scheduler_plugins.snapshot import (
+    ANNOTATION_RESOURCE_SPEC,
+    ANNOTATION_RESOURCE_STATUS,
+    PRIORITY_PROD,
+    NodeInfo,
+    PodInfo,
+    ResourceList,
+    parse_resource_list,
+)
+
+NAME = "NodeNUMAResource"
+ERR_NOT_MATCH_NUMA = "node(s) NUMA Topology policy not match"
+ERR_INVALID_REQUESTED_CPUS = "the requested CPUs must be integer"
+ERR_INVALID_CPU_TOPOLOGY = "node(s) invalid CPU Topology"
+ERR_SMT_ALIGNMENT = "node(s) requested cpus not multiple cpus per core"
+ERR_BIND_POLICY_CONFLICT = "node(s) cpu bind policy conflicts with pod's required cpu bind policy"
+ERR_NOT_ENOUGH_CPUS = "not enough cpus available to satisfy request"
+
+LABEL_NODE_CPU_BIND_POLICY = "node.koordinator.sh/cpu-bind-policy"
+LABEL_NUMA_TOPOLOGY_POLICY = "node.koordinator.sh/numa-topology-policy"
+LABEL_NUMA_ALLOCATE_STRATEGY = "node.koordinator.sh/numa-allocate-strategy"
+
+POLICY_NONE = ""
+BEST_EFFORT = "BestEffort"
+RESTRICTED = "Restricted"
+SINGLE_NUMA_NODE = "SingleNUMANode"
+_KUBELET_POLICIES = {
+    "none": POLICY_NONE,
+    "best-effort": BEST_EFFORT,
+    "restricted": RESTRICTED,
+    "single-numa-node": SINGLE_NUMA_NODE,
+    "None": POLICY_NONE,
+    "BestEffort": BEST_EFFORT,
+    "Restricted": RESTRICTED,
+    "SingleNUMANode": SINGLE_NUMA_NODE,
+    "SingleNUMANodePodLevel": SINGLE_NUMA_NODE,
+    "SingleNUMANodeContainerLevel": SINGLE_NUMA_NODE,
+}
+LEAST_ALLOCATED = "LeastAllocated"
+MOST_ALLOCATED = "MostAllocated"
+PCPU_LEVEL = "PCPULevel"
+NUMA_NODE_LEVEL = "NUMANodeLevel"
+_NUMA_RESOURCES = ("cpu", "memory")
+
+
+@dataclass(frozen=True, slots=True)
+class NUMAArgs:
+    """``NodeNUMAResourceArgs``."""
+
+    default_cpu_bind_policy: str = FULL_PCPUS
+    """``defaultCPUBindPolicy``: FullPCPUs or SpreadByPCPUs."""
+    scoring_strategy: str = LEAST_ALLOCATED
+    """``scoringStrategy.type``: LeastAllocated or MostAllocated."""
+    resource_weights: Mapping[str, int] = field(default_factory=lambda: {"cpu": 1, "memory": 1})
+    """``scoringStrategy.resources`` weights."""
+    numa_allocate_strategy: str = MOST_ALLOCATED
+    """Which NUMA node a pod lands on among equals (label
+    ``node.koordinator.sh/numa-allocate-strategy`` overrides per node)."""
+
+
+def parse_args(raw: Mapping[str, Any] | None, source: str) -> NUMAArgs:
+    """Validate ``NodeNUMAResourceArgs``."""
+    r = ArgsReader(raw, source, NAME)
+    policy = r.string("defaultCPUBindPolicy", FULL_PCPUS, (FULL_PCPUS, SPREAD_BY_PCPUS))
+    strategy = LEAST_ALLOCATED
+    weights: dict[str, int] = {"cpu": 1, "memory": 1}
+    sub = r.section("scoringStrategy")
+    if sub is not None:
+        strategy = sub.string("type", LEAST_ALLOCATED, (LEAST_ALLOCATED, MOST_ALLOCATED))
+        resources = sub.args.get("resources")
+        if resources is not None:
+            if not isinstance(resources, list) or not resources:
+                raise sub.fail("resources", "must be a non-empty list of {name, weight}")
+            weights = {}
+            for i, item in enumerate(resources):
+                if not isinstance(item, Mapping) or not isinstance(item.get("name"), str):
+                    raise sub.fail(f"resources[{i}]", "needs a name")
+                w = item.get("weight", 1)
+                if isinstance(w, bool) or not isinstance(w, int) or w < 0:
+                    raise sub.fail(
+                        f"resources[{i}].weight", f"must be a non-negative integer, got {w!r}"
+                    )
+                weights[item["name"]] = w
+    numa = r.string("numaAllocateStrategy", MOST_ALLOCATED, (LEAST_ALLOCATED, MOST_ALLOCATED))
+    return NUMAArgs(policy, strategy, weights, numa)
+
+
+@dataclass(frozen=True, slots=True)
+class _PodNeed:
+    bind: bool
+    cpus: int
+    policy: str
+    required: str
+    exclusive: str
+    error: str | None
+
+
+@dataclass(slots=True)
+class _NodeState:
+    generation: int
+    topo: Topology | None
+    bind_policy: str
+    numa_policy: str
+    numa_strategy: str
+    free_cpus: frozenset[int]
+    pcpu_exclusive_cores: frozenset[tuple[int, int]]
+    numa_exclusive_nodes: frozenset[int]
+    numa_alloc: dict[int, ResourceList]
+    numa_used: dict[int, ResourceList]
+
+
+@dataclass(frozen=True, slots=True)
+class _Placement:
+    numa_nodes: tuple[int, ...]
+    cpus: tuple[int, ...]
+    per_numa: dict[int, ResourceList]
+
+
+def pod_need(pod: PodInfo, args: NUMAArgs) -> _PodNeed:
+    """What the pod asks of this plugin."""
+    spec: dict[str, Any] = {}
+    raw = pod.annotations.get(ANNOTATION_RESOURCE_SPEC)
+    if raw:
+        try:
+            loaded = json.loads(raw)
+            spec = loaded if isinstance(loaded, dict) else {}
+        except ValueError:
+            spec = {}
+    bind = pod.qos_label in ("LSE", "LSR") and pod.priority_class == PRIORITY_PROD
+    milli = pod.requests.get("cpu", 0)
+    required = str(spec.get("requiredCPUBindPolicy") or "")
+    preferred = str(spec.get("preferredCPUBindPolicy") or "")
+    policy = required or preferred
+    if policy in ("", "Default"):
+        policy = args.default_cpu_bind_policy
+    error = ERR_INVALID_REQUESTED_CPUS if bind and (milli % 1000 != 0 or milli == 0) else None
+    return _PodNeed(
+        bind=bind,
+        cpus=milli // 1000,
+        policy=policy,
+        required="" if required == "Default" else required,
+        exclusive=str(spec.get("preferredCPUExclusivePolicy") or ""),
+        error=error,
+    )
+
+
+def _resource_status(pod: PodInfo) -> dict[str, Any]:
+    raw = pod.annotations.get(ANNOTATION_RESOURCE_STATUS)
+    if not raw:
+        return {}
+    try:
+        loaded = json.loads(raw)
+    except ValueError:
+        return {}
+    return loaded if isinstance(loaded, dict) else {}
+
+
+class NodeNUMAResource(Plugin):
+    """See the module docstring."""
+
+    name = NAME
+
+    def __init__(self, args: NUMAArgs | None = None) -> None:
+        self.args = args or NUMAArgs()
+        self._cache: dict[str, _NodeState] = {}
+
+    # -- node state ---------------------------------------------------------------------------
+
+    def _state(self, cycle: Cycle, node: NodeInfo) -> _NodeState:
+        nrt = cycle.snapshot.topologies.get(node.name)
+        cached = self._cache.get(node.name)
+        if cached is not None and cached.generation == node.generation:
+            return cached
+        topo = Topology.build(nrt.cpus) if nrt is not None and nrt.cpus else None
+        bind_policy = node.labels.get(LABEL_NODE_CPU_BIND_POLICY, "")
+        if not bind_policy and nrt is not None and nrt.kubelet_full_pcpus_only:
+            bind_policy = "FullPCPUsOnly"
+        numa_policy = node.labels.get(LABEL_NUMA_TOPOLOGY_POLICY)
+        if numa_policy is None:
+            numa_policy = POLICY_NONE
+            if nrt is not None:
+                for p in nrt.topology_policies:
+                    numa_policy = _KUBELET_POLICIES.get(p, POLICY_NONE)
+                    if numa_policy:
+                        break
+        else:
+            numa_policy = _KUBELET_POLICIES.get(numa_policy, POLICY_NONE)
+        used_cpus: set[int] = set()
+        pcpu_cores: set[tuple[int, int]] = set()
+        numa_excl: set[int] = set()
+        numa_used: dict[int, ResourceList] = {}
+        for pod in node.pods.values():
+            status = _resource_status(pod)
+            cpus: frozenset[int] = frozenset()
+            try:
+                cpus = parse_cpuset(str(status.get("cpuset") or ""))
+            except ValueError:
+                cpus = frozenset()
+            used_cpus |= cpus
+            for entry in status.get("numaNodeResources") or []:
+                try:
+                    nid = int(entry.get("node"))
+                    res = entry.get("resources") or {}
+                    rl = parse_resource_list(res, "pod " + pod.key, "numaNodeResources")
+                except (ValueError, TypeError, AttributeError, InputError):
+                    continue  # a foreign or broken status: the cpuset above still counts
+                bucket = numa_used.setdefault(nid, {})
+                for r, v in rl.items():
+                    bucket[r] = bucket.get(r, 0) + v
+            if cpus and topo is not None:
+                excl = pod_need(pod, self.args).exclusive
+                if excl == PCPU_LEVEL:
+                    pcpu_cores |= {
+                        (topo.cpus[c].socket, topo.cpus[c].core) for c in cpus if c in topo.cpus
+                    }
+                elif excl == NUMA_NODE_LEVEL:
+                    numa_excl |= {topo.cpus[c].node for c in cpus if c in topo.cpus}
+        free: frozenset[int] = frozenset()
+        numa_alloc: dict[int, ResourceList] = {}
+        if nrt is not None:
+            for z in nrt.zones:
+                numa_alloc[z.node] = dict(z.allocatable)
+        if topo is not None:
+            taken = (
+                used_cpus
+                | set(nrt.reserved_cpus if nrt else ())
+                | set(nrt.kubelet_allocated if nrt else ())
+            )
+            free = frozenset(c for c in topo.cpus if c not in taken)
+            for nid, ids in topo.numa_cpus.items():
+                numa_alloc.setdefault(nid, {}).setdefault("cpu", len(ids) * 1000)
+        state = _NodeState(
+            generation=node.generation,
+            topo=topo,
+            bind_policy=bind_policy,
+            numa_policy=numa_policy,
+            numa_strategy=node.labels.get(
+                LABEL_NUMA_ALLOCATE_STRATEGY, self.args.numa_allocate_strategy
+            ),
+            free_cpus=free,
+            pcpu_exclusive_cores=frozenset(pcpu_cores),
+            numa_exclusive_nodes=frozenset(numa_excl),
+            numa_alloc=numa_alloc,
+            numa_used=numa_used,
+        )
+        self._cache[node.name] = state
+        return state
+
+    # -- placement ------------------------------------------------------------------------
+
+    def _place(self, cycle: Cycle, pod: PodInfo, node: NodeInfo) -> _Placement | str | None:
+        """The placement on ``node``, a rejection reason, or ``None`` (nothing to place)."""
+        need = self._need(cycle, pod)
+        state = self._state(cycle, node)
+        if not need.bind and not state.numa_policy:
+            return None
+        policy = need.policy
+        count = need.cpus
+        topo = state.topo
+        if need.bind:
+            if topo is None or not topo.valid:
+                return ERR_INVALID_CPU_TOPOLOGY
+            if state.bind_policy == "FullPCPUsOnly":
+                if need.required and need.required != FULL_PCPUS:
+                    return ERR_BIND_POLICY_CONFLICT
+                if count % topo.cpus_per_core != 0:
+                    return ERR_SMT_ALIGNMENT
+                policy = FULL_PCPUS
+            elif state.bind_policy == SPREAD_BY_PCPUS:
+                if need.required and need.required != SPREAD_BY_PCPUS:
+                    return ERR_BIND_POLICY_CONFLICT
+                policy = SPREAD_BY_PCPUS
+        numa_ids = sorted(state.numa_alloc) or (sorted(topo.numa_cpus) if topo else [])
+        if need.bind and need.exclusive == NUMA_NODE_LEVEL:
+            numa_ids = [n for n in numa_ids if n not in state.numa_exclusive_nodes]
+        request = {r: pod.requests.get(r, 0) for r in _NUMA_RESOURCES}
+
+        def free_of(nid: int, r: str) -> int:
+            if r == "cpu" and need.bind and topo is not None:
+                return len(state.free_cpus & topo.numa_cpus.get(nid, frozenset())) * 1000
+            return state.numa_alloc.get(nid, {}).get(r, 0) - state.numa_used.get(nid, {}).get(r, 0)
+
+        def cap_of(nid: int, r: str) -> int:
+            return state.numa_alloc.get(nid, {}).get(r, 0)
+
+        def fits(mask: tuple[int, ...], get: Any) -> bool:
+            return all(
+                request[r] == 0 or sum(get(n, r) for n in mask) >= request[r]
+                for r in _NUMA_RESOURCES
+            )
+
+        def free_total(mask: tuple[int, ...]) -> int:
+            return sum(free_of(n, "cpu") for n in mask)
+
+        chosen: tuple[int, ...] | None = None
+        if state.numa_policy and numa_ids:
+            widest = len(numa_ids)
+            min_width = next(
+                (
+                    w
+                    for w in range(1, widest + 1)
+                    for m in combinations(numa_ids, w)
+                    if fits(m, cap_of)
+                ),
+                widest,
+            )
+            most = state.numa_strategy == MOST_ALLOCATED
+            for width in range(1, widest + 1):
+                hints = [m for m in combinations(numa_ids, width) if fits(m, free_of)]
+                if hints:
+                    hints.sort(key=lambda m: (free_total(m) if most else -free_total(m), m))
+                    chosen = hints[0]
+                    break
+            if state.numa_policy == SINGLE_NUMA_NODE and (chosen is None or len(chosen) != 1):
+                return ERR_NOT_MATCH_NUMA
+            if state.numa_policy == RESTRICTED and (chosen is None or len(chosen) > min_width):
+                return ERR_NOT_MATCH_NUMA
+            if chosen is None:  # BestEffort: place anyway, across every NUMA node
+                chosen = tuple(numa_ids)
+        cpus: list[int] = []
+        if need.bind and topo is not None:
+            order = list(chosen) if chosen is not None else numa_ids
+            if chosen is None:
+                # no NUMA policy: still prefer one NUMA node that holds the whole pod
+                most = state.numa_strategy == MOST_ALLOCATED
+                single = [n for n in order if free_of(n, "cpu") >= count * 1000]
+                single.sort(key=lambda n: (free_of(n, "cpu") if most else -free_of(n, "cpu"), n))
+                order = single + [n for n in order if n not in single]
+            got = take_cpus(
+                topo,
+                state.free_cpus,
+                order,
+                count,
+                policy,
+                exclusive_cores=state.pcpu_exclusive_cores
+                if need.exclusive == PCPU_LEVEL
+                else frozenset(),
+                pcpu_exclusive=need.exclusive == PCPU_LEVEL,
+            )
+            if got is None:
+                return ERR_NOT_ENOUGH_CPUS
+            cpus = sorted(got)
+        per_numa: dict[int, ResourceList] = {}
+        if chosen is not None:
+            for r in _NUMA_RESOURCES:
+                left = request[r]
+                if r == "cpu" and need.bind and topo is not None:
+                    for n in chosen:
+                        k = sum(1 for c in cpus if topo.cpus[c].node == n)
+                        if k:
+                            per_numa.setdefault(n, {})["cpu"] = k * 1000
+                    continue
+                for n in chosen:
+                    if left <= 0:
+                        break
+                    take = min(left, max(free_of(n, r), 0)) if n != chosen[-1] else left
+                    if take > 0:
+                        per_numa.setdefault(n, {})[r] = take
+                        left -= take
+        return _Placement(chosen or (), tuple(cpus), per_numa)
+
+    def _need(self, cycle: Cycle, pod: PodInfo) -> _PodNeed:
+        key = f"{NAME}/need/{pod.uid}"
+        need = cycle.data.get(key)
+        if need is None:
+            need = pod_need(pod, self.args)
+            cycle.data[key] = need
+        assert isinstance(need, _PodNeed)
+        return need
+
+    def _placements(self, cycle: Cycle) -> dict[str, _Placement | str | None]:
+        return cycle.data.setdefault(f"{NAME}/placements", {})  # type: ignore[no-any-return]
+
+    # -- steps ------------------------------------------------------------------------------
+
+    def pre_filter(self, cycle: Cycle, pod: PodInfo) -> str | None:
+        return self._need(cycle, pod).error
+
+    def filter_nodes(self, cycle: Cycle, pod: PodInfo, nodes: Sequence[NodeInfo]) -> dict[str, str]:
+        need = self._need(cycle, pod)
+        out: dict[str, str] = {}
+        placements = self._placements(cycle)
+        for node in nodes:
+            if not need.bind:
+                state = self._cache.get(node.name)
+                if state is None or state.generation != node.generation:
+                    state = self._state(cycle, node)
+                if not state.numa_policy:
+                    continue
+            placed = self._place(cycle, pod, node)
+            placements[node.name] = placed
+            if isinstance(placed, str):
+                out[node.name] = placed
+        return out
+
+    def score_nodes(
+        self, cycle: Cycle, pod: PodInfo, nodes: Sequence[NodeInfo]
+    ) -> dict[str, int] | None:
+        need = self._need(cycle, pod)
+        placements = self._placements(cycle)
+        if not need.bind and not any(isinstance(placements.get(n.name), _Placement) for n in nodes):
+            return None
+        most = self.args.scoring_strategy == MOST_ALLOCATED
+        weights = {r: w for r, w in self.args.resource_weights.items() if w > 0}
+        wsum = sum(weights.values()) or 1
+        out: dict[str, int] = {}
+        for node in nodes:
+            placed = placements.get(node.name)
+            if placed is None and node.name not in placements:
+                placed = self._place(cycle, pod, node)
+            total = 0
+            if isinstance(placed, _Placement) and placed.numa_nodes:
+                state = self._state(cycle, node)
+                for r, w in weights.items():
+                    alloc = sum(state.numa_alloc.get(n, {}).get(r, 0) for n in placed.numa_nodes)
+                    used = sum(state.numa_used.get(n, {}).get(r, 0) for n in placed.numa_nodes)
+                    total += w * _resource_score(used + pod.requests.get(r, 0), alloc, most)
+            else:
+                for r, w in weights.items():
+                    alloc = node.allocatable.get(r, 0)
+                    used = node.requested.get(r, 0) + pod.requests.get(r, 0)
+                    total += w * _resource_score(used, alloc, most)
+            out[node.name] = total // wsum
+        return out
+
+    def reserve(self, cycle: Cycle, pod: PodInfo, node: NodeInfo) -> dict[str, str]:
+        placed = self._place(cycle, pod, node)
+        if placed is None:
+            return {}
+        if isinstance(placed, str):
+            raise ReserveError(f"{NAME}: {placed}")
+        status: dict[str, Any] = {}
+        if placed.cpus:
+            status["cpuset"] = format_cpuset(placed.cpus)
+        if placed.per_numa:
+            status["numaNodeResources"] = [
+                {
+                    "node": n,
+                    "resources": {
+                        r: (format_cpu(v / 1000) if r == "cpu" else format_bytes(v))
+                        for r, v in sorted(res.items())
+                    },
+                }
+                for n, res in sorted(placed.per_numa.items())
+            ]
+        if not status:
+            return {}
+        return {ANNOTATION_RESOURCE_STATUS: json.dumps(status, separators=(",", ":"))}
+
+
+def _resource_score(used: int, alloc: int, most: bool) -> int:
+    if alloc <= 0:
+        return 0
+    if used > alloc:
+        return 0
+    if most:
+        return used * 100 // alloc
+    return (alloc - used) * 100 // alloc
+
+
+def build(args: Mapping[str, Any] | None, source: str) -> NodeNUMAResource:
+    """Factory for the plugin table."""
+    return NodeNUMAResource(parse_args(args, source))

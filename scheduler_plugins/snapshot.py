@@ -1,0 +1,679 @@
+"""A cluster snapshot: what the plugins see, built from objects as ``kubectl get -o yaml`` prints
+them (a v1 ``List``, or a YAML stream of objects).
+
+Resource values are integers in Koordinator's ``getResourceValue`` units: ``cpu`` in milli-cores
+(``Quantity.MilliValue()``), every other resource by ``Quantity.Value()``: bytes for memory,
+milli-cores for ``kubernetes.io/batch-cpu`` and ``kubernetes.io/mid-cpu`` (which Koordinator
+writes as plain integers of milli-cores), counts for ``pods`` and devices.
+
+Kinds read: Node, Pod, NodeMetric, NodeResourceTopology, ElasticQuota, PodGroup, Reservation,
+Device; any other kind is ignored (a ``kubectl get all`` dump works). Pods in phase Succeeded or
+Failed hold nothing and are dropped. A Pod with ``spec.nodeName`` is assigned to that node.
+
+The snapshot is mutable in one way only: :meth:`Snapshot.assume` adds a pod to a node (the
+scheduler's "assume" after reserve) and :meth:`Snapshot.forget` takes it back.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from apis.extension import LABEL_POD_PRIORITY_CLASS, LABEL_POD_QOS
+from apis.manager_keys import PRIORITY_BANDS
+from kubeclient.units import cpu_milli, memory_bytes, parse_duration
+from scheduler_plugins.cpuset import parse_cpuset
+from scheduler_plugins.errors import InputError
+
+ANNOTATION_RESOURCE_SPEC = "scheduling.koordinator.sh/resource-spec"
+"""Pod annotation: ``{"requiredCPUBindPolicy", "preferredCPUBindPolicy",
+"preferredCPUExclusivePolicy"}``."""
+ANNOTATION_RESOURCE_STATUS = "scheduling.koordinator.sh/resource-status"
+"""Pod annotation the scheduler writes: ``{"cpuset": "0-3", "numaNodeResources": [...]}``."""
+ANNOTATION_DEVICE_ALLOCATED = "scheduling.koordinator.sh/device-allocated"
+"""Pod annotation the scheduler writes: ``{"gpu": [{"minor": 0, "resources": {...}}]}``."""
+ANNOTATION_RESERVATION_ALLOCATED = "scheduling.koordinator.sh/reservation-allocated"
+"""Pod annotation the scheduler writes: ``{"name": ..., "uid": ...}`` of the consumed
+Reservation."""
+LABEL_QUOTA_NAME = "quota.scheduling.koordinator.sh/name"
+"""Pod label naming its ElasticQuota."""
+LABEL_PREEMPTIBLE = "quota.scheduling.koordinator.sh/preemptible"
+"""Pod label; ``"false"`` makes the pod non-preemptible: it must fit within its quota's min."""
+
+DEFAULT_REPORT_INTERVAL_S = 60.0
+"""``NodeMetric.spec.metricCollectPolicy.reportIntervalSeconds`` when unset (Koordinator: 60)."""
+
+PRIORITY_PROD = "koord-prod"
+PRIORITY_MID = "koord-mid"
+PRIORITY_BATCH = "koord-batch"
+PRIORITY_FREE = "koord-free"
+
+ResourceList = dict[str, int]
+
+
+def resource_value(name: str, quantity: Any) -> int:
+    """One quantity in Koordinator's units: milli-cores for ``cpu``, ``Value()`` for the rest."""
+    if name == "cpu":
+        return cpu_milli(quantity)
+    return memory_bytes(quantity)
+
+
+def parse_resource_list(raw: Any, source: str, where: str) -> ResourceList:
+    """A ``ResourceList`` mapping (``{"cpu": "500m", "memory": "1Gi"}``) in integer units."""
+    if raw is None:
+        return {}
+    if not isinstance(raw, Mapping):
+        raise InputError(source, where, f"must be a map of resource quantities, got {raw!r}")
+    out: ResourceList = {}
+    for name, quantity in raw.items():
+        try:
+            out[str(name)] = resource_value(str(name), quantity)
+        except (ValueError, TypeError) as err:
+            raise InputError(source, f"{where}.{name}", f"not a quantity: {quantity!r}") from err
+    return out
+
+
+def add_into(total: ResourceList, extra: Mapping[str, int], sign: int = 1) -> None:
+    """``total += sign * extra``, resource by resource."""
+    for name, value in extra.items():
+        total[name] = total.get(name, 0) + sign * value
+
+
+def parse_time(text: Any, source: str, where: str) -> float | None:
+    """An RFC 3339 timestamp as epoch seconds; ``None`` when absent."""
+    if text in (None, ""):
+        return None
+    if isinstance(text, datetime):
+        return text.timestamp()
+    try:
+        return datetime.fromisoformat(str(text).replace("Z", "+00:00")).timestamp()
+    except ValueError as err:
+        raise InputError(source, where, f"not an RFC 3339 time: {text!r}") from err
+
+
+def _map(raw: Any, source: str, where: str) -> dict[str, Any]:
+    if raw is None:
+        return {}
+    if not isinstance(raw, Mapping):
+        raise InputError(source, where, f"must be a map, got {type(raw).__name__}")
+    return dict(raw)
+
+
+def _list(raw: Any, source: str, where: str) -> list[Any]:
+    if raw is None:
+        return []
+    if not isinstance(raw, list):
+        raise InputError(source, where, f"must be a list, got {type(raw).__name__}")
+    return raw
+
+
+def _str_map(raw: Any, source: str, where: str) -> dict[str, str]:
+    return {str(k): str(v) for k, v in _map(raw, source, where).items()}
+
+
+def priority_class_of(priority: int | None) -> str:
+    """Koordinator's priority class of a ``spec.priority`` value; ``""`` outside the bands."""
+    if priority is None:
+        return ""
+    for name, low, high in PRIORITY_BANDS:
+        if low <= priority <= high:
+            return name
+    return ""
+
+
+@dataclass(slots=True)
+class PodInfo:
+    """One pod as the plugins need it."""
+
+    namespace: str
+    """``metadata.namespace`` (``default`` when unset)."""
+    name: str
+    """``metadata.name``."""
+    uid: str
+    """``metadata.uid`` (``namespace/name`` when unset, as in a hand-written pod file)."""
+    node_name: str
+    """``spec.nodeName``; empty while unscheduled."""
+    labels: dict[str, str]
+    """``metadata.labels``."""
+    annotations: dict[str, str]
+    """``metadata.annotations``."""
+    requests: ResourceList
+    """Effective requests: max(sum of containers, largest init container) plus overhead, a
+    missing request defaulting to its limit as the API server does."""
+    limits: ResourceList
+    """Sum of the containers' limits (resources without a limit in some container omitted)."""
+    qos_class: str
+    """``koordinator.sh/qosClass`` label, else derived from the Kubernetes QoS (LS/BE)."""
+    qos_label: str
+    """The raw ``koordinator.sh/qosClass`` label (``""`` when absent)."""
+    priority_class: str
+    """Koordinator priority class from ``spec.priority`` or the priority-class label, else by
+    QoS (BE→koord-batch, others→koord-prod): ``GetPodPriorityClassWithDefault``."""
+    priority: int
+    """``spec.priority`` (0 when unset)."""
+    scheduled_at: float | None
+    """When the pod was bound (PodScheduled condition, else startTime, else creation)."""
+    owner_kinds: tuple[str, ...]
+    """Kinds of ``metadata.ownerReferences`` (``DaemonSet`` exempts a pod from load-aware)."""
+    raw: dict[str, Any] = field(repr=False)
+    """The object as read."""
+
+    @property
+    def key(self) -> str:
+        """``namespace/name``."""
+        return f"{self.namespace}/{self.name}"
+
+
+def _kube_qos(containers: Sequence[Mapping[str, Any]]) -> str:
+    requests_any = False
+    guaranteed = True
+    for c in containers:
+        res = c.get("resources") or {}
+        req = res.get("requests") or {}
+        lim = res.get("limits") or {}
+        if req or lim:
+            requests_any = True
+        for name in ("cpu", "memory"):
+            if name not in lim:
+                guaranteed = False
+            elif name in req and str(req[name]) != str(lim[name]):
+                try:
+                    if resource_value(name, req[name]) != resource_value(name, lim[name]):
+                        guaranteed = False
+                except ValueError:
+                    guaranteed = False
+    if not requests_any:
+        return "BestEffort"
+    return "Guaranteed" if guaranteed else "Burstable"
+
+
+def parse_pod(obj: Mapping[str, Any], source: str, where: str = "") -> PodInfo:
+    """A :class:`PodInfo` from a v1 Pod. Raises :class:`InputError` naming the bad field."""
+    prefix = f"{where}." if where else ""
+    meta = _map(obj.get("metadata"), source, prefix + "metadata")
+    spec = _map(obj.get("spec"), source, prefix + "spec")
+    status = _map(obj.get("status"), source, prefix + "status")
+    name = str(meta.get("name") or "")
+    if not name:
+        raise InputError(source, prefix + "metadata.name", "a pod needs a name")
+    namespace = str(meta.get("namespace") or "default")
+    labels = _str_map(meta.get("labels"), source, prefix + "metadata.labels")
+    annotations = _str_map(meta.get("annotations"), source, prefix + "metadata.annotations")
+    containers = _list(spec.get("containers"), source, prefix + "spec.containers")
+    init_containers = _list(spec.get("initContainers"), source, prefix + "spec.initContainers")
+    requests: ResourceList = {}
+    limits: ResourceList = {}
+    for i, c in enumerate(containers):
+        cwhere = f"{prefix}spec.containers[{i}].resources"
+        res = _map(
+            _map(c, source, f"{prefix}spec.containers[{i}]").get("resources"), source, cwhere
+        )
+        lim = parse_resource_list(res.get("limits"), source, cwhere + ".limits")
+        req = parse_resource_list(res.get("requests"), source, cwhere + ".requests")
+        for rname, value in lim.items():
+            req.setdefault(rname, value)
+        add_into(requests, req)
+        add_into(limits, lim)
+    for i, c in enumerate(init_containers):
+        cwhere = f"{prefix}spec.initContainers[{i}].resources"
+        res = _map(
+            _map(c, source, f"{prefix}spec.initContainers[{i}]").get("resources"), source, cwhere
+        )
+        lim = parse_resource_list(res.get("limits"), source, cwhere + ".limits")
+        req = parse_resource_list(res.get("requests"), source, cwhere + ".requests")
+        for rname, value in lim.items():
+            req.setdefault(rname, value)
+        for rname, value in req.items():
+            if value > requests.get(rname, 0):
+                requests[rname] = value
+    add_into(requests, parse_resource_list(spec.get("overhead"), source, prefix + "spec.overhead"))
+    raw_priority = spec.get("priority")
+    if raw_priority is not None and not isinstance(raw_priority, int):
+        raise InputError(
+            source, prefix + "spec.priority", f"must be an integer, got {raw_priority!r}"
+        )
+    priority = int(raw_priority) if raw_priority is not None else 0
+    qos_label = labels.get(LABEL_POD_QOS, "")
+    kube_qos = str(status.get("qosClass") or _kube_qos(containers))
+    qos = qos_label or ("BE" if kube_qos == "BestEffort" else "LS")
+    pclass = priority_class_of(raw_priority) or labels.get(LABEL_POD_PRIORITY_CLASS, "")
+    if not pclass:
+        pclass = PRIORITY_BATCH if qos == "BE" else PRIORITY_PROD
+    scheduled_at = None
+    for i, cond in enumerate(_list(status.get("conditions"), source, prefix + "status.conditions")):
+        if isinstance(cond, Mapping) and cond.get("type") == "PodScheduled":
+            scheduled_at = parse_time(
+                cond.get("lastTransitionTime"),
+                source,
+                f"{prefix}status.conditions[{i}].lastTransitionTime",
+            )
+    if scheduled_at is None:
+        scheduled_at = parse_time(status.get("startTime"), source, prefix + "status.startTime")
+    if scheduled_at is None:
+        scheduled_at = parse_time(
+            meta.get("creationTimestamp"), source, prefix + "metadata.creationTimestamp"
+        )
+    owners = tuple(
+        str(o.get("kind", ""))
+        for o in _list(meta.get("ownerReferences"), source, prefix + "metadata.ownerReferences")
+        if isinstance(o, Mapping)
+    )
+    return PodInfo(
+        namespace=namespace,
+        name=name,
+        uid=str(meta.get("uid") or f"{namespace}/{name}"),
+        node_name=str(spec.get("nodeName") or ""),
+        labels=labels,
+        annotations=annotations,
+        requests=requests,
+        limits=limits,
+        qos_class=qos,
+        qos_label=qos_label,
+        priority_class=pclass,
+        priority=priority,
+        scheduled_at=scheduled_at,
+        owner_kinds=owners,
+        raw=dict(obj),
+    )
+
+
+@dataclass(slots=True)
+class NodeInfo:
+    """One node and the pods assigned to it."""
+
+    name: str
+    """``metadata.name``."""
+    labels: dict[str, str]
+    """``metadata.labels``."""
+    annotations: dict[str, str]
+    """``metadata.annotations``."""
+    allocatable: ResourceList
+    """``status.allocatable`` (``capacity`` where allocatable is absent)."""
+    unschedulable: bool
+    """``spec.unschedulable``."""
+    pods: dict[str, PodInfo] = field(default_factory=dict)
+    """Assigned pods by uid."""
+    requested: ResourceList = field(default_factory=dict)
+    """Sum of the assigned pods' requests, plus ``pods`` (their count)."""
+    generation: int = 0
+    """Bumped on every assume/forget, so per-node caches know when to rebuild."""
+
+    def add_pod(self, pod: PodInfo) -> None:
+        """Account an assigned pod."""
+        self.pods[pod.uid] = pod
+        add_into(self.requested, pod.requests)
+        self.requested["pods"] = self.requested.get("pods", 0) + 1
+        self.generation += 1
+
+    def remove_pod(self, uid: str) -> PodInfo | None:
+        """Drop an assigned pod; returns it, or ``None`` when it was not here."""
+        pod = self.pods.pop(uid, None)
+        if pod is not None:
+            add_into(self.requested, pod.requests, -1)
+            self.requested["pods"] = self.requested.get("pods", 0) - 1
+            self.generation += 1
+        return pod
+
+
+@dataclass(frozen=True, slots=True)
+class PodMetric:
+    """One pod's entry of ``NodeMetric.status.podsMetric``."""
+
+    key: str
+    """``namespace/name``."""
+    usage: ResourceList
+    """``podUsage.resources``."""
+    priority: str
+    """``priority`` (the pod's priority class as the koordlet reported it)."""
+
+
+@dataclass(frozen=True, slots=True)
+class NodeMetricInfo:
+    """A NodeMetric's status, as load-aware scheduling reads it."""
+
+    name: str
+    """The node's name."""
+    update_time: float | None
+    """``status.updateTime`` in epoch seconds; ``None`` means never updated (expired)."""
+    report_interval_s: float
+    """``spec.metricCollectPolicy.reportIntervalSeconds`` (default 60)."""
+    node_usage: ResourceList | None
+    """``status.nodeMetric.nodeUsage.resources``; ``None`` without ``status.nodeMetric``."""
+    aggregated: dict[float, dict[str, ResourceList]]
+    """``aggregatedNodeUsages``: duration (s) → aggregation type (``p50``...) → usage."""
+    pods: dict[str, PodMetric]
+    """``status.podsMetric`` by ``namespace/name``."""
+
+
+def parse_node_metric(obj: Mapping[str, Any], source: str, where: str) -> NodeMetricInfo:
+    meta = _map(obj.get("metadata"), source, where + ".metadata")
+    spec = _map(obj.get("spec"), source, where + ".spec")
+    status = _map(obj.get("status"), source, where + ".status")
+    policy = _map(spec.get("metricCollectPolicy"), source, where + ".spec.metricCollectPolicy")
+    interval = policy.get("reportIntervalSeconds")
+    if interval is not None and not isinstance(interval, int | float):
+        raise InputError(
+            source, where + ".spec.metricCollectPolicy.reportIntervalSeconds", "must be a number"
+        )
+    nm_where = where + ".status.nodeMetric"
+    node_metric = status.get("nodeMetric")
+    usage: ResourceList | None = None
+    aggregated: dict[float, dict[str, ResourceList]] = {}
+    if node_metric is not None:
+        nm = _map(node_metric, source, nm_where)
+        usage = parse_resource_list(
+            _map(nm.get("nodeUsage"), source, nm_where + ".nodeUsage").get("resources"),
+            source,
+            nm_where + ".nodeUsage.resources",
+        )
+        for i, agg in enumerate(
+            _list(nm.get("aggregatedNodeUsages"), source, nm_where + ".aggregatedNodeUsages")
+        ):
+            awhere = f"{nm_where}.aggregatedNodeUsages[{i}]"
+            a = _map(agg, source, awhere)
+            try:
+                duration = parse_duration(str(a.get("duration") or "0"))
+            except ValueError as err:
+                raise InputError(source, awhere + ".duration", str(err)) from err
+            by_type: dict[str, ResourceList] = {}
+            for kind, ru in _map(a.get("usage"), source, awhere + ".usage").items():
+                by_type[str(kind)] = parse_resource_list(
+                    _map(ru, source, f"{awhere}.usage.{kind}").get("resources"),
+                    source,
+                    f"{awhere}.usage.{kind}.resources",
+                )
+            aggregated[duration] = by_type
+    pods: dict[str, PodMetric] = {}
+    for i, pm in enumerate(_list(status.get("podsMetric"), source, where + ".status.podsMetric")):
+        pwhere = f"{where}.status.podsMetric[{i}]"
+        p = _map(pm, source, pwhere)
+        key = f"{p.get('namespace') or 'default'}/{p.get('name') or ''}"
+        pods[key] = PodMetric(
+            key=key,
+            usage=parse_resource_list(
+                _map(p.get("podUsage"), source, pwhere + ".podUsage").get("resources"),
+                source,
+                pwhere + ".podUsage.resources",
+            ),
+            priority=str(p.get("priority") or ""),
+        )
+    return NodeMetricInfo(
+        name=str(meta.get("name") or ""),
+        update_time=parse_time(status.get("updateTime"), source, where + ".status.updateTime"),
+        report_interval_s=float(interval) if interval else DEFAULT_REPORT_INTERVAL_S,
+        node_usage=usage,
+        aggregated=aggregated,
+        pods=pods,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class CPUInfo:
+    """One logical CPU of ``node.koordinator.sh/cpu-topology``."""
+
+    id: int
+    core: int
+    socket: int
+    node: int
+
+
+@dataclass(frozen=True, slots=True)
+class NUMAZone:
+    """One ``type: Node`` zone of a NodeResourceTopology."""
+
+    node: int
+    """The NUMA node id (``node-1`` → 1)."""
+    allocatable: ResourceList
+    """The zone's ``allocatable`` (``capacity`` when absent) per resource."""
+
+
+@dataclass(frozen=True, slots=True)
+class NRTInfo:
+    """A NodeResourceTopology as NodeNUMAResource reads it."""
+
+    name: str
+    cpus: tuple[CPUInfo, ...]
+    """``node.koordinator.sh/cpu-topology`` detail; empty when not reported."""
+    zones: tuple[NUMAZone, ...]
+    """NUMA node zones."""
+    topology_policies: tuple[str, ...]
+    """``topologyPolicies`` (kubelet topology manager policy names)."""
+    reserved_cpus: frozenset[int]
+    """``reservedCPUs`` of ``kubelet.koordinator.sh/cpu-manager-policy``."""
+    kubelet_allocated: frozenset[int]
+    """CPUs of ``node.koordinator.sh/pod-cpu-allocs`` (pods the kubelet's static policy pinned)."""
+    kubelet_full_pcpus_only: bool
+    """The kubelet's static CPU manager runs with ``full-pcpus-only=true``."""
+
+
+def _parse_nrt(obj: Mapping[str, Any], source: str, where: str) -> NRTInfo:
+    meta = _map(obj.get("metadata"), source, where + ".metadata")
+    ann = _str_map(meta.get("annotations"), source, where + ".metadata.annotations")
+    cpus: list[CPUInfo] = []
+    topo_key = "node.koordinator.sh/cpu-topology"
+    if topo_key in ann:
+        try:
+            detail = json.loads(ann[topo_key]).get("detail") or []
+            cpus = [
+                CPUInfo(
+                    int(c["id"]),
+                    int(c.get("core", 0)),
+                    int(c.get("socket", 0)),
+                    int(c.get("node", 0)),
+                )
+                for c in detail
+            ]
+        except (ValueError, TypeError, KeyError, AttributeError) as err:
+            raise InputError(
+                source, f"{where}.metadata.annotations[{topo_key}]", f"bad JSON: {err}"
+            ) from err
+    zones: list[NUMAZone] = []
+    for i, z in enumerate(_list(obj.get("zones"), source, where + ".zones")):
+        zwhere = f"{where}.zones[{i}]"
+        zone = _map(z, source, zwhere)
+        if zone.get("type") != "Node":
+            continue
+        zname = str(zone.get("name") or "")
+        try:
+            node_id = int(zname.rsplit("-", 1)[-1])
+        except ValueError as err:
+            raise InputError(source, zwhere + ".name", f"not node-<id>: {zname!r}") from err
+        alloc: ResourceList = {}
+        for j, r in enumerate(_list(zone.get("resources"), source, zwhere + ".resources")):
+            rr = _map(r, source, f"{zwhere}.resources[{j}]")
+            rname = str(rr.get("name") or "")
+            q = rr.get("allocatable", rr.get("capacity"))
+            if rname and q is not None:
+                alloc.update(parse_resource_list({rname: q}, source, f"{zwhere}.resources[{j}]"))
+        zones.append(NUMAZone(node_id, alloc))
+    reserved: frozenset[int] = frozenset()
+    full_only = False
+    kpol_key = "kubelet.koordinator.sh/cpu-manager-policy"
+    if kpol_key in ann:
+        try:
+            kpol = json.loads(ann[kpol_key])
+            reserved = parse_cpuset(str(kpol.get("reservedCPUs") or ""))
+            full_only = (
+                kpol.get("policy") == "static"
+                and str((kpol.get("options") or {}).get("full-pcpus-only")) == "true"
+            )
+        except (ValueError, AttributeError) as err:
+            raise InputError(source, f"{where}.metadata.annotations[{kpol_key}]", str(err)) from err
+    kubelet_alloc: set[int] = set()
+    allocs_key = "node.koordinator.sh/pod-cpu-allocs"
+    if allocs_key in ann:
+        try:
+            for a in json.loads(ann[allocs_key]) or []:
+                kubelet_alloc |= parse_cpuset(str(a.get("cpuset") or ""))
+        except (ValueError, AttributeError, TypeError) as err:
+            raise InputError(
+                source, f"{where}.metadata.annotations[{allocs_key}]", str(err)
+            ) from err
+    return NRTInfo(
+        name=str(meta.get("name") or ""),
+        cpus=tuple(sorted(cpus, key=lambda c: c.id)),
+        zones=tuple(sorted(zones, key=lambda z: z.node)),
+        topology_policies=tuple(
+            str(p) for p in _list(obj.get("topologyPolicies"), source, where + ".topologyPolicies")
+        ),
+        reserved_cpus=reserved,
+        kubelet_allocated=frozenset(kubelet_alloc),
+        kubelet_full_pcpus_only=full_only,
+    )
+
+
+@dataclass(slots=True)
+class Snapshot:
+    """Everything the plugins read, by kind."""
+
+    nodes: dict[str, NodeInfo] = field(default_factory=dict)
+    """Nodes by name, in the order read."""
+    pending_pods: dict[str, PodInfo] = field(default_factory=dict)
+    """Pods not yet assigned to a node, by uid (quota requests and gang members)."""
+    node_metrics: dict[str, NodeMetricInfo] = field(default_factory=dict)
+    """NodeMetrics by node name."""
+    topologies: dict[str, NRTInfo] = field(default_factory=dict)
+    """NodeResourceTopologies by node name."""
+    quotas: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """ElasticQuotas (raw objects) by name."""
+    pod_groups: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """PodGroups (raw objects) by ``namespace/name``."""
+    reservations: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """Reservations (raw objects) by name."""
+    devices: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """Devices (raw objects) by node name."""
+    generation: int = 0
+    """Bumped on every change; plugins key their caches on it."""
+
+    def all_pods(self) -> Iterable[PodInfo]:
+        """Assigned and pending pods."""
+        for node in self.nodes.values():
+            yield from node.pods.values()
+        yield from self.pending_pods.values()
+
+    def assume(self, pod: PodInfo, node_name: str) -> None:
+        """Account ``pod`` on ``node_name`` as if bound (removes it from the pending pods)."""
+        self.pending_pods.pop(pod.uid, None)
+        pod.node_name = node_name
+        self.nodes[node_name].add_pod(pod)
+        self.generation += 1
+
+    def forget(self, pod: PodInfo) -> None:
+        """Undo :meth:`assume`."""
+        node = self.nodes.get(pod.node_name)
+        if node is not None:
+            node.remove_pod(pod.uid)
+        pod.node_name = ""
+        self.generation += 1
+
+
+def load_objects(path: Path) -> list[dict[str, Any]]:
+    """The objects of a YAML or JSON file: the items of a ``List``, or each document of a stream.
+    Raises :class:`InputError` naming the file."""
+    source = str(path)
+    try:
+        text = path.read_text()
+    except OSError as err:
+        raise InputError(source, "", f"cannot read: {err.strerror or err}") from err
+    try:
+        docs = [d for d in yaml.safe_load_all(text) if d is not None]
+    except yaml.YAMLError as err:
+        raise InputError(source, "", f"not YAML: {err}") from err
+    objects: list[dict[str, Any]] = []
+    for i, doc in enumerate(docs):
+        if not isinstance(doc, dict):
+            raise InputError(source, f"document {i}", "must be an object")
+        if str(doc.get("kind", "")).endswith("List") and "items" in doc:
+            for j, item in enumerate(_list(doc.get("items"), source, "items")):
+                if not isinstance(item, dict):
+                    raise InputError(source, f"items[{j}]", "must be an object")
+                objects.append(item)
+        else:
+            objects.append(doc)
+    return objects
+
+
+def build_snapshot(objects: Sequence[Mapping[str, Any]], source: str = "<snapshot>") -> Snapshot:
+    """A :class:`Snapshot` from objects. Raises :class:`InputError` naming the bad field
+    (``items[3].status.allocatable.cpu``)."""
+    snap = Snapshot()
+    pods: list[PodInfo] = []
+    for i, obj in enumerate(objects):
+        where = f"items[{i}]"
+        kind = obj.get("kind")
+        meta = _map(obj.get("metadata"), source, where + ".metadata")
+        name = str(meta.get("name") or "")
+        if (
+            kind
+            in (
+                "Node",
+                "Pod",
+                "NodeMetric",
+                "NodeResourceTopology",
+                "ElasticQuota",
+                "PodGroup",
+                "Reservation",
+                "Device",
+            )
+            and not name
+        ):
+            raise InputError(source, where + ".metadata.name", f"a {kind} needs a name")
+        if kind == "Node":
+            status = _map(obj.get("status"), source, where + ".status")
+            spec = _map(obj.get("spec"), source, where + ".spec")
+            alloc_key = "allocatable" if "allocatable" in status else "capacity"
+            snap.nodes[name] = NodeInfo(
+                name=name,
+                labels=_str_map(meta.get("labels"), source, where + ".metadata.labels"),
+                annotations=_str_map(
+                    meta.get("annotations"), source, where + ".metadata.annotations"
+                ),
+                allocatable=parse_resource_list(
+                    status.get(alloc_key), source, f"{where}.status.{alloc_key}"
+                ),
+                unschedulable=bool(spec.get("unschedulable", False)),
+            )
+        elif kind == "Pod":
+            phase = _map(obj.get("status"), source, where + ".status").get("phase")
+            if phase in ("Succeeded", "Failed"):
+                continue
+            pods.append(parse_pod(obj, source, where))
+        elif kind == "NodeMetric":
+            snap.node_metrics[name] = parse_node_metric(obj, source, where)
+        elif kind == "NodeResourceTopology":
+            snap.topologies[name] = _parse_nrt(obj, source, where)
+        elif kind == "ElasticQuota":
+            snap.quotas[name] = dict(obj)
+        elif kind == "PodGroup":
+            snap.pod_groups[f"{meta.get('namespace') or 'default'}/{name}"] = dict(obj)
+        elif kind == "Reservation":
+            snap.reservations[name] = dict(obj)
+        elif kind == "Device":
+            snap.devices[name] = dict(obj)
+    for pod in pods:
+        node = snap.nodes.get(pod.node_name)
+        if node is not None:
+            node.add_pod(pod)
+        elif not pod.node_name:
+            snap.pending_pods[pod.uid] = pod
+    return snap
+
+
+def load_snapshot(path: Path) -> Snapshot:
+    """:func:`build_snapshot` over :func:`load_objects`."""
+    return build_snapshot(load_objects(path), str(path))
+
+
+def load_pod(path: Path) -> PodInfo:
+    """The one Pod of a file. Raises :class:`InputError` naming the file and field."""
+    objects = load_objects(path)
+    pods = [o for o in objects if o.get("kind", "Pod") == "Pod"]
+    if len(pods) != 1:
+        raise InputError(str(path), "kind", f"expected exactly one Pod, found {len(pods)}")
+    return parse_pod(pods[0], str(path))
