@@ -240,7 +240,8 @@ async def test_dry_run_changes_no_schemata_and_moves_no_thread(rig: SimpleNamesp
     dry = CgroupWriter(
         rig.fake.host, on_change=rig.audit.append, dry_run_strategies=frozenset({"resctrl"})
     )
-    await ResctrlReconcile(replace(rig.ctx, executor=dry)).reconcile()
+    with dry:  # started, as the daemon's is
+        await ResctrlReconcile(replace(rig.ctx, executor=dry)).reconcile()
     assert _schemata(rig.root, "BE")["L3"] == {0: "3", 1: "3"}
     assert _tasks(rig.root, "BE") == []
     assert [r.dry_run for r in rig.audit if r.knob == "resctrl_l3"] == [True]

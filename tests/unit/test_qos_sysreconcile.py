@@ -4,7 +4,9 @@ fake /proc/sys tree (including the restore when a setting is unset again)."""
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+import threading
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
@@ -208,8 +210,8 @@ async def test_dry_run_audits_the_would_be_change_and_writes_nothing(rig: Simple
     dry = CgroupWriter(
         rig.fake.host, on_change=rig.audit.append, dry_run_strategies=frozenset({"sysreconcile"})
     )
-    strategy = SystemConfigStrategy(replace(rig.ctx, executor=dry))
-    await strategy.reconcile()
+    with dry:  # started, as the daemon's is
+        await SystemConfigStrategy(replace(rig.ctx, executor=dry)).reconcile()
     assert _read(rig.files["min"]) == 67584
     assert [(r.dry_run, r.new) for r in rig.audit] == [(True, "167772")]
 
@@ -222,3 +224,26 @@ async def test_an_absent_anolis_file_is_reported_unsupported(rig: SimpleNamespac
     assert report is not None
     assert report.detail["results"]["memcg_reap_background"].startswith("unsupported: ")
     assert "Anolis kernels only" in report.detail["results"]["memcg_reap_background"]
+
+
+async def test_writes_run_through_the_executors_call_hook_when_it_has_one(
+    rig: SimpleNamespace,
+) -> None:
+    threads: list[str] = []
+    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="writer-hook")
+
+    class WithCall(CgroupWriter):
+        def call(self, fn: Callable[[], Any]) -> Future[Any]:
+            def run() -> Any:
+                threads.append(threading.current_thread().name)
+                return fn()
+
+            return pool.submit(run)
+
+    try:
+        executor = WithCall(rig.fake.host)
+        await SystemConfigStrategy(replace(rig.ctx, executor=executor)).reconcile()
+    finally:
+        pool.shutdown()
+    assert _read(rig.files["min"]) == 167772
+    assert threads == ["writer-hook_0"]
