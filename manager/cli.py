@@ -1,5 +1,8 @@
 """The ``koord-manager`` entry point.
 
+``koord-manager run [--kubeconfig PATH] ...`` runs the controllers against the API server
+(under leader election on the ``koordinator-manager`` Lease unless disabled).
+
 ``koord-manager explain --node FILE --node-metric FILE --pods FILE --config FILE [--json]``
 prints the batch and mid resources the node resource controller would write for one node, with
 every term of the formula. Files are YAML or JSON (JSON when the name ends in ``.json``): a
@@ -10,13 +13,19 @@ with a message naming the file and the field.
 from __future__ import annotations
 
 import argparse
+import asyncio
+import contextlib
 import json
+import logging
+import signal
 import sys
 from collections.abc import Sequence
 from datetime import UTC, datetime
 
 from apis.configuration import parse_slo_controller_config
 from apis.slo import SchemaError, read_document
+from kubeclient.client import KubeClient
+from kubeclient.errors import KubeError
 from manager.errors import InputError
 from manager.explain import to_json, to_text
 from manager.noderesource.calculator import calculate, decide_update
@@ -26,6 +35,7 @@ from manager.noderesource.inputs import (
     parse_pod_list,
     parse_time,
 )
+from manager.runner import ManagerSettings, run_controllers
 
 EXIT_BAD_INPUT = 2
 
@@ -61,7 +71,51 @@ def _parser() -> argparse.ArgumentParser:
         metavar="TIME",
         help="RFC 3339 time of the controller's last write of this Node (default: unknown)",
     )
+    run = sub.add_parser("run", help="run the controllers against the API server")
+    run.add_argument("--kubeconfig", help="kubeconfig path (default: $KUBECONFIG or in-cluster)")
+    run.add_argument("--config-namespace", default="koordinator-system")
+    run.add_argument("--slo-config-name", default="slo-controller-config")
+    run.add_argument(
+        "--enable-leader-election",
+        type=_go_bool,
+        default=True,
+        metavar="BOOL",
+        help="run controllers only while holding the koordinator-manager Lease (default true)",
+    )
+    run.add_argument("--leader-election-namespace", default="koordinator-system")
+    run.add_argument(
+        "--sync-period",
+        type=float,
+        default=60.0,
+        metavar="SECONDS",
+        help="recompute every node at least this often (default 60)",
+    )
     return parser
+
+
+def _go_bool(text: str) -> bool:
+    if text in ("1", "t", "T", "true", "TRUE", "True"):
+        return True
+    if text in ("0", "f", "F", "false", "FALSE", "False"):
+        return False
+    raise argparse.ArgumentTypeError(f"not a boolean: {text!r}")
+
+
+async def _run(settings: ManagerSettings) -> int:
+    client = await KubeClient.connect(settings.kubeconfig)
+    main_task = asyncio.current_task()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        if main_task is not None:
+            loop.add_signal_handler(sig, main_task.cancel)
+    try:
+        await run_controllers(client, settings)
+    except asyncio.CancelledError:
+        return 0
+    finally:
+        with contextlib.suppress(Exception):
+            await client.close()
+    return 1  # pragma: no cover - run_controllers never returns
 
 
 def _explain(args: argparse.Namespace) -> int:
@@ -90,6 +144,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "explain":
             return _explain(args)
+        if args.command == "run":
+            logging.basicConfig(
+                level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+            )
+            settings = ManagerSettings(
+                kubeconfig=args.kubeconfig,
+                config_namespace=args.config_namespace,
+                slo_config_name=args.slo_config_name,
+                enable_leader_election=args.enable_leader_election,
+                leader_election_namespace=args.leader_election_namespace,
+                resync_seconds=args.sync_period,
+            )
+            return asyncio.run(_run(settings))
+    except KubeError as err:
+        sys.stderr.write(f"koord-manager: error: {err}\n")
+        return 1
     except (SchemaError, InputError) as err:
         sys.stderr.write(f"koord-manager: error: {err}\n")
         return EXIT_BAD_INPUT
