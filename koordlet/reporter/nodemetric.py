@@ -25,8 +25,9 @@ memory in bytes in canonical binary form.
 :class:`NodeMetricReporter` writes the status through the ``status`` subresource every
 ``reportIntervalSeconds`` (default 60, minimum 30) with conflict retry, behind a token bucket of
 0.1 writes/s with a burst of 2 (upstream's ``statusUpdateQPS``/``Burst``), and not at all until
-the NodeMetric exists (the manager creates it). ``prodReclaimableMetric`` (the peak predictor)
-is not produced yet: the field is left out, which the manager reads as nothing reclaimable.
+the NodeMetric exists (the manager creates it). ``prodReclaimableMetric`` comes from the peak
+predictor (:mod:`koordlet.reporter.predictor`) when one is given and it can predict; otherwise
+the field is left out, which the manager reads as nothing reclaimable.
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ from apis.slo import HostApplication, NodeSLOSpec
 from koordlet.metriccache import MIN_VALID_COVERAGE, MetricCache
 from koordlet.metriccache import series as s
 from koordlet.metriccache.aggregate import Aggregate
+from koordlet.reporter.predictor import Reclaimable
 from koordlet.statesinformer.kube import CollectPolicy
 from koordlet.statesinformer.model import PodInfo
 from kubeclient.client import KubeClient, Obj
@@ -151,8 +153,10 @@ def build_status(
     pods: Iterable[PodInfo],
     host_apps: Iterable[HostApplication],
     now: float,
+    prod_reclaimable: Obj | None = None,
 ) -> Obj:
-    """The NodeMetric ``status`` for the window ending at ``now`` (see the module docstring)."""
+    """The NodeMetric ``status`` for the window ending at ``now`` (see the module docstring);
+    ``prod_reclaimable`` is the predictor's ``prodReclaimableMetric`` (None: left out)."""
     r = _Reader(cache, policy, now)
     node_metric: Obj = {
         "nodeUsage": r.usage(s.NODE_CPU_USAGE, r.memory.node, s.NODE),
@@ -197,12 +201,15 @@ def build_status(
                 "qos": app.qos.value,
             }
         )
-    return {
+    status: Obj = {
         "updateTime": format_time(now),
         "nodeMetric": node_metric,
         "podsMetric": pods_metric,
         "hostApplicationMetric": apps_metric,
     }
+    if prod_reclaimable is not None:
+        status["prodReclaimableMetric"] = prod_reclaimable
+    return status
 
 
 class StatesView(Protocol):
@@ -215,6 +222,12 @@ class StatesView(Protocol):
     def node_metric(self) -> Obj | None: ...
 
     def list_pods(self) -> Mapping[str, PodInfo]: ...
+
+
+class ReclaimablePredictor(Protocol):
+    """What the reporter asks of the peak predictor (``PeakPredictor`` is one)."""
+
+    def prod_reclaimable(self, now: float | None = None) -> Reclaimable | None: ...
 
 
 @dataclass
@@ -239,6 +252,7 @@ class NodeMetricReporter:
         cache: MetricCache,
         *,
         limiter: WriteRateLimiter | None = None,
+        predictor: ReclaimablePredictor | None = None,
         clock: Callable[[], float] = time.time,
         sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep,
     ) -> None:
@@ -246,6 +260,7 @@ class NodeMetricReporter:
         self._states = states
         self._cache = cache
         self._limiter = limiter or WriteRateLimiter(STATUS_UPDATE_QPS, STATUS_UPDATE_BURST)
+        self._predictor = predictor
         self._clock = clock
         self._sleep = sleep
         self.stats = ReportStats()
@@ -253,12 +268,18 @@ class NodeMetricReporter:
 
     def build(self) -> Obj:
         """The status for now (synchronous, on the event loop: the cache is not thread-safe)."""
+        now = self._clock()
+        reclaimable = None
+        if self._predictor is not None:
+            prediction = self._predictor.prod_reclaimable(now)
+            reclaimable = prediction.to_metric() if prediction is not None else None
         return build_status(
             self._cache,
             self._states.collect_policy,
             self._states.list_pods().values(),
             self._states.node_slo.host_applications,
-            self._clock(),
+            now,
+            reclaimable,
         )
 
     async def report_once(self) -> bool:
