@@ -9,23 +9,21 @@ values (``apis.slo_strategies.strategies_of``): switching a class off writes the
 back, as upstream does. A pod's class is its ``koordinator.sh/qosClass``; without one, its
 Kubernetes QoS decides (Guaranteed LSR, Burstable LS, BestEffort BE); LSE pods use the LSR class.
 
-**Memory QoS** (per pod, from its ``memoryQOS``; Anolis knobs only where the kernel has them):
+**Memory QoS** (per pod and container, from the class's ``memoryQOS``; Anolis knobs only where
+the kernel has them):
 
 - ``memory.min = request * minLimitPercent / 100``, ``memory.low = request * lowLimitPercent /
-  100``, raised to ``memory.min`` when lower but not zero (upstream's correction);
-- ``memory.high``: unlimited when ``throttlingPercent`` is 0; else ``request + (limit - request) *
-  throttlingPercent / 100`` rounded down to a page, with the node's memory as the limit of a pod
-  without one, and never below ``memory.min``;
+  100``, raised to ``memory.min`` when lower but not zero (upstream's correction), on the pod
+  (pod request) and on each container (its own request; unknown counts as 0);
+- ``memory.high`` on each container: unlimited when ``throttlingPercent`` is 0; else ``request +
+  (limit - request) * throttlingPercent / 100`` rounded down to a page, with the node's memory as
+  the limit of a container without one, and never below ``memory.min``;
 - ``memory.wmark_ratio``, ``memory.wmark_scale_factor`` (``wmarkScalePermill``),
   ``memory.wmark_min_adj``, ``memory.priority``, ``memory.use_priority_oom``
   (``priorityEnable``) and ``memory.oom.group`` (``oomKillGroup``) on the pod and its containers;
 - the Kubernetes QoS cgroups: ``besteffort`` and ``burstable`` get the sums of their pods'
   ``memory.min``/``memory.low``, the kubepods root the sum of all (it is their parent), and the
   ``priorityEnable``/``priority``/``oomKillGroup`` of the class their Kubernetes QoS maps to.
-
-Upstream computes ``min``/``low``/``high`` per container from container requests and limits;
-the inventory knows only pod totals, so here they are set on the pod cgroup (the containers'
-parent, which bounds them the same way).
 
 **CPU QoS**, by the best mechanism the kernel has, reported as ``cpu_mechanism``:
 
@@ -288,11 +286,15 @@ def _memory_plan(
         sums[pod.kube_qos][1] += low
         plan.add("memory_min", pod.cgroup_dir, minimum, why)
         plan.add("memory_low", pod.cgroup_dir, low, why)
-        high = memory_high(cfg, pod.memory_request_bytes, pod.memory_limit_bytes, node_memory)
-        if isinstance(high, str):
-            plan.skipped[f"pod/{pod.name}: memory_high"] = high
-        else:
-            plan.add("memory_high", pod.cgroup_dir, high, why)
+        for c in pod.containers:
+            c_min, c_low = memory_protection(cfg, c.memory_request_bytes)
+            plan.add("memory_min", c.cgroup_dir, c_min, why)
+            plan.add("memory_low", c.cgroup_dir, c_low, why)
+            high = memory_high(cfg, c.memory_request_bytes, c.memory_limit_bytes, node_memory)
+            if isinstance(high, str):
+                plan.skipped[f"pod/{pod.name}/{c.name}: memory_high"] = high
+            else:
+                plan.add("memory_high", c.cgroup_dir, high, why)
         static = memory_static(cfg)
         for rel in (pod.cgroup_dir, *(c.cgroup_dir for c in pod.containers)):
             for name, value in static.items():

@@ -113,7 +113,16 @@ def _pod(
     rel, containers = "kubepods/pod" + uid, []
     if fake is not None:
         rel, crels = fake.add_pod(uid, kube_qos, [("containerd", container_id(name))])
-        containers = [ContainerInfo(container_id(name), "main", "containerd", crels[0])]
+        containers = [
+            ContainerInfo(
+                container_id(name),
+                "main",
+                "containerd",
+                crels[0],
+                memory_request_bytes=request,
+                memory_limit_bytes=limit,
+            )
+        ]
     annotations = {STATUS: json.dumps({"cpuset": cpus})} if cpus else {}
     return PodInfo(
         uid,
@@ -372,7 +381,11 @@ async def test_anolis_kernel_gets_group_identity_and_memory_qos(rig: SimpleNames
     ls_dir, ls_container = rig.ls.cgroup_dir, rig.ls.containers[0].cgroup_dir
     assert int(fake.read("memory", ls_dir, "memory.min")) == GIB // 2
     assert int(fake.read("memory", ls_dir, "memory.low")) == GIB * 8 // 10
-    assert int(fake.read("memory", ls_dir, "memory.high")) == GIB + GIB // 2
+    # the one container holds the whole request and limit: the same protection, and the high
+    # mark between its request and limit
+    assert int(fake.read("memory", ls_container, "memory.min")) == GIB // 2
+    assert int(fake.read("memory", ls_container, "memory.low")) == GIB * 8 // 10
+    assert int(fake.read("memory", ls_container, "memory.high")) == GIB + GIB // 2
     # QoS cgroups: burstable sums its pods, the kubepods root sums all (LSR and BE give 0)
     assert int(fake.read("memory", layout.qos_dir(KubeQOS.BURSTABLE), "memory.min")) == GIB // 2
     assert int(fake.read("memory", layout.qos_dir(KubeQOS.GUARANTEED), "memory.min")) == GIB // 2
