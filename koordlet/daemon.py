@@ -41,9 +41,10 @@ import resource
 import signal
 import time
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from prometheus_client import CollectorRegistry, Counter
+from prometheus_client.registry import Collector
 
 from apis.slo import NodeSLOSpec
 from koordlet import __version__
@@ -363,6 +364,10 @@ class Daemon:
         self._on_stop("qos", qos.stop)
         self.qos = qos
         qos.start()
+        for name, strategy in qos.running().items():
+            if callable(getattr(strategy, "collect", None)):  # its own koordlet_* families
+                self.registry.register(cast(Collector, strategy))
+                logger.debug("strategy %s exports its metrics", name)
 
     def _build_evictor(self, audit: AuditLog) -> Evictor:
         """The evictor every strategy evicts through. Its backend empties the victim's cgroup

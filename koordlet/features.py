@@ -62,21 +62,19 @@ KOORDLET_FEATURES: Mapping[str, FeatureSpec] = MappingProxyType(
             False, _A, False, "serve the audited events on the koordlet port"
         ),
         "BECPUSuppress": FeatureSpec(
-            True, _B, False, "shrink the cpuset of BE pods when node CPU usage is high"
+            True, _B, True, "shrink the cpuset of BE pods when node CPU usage is high"
         ),
         "BECPUManager": FeatureSpec(
             False, _A, False, "manage BE cpusets (exclusive with BECPUSuppress)"
         ),
-        "BECPUEvict": FeatureSpec(False, _A, False, "evict BE pods starved of CPU"),
-        "BEMemoryEvict": FeatureSpec(False, _A, False, "evict BE pods on node memory pressure"),
-        "CPUBurst": FeatureSpec(
-            True, _B, False, "set cfs burst; scale CFS quota of throttled pods"
-        ),
+        "BECPUEvict": FeatureSpec(False, _A, True, "evict BE pods starved of CPU"),
+        "BEMemoryEvict": FeatureSpec(False, _A, True, "evict BE pods on node memory pressure"),
+        "CPUBurst": FeatureSpec(True, _B, True, "set cfs burst; scale CFS quota of throttled pods"),
         "SystemConfig": FeatureSpec(
-            False, _A, False, "tune vm.min_free_kbytes and vm.watermark_scale_factor"
+            False, _A, True, "tune vm.min_free_kbytes and vm.watermark_scale_factor"
         ),
         "RdtResctrl": FeatureSpec(True, _B, False, "LLC and memory-bandwidth isolation by resctrl"),
-        "CgroupReconcile": FeatureSpec(False, _A, False, "reconcile QoS cgroup settings"),
+        "CgroupReconcile": FeatureSpec(False, _A, True, "reconcile QoS cgroup settings"),
         "NodeTopologyReport": FeatureSpec(
             True, _B, False, "report the node topology as a NodeResourceTopology object"
         ),

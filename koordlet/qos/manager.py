@@ -347,6 +347,11 @@ class QoSManager:
         """Strategy → why it does not run (its feature gate is off)."""
         return dict(self._disabled)
 
+    def running(self) -> dict[str, Strategy]:
+        """The running strategy objects by name (the daemon registers those that are also
+        Prometheus collectors)."""
+        return dict(self._strategies)
+
     def start(self) -> None:
         """Build the enabled strategies and start one supervised loop each."""
         feature_gates = getattr(self._ctx.config, "feature_gates", None)

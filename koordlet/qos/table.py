@@ -1,10 +1,9 @@
 """The QoS strategy table: name → factory, in start order. Nothing registers itself.
 
-Empty for now: the strategies (Koordinator's ``cpusuppress``, ``cpuburst``, ``memoryevict``,
-``cpuevict``, ``resctrl``, ``cgreconcile``, ``sysreconcile``) arrive with the QoS issue, each in a
-module of its own, added here by name. The daemon passes this table to
-:class:`~koordlet.qos.manager.QoSManager`, which runs each enabled strategy's ``reconcile()`` at
-its interval; tests pass their own tables.
+Koordinator's strategies (``cpusuppress``, ``cpuburst``, ``cgreconcile``, ``sysreconcile``,
+``memoryevict``, ``cpuevict``, ``resctrl``), each in a module of its own. The daemon passes
+this table to :class:`~koordlet.qos.manager.QoSManager`, which runs each enabled strategy's
+``reconcile()`` at its interval; tests pass their own tables.
 """
 
 from __future__ import annotations
@@ -12,11 +11,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from types import MappingProxyType
 
-from koordlet.qos import cgreconcile, cpuevict, memoryevict, sysreconcile
+from koordlet.qos import cgreconcile, cpuburst, cpuevict, cpusuppress, memoryevict, sysreconcile
 from koordlet.qos.manager import StrategyFactory
 
 STRATEGIES: Mapping[str, StrategyFactory] = MappingProxyType(
     {
+        cpusuppress.NAME: cpusuppress.new_cpu_suppress,
+        cpuburst.NAME: cpuburst.new_cpu_burst,
         cgreconcile.NAME: cgreconcile.build,
         sysreconcile.NAME: sysreconcile.build,
         memoryevict.NAME: memoryevict.memoryevict,
@@ -27,6 +28,8 @@ STRATEGIES: Mapping[str, StrategyFactory] = MappingProxyType(
 
 FEATURE_GATES: Mapping[str, str] = MappingProxyType(
     {
+        cpusuppress.NAME: cpusuppress.FEATURE_GATE,
+        cpuburst.NAME: cpuburst.FEATURE_GATE,
         cgreconcile.NAME: cgreconcile.GATE,
         sysreconcile.NAME: sysreconcile.GATE,
         memoryevict.NAME: memoryevict.GATE,

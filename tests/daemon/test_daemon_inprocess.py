@@ -30,7 +30,10 @@ from koordlet.config import (
     QoSConfig,
     ServerConfig,
 )
+from koordlet.features import FeatureGates
 from koordlet.qos.manager import Strategy, StrategyContext, StrategyFactory, StrategyReport
+from koordlet.qos.table import FEATURE_GATES as QOS_GATES
+from koordlet.qos.table import STRATEGIES
 from koordlet.system.cgroups import CgroupDriver, CgroupVersion
 from tests.daemon import Samples, free_port, one_value, parse_samples
 from tests.fakehost import FakeHost, container_id
@@ -138,6 +141,12 @@ async def running(
     assert run.code == 0
 
 
+def daemon_gate_on(strategy: str) -> bool:
+    """Whether the strategy's gate is on by Koordinator's defaults (the test config's gates)."""
+    gate = QOS_GATES.get(strategy)
+    return gate is None or FeatureGates().enabled(gate)
+
+
 def stage_events(records: list[logging.LogRecord]) -> list[tuple[str, str]]:
     """``(started|stopped, stage)`` from the daemon's stage log lines, in order."""
     out = []
@@ -157,7 +166,9 @@ async def test_stages_start_in_order_serve_ready_and_stop_in_reverse(
     async with running(make_config(fake)) as run:
         assert await run.get("/readyz") == (200, "ok")
         tasks = (await run.json("/debug/tasks"))["tasks"]
-        assert [t["name"] for t in tasks] == ["collect"]
+        assert sorted(t["name"] for t in tasks) == sorted(
+            ["collect", *(f"qos/{n}" for n in STRATEGIES if daemon_gate_on(n))]
+        )
 
     events = stage_events(caplog.records)
     started = [s for e, s in events if e == "started"]
@@ -222,7 +233,8 @@ async def test_a_collector_that_raises_is_counted_and_does_not_take_the_daemon_d
         await run.until("boom's errors counted", counted_twice)
         samples = await run.samples()
         assert await run.get("/healthz") == (200, "ok")
-        (collect,) = (await run.json("/debug/tasks"))["tasks"]
+        tasks = (await run.json("/debug/tasks"))["tasks"]
+        (collect,) = [t for t in tasks if t["name"] == "collect"]
 
     assert one_value(samples, "koordlet_node_used_memory_bytes") is not None
     assert one_value(samples, "koordlet_step_errors_total", name="noderesource") in (None, 0.0)
