@@ -360,6 +360,7 @@ class MemoryEvict:
         self._event_waiting = False
         self._near = False
         self._parsed: tuple[object, MemoryEvictSettings] | None = None
+        self._memcg_refused = False
         self.event_rounds = 0
         """Rounds run on a pressure event."""
 
@@ -598,7 +599,7 @@ class MemoryEvict:
             return None
         if not settings.enabled:
             return None
-        if host.layout.version is CgroupVersion.V2 or WATCH_NAME in ctx.events.unsupported:
+        if host.layout.version is CgroupVersion.V2 or self._memcg_refused:
             return ("psi", host.paths.proc("pressure", "memory"), PSI_STALL_US)
         try:
             threshold, _ = used_thresholds(settings.threshold, settings.lower)
@@ -642,6 +643,8 @@ class MemoryEvict:
         kind, path, value = want
         if kind == "memcg":
             ok = await events.watch_memcg_threshold(path, value, WATCH_NAME)
+            if not ok and WATCH_NAME in events.unsupported:
+                self._memcg_refused = True  # the host cannot: PSI from the next tick on
         else:
             ok = await events.watch_psi(path, "some", value, PSI_WINDOW_US, WATCH_NAME)
         if ok:

@@ -239,12 +239,18 @@ class FakeEvents:
         self.subscribers.append(target)
         return lambda: self.subscribers.remove(target)
 
+    refuse_memcg: bool = False
+
     async def watch_memcg_threshold(self, folder: str, threshold: int, name: str) -> bool:
         self.watches.append(("memcg", (folder, threshold, name)))
+        if self.refuse_memcg:
+            self.unsupported[name] = "no cgroup.event_control"
+            return False
         return True
 
     async def watch_psi(self, path: str, kind: str, stall: int, window: int, name: str) -> bool:
         self.watches.append(("psi", (path, kind, stall, window, name)))
+        self.unsupported.pop(name, None)
         return True
 
     def unwatch(self, name: str) -> bool:
@@ -508,3 +514,13 @@ async def test_a_nodeslo_with_the_lower_bound_above_the_threshold_evicts_nobody(
     decision = rig.ctx.book.describe("memoryevict")["last_round"]["decision"]
     assert decision.startswith("skip: invalid NodeSLO")
     assert "memoryEvictLowerPercent" in decision
+
+
+async def test_a_host_that_refuses_memcg_thresholds_falls_back_to_psi_for_good() -> None:
+    events = FakeEvents(refuse_memcg=True)
+    rig = make_rig(BE_AND_LS, events=events)
+    for _ in range(3):
+        rig.sample(4 * GiB, {1: GiB})
+        await rig.strategy.reconcile()
+    assert [kind for kind, _ in events.watches] == ["memcg", "psi"]
+    await rig.strategy.close()
