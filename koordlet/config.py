@@ -120,6 +120,45 @@ class QoSConfig:
     """QoS strategies (table names, ``cpusuppress,memoryevict``) in dry run while the others act;
     ``--qos-dry-run-strategies``, ours (default none). A name not in the strategy table stops
     the koordlet at start: a typo must not leave a strategy acting for real."""
+    reconcile_interval: float = 1.0
+    """Seconds between rounds of the cgroup reconcilers and CPU burst; Koordinator's
+    ``--reconcile-interval-seconds`` (default 1)."""
+    cpu_suppress_interval: float = 1.0
+    """Seconds between CPU suppress rounds; ``--cpu-suppress-interval-seconds`` (default 1)."""
+    cpu_evict_interval: float = 1.0
+    """Seconds between CPU eviction rounds; ``--cpu-evict-interval-seconds`` (default 1)."""
+    memory_evict_interval: float = 1.0
+    """Seconds between memory eviction rounds (pressure events wake it between);
+    ``--memory-evict-interval-seconds`` (default 1)."""
+    memory_evict_cool_time: float = 4.0
+    """Seconds after a memory eviction before the next; ``--memory-evict-cool-time-seconds``
+    (default 4)."""
+    cpu_evict_cool_time: float = 20.0
+    """Seconds after a CPU eviction before the next; ``--cpu-evict-cool-time-seconds``
+    (default 20)."""
+    only_evict_by_api: bool = False
+    """In cluster mode, evict only through the Eviction API, never by killing the cgroup's
+    processes when the API refuses or fails; Koordinator's ``--only-evict-by-api`` (default
+    false)."""
+
+
+@dataclass(frozen=True, slots=True)
+class KubeConfig:
+    """The Kubernetes API server (cluster mode, i.e. without ``--standalone``)."""
+
+    kubeconfig: str = ""
+    """kubeconfig file; empty: ``$KUBECONFIG``, else the in-cluster service account.
+    Koordinator's ``--kubeconfig``."""
+    sync_timeout: float = 30.0
+    """Seconds start-up waits for the first lists of Node, pods, NodeSLO and NodeMetric before
+    going on in protect-only mode (the persisted NodeSLO, else the defaults) while the informers
+    keep retrying; ``--kube-sync-timeout``, ours."""
+    request_timeout: float = 30.0
+    """Seconds one API request may take before it counts as a transient failure;
+    ``--kube-request-timeout``, ours."""
+    enable_node_metric_report: bool = True
+    """Write the NodeMetric status at the NodeMetric spec's report interval (default 60 s);
+    Koordinator's ``--enable-node-metric-report`` (default true)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,6 +200,8 @@ class KoordletConfig:
     """Dry run for the QoS strategies."""
     audit: AuditConfig = field(default_factory=AuditConfig)
     """The audit log."""
+    kube: KubeConfig = field(default_factory=KubeConfig)
+    """The API server connection and NodeMetric reporting (ignored with ``--standalone``)."""
     standalone: bool = False
     """Run without the Kubernetes API server: pods from the kubepods hierarchy, the NodeSLO from
     a local file; ``--standalone``, ours (default false)."""
@@ -301,6 +342,12 @@ def _optional_path(value: object) -> str:
     return _string(value).strip()
 
 
+def _optional_file(value: object) -> str:
+    """A file path, made absolute against the working directory; empty for none."""
+    text = _string(value).strip()
+    return os.path.abspath(text) if text else ""
+
+
 def _optional_abs_path(value: object) -> str:
     text = _string(value).strip()
     return _abs_path(text) if text else ""
@@ -416,6 +463,35 @@ SETTINGS: tuple[Setting, ...] = (
             "QoS strategies compute and audit but change nothing", is_bool=True),
     Setting("qos.dryRunStrategies", "qos.dry_run_strategies", ("--qos-dry-run-strategies",),
             _strategy_names, "these QoS strategies (comma-separated) only compute and audit"),
+    Setting("qos.reconcileInterval", "qos.reconcile_interval",
+            ("--reconcile-interval-seconds",), _positive_duration,
+            "cgroup reconcile and CPU burst interval", "--reconcile-interval-seconds"),
+    Setting("qos.cpuSuppressInterval", "qos.cpu_suppress_interval",
+            ("--cpu-suppress-interval-seconds",), _positive_duration, "CPU suppress interval",
+            "--cpu-suppress-interval-seconds"),
+    Setting("qos.cpuEvictInterval", "qos.cpu_evict_interval", ("--cpu-evict-interval-seconds",),
+            _positive_duration, "CPU eviction interval", "--cpu-evict-interval-seconds"),
+    Setting("qos.memoryEvictInterval", "qos.memory_evict_interval",
+            ("--memory-evict-interval-seconds",), _positive_duration, "memory eviction interval",
+            "--memory-evict-interval-seconds"),
+    Setting("qos.memoryEvictCoolTime", "qos.memory_evict_cool_time",
+            ("--memory-evict-cool-time-seconds",), _positive_duration,
+            "pause after a memory eviction", "--memory-evict-cool-time-seconds"),
+    Setting("qos.cpuEvictCoolTime", "qos.cpu_evict_cool_time",
+            ("--cpu-evict-cool-time-seconds",), _positive_duration,
+            "pause after a CPU eviction", "--cpu-evict-cool-time-seconds"),
+    Setting("qos.onlyEvictByAPI", "qos.only_evict_by_api", ("--only-evict-by-api",), _bool,
+            "cluster mode: never kill when the Eviction API fails", "--only-evict-by-api",
+            is_bool=True),
+    Setting("kube.kubeconfig", "kube.kubeconfig", ("--kubeconfig",), _optional_file,
+            "kubeconfig file ('' for $KUBECONFIG, else in-cluster)", "--kubeconfig"),
+    Setting("kube.syncTimeout", "kube.sync_timeout", ("--kube-sync-timeout",),
+            _positive_duration, "wait for the first API sync before protect-only mode"),
+    Setting("kube.requestTimeout", "kube.request_timeout", ("--kube-request-timeout",),
+            _positive_duration, "time one API request may take"),
+    Setting("kube.enableNodeMetricReport", "kube.enable_node_metric_report",
+            ("--enable-node-metric-report",), _bool, "write the NodeMetric status",
+            "--enable-node-metric-report", is_bool=True),
     Setting("audit.logDir", "audit.log_dir", ("--audit-log-dir",), _optional_abs_path,
             "audit log directory ('' for <state-dir>/audit)", "--audit-log-dir"),
     Setting("audit.maxDiskSpaceMB", "audit.max_disk_space_mb", ("--audit-max-disk-space-mb",),
@@ -428,7 +504,7 @@ FEATURE_GATES_KEY = "featureGates"
 """The YAML key of the feature gates: a mapping of gate → bool, or a ``--feature-gates`` string."""
 
 _BY_KEY = {s.key: s for s in SETTINGS}
-_SECTIONS = ("paths", "cgroup", "collect", "server", "qos", "audit")
+_SECTIONS = ("paths", "cgroup", "collect", "server", "qos", "audit", "kube")
 _LONG_FLAGS = {f[2:] for s in SETTINGS for f in s.flags}
 _LONG_FLAGS |= {"config", "feature-gates", "version", "help"}
 _METAVARS: Mapping[Callable[[object], Any], str] = {
@@ -436,6 +512,7 @@ _METAVARS: Mapping[Callable[[object], Any], str] = {
     _abs_path: "DIR",
     _addr: "HOST:PORT",
     _optional_path: "FILE",
+    _optional_file: "FILE",
     _optional_abs_path: "DIR",
     _strategy_names: "A,B",
     _disk_mb: "MIB",
@@ -669,6 +746,7 @@ def load_config(
         server=ServerConfig(**sections["server"]),
         qos=QoSConfig(**sections["qos"]),
         audit=AuditConfig(**sections["audit"]),
+        kube=KubeConfig(**sections["kube"]),
         feature_gates=gates,
         config_file=config_file,
         **top,
