@@ -452,6 +452,23 @@ class NRTInfo:
     """The kubelet's static CPU manager runs with ``full-pcpus-only=true``."""
 
 
+def parse_node(obj: Mapping[str, Any], source: str, where: str) -> NodeInfo:
+    """A :class:`NodeInfo` (no pods yet) from a v1 Node."""
+    meta = _map(obj.get("metadata"), source, where + ".metadata")
+    status = _map(obj.get("status"), source, where + ".status")
+    spec = _map(obj.get("spec"), source, where + ".spec")
+    alloc_key = "allocatable" if "allocatable" in status else "capacity"
+    return NodeInfo(
+        name=str(meta.get("name") or ""),
+        labels=_str_map(meta.get("labels"), source, where + ".metadata.labels"),
+        annotations=_str_map(meta.get("annotations"), source, where + ".metadata.annotations"),
+        allocatable=parse_resource_list(
+            status.get(alloc_key), source, f"{where}.status.{alloc_key}"
+        ),
+        unschedulable=bool(spec.get("unschedulable", False)),
+    )
+
+
 def _parse_nrt(obj: Mapping[str, Any], source: str, where: str) -> NRTInfo:
     meta = _map(obj.get("metadata"), source, where + ".metadata")
     ann = _str_map(meta.get("annotations"), source, where + ".metadata.annotations")
@@ -625,20 +642,7 @@ def build_snapshot(objects: Sequence[Mapping[str, Any]], source: str = "<snapsho
         ):
             raise InputError(source, where + ".metadata.name", f"a {kind} needs a name")
         if kind == "Node":
-            status = _map(obj.get("status"), source, where + ".status")
-            spec = _map(obj.get("spec"), source, where + ".spec")
-            alloc_key = "allocatable" if "allocatable" in status else "capacity"
-            snap.nodes[name] = NodeInfo(
-                name=name,
-                labels=_str_map(meta.get("labels"), source, where + ".metadata.labels"),
-                annotations=_str_map(
-                    meta.get("annotations"), source, where + ".metadata.annotations"
-                ),
-                allocatable=parse_resource_list(
-                    status.get(alloc_key), source, f"{where}.status.{alloc_key}"
-                ),
-                unschedulable=bool(spec.get("unschedulable", False)),
-            )
+            snap.nodes[name] = parse_node(obj, source, where)
         elif kind == "Pod":
             phase = _map(obj.get("status"), source, where + ".status").get("phase")
             if phase in ("Succeeded", "Failed"):

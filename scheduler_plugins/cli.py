@@ -1,0 +1,150 @@
+"""``koord-scheduler``: ``explain`` a placement, or serve the kube-scheduler ``extender``.
+
+``koord-scheduler explain --pod FILE --snapshot FILE [--config FILE] [--now TIME] [--json]``
+prints each plugin's filter verdict (with its reason) and score per node, the total, the node
+the scheduler would pick and what reserve would write on the pod. With ``--json`` the last line
+is ``{"nodes": {NODE: {"feasible", "reasons", "scores", "score"}}}`` (0..100 scales).
+
+``koord-scheduler extender --snapshot FILE --addr 127.0.0.1:PORT [--config FILE]
+[--kubeconfig FILE --bind]`` serves the extender verbs (see ``extender.py``).
+
+Exit codes: 0 done (an unschedulable pod included), 2 bad input (the message names the file and
+the field), 1 anything else.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from collections.abc import Sequence
+from datetime import datetime
+from pathlib import Path
+
+from scheduler_plugins.config import SchedulerConfig, load_config
+from scheduler_plugins.errors import InputError
+from scheduler_plugins.framework import Evaluation, Framework
+from scheduler_plugins.snapshot import PodInfo, Snapshot, load_pod, load_snapshot
+
+logger = logging.getLogger(__name__)
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="koord-scheduler", description=__doc__.split("\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    ex = sub.add_parser("explain", help="explain where a pod would go and why")
+    ex.add_argument("--pod", required=True, type=Path, help="a v1 Pod (YAML or JSON)")
+    ex.add_argument("--snapshot", required=True, type=Path, help="a v1 List of cluster objects")
+    ex.add_argument("--config", type=Path, help="KubeSchedulerConfiguration-style plugin args")
+    ex.add_argument("--now", help="evaluate at this RFC 3339 time (default: the wall clock)")
+    ex.add_argument("--json", action="store_true", help="end with one JSON line")
+    ext = sub.add_parser("extender", help="serve the kube-scheduler extender protocol")
+    ext.add_argument("--snapshot", required=True, type=Path, help="a v1 List of cluster objects")
+    ext.add_argument("--addr", default="127.0.0.1:10262", help="listen address HOST:PORT")
+    ext.add_argument("--config", type=Path, help="KubeSchedulerConfiguration-style plugin args")
+    ext.add_argument("--bind", action="store_true", help="bind through the API server")
+    ext.add_argument("--kubeconfig", help="kubeconfig for --bind (default: in-cluster)")
+    ext.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    return parser
+
+
+def _parse_now(text: str | None) -> float | None:
+    if text is None:
+        return None
+    try:
+        return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+    except ValueError as err:
+        raise InputError("--now", "", f"not an RFC 3339 time: {text!r}") from err
+
+
+def _split_addr(addr: str) -> tuple[str, int]:
+    host, _, port = addr.rpartition(":")
+    if not port.isdigit():
+        raise InputError("--addr", "", f"not HOST:PORT: {addr!r}")
+    return host or "127.0.0.1", int(port)
+
+
+def _describe_pod(pod: PodInfo) -> str:
+    req = ", ".join(f"{k}={v}" for k, v in sorted(pod.requests.items())) or "none"
+    return (
+        f"pod {pod.key}: qos {pod.qos_class}, priority class {pod.priority_class}, "
+        f"requests {req} (cpu in milli-cores)"
+    )
+
+
+def render(
+    fw: Framework, pod: PodInfo, evaluation: Evaluation, reserved: dict[str, str] | None
+) -> list[str]:
+    """The human-readable explanation."""
+    lines = [_describe_pod(pod)]
+    width = max((len(p.name) for p in fw.plugins), default=10)
+    for name, result in evaluation.nodes.items():
+        verdict = "feasible" if result.feasible else "infeasible"
+        total = f", score {result.score}" if result.feasible else ""
+        lines.append(f"node {name}: {verdict}{total}")
+        for plugin in fw.plugins:
+            reason = result.rejected_by.get(plugin.name)
+            text = f"FAIL  {reason}" if reason is not None else "pass"
+            if plugin.name in result.scores:
+                text += f"  score {result.scores[plugin.name]} (weight {fw.weights[plugin.name]})"
+            lines.append(f"  {plugin.name:<{width}}  {text}")
+        shown = set(result.rejected_by.values())
+        lines.extend(f"  {'':<{width}}  FAIL  {r}" for r in result.reasons if r not in shown)
+    best = evaluation.best()
+    if best is None:
+        lines.append("result: unschedulable")
+    else:
+        lines.append(f"result: {best}")
+        for key, value in (reserved or {}).items():
+            lines.append(f"  reserve writes {key}: {value}")
+    return lines
+
+
+def explain(
+    pod_path: Path,
+    snapshot_path: Path,
+    config_path: Path | None,
+    now: float | None,
+    as_json: bool,
+) -> int:
+    cfg = load_config(config_path) if config_path else SchedulerConfig()
+    fw = cfg.framework()
+    snapshot: Snapshot = load_snapshot(snapshot_path)
+    pod = load_pod(pod_path)
+    snapshot.pending_pods.pop(pod.uid, None)
+    cycle = fw.new_cycle(snapshot, now)
+    evaluation = fw.evaluate(snapshot, pod, cycle=cycle, all_verdicts=True)
+    best = evaluation.best()
+    reserved = fw.reserve(cycle, pod, best) if best is not None else None
+    for line in render(fw, pod, evaluation, reserved):
+        print(line)
+    if as_json:
+        print(json.dumps(evaluation.as_json(), sort_keys=False, separators=(",", ":")))
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        if args.command == "explain":
+            return explain(args.pod, args.snapshot, args.config, _parse_now(args.now), args.json)
+        logging.basicConfig(
+            level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+        )
+        from scheduler_plugins.extender import serve  # aiohttp only for the server
+
+        cfg = load_config(args.config) if args.config else SchedulerConfig()
+        host, port = _split_addr(args.addr)
+        import uvloop
+
+        return uvloop.run(
+            serve(args.snapshot, cfg, host, port, bind=args.bind, kubeconfig=args.kubeconfig)
+        )
+    except InputError as err:
+        print(f"koord-scheduler: {err}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,132 @@
+"""The ``--config`` file: plugin args and weights, KubeSchedulerConfiguration style.
+
+Accepted shapes (YAML or JSON):
+
+- a ``KubeSchedulerConfiguration``: the profile whose ``schedulerName`` is ``koord-scheduler``
+  (else the first profile) gives ``pluginConfig`` (``[{name, args}]``), score weights
+  (``plugins.score.enabled[].weight``, ``plugins.multiPoint.enabled[].weight``) and disabled
+  plugins (``plugins.<point>.disabled[].name``; ``"*"`` is ignored);
+- a bare plugin args file: ``{"pluginConfig": [{name, args}]}``.
+
+``args.apiVersion`` and ``args.kind`` (``LoadAwareSchedulingArgs``) are accepted and dropped.
+Plugins this scheduler does not have are ignored (a stock configuration names many), but a
+plugin of the table with bad args is an error naming the file and field.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from scheduler_plugins.errors import InputError
+from scheduler_plugins.framework import Framework
+from scheduler_plugins.table import PLUGINS, PluginFactory, build_framework
+
+SCHEDULER_NAME = "koord-scheduler"
+
+
+@dataclass(frozen=True, slots=True)
+class SchedulerConfig:
+    """What the config file says."""
+
+    plugin_args: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """Plugin name → its args (``pluginConfig``)."""
+    weights: dict[str, int] = field(default_factory=dict)
+    """Plugin name → score weight."""
+    disabled: tuple[str, ...] = ()
+    """Plugins switched off."""
+    source: str = "<defaults>"
+    """The file, for error messages."""
+
+    def framework(self, table: Mapping[str, PluginFactory] = PLUGINS) -> Framework:
+        """The framework this configuration describes. Raises :class:`InputError`."""
+        return build_framework(
+            table,
+            self.plugin_args,
+            weights=self.weights,
+            disabled=self.disabled,
+            source=self.source,
+        )
+
+
+def parse_config(doc: Any, source: str) -> SchedulerConfig:
+    """A :class:`SchedulerConfig` from a decoded document. Raises :class:`InputError`."""
+    if doc is None:
+        return SchedulerConfig(source=source)
+    if not isinstance(doc, Mapping):
+        raise InputError(source, "", "must be an object")
+    where = ""
+    profile: Mapping[str, Any] = doc
+    profiles = doc.get("profiles")
+    if profiles is not None:
+        if not isinstance(profiles, list) or not profiles:
+            raise InputError(source, "profiles", "must be a non-empty list")
+        index = next(
+            (
+                i
+                for i, p in enumerate(profiles)
+                if isinstance(p, Mapping) and p.get("schedulerName") == SCHEDULER_NAME
+            ),
+            0,
+        )
+        if not isinstance(profiles[index], Mapping):
+            raise InputError(source, f"profiles[{index}]", "must be an object")
+        profile = profiles[index]
+        where = f"profiles[{index}]."
+    plugin_args: dict[str, dict[str, Any]] = {}
+    entries = profile.get("pluginConfig") or []
+    if not isinstance(entries, list):
+        raise InputError(source, where + "pluginConfig", "must be a list")
+    for i, entry in enumerate(entries):
+        ewhere = f"{where}pluginConfig[{i}]"
+        if not isinstance(entry, Mapping) or not isinstance(entry.get("name"), str):
+            raise InputError(source, ewhere, "needs a name")
+        args = entry.get("args") or {}
+        if not isinstance(args, Mapping):
+            raise InputError(source, ewhere + ".args", "must be an object")
+        plugin_args[entry["name"]] = {
+            k: v for k, v in args.items() if k not in ("apiVersion", "kind")
+        }
+    weights: dict[str, int] = {}
+    disabled: list[str] = []
+    plugins = profile.get("plugins") or {}
+    if not isinstance(plugins, Mapping):
+        raise InputError(source, where + "plugins", "must be an object")
+    for point, sets in plugins.items():
+        pwhere = f"{where}plugins.{point}"
+        if not isinstance(sets, Mapping):
+            raise InputError(source, pwhere, "must be an object")
+        for i, item in enumerate(sets.get("enabled") or []):
+            if not isinstance(item, Mapping) or not isinstance(item.get("name"), str):
+                raise InputError(source, f"{pwhere}.enabled[{i}]", "needs a name")
+            weight = item.get("weight")
+            if weight is not None and point in ("score", "multiPoint"):
+                if isinstance(weight, bool) or not isinstance(weight, int) or weight < 0:
+                    raise InputError(
+                        source, f"{pwhere}.enabled[{i}].weight", f"must be >= 0, got {weight!r}"
+                    )
+                weights[item["name"]] = weight
+        for i, item in enumerate(sets.get("disabled") or []):
+            if not isinstance(item, Mapping) or not isinstance(item.get("name"), str):
+                raise InputError(source, f"{pwhere}.disabled[{i}]", "needs a name")
+            if item["name"] != "*" and point in ("filter", "multiPoint"):
+                disabled.append(item["name"])
+    return SchedulerConfig(plugin_args, weights, tuple(disabled), source)
+
+
+def load_config(path: Path) -> SchedulerConfig:
+    """:func:`parse_config` of a file; the framework is built once to validate the args."""
+    source = str(path)
+    try:
+        doc = yaml.safe_load(path.read_text())
+    except OSError as err:
+        raise InputError(source, "", f"cannot read: {err.strerror or err}") from err
+    except yaml.YAMLError as err:
+        raise InputError(source, "", f"not YAML: {err}") from err
+    cfg = parse_config(doc, source)
+    cfg.framework()
+    return cfg

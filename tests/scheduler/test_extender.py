@@ -1,0 +1,215 @@
+"""The extender over real HTTP on 127.0.0.1: filter, prioritize, bind, preempt."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Mapping
+from pathlib import Path
+
+import aiohttp
+import pytest
+import yaml
+from aiohttp.test_utils import TestServer
+
+from kubeclient.errors import Conflict
+from scheduler_plugins.extender import Extender, SnapshotFile, make_app
+from scheduler_plugins.snapshot import PodInfo
+from scheduler_plugins.table import build_framework
+from tests.scheduler.builders import as_list, node, node_metric, nrt, pod, ts
+
+STATUS = "scheduling.koordinator.sh/resource-status"
+
+
+def cluster(hot_cpu: str = "24") -> list[dict]:
+    # NodeMetrics updated "now" (the extender runs on the wall clock)
+    import time
+
+    fresh = time.time() - 5
+    metrics = [
+        node_metric("hot", cpu=hot_cpu),
+        node_metric("cool", cpu="12"),
+        node_metric("numa", cpu="1"),
+    ]
+    for m in metrics:
+        m["status"]["updateTime"] = ts(fresh)
+    return [node("hot"), node("cool"), node("numa", cpu="16"), nrt("numa"), *metrics]
+
+
+def lsr(name: str, cpus: int = 2) -> dict:
+    return pod(
+        name,
+        requests={"cpu": str(cpus), "memory": "1Gi"},
+        limits={"cpu": str(cpus), "memory": "1Gi"},
+        labels={"koordinator.sh/qosClass": "LSR"},
+        priority=9500,
+    )
+
+
+class RecordingBinder:
+    """A fake API server's view: what was bound where, with which annotations."""
+
+    def __init__(self, fail: bool = False) -> None:
+        self.bound: list[tuple[str, str, dict[str, str]]] = []
+        self.fail = fail
+
+    async def bind(self, p: PodInfo, node_name: str, annotations: Mapping[str, str]) -> None:
+        if self.fail:
+            raise Conflict(409, "already bound")
+        self.bound.append((p.key, node_name, dict(annotations)))
+
+
+@pytest.fixture
+def snapshot_file(tmp_path: Path) -> Path:
+    path = tmp_path / "snapshot.yaml"
+    path.write_text(yaml.safe_dump(as_list(*cluster())))
+    return path
+
+
+@pytest.fixture
+def binder() -> RecordingBinder:
+    return RecordingBinder()
+
+
+@pytest.fixture
+async def http(
+    snapshot_file: Path, binder: RecordingBinder
+) -> AsyncIterator[tuple[aiohttp.ClientSession, str, Extender]]:
+    source = SnapshotFile(snapshot_file)
+    ext = Extender(build_framework(), source.load(), source=source, binder=binder)
+    server = TestServer(make_app(ext), host="127.0.0.1")
+    await server.start_server()
+    try:
+        async with aiohttp.ClientSession() as session:
+            yield session, str(server.make_url("")), ext
+    finally:
+        await server.close()
+
+
+async def post(session: aiohttp.ClientSession, url: str, body: object) -> object:
+    async with session.post(url, data=json.dumps(body)) as resp:
+        assert resp.status == 200
+        return await resp.json()
+
+
+async def test_filter_by_node_names_fails_hot_nodes_with_koordinators_reason(http):
+    session, base, _ = http
+    result = await post(
+        session,
+        base + "/filter",
+        {"pod": pod("p", requests={"cpu": "1"}), "nodenames": ["hot", "cool", "numa"]},
+    )
+    assert result["nodenames"] == ["cool", "numa"]
+    assert result["failedNodes"] == {"hot": "node(s) cpu usage exceed threshold"}
+    assert result["error"] == ""
+
+
+async def test_filter_with_full_node_objects_echoes_the_passing_nodes(http):
+    session, base, _ = http
+    nodes = {"items": [node("hot"), node("cool"), node("new-node")]}
+    result = await post(
+        session, base + "/filter", {"pod": pod("p", requests={"cpu": "1"}), "nodes": nodes}
+    )
+    assert [n["metadata"]["name"] for n in result["nodes"]["items"]] == ["cool", "new-node"]
+    assert list(result["failedNodes"]) == ["hot"]
+
+
+async def test_prioritize_scores_on_the_extender_scale_preferring_the_least_used_node(http):
+    session, base, _ = http
+    body = {"pod": pod("p", requests={"cpu": "1"}), "nodenames": ["cool", "numa"]}
+    await post(session, base + "/filter", body)
+    scores = {h["host"]: h["score"] for h in await post(session, base + "/prioritize", body)}
+    assert set(scores) == {"cool", "numa"}
+    assert all(0 <= s <= 10 for s in scores.values())
+    # cpu: numa (16 - 1 - 0.85) / 16 = 88 %, cool (32 - 12 - 0.85) / 32 = 59 %; memory 99 % free
+    assert scores == {"numa": (88 + 99) // 2 // 10, "cool": (59 + 99) // 2 // 10}
+
+
+async def test_bind_writes_the_cpuset_and_assumes_the_pod_for_the_next_one(http, binder):
+    session, base, ext = http
+    for name in ("a", "b"):
+        p = lsr(name)
+        result = await post(
+            session, base + "/filter", {"pod": p, "nodenames": ["hot", "cool", "numa"]}
+        )
+        assert result["nodenames"] == ["numa"]  # only numa has a CPU topology
+        bound = await post(
+            session,
+            base + "/bind",
+            {
+                "podName": name,
+                "podNamespace": "default",
+                "podUID": p["metadata"]["uid"],
+                "node": "numa",
+            },
+        )
+        assert bound == {"error": ""}
+    cpusets = [json.loads(ann[STATUS])["cpuset"] for _, _, ann in binder.bound]
+    assert [(k, n) for k, n, _ in binder.bound] == [("default/a", "numa"), ("default/b", "numa")]
+    assert cpusets == ["0,8", "1,9"]
+    assert {p.key for p in ext.snapshot.nodes["numa"].pods.values()} == {"default/a", "default/b"}
+
+
+async def test_a_failed_bind_is_reported_and_unreserved(snapshot_file):
+    source = SnapshotFile(snapshot_file)
+    ext = Extender(build_framework(), source.load(), binder=RecordingBinder(fail=True))
+    p = lsr("a")
+    ext.filter({"pod": p, "nodenames": ["numa"]})
+    result = await ext.bind(
+        {"podName": "a", "podNamespace": "default", "podUID": p["metadata"]["uid"], "node": "numa"}
+    )
+    assert "already bound" in result["error"]
+    assert ext.snapshot.nodes["numa"].pods == {}
+
+
+async def test_bind_of_a_pod_never_filtered_is_an_error(http):
+    session, base, _ = http
+    result = await post(
+        session,
+        base + "/bind",
+        {"podName": "x", "podNamespace": "default", "podUID": "u", "node": "cool"},
+    )
+    assert "was not filtered here" in result["error"]
+
+
+async def test_preempt_keeps_nodes_where_the_victims_make_room(tmp_path):
+    objects = [
+        node("small", cpu="4"),
+        pod("victim", node_name="small", requests={"cpu": "3"}),
+        node("tiny", cpu="2"),
+        pod("other", node_name="tiny", requests={"cpu": "1"}),
+    ]
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(as_list(*objects)))
+    ext = Extender(build_framework(), SnapshotFile(path).load())
+    body = {
+        "pod": pod("big", requests={"cpu": "3"}),
+        "nodeNameToMetaVictims": {
+            "small": {"pods": [{"uid": "uid-default-victim"}], "numPDBViolations": 0},
+            "tiny": {"pods": [{"uid": "uid-default-other"}], "numPDBViolations": 1},
+        },
+    }
+    result = ext.preempt(body)
+    assert result == {
+        "nodeNameToMetaVictims": {
+            "small": {"pods": [{"uid": "uid-default-victim"}], "numPDBViolations": 0}
+        }
+    }
+    assert {p.name for p in ext.snapshot.nodes["small"].pods.values()} == {
+        "victim"
+    }  # nothing evicted
+
+
+async def test_the_snapshot_file_is_reread_when_it_changes(http, snapshot_file):
+    session, base, _ = http
+    body = {"pod": pod("p", requests={"cpu": "1"}), "nodenames": ["hot"]}
+    assert (await post(session, base + "/filter", body))["nodenames"] == []
+    snapshot_file.write_text(yaml.safe_dump(as_list(*cluster(hot_cpu="2"))))
+    assert (await post(session, base + "/filter", body))["nodenames"] == ["hot"]
+
+
+async def test_bad_json_is_a_400(http):
+    session, base, _ = http
+    async with session.post(base + "/filter", data="{nope") as resp:
+        assert resp.status == 400
+    async with session.get(base + "/healthz") as resp:
+        assert resp.status == 200
