@@ -73,7 +73,7 @@ KOORDLET_FEATURES: Mapping[str, FeatureSpec] = MappingProxyType(
         "SystemConfig": FeatureSpec(
             False, _A, True, "tune vm.min_free_kbytes and vm.watermark_scale_factor"
         ),
-        "RdtResctrl": FeatureSpec(True, _B, False, "LLC and memory-bandwidth isolation by resctrl"),
+        "RdtResctrl": FeatureSpec(True, _B, True, "LLC and memory-bandwidth isolation by resctrl"),
         "CgroupReconcile": FeatureSpec(False, _A, True, "reconcile QoS cgroup settings"),
         "NodeTopologyReport": FeatureSpec(
             True, _B, False, "report the node topology as a NodeResourceTopology object"

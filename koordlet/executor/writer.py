@@ -36,7 +36,7 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from koordlet.errors import CgroupGoneError, HostError, ParseError, UnsupportedError
 from koordlet.executor.batch import BatchResult, BatchWrite, apply_batch
@@ -47,6 +47,8 @@ if TYPE_CHECKING:
     from koordlet.system.probe import Capabilities
 
 logger = logging.getLogger(__name__)
+
+_R = TypeVar("_R")
 
 DEFAULT_CACHE_TTL = 60.0
 """Seconds a written value is trusted before the file is read again (Koordinator's
@@ -241,6 +243,15 @@ class CgroupWriter:
             if hit is not None and hit.value != value:
                 del self._cache[key]
         return value
+
+    def call(self, fn: Callable[[], _R]) -> Future[_R]:
+        """Run ``fn`` on the writer thread, in order with the queued writes: the node-wide
+        writers (``executor.sysctl``, ``executor.resctrl``) go through here so that every write
+        of the koordlet stays on one thread."""
+        pool = self._pool
+        if pool is None:
+            raise RuntimeError("CgroupWriter.call() before start() or after stop()")
+        return pool.submit(fn)
 
     def forget(self, rel_dir: str) -> int:
         """Drop the cached values of cgroup ``rel_dir`` and its descendants (it was removed)."""

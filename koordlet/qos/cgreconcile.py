@@ -563,5 +563,8 @@ def _node_memory(info: object) -> int | None:
 
 
 def build(ctx: StrategyContext) -> CgroupReconcile:
-    """Table factory."""
-    return CgroupReconcile(ctx)
+    """Table factory: the round interval is ``qos.reconcile_interval`` (Koordinator's
+    ``--reconcile-interval-seconds``), else 1 s."""
+    qos = getattr(ctx.config, "qos", None)
+    interval = float(getattr(qos, "reconcile_interval", DEFAULT_INTERVAL))
+    return CgroupReconcile(ctx, interval=interval)

@@ -278,5 +278,8 @@ class ResctrlReconcile:
 
 
 def build(ctx: StrategyContext) -> ResctrlReconcile:
-    """Table factory."""
-    return ResctrlReconcile(ctx)
+    """Table factory: the round interval is ``qos.reconcile_interval`` (Koordinator's
+    ``--reconcile-interval-seconds``), else 1 s."""
+    qos = getattr(ctx.config, "qos", None)
+    interval = float(getattr(qos, "reconcile_interval", DEFAULT_INTERVAL))
+    return ResctrlReconcile(ctx, interval=interval)

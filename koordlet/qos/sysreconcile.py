@@ -185,5 +185,8 @@ class SystemConfigStrategy:
 
 
 def build(ctx: StrategyContext) -> SystemConfigStrategy:
-    """Table factory."""
-    return SystemConfigStrategy(ctx)
+    """Table factory: the round interval is ``qos.reconcile_interval`` (Koordinator's
+    ``--reconcile-interval-seconds``), else 1 s."""
+    qos = getattr(ctx.config, "qos", None)
+    interval = float(getattr(qos, "reconcile_interval", DEFAULT_INTERVAL))
+    return SystemConfigStrategy(ctx, interval=interval)

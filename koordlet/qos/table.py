@@ -11,7 +11,15 @@ from __future__ import annotations
 from collections.abc import Mapping
 from types import MappingProxyType
 
-from koordlet.qos import cgreconcile, cpuburst, cpuevict, cpusuppress, memoryevict, sysreconcile
+from koordlet.qos import (
+    cgreconcile,
+    cpuburst,
+    cpuevict,
+    cpusuppress,
+    memoryevict,
+    resctrl,
+    sysreconcile,
+)
 from koordlet.qos.manager import StrategyFactory
 
 STRATEGIES: Mapping[str, StrategyFactory] = MappingProxyType(
@@ -20,6 +28,7 @@ STRATEGIES: Mapping[str, StrategyFactory] = MappingProxyType(
         cpuburst.NAME: cpuburst.new_cpu_burst,
         cgreconcile.NAME: cgreconcile.build,
         sysreconcile.NAME: sysreconcile.build,
+        resctrl.NAME: resctrl.build,
         memoryevict.NAME: memoryevict.memoryevict,
         cpuevict.NAME: cpuevict.cpuevict,
     }
@@ -32,6 +41,7 @@ FEATURE_GATES: Mapping[str, str] = MappingProxyType(
         cpuburst.NAME: cpuburst.FEATURE_GATE,
         cgreconcile.NAME: cgreconcile.GATE,
         sysreconcile.NAME: sysreconcile.GATE,
+        resctrl.NAME: resctrl.GATE,
         memoryevict.NAME: memoryevict.GATE,
         cpuevict.NAME: cpuevict.GATE,
     }
