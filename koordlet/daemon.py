@@ -63,18 +63,22 @@ from koordlet.qos.evictor import CgroupKillEvictor, Evictor
 from koordlet.qos.manager import QoSBook, QoSManager, StrategyContext, StrategyFactory
 from koordlet.qos.table import FEATURE_GATES as QOS_FEATURE_GATES
 from koordlet.qos.table import STRATEGIES
+from koordlet.reporter.nodemetric import NodeMetricReporter
 from koordlet.selfmetrics import Readiness, SelfMetrics
 from koordlet.server.app import ServerDeps, ServerHandle, build_app, start_server
 from koordlet.server.exporter import KoordletExporter
 from koordlet.statesinformer.hostapps import NodeSLOFileSource
 from koordlet.statesinformer.inventory import InventoryChange, WorkloadInventory
+from koordlet.statesinformer.kube import KubeStatesSource
 from koordlet.statesinformer.kubepods import KubepodsSource
 from koordlet.statesinformer.model import WorkloadSnapshot
+from koordlet.statesinformer.sources import HostAppSource, PodSource
 from koordlet.supervisor import Supervisor
 from koordlet.system.cgroups import CgroupDriver, CgroupVersion, kube_root_for
 from koordlet.system.host import Host
 from koordlet.system.probe import Capabilities, probe_capabilities
 from koordlet.system.psi import has_cap_sys_resource
+from kubeclient.client import KubeClient
 
 logger = logging.getLogger(__name__)
 
@@ -194,6 +198,9 @@ class Daemon:
         self.kubepods: KubepodsSource | None = None
         self.nodeslo: NodeSLOFileSource | None = None
         self.runner: CollectorRunner | None = None
+        self.kube: KubeClient | None = None
+        self.kube_states: KubeStatesSource | None = None
+        self.reporter: NodeMetricReporter | None = None
         self.events: PressureEventSource | None = None
         self.qos: QoSManager | None = None
         self.server: ServerHandle | None = None
@@ -289,9 +296,15 @@ class Daemon:
             self.nodeslo = NodeSLOFileSource(
                 self.cfg.nodeslo_file, host, on_error=lambda _err: self.nodeslo_errors.inc()
             )
-        self.inventory = WorkloadInventory(
-            [self.kubepods], [self.nodeslo] if self.nodeslo is not None else []
-        )
+        pod_sources: list[PodSource] = [self.kubepods]
+        app_sources: list[HostAppSource] = [self.nodeslo] if self.nodeslo is not None else []
+        if not self.cfg.standalone:
+            states = await self._start_kube_states()
+            # The API server's pods win on a UID; the walker keeps protecting pods that the
+            # API server has not listed yet (down at start, or a pod created meanwhile).
+            pod_sources = [states, self.kubepods]
+            app_sources = [states]
+        self.inventory = WorkloadInventory(pod_sources, app_sources)
         if self.cfg.cgroup.driver == "auto":
             self._driver_watch = await asyncio.to_thread(
                 _DriverWatch, host, self.cfg.cgroup.kube_path
@@ -302,6 +315,30 @@ class Daemon:
             len(change.snapshot.pods),
             len(change.snapshot.host_apps),
         )
+
+    async def _start_kube_states(self) -> KubeStatesSource:
+        """Cluster mode: connect, follow this node's Node, pods, NodeSLO and NodeMetric, and wait
+        a bounded time for the first sync; without it, protect on the persisted NodeSLO."""
+        kube_cfg = self.cfg.kube
+        kube = await KubeClient.connect(
+            kube_cfg.kubeconfig or None, request_timeout=kube_cfg.request_timeout
+        )
+        self.kube = kube
+        self._on_stop("states", lambda _t: kube.close())
+        states = KubeStatesSource(
+            kube, self.cfg.node_name, lambda: self._need(self.host).layout, self.cfg.state_dir
+        )
+        self.kube_states = states
+        persisted = await asyncio.to_thread(states.load_persisted)
+        self._supervisor("states").spawn("kube-states", states.run, component="statesinformer")
+        if not await states.wait_synced(kube_cfg.sync_timeout):
+            logger.warning(
+                "API server not synced within %gs: protect-only mode on the %s NodeSLO; "
+                "retrying in the background",
+                kube_cfg.sync_timeout,
+                "persisted" if persisted else "default",
+            )
+        return states
 
     def _first_refresh(self) -> InventoryChange:
         """In a worker thread: the NodeSLO file's strict first load, then the first refresh."""
@@ -326,6 +363,12 @@ class Daemon:
             len(self.runner.names),
             ", ".join(self.runner.names) or "none",
         )
+        if self.kube_states is not None and self.cfg.kube.enable_node_metric_report:
+            reporter = NodeMetricReporter(
+                self._need(self.kube), self.kube_states, self._need(self.cache)
+            )
+            self.reporter = reporter
+            supervisor.spawn("nodemetric-report", reporter.run, component="reporter")
 
     async def _start_qos(self) -> None:
         unknown = sorted(self.cfg.qos.dry_run_strategies - set(self._strategy_table))
@@ -506,6 +549,8 @@ class Daemon:
         return self._need(self.inventory).snapshot()
 
     def _node_slo(self) -> NodeSLOSpec:
+        if self.kube_states is not None:
+            return self.kube_states.node_slo
         return self.nodeslo.spec if self.nodeslo is not None else NodeSLOSpec()
 
     def _supervisor(self, stage: str) -> Supervisor:

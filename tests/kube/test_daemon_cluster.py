@@ -1,0 +1,159 @@
+"""The koordlet in cluster mode, in-process, against the fake API server: pods and NodeSLO from
+the API server, protection going on while the API server is unreachable, and the NodeMetric
+report valid against the CRD once it is back."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import time
+from pathlib import Path
+from typing import Any
+
+from apis.crdschema import validate
+from apis.extension import KubeQOS
+from koordlet.config import (
+    CgroupConfig,
+    CollectConfig,
+    KoordletConfig,
+    KubeConfig,
+    ServerConfig,
+)
+from koordlet.daemon import EXIT_OK, Daemon
+from koordlet.metriccache.series import NODE, NODE_CPU_USAGE
+from koordlet.system.cgroups import CgroupDriver, CgroupVersion
+from tests.daemon import free_port
+from tests.fakehost import FakeHost, container_id
+from tests.kube.conftest import eventually
+from tests.kubefake import FakeApiServer, Fault
+
+NODE_NAME = "node-1"
+UID = "7d1c8f00-1111-4e4e-9a9a-000000000042"
+CID = container_id("batch")
+
+
+def node() -> dict[str, Any]:
+    return {
+        "metadata": {"name": NODE_NAME, "uid": "node-uid-1"},
+        "status": {"allocatable": {"cpu": "4", "memory": "8Gi"}, "capacity": {"cpu": "4"}},
+    }
+
+
+def pod() -> dict[str, Any]:
+    return {
+        "metadata": {
+            "name": "batch-1",
+            "namespace": "jobs",
+            "uid": UID,
+            "labels": {"koordinator.sh/qosClass": "BE"},
+        },
+        "spec": {"nodeName": NODE_NAME, "containers": [{"name": "main"}]},
+        "status": {
+            "phase": "Running",
+            "qosClass": "BestEffort",
+            "containerStatuses": [{"name": "main", "containerID": f"containerd://{CID}"}],
+        },
+    }
+
+
+def nodeslo(threshold: int) -> dict[str, Any]:
+    return {
+        "apiVersion": "slo.koordinator.sh/v1alpha1",
+        "kind": "NodeSLO",
+        "metadata": {"name": NODE_NAME},
+        "spec": {
+            "resourceUsedThresholdWithBE": {
+                "enable": True,
+                "cpuSuppressThresholdPercent": threshold,
+                "cpuSuppressPolicy": "cfsQuota",
+            }
+        },
+    }
+
+
+def nodemetric() -> dict[str, Any]:
+    return {
+        "apiVersion": "slo.koordinator.sh/v1alpha1",
+        "kind": "NodeMetric",
+        "metadata": {"name": NODE_NAME},
+        "spec": {"metricCollectPolicy": {"aggregateDurationSeconds": 60}},
+    }
+
+
+def config(fake: FakeHost, kubeconfig: Path) -> KoordletConfig:
+    return KoordletConfig(
+        node_name=NODE_NAME,
+        paths=fake.paths,
+        cgroup=CgroupConfig(version="v1", driver="cgroupfs"),
+        collect=CollectConfig(res_used_interval=0.2),
+        server=ServerConfig(addr=f"127.0.0.1:{free_port()}"),
+        standalone=False,
+        state_dir=str(fake.root / "state"),
+        kube=KubeConfig(kubeconfig=str(kubeconfig), sync_timeout=10.0, request_timeout=2.0),
+    )
+
+
+def threshold_of(daemon: Daemon) -> int | None:
+    states = daemon.kube_states
+    if states is None:
+        return None
+    return states.strategies.resource_used_threshold_with_be.cpu_suppress_threshold_percent
+
+
+def last_node_cpu_ts(daemon: Daemon) -> float:
+    cache = daemon.cache
+    assert cache is not None
+    sample = cache.last_sample(NODE_CPU_USAGE, NODE)
+    return sample[0] if sample is not None else 0.0
+
+
+async def test_cluster_mode_follows_the_api_server_and_keeps_protecting_while_it_is_gone(
+    kube_api: FakeApiServer, kubeconfig: Path, host_root: Path
+) -> None:
+    fake = FakeHost(host_root, CgroupVersion.V1, CgroupDriver.CGROUPFS)
+    pod_rel, _ = fake.add_pod(UID, KubeQOS.BESTEFFORT, [("containerd", CID)])
+    kube_api.put("nodes", node())
+    kube_api.put("pods", pod())
+    kube_api.put("nodeslos", nodeslo(60))
+    kube_api.put("nodemetrics", nodemetric())
+    daemon = Daemon(config(fake, kubeconfig))
+    try:
+        assert await daemon.start() == EXIT_OK
+        inventory = daemon.inventory
+        assert inventory is not None
+
+        # Pods and the NodeSLO come from the API server.
+        (got,) = inventory.snapshot().pods.values()
+        assert (got.name, got.namespace, got.cgroup_dir) == ("batch-1", "jobs", pod_rel)
+        assert threshold_of(daemon) == 60
+        changed = nodeslo(45)
+        kube_api.put("nodeslos", changed)
+        await eventually(lambda: threshold_of(daemon) == 45)
+
+        # The API server goes away: collection and the QoS loops go on.
+        kube_api.faults.append(Fault(drop=True, times=10**6))
+        kube_api.drop_watches()
+        gone_at = time.time()
+        await asyncio.sleep(2.0)
+        assert last_node_cpu_ts(daemon) > gone_at + 1.0
+        tasks = {t["name"]: t for s in daemon._supervisors for t in s.describe()}
+        assert tasks["qos/cpusuppress"]["runs"] > 0
+        assert threshold_of(daemon) == 45  # the last good NodeSLO stays in force
+
+        # It comes back: the informers resume and see a change made meanwhile.
+        kube_api.faults.clear()
+        back = copy.deepcopy(nodeslo(55))
+        kube_api.put("nodeslos", back)
+        await eventually(lambda: threshold_of(daemon) == 55, within=30.0)
+
+        # The NodeMetric report (due every 60 s) is written through the status subresource.
+        reporter = daemon.reporter
+        assert reporter is not None
+        await reporter.report_once()
+        written = kube_api.get("nodemetrics", NODE_NAME)
+        assert written is not None
+        assert written["status"]["nodeMetric"]["nodeUsage"]["resources"]["memory"]
+        assert validate(written) == []
+        assert kube_api.writes("PUT", "/status")
+    finally:
+        await daemon.stop()
