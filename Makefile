@@ -1,5 +1,5 @@
 # Conveniences; scripts/dev.sh does the work and bootstraps what it needs.
-.PHONY: run test setup bench
+.PHONY: run test setup bench packages
 run:
 	scripts/dev.sh run
 test:
@@ -9,3 +9,5 @@ setup:
 bench: setup
 	.venv/bin/python -m bench.collect --pods 200 --json
 	.venv/bin/python -m bench.daemon --pods 200 --json
+packages: setup
+	packaging/build.sh
