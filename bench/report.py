@@ -14,9 +14,15 @@ hour), and only the status subresource: ``writes_per_hour_default`` is 3600/60; 
 ceiling is ``writes_per_hour_limit``. A conflict adds one read and one write (rare: only the
 manager's spec updates race with it).
 
+The peak predictor (:mod:`koordlet.reporter.predictor`) is measured on the same cache: one
+training round (``predict_train_cpu_ms``, median; every 60 s in the daemon, after 60 rounds so
+the histograms hold a history), one ``prodReclaimableMetric`` (``predict_cpu_ms``), and its
+checkpoint (``checkpoint_kib``, ``checkpoint_write_ms`` wall time of the atomic write to a
+temporary directory).
+
 With ``--json`` the last line is one JSON object: ``build_cpu_ms`` (median CPU time of one
 build), ``build_cpu_ms_max``, ``status_kib`` (size of the JSON written), ``pods``, ``samples``,
-``writes_per_hour_default``, ``writes_per_hour_limit``.
+``writes_per_hour_default``, ``writes_per_hour_limit`` and the predictor's keys above.
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import tempfile
 import time
 import uuid
 
@@ -32,6 +39,7 @@ from apis.slo import parse_node_slo
 from koordlet.metriccache import MetricCache, Sample, SeriesKey
 from koordlet.metriccache import series as s
 from koordlet.reporter.nodemetric import STATUS_UPDATE_QPS, build_status
+from koordlet.reporter.predictor import PeakPredictor, PredictorConfig
 from koordlet.statesinformer.kube import CollectPolicy
 from koordlet.statesinformer.model import PodInfo
 
@@ -53,6 +61,9 @@ def _pods(n: int) -> list[PodInfo]:
                 kube_qos=KubeQOS.BURSTABLE,
                 cgroup_dir=f"kubepods/burstable/pod{uid}",
                 priority_class="koord-batch" if qos is QoSClass.BE else "koord-prod",
+                cpu_request_milli=2000,
+                memory_request_bytes=4 * GiB,
+                created_at=1_000_000_000.0,
             )
         )
     return out
@@ -84,6 +95,34 @@ def _fill(cache: MetricCache, pods: list[PodInfo], now: float, minutes: int, ste
     return count
 
 
+def _predictor(
+    cache: MetricCache, pods: list[PodInfo], now: float, repeat: int
+) -> dict[str, float]:
+    node = {"status": {"capacity": {"cpu": "96", "memory": "384Gi"}}}
+    with tempfile.TemporaryDirectory() as tmp:
+        p = PeakPredictor(PredictorConfig(state_dir=tmp), cache, lambda: pods, lambda: node)
+        for k in range(60):  # an hour of history, all at the cache's end (decay is not cost)
+            p.train(now - 60 * (60 - k))
+        train, predict = [], []
+        for _ in range(repeat):
+            t0 = time.process_time()
+            p.train(now)
+            train.append((time.process_time() - t0) * 1000)
+            t0 = time.process_time()
+            p.prod_reclaimable(now)
+            predict.append((time.process_time() - t0) * 1000)
+        data = p.snapshot(now)
+        w0 = time.perf_counter()
+        p.save(now)
+        write_ms = (time.perf_counter() - w0) * 1000
+    return {
+        "predict_train_cpu_ms": round(statistics.median(train), 2),
+        "predict_cpu_ms": round(statistics.median(predict), 2),
+        "checkpoint_kib": round(len(data) / 1024, 1),
+        "checkpoint_write_ms": round(write_ms, 2),
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", action="store_true")
@@ -105,6 +144,7 @@ def main() -> None:
         t0 = time.process_time()
         status = build_status(cache, policy, pods, apps.host_applications, now)
         times.append((time.process_time() - t0) * 1000)
+    predictor = _predictor(cache, pods, now, args.repeat)
     result = {
         "build_cpu_ms": round(statistics.median(times), 2),
         "build_cpu_ms_max": round(max(times), 2),
@@ -114,6 +154,7 @@ def main() -> None:
         "samples": samples,
         "writes_per_hour_default": 3600 // policy.report_interval_seconds,
         "writes_per_hour_limit": int(3600 * STATUS_UPDATE_QPS),
+        **predictor,
     }
     if not args.json:
         for key, value in result.items():
