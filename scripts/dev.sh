@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Bootstrap and run koordinator-py on a fresh Debian/Ubuntu machine.
 #   scripts/dev.sh run   [koordlet flags...]   set up, then run koordlet standalone on this host
+#                                             (in dry run unless --dry-run=false is given)
 #   scripts/dev.sh test  [pytest args...]      set up, then run lint, types, contracts and all tests
 #   scripts/dev.sh setup                       only set up (.venv with the pinned packages)
 # Idempotent: a second call reuses .venv when requirements/lock.txt has not changed.
@@ -63,7 +64,8 @@ case "$cmd" in
   run)
     setup
     log "starting koordlet standalone on this host (Ctrl-C to stop); http://127.0.0.1:9316/metrics"
-    exec "$VENV/bin/koordlet" --standalone "$@"
+    log "dry run: QoS decisions are logged and audited, nothing is written (--dry-run=false acts)"
+    exec "$VENV/bin/koordlet" --standalone --dry-run "$@"
     ;;
   test)
     setup
