@@ -136,6 +136,12 @@ class QoSConfig:
     cpu_evict_cool_time: float = 20.0
     """Seconds after a CPU eviction before the next; ``--cpu-evict-cool-time-seconds``
     (default 20)."""
+    evict_max_per_round: int = 5
+    """Evictions the evictor performs per strategy round at most; ``--qos-evict-max-per-round``,
+    ours (default 5; upstream has no cap)."""
+    evict_dedupe_window: float = 120.0
+    """Seconds during which a pod is not evicted again (Koordinator's evictor cache expiry,
+    2 minutes); ``--qos-evict-dedupe-window-seconds``, ours."""
     only_evict_by_api: bool = False
     """In cluster mode, evict only through the Eviction API, never by killing the cgroup's
     processes when the API refuses or fails; Koordinator's ``--only-evict-by-api`` (default
@@ -388,6 +394,19 @@ def _disk_mb(value: object) -> int:
     return number
 
 
+def _evictions(value: object) -> int:
+    """A whole number of evictions per round, 1 to 1000."""
+    if isinstance(value, bool) or not isinstance(value, int | str):
+        raise TypeError(f"must be a whole number, got {value!r}")
+    text = str(value).strip()
+    if not (text.isascii() and text.isdigit()):
+        raise ValueError(f"must be a whole number, got {value!r}")
+    number = int(text)
+    if not 1 <= number <= 1000:
+        raise ValueError(f"must be between 1 and 1000, got {number}")
+    return number
+
+
 @dataclass(frozen=True, slots=True)
 class Setting:
     """One configuration setting: its YAML key, flags and where it lands in KoordletConfig."""
@@ -480,6 +499,11 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("qos.cpuEvictCoolTime", "qos.cpu_evict_cool_time",
             ("--cpu-evict-cool-time-seconds",), _positive_duration,
             "pause after a CPU eviction", "--cpu-evict-cool-time-seconds"),
+    Setting("qos.evictMaxPerRound", "qos.evict_max_per_round", ("--qos-evict-max-per-round",),
+            _evictions, "evictions per strategy round at most"),
+    Setting("qos.evictDedupeWindow", "qos.evict_dedupe_window",
+            ("--qos-evict-dedupe-window-seconds",), _positive_duration,
+            "seconds before a pod may be evicted again"),
     Setting("qos.onlyEvictByAPI", "qos.only_evict_by_api", ("--only-evict-by-api",), _bool,
             "cluster mode: never kill when the Eviction API fails", "--only-evict-by-api",
             is_bool=True),

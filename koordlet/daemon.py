@@ -417,9 +417,12 @@ class Daemon:
         (standalone: cgroup-discovered pods and host applications); the Kubernetes mode swaps
         in the Eviction API backend here. The global ``--dry-run`` is the evictor's own; a
         strategy in ``--qos-dry-run-strategies`` passes ``dry_run=ctx.dry_run(name)``."""
+        qos = self.cfg.qos
         return Evictor(
             CgroupKillEvictor(lambda: self._need(self.host)),
-            dry_run=self.cfg.qos.dry_run,
+            max_per_round=qos.evict_max_per_round,
+            dedupe_window=qos.evict_dedupe_window,
+            dry_run=qos.dry_run,
             audit=audit,
             registry=self.registry,
             node_name=self.cfg.node_name,

@@ -421,10 +421,27 @@ class QoSManager:
                 for name, strategy in self._strategies.items()
             },
             "disabled": dict(self._disabled),
+            "evictor": _describe(ctx.evictor),
         }
 
     async def stop(self, timeout: float) -> tuple[str, ...]:  # noqa: ASYNC109 (see LoopSpawner)
-        """Cancel every strategy loop; returns the names of loops that did not stop in time."""
+        """Cancel every strategy loop, then let each strategy with a ``close()`` release what it
+        holds (memory eviction disarms its pressure watch and settles an eviction in flight);
+        returns the names of loops that did not stop in time."""
         stuck = await self._supervisor.stop(timeout)
+        for name, strategy in self._strategies.items():
+            close = getattr(strategy, "close", None)
+            if close is None:
+                continue
+            try:
+                await close()
+            except Exception:  # the guard: one strategy's cleanup cannot stop the others'
+                logger.exception("QoS strategy %s failed to close", name)
         self._strategies.clear()
         return stuck
+
+
+def _describe(component: object) -> Any:
+    """``component.describe()`` when it has one returning plain data, else None."""
+    describe = getattr(component, "describe", None)
+    return describe() if callable(describe) else None

@@ -86,6 +86,8 @@ SAMPLES: dict[str, tuple[str, Any, Any, Any]] = {
     "qos.memoryEvictCoolTime": ("8", 8.0, "10s", 10.0),
     "qos.cpuEvictCoolTime": ("40", 40.0, "1m", 60.0),
     "qos.onlyEvictByAPI": ("true", True, True, True),
+    "qos.evictMaxPerRound": ("3", 3, 10, 10),
+    "qos.evictDedupeWindow": ("5m", 300.0, 60, 60.0),
     "kube.kubeconfig": (
         "/etc/k/admin.conf",
         "/etc/k/admin.conf",
