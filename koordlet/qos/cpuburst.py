@@ -21,8 +21,12 @@ containers with a CPU limit, are touched. ``cpuBurstStrategy.policy`` picks the 
 
 The pod's quota moves by the same delta as its container's; scale-ups write pod quota, container
 quota, container burst, pod burst, scale-downs the reverse, so a child never exceeds its parent.
-A strategy reads no file: the current quotas are the ones it last wrote (the kubelet's base
-before that).
+Each container's own CPU limit (``ContainerInfo.cpu_limit_milli``) is its base; a pod with an
+unlimited container has no pod quota and gets no pod write. The settings are the NodeSLO's
+strategies as the Kubernetes source merges them (``apis.slo_strategies.strategies_of``; a NodeSLO
+that fails to parse keeps the last good ones), a pod's annotation merged over them. The strategy
+opens no file: every round it reads the current quotas of the pods and containers it may touch
+through the executor, in one job on the writer thread, as upstream reads them.
 """
 
 from __future__ import annotations
@@ -40,9 +44,11 @@ from typing import Any
 from prometheus_client.core import GaugeMetricFamily, Metric
 
 from apis.extension import QoSClass
-from apis.slo import DEFAULT_CPU_BURST_STRATEGY
-from koordlet.errors import CgroupGoneError, UnsupportedError
+from apis.slo import SchemaError
+from apis.slo_strategies import CPUBurstPolicy, CPUBurstStrategy, parse_cpu_burst_strategy
+from koordlet.errors import CgroupGoneError, HostError, UnsupportedError
 from koordlet.metriccache import series
+from koordlet.qos.cpusuppress import LastGoodStrategies
 from koordlet.qos.manager import StrategyContext, StrategyReport
 from koordlet.statesinformer.model import ContainerInfo, PodInfo
 
@@ -63,78 +69,43 @@ SHARE_POOL_COOLING_RATIO = 0.9
 LIMITER_CONSUME_PERCENT = 100
 LIMITER_SAVE_PERCENT = 60
 
-POLICY_NONE = "none"
-POLICY_CPU_BURST_ONLY = "cpuBurstOnly"
-POLICY_CFS_QUOTA_BURST_ONLY = "cfsQuotaBurstOnly"
-POLICY_AUTO = "auto"
-
 
 # Settings ---------------------------------------------------------------------------------------
 
-
-@dataclass(frozen=True, slots=True)
-class BurstSettings:
-    """``cpuBurstStrategy`` (or a pod's ``koordinator.sh/cpuBurst``) over the defaults."""
-
-    policy: str = POLICY_NONE
-    """``policy``: none, cpuBurstOnly, cfsQuotaBurstOnly or auto."""
-    cpu_burst_percent: int = 100
-    """``cpuBurstPercent``: burst as a percent of the limit."""
-    cfs_quota_burst_percent: int = 300
-    """``cfsQuotaBurstPercent``: the scaled quota's ceiling, percent of the base quota."""
-    cfs_quota_burst_period_seconds: int = -1
-    """``cfsQuotaBurstPeriodSeconds``: how long a container may run over its limit; -1: no
-    limit."""
-    share_pool_threshold_percent: int = 50
-    """``sharePoolThresholdPercent``: share-pool usage at which scaled quotas come down."""
-
-    @property
-    def cpu_burst_enabled(self) -> bool:
-        return self.policy in (POLICY_AUTO, POLICY_CPU_BURST_ONLY)
-
-    @property
-    def cfs_quota_burst_enabled(self) -> bool:
-        return self.policy in (POLICY_AUTO, POLICY_CFS_QUOTA_BURST_ONLY)
+BurstSettings = CPUBurstStrategy
+"""``cpuBurstStrategy`` (or a pod's ``koordinator.sh/cpuBurst`` over it): the typed model of
+``apis.slo_strategies`` with Koordinator's defaults."""
 
 
-_FIELDS = {
-    "policy": "policy",
-    "cpuBurstPercent": "cpu_burst_percent",
-    "cfsQuotaBurstPercent": "cfs_quota_burst_percent",
-    "cfsQuotaBurstPeriodSeconds": "cfs_quota_burst_period_seconds",
-    "sharePoolThresholdPercent": "share_pool_threshold_percent",
-}
+def cpu_burst_enabled(settings: CPUBurstStrategy) -> bool:
+    """``cpuBurstOnly`` or ``auto``: ``cfs_burst_us`` is written."""
+    return settings.policy in (CPUBurstPolicy.AUTO, CPUBurstPolicy.CPU_BURST_ONLY)
 
 
-def burst_settings(
-    section: Mapping[str, Any] | None, pod_override: Mapping[str, Any] | None = None
-) -> BurstSettings:
-    """Koordinator's defaults, then the NodeSLO's ``cpuBurstStrategy``, then a pod's own."""
-    merged: dict[str, Any] = dict(DEFAULT_CPU_BURST_STRATEGY)
-    for layer in (section, pod_override):
-        if layer:
-            merged.update({k: v for k, v in layer.items() if v is not None and k in _FIELDS})
-    return BurstSettings(
-        policy=str(merged["policy"]),
-        cpu_burst_percent=int(merged["cpuBurstPercent"]),
-        cfs_quota_burst_percent=int(merged["cfsQuotaBurstPercent"]),
-        cfs_quota_burst_period_seconds=int(merged["cfsQuotaBurstPeriodSeconds"]),
-        share_pool_threshold_percent=int(merged["sharePoolThresholdPercent"]),
-    )
+def cfs_quota_burst_enabled(settings: CPUBurstStrategy) -> bool:
+    """``cfsQuotaBurstOnly`` or ``auto``: quotas scale."""
+    return settings.policy in (CPUBurstPolicy.AUTO, CPUBurstPolicy.CFS_QUOTA_BURST_ONLY)
 
 
-def pod_override(pod: PodInfo) -> Mapping[str, Any] | None:
-    """The pod's ``koordinator.sh/cpuBurst`` config; None when absent or malformed (upstream
-    then uses the node's)."""
+def pod_settings(pod: PodInfo, node: CPUBurstStrategy) -> CPUBurstStrategy:
+    """The pod's ``koordinator.sh/cpuBurst`` config (JSON, the same fields) merged over the
+    node's; the node's when absent or invalid (upstream then uses the node's)."""
     raw = pod.annotations.get(POD_BURST_ANNOTATION)
     if not raw:
-        return None
+        return node
     try:
         value = json.loads(raw)
-    except ValueError:
-        logger.info("%s: pod %s/%s: bad %s annotation", NAME, pod.namespace, pod.name, raw)
-        return None
-    return value if isinstance(value, dict) else None
+        return parse_cpu_burst_strategy(
+            value,
+            base=node,
+            path=f"annotations[{POD_BURST_ANNOTATION}]",
+            source=f"pod {pod.namespace}/{pod.name}",
+            strict=False,
+        )
+    except (ValueError, SchemaError) as err:  # SchemaError is a ValueError; named for the reader
+        logger.debug("%s: pod %s/%s: bad %s annotation: %s", NAME, pod.namespace, pod.name,
+                     POD_BURST_ANNOTATION, err)  # fmt: skip
+        return node
 
 
 # Arithmetic -------------------------------------------------------------------------------------
@@ -152,7 +123,7 @@ def base_quota_us(limit_milli: int) -> int:
 
 def static_burst_us(limit_milli: int, settings: BurstSettings) -> int:
     """``limit (cores) x cpuBurstPercent% x 100000``; 0 when CPU burst is off or unlimited."""
-    if not settings.cpu_burst_enabled or limit_milli <= 0:
+    if not cpu_burst_enabled(settings) or limit_milli <= 0:
         return 0
     return int(limit_milli / 1000 * (settings.cpu_burst_percent / 100) * CFS_PERIOD_US)
 
@@ -229,7 +200,7 @@ def node_state(ratio: float | None, threshold_percent: int) -> NodeState:
 def container_op(settings: BurstSettings, allowed: bool, throttled: float | None) -> Op:
     """The operation a container asks for: reset when quota burst is off, down when its token
     bucket is empty, up when it was throttled, else remain."""
-    if not settings.cfs_quota_burst_enabled:
+    if not cfs_quota_burst_enabled(settings):
         return Op.RESET
     if not allowed:
         return Op.DOWN
@@ -309,10 +280,11 @@ class BurstLimiter:
 
 
 def container_limit_milli(pod: PodInfo, container: ContainerInfo) -> int | None:
-    """The container's CPU limit when known: its own field when the inventory gives one, else
-    the pod's for a single-container pod."""
-    own = getattr(container, "cpu_limit_milli", None)
-    if isinstance(own, int):
+    """The container's own CPU limit (``ContainerInfo.cpu_limit_milli``, which the Kubernetes
+    source fills); for a single-container pod whose container carries none, the pod's. None:
+    unknown or unlimited (the container is then left alone)."""
+    own = container.cpu_limit_milli
+    if own is not None:
         return own if own > 0 else None
     if len(pod.containers) == 1 and pod.cpu_limit_milli is not None and pod.cpu_limit_milli > 0:
         return pod.cpu_limit_milli
@@ -331,6 +303,16 @@ class _Gauges:
     quota: dict[tuple[str, str, str, str], float] = field(default_factory=dict)
 
 
+@dataclass(frozen=True, slots=True)
+class _Target:
+    """One burstable pod and its containers with a known limit."""
+
+    pod: PodInfo
+    settings: CPUBurstStrategy
+    containers: tuple[tuple[ContainerInfo, int], ...]
+    """``(container, limit milli)``."""
+
+
 class CPUBurst:
     """The ``cpuburst`` strategy; see the module docstring."""
 
@@ -342,9 +324,8 @@ class CPUBurst:
         self.interval = _qos_setting(ctx.config, "reconcile_interval", 1.0)
         """Seconds between rounds: Koordinator's ``--reconcile-interval-seconds`` (1)."""
         self._node_name = str(getattr(ctx.config, "node_name", ""))
+        self._slo = LastGoodStrategies(NAME)
         self._limiters: dict[str, BurstLimiter] = {}
-        self._quota: dict[str, int] = {}
-        """Quota last written per cgroup (containers and pods); absent: the kubelet's base."""
         self._gauges = _Gauges()
         self._unsupported: set[str] = set()
 
@@ -379,7 +360,7 @@ class CPUBurst:
 
     # The round -------------------------------------------------------------------------------
 
-    def _node_state(self, node_settings: BurstSettings, inputs: dict[str, Any]) -> NodeState:
+    def _node_state(self, node_settings: CPUBurstStrategy, inputs: dict[str, Any]) -> NodeState:
         ctx = self._ctx
         window = min(self.interval * 5, 10.0)
         node = ctx.fresh_aggregate(series.NODE_CPU_USAGE, series.NODE, window)
@@ -400,51 +381,80 @@ class CPUBurst:
         inputs.update(node_used_avg=node.avg, share_pool_ratio=ratio, node_state=state.value)
         return state
 
+    def _targets(self, node_settings: CPUBurstStrategy) -> list[_Target]:
+        out = []
+        for pod in self._ctx.workloads().pods.values():
+            if not is_burstable(pod):
+                continue
+            known = tuple(
+                (c, lim) for c in pod.containers if (lim := container_limit_milli(pod, c))
+            )
+            if known:
+                out.append(_Target(pod, pod_settings(pod, node_settings), known))
+        return out
+
+    async def _read_quotas(self, targets: list[_Target]) -> dict[str, int | None]:
+        """The current ``cpu.cfs_quota_us`` of every pod and container of ``targets`` (None:
+        unlimited), read in one job on the writer thread; a cgroup gone or unreadable is left
+        out (it is then not touched this round)."""
+        executor = self._ctx.executor
+        dirs = [t.pod.cgroup_dir for t in targets]
+        dirs.extend(c.cgroup_dir for t in targets for c, _ in t.containers)
+
+        def read_all() -> dict[str, int | None]:
+            out: dict[str, int | None] = {}
+            for rel in dirs:
+                try:
+                    out[rel] = executor.read("cpu_cfs_quota", rel)
+                except CgroupGoneError:
+                    continue
+                except HostError as err:
+                    logger.debug("%s: quota of %s unreadable: %s", NAME, rel, err)
+            return out
+
+        if not dirs:
+            return {}
+        return await asyncio.wrap_future(executor.call(read_all))
+
     async def reconcile(self) -> None:
         ctx = self._ctx
-        node_settings = burst_settings(ctx.node_slo().cpu_burst_strategy)
-        inputs: dict[str, Any] = {"policy": node_settings.policy}
+        node_settings = self._slo.of(ctx.node_slo()).cpu_burst_strategy
+        inputs: dict[str, Any] = {"policy": str(node_settings.policy)}
+        if self._slo.rejected:
+            inputs["nodeslo_rejected"] = self._slo.rejected
         state = (
             self._node_state(node_settings, inputs)
-            if node_settings.cfs_quota_burst_enabled
+            if cfs_quota_burst_enabled(node_settings)
             else NodeState.UNKNOWN
         )
         now = ctx.now()
+        targets = self._targets(node_settings)
+        quotas = await self._read_quotas(targets)
         burst_futures: list[tuple[str, Future[Any]]] = []
         scaled = 0
-        seen: set[str] = set()
-        for pod in ctx.workloads().pods.values():
-            if not is_burstable(pod) or not pod.cpu_limit_milli or pod.cpu_limit_milli <= 0:
-                continue
-            settings = burst_settings(ctx.node_slo().cpu_burst_strategy, pod_override(pod))
-            seen.add(pod.cgroup_dir)
-            seen.update(c.cgroup_dir for c in pod.containers)
-            burst_futures.extend(self._static_burst(pod, settings))
-            for container in pod.containers:
-                limit = container_limit_milli(pod, container)
-                if limit is None:
-                    continue
-                if await self._quota_burst(pod, container, limit, settings, state, now):
+        for target in targets:
+            burst_futures.extend(self._static_burst(target, quotas))
+            for container, limit in target.containers:
+                if await self._quota_burst(target, container, limit, state, now, quotas):
                     scaled += 1
         await self._settle(burst_futures)
-        self._recycle(now, seen)
+        self._recycle(now)
         decision = f"{len(burst_futures)} burst writes, {scaled} quota changes"
         ctx.report(NAME, StrategyReport(inputs, decision, stale=state is NodeState.UNKNOWN))
 
     # CPU burst -------------------------------------------------------------------------------
 
-    def _static_burst(self, pod: PodInfo, settings: BurstSettings) -> list[tuple[str, Future[Any]]]:
+    def _static_burst(
+        self, target: _Target, quotas: Mapping[str, int | None]
+    ) -> list[tuple[str, Future[Any]]]:
         submit = self._ctx.executor.submit
+        pod, settings = target.pod, target.settings
         out: list[tuple[str, Future[Any]]] = []
         pod_burst = 0
-        all_known = bool(pod.containers)
-        for container in pod.containers:
-            limit = container_limit_milli(pod, container)
-            if limit is None:
-                all_known = False
-                continue
-            quota = self._quota.get(container.cgroup_dir, base_quota_us(limit))
-            burst = safe_burst_us(limit, settings, quota)
+        for container, limit in target.containers:
+            if container.cgroup_dir not in quotas:
+                continue  # gone or unreadable
+            burst = safe_burst_us(limit, settings, quotas[container.cgroup_dir])
             pod_burst += burst
             reason = f"CPUBurst: limit {limit}m x {settings.cpu_burst_percent}% ({settings.policy})"
             out.append(
@@ -456,10 +466,11 @@ class CPUBurst:
             key = (pod.namespace, pod.name, container.id, container.name)
             self._gauges.burst[key] = float(burst)
         pod_limit = pod.cpu_limit_milli or 0
-        if not all_known:
-            pod_quota = self._quota.get(pod.cgroup_dir, base_quota_us(pod_limit))
-            pod_burst = safe_burst_us(pod_limit, settings, pod_quota)
-        reason = f"CPUBurst: pod limit {pod.cpu_limit_milli}m ({settings.policy})"
+        if pod_limit <= 0 or pod.cgroup_dir not in quotas:
+            return out  # an unlimited pod (a container without a limit) keeps its burst
+        if len(target.containers) < len(pod.containers):
+            pod_burst = safe_burst_us(pod_limit, settings, quotas[pod.cgroup_dir])
+        reason = f"CPUBurst: pod limit {pod_limit}m ({settings.policy})"
         out.append(
             (
                 pod.cgroup_dir,
@@ -475,7 +486,7 @@ class CPUBurst:
         pod: PodInfo,
         container: ContainerInfo,
         limit: int,
-        settings: BurstSettings,
+        settings: CPUBurstStrategy,
         now: float,
     ) -> bool:
         period = settings.cfs_quota_burst_period_seconds
@@ -497,38 +508,47 @@ class CPUBurst:
 
     async def _quota_burst(
         self,
-        pod: PodInfo,
+        target: _Target,
         container: ContainerInfo,
         limit: int,
-        settings: BurstSettings,
         state: NodeState,
         now: float,
+        quotas: dict[str, int | None],
     ) -> bool:
+        """Scale one container's quota (and its pod's by the same delta) by the rules in the
+        module docstring, from the quotas read this round; ``quotas`` is updated with what was
+        written. A container whose quota is unlimited or unreadable is left alone, as upstream;
+        an unlimited pod gets no pod write."""
+        pod, settings = target.pod, target.settings
+        c_dir, p_dir = container.cgroup_dir, pod.cgroup_dir
+        current = quotas.get(c_dir)
+        if current is None:
+            return False
         allowed = self._allowed(pod, container, limit, settings, now)
         throttled = self._ctx.fresh_last(
             series.CONTAINER_CPU_THROTTLED_RATIO, series.container_entity(pod.uid, container.id)
         )
         op = adjust_by_node(state, container_op(settings, allowed, throttled))
         base = base_quota_us(limit)
-        current = self._quota.get(container.cgroup_dir, base)
-        target = next_quota(op, current, base, ceil_quota_us(base, settings))
-        if target == current:
+        new = next_quota(op, current, base, ceil_quota_us(base, settings))
+        if new == current:
             return False
-        delta = target - current
-        pod_current = self._quota.get(pod.cgroup_dir, base_quota_us(pod.cpu_limit_milli or 0))
-        pod_target = pod_current + delta
-        burst = safe_burst_us(limit, settings, target)
+        delta = new - current
+        pod_current = quotas.get(p_dir)
+        pod_new = None if pod_current is None else pod_current + delta
+        burst = safe_burst_us(limit, settings, new)
         reason = f"CFSQuotaBurst: {op.value}, node {state.value}, throttled {throttled}"
-        c_dir, p_dir = container.cgroup_dir, pod.cgroup_dir
-        quota_c = ("cpu_cfs_quota", c_dir, target)
-        quota_p = ("cpu_cfs_quota", p_dir, pod_target)
+        quota_c = ("cpu_cfs_quota", c_dir, new)
         burst_c = ("cpu_burst", c_dir, burst)
-        burst_p = ("cpu_burst", p_dir, burst)  # upstream: the pod takes its container's burst
+        pod_steps = []
+        if pod_new is not None:
+            pod_steps = [("cpu_cfs_quota", p_dir, pod_new), ("cpu_burst", p_dir, burst)]
+            # upstream: the pod takes its container's burst
         if delta > 0:  # grow: parent quota first, bursts after the quotas they must not exceed
-            steps = [quota_p, quota_c, burst_c, burst_p]
+            steps = [*pod_steps[:1], quota_c, burst_c, *pod_steps[1:]]
         else:  # shrink: bursts first, child before parent
-            steps = [burst_c, quota_c, burst_p, quota_p]
-        if not settings.cpu_burst_enabled:
+            steps = [burst_c, quota_c, *pod_steps[::-1]]
+        if not cpu_burst_enabled(settings):
             steps = [s for s in steps if s[0] != "cpu_burst"]
         for knob, rel, value in steps:
             try:
@@ -543,12 +563,13 @@ class CPUBurst:
             except CgroupGoneError:
                 logger.debug("%s: %s gone while scaling its quota", NAME, rel)
                 return False
+        quotas[c_dir] = new
+        if pod_new is not None:
+            quotas[p_dir] = pod_new
         if self._ctx.dry_run(NAME):
             return True
-        self._quota[c_dir] = target
-        self._quota[p_dir] = pod_target
         key = (pod.namespace, pod.name, container.id, container.name)
-        self._gauges.quota[key] = float(target)
+        self._gauges.quota[key] = float(new)
         logger.info(
             "%s: %s/%s/%s quota %d -> %d (%s)",
             NAME,
@@ -556,7 +577,7 @@ class CPUBurst:
             pod.name,
             container.name,
             current,
-            target,
+            new,
             reason,
         )
         return True
@@ -586,11 +607,9 @@ class CPUBurst:
                 "%s: %d burst writes failed: %s", NAME, len(failed), "; ".join(failed[:5])
             )
 
-    def _recycle(self, now: float, seen: set[str]) -> None:
+    def _recycle(self, now: float) -> None:
         for cid in [c for c, lim in self._limiters.items() if lim.expired(now)]:
             del self._limiters[cid]
-        for rel in [r for r in self._quota if r not in seen]:
-            del self._quota[rel]
         live = {
             (p.namespace, p.name, c.id, c.name)
             for p in self._ctx.workloads().pods.values()

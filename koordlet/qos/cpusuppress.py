@@ -11,8 +11,8 @@ documented semantics (``docs/qos-cpu.md`` has the formulas and the differences):
 * **Policy** ``cpuset`` (the default): ``ceil(suppress)`` CPUs, at least 2, growing by at most
   10 % of the node's CPUs a round, picked by :mod:`koordlet.qos.cpupicker` (LSE pods' CPUs
   excluded); written to the besteffort QoS cgroup, every BE pod and container and BE host
-  application below it, first ``old | new`` from the top down, then ``new`` from the bottom up,
-  so that the kernel never sees a child wider than its parent.
+  application below it, as one leveled executor batch (a child is never wider than its
+  parent at any moment).
 * **Policy** ``cfsQuota``: ``quota = suppress x period`` (at least 2000 µs) on the besteffort QoS
   cgroup; a change smaller than 1 % of the node's CPUs is skipped (dead band, except towards the
   floor), a rise is limited to 10 % of the node's CPUs a round once a quota is set.
@@ -22,27 +22,39 @@ documented semantics (``docs/qos-cpu.md`` has the formulas and the differences):
 * **Stale inputs**: when the node's CPU usage is older than twice the collection interval (or
   the CPU topology is unknown) the round holds the state last applied and counts it.
 
-A strategy never reads a file: the current cpuset and quota are those it applied last; before
-its first write it assumes the kubelet's defaults (every CPU, no quota), which makes the first
-round write ``old | new`` = every CPU top-down before narrowing, always a valid order.
+The settings are the NodeSLO's strategies as the Kubernetes source merges them
+(:func:`apis.slo_strategies.strategies_of`; a NodeSLO that fails to parse keeps the last good
+ones). The node's reservation (the larger of the kubelet's ``capacity - allocatable`` and the
+``node.koordinator.sh/reservation`` annotation) is the floor of the system usage when the
+context gives the Node object, else 0. A strategy never opens a file: the besteffort cgroup's
+current cpuset and quota are read through the executor
+(``CgroupWriter.read`` on the writer thread) every round, as upstream reads them, and the cpuset
+policy's writes go to the executor as one leveled batch (``submit_batch``: parents first while
+growing, children first while shrinking).
 """
 
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import json
 import logging
-from collections.abc import Iterable, Iterator, Mapping, Sequence
-from concurrent.futures import Future
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from prometheus_client.core import GaugeMetricFamily, Metric
 
 from apis.extension import KubeQOS, QoSClass
-from apis.slo import DEFAULT_RESOURCE_USED_THRESHOLD_WITH_BE
+from apis.manager_keys import ANNOTATION_NODE_RESERVATION
+from apis.slo import NodeSLOSpec, SchemaError
+from apis.slo_strategies import (
+    CPUSuppressPolicy,
+    NodeSLOStrategies,
+    ResourceThresholdStrategy,
+    strategies_of,
+)
 from koordlet.errors import CgroupGoneError, HostError, UnsupportedError
+from koordlet.executor.batch import BatchResult, BatchWrite
 from koordlet.metriccache import series
 from koordlet.qos.cpupicker import (
     BE_MAX_INCREASE_RATIO,
@@ -55,6 +67,7 @@ from koordlet.qos.manager import StrategyContext, StrategyReport
 from koordlet.statesinformer.model import HostAppInfo, PodInfo, WorkloadSnapshot
 from koordlet.system.knobs import parse_cpulist
 from koordlet.system.topology import format_cpulist
+from kubeclient.units import cpu_milli
 
 logger = logging.getLogger(__name__)
 
@@ -78,32 +91,101 @@ RESOURCE_STATUS_ANNOTATION = "scheduling.koordinator.sh/resource-status"
 # Settings ---------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class SuppressSettings:
-    """The ``resourceUsedThresholdWithBE`` fields this strategy reads, defaults merged."""
+class LastGoodStrategies:
+    """The NodeSLO's strategy groups, merged over Koordinator's defaults exactly as the
+    Kubernetes states source merges them (``strategies_of(spec, strict=False)``), so that the
+    standalone and the cluster mode agree. A NodeSLO that fails to parse keeps the last good
+    strategies (Koordinator's defaults before the first good one); each rejected field is logged
+    once. Parsing is skipped while the spec object is the same."""
 
-    enable: bool = False
-    """``enable``: off means restore BE (Koordinator's default is off)."""
-    threshold_percent: int = 65
-    """``cpuSuppressThresholdPercent``: the node CPU share LS + system + BE may use."""
-    min_percent: int | None = None
-    """``cpuSuppressMinPercent``: BE never gets less than this share of the node; None: no floor."""
-    policy: str = POLICY_CPUSET
-    """``cpuSuppressPolicy``: ``cpuset`` or ``cfsQuota``."""
+    def __init__(self, strategy: str) -> None:
+        self._strategy = strategy
+        self._spec: NodeSLOSpec | None = None
+        self._value = NodeSLOStrategies()
+        self._logged: set[str] = set()
+        self.rejected = ""
+        """Why the spec in force was rejected; empty when it parsed."""
+
+    def of(self, spec: NodeSLOSpec) -> NodeSLOStrategies:
+        """The strategies of ``spec``, or the last good ones when it fails to parse."""
+        if spec is self._spec:
+            return self._value
+        self._spec = spec
+        try:
+            value = strategies_of(spec, source="NodeSLO", strict=False)
+        except SchemaError as err:
+            key = err.field or str(err)
+            self.rejected = str(err)
+            if key not in self._logged:
+                self._logged.add(key)
+                logger.warning(
+                    "%s: NodeSLO field %s rejected, keeping the last good settings: %s",
+                    self._strategy,
+                    err.field or "?",
+                    err,
+                )
+            return self._value
+        self._value, self.rejected = value, ""
+        return value
 
 
-def suppress_settings(section: Mapping[str, Any] | None) -> SuppressSettings:
-    """The settings of a NodeSLO's ``resourceUsedThresholdWithBE`` over Koordinator's defaults."""
-    merged: dict[str, Any] = dict(DEFAULT_RESOURCE_USED_THRESHOLD_WITH_BE)
-    if section:
-        merged.update({k: v for k, v in section.items() if v is not None})
-    min_percent = merged.get("cpuSuppressMinPercent")
-    return SuppressSettings(
-        enable=bool(merged.get("enable", False)),
-        threshold_percent=int(merged.get("cpuSuppressThresholdPercent", 65)),
-        min_percent=None if min_percent is None else int(min_percent),
-        policy=str(merged.get("cpuSuppressPolicy") or POLICY_CPUSET),
-    )
+# Node reservation -------------------------------------------------------------------------------
+
+
+def _cpu_of(resources: object) -> int | None:
+    if not isinstance(resources, Mapping):
+        return None
+    raw = resources.get("cpu")
+    if not isinstance(raw, str | int | float) or isinstance(raw, bool):
+        return None
+    try:
+        return cpu_milli(raw)
+    except ValueError:
+        return None
+
+
+def annotation_reserved_milli(annotations: Mapping[str, str]) -> int:
+    """CPU of the node's ``node.koordinator.sh/reservation`` annotation in milli-cores:
+    the number of ``reservedCPUs`` when given, else ``resources.cpu``; 0 when absent or
+    malformed (upstream logs and ignores a bad annotation)."""
+    raw = annotations.get(ANNOTATION_NODE_RESERVATION)
+    if not raw:
+        return 0
+    try:
+        doc = json.loads(raw)
+        if not isinstance(doc, dict):
+            return 0
+        cpus = doc.get("reservedCPUs") or ""
+        if isinstance(cpus, str) and cpus:
+            return len(parse_cpulist(cpus)) * 1000
+        return max(_cpu_of(doc.get("resources")) or 0, 0)
+    except ValueError:
+        logger.debug("node annotation %s unparsable: %r", ANNOTATION_NODE_RESERVATION, raw)
+        return 0
+
+
+def kubelet_reserved_milli(node: Mapping[str, Any]) -> int:
+    """``status.capacity.cpu - status.allocatable.cpu`` (the kubelet's ``--system-reserved``,
+    ``--kube-reserved`` and ``--reserved-cpus``), never negative; 0 unless both are known."""
+    status = node.get("status")
+    if not isinstance(status, Mapping):
+        return 0
+    capacity = _cpu_of(status.get("capacity"))
+    allocatable = _cpu_of(status.get("allocatable"))
+    if capacity is None or allocatable is None:
+        return 0
+    return max(capacity - allocatable, 0)
+
+
+def node_reserved_milli(node: Mapping[str, Any] | None) -> int:
+    """Upstream's ``GetNodeResourceReserved`` for CPU: the larger of the kubelet's reservation
+    and the node annotation's; 0 without a Node object."""
+    if not node:
+        return 0
+    meta = node.get("metadata")
+    annotations = meta.get("annotations") if isinstance(meta, Mapping) else None
+    anno = annotation_reserved_milli(annotations) if isinstance(annotations, Mapping) else 0
+    return max(kubelet_reserved_milli(node), anno)
 
 
 # Arithmetic -------------------------------------------------------------------------------------
@@ -231,15 +313,22 @@ def be_cgroup_dirs(snapshot: WorkloadSnapshot, be_dir: str) -> list[str]:
 
 # The strategy -----------------------------------------------------------------------------------
 
+_T = TypeVar("_T")
+NodeGetter = Callable[[], Mapping[str, Any] | None]
+"""Returns the Node object (``metadata.annotations``, ``status.capacity``/``allocatable``) when
+the koordlet runs against a cluster, None in standalone mode."""
+
 
 @dataclass(slots=True)
 class _State:
-    cpuset: frozenset[int] | None = None
-    """BE cpuset last applied; None: never written (the kubelet's: every CPU)."""
-    quota: int | None = None
-    """BE quota last applied; None: unlimited (never written, or restored)."""
+    applied_cpuset: tuple[frozenset[int], frozenset[str]] | None = None
+    """The BE cpuset and the cgroups the last real cpuset batch wrote it to; a round that finds
+    the same set on the besteffort cgroup and the same cgroups writes nothing."""
+    restored_cpuset: tuple[frozenset[int], frozenset[str]] | None = None
+    """The same for the last restore (every CPU that LSE pods do not own)."""
     quota_restored: bool = False
-    """The quota is known to be unlimited (upstream's ``policyRecovered``)."""
+    """The quota was set unlimited since the cfsQuota policy last wrote it (upstream's
+    ``policyRecovered``); False at start, so the first round restores a quota left behind."""
     suppressed_cores: dict[str, float] = field(default_factory=dict)
     """``koordlet_be_suppress_cpu_cores`` by policy."""
     ls_used: float | None = None
@@ -256,16 +345,31 @@ def _qos_setting(config: Any, name: str, default: float) -> float:
     return float(value) if isinstance(value, int | float) and value > 0 else default
 
 
+def _settings_dict(s: ResourceThresholdStrategy) -> dict[str, Any]:
+    return {
+        "enable": s.enable,
+        "cpuSuppressThresholdPercent": s.cpu_suppress_threshold_percent,
+        "cpuSuppressMinPercent": s.cpu_suppress_min_percent,
+        "cpuSuppressPolicy": str(s.cpu_suppress_policy),
+    }
+
+
 class CPUSuppress:
-    """The ``cpusuppress`` strategy; see the module docstring."""
+    """The ``cpusuppress`` strategy; see the module docstring.
+
+    :param node: the Node object's getter; by default the context's ``node`` when it has one
+        (cluster mode), else no reservation is known and the system floor is 0.
+    """
 
     name = NAME
 
-    def __init__(self, ctx: StrategyContext) -> None:
+    def __init__(self, ctx: StrategyContext, *, node: NodeGetter | None = None) -> None:
         self._ctx = ctx
         self.interval = _qos_setting(ctx.config, "cpu_suppress_interval", 1.0)
         """Seconds between rounds: Koordinator's ``--cpu-suppress-interval-seconds`` (1)."""
         self._node_name = str(getattr(ctx.config, "node_name", ""))
+        self._node: NodeGetter | None = node if node is not None else getattr(ctx, "node", None)
+        self._slo = LastGoodStrategies(NAME)
         self._state = _State()
 
     # Introspection ---------------------------------------------------------------------------
@@ -307,13 +411,25 @@ class CPUSuppress:
 
     # The round -------------------------------------------------------------------------------
 
+    def _reserved_milli(self) -> int:
+        getter = self._node
+        if getter is None:
+            return 0
+        try:
+            return node_reserved_milli(getter())
+        except Exception:  # a broken getter must not stop suppression; the floor is then 0
+            logger.exception("%s: reading the Node object failed; reservation taken as 0", NAME)
+            return 0
+
     async def reconcile(self) -> None:
         ctx = self._ctx
-        settings = suppress_settings(ctx.node_slo().resource_used_threshold_with_be)
+        settings = self._slo.of(ctx.node_slo()).resource_used_threshold_with_be
         snapshot = ctx.workloads()
         be_dir = ctx.host().layout.qos_dir(KubeQOS.BESTEFFORT)
         processors = processors_from_node_info(ctx.cache.get_info(NODE_INFO_KEY))
-        last: dict[str, Any] = {"at": ctx.now(), "settings": dataclasses.asdict(settings)}
+        last: dict[str, Any] = {"at": ctx.now(), "settings": _settings_dict(settings)}
+        if self._slo.rejected:
+            last["nodeslo_rejected"] = self._slo.rejected
         self._state.last = last
         inputs: dict[str, Any] = {"settings": last["settings"]}
 
@@ -344,35 +460,39 @@ class CPUSuppress:
             v = ctx.fresh_last(series.HOST_APP_CPU_USAGE, series.host_app_entity(app.name))
             if v is not None:
                 app_used[app.name] = v
+        reserved = self._reserved_milli() / 1000
         usage = split_usage(
             node_used,
             pod_used,
             (uid for uid, p in snapshot.pods.items() if is_be_pod(p)),
             app_used,
             (a.name for a in snapshot.host_apps if is_be_host_app(a, be_dir)),
+            reserved,
         )
         capacity = len(processors)
+        threshold = settings.cpu_suppress_threshold_percent
         milli = be_suppress_milli(
-            capacity * 1000, settings.threshold_percent, usage, settings.min_percent
+            capacity * 1000, threshold, usage, settings.cpu_suppress_min_percent
         )
         self._state.ls_used = usage.ls_pods
         reason = (
             f"node {node_used:.2f} cores: LS pods {usage.ls_pods:.2f} + LS host apps "
             f"{usage.ls_host_apps:.2f} + system {usage.system:.2f} against "
-            f"{settings.threshold_percent}% of {capacity}: BE {milli / 1000:.2f} cores"
+            f"{threshold}% of {capacity}: BE {milli / 1000:.2f} cores"
         )
         inputs.update(
             node_used=node_used,
             ls_pods=usage.ls_pods,
             ls_host_apps=usage.ls_host_apps,
             system=usage.system,
+            reserved=reserved,
             be=usage.be,
             capacity=capacity,
             suppress_milli=milli,
         )
         last["inputs"] = inputs
 
-        if settings.policy == POLICY_CFS_QUOTA:
+        if settings.cpu_suppress_policy is CPUSuppressPolicy.CFS_QUOTA:
             await self._apply_quota(milli, capacity, be_dir, reason, last)
             await self._restore_cpuset(snapshot, be_dir, processors, "policy is cfsQuota")
         else:
@@ -387,30 +507,47 @@ class CPUSuppress:
         self._ctx.stale(NAME, why)
         self._ctx.report(NAME, StrategyReport(inputs, last["decision"], stale=True))
 
+    # Reading ---------------------------------------------------------------------------------
+
+    async def _read(self, knob_name: str, rel_dir: str, default: _T) -> Any | _T:
+        """The knob's current value, read from its file on the writer thread (in order with the
+        queued writes); ``default`` when the cgroup is gone or the knob unsupported (logged)."""
+        executor = self._ctx.executor
+        try:
+            return await asyncio.wrap_future(
+                executor.call(lambda: executor.read(knob_name, rel_dir))
+            )
+        except CgroupGoneError:
+            logger.debug("%s: %s gone while reading %s", NAME, rel_dir, knob_name)
+        except UnsupportedError as err:
+            logger.debug("%s: %s unreadable: %s", NAME, knob_name, err)
+        return default
+
     # cfsQuota -------------------------------------------------------------------------------
 
     async def _apply_quota(
         self, milli: int, capacity: int, be_dir: str, reason: str, last: dict[str, Any]
     ) -> None:
-        target = cfs_quota_target(milli, self._state.quota, capacity)
+        current: int | None = await self._read("cpu_cfs_quota", be_dir, None)
+        last["current_quota"] = current
+        target = cfs_quota_target(milli, current, capacity)
         if target is None:
-            last["decision"] = f"cfsQuota: keep {self._state.quota} (change under the dead band)"
+            last["decision"] = f"cfsQuota: keep {current} (change under the dead band)"
             return
         last["decision"] = f"cfsQuota: {target} us"
-        if not await self._write_all([("cpu_cfs_quota", be_dir, target)], reason):
+        if not await self._write_one("cpu_cfs_quota", be_dir, target, reason):
             return
-        self._state.quota = target
         self._state.quota_restored = False
         self._state.suppressed_cores[POLICY_CFS_QUOTA] = target / CFS_PERIOD_US
-        logger.info("%s: BE cfs quota %d us (%s)", NAME, target, reason)
+        if target != current:
+            logger.info("%s: BE cfs quota %s -> %d us (%s)", NAME, current, target, reason)
 
     async def _restore_quota(self, be_dir: str, why: str) -> None:
         if self._state.quota_restored:
             return
-        if not await self._write_all([("cpu_cfs_quota", be_dir, None)], f"restore: {why}"):
-            return
-        self._state.quota = None
-        self._state.quota_restored = True
+        if await self._write_one("cpu_cfs_quota", be_dir, None, f"restore: {why}"):
+            self._state.quota_restored = True
+            self._state.suppressed_cores.pop(POLICY_CFS_QUOTA, None)
 
     # cpuset ---------------------------------------------------------------------------------
 
@@ -428,9 +565,9 @@ class CPUSuppress:
         last: dict[str, Any],
     ) -> None:
         lsr, lse = exclusive_cpus(snapshot.pods.values())
-        old = self._state.cpuset
-        if old is None:
-            old = frozenset(self._allowed(snapshot, processors))
+        allowed = frozenset(self._allowed(snapshot, processors))
+        old: frozenset[int] = frozenset(await self._read("cpuset_cpus", be_dir, allowed))
+        last["current_cpuset"] = format_cpulist(old)
         count = be_cpuset_count(milli, len(old), len(processors))
         cpus = frozenset(pick_be_cpus(count, processors, lsr_cpus=lsr, excluded=lse))
         if not cpus:
@@ -438,16 +575,14 @@ class CPUSuppress:
             logger.warning("%s: %d CPUs wanted for BE but too few are available", NAME, count)
             return
         last["decision"] = f"cpuset: {format_cpulist(cpus)} ({len(cpus)} CPUs)"
-        dirs = be_cgroup_dirs(snapshot, be_dir)
-        loose = old | cpus
-        writes: list[tuple[str, str, object]] = []
-        if loose != cpus:
-            writes.extend(("cpuset_cpus", d, loose) for d in dirs)
-        writes.extend(("cpuset_cpus", d, cpus) for d in reversed(dirs))
-        if not await self._write_all(writes, f"{reason} -> cpuset {format_cpulist(cpus)}"):
-            return
-        self._state.cpuset = cpus
-        self._state.suppressed_cores[POLICY_CPUSET] = float(len(cpus))
+        dirs = frozenset(be_cgroup_dirs(snapshot, be_dir))
+        self._state.restored_cpuset = None
+        if old == cpus and self._state.applied_cpuset == (cpus, dirs):
+            return  # in place, and no BE cgroup appeared since: nothing to write
+        done = await self._batch(dirs, cpus, f"{reason} -> cpuset {format_cpulist(cpus)}", last)
+        self._state.applied_cpuset = (cpus, dirs) if done else None
+        if done:
+            self._state.suppressed_cores[POLICY_CPUSET] = float(len(cpus))
 
     async def _restore_cpuset(
         self, snapshot: WorkloadSnapshot, be_dir: str, processors: Sequence[Processor], why: str
@@ -455,50 +590,54 @@ class CPUSuppress:
         allowed = frozenset(self._allowed(snapshot, processors))
         if not allowed:
             return
-        dirs = be_cgroup_dirs(snapshot, be_dir)
-        # Parents first: every cgroup grows.
-        if await self._write_all([("cpuset_cpus", d, allowed) for d in dirs], f"restore: {why}"):
-            self._state.cpuset = allowed
+        dirs = frozenset(be_cgroup_dirs(snapshot, be_dir))
+        self._state.applied_cpuset = None
+        if self._state.restored_cpuset == (allowed, dirs):
+            return
+        done = await self._batch(dirs, allowed, f"restore: {why}", {})
+        self._state.restored_cpuset = (allowed, dirs) if done else None
+        if done:
+            self._state.suppressed_cores.pop(POLICY_CPUSET, None)
+
+    async def _batch(
+        self, dirs: Iterable[str], cpus: frozenset[int], reason: str, last: dict[str, Any]
+    ) -> bool:
+        """Write ``cpus`` to every cgroup of ``dirs`` as one leveled batch (the executor orders
+        it: parents first where a set grows, children first where it shrinks). True when it was
+        real and nothing failed; a cgroup removed meanwhile is a normal race, not a failure.
+        Raises :class:`HostError` naming the first failure after the rest was written."""
+        writes = [
+            BatchWrite("cpuset_cpus", d, cpus, strategy=NAME, reason=reason)
+            for d in sorted(dirs, key=lambda d: (d.count("/"), d))
+        ]
+        result: BatchResult = await asyncio.wrap_future(self._ctx.executor.submit_batch(writes))
+        last["result"] = (
+            f"{len(writes)} cgroups: {result.changed} changed, {len(result.gone)} gone, "
+            f"{len(result.errors)} failed"
+        )
+        logger.debug("%s: cpuset batch %s", NAME, last["result"])
+        if result.errors:
+            detail = "; ".join(f"{w.rel_dir}: {err}" for w, err in result.errors[:5])
+            logger.warning("%s: %d cpuset writes failed: %s", NAME, len(result.errors), detail)
+            raise HostError(f"{NAME}: {detail}")
+        return not self._ctx.dry_run(NAME)
 
     # Writing --------------------------------------------------------------------------------
 
-    async def _write_all(self, writes: Sequence[tuple[str, str, object]], reason: str) -> bool:
-        """Submit the writes in order to the single writer (it runs them in that order) and
-        wait for all; True when they were real (not a dry run), so the state may advance.
-
-        A vanished cgroup is a normal race; unsupported knobs and other failures are logged in
-        one line, and the first failure that is neither is raised after the rest is done."""
+    async def _write_one(self, knob_name: str, rel_dir: str, value: object, reason: str) -> bool:
+        """One write through the single writer; True when it was real (not a dry run). A
+        vanished cgroup or an unsupported knob is logged and False; other failures raise."""
         executor = self._ctx.executor
-        futures: list[tuple[str, str, Future[Any]]] = [
-            (knob, d, executor.submit(knob, d, value, strategy=NAME, reason=reason))
-            for knob, d, value in writes
-        ]
-        results = await asyncio.gather(
-            *(asyncio.wrap_future(f) for _, _, f in futures), return_exceptions=True
-        )
-        gone = 0
-        failed: list[str] = []
-        first: BaseException | None = None
-        for (knob, d, _), res in zip(futures, results, strict=True):
-            if isinstance(res, CgroupGoneError):
-                gone += 1
-            elif isinstance(res, BaseException):
-                failed.append(f"{knob} {d}: {res}")
-                if first is None and not isinstance(res, UnsupportedError):
-                    first = res
-        changed = sum(1 for r in results if getattr(r, "changed", False))
-        logger.debug(
-            "%s: %d writes, %d changed, %d cgroups gone, %d failed",
-            NAME,
-            len(writes),
-            changed,
-            gone,
-            len(failed),
-        )
-        if failed:
-            logger.warning("%s: %d writes failed: %s", NAME, len(failed), "; ".join(failed[:5]))
-        if first is not None:
-            raise HostError(f"{NAME}: {failed[0]}") from first
+        try:
+            await asyncio.wrap_future(
+                executor.submit(knob_name, rel_dir, value, strategy=NAME, reason=reason)
+            )
+        except CgroupGoneError:
+            logger.debug("%s: %s gone", NAME, rel_dir)
+            return False
+        except UnsupportedError as err:
+            logger.warning("%s: %s not written: %s", NAME, knob_name, err)
+            return False
         return not self._ctx.dry_run(NAME)
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from types import SimpleNamespace
 from typing import Any
 
@@ -12,6 +12,7 @@ import pytest
 
 from apis.extension import KubeQOS, QoSClass
 from apis.slo import NodeSLOSpec
+from apis.slo_strategies import CPUBurstPolicy
 from koordlet.collectors.nodeinfo import node_info_dict
 from koordlet.executor import CgroupWriter
 from koordlet.metriccache import series
@@ -24,11 +25,11 @@ from koordlet.qos.cpuburst import (
     Op,
     adjust_by_node,
     base_quota_us,
-    burst_settings,
     ceil_quota_us,
     container_op,
     next_quota,
     node_state,
+    pod_settings,
     safe_burst_us,
     share_pool_ratio,
     static_burst_us,
@@ -143,10 +144,15 @@ def test_token_bucket_drains_over_the_limit_and_refills_when_idle() -> None:
     assert limiter.expired(1021.0)  # unused for more than 2 x period
 
 
-def test_settings_merge_node_then_pod_over_defaults() -> None:
-    s = burst_settings({"policy": "auto"}, {"cpuBurstPercent": 200})
-    assert (s.policy, s.cpu_burst_percent, s.cfs_quota_burst_percent) == ("auto", 200, 300)
-    assert burst_settings(None).policy == "none"
+def test_settings_merge_pod_annotation_over_the_nodes() -> None:
+    node = BurstSettings(policy=CPUBurstPolicy.AUTO, cfs_quota_burst_percent=200)
+    pod = _pod("p", QoSClass.LS)
+    annotated = replace(pod, annotations={"koordinator.sh/cpuBurst": '{"cpuBurstPercent": 200}'})
+    s = pod_settings(annotated, node)
+    assert (s.policy, s.cpu_burst_percent, s.cfs_quota_burst_percent) == ("auto", 200, 200)
+    assert pod_settings(pod, node) is node
+    bad = replace(pod, annotations={"koordinator.sh/cpuBurst": '{"cpuBurstPercent": 0}'})
+    assert pod_settings(bad, node) is node  # out of the CRD's range: the node's settings
 
 
 # Rounds on a fake host ------------------------------------------------------------------------

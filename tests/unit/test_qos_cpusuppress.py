@@ -24,7 +24,6 @@ from koordlet.qos.cpusuppress import (
     be_suppress_milli,
     cfs_quota_target,
     split_usage,
-    suppress_settings,
 )
 from koordlet.qos.manager import QoSBook, StrategyContext
 from koordlet.statesinformer.model import ContainerInfo, HostAppInfo, PodInfo, WorkloadSnapshot
@@ -150,13 +149,6 @@ def test_picker_never_takes_lse_cpus_and_splits_lsr_by_share() -> None:
     cpus = pick_be_cpus(3, procs, lsr_cpus=frozenset({4, 5}), excluded=frozenset({6, 7}))
     assert cpus == [0, 1, 4]
     assert not {6, 7} & set(pick_be_cpus(6, procs, excluded=frozenset({6, 7})))
-
-
-def test_settings_merge_nodeslo_over_koordinator_defaults() -> None:
-    default = suppress_settings(None)
-    assert (default.enable, default.threshold_percent, default.policy) == (False, 65, "cpuset")
-    s = suppress_settings({"enable": True, "cpuSuppressPolicy": "cfsQuota"})
-    assert (s.enable, s.threshold_percent, s.policy) == (True, 65, "cfsQuota")
 
 
 # Reconcile on a fake host ---------------------------------------------------------------------
