@@ -43,8 +43,15 @@ from aiohttp import web
 from kubeclient.errors import KubeError
 from scheduler_plugins.config import SchedulerConfig
 from scheduler_plugins.errors import InputError
-from scheduler_plugins.framework import Cycle, Evaluation, Framework, ReserveError
-from scheduler_plugins.snapshot import PodInfo, Snapshot, load_snapshot, parse_node, parse_pod
+from scheduler_plugins.framework import ERR_NODE_NOT_FOUND, Cycle, Framework, ReserveError
+from scheduler_plugins.snapshot import (
+    NodeInfo,
+    PodInfo,
+    Snapshot,
+    load_snapshot,
+    parse_node,
+    parse_pod,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -89,7 +96,9 @@ class _Cached:
     generation: int
     pod: PodInfo
     cycle: Cycle
-    evaluation: Evaluation
+    passing: list[str] | None = None
+    """Node names the filter passed (what kube-scheduler then sends to prioritize)."""
+    passing_nodes: list[NodeInfo] | None = None
 
 
 class SnapshotFile:
@@ -177,19 +186,16 @@ class Extender:
             raw_names = body.get("nodenames") or []
             if not isinstance(raw_names, list):
                 raise InputError("request", "nodenames", "must be a list")
-            names = [str(n) for n in raw_names]
+            names = raw_names
         return pod, names, full
 
-    def _evaluate(self, pod: PodInfo, names: list[str]) -> _Cached:
+    def _cycle(self, pod: PodInfo) -> _Cached:
+        """The pod's cycle: the one its filter used while the snapshot is unchanged."""
         cached = self._cycles.get(pod.uid)
         if cached is not None and cached.generation == self.snapshot.generation:
-            known = cached.evaluation.nodes
-            if all(n in known for n in names):
-                self._cycles.move_to_end(pod.uid)
-                return cached
-        cycle = self.framework.new_cycle(self.snapshot)
-        evaluation = self.framework.evaluate(self.snapshot, pod, node_names=names, cycle=cycle)
-        cached = _Cached(self.snapshot.generation, pod, cycle, evaluation)
+            self._cycles.move_to_end(pod.uid)
+            return cached
+        cached = _Cached(self.snapshot.generation, pod, self.framework.new_cycle(self.snapshot))
         self._cycles[pod.uid] = cached
         while len(self._cycles) > CYCLE_CACHE_SIZE:
             self._cycles.popitem(last=False)
@@ -203,18 +209,26 @@ class Extender:
             pod, names, full = self._pod_and_nodes(body)
         except InputError as err:
             return {"error": str(err)}
-        evaluation = self._evaluate(pod, names).evaluation
-        failed = {n: "; ".join(r.reasons) for n, r in evaluation.nodes.items() if not r.feasible}
-        passing = [n for n in names if n not in failed]
+        cached = self._cycle(pod)
+        nodes, missing = self.framework.resolve(self.snapshot, names)
+        feasible, failures = self.framework.filter_nodes(cached.cycle, pod, nodes)
+        failed = {name: "; ".join(r for _, r in f) for name, f in failures.items()}
+        for name in missing:
+            failed[name] = ERR_NODE_NOT_FOUND
         result: dict[str, Any] = {"failedNodes": failed, "error": ""}
         if full:
-            items = body["nodes"]["items"]
-            keep = set(passing)
+            keep = {n.name for n in feasible}
             result["nodes"] = {
-                "items": [o for o in items if (o.get("metadata") or {}).get("name") in keep]
+                "items": [
+                    o
+                    for o in body["nodes"]["items"]
+                    if (o.get("metadata") or {}).get("name") in keep
+                ]
             }
         else:
-            result["nodenames"] = passing
+            result["nodenames"] = [n.name for n in feasible]
+        cached.passing = [n.name for n in feasible]
+        cached.passing_nodes = feasible
         return result
 
     def prioritize(self, body: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -224,18 +238,18 @@ class Extender:
         except InputError as err:
             logger.warning("prioritize: %s", err)
             return []
-        cached = self._evaluate(pod, names)
-        results = cached.evaluation.nodes
-        feasible = [self.snapshot.nodes[n] for n in names if n in results and results[n].feasible]
-        fresh = {n.name: results[n.name] for n in feasible}
-        for r in fresh.values():
-            r.scores.clear()
-            r.score = 0
-        self.framework.score(cached.cycle, pod, feasible, fresh)
-        return [
-            {"host": n, "score": (fresh[n].score // MAX_EXTENDER_PRIORITY) if n in fresh else 0}
-            for n in names
-        ]
+        cached = self._cycle(pod)
+        if (
+            cached.passing is not None
+            and cached.passing_nodes is not None
+            and names == cached.passing
+        ):
+            nodes = cached.passing_nodes
+        else:
+            nodes, _ = self.framework.resolve(self.snapshot, names)
+        _, totals = self.framework.score_nodes(cached.cycle, pod, nodes)
+        get = totals.get
+        return [{"host": n, "score": get(n, 0) // MAX_EXTENDER_PRIORITY} for n in names]
 
     async def bind(self, body: Mapping[str, Any]) -> dict[str, Any]:
         """``ExtenderBindingResult`` for ``ExtenderBindingArgs``."""
@@ -293,12 +307,14 @@ class Extender:
             if node is None:
                 continue
             removed = [p for p in (node.remove_pod(u) for u in uids) if p is not None]
+            self.snapshot.generation += 1  # plugins re-index the node without its victims
             try:
                 cycle = self.framework.new_cycle(self.snapshot)
                 verdict = self.framework.filter(cycle, pod, [node])
             finally:
                 for p in removed:
                     node.add_pod(p)
+                self.snapshot.generation += 1
             if verdict[name].feasible:
                 out[name] = {"pods": [{"uid": u} for u in uids], "numPDBViolations": pdb}
         return {"nodeNameToMetaVictims": out}

@@ -30,6 +30,8 @@ from scheduler_plugins.snapshot import NodeInfo, PodInfo, Snapshot
 
 MAX_NODE_SCORE = 100
 """``framework.MaxNodeScore``."""
+ERR_NODE_NOT_FOUND = "node(s) not found"
+"""The reason for a node name the snapshot does not know."""
 
 
 class ReserveError(SchedulerError):
@@ -89,8 +91,9 @@ class Plugin:
         return out
 
     def normalize(self, scores: dict[str, int]) -> dict[str, int]:
-        """Scores on the 0..100 scale; the default clamps (plugins that already score 0..100)."""
-        return {n: max(0, min(MAX_NODE_SCORE, s)) for n, s in scores.items()}
+        """Scores on the 0..100 scale. The default is for plugins that already score 0..100
+        (as kube-scheduler takes a plugin without ScoreExtensions): they pass unchanged."""
+        return scores
 
     def reserve(self, cycle: Cycle, pod: PodInfo, node: NodeInfo) -> dict[str, str]:
         """Hold what the pod gets on ``node``; annotations to patch on the pod. Raises
@@ -169,25 +172,23 @@ class Framework:
         """A fresh :class:`Cycle` (``now`` defaults to the wall clock)."""
         return Cycle(snapshot, time.time() if now is None else now)
 
-    def filter(
+    def filter_nodes(
         self,
         cycle: Cycle,
         pod: PodInfo,
         nodes: Sequence[NodeInfo],
         *,
         all_verdicts: bool = False,
-    ) -> dict[str, NodeResult]:
-        """Filter verdicts for ``nodes``."""
-        results = {n.name: NodeResult() for n in nodes}
+    ) -> tuple[list[NodeInfo], dict[str, list[tuple[str, str]]]]:
+        """The feasible nodes, and ``(plugin, reason)`` failures by node name."""
+        failures: dict[str, list[tuple[str, str]]] = {}
         for plugin in self.plugins:
             reason = plugin.pre_filter(cycle, pod)
             if reason is not None:
-                for r in results.values():
-                    r.feasible = False
-                    r.reasons.append(reason)
-                    r.rejected_by[plugin.name] = reason
+                for n in nodes:
+                    failures.setdefault(n.name, []).append((plugin.name, reason))
                 if not all_verdicts:
-                    return results
+                    return [], failures
         candidates = list(nodes)
         for plugin in self.plugins:
             if not candidates:
@@ -196,37 +197,87 @@ class Framework:
             if not failed:
                 continue
             for name, reason in failed.items():
-                r = results[name]
-                r.feasible = False
-                r.reasons.append(reason)
-                r.rejected_by[plugin.name] = reason
+                failures.setdefault(name, []).append((plugin.name, reason))
             if not all_verdicts:
                 candidates = [n for n in candidates if n.name not in failed]
+        if all_verdicts:
+            candidates = [n for n in nodes if n.name not in failures]
+        return candidates, failures
+
+    def filter(
+        self,
+        cycle: Cycle,
+        pod: PodInfo,
+        nodes: Sequence[NodeInfo],
+        *,
+        all_verdicts: bool = False,
+    ) -> dict[str, NodeResult]:
+        """Filter verdicts for ``nodes`` as :class:`NodeResult` objects."""
+        _, failures = self.filter_nodes(cycle, pod, nodes, all_verdicts=all_verdicts)
+        results: dict[str, NodeResult] = {}
+        for n in nodes:
+            failed = failures.get(n.name)
+            if failed:
+                results[n.name] = NodeResult(False, [r for _, r in failed], dict(failed))
+            else:
+                results[n.name] = NodeResult()
         return results
+
+    def score_nodes(
+        self, cycle: Cycle, pod: PodInfo, nodes: Sequence[NodeInfo]
+    ) -> tuple[dict[str, dict[str, int]], dict[str, int]]:
+        """Normalized scores by plugin (only plugins that scored), and weighted totals."""
+        per_plugin: dict[str, dict[str, int]] = {}
+        if not nodes:
+            return per_plugin, {}
+        weighted: list[tuple[int, dict[str, int]]] = []
+        for plugin in self.plugins:
+            raw = plugin.score_nodes(cycle, pod, nodes)
+            if raw is None:
+                continue
+            scores = plugin.normalize(raw)
+            per_plugin[plugin.name] = scores
+            weighted.append((self.weights[plugin.name], scores))
+        weight_sum = sum(w for w, _ in weighted)
+        if not weighted or weight_sum == 0:
+            return per_plugin, dict.fromkeys((n.name for n in nodes), 0)
+        if len(weighted) == 1:
+            return per_plugin, dict(weighted[0][1])
+        totals = dict.fromkeys((n.name for n in nodes), 0)
+        for w, scores in weighted:
+            if w:
+                for name, s in scores.items():
+                    totals[name] += w * s
+        return per_plugin, {name: t // weight_sum for name, t in totals.items()}
 
     def score(
         self, cycle: Cycle, pod: PodInfo, nodes: Sequence[NodeInfo], results: dict[str, NodeResult]
     ) -> list[str]:
         """Fill ``scores`` and ``score`` of ``results`` for ``nodes``; the plugins that scored."""
-        scoring: list[str] = []
-        if not nodes:
-            return scoring
-        totals = dict.fromkeys((n.name for n in nodes), 0)
-        weight_sum = 0
-        for plugin in self.plugins:
-            raw = plugin.score_nodes(cycle, pod, nodes)
-            if raw is None:
-                continue
-            scoring.append(plugin.name)
-            weight = self.weights[plugin.name]
-            weight_sum += weight
-            for name, s in plugin.normalize(raw).items():
-                results[name].scores[plugin.name] = s
-                totals[name] += weight * s
-        if weight_sum:
-            for name, total in totals.items():
-                results[name].score = total // weight_sum
-        return scoring
+        per_plugin, totals = self.score_nodes(cycle, pod, nodes)
+        for plugin, scores in per_plugin.items():
+            for name, s in scores.items():
+                results[name].scores[plugin] = s
+        for name, total in totals.items():
+            results[name].score = total
+        return list(per_plugin)
+
+    def resolve(
+        self, snapshot: Snapshot, node_names: Sequence[str] | None
+    ) -> tuple[list[NodeInfo], list[str]]:
+        """The snapshot's nodes of ``node_names`` (default: all), and the names it lacks."""
+        if node_names is None:
+            return list(snapshot.nodes.values()), []
+        nodes: list[NodeInfo] = []
+        missing: list[str] = []
+        get = snapshot.nodes.get
+        for name in node_names:
+            node = get(name)
+            if node is None:
+                missing.append(name)
+            else:
+                nodes.append(node)
+        return nodes, missing
 
     def evaluate(
         self,
@@ -241,22 +292,12 @@ class Framework:
         """Filter then score ``pod`` over ``node_names`` (default: every node of the snapshot;
         unknown names are infeasible with reason ``node(s) not found``)."""
         cycle = cycle or self.new_cycle(snapshot, now)
-        missing: list[str] = []
-        if node_names is None:
-            nodes = list(snapshot.nodes.values())
-        else:
-            nodes = []
-            for name in node_names:
-                node = snapshot.nodes.get(name)
-                if node is None:
-                    missing.append(name)
-                else:
-                    nodes.append(node)
+        nodes, missing = self.resolve(snapshot, node_names)
         results = self.filter(cycle, pod, nodes, all_verdicts=all_verdicts)
         feasible = [n for n in nodes if results[n.name].feasible]
         scoring = self.score(cycle, pod, feasible, results)
         for name in missing:
-            results[name] = NodeResult(False, ["node(s) not found"])
+            results[name] = NodeResult(False, [ERR_NODE_NOT_FOUND])
         return Evaluation(results, scoring)
 
     def reserve(self, cycle: Cycle, pod: PodInfo, node_name: str) -> dict[str, str]:

@@ -41,6 +41,7 @@ from typing import Any
 from scheduler_plugins.args import ArgsReader, int_map
 from scheduler_plugins.errors import PluginArgsError
 from scheduler_plugins.framework import Cycle, Plugin
+from scheduler_plugins.plugins.loadindex import ExpiryIndex, ThresholdIndex, headroom
 from scheduler_plugins.snapshot import (
     PRIORITY_BATCH,
     PRIORITY_MID,
@@ -213,6 +214,8 @@ class _NodeLoad:
 
     generation: int
     metric: NodeMetricInfo | None
+    expires_at: float
+    """When the NodeMetric expires (epoch s); -inf when it never was updated."""
     allocatable: list[int]
     has_usage: bool
     node_existing: list[int]
@@ -250,6 +253,11 @@ class LoadAwareScheduling(Plugin):
         self._weights = [(i, w) for i, w in enumerate(a.weights.get(r, 0) for r in names) if w > 0]
         self._weight_sum = sum(w for _, w in self._weights)
         self._cache: dict[str, _NodeLoad] = {}
+        self._token: tuple[int, int] | None = None
+        self._normal_index = ThresholdIndex(len(names))
+        self._prod_index = ThresholdIndex(len(names))
+        self._expiry = ExpiryIndex(())
+        self._score_vecs: dict[str, dict[str, tuple[float, list[tuple[int, int]]]]] = {}
 
     # -- per-node precomputation ----------------------------------------------------------
 
@@ -292,9 +300,13 @@ class LoadAwareScheduling(Plugin):
         thresholds, prod_thresholds, agg_thresholds = self._thresholds(node)
         agg = self.args.aggregated
         filter_agg = bool(agg and any(agg_thresholds))
+        expires_at = -math.inf
+        if metric is not None and metric.update_time is not None:
+            expires_at = metric.update_time + self.args.node_metric_expiration_seconds
         load = _NodeLoad(
             generation=node.generation,
             metric=metric,
+            expires_at=expires_at,
             allocatable=alloc,
             has_usage=bool(metric and metric.node_usage is not None),
             node_existing=[0] * n,
@@ -375,21 +387,89 @@ class LoadAwareScheduling(Plugin):
 
     def warm(self, cycle: Cycle) -> None:
         """Precompute every node (the extender calls this after loading a snapshot)."""
-        for node in cycle.snapshot.nodes.values():
-            self._load(cycle, node)
+        self._prepare(cycle)
 
-    def _expired(self, metric: NodeMetricInfo, now: float) -> bool:
-        return (
-            metric.update_time is None
-            or now - metric.update_time >= self.args.node_metric_expiration_seconds
-        )
+    def _prepare(self, cycle: Cycle) -> None:
+        """Bring the per-node cache and the indexes up to date after a snapshot change
+        (NodeMetrics replaced, pods assumed)."""
+        snap = cycle.snapshot
+        token = (id(snap), snap.generation)
+        if token == self._token:
+            return
+        metrics = snap.node_metrics
+        cache = self._cache
+        if self._token is None or self._token[0] != id(snap):
+            cache.clear()
+        for name, node in snap.nodes.items():
+            load = cache.get(name)
+            if (
+                load is None
+                or load.generation != node.generation
+                or load.metric is not metrics.get(name)
+            ):
+                self._load(cycle, node)
+        for gone in [n for n in cache if n not in snap.nodes]:
+            del cache[gone]
+        self._build_indexes()
+        self._token = token
+
+    def _build_indexes(self) -> None:
+        n = len(self.resources)
+        normal: list[tuple[str, str, list[int | None]]] = []
+        prod: list[tuple[str, str, list[int | None]]] = []
+        expiry: list[tuple[float, str]] = []
+        vecs: dict[str, dict[str, tuple[float, list[tuple[int, int]]]]] = {
+            "node": {},
+            "agg": {},
+            "prod": {},
+        }
+        weighted = [i for i, _ in self._weights]
+        for name, load in self._cache.items():
+            if load.metric is None:
+                continue
+            expiry.append((load.expires_at, name))
+            if not load.has_usage:
+                continue
+            alloc = load.allocatable
+            if load.filter_aggregated and load.agg_filter_existing is not None:
+                row = (name, ERR_AGGREGATED_USAGE, load.agg_thresholds, load.agg_filter_existing)
+            else:
+                row = (name, ERR_USAGE, load.thresholds, load.node_existing)
+            heads = [headroom(row[2][i], alloc[i], row[3][i]) for i in range(n)]
+            normal.append((name, row[1], heads))
+            if any(load.prod_thresholds):
+                prod.append(
+                    (
+                        name,
+                        ERR_USAGE,
+                        [
+                            headroom(load.prod_thresholds[i], alloc[i], load.prod_existing[i])
+                            for i in range(n)
+                        ],
+                    )
+                )
+            else:
+                prod.append((name, row[1], heads))
+            for kind, existing in (
+                ("node", load.node_existing),
+                ("agg", load.agg_score_existing or load.node_existing),
+                ("prod", load.prod_existing),
+            ):
+                vecs[kind][name] = (
+                    load.expires_at,
+                    [(alloc[i], existing[i]) if alloc[i] > 0 else (1, 1 << 62) for i in weighted],
+                )
+        self._normal_index = ThresholdIndex.build(n, normal)
+        self._prod_index = ThresholdIndex.build(n, prod)
+        self._expiry = ExpiryIndex(expiry)
+        self._score_vecs = vecs
 
     def _pod_estimate(self, cycle: Cycle, pod: PodInfo) -> list[int]:
-        key = (NAME, "estimate", pod.uid)
-        est = cycle.data.get(str(key))
+        key = f"{NAME}/estimate/{pod.uid}"
+        est = cycle.data.get(key)
         if est is None:
             est = estimate_pod(pod, self.resources, self.factors)
-            cycle.data[str(key)] = est
+            cycle.data[key] = est
         return list(est)
 
     # -- steps ------------------------------------------------------------------------------
@@ -399,73 +479,67 @@ class LoadAwareScheduling(Plugin):
         if "DaemonSet" in pod.owner_kinds:
             return out
         a = self.args
+        self._prepare(cycle)
         est = self._pod_estimate(cycle, pod)
+        candidates: set[str] | None = None
+        if len(nodes) != len(cycle.snapshot.nodes):
+            candidates = {n.name for n in nodes}
+        skip: set[str] = set()
+        if a.filter_expired_node_metrics:
+            expired = self._expiry.expired(cycle.now)
+            skip.update(expired)
+            if not a.enable_schedule_when_node_metrics_expired:
+                for name in expired:
+                    if candidates is None or name in candidates:
+                        out[name] = ERR_EXPIRED
+        index = self._prod_index if pod.priority_class == PRIORITY_PROD else self._normal_index
         res = self.resources
-        n = len(res)
-        now = cycle.now
-        prod_pod = pod.priority_class == PRIORITY_PROD
-        for node in nodes:
-            load = self._load(cycle, node)
-            metric = load.metric
-            if metric is None:
+        for i, name, reason in index.failing(est):
+            if name in out or name in skip or (candidates is not None and name not in candidates):
                 continue
-            if a.filter_expired_node_metrics and self._expired(metric, now):
-                if not a.enable_schedule_when_node_metrics_expired:
-                    out[node.name] = ERR_EXPIRED
-                continue
-            if not load.has_usage:
-                continue
-            reason = ERR_USAGE
-            if prod_pod and any(load.prod_thresholds):
-                thresholds, existing = load.prod_thresholds, load.prod_existing
-            elif load.filter_aggregated and load.agg_filter_existing is not None:
-                thresholds, existing = load.agg_thresholds, load.agg_filter_existing
-                reason = ERR_AGGREGATED_USAGE
-            else:
-                thresholds, existing = load.thresholds, load.node_existing
-            alloc = load.allocatable
-            for i in range(n):
-                th = thresholds[i]
-                total = alloc[i]
-                if th == 0 or total == 0:
-                    continue
-                if (
-                    go_round(existing[i] * 100 / total) > th
-                    or go_round((existing[i] + est[i]) * 100 / total) > th
-                ):
-                    out[node.name] = reason % res[i]
-                    break
+            out[name] = reason % res[i]
         return out
 
     def score_nodes(self, cycle: Cycle, pod: PodInfo, nodes: Sequence[NodeInfo]) -> dict[str, int]:
         a = self.args
+        self._prepare(cycle)
         est = self._pod_estimate(cycle, pod)
         now = cycle.now
-        prod_pod = a.score_according_prod_usage and pod.priority_class == PRIORITY_PROD
-        score_agg = bool(a.aggregated and a.aggregated.score_aggregation_type)
-        weights = self._weights
-        weight_sum = self._weight_sum
+        if a.score_according_prod_usage and pod.priority_class == PRIORITY_PROD:
+            vecs = self._score_vecs["prod"]
+        elif a.aggregated and a.aggregated.score_aggregation_type:
+            vecs = self._score_vecs["agg"]
+        else:
+            vecs = self._score_vecs["node"]
+        weights = [(w, est[i]) for i, w in self._weights]
+        weight_sum = self._weight_sum or 1
         out: dict[str, int] = {}
+        get = vecs.get
+        if len(weights) == 2:
+            (w0, e0), (w1, e1) = weights
+            for node in nodes:
+                name = node.name
+                v = get(name)
+                if v is None or now >= v[0]:
+                    out[name] = 0
+                    continue
+                (c0, x0), (c1, x1) = v[1]
+                s0 = (c0 - x0 - e0) * 100 // c0
+                s1 = (c1 - x1 - e1) * 100 // c1
+                out[name] = ((s0 if s0 > 0 else 0) * w0 + (s1 if s1 > 0 else 0) * w1) // weight_sum
+            return out
         for node in nodes:
-            load = self._load(cycle, node)
-            metric = load.metric
-            if metric is None or self._expired(metric, now) or not load.has_usage:
-                out[node.name] = 0
+            name = node.name
+            v = get(name)
+            if v is None or now >= v[0]:
+                out[name] = 0
                 continue
-            if prod_pod:
-                existing = load.prod_existing
-            elif score_agg and load.agg_score_existing is not None:
-                existing = load.agg_score_existing
-            else:
-                existing = load.node_existing
-            alloc = load.allocatable
             total = 0
-            for i, w in weights:
-                cap = alloc[i]
-                used = existing[i] + est[i]
-                if cap > 0 and used <= cap:
-                    total += (cap - used) * 100 // cap * w
-            out[node.name] = total // weight_sum if weight_sum else 0
+            for (c, x), (w, e) in zip(v[1], weights, strict=True):
+                s = (c - x - e) * 100 // c
+                if s > 0:
+                    total += s * w
+            out[name] = total // weight_sum
         return out
 
 

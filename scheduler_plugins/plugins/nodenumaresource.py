@@ -217,6 +217,25 @@ class NodeNUMAResource(Plugin):
     def __init__(self, args: NUMAArgs | None = None) -> None:
         self.args = args or NUMAArgs()
         self._cache: dict[str, _NodeState] = {}
+        self._token: tuple[int, int] | None = None
+        self._policy_nodes: frozenset[str] = frozenset()
+
+    def warm(self, cycle: Cycle) -> None:
+        """Precompute every node (the extender calls this after loading a snapshot)."""
+        self._prepare(cycle)
+
+    def _prepare(self, cycle: Cycle) -> frozenset[str]:
+        """Refresh the per-node states after a snapshot change; the nodes with a NUMA policy."""
+        snap = cycle.snapshot
+        token = (id(snap), snap.generation)
+        if token != self._token:
+            if self._token is None or self._token[0] != id(snap):
+                self._cache.clear()
+            self._policy_nodes = frozenset(
+                name for name, node in snap.nodes.items() if self._state(cycle, node).numa_policy
+            )
+            self._token = token
+        return self._policy_nodes
 
     # -- node state ---------------------------------------------------------------------------
 
@@ -432,15 +451,14 @@ class NodeNUMAResource(Plugin):
 
     def filter_nodes(self, cycle: Cycle, pod: PodInfo, nodes: Sequence[NodeInfo]) -> dict[str, str]:
         need = self._need(cycle, pod)
+        policy_nodes = self._prepare(cycle)
         out: dict[str, str] = {}
+        if not need.bind and not policy_nodes:
+            return out
         placements = self._placements(cycle)
         for node in nodes:
-            if not need.bind:
-                state = self._cache.get(node.name)
-                if state is None or state.generation != node.generation:
-                    state = self._state(cycle, node)
-                if not state.numa_policy:
-                    continue
+            if not need.bind and node.name not in policy_nodes:
+                continue
             placed = self._place(cycle, pod, node)
             placements[node.name] = placed
             if isinstance(placed, str):
@@ -451,9 +469,10 @@ class NodeNUMAResource(Plugin):
         self, cycle: Cycle, pod: PodInfo, nodes: Sequence[NodeInfo]
     ) -> dict[str, int] | None:
         need = self._need(cycle, pod)
-        placements = self._placements(cycle)
-        if not need.bind and not any(isinstance(placements.get(n.name), _Placement) for n in nodes):
+        policy_nodes = self._prepare(cycle)
+        if not need.bind and not any(n.name in policy_nodes for n in nodes):
             return None
+        placements = self._placements(cycle)
         most = self.args.scoring_strategy == MOST_ALLOCATED
         weights = {r: w for r, w in self.args.resource_weights.items() if w > 0}
         wsum = sum(weights.values()) or 1

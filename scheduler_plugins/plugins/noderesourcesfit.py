@@ -7,7 +7,8 @@ checked against what koord-manager wrote on the node. ``requested + request > al
 rejects with kube-scheduler's words, ``Insufficient kubernetes.io/batch-cpu``; an unschedulable
 node (``spec.unschedulable``) is rejected as NodeUnschedulable does, ``node(s) were
 unschedulable``. Resources the Reservation plugin holds for this pod's owner on the node count as
-free for it (:attr:`Cycle.data` ``"Reservation/free"``). It does not score: the stock scheduler
+free for it, and what they hold for others counts as used
+(:data:`RESERVATION_ADJUST_KEY`). It does not score: the stock scheduler
 (or LoadAwareScheduling) ranks nodes.
 
 Resources named ``koordinator.sh/gpu-*`` and ``nvidia.com/gpu`` are left to DeviceShare, which
@@ -16,6 +17,7 @@ places them on a device.
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -31,8 +33,10 @@ DEVICE_RESOURCES = (
     "koordinator.sh/gpu-memory-ratio",
     "nvidia.com/gpu",
 )
-RESERVATION_FREE_KEY = "Reservation/free"
-"""Cycle data: node name → resources reserved for this pod there (set by Reservation)."""
+RESERVATION_ADJUST_KEY = "Reservation/adjust"
+"""Cycle data: node name → resources to add to what is free there for this pod: what
+Reservations hold for others (negative) and what one of this pod's own holds (positive); set by
+the Reservation plugin's pre-filter."""
 
 
 class NodeResourcesFit(Plugin):
@@ -42,27 +46,71 @@ class NodeResourcesFit(Plugin):
 
     def __init__(self, ignored: Sequence[str] = DEVICE_RESOURCES) -> None:
         self.ignored = frozenset(ignored)
+        self._token: tuple[int, int] | None = None
+        self._free: dict[str, tuple[list[int], list[str]]] = {}
+        self._unschedulable: list[str] = []
+
+    def warm(self, cycle: Cycle) -> None:
+        """Index the snapshot (the extender calls this after loading one)."""
+        self._prepare(cycle)
+        for r in ("cpu", "memory", "pods"):
+            self._index(cycle, r)
+
+    def _prepare(self, cycle: Cycle) -> None:
+        snap = cycle.snapshot
+        token = (id(snap), snap.generation)
+        if token != self._token:
+            self._free.clear()
+            self._unschedulable = [n.name for n in snap.nodes.values() if n.unschedulable]
+            self._token = token
+
+    def _index(self, cycle: Cycle, resource: str) -> tuple[list[int], list[str]]:
+        """Nodes sorted by what they have left of ``resource``, built once per snapshot
+        generation (``pods``: only nodes that declare a pod limit)."""
+        index = self._free.get(resource)
+        if index is None:
+            rows = sorted(
+                (n.allocatable.get(resource, 0) - n.requested.get(resource, 0), n.name)
+                for n in cycle.snapshot.nodes.values()
+                if resource != "pods" or resource in n.allocatable
+            )
+            index = ([f for f, _ in rows], [name for _, name in rows])
+            self._free[resource] = index
+        return index
 
     def filter_nodes(self, cycle: Cycle, pod: PodInfo, nodes: Sequence[NodeInfo]) -> dict[str, str]:
+        self._prepare(cycle)
         wanted = [(r, v) for r, v in pod.requests.items() if v > 0 and r not in self.ignored]
         wanted.append(("pods", 1))
-        reserved: Mapping[str, Mapping[str, int]] = cycle.data.get(RESERVATION_FREE_KEY, {})
+        adjust: Mapping[str, Mapping[str, int]] = cycle.data.get(RESERVATION_ADJUST_KEY, {})
+        candidates: set[str] | None = None
+        if len(nodes) != len(cycle.snapshot.nodes):
+            candidates = {n.name for n in nodes}
         out: dict[str, str] = {}
-        for node in nodes:
-            if node.unschedulable:
-                out[node.name] = ERR_UNSCHEDULABLE
-                continue
-            alloc = node.allocatable
-            used = node.requested
-            extra = reserved.get(node.name)
-            for r, v in wanted:
-                free = alloc.get(r, 0) - used.get(r, 0)
-                if extra:
-                    free += extra.get(r, 0)
-                if r == "pods" and r not in alloc:
+        for name in self._unschedulable:
+            if candidates is None or name in candidates:
+                out[name] = ERR_UNSCHEDULABLE
+        for r, v in wanted:
+            keys, names = self._index(cycle, r)
+            for name in names[: bisect_left(keys, v)]:
+                if (
+                    name in out
+                    or name in adjust
+                    or (candidates is not None and name not in candidates)
+                ):
                     continue
+                out[name] = f"Insufficient {r}"
+        # nodes where a Reservation changes what is free for this pod: checked one by one
+        for name, extra in adjust.items():
+            node = cycle.snapshot.nodes.get(name)
+            if node is None or name in out or (candidates is not None and name not in candidates):
+                continue
+            for r, v in wanted:
+                if r == "pods" and r not in node.allocatable:
+                    continue
+                free = node.allocatable.get(r, 0) - node.requested.get(r, 0) + extra.get(r, 0)
                 if v > free:
-                    out[node.name] = f"Insufficient {r}"
+                    out[name] = f"Insufficient {r}"
                     break
         return out
 

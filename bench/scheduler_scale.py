@@ -1,0 +1,264 @@
+"""Benchmark of the koord-scheduler extender over a synthetic cluster.
+
+Builds (untimed) ``--nodes`` nodes (default 5,000) with a NodeMetric each (usage drawn so that
+about 10 % of the nodes are over the 65 % cpu threshold), ``--pods-per-node`` assigned pods
+(default 10; a few bound after the last report, so the estimator runs), and a NodeResourceTopology
+on one node in ten. The extender is served on 127.0.0.1 as in production, with the default plugin
+table and Koordinator's default args. Each measured pod (``--pods``, default 300, after 20 for
+warm-up) is one ``/filter`` then one ``/prioritize`` request carrying every node name
+(``nodeCacheCapable``), timed from the first request sent to the second answer read. A pod in
+ten is an LSR pod that needs a cpuset (NodeNUMAResource places it on every candidate node).
+
+Reported: ``extender_p50_ms``, ``extender_p99_ms`` (filter plus prioritize over HTTP),
+``inprocess_p50_ms``, ``inprocess_p99_ms`` (the same two verbs called directly: the plugins'
+share), ``feasible_nodes_mean``, ``nodes``, ``build_s`` (snapshot build and warm-up).
+
+    python -m bench.scheduler_scale [--json] [--nodes N] [--pods N] [--pods-per-node N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import random
+import statistics
+import sys
+import time
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+import aiohttp
+from aiohttp import web
+
+from scheduler_plugins.extender import Extender, make_app
+from scheduler_plugins.snapshot import build_snapshot
+from scheduler_plugins.table import build_framework
+
+
+def _ts(epoch: float) -> str:
+    return datetime.fromtimestamp(epoch, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _topology(name: str) -> dict[str, Any]:
+    detail = [
+        {"id": t * 16 + c, "core": c, "socket": 0, "node": c // 8}
+        for t in range(2)
+        for c in range(16)
+    ]
+    return {
+        "kind": "NodeResourceTopology",
+        "metadata": {
+            "name": name,
+            "annotations": {"node.koordinator.sh/cpu-topology": json.dumps({"detail": detail})},
+        },
+        "topologyPolicies": ["None"],
+        "zones": [
+            {
+                "name": f"node-{n}",
+                "type": "Node",
+                "resources": [
+                    {"name": "cpu", "allocatable": "16"},
+                    {"name": "memory", "allocatable": "64Gi"},
+                ],
+            }
+            for n in range(2)
+        ],
+    }
+
+
+def cluster(nodes: int, pods_per_node: int, seed: int = 7) -> list[dict[str, Any]]:
+    """The synthetic cluster's objects."""
+    rng = random.Random(seed)
+    now = time.time()
+    objects: list[dict[str, Any]] = []
+    for i in range(nodes):
+        name = f"node-{i:05d}"
+        objects.append(
+            {
+                "kind": "Node",
+                "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}},
+                "status": {
+                    "allocatable": {
+                        "cpu": "32",
+                        "memory": "128Gi",
+                        "pods": "110",
+                        "kubernetes.io/batch-cpu": "20000",
+                        "kubernetes.io/batch-memory": "60Gi",
+                    }
+                },
+            }
+        )
+        pods_metric = []
+        for j in range(pods_per_node):
+            pname = f"{name}-p{j}"
+            recent = j == 0 and rng.random() < 0.3
+            objects.append(
+                {
+                    "kind": "Pod",
+                    "metadata": {"name": pname, "namespace": "bench", "uid": f"u-{pname}"},
+                    "spec": {
+                        "nodeName": name,
+                        "priority": rng.choice((9500, 9500, 5500)),
+                        "containers": [
+                            {"name": "c", "resources": {"requests": {"cpu": "1", "memory": "2Gi"}}}
+                        ],
+                    },
+                    "status": {
+                        "phase": "Running",
+                        "conditions": [
+                            {
+                                "type": "PodScheduled",
+                                "status": "True",
+                                "lastTransitionTime": _ts(now - (5 if recent else 3600)),
+                            }
+                        ],
+                    },
+                }
+            )
+            if not recent:
+                pods_metric.append(
+                    {
+                        "namespace": "bench",
+                        "name": pname,
+                        "podUsage": {"resources": {"cpu": "800m", "memory": "1Gi"}},
+                    }
+                )
+        cpu_pct = rng.uniform(5, 72)
+        objects.append(
+            {
+                "kind": "NodeMetric",
+                "metadata": {"name": name},
+                "spec": {"metricCollectPolicy": {"reportIntervalSeconds": 60}},
+                "status": {
+                    "updateTime": _ts(now - 10),
+                    "nodeMetric": {
+                        "nodeUsage": {
+                            "resources": {
+                                "cpu": f"{int(cpu_pct * 320)}m",
+                                "memory": f"{rng.randint(10, 90)}Gi",
+                            }
+                        }
+                    },
+                    "podsMetric": pods_metric,
+                },
+            }
+        )
+        if i % 10 == 0:
+            objects.append(_topology(name))
+    return objects
+
+
+def _pod(i: int) -> dict[str, Any]:
+    if i % 10 == 0:
+        return {
+            "kind": "Pod",
+            "metadata": {
+                "name": f"lsr-{i}",
+                "namespace": "bench",
+                "uid": f"new-{i}",
+                "labels": {"koordinator.sh/qosClass": "LSR"},
+            },
+            "spec": {
+                "priority": 9500,
+                "containers": [
+                    {
+                        "name": "c",
+                        "resources": {
+                            "requests": {"cpu": "4", "memory": "8Gi"},
+                            "limits": {"cpu": "4", "memory": "8Gi"},
+                        },
+                    }
+                ],
+            },
+        }
+    requests = (
+        {"cpu": "2", "memory": "4Gi"}
+        if i % 2
+        else {"kubernetes.io/batch-cpu": "2000", "kubernetes.io/batch-memory": "4Gi"}
+    )
+    return {
+        "kind": "Pod",
+        "metadata": {"name": f"p-{i}", "namespace": "bench", "uid": f"new-{i}"},
+        "spec": {
+            "priority": 9500 if i % 2 else 5500,
+            "containers": [{"name": "c", "resources": {"requests": requests}}],
+        },
+    }
+
+
+def _pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+async def _measure(ext: Extender, names: list[str], pods: int, warmup: int) -> dict[str, Any]:
+    runner = web.AppRunner(make_app(ext), access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = runner.addresses[0][1]
+    base = f"http://127.0.0.1:{port}"
+    http_ms: list[float] = []
+    feasible: list[int] = []
+    try:
+        async with aiohttp.ClientSession() as session:
+            for i in range(warmup + pods):
+                body = json.dumps({"pod": _pod(i), "nodenames": names})
+                t0 = time.perf_counter()
+                async with session.post(base + "/filter", data=body) as resp:
+                    result = json.loads(await resp.read())
+                passing = result["nodenames"]
+                body2 = json.dumps({"pod": _pod(i), "nodenames": passing})
+                async with session.post(base + "/prioritize", data=body2) as resp:
+                    await resp.read()
+                elapsed = (time.perf_counter() - t0) * 1000
+                if i >= warmup:
+                    http_ms.append(elapsed)
+                    feasible.append(len(passing))
+    finally:
+        await runner.cleanup()
+    direct_ms: list[float] = []
+    for i in range(warmup + pods):
+        p = _pod(10_000 + i)
+        t0 = time.perf_counter()
+        result = ext.filter({"pod": p, "nodenames": names})
+        ext.prioritize({"pod": p, "nodenames": result["nodenames"]})
+        if i >= warmup:
+            direct_ms.append((time.perf_counter() - t0) * 1000)
+    return {
+        "extender_p50_ms": round(_pct(http_ms, 0.50), 2),
+        "extender_p99_ms": round(_pct(http_ms, 0.99), 2),
+        "inprocess_p50_ms": round(_pct(direct_ms, 0.50), 2),
+        "inprocess_p99_ms": round(_pct(direct_ms, 0.99), 2),
+        "feasible_nodes_mean": round(statistics.fmean(feasible), 1),
+    }
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="bench.scheduler_scale", description=__doc__.split("\n")[0]
+    )
+    parser.add_argument("--json", action="store_true")
+    parser.add_argument("--nodes", type=int, default=5000)
+    parser.add_argument("--pods", type=int, default=300)
+    parser.add_argument("--pods-per-node", type=int, default=10)
+    parser.add_argument("--warmup", type=int, default=20)
+    args = parser.parse_args(argv)
+    t0 = time.perf_counter()
+    snapshot = build_snapshot(cluster(args.nodes, args.pods_per_node), "synthetic")
+    ext = Extender(build_framework(), snapshot)
+    build_s = time.perf_counter() - t0
+    names = list(snapshot.nodes)
+    figures: dict[str, Any] = {"nodes": args.nodes, "pods": args.pods, "build_s": round(build_s, 2)}
+    figures.update(asyncio.run(_measure(ext, names, args.pods, args.warmup)))
+    if not args.json:
+        for key, value in figures.items():
+            print(f"{key}: {value}", file=sys.stderr)
+    print(json.dumps(figures))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
