@@ -1,0 +1,316 @@
+"""The NodeSLO controller: each node's NodeSLO from the ``slo-controller-config`` ConfigMap.
+
+Informers keep Nodes, NodeSLOs and the ConfigMap. A node event queues that node, a ConfigMap
+change or a NodeSLO edited by someone else queues what it affects, and a periodic resync queues
+every node. The step, :meth:`NodeSLOController.reconcile`, renders the node's spec
+(:func:`manager.slo.config.render`), checks it against the NodeSLO CRD schema, and creates the
+NodeSLO if it is missing or replaces it (compare-and-swap on ``resourceVersion``) only when its
+spec differs; one write carries the whole spec, so no NodeSLO is ever half-updated.
+
+The ConfigMap is read key by key, as upstream's config cache does: a key with invalid JSON or
+values is refused, its last good value stays in force, and an error line plus a Warning Event
+(``InvalidConfig``, on the ConfigMap) name the key and the field; the other keys still apply.
+A key that has never been good holds every NodeSLO write back (writing defaults over what the
+operator meant could switch protections off). A missing ConfigMap or key means Koordinator's
+defaults.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Mapping
+from datetime import UTC, datetime
+from typing import Any, NoReturn
+
+from apis.crdschema import CRDSet, load_crds
+from apis.manager_keys import SLO_CONFIG_NAME, SLO_CONFIG_NAMESPACE
+from apis.slo import API_VERSION, KIND, SchemaError
+from kubeclient.client import KubeClient, Obj
+from kubeclient.errors import ApiError, Conflict, NotFound
+from kubeclient.informer import Informer
+from kubeclient.resources import CONFIGMAPS, EVENTS, NODE_SLOS, NODES
+from manager.slo.config import NODE_SLO_KEYS, KeyConfig, parse_key, render
+from manager.workqueue import WorkQueue
+
+logger = logging.getLogger(__name__)
+
+
+def _name(obj: Obj) -> str:
+    return str((obj.get("metadata") or {}).get("name") or "")
+
+
+def _rv(obj: Obj) -> int:
+    try:
+        return int((obj.get("metadata") or {}).get("resourceVersion") or 0)
+    except ValueError:  # opaque on a real server: trust the informer
+        return 1 << 62
+
+
+def invalid_config_event(
+    cm: Obj, message: str, *, component: str, now: datetime, reason: str = "InvalidConfig"
+) -> Obj:
+    """A core v1 Warning Event about the ConfigMap ``cm`` (client-go's recorder naming)."""
+    meta = cm.get("metadata") or {}
+    name, ns = str(meta.get("name") or ""), str(meta.get("namespace") or "")
+    stamp = now.strftime("%Y-%m-%dT%H:%M:%SZ")
+    return {
+        "apiVersion": "v1",
+        "kind": "Event",
+        "metadata": {"name": f"{name}.{time.time_ns():x}", "namespace": ns},
+        "involvedObject": {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "name": name,
+            "namespace": ns,
+            "uid": meta.get("uid", ""),
+            "resourceVersion": meta.get("resourceVersion", ""),
+        },
+        "reason": reason,
+        "message": message[:1024],
+        "type": "Warning",
+        "source": {"component": component},
+        "firstTimestamp": stamp,
+        "lastTimestamp": stamp,
+        "count": 1,
+    }
+
+
+class NodeSLOController:
+    """Keeps every node's NodeSLO equal to what the ConfigMap says for it."""
+
+    def __init__(
+        self,
+        client: KubeClient,
+        *,
+        config_namespace: str = SLO_CONFIG_NAMESPACE,
+        config_name: str = SLO_CONFIG_NAME,
+        resync_seconds: float = 60.0,
+        crds: CRDSet | None = None,
+        clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+    ) -> None:
+        self._client = client
+        self.config_namespace = config_namespace
+        self.config_name = config_name
+        self.resync_seconds = resync_seconds
+        self._crds = crds or load_crds()
+        self._clock = clock
+        self.nodes = Informer(client, NODES)
+        self.node_slos = Informer(client, NODE_SLOS)
+        self.configmaps = Informer(
+            client,
+            CONFIGMAPS,
+            namespace=config_namespace,
+            field_selector=f"metadata.name={config_name}",
+        )
+        self.queue = WorkQueue()
+        self.keys: dict[str, KeyConfig] = {}
+        """Key → its last good value (absent: the ConfigMap lacks it; defaults apply)."""
+        self.seen = False
+        """Whether the ConfigMap (or its absence) has been read."""
+        self.never_good: set[str] = set()
+        """Keys present in the ConfigMap that have never parsed; writes wait for them."""
+        self.errors: dict[str, str] = {}
+        """Key → the refusal of its latest text (empty when the latest text is in force)."""
+        self._texts: dict[str, object] = {}
+        self.writes = 0
+        self._written: dict[str, Obj] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+        self.nodes.add_handler(self._node_event, lambda _o, new: self._node_event(new))
+        self.node_slos.add_handler(
+            self._slo_event, lambda _o, new: self._slo_event(new), self._slo_event
+        )
+        self.configmaps.add_handler(
+            self._config_event, lambda _o, new: self._config_event(new), self._config_gone
+        )
+
+    # Events ------------------------------------------------------------------------------------
+    def _node_event(self, obj: Obj) -> None:
+        self.queue.add(_name(obj))
+
+    def _slo_event(self, obj: Obj) -> None:
+        name = _name(obj)
+        if obj.get("metadata", {}).get("deletionTimestamp") or self.node_slos.get(name) is None:
+            self._written.pop(name, None)
+        if self.nodes.get(name) is not None:
+            self.queue.add(name)  # repair an edit or deletion by someone else
+
+    def _queue_all(self) -> None:
+        for node in self.nodes.list():
+            self.queue.add(_name(node))
+
+    def _config_event(self, cm: Obj) -> None:
+        self.load_config(cm)
+
+    def _config_gone(self, _obj: Obj) -> None:
+        logger.warning(
+            "%s/%s absent: Koordinator's default NodeSLO applies",
+            self.config_namespace,
+            self.config_name,
+        )
+        self.keys.clear()
+        self._texts.clear()
+        self.never_good.clear()
+        self.errors.clear()
+        self.seen = True
+        self._queue_all()
+
+    def load_config(self, cm: Obj) -> list[str]:
+        """Take each NodeSLO key of the ConfigMap ``cm`` that parses; refuse the others (their
+        last good value stays; a log line and a Warning Event name the key and the field).
+        Returns the refused keys."""
+        source = f"{self.config_namespace}/{self.config_name}"
+        data = cm.get("data") or {}
+        refused: list[str] = []
+        changed = not self.seen
+        for key in NODE_SLO_KEYS:
+            if key not in data:
+                if key in self.keys or key in self.never_good:
+                    changed = True
+                self.keys.pop(key, None)
+                self._texts.pop(key, None)
+                self.never_good.discard(key)
+                self.errors.pop(key, None)
+                continue
+            text = data[key]
+            if self._texts.get(key) == text and key not in self.errors:
+                continue
+            try:
+                parsed = parse_key(key, text, source)
+            except SchemaError as err:
+                refused.append(key)
+                self.errors[key] = str(err)
+                kept = "the last good value stays" if key in self.keys else "no good value yet"
+                if key not in self.keys:
+                    self.never_good.add(key)
+                logger.error("refusing %s (%s): %s", key, kept, err)  # noqa: TRY400 - one line
+                self._post_event(cm, f"{err} ({kept})")
+                continue
+            self.keys[key] = parsed
+            self._texts[key] = text
+            self.never_good.discard(key)
+            self.errors.pop(key, None)
+            changed = True
+        self.seen = True
+        if changed:
+            self._queue_all()
+        return refused
+
+    def _post_event(self, cm: Obj, message: str) -> None:
+        event = invalid_config_event(cm, message, component="koord-manager", now=self._clock())
+        event["metadata"]["namespace"] = event["metadata"]["namespace"] or self.config_namespace
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # parsed outside a loop (tests): nothing to post with
+            return
+        task = loop.create_task(self._create_event(event), name="invalid-config-event")
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _create_event(self, event: Obj) -> None:
+        try:
+            await self._client.create(EVENTS, event)
+        except ApiError as err:
+            logger.warning("cannot post the InvalidConfig event: %s", err)
+
+    # The step ----------------------------------------------------------------------------------
+    @property
+    def ready(self) -> bool:
+        """Whether NodeSLOs may be written: the ConfigMap was read and no key lacks a good value."""
+        return self.seen and not self.never_good
+
+    def desired(self, name: str) -> dict[str, Any] | None:
+        """The NodeSLO spec node ``name`` should have (None: no such node, or not ready)."""
+        node = self.nodes.get(name)
+        if node is None or not self.ready:
+            return None
+        labels: Mapping[str, str] = (node.get("metadata") or {}).get("labels") or {}
+        return dict(render(self.keys, labels).spec)
+
+    def _latest(self, name: str) -> Obj | None:
+        """The newest NodeSLO known: the informer's, or what our own last write returned when
+        the informer has not caught up with it yet."""
+        seen = self.node_slos.get(name)
+        mine = self._written.get(name)
+        if mine is None:
+            return seen
+        if seen is not None and _rv(seen) >= _rv(mine):
+            del self._written[name]
+            return seen
+        return mine
+
+    async def reconcile(self, name: str) -> bool:
+        """Create or update node ``name``'s NodeSLO; whether it wrote."""
+        spec = self.desired(name)
+        if spec is None:
+            return False
+        body: Obj = {
+            "apiVersion": API_VERSION,
+            "kind": KIND,
+            "metadata": {"name": name},
+            "spec": spec,
+        }
+        errors = self._crds.validate(body, strict=False)
+        if errors:  # never write what the API server's schema would refuse or mangle
+            logger.error("node %s: rendered NodeSLO invalid: %s", name, "; ".join(map(str, errors)))
+            return False
+        current = self._latest(name)
+        try:
+            if current is None:
+                try:
+                    self._written[name] = await self._client.create(NODE_SLOS, body)
+                except Conflict:  # exists already (the informer lags): compare with the server's
+                    current = await self._client.get(NODE_SLOS, name)
+            if current is not None:
+                if current.get("spec") == spec:
+                    return False
+                updated = dict(current)
+                updated["spec"] = spec
+                self._written[name] = await self._client.replace(NODE_SLOS, updated)
+        except NotFound:
+            self._written.pop(name, None)
+            self.queue.add_rate_limited(name)  # deleted meanwhile: create on the next round
+            return False
+        self.writes += 1
+        logger.info("node %s: NodeSLO %s", name, "created" if current is None else "updated")
+        return True
+
+    # Loops ---------------------------------------------------------------------------------------
+    async def worker(self) -> NoReturn:
+        """Take node names off the queue forever; a failed node is retried with backoff."""
+        while True:
+            name = await self.queue.get()
+            try:
+                await self.reconcile(name)
+            except ApiError as err:
+                delay = self.queue.add_rate_limited(name)
+                logger.warning("node %s: NodeSLO: %s; retry in %.3fs", name, err, delay)
+            else:
+                self.queue.forget(name)
+            finally:
+                self.queue.done(name)
+
+    async def resync(self) -> NoReturn:
+        """Queue every node each ``resync_seconds``."""
+        while True:
+            await asyncio.sleep(self.resync_seconds)
+            self._queue_all()
+
+    async def run(self, *, sync_timeout: float = 60.0) -> NoReturn:
+        """Start the informers, wait for their first lists, then the worker and the resync."""
+        informers = (self.configmaps, self.nodes, self.node_slos)
+        try:
+            async with asyncio.TaskGroup() as tg:
+                for inf in informers:
+                    tg.create_task(inf.run(), name=f"slo-informer-{inf.name}")
+                for inf in informers:
+                    if not await inf.wait_synced(sync_timeout):
+                        logger.warning("informer %s not synced after %ss", inf.name, sync_timeout)
+                if not self.seen and self.configmaps.synced and not self.configmaps.list():
+                    self._config_gone({})
+                tg.create_task(self.worker(), name="nodeslo-worker")
+                tg.create_task(self.resync(), name="nodeslo-resync")
+        finally:
+            self.queue.close()
+        raise AssertionError("eternal tasks returned")  # pragma: no cover

@@ -1,0 +1,141 @@
+"""The manager runtime: all controllers under one Lease, hand-over between two replicas."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+from pathlib import Path
+from typing import NoReturn
+
+import pytest
+
+from kubeclient.client import KubeClient
+from kubeclient.leaderelection import LeaderElectionConfig
+from manager.runner import LEASE_NAME, ManagerSettings
+from manager.runtime import CONTROLLERS, Controller, ControllerFactory, main, run_manager
+from tests.kubefake import FakeApiServer
+from tests.manager.builders import config_map, node
+from tests.manager.conftest import eventually
+
+
+class Replica:
+    """One manager replica running the NodeSLO and NodeMetric controllers; logs its terms."""
+
+    def __init__(self, client: KubeClient, name: str, log: list[tuple[str, str, str]]) -> None:
+        self.client = client
+        self.name = name
+        self.log = log
+        self.task: asyncio.Task[None] | None = None
+
+    def table(self) -> Mapping[str, ControllerFactory]:
+        def logged(kind: str) -> ControllerFactory:
+            def make(client: KubeClient, settings: ManagerSettings) -> Controller:
+                inner = CONTROLLERS[kind](client, settings)
+                log, name = self.log, self.name
+
+                class Logged:
+                    async def run(self, *, sync_timeout: float = 5.0) -> NoReturn:
+                        log.append(("start", name, kind))
+                        try:
+                            await inner.run(sync_timeout=sync_timeout)
+                        finally:
+                            log.append(("stop", name, kind))
+
+                return Logged()
+
+            return make
+
+        return {"nodeslo": logged("nodeslo"), "nodemetric": logged("nodemetric")}
+
+    def start(self) -> None:
+        election = LeaderElectionConfig(
+            namespace="koordinator-system",
+            name=LEASE_NAME,
+            identity=self.name,
+            lease_duration=1.0,
+            renew_deadline=0.6,
+            retry_period=0.1,
+        )
+        self.task = asyncio.create_task(
+            run_manager(
+                self.client,
+                ManagerSettings(resync_seconds=3600),
+                controllers=("nodeslo", "nodemetric"),
+                table=self.table(),
+                election=election,
+            ),
+            name=f"replica-{self.name}",
+        )
+
+    async def stop(self) -> None:
+        if self.task is not None:
+            self.task.cancel()
+            await asyncio.gather(self.task, return_exceptions=True)
+
+
+async def test_the_second_replica_takes_over_every_controller_when_the_leader_stops(
+    kube_api: FakeApiServer, kube_client: KubeClient, kubeconfig: Path
+) -> None:
+    kube_api.put("nodes", node("n1"))
+    kube_api.put("configmaps", config_map(colocation_config={"enable": True}))
+    log: list[tuple[str, str, str]] = []
+    other = await KubeClient.connect(str(kubeconfig), request_timeout=5.0)
+    a, b = Replica(kube_client, "a", log), Replica(other, "b", log)
+    try:
+        a.start()
+        await eventually(
+            lambda: (
+                kube_api.get("nodeslos", "n1") is not None
+                and kube_api.get("nodemetrics", "n1") is not None
+            )
+        )
+        b.start()
+        await asyncio.sleep(1.5)  # longer than the lease: b must stay a follower
+        assert {who for _, who, _ in log} == {"a"}
+        await a.stop()
+        kube_api.put("nodes", node("n2"))  # only a leader can write n2's objects now
+        await eventually(
+            lambda: (
+                kube_api.get("nodeslos", "n2") is not None
+                and kube_api.get("nodemetrics", "n2") is not None
+            )
+        )
+        lease = kube_api.get("leases", LEASE_NAME, "koordinator-system")
+        assert lease is not None
+        assert lease["spec"]["holderIdentity"] == "b"
+    finally:
+        await a.stop()
+        await b.stop()
+        await other.close()
+    a_stops = [i for i, (what, who, _) in enumerate(log) if (what, who) == ("stop", "a")]
+    b_starts = [i for i, (what, who, _) in enumerate(log) if (what, who) == ("start", "b")]
+    assert len(a_stops) == 2
+    assert len(b_starts) == 2
+    assert max(a_stops) < min(b_starts)  # never both running
+
+
+async def test_without_leader_election_the_controllers_run_at_once(
+    kube_api: FakeApiServer, kube_client: KubeClient
+) -> None:
+    kube_api.put("nodes", node("n1"))
+    task = asyncio.create_task(
+        run_manager(
+            kube_client,
+            ManagerSettings(enable_leader_election=False, resync_seconds=3600),
+            controllers=("nodemetric",),
+        )
+    )
+    try:
+        await eventually(lambda: kube_api.get("nodemetrics", "n1") is not None)
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+    assert kube_api.get("leases", LEASE_NAME, "koordinator-system") is None
+    assert kube_api.get("nodeslos", "n1") is None  # not selected
+
+
+def test_an_unknown_controller_name_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(["--controllers", "nodeslo,bogus"])
+    assert exc.value.code == 2
+    assert "bogus" in capsys.readouterr().err
