@@ -32,11 +32,12 @@ from koordlet.collectors.nodeinfo import node_info_dict
 from koordlet.collectors.runner import CollectorRunner
 from koordlet.collectors.table import build_collectors
 from koordlet.executor import CgroupWriter, WriteResult
+from koordlet.executor.audit import AuditLog
 from koordlet.metriccache import MetricCache
 from koordlet.qos.cpusuppress import CPUSuppress
 from koordlet.qos.manager import QoSBook, StrategyContext
 from koordlet.statesinformer.kubepods import KubepodsSource
-from koordlet.statesinformer.model import WorkloadSnapshot
+from koordlet.statesinformer.model import PodInfo, WorkloadSnapshot
 from koordlet.system.cgroups import CgroupDriver, CgroupVersion, detect_layout
 from koordlet.system.host import Host
 from koordlet.system.paths import HostPaths
@@ -178,8 +179,14 @@ class SuppressRig:
         self.cache.set_info("node_info", node_info_dict(read_cpu_topology(PATHS)))
         self.writes: list[tuple[float, WriteResult]] = []
         """``(time.monotonic(), result)`` of every write that changed a file."""
+        self.audit = AuditLog(None)
+        """The audit ring (no file): every change the writer made, as the daemon records it."""
         self.writer = CgroupWriter(tree.host, on_change=self._changed)
         self.snapshot = WorkloadSnapshot()
+        self.extra_pods: dict[str, PodInfo] = {}
+        """Pods added to the kubepods walk's (an LSE pod with a cpuset annotation...)."""
+        self.node: dict[str, Any] | None = None
+        """The Node object the strategy sees (reservation); None: standalone."""
         self.runner = CollectorRunner(
             build_collectors(CollectorContext(host=tree.host, config=None)),
             self.cache,
@@ -192,17 +199,18 @@ class SuppressRig:
             executor=self.writer,
             workloads=lambda: self.snapshot,
             node_slo=lambda: NodeSLOSpec(resource_used_threshold_with_be=dict(self.slo)),
+            audit=self.audit,
             book=QoSBook(),
         )
-        self.strategy = CPUSuppress(ctx)
+        self.strategy = CPUSuppress(ctx, node=lambda: self.node)
 
     def _changed(self, result: WriteResult) -> None:
         self.writes.append((time.monotonic(), result))
+        self.audit.on_write(result)
 
     def refresh_pods(self) -> None:
-        self.snapshot = WorkloadSnapshot(
-            pods=KubepodsSource(self.tree.host).list_pods(), generation=1, taken_at=time.time()
-        )
+        pods = {**KubepodsSource(self.tree.host).list_pods(), **self.extra_pods}
+        self.snapshot = WorkloadSnapshot(pods=pods, generation=1, taken_at=time.time())
 
     def collect(self) -> None:
         """One collector tick, stored in the cache (synchronous, as the daemon's worker)."""

@@ -264,3 +264,126 @@ async def test_stale_node_usage_never_scales_up(rig: Rig) -> None:
     rig.metrics(node=0.5, throttled=0.3, at=NOW - 5)
     await rig.strategy.reconcile()
     assert rig.read("cpu_cfs_quota", rig.container) == 100000
+
+
+def _quota_text(fake: FakeHost, quota: int | None) -> str:
+    if fake.version.value == "v1":
+        return "-1" if quota is None else str(quota)
+    return f"{'max' if quota is None else quota} 100000"
+
+
+@dataclass
+class MultiRig:
+    fake: FakeHost
+    cache: MetricCache
+    strategy: CPUBurst
+    pod: str
+    small: str
+    big: str
+    cids: tuple[str, str]
+
+    def read(self, name: str, rel: str) -> Any:
+        k = knob(name)
+        return k.decode(self.fake.read(k.controller, rel, k.file_for(self.fake.version) or ""),
+                        self.fake.version)  # fmt: skip
+
+
+async def _multi_rig(
+    fake: FakeHost,
+    limits: tuple[int | None, int | None],
+    pod_quota: int | None,
+    quotas: tuple[int | None, int | None],
+) -> tuple[MultiRig, CgroupWriter]:
+    """A two-container LS pod with limits ``limits`` and the cgroup quotas given."""
+    cids = (container_id("small"), container_id("big"))
+    pod, conts = fake.add_pod("cc-1", KubeQOS.BURSTABLE, [("containerd", c) for c in cids])
+    quota_file = knob("cpu_cfs_quota").file_for(fake.version) or ""
+    burst_file = knob("cpu_burst").file_for(fake.version) or ""
+    for rel, quota in ((pod, pod_quota), *zip(conts, quotas, strict=True)):
+        fake.write("cpu", rel, quota_file, _quota_text(fake, quota))
+        fake.write("cpu", rel, burst_file, "0")
+    containers = tuple(
+        ContainerInfo(cid, name, "containerd", rel, cpu_limit_milli=limit)
+        for cid, name, rel, limit in zip(cids, ("small", "big"), conts, limits, strict=True)
+    )
+    total = None if None in limits else sum(x or 0 for x in limits)
+    info = PodInfo(
+        "cc-1", "multi", "ns", QoSClass.LS, KubeQOS.BURSTABLE, pod, containers,
+        cpu_limit_milli=total,
+    )  # fmt: skip
+    cache = MetricCache(clock=lambda: NOW)
+    cache.set_info("node_info", node_info_dict(read_cpu_topology(fake.paths)))
+    cache.append(
+        NOW,
+        [
+            series.Sample(series.SeriesKey(series.NODE_CPU_USAGE, series.NODE), 0.2),
+            *(
+                series.Sample(
+                    series.SeriesKey(series.CONTAINER_CPU_THROTTLED_RATIO, f"container/cc-1/{c}"),
+                    0.5,
+                )
+                for c in cids
+            ),
+        ],
+    )
+    writer = CgroupWriter(fake.host)
+    writer.start()
+    ctx = StrategyContext(
+        host=lambda: fake.host,
+        config=SimpleNamespace(node_name="n", collect=SimpleNamespace(res_used_interval=1.0)),
+        cache=cache,
+        executor=writer,
+        workloads=lambda: WorkloadSnapshot(pods={"cc-1": info}),
+        node_slo=lambda: NodeSLOSpec(cpu_burst_strategy={"policy": "auto"}),
+        book=QoSBook(clock=lambda: NOW),
+    )
+    strategy = CPUBurst(ctx, rng=lambda: 0.0)
+    return MultiRig(fake, cache, strategy, pod, conts[0], conts[1], cids), writer
+
+
+async def test_each_container_scales_from_its_own_limit_and_the_pod_by_the_sum(
+    fake_host: FakeHost,
+) -> None:
+    rig, writer = await _multi_rig(fake_host, (500, 2000), 250000, (50000, 200000))
+    try:
+        await rig.strategy.reconcile()
+    finally:
+        await asyncio.to_thread(writer.stop)
+    # Throttled on an idle node: each scales up 1.2 x from its own base.
+    assert rig.read("cpu_cfs_quota", rig.small) == 60000
+    assert rig.read("cpu_cfs_quota", rig.big) == 240000
+    assert rig.read("cpu_cfs_quota", rig.pod) == 250000 + 10000 + 40000
+    # CPU burst: each container's limit x 100 %, capped at its quota; the pod took the last
+    # container's burst with its quota change (upstream's rule).
+    assert rig.read("cpu_burst", rig.small) == 50000
+    assert rig.read("cpu_burst", rig.big) == 200000
+    assert rig.read("cpu_burst", rig.pod) == 200000
+
+
+async def test_quota_burst_starts_from_the_real_quota_left_by_an_earlier_run(
+    fake_host: FakeHost,
+) -> None:
+    # An earlier run scaled the small container to 90000 (its ceiling is 150000): it goes on
+    # from there (x 1.2 = 108000), not from its 50000 base.
+    rig, writer = await _multi_rig(fake_host, (500, 2000), 290000, (90000, 200000))
+    try:
+        await rig.strategy.reconcile()
+    finally:
+        await asyncio.to_thread(writer.stop)
+    assert rig.read("cpu_cfs_quota", rig.small) == 108000
+    assert rig.read("cpu_cfs_quota", rig.pod) == 290000 + 18000 + 40000
+
+
+async def test_a_pod_with_an_unlimited_container_gets_container_writes_only(
+    fake_host: FakeHost,
+) -> None:
+    rig, writer = await _multi_rig(fake_host, (500, None), None, (50000, None))
+    try:
+        await rig.strategy.reconcile()
+    finally:
+        await asyncio.to_thread(writer.stop)
+    assert rig.read("cpu_cfs_quota", rig.small) == 60000
+    assert rig.read("cpu_cfs_quota", rig.big) is None  # no limit: left alone
+    assert rig.read("cpu_cfs_quota", rig.pod) is None  # unlimited pod: no pod quota
+    assert rig.read("cpu_burst", rig.pod) == 0
+    assert rig.read("cpu_burst", rig.small) == 50000

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import json
+import logging
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from types import SimpleNamespace
@@ -14,15 +16,18 @@ from apis.extension import KubeQOS, QoSClass
 from apis.slo import NodeSLOSpec
 from koordlet.collectors.nodeinfo import node_info_dict
 from koordlet.executor import CgroupWriter
+from koordlet.executor.writer import WriteResult
 from koordlet.metriccache import series
 from koordlet.metriccache.store import MetricCache
 from koordlet.qos.cpupicker import Processor, be_cpuset_count, pick_be_cpus, pick_cpus
 from koordlet.qos.cpusuppress import (
     CPUSuppress,
+    LastGoodStrategies,
     Usage,
     be_cgroup_dirs,
     be_suppress_milli,
     cfs_quota_target,
+    node_reserved_milli,
     split_usage,
 )
 from koordlet.qos.manager import QoSBook, StrategyContext
@@ -151,6 +156,64 @@ def test_picker_never_takes_lse_cpus_and_splits_lsr_by_share() -> None:
     assert not {6, 7} & set(pick_be_cpus(6, procs, excluded=frozenset({6, 7})))
 
 
+def test_settings_are_the_typed_nodeslo_strategies_and_a_bad_nodeslo_keeps_the_last_good(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    slo = LastGoodStrategies("cpusuppress")
+    default = slo.of(NodeSLOSpec()).resource_used_threshold_with_be
+    assert (default.enable, default.cpu_suppress_threshold_percent) == (False, 65)
+    assert str(default.cpu_suppress_policy) == "cpuset"
+    good = NodeSLOSpec(
+        resource_used_threshold_with_be={"enable": True, "cpuSuppressPolicy": "cfsQuota"}
+    )
+    s = slo.of(good).resource_used_threshold_with_be
+    assert (s.enable, s.cpu_suppress_threshold_percent, str(s.cpu_suppress_policy)) == (
+        True,
+        65,
+        "cfsQuota",
+    )
+    bad = NodeSLOSpec(resource_used_threshold_with_be={"cpuSuppressThresholdPercent": 150})
+    with caplog.at_level(logging.WARNING, logger="koordlet.qos.cpusuppress"):
+        assert slo.of(bad).resource_used_threshold_with_be == s
+        assert slo.of(NodeSLOSpec(resource_used_threshold_with_be={
+            "cpuSuppressThresholdPercent": 150})).resource_used_threshold_with_be == s  # fmt: skip
+    warnings = [r.getMessage() for r in caplog.records]
+    assert len(warnings) == 1  # logged once
+    assert "cpuSuppressThresholdPercent" in warnings[0]
+    assert "cpuSuppressThresholdPercent" in slo.rejected
+
+
+def _node(capacity: str | None, allocatable: str | None, reservation: object = None) -> Any:
+    status: dict[str, Any] = {}
+    if capacity is not None:
+        status["capacity"] = {"cpu": capacity}
+    if allocatable is not None:
+        status["allocatable"] = {"cpu": allocatable}
+    annotations = {}
+    if reservation is not None:
+        annotations["node.koordinator.sh/reservation"] = (
+            reservation if isinstance(reservation, str) else json.dumps(reservation)
+        )
+    return {"metadata": {"annotations": annotations}, "status": status}
+
+
+@pytest.mark.parametrize(
+    ("node", "expected"),
+    [
+        (None, 0),  # standalone: no Node object
+        (_node("8", "7500m"), 500),  # kubelet --system-reserved/--kube-reserved
+        (_node("8", "8"), 0),
+        (_node("8", None), 0),  # allocatable unknown: nothing assumed
+        (_node("8", "7", {"resources": {"cpu": "2"}}), 2000),  # the larger one
+        (_node("8", "6", {"resources": {"cpu": "500m"}}), 2000),
+        (_node("8", "8", {"reservedCPUs": "0-2", "resources": {"cpu": "1"}}), 3000),  # CPU count
+        (_node("8", "7", "not json"), 1000),  # a bad annotation is ignored
+    ],
+)
+def test_node_reservation_is_the_larger_of_kubelet_and_annotation(node: Any, expected: int) -> None:
+    assert node_reserved_milli(node) == expected
+
+
 # Reconcile on a fake host ---------------------------------------------------------------------
 
 NOW = 10_000.0
@@ -167,6 +230,8 @@ class Rig:
     be_pod: str
     be_container: str
     ls_pod: str
+    node: dict[str, Any] | None
+    changes: list[WriteResult]
 
     def usage(self, node: float, ls: float, be: float, *, at: float = NOW) -> None:
         self.cache.append(
@@ -216,7 +281,8 @@ async def rig(fake_host: FakeHost) -> AsyncIterator[Rig]:
     cache = MetricCache(clock=lambda: clock.now)
     cache.set_info("node_info", node_info_dict(read_cpu_topology(fake.paths)))
     slo: dict[str, Any] = {"enable": True, "cpuSuppressThresholdPercent": 50}
-    writer = CgroupWriter(fake.host)
+    changes: list[WriteResult] = []
+    writer = CgroupWriter(fake.host, on_change=changes.append)
     writer.start()
     rig_box: dict[str, Rig] = {}
     ctx = StrategyContext(
@@ -228,8 +294,10 @@ async def rig(fake_host: FakeHost) -> AsyncIterator[Rig]:
         node_slo=lambda: NodeSLOSpec(resource_used_threshold_with_be=dict(rig_box["rig"].slo)),
         book=QoSBook(clock=lambda: clock.now),
     )
-    strategy = CPUSuppress(ctx)
-    rig_box["rig"] = Rig(fake, cache, strategy, snapshot, slo, be_dir, be_pod, be_container, ls_pod)
+    strategy = CPUSuppress(ctx, node=lambda: rig_box["rig"].node)
+    rig_box["rig"] = Rig(
+        fake, cache, strategy, snapshot, slo, be_dir, be_pod, be_container, ls_pod, None, changes
+    )
     try:
         yield rig_box["rig"]
     finally:
@@ -338,3 +406,105 @@ def test_be_cgroups_are_listed_parents_first() -> None:
         "kubepods/besteffort/podu",
         "kubepods/besteffort/podu/c",
     ]
+
+
+async def test_a_rejected_nodeslo_keeps_suppressing_with_the_last_good_threshold(rig: Rig) -> None:
+    rig.slo["cpuSuppressPolicy"] = "cfsQuota"
+    rig.usage(node=3.2, ls=0.5, be=1.0)
+    await rig.strategy.reconcile()
+    assert rig.quota(rig.be_dir) == 2000
+    rig.slo["cpuSuppressThresholdPercent"] = 250  # outside 0..100: the NodeSLO is rejected
+    rig.usage(node=3.2, ls=0.5, be=1.0, at=NOW + 1)
+    await rig.strategy.reconcile()
+    assert rig.quota(rig.be_dir) == 2000  # still 50 %: at 250 % BE would get more
+    assert "cpuSuppressThresholdPercent" in rig.strategy.debug_state()["nodeslo_rejected"]
+
+
+async def test_first_quota_round_grows_from_the_real_quota_not_from_unlimited(rig: Rig) -> None:
+    # A quota left by an earlier run: 1 core. BE may have 2 - 0.1 = 1.9 cores; the rise is
+    # limited to 10 % of 4 CPUs a round, counted from the real 100000 us.
+    rig.fake.write("cpu", rig.be_dir, knob("cpu_cfs_quota").file_for(rig.fake.version) or "",
+                   "100000" if rig.fake.version.value == "v1" else "100000 100000")  # fmt: skip
+    rig.slo["cpuSuppressPolicy"] = "cfsQuota"
+    rig.usage(node=1.1, ls=0.0, be=1.0)
+    await rig.strategy.reconcile()
+    assert rig.quota(rig.be_dir) == 140000
+    assert rig.strategy.debug_state()["current_quota"] == 100000
+
+
+async def test_first_cpuset_round_grows_from_the_real_cpuset_parents_first(rig: Rig) -> None:
+    # An earlier run left BE on CPUs 0-1; now it may have all 4, but grows 1 CPU a round.
+    for rel in (rig.be_container, rig.be_pod, rig.be_dir):
+        rig.fake.write("cpuset", rel, "cpuset.cpus", "0-1")
+    rig.slo["cpuSuppressThresholdPercent"] = 100
+    rig.usage(node=1.0, ls=0.0, be=1.0)
+    await rig.strategy.reconcile()
+    for rel in (rig.be_dir, rig.be_pod, rig.be_container):
+        assert rig.cpuset(rel) == "0-2"
+    order = [r.path for r in rig.changes if r.knob == "cpuset_cpus"]
+    assert order == [
+        rig.fake.path("cpuset", rel, "cpuset.cpus")
+        for rel in (rig.be_dir, rig.be_pod, rig.be_container)
+    ]
+
+
+async def test_cpuset_shrink_is_written_children_first_and_once_per_cgroup(rig: Rig) -> None:
+    rig.usage(node=3.2, ls=0.5, be=1.0)
+    await rig.strategy.reconcile()
+    order = [(r.path, r.new) for r in rig.changes if r.knob == "cpuset_cpus"]
+    assert order == [
+        (rig.fake.path("cpuset", rel, "cpuset.cpus"), "0-1")
+        for rel in (rig.be_container, rig.be_pod, rig.be_dir)
+    ]
+    # The same decision again, with nothing moved: nothing is written.
+    rig.changes.clear()
+    rig.usage(node=3.2, ls=0.5, be=1.0, at=NOW + 1)
+    await rig.strategy.reconcile()
+    assert [r for r in rig.changes if r.knob == "cpuset_cpus"] == []
+
+
+async def test_node_reservation_is_the_floor_of_system_usage(rig: Rig) -> None:
+    rig.slo["cpuSuppressPolicy"] = "cfsQuota"
+    # No reservation: system 1.5 - 0.5 - 1.0 = 0; BE = 2 - 0.5 = 1.5 cores.
+    rig.usage(node=1.5, ls=0.5, be=1.0)
+    await rig.strategy.reconcile()
+    assert rig.quota(rig.be_dir) == 150000
+    # The node annotation reserves CPU 0-1 (2 cores): system is at least 2, BE gets nothing.
+    rig.node = _node("4", "4", {"reservedCPUs": "0-1"})
+    rig.usage(node=1.5, ls=0.5, be=1.0, at=NOW + 1)
+    await rig.strategy.reconcile()
+    assert rig.quota(rig.be_dir) == 2000
+    inputs = rig.strategy.debug_state()["inputs"]
+    assert (inputs["reserved"], inputs["system"]) == (2.0, 2.0)
+
+
+async def test_dry_run_round_writes_nothing_and_keeps_no_applied_state(fake_host: FakeHost) -> None:
+    fake = fake_host
+    be_dir = fake.layout.qos_dir(KubeQOS.BESTEFFORT)
+    fake.write("cpuset", be_dir, "cpuset.cpus", fake.all_cpus)
+    changes: list[WriteResult] = []
+    writer = CgroupWriter(fake.host, on_change=changes.append, dry_run_all=True)
+    writer.start()
+    cache = MetricCache(clock=lambda: NOW)
+    cache.set_info("node_info", node_info_dict(read_cpu_topology(fake.paths)))
+    cache.append(NOW, [series.Sample(series.SeriesKey(series.NODE_CPU_USAGE, series.NODE), 3.5)])
+    ctx = StrategyContext(
+        host=lambda: fake.host,
+        config=SimpleNamespace(collect=SimpleNamespace(res_used_interval=1.0)),
+        cache=cache,
+        executor=writer,
+        workloads=WorkloadSnapshot,
+        node_slo=lambda: NodeSLOSpec(resource_used_threshold_with_be={"enable": True}),
+        dry_run_all=True,
+        book=QoSBook(clock=lambda: NOW),
+    )
+    try:
+        strategy = CPUSuppress(ctx)
+        for _ in range(2):
+            await strategy.reconcile()
+    finally:
+        await asyncio.to_thread(writer.stop)
+    assert fake.read("cpuset", be_dir, "cpuset.cpus").strip() == fake.all_cpus
+    decisions = [r for r in changes if r.knob == "cpuset_cpus"]
+    assert decisions
+    assert all(r.dry_run and r.new == "0-1" for r in decisions)
