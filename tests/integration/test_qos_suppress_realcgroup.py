@@ -15,8 +15,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from apis.extension import KubeQOS
-from koordlet.qos.cpusuppress import BE_MIN_QUOTA_US
+from apis.extension import KubeQOS, QoSClass
+from koordlet.qos.cpusuppress import BE_MIN_QUOTA_US, RESOURCE_STATUS_ANNOTATION
+from koordlet.statesinformer.model import PodInfo
 from tests.integration.qostree import QoSTree, SuppressRig, real_cgroup_v1_available
 
 pytestmark = [
@@ -125,5 +126,72 @@ async def test_be_cpuset_shrinks_under_ls_load_and_is_restored(tree: QoSTree) ->
         await rig.round()
         whole = tree.read("cpuset", tree.host.layout.kube_root, "cpuset.cpus").strip()
         assert tree.read("cpuset", be_container, "cpuset.cpus").strip() == whole
+    finally:
+        await asyncio.to_thread(rig.writer.stop)
+
+
+def _allowed_cpus(pid: int) -> str:
+    """``Cpus_allowed_list`` of a process: where the kernel lets it run."""
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("Cpus_allowed_list:"):
+                return line.split(":", 1)[1].strip()
+    raise AssertionError(f"no Cpus_allowed_list for {pid}")
+
+
+@pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="needs 2 CPUs")
+async def test_be_cpuset_grows_parents_first_and_shrinks_children_first_on_real_cgroups(
+    tree: QoSTree,
+) -> None:
+    """On a 2-CPU machine the cpuset policy's 2-CPU minimum makes a suppression shrink a no-op,
+    so both directions are driven otherwise: the real BE tree starts on CPU 0 only (left so by
+    an earlier run; the strategy reads it, grows it to its 2 CPUs: parents first), then an LSE
+    pod takes CPU 1 and suppression is turned off, so the restore shrinks BE to CPU 0 (children
+    first). The kernel would refuse either in the opposite order (EACCES, EBUSY); the busy BE
+    processes' own ``Cpus_allowed_list`` shows the effect."""
+    _, be_pod, be_container = tree.add_pod(KubeQOS.BESTEFFORT)
+    levels = (tree.be_dir, be_pod, be_container)
+    for rel in reversed(levels):  # narrow bottom-up, as the kernel requires
+        tree.write("cpuset", rel, "cpuset.cpus", "0")
+    procs = tree.start_busy(be_container, 2)
+    rig = SuppressRig(tree, {"enable": True, "cpuSuppressThresholdPercent": 100})
+    rig.refresh_pods()
+    rig.writer.start()
+    try:
+        rig.collect()
+        await asyncio.sleep(TICK)
+        await rig.round()
+        decision = rig.strategy.debug_state()
+        assert decision["current_cpuset"] == "0"  # read from the real file
+        assert decision["decision"].startswith("cpuset: 0-1")
+        assert [tree.read("cpuset", rel, "cpuset.cpus").strip() for rel in levels] == ["0-1"] * 3
+        assert {_allowed_cpus(p.pid) for p in procs} == {"0-1"}
+        entries = list(reversed(rig.audit.recent(strategy="cpusuppress", kind="write")))
+        grow = [e for e in entries if e.knob == "cpuset_cpus"]
+        assert [(e.path, e.old, e.new) for e in grow] == [
+            (tree.host.layout.file("cpuset", rel, "cpuset.cpus"), "0", "0-1") for rel in levels
+        ]
+
+        # An LSE pod owns CPU 1: with suppression off BE is restored to CPU 0, a shrink.
+        lse = PodInfo(
+            "0f" * 16, "lse", "default", QoSClass.LSE, KubeQOS.GUARANTEED,
+            tree.host.layout.pod_dir(KubeQOS.GUARANTEED, "0f" * 16),
+            annotations={RESOURCE_STATUS_ANNOTATION: '{"cpuset": "1"}'},
+        )  # fmt: skip
+        rig.extra_pods[lse.uid] = lse
+        rig.refresh_pods()
+        rig.slo["enable"] = False
+        mark = len(rig.audit.recent(strategy="cpusuppress", kind="write", limit=1000))
+        await rig.round()
+        entries = list(reversed(rig.audit.recent(strategy="cpusuppress", kind="write")))
+        shrink = [e for e in entries[mark:] if e.knob == "cpuset_cpus"]
+        assert [(e.path, e.old, e.new) for e in shrink] == [
+            (tree.host.layout.file("cpuset", rel, "cpuset.cpus"), "0-1", "0")
+            for rel in reversed(levels)
+        ]
+        assert [tree.read("cpuset", rel, "cpuset.cpus").strip() for rel in levels] == ["0"] * 3
+        assert {_allowed_cpus(p.pid) for p in procs} == {"0"}
+        rate, _ = await be_rate(tree, 1.0)
+        assert rate <= 1.1  # two busy loops held to one CPU by the kernel
     finally:
         await asyncio.to_thread(rig.writer.stop)
