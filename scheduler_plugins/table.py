@@ -10,13 +10,21 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from scheduler_plugins.framework import Framework, Plugin
-from scheduler_plugins.plugins import loadaware, nodenumaresource, noderesourcesfit
+from scheduler_plugins.plugins import (
+    coscheduling,
+    elasticquota,
+    loadaware,
+    nodenumaresource,
+    noderesourcesfit,
+)
 
 PluginFactory = Callable[[Mapping[str, Any] | None, str], Plugin]
 """``factory(args, source)``: the plugin configured by its ``pluginConfig`` args (``None``:
 Koordinator's defaults); ``source`` names the config file in errors."""
 
 PLUGINS: dict[str, PluginFactory] = {
+    coscheduling.NAME: coscheduling.build,
+    elasticquota.NAME: elasticquota.build,
     noderesourcesfit.NAME: noderesourcesfit.build,
     loadaware.NAME: loadaware.build,
     nodenumaresource.NAME: nodenumaresource.build,
