@@ -8,9 +8,10 @@ keeps deciding who may go (eligibility, dedupe, cap, dry run, audit); this backe
 How answers are read:
 
 - **201/200**: evicted; the UID is remembered for ``remember`` seconds (:meth:`is_evicted`) and
-  a repeated request for it is not sent again. An Event ``evictPodSuccess`` (Warning) is
-  recorded on the pod, as Koordinator's evictor does, named ``<pod>.<hex nanoseconds>`` as
-  client-go's recorder names events (best effort: a failed Event is logged);
+  a repeated request for it is not sent again (reported ``gone``: the pod is terminating). An
+  Event ``evictPodSuccess`` (Warning) is recorded on the pod, as Koordinator's evictor does,
+  named ``<pod>.<hex nanoseconds>`` as client-go's recorder names events (best effort: a failed
+  Event is logged);
 - **429** (a PodDisruptionBudget refuses, or the API server throttles): the eviction *fails for
   this round* and is retried in a later round, not before ``Retry-After`` (default
   ``retry_after_default``). It is never turned into a kill: the disruption budget is the
@@ -106,7 +107,7 @@ class EvictionApiBackend:
         if not pod.namespace or not pod.uid:
             raise EvictionFailed(victim.key, "pod without a namespace or UID")
         if self.is_evicted(pod.uid):
-            return "eviction-api: eviction already accepted"
+            return "gone"  # accepted earlier: it is terminating, not evicted again
         wait = self.retry_at.get(pod.uid)
         if wait is not None:
             raise EvictionFailed(

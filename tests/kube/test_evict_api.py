@@ -56,8 +56,8 @@ async def test_an_accepted_eviction_deletes_the_pod_and_is_remembered(
     assert request.body["deleteOptions"] == {"preconditions": {"uid": pod.uid}}
     assert backend.is_evicted(pod.uid)
 
-    # asked again: no second request
-    await backend.evict(Victim.of_pod(pod), reason=REASON, message="")
+    # asked again: no second request; it is terminating, reported gone
+    assert await backend.evict(Victim.of_pod(pod), reason=REASON, message="") == "gone"
     assert _evictions(kube_api) == 1
     clock.now += backend.remember
     assert not backend.is_evicted(pod.uid)
