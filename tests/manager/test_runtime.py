@@ -8,11 +8,19 @@ from pathlib import Path
 from typing import NoReturn
 
 import pytest
+import yaml
 
 from kubeclient.client import KubeClient
 from kubeclient.leaderelection import LeaderElectionConfig
 from manager.runner import LEASE_NAME, ManagerSettings
-from manager.runtime import CONTROLLERS, Controller, ControllerFactory, main, run_manager
+from manager.runtime import (
+    CONTROLLERS,
+    Controller,
+    ControllerFactory,
+    main,
+    parser,
+    run_manager,
+)
 from tests.kubefake import FakeApiServer
 from tests.manager.builders import config_map, node
 from tests.manager.conftest import eventually
@@ -139,3 +147,45 @@ def test_an_unknown_controller_name_is_a_usage_error(capsys: pytest.CaptureFixtu
         main(["--controllers", "nodeslo,bogus"])
     assert exc.value.code == 2
     assert "bogus" in capsys.readouterr().err
+
+
+MANIFESTS = Path(__file__).resolve().parents[2] / "packaging" / "kubernetes" / "manager"
+
+
+def test_the_deployment_runs_two_leader_elected_replicas_allowed_to_hold_the_lease() -> None:
+    docs = {
+        (d["kind"], d["metadata"]["name"]): d
+        for name in ("deployment.yaml", "rbac.yaml")
+        for d in yaml.safe_load_all((MANIFESTS / name).read_text(encoding="utf-8"))
+        if d
+    }
+    deployment = docs[("Deployment", "koord-manager")]
+    assert deployment["spec"]["replicas"] == 2
+    manager = deployment["spec"]["template"]["spec"]["containers"][0]
+    assert manager["args"][0] == "run"
+    assert main_parser_accepts(manager["args"][1:])
+    role = docs[("Role", "koord-manager-leader-election")]
+    assert role["metadata"]["namespace"] == "koordinator-system"
+    assert {"get", "create", "update"} <= set(role["rules"][0]["verbs"])
+    cluster = docs[("ClusterRole", "koord-manager")]
+    granted = {
+        (group, res, verb)
+        for rule in cluster["rules"]
+        for group in rule["apiGroups"]
+        for res in rule["resources"]
+        for verb in rule["verbs"]
+    }
+    for need in (
+        ("slo.koordinator.sh", "nodeslos", "create"),
+        ("slo.koordinator.sh", "nodeslos", "update"),
+        ("slo.koordinator.sh", "nodemetrics", "delete"),
+        ("", "nodes/status", "update"),
+        ("", "events", "create"),
+        ("config.koordinator.sh", "clustercolocationprofiles", "watch"),
+    ):
+        assert need in granted
+
+
+def main_parser_accepts(args: list[str]) -> bool:
+    parsed = parser().parse_args(args)
+    return bool(parsed.enable_leader_election) and parsed.controllers == tuple(CONTROLLERS)

@@ -6,11 +6,15 @@ import asyncio
 import json
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any
 
+import yaml
+
 from apis.crdschema import load_crds
+from apis.slo import API_VERSION, KIND
 from kubeclient.client import KubeClient
-from manager.slo.config import parse_key, render
+from manager.slo.config import NODE_SLO_KEYS, parse_key, render
 from manager.slo.controller import NodeSLOController
 from tests.kubefake import FakeApiServer
 from tests.manager.builders import config_map, node
@@ -204,3 +208,19 @@ def test_render_names_the_node_entry_each_key_used() -> None:
     rendered = render({key.key: key}, {"pool": "cpu"})
     assert rendered.matched["resource-threshold-config"] == "any-pool"
     assert rendered.matched["cpu-burst-config"] == ""
+
+
+def test_the_example_configmap_renders_nodeslos_the_crd_accepts() -> None:
+    path = (
+        Path(__file__).resolve().parents[2]
+        / "packaging/kubernetes/manager/slo-controller-config.yaml"
+    )
+    cm = yaml.safe_load(path.read_text(encoding="utf-8"))
+    keys = {k: parse_key(k, cm["data"][k], "example") for k in NODE_SLO_KEYS}
+    crds = load_crds()
+    for labels in ({}, {"node.koordinator.sh/pool": "online"}):
+        spec = render(keys, labels).spec
+        obj = {"apiVersion": API_VERSION, "kind": KIND, "metadata": {"name": "n"}, "spec": spec}
+        assert crds.validate(obj) == []
+    online = render(keys, {"node.koordinator.sh/pool": "online"}).spec
+    assert online["resourceUsedThresholdWithBE"]["cpuSuppressThresholdPercent"] == 50

@@ -16,10 +16,11 @@ from typing import Any
 
 import aiohttp
 import pytest
+import yaml
 
 from kubeclient.client import KubeClient
 from manager.webhook.certs import CertPaths, ensure_certificates, inject_ca_bundle
-from manager.webhook.server import KubeLookups, make_app, start
+from manager.webhook.server import MUTATE_PATH, VALIDATE_PATH, KubeLookups, make_app, start
 from tests.kubefake import FakeApiServer, Kind
 from tests.manager.conftest import eventually
 
@@ -417,3 +418,34 @@ async def test_the_ca_is_injected_into_both_webhook_configurations(
     hook = kube_api.get("validatingwebhookconfigurations", "v")
     assert hook is not None
     assert base64.b64decode(hook["webhooks"][0]["clientConfig"]["caBundle"]) == ca
+
+
+MANIFESTS = Path(__file__).resolve().parents[2] / "packaging" / "kubernetes" / "manager"
+
+
+def manifest_docs(name: str) -> list[dict[str, Any]]:
+    return [d for d in yaml.safe_load_all((MANIFESTS / name).read_text(encoding="utf-8")) if d]
+
+
+def test_the_webhook_configurations_call_the_paths_the_server_serves_through_the_service() -> None:
+    service = manifest_docs("service.yaml")[0]
+    deployment = manifest_docs("deployment.yaml")[0]
+    webhook = next(
+        c for c in deployment["spec"]["template"]["spec"]["containers"] if c["name"] == "webhook"
+    )
+    assert service["spec"]["ports"][0]["targetPort"] == webhook["ports"][0]["containerPort"]
+    assert service["spec"]["selector"] == deployment["spec"]["selector"]["matchLabels"]
+    paths = {}
+    for cfg in manifest_docs("webhooks.yaml"):
+        for hook in cfg["webhooks"]:
+            assert hook["failurePolicy"] in ("Ignore", "Fail")
+            assert hook["admissionReviewVersions"] == ["v1"]
+            assert hook["clientConfig"]["service"]["name"] == service["metadata"]["name"]
+            paths[cfg["kind"]] = hook["clientConfig"]["service"]["path"]
+    assert paths == {
+        "MutatingWebhookConfiguration": MUTATE_PATH,
+        "ValidatingWebhookConfiguration": VALIDATE_PATH,
+    }
+    cert = next(d for d in manifest_docs("webhook-certmanager.yaml") if d["kind"] == "Certificate")
+    mount = deployment["spec"]["template"]["spec"]["volumes"][0]["secret"]["secretName"]
+    assert cert["spec"]["secretName"] == mount
