@@ -165,6 +165,17 @@ class KubeConfig:
     enable_node_metric_report: bool = True
     """Write the NodeMetric status at the NodeMetric spec's report interval (default 60 s);
     Koordinator's ``--enable-node-metric-report`` (default true)."""
+    kubelet_config_file: str = "/var/lib/kubelet/config.yaml"
+    """The kubelet's configuration file, read for the topology manager policy and scope and the
+    reserved CPUs and memory reported in NodeResourceTopology; missing: defaults, logged.
+    ``--kubelet-config-file``, ours."""
+    kubelet_topology_policy: str = ""
+    """The kubelet's topology manager policy when its config file does not say (``none``,
+    ``best-effort``, ``restricted``, ``single-numa-node``); ``--kubelet-topology-manager-policy``,
+    ours; empty: from the file, else ``none``."""
+    kubelet_topology_scope: str = ""
+    """The kubelet's topology manager scope (``container`` or ``pod``);
+    ``--kubelet-topology-manager-scope``, ours; empty: from the file, else ``container``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -516,6 +527,15 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("kube.enableNodeMetricReport", "kube.enable_node_metric_report",
             ("--enable-node-metric-report",), _bool, "write the NodeMetric status",
             "--enable-node-metric-report", is_bool=True),
+    Setting("kube.kubeletConfigFile", "kube.kubelet_config_file", ("--kubelet-config-file",),
+            _optional_file, "kubelet config file (topology policy, reserved resources)"),
+    Setting("kube.kubeletTopologyPolicy", "kube.kubelet_topology_policy",
+            ("--kubelet-topology-manager-policy",),
+            _choice("", "none", "best-effort", "restricted", "single-numa-node"),
+            "kubelet topology manager policy when its config file does not say"),
+    Setting("kube.kubeletTopologyScope", "kube.kubelet_topology_scope",
+            ("--kubelet-topology-manager-scope",), _choice("", "container", "pod"),
+            "kubelet topology manager scope when its config file does not say"),
     Setting("audit.logDir", "audit.log_dir", ("--audit-log-dir",), _optional_abs_path,
             "audit log directory ('' for <state-dir>/audit)", "--audit-log-dir"),
     Setting("audit.maxDiskSpaceMB", "audit.max_disk_space_mb", ("--audit-max-disk-space-mb",),

@@ -59,11 +59,14 @@ from koordlet.executor.audit import DEFAULT_BACKUPS, AuditLog
 from koordlet.executor.writer import CgroupWriter
 from koordlet.metriccache.series import container_entity, host_app_entity, pod_entity
 from koordlet.metriccache.store import MetricCache
-from koordlet.qos.evictor import CgroupKillEvictor, Evictor
+from koordlet.qos.evict_api import EvictionApiBackend
+from koordlet.qos.evictor import CgroupKillEvictor, EvictionBackend, Evictor
 from koordlet.qos.manager import QoSBook, QoSManager, StrategyContext, StrategyFactory
 from koordlet.qos.table import FEATURE_GATES as QOS_FEATURE_GATES
 from koordlet.qos.table import STRATEGIES
 from koordlet.reporter.nodemetric import NodeMetricReporter
+from koordlet.reporter.predictor import PeakPredictor, PredictorConfig
+from koordlet.reporter.topology import KubeletTopology, TopologyReporter
 from koordlet.selfmetrics import Readiness, SelfMetrics
 from koordlet.server.app import ServerDeps, ServerHandle, build_app, start_server
 from koordlet.server.exporter import KoordletExporter
@@ -363,12 +366,31 @@ class Daemon:
             len(self.runner.names),
             ", ".join(self.runner.names) or "none",
         )
-        if self.kube_states is not None and self.cfg.kube.enable_node_metric_report:
-            reporter = NodeMetricReporter(
-                self._need(self.kube), self.kube_states, self._need(self.cache)
+        if self.kube_states is not None:
+            await self._start_reporters(supervisor, self.kube_states)
+
+    async def _start_reporters(self, supervisor: Supervisor, states: KubeStatesSource) -> None:
+        """Cluster mode: the peak predictor and the NodeMetric status (``--enable-node-metric-
+        report``), and the NodeResourceTopology (gate ``NodeTopologyReport``)."""
+        kube, cache, kube_cfg = self._need(self.kube), self._need(self.cache), self.cfg.kube
+        pods = lambda: states.list_pods().values()  # noqa: E731 (a view, read at each round)
+        if kube_cfg.enable_node_metric_report:
+            predictor = PeakPredictor(
+                PredictorConfig(state_dir=self.cfg.state_dir), cache, pods, states.node
             )
+            supervisor.spawn("prediction", predictor.run, component="reporter")
+            reporter = NodeMetricReporter(kube, states, cache, predictor=predictor)
             self.reporter = reporter
             supervisor.spawn("nodemetric-report", reporter.run, component="reporter")
+        if self.cfg.feature_gates.enabled("NodeTopologyReport"):
+            kubelet = await asyncio.to_thread(
+                KubeletTopology.load,
+                kube_cfg.kubelet_config_file or None,
+                policy=kube_cfg.kubelet_topology_policy or None,
+                scope=kube_cfg.kubelet_topology_scope or None,
+            )
+            topology = TopologyReporter(kube, cache, states.node, pods, kubelet)
+            supervisor.spawn("nrt-report", topology.run, component="reporter")
 
     async def _start_qos(self) -> None:
         unknown = sorted(self.cfg.qos.dry_run_strategies - set(self._strategy_table))
@@ -418,8 +440,13 @@ class Daemon:
         in the Eviction API backend here. The global ``--dry-run`` is the evictor's own; a
         strategy in ``--qos-dry-run-strategies`` passes ``dry_run=ctx.dry_run(name)``."""
         qos = self.cfg.qos
+        backend: EvictionBackend
+        if self.kube is not None and qos.only_evict_by_api:  # Koordinator's --only-evict-by-api
+            backend = EvictionApiBackend(self.kube, node_name=self.cfg.node_name)
+        else:
+            backend = CgroupKillEvictor(lambda: self._need(self.host))
         return Evictor(
-            CgroupKillEvictor(lambda: self._need(self.host)),
+            backend,
             max_per_round=qos.evict_max_per_round,
             dedupe_window=qos.evict_dedupe_window,
             dry_run=qos.dry_run,

@@ -97,6 +97,14 @@ SAMPLES: dict[str, tuple[str, Any, Any, Any]] = {
     "kube.syncTimeout": ("10s", 10.0, 5, 5.0),
     "kube.requestTimeout": ("1m", 60.0, "15s", 15.0),
     "kube.enableNodeMetricReport": ("false", False, False, False),
+    "kube.kubeletConfigFile": ("/etc/kubelet.yaml", "/etc/kubelet.yaml", "", ""),
+    "kube.kubeletTopologyPolicy": (
+        "restricted",
+        "restricted",
+        "single-numa-node",
+        "single-numa-node",
+    ),
+    "kube.kubeletTopologyScope": ("pod", "pod", "container", "container"),
     "server.debugAllowRemote": ("1", True, "true", True),
     "qos.dryRun": ("true", True, True, True),
     "qos.dryRunStrategies": (
