@@ -42,3 +42,28 @@ KUBE_QOS_TO_QOS: dict[KubeQOS, QoSClass] = {
 }
 """The default Koordinator class of a pod that carries no ``koordinator.sh/qosClass`` label, as
 the kubelet-free discovery uses it (Guaranteed→LSR, Burstable→LS, BestEffort→BE)."""
+
+LABEL_POD_PRIORITY = DOMAIN_PREFIX + "priority"
+"""Pod label carrying the sub-priority within the priority class (Koordinator's
+``LabelPodPriority``)."""
+LABEL_EVICTION_ENABLED = DOMAIN_PREFIX + "eviction-enabled"
+"""Pod label ``"true"``: a non-BE pod agrees to be an eviction victim (``LabelPodEvictEnabled``)."""
+ANNOTATION_EVICTION_POLICY = DOMAIN_PREFIX + "eviction-policy"
+"""Pod annotation restricting which eviction features may evict it: a JSON list of feature
+names (``AnnotationPodEvictPolicy``); absent: no restriction."""
+ANNOTATION_EVICTION_PRIORITY = DOMAIN_PREFIX + "eviction-priority"
+"""Pod annotation ordering victims before anything else, lower first (an int32; absent or
+invalid: 0) (``AnnotationPodEvictionPriority``)."""
+
+SCHEDULING_DOMAIN_PREFIX = "scheduling.koordinator.sh/"
+ANNOTATION_RESOURCE_STATUS = SCHEDULING_DOMAIN_PREFIX + "resource-status"
+"""Pod annotation the scheduler writes: the CPUs (``cpuset``) and NUMA resources it allocated;
+the koordlet applies the cpuset to LSR and LSE pods."""
+
+NODE_DOMAIN_PREFIX = "node.koordinator.sh/"
+ANNOTATION_CPU_TOPOLOGY = NODE_DOMAIN_PREFIX + "cpu-topology"
+"""NodeResourceTopology annotation: every CPU with its core, socket and NUMA node."""
+ANNOTATION_CPU_SHARED_POOLS = NODE_DOMAIN_PREFIX + "cpu-shared-pools"
+"""NodeResourceTopology annotation: the LS share pool per socket and NUMA node."""
+LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
+"""The standard label naming the component that manages an object (``koordlet``)."""

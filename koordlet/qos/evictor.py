@@ -50,7 +50,10 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
-from apis.extension import DOMAIN_PREFIX, QoSClass
+from apis.extension import (
+    LABEL_EVICTION_ENABLED,
+    QoSClass,
+)
 from koordlet.errors import InvalidValueError, KoordletError
 from koordlet.executor.kill import DEFAULT_DEADLINE, KillResult, kill_cgroup
 
@@ -62,18 +65,6 @@ if TYPE_CHECKING:
     from koordlet.system.host import Host
 
 logger = logging.getLogger(__name__)
-
-LABEL_EVICTION_ENABLED = DOMAIN_PREFIX + "eviction-enabled"
-"""Pod label that lets a non-BE pod be evicted (Koordinator's ``LabelPodEvictEnabled``);
-only the value ``"true"`` counts."""
-ANNOTATION_EVICTION_POLICY = DOMAIN_PREFIX + "eviction-policy"
-"""Pod annotation restricting which eviction features may evict it: a JSON list of feature names
-(Koordinator's ``AnnotationPodEvictPolicy``); absent: no restriction."""
-ANNOTATION_EVICTION_PRIORITY = DOMAIN_PREFIX + "eviction-priority"
-"""Pod annotation ordering victims before anything else, lower first (an int32; absent or
-invalid: 0) (Koordinator's ``AnnotationPodEvictionPriority``)."""
-LABEL_POD_PRIORITY = DOMAIN_PREFIX + "priority"
-"""Pod label with a sub-priority within a priority class (Koordinator's ``LabelPodPriority``)."""
 
 REASON_MEMORY = "EvictPodByNodeMemoryUsage"
 """Reason of memory eviction (Koordinator's ``resourceexecutor.EvictPodByNodeMemoryUsage``)."""

@@ -45,7 +45,13 @@ from typing import Any, NoReturn
 
 import yaml
 
-from apis.extension import QoSClass
+from apis.extension import (
+    ANNOTATION_CPU_SHARED_POOLS,
+    ANNOTATION_CPU_TOPOLOGY,
+    ANNOTATION_RESOURCE_STATUS,
+    LABEL_MANAGED_BY,
+    QoSClass,
+)
 from koordlet.metriccache import MetricCache
 from koordlet.metriccache import series as s
 from koordlet.statesinformer.model import PodInfo
@@ -57,14 +63,6 @@ from kubeclient.units import format_bytes, memory_bytes
 
 logger = logging.getLogger(__name__)
 
-ANNOTATION_CPU_TOPOLOGY = "node.koordinator.sh/cpu-topology"
-"""Koordinator's ``AnnotationNodeCPUTopology``."""
-ANNOTATION_CPU_SHARED_POOLS = "node.koordinator.sh/cpu-shared-pools"
-"""Koordinator's ``AnnotationNodeCPUSharedPools``."""
-LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
-"""Koordinator's ``LabelManagedBy``; value ``Koordinator``."""
-ANNOTATION_RESOURCE_STATUS = "scheduling.koordinator.sh/resource-status"
-"""Pod annotation with the cpuset the scheduler bound an LSE/LSR pod to."""
 NODE_INFO_KEY = "node_info"
 """Metric cache info key of the node-info collector."""
 ZONE_TYPE = "Node"
