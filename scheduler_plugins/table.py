@@ -12,10 +12,12 @@ from typing import Any
 from scheduler_plugins.framework import Framework, Plugin
 from scheduler_plugins.plugins import (
     coscheduling,
+    deviceshare,
     elasticquota,
     loadaware,
     nodenumaresource,
     noderesourcesfit,
+    reservation,
 )
 
 PluginFactory = Callable[[Mapping[str, Any] | None, str], Plugin]
@@ -28,6 +30,8 @@ PLUGINS: dict[str, PluginFactory] = {
     noderesourcesfit.NAME: noderesourcesfit.build,
     loadaware.NAME: loadaware.build,
     nodenumaresource.NAME: nodenumaresource.build,
+    reservation.NAME: reservation.build,
+    deviceshare.NAME: deviceshare.build,
 }
 """Every plugin, in run order."""
 
