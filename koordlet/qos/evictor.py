@@ -50,10 +50,11 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
-from apis.extension import (
-    LABEL_EVICTION_ENABLED,
-    QoSClass,
-)
+from apis.extension import ANNOTATION_EVICTION_POLICY as ANNOTATION_EVICTION_POLICY
+from apis.extension import ANNOTATION_EVICTION_PRIORITY as ANNOTATION_EVICTION_PRIORITY
+from apis.extension import LABEL_EVICTION_ENABLED as LABEL_EVICTION_ENABLED
+from apis.extension import LABEL_POD_PRIORITY as LABEL_POD_PRIORITY
+from apis.extension import QoSClass
 from koordlet.errors import InvalidValueError, KoordletError
 from koordlet.executor.kill import DEFAULT_DEADLINE, KillResult, kill_cgroup
 

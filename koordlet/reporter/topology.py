@@ -45,13 +45,9 @@ from typing import Any, NoReturn
 
 import yaml
 
-from apis.extension import (
-    ANNOTATION_CPU_SHARED_POOLS,
-    ANNOTATION_CPU_TOPOLOGY,
-    ANNOTATION_RESOURCE_STATUS,
-    LABEL_MANAGED_BY,
-    QoSClass,
-)
+from apis.extension import ANNOTATION_CPU_SHARED_POOLS as ANNOTATION_CPU_SHARED_POOLS
+from apis.extension import ANNOTATION_CPU_TOPOLOGY as ANNOTATION_CPU_TOPOLOGY
+from apis.extension import ANNOTATION_RESOURCE_STATUS, LABEL_MANAGED_BY, QoSClass
 from koordlet.metriccache import MetricCache
 from koordlet.metriccache import series as s
 from koordlet.statesinformer.model import PodInfo
