@@ -5,8 +5,9 @@ prints each plugin's filter verdict (with its reason) and score per node, the to
 the scheduler would pick and what reserve would write on the pod. With ``--json`` the last line
 is ``{"nodes": {NODE: {"feasible", "reasons", "scores", "score"}}}`` (0..100 scales).
 
-``koord-scheduler extender --snapshot FILE --addr 127.0.0.1:PORT [--config FILE]
-[--kubeconfig FILE --bind]`` serves the extender verbs (see ``extender.py``).
+``koord-scheduler extender [--snapshot FILE] --addr 127.0.0.1:PORT [--config FILE]
+[--kubeconfig FILE] [--bind]`` serves the extender verbs (see ``extender.py``) over a snapshot
+file, or, without ``--snapshot``, over informers of the API server.
 
 Exit codes: 0 done (an unschedulable pod included), 2 bad input (the message names the file and
 the field), 1 anything else.
@@ -40,11 +41,15 @@ def _parser() -> argparse.ArgumentParser:
     ex.add_argument("--now", help="evaluate at this RFC 3339 time (default: the wall clock)")
     ex.add_argument("--json", action="store_true", help="end with one JSON line")
     ext = sub.add_parser("extender", help="serve the kube-scheduler extender protocol")
-    ext.add_argument("--snapshot", required=True, type=Path, help="a v1 List of cluster objects")
+    ext.add_argument(
+        "--snapshot", type=Path, help="a v1 List of cluster objects (default: informers)"
+    )
     ext.add_argument("--addr", default="127.0.0.1:10262", help="listen address HOST:PORT")
     ext.add_argument("--config", type=Path, help="KubeSchedulerConfiguration-style plugin args")
     ext.add_argument("--bind", action="store_true", help="bind through the API server")
-    ext.add_argument("--kubeconfig", help="kubeconfig for --bind (default: in-cluster)")
+    ext.add_argument(
+        "--kubeconfig", help="kubeconfig for informers and --bind (default: in-cluster)"
+    )
     ext.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     return parser
 

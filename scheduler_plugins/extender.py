@@ -19,7 +19,8 @@ Verbs (``POST``, JSON, the types of ``k8s.io/kube-scheduler/extender/v1``):
 - ``GET /healthz``.
 
 The snapshot is read from ``--snapshot`` and re-read (in a worker thread) when the file's
-mtime or size changes; nodes that the request carries in full but the snapshot lacks are added
+mtime or size changes, or, without ``--snapshot``, kept current by informers
+(``informed.py``); nodes that the request carries in full but the snapshot lacks are added
 from the request. Filter results are kept per pod UID and snapshot generation so that
 prioritize and bind reuse the cycle (estimates, cpuset placements), as ``CycleState`` does.
 """
@@ -379,38 +380,58 @@ def make_app(extender: Extender) -> web.Application:
 
 
 async def serve(
-    snapshot_path: Path,
+    snapshot_path: Path | None,
     cfg: SchedulerConfig,
     host: str,
     port: int,
     *,
     bind: bool = False,
     kubeconfig: str | None = None,
+    sync_timeout: float = 60.0,
 ) -> int:
-    """Serve until SIGTERM or SIGINT; 0 on a clean stop."""
-    source = SnapshotFile(snapshot_path)
-    snapshot = await asyncio.to_thread(source.load)
+    """Serve until SIGTERM or SIGINT; 0 on a clean stop, 1 when the informers never synced.
+    ``snapshot_path`` None: the snapshot comes from informers through ``kubeconfig``."""
     client = None
-    binder: Binder | None = None
-    if bind:
-        from kubeclient.client import KubeClient
-
-        client = await KubeClient.connect(kubeconfig)
-        binder = KubeBinder(client)
-    extender = Extender(cfg.framework(), snapshot, source=source, binder=binder)
-    runner = web.AppRunner(make_app(extender), access_log=None)
-    await runner.setup()
+    informed = None
+    informer_task: asyncio.Task[None] | None = None
     try:
-        site = web.TCPSite(runner, host, port)
-        await site.start()
-        logger.info("extender serving on %s:%d, %d nodes", host, port, len(snapshot.nodes))
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, stop.set)
-        await stop.wait()
+        if bind or snapshot_path is None:
+            from kubeclient.client import KubeClient
+
+            client = await KubeClient.connect(kubeconfig)
+        source: SnapshotFile | None = None
+        if snapshot_path is not None:
+            source = SnapshotFile(snapshot_path)
+            snapshot = await asyncio.to_thread(source.load)
+        else:
+            from scheduler_plugins.informed import InformedSnapshot
+
+            assert client is not None
+            informed = InformedSnapshot(client)
+            informer_task = asyncio.create_task(informed.run(), name="scheduler-informers")
+            if not await informed.wait_synced(sync_timeout):
+                logger.error("nodes and pods not listed within %.0fs; giving up", sync_timeout)
+                return 1
+            snapshot = informed.snapshot
+        binder: Binder | None = KubeBinder(client) if bind else None
+        extender = Extender(cfg.framework(), snapshot, source=source, binder=binder)
+        runner = web.AppRunner(make_app(extender), access_log=None)
+        await runner.setup()
+        try:
+            site = web.TCPSite(runner, host, port)
+            await site.start()
+            logger.info("extender serving on %s:%d, %d nodes", host, port, len(snapshot.nodes))
+            stop = asyncio.Event()
+            loop = asyncio.get_running_loop()
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                loop.add_signal_handler(sig, stop.set)
+            await stop.wait()
+        finally:
+            await runner.cleanup()
+        return 0
     finally:
-        await runner.cleanup()
+        if informer_task is not None:
+            informer_task.cancel()
+            await asyncio.gather(informer_task, return_exceptions=True)
         if client is not None:
             await client.close()
-    return 0

@@ -565,6 +565,8 @@ class Snapshot:
     """Reservations (raw objects) by name."""
     devices: dict[str, dict[str, Any]] = field(default_factory=dict)
     """Devices (raw objects) by node name."""
+    orphans: dict[str, dict[str, PodInfo]] = field(default_factory=dict)
+    """Pods bound to nodes the snapshot does not have (yet), by node name then uid."""
     generation: int = 0
     """Bumped on every change; plugins key their caches on it."""
 
@@ -576,7 +578,7 @@ class Snapshot:
 
     def assume(self, pod: PodInfo, node_name: str) -> None:
         """Account ``pod`` on ``node_name`` as if bound (removes it from the pending pods)."""
-        self.pending_pods.pop(pod.uid, None)
+        self.remove_pod(pod.uid)
         pod.node_name = node_name
         self.nodes[node_name].add_pod(pod)
         self.generation += 1
@@ -588,6 +590,52 @@ class Snapshot:
             node.remove_pod(pod.uid)
         pod.node_name = ""
         self.generation += 1
+
+    # -- incremental updates (informers) ------------------------------------------------------
+
+    def upsert_node(self, info: NodeInfo) -> None:
+        """Add or replace a node, keeping the pods assigned to it."""
+        old = self.nodes.get(info.name)
+        pods = list(old.pods.values()) if old is not None else []
+        pods += self.orphans.pop(info.name, {}).values()
+        self.nodes[info.name] = info
+        for pod in pods:
+            info.add_pod(pod)
+        self.generation += 1
+
+    def remove_node(self, name: str) -> None:
+        """Drop a node; its pods wait for it in :attr:`orphans`."""
+        old = self.nodes.pop(name, None)
+        if old is not None and old.pods:
+            self.orphans[name] = dict(old.pods)
+        self.generation += 1
+
+    def upsert_pod(self, pod: PodInfo) -> None:
+        """Add or replace a pod (by uid) where it belongs: its node, pending, or waiting for a
+        node the snapshot does not have yet."""
+        self.remove_pod(pod.uid, hint=pod.node_name)
+        if not pod.node_name:
+            self.pending_pods[pod.uid] = pod
+        elif pod.node_name in self.nodes:
+            self.nodes[pod.node_name].add_pod(pod)
+        else:
+            self.orphans.setdefault(pod.node_name, {})[pod.uid] = pod
+        self.generation += 1
+
+    def remove_pod(self, uid: str, hint: str = "") -> None:
+        """Drop a pod wherever it is (``hint``: the node to look at first)."""
+        if self.pending_pods.pop(uid, None) is not None:
+            self.generation += 1
+            return
+        first = self.nodes.get(hint)
+        for node in ([first] if first is not None else []) + list(self.nodes.values()):
+            if uid in node.pods:
+                node.remove_pod(uid)
+                self.generation += 1
+                return
+        for waiting in self.orphans.values():
+            if waiting.pop(uid, None) is not None:
+                return
 
 
 def load_objects(path: Path) -> list[dict[str, Any]]:

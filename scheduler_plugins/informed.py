@@ -1,0 +1,160 @@
+"""A snapshot kept current by informers (list-then-watch through ``kubeclient``).
+
+:class:`InformedSnapshot` runs one :class:`~kubeclient.informer.Informer` per kind the plugins
+read: Nodes, Pods, NodeMetrics, NodeResourceTopologies, ElasticQuotas, PodGroups, Reservations
+and Devices, and applies every event to one :class:`~scheduler_plugins.snapshot.Snapshot` on the
+event loop (where the extender's handlers run too, so there is no lock). A pod the scheduler
+assumed is replaced by the API server's version once its binding is seen. Kinds the cluster
+does not serve (a CRD not installed) keep failing their list with a backoff and stay empty; the
+others are unaffected.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from kubeclient.client import KubeClient, Obj
+from kubeclient.informer import Informer
+from kubeclient.resources import NODE_METRICS, NODE_RESOURCE_TOPOLOGIES, NODES, PODS, Resource
+from scheduler_plugins.errors import InputError
+from scheduler_plugins.snapshot import (
+    Snapshot,
+    _parse_nrt,
+    parse_node,
+    parse_node_metric,
+    parse_pod,
+)
+
+logger = logging.getLogger(__name__)
+
+Apply = Callable[[Obj, bool], None]
+"""Applies one object to the snapshot (``True``: it was deleted)."""
+
+ELASTIC_QUOTAS = Resource(
+    "scheduling.sigs.k8s.io", "v1alpha1", "elasticquotas", "ElasticQuota", True
+)
+POD_GROUPS = Resource("scheduling.sigs.k8s.io", "v1alpha1", "podgroups", "PodGroup", True)
+RESERVATIONS = Resource(
+    "scheduling.koordinator.sh", "v1alpha1", "reservations", "Reservation", False
+)
+DEVICES = Resource("scheduling.koordinator.sh", "v1alpha1", "devices", "Device", False)
+KINDS: tuple[Resource, ...] = (
+    NODES,
+    PODS,
+    NODE_METRICS,
+    NODE_RESOURCE_TOPOLOGIES,
+    ELASTIC_QUOTAS,
+    POD_GROUPS,
+    RESERVATIONS,
+    DEVICES,
+)
+"""What the plugins read, in the order the informers start."""
+REQUIRED = (NODES, PODS)
+"""Kinds the snapshot waits for at start; the CRDs are optional."""
+
+
+def _name(obj: Obj) -> str:
+    return str((obj.get("metadata") or {}).get("name") or "")
+
+
+def _ns_name(obj: Obj) -> str:
+    meta = obj.get("metadata") or {}
+    return f"{meta.get('namespace') or 'default'}/{meta.get('name') or ''}"
+
+
+class InformedSnapshot:
+    """A :class:`Snapshot` fed by informers."""
+
+    def __init__(self, client: KubeClient, kinds: Sequence[Resource] = KINDS) -> None:
+        self.snapshot = Snapshot()
+        self.informers = [Informer(client, res) for res in kinds]
+        self.rejected = 0
+        """Objects that could not be read (logged and skipped)."""
+        for informer in self.informers:
+            self._subscribe(informer)
+
+    def _subscribe(self, informer: Informer) -> None:
+        apply = self._handler(informer.resource)
+
+        def guarded(obj: Obj, deleted: bool) -> None:
+            try:
+                apply(obj, deleted)
+            except InputError as err:
+                self.rejected += 1
+                logger.warning("%s skipped: %s", informer.resource.kind, err)
+
+        def on_add(obj: Obj) -> None:
+            guarded(obj, False)
+
+        def on_update(_old: Obj, new: Obj) -> None:
+            guarded(new, False)
+
+        def on_delete(obj: Obj) -> None:
+            guarded(obj, True)
+
+        informer.add_handler(on_add=on_add, on_update=on_update, on_delete=on_delete)
+
+    def _handler(self, res: Resource) -> Apply:
+        snap = self.snapshot
+
+        def node(obj: Obj, deleted: bool) -> None:
+            if deleted:
+                snap.remove_node(_name(obj))
+            else:
+                snap.upsert_node(parse_node(obj, "Node", _name(obj)))
+
+        def pod(obj: Obj, deleted: bool) -> None:
+            info = parse_pod(obj, "Pod", _ns_name(obj))
+            phase = (obj.get("status") or {}).get("phase")
+            if deleted or phase in ("Succeeded", "Failed"):
+                snap.remove_pod(info.uid, hint=info.node_name)
+            else:
+                snap.upsert_pod(info)
+
+        def keyed(
+            store: dict[str, Any], key: Callable[[Obj], str], parse: Callable[[Obj], Any]
+        ) -> Apply:
+            def apply(obj: Obj, deleted: bool) -> None:
+                k = key(obj)
+                if deleted:
+                    store.pop(k, None)
+                else:
+                    store[k] = parse(obj)
+                snap.generation += 1
+
+            return apply
+
+        if res is NODES:
+            return node
+        if res is PODS:
+            return pod
+        if res is NODE_METRICS:
+            return keyed(
+                snap.node_metrics, _name, lambda o: parse_node_metric(o, "NodeMetric", _name(o))
+            )
+        if res is NODE_RESOURCE_TOPOLOGIES:
+            return keyed(
+                snap.topologies, _name, lambda o: _parse_nrt(o, "NodeResourceTopology", _name(o))
+            )
+        if res is ELASTIC_QUOTAS:
+            return keyed(snap.quotas, _name, dict)
+        if res is POD_GROUPS:
+            return keyed(snap.pod_groups, _ns_name, dict)
+        if res is RESERVATIONS:
+            return keyed(snap.reservations, _name, dict)
+        return keyed(snap.devices, _name, dict)
+
+    async def run(self) -> None:
+        """Run every informer until cancelled."""
+        async with asyncio.TaskGroup() as group:
+            for informer in self.informers:
+                group.create_task(informer.run(), name=f"scheduler-informer-{informer.name}")
+
+    async def wait_synced(self, timeout: float) -> bool:  # noqa: ASYNC109 - a bounded wait is the API
+        """Wait up to ``timeout`` seconds for the required kinds' first lists."""
+        required = [i for i in self.informers if i.resource in REQUIRED]
+        results = await asyncio.gather(*(i.wait_synced(timeout) for i in required))
+        return all(results)
