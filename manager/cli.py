@@ -140,6 +140,15 @@ def _explain(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; returns the exit status."""
+    words = list(sys.argv[1:] if argv is None else argv)
+    if words[:1] == ["run"]:  # every controller, under leader election (manager/runtime.py)
+        from manager.runtime import main as run_main
+
+        return run_main(words[1:])
+    if words[:1] == ["webhook"]:  # the colocation-profile admission webhooks
+        from manager.webhook import main as webhook_main
+
+        return webhook_main(words[1:])
     args = _parser().parse_args(argv)
     try:
         if args.command == "explain":
