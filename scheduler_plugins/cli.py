@@ -9,6 +9,9 @@ is ``{"nodes": {NODE: {"feasible", "reasons", "scores", "score"}}}`` (0..100 sca
 [--kubeconfig FILE] [--bind]`` serves the extender verbs (see ``extender.py``) over a snapshot
 file, or, without ``--snapshot``, over informers of the API server.
 
+``koord-scheduler run [--kubeconfig FILE] [--config FILE] [--scheduler-name NAME]`` schedules
+and binds the pods whose ``schedulerName`` is ``koord-scheduler`` (see ``standalone.py``).
+
 Exit codes: 0 done (an unschedulable pod included), 2 bad input (the message names the file and
 the field), 1 anything else.
 """
@@ -51,6 +54,11 @@ def _parser() -> argparse.ArgumentParser:
         "--kubeconfig", help="kubeconfig for informers and --bind (default: in-cluster)"
     )
     ext.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    run = sub.add_parser("run", help="schedule pods with schedulerName koord-scheduler")
+    run.add_argument("--kubeconfig", help="kubeconfig (default: in-cluster)")
+    run.add_argument("--config", type=Path, help="KubeSchedulerConfiguration-style plugin args")
+    run.add_argument("--scheduler-name", default="koord-scheduler")
+    run.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     return parser
 
 
@@ -137,12 +145,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         logging.basicConfig(
             level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
         )
+        import uvloop
+
+        if args.command == "run":
+            from scheduler_plugins.standalone import run_standalone
+
+            cfg = load_config(args.config) if args.config else SchedulerConfig()
+            return uvloop.run(run_standalone(cfg, args.kubeconfig, args.scheduler_name))
         from scheduler_plugins.extender import serve  # aiohttp only for the server
 
         cfg = load_config(args.config) if args.config else SchedulerConfig()
         host, port = _split_addr(args.addr)
-        import uvloop
-
         return uvloop.run(
             serve(args.snapshot, cfg, host, port, bind=args.bind, kubeconfig=args.kubeconfig)
         )

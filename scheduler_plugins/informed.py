@@ -21,6 +21,7 @@ from kubeclient.informer import Informer
 from kubeclient.resources import NODE_METRICS, NODE_RESOURCE_TOPOLOGIES, NODES, PODS, Resource
 from scheduler_plugins.errors import InputError
 from scheduler_plugins.snapshot import (
+    PodInfo,
     Snapshot,
     _parse_nrt,
     parse_node,
@@ -73,6 +74,8 @@ class InformedSnapshot:
         self.informers = [Informer(client, res) for res in kinds]
         self.rejected = 0
         """Objects that could not be read (logged and skipped)."""
+        self.on_pending: Callable[[PodInfo], None] | None = None
+        """Called with every pending pod added or changed (the standalone scheduler's queue)."""
         for informer in self.informers:
             self._subscribe(informer)
 
@@ -113,6 +116,8 @@ class InformedSnapshot:
                 snap.remove_pod(info.uid, hint=info.node_name)
             else:
                 snap.upsert_pod(info)
+                if not info.node_name and self.on_pending is not None:
+                    self.on_pending(info)
 
         def keyed(
             store: dict[str, Any], key: Callable[[Obj], str], parse: Callable[[Obj], Any]

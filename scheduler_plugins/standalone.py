@@ -1,0 +1,347 @@
+"""The standalone scheduler: pods with ``schedulerName: koord-scheduler``, bound by us.
+
+One asyncio task, fed by the informer snapshot (``informed.py``):
+
+1. **Queue.** Pending pods for our scheduler name, highest ``spec.priority`` first, then oldest.
+   A pod that failed is retried when its backoff ends (1 s doubling to 10 s, kube-scheduler's
+   ``podInitialBackoffSeconds``/``podMaxBackoffSeconds``).
+2. **Cycle.** The framework filters and scores every node; the best feasible node (ties: first
+   in snapshot order) is reserved in the plugins and the pod assumed in the snapshot, so the next
+   pod sees it at once.
+3. **Permit (gangs).** A pod of a gang (Coscheduling) waits, assumed, until minMember members
+   are assumed or bound; then the whole gang is bound together. A gang that does not complete
+   within its waiting time is unreserved, every waiting member requeued.
+4. **Bind.** The reserve annotations (NodeNUMAResource's ``scheduling.koordinator.sh/resource-
+   status``, Reservation's and DeviceShare's) are patched on the pod, then its ``binding``
+   subresource is created. A failure unreserves the pod and requeues it.
+5. **Events.** An unschedulable pod gets a ``FailedScheduling`` Warning Event in kube-scheduler's
+   form, ``0/3 nodes are available: 1 Insufficient cpu, 2 node(s) cpu usage exceed
+   threshold.`` (reasons counted over nodes, sorted), at most one per attempt.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import heapq
+import logging
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from kubeclient.errors import KubeError
+from kubeclient.resources import EVENTS
+from scheduler_plugins.extender import Binder
+from scheduler_plugins.framework import Cycle, Framework, ReserveError
+from scheduler_plugins.plugins.coscheduling import DEFAULT_WAIT_S, gang_of
+from scheduler_plugins.snapshot import PodInfo, Snapshot
+
+logger = logging.getLogger(__name__)
+
+SCHEDULER_NAME = "koord-scheduler"
+INITIAL_BACKOFF_S = 1.0
+MAX_BACKOFF_S = 10.0
+
+
+def scheduler_name_of(pod: PodInfo) -> str:
+    """``spec.schedulerName`` (``default-scheduler`` when unset)."""
+    return str((pod.raw.get("spec") or {}).get("schedulerName") or "default-scheduler")
+
+
+def failure_message(total: int, reasons: dict[str, list[str]]) -> str:
+    """kube-scheduler's ``FailedScheduling`` message."""
+    counts = Counter(r for rs in reasons.values() for r in dict.fromkeys(rs))
+    parts = ", ".join(f"{n} {r}" for r, n in sorted(counts.items(), key=lambda kv: kv[0]))
+    return (
+        f"0/{total} nodes are available: {parts}." if parts else f"0/{total} nodes are available."
+    )
+
+
+@dataclass(order=True, slots=True)
+class _Entry:
+    sort_key: tuple[int, float, int]
+    uid: str = field(compare=False)
+
+
+@dataclass(slots=True)
+class _Waiting:
+    """An assumed gang member waiting for the rest of its gang."""
+
+    pod: PodInfo
+    node: str
+    cycle: Cycle
+    annotations: dict[str, str]
+    deadline: float
+
+
+class EventRecorder:
+    """Writes core/v1 Events through a client (``None``: only logs)."""
+
+    def __init__(self, client: Any, component: str = SCHEDULER_NAME) -> None:
+        self.client = client
+        self.component = component
+        self.sent = 0
+
+    async def warn(self, pod: PodInfo, reason: str, message: str) -> None:
+        logger.info("%s %s: %s", reason, pod.key, message)
+        if self.client is None:
+            return
+        now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        event = {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {
+                "name": f"{pod.name}.{time.time_ns():x}",
+                "namespace": pod.namespace,
+            },
+            "involvedObject": {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "name": pod.name,
+                "namespace": pod.namespace,
+                "uid": pod.uid,
+            },
+            "reason": reason,
+            "message": message,
+            "type": "Warning",
+            "source": {"component": self.component},
+            "reportingComponent": self.component,
+            "firstTimestamp": now,
+            "lastTimestamp": now,
+            "count": 1,
+        }
+        try:
+            await self.client.create(EVENTS, event)
+            self.sent += 1
+        except KubeError as err:
+            logger.warning("event for %s not written: %s", pod.key, err)
+
+
+class Scheduler:
+    """The loop; :meth:`enqueue` is the informer's hook for pending pods."""
+
+    def __init__(
+        self,
+        framework: Framework,
+        snapshot: Snapshot,
+        binder: Binder,
+        events: EventRecorder,
+        *,
+        scheduler_name: str = SCHEDULER_NAME,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.framework = framework
+        self.snapshot = snapshot
+        self.binder = binder
+        self.events = events
+        self.scheduler_name = scheduler_name
+        self.clock = clock
+        self._heap: list[_Entry] = []
+        self._queued: set[str] = set()
+        self._attempts: dict[str, int] = {}
+        self._not_before: dict[str, float] = {}
+        self._waiting: dict[str, dict[str, _Waiting]] = {}
+        self._wake = asyncio.Event()
+        self._seq = 0
+        self.bound = 0
+        """Pods bound so far."""
+
+    # -- queue --------------------------------------------------------------------------------
+
+    def enqueue(self, pod: PodInfo) -> None:
+        """Queue a pending pod of ours (idempotent)."""
+        if (
+            pod.node_name
+            or scheduler_name_of(pod) != self.scheduler_name
+            or pod.uid in self._queued
+        ):
+            return
+        self._seq += 1
+        created = pod.scheduled_at or 0.0
+        heapq.heappush(self._heap, _Entry((-pod.priority, created, self._seq), pod.uid))
+        self._queued.add(pod.uid)
+        self._wake.set()
+
+    def enqueue_all(self) -> None:
+        """Queue every pending pod of the snapshot that is ours."""
+        for pod in list(self.snapshot.pending_pods.values()):
+            self.enqueue(pod)
+
+    def _pop_ready(self) -> tuple[PodInfo | None, float | None]:
+        """The next pod whose backoff is over, else ``None`` and how long until one is."""
+        now = self.clock()
+        deferred: list[_Entry] = []
+        found: PodInfo | None = None
+        soonest: float | None = None
+        while self._heap:
+            entry = heapq.heappop(self._heap)
+            pod = self.snapshot.pending_pods.get(entry.uid)
+            if pod is None:  # bound, deleted, or assumed meanwhile
+                self._queued.discard(entry.uid)
+                continue
+            ready_at = self._not_before.get(entry.uid, 0.0)
+            if ready_at > now:
+                deferred.append(entry)
+                soonest = ready_at if soonest is None else min(soonest, ready_at)
+                continue
+            self._queued.discard(entry.uid)
+            found = pod
+            break
+        for entry in deferred:
+            heapq.heappush(self._heap, entry)
+        return found, None if soonest is None else max(soonest - now, 0.0)
+
+    def _backoff(self, pod: PodInfo) -> None:
+        n = self._attempts.get(pod.uid, 0) + 1
+        self._attempts[pod.uid] = n
+        delay = min(INITIAL_BACKOFF_S * 2 ** (n - 1), MAX_BACKOFF_S)
+        self._not_before[pod.uid] = self.clock() + delay
+        self.enqueue(pod)
+
+    # -- one pod ------------------------------------------------------------------------------
+
+    async def schedule_one(self, pod: PodInfo) -> str | None:
+        """Schedule ``pod``: the node it was bound (or assumed, for a waiting gang member) to,
+        or ``None`` (requeued with backoff)."""
+        cycle = self.framework.new_cycle(self.snapshot, self.clock())
+        evaluation = self.framework.evaluate(self.snapshot, pod, cycle=cycle)
+        best = evaluation.best()
+        if best is None:
+            reasons = {n: r.reasons for n, r in evaluation.nodes.items()}
+            await self.events.warn(
+                pod, "FailedScheduling", failure_message(len(evaluation.nodes), reasons)
+            )
+            self._backoff(pod)
+            return None
+        try:
+            annotations = self.framework.reserve(cycle, pod, best)
+        except ReserveError as err:
+            await self.events.warn(pod, "FailedScheduling", str(err))
+            self._backoff(pod)
+            return None
+        gang = gang_of(pod, cycle, DEFAULT_WAIT_S)
+        if gang is not None and not isinstance(gang, str) and gang.min_member > 1:
+            waiting = self._waiting.setdefault(gang.key, {})
+            waiting[pod.uid] = _Waiting(pod, best, cycle, annotations, self.clock() + gang.wait_s)
+            bound = sum(
+                1
+                for p in self.snapshot.all_pods()
+                if p.node_name and p.uid not in waiting and _same_gang(p, gang.key)
+            )
+            if bound + len(waiting) < gang.min_member:
+                logger.info(
+                    "%s assumed on %s, waiting for gang %s (%d/%d)",
+                    pod.key,
+                    best,
+                    gang.key,
+                    bound + len(waiting),
+                    gang.min_member,
+                )
+                return best
+            members = list(self._waiting.pop(gang.key).values())
+            for m in members:
+                await self._bind(m.pod, m.node, m.cycle, m.annotations)
+            return best
+        await self._bind(pod, best, cycle, annotations)
+        return best
+
+    async def _bind(
+        self, pod: PodInfo, node: str, cycle: Cycle, annotations: dict[str, str]
+    ) -> None:
+        try:
+            await self.binder.bind(pod, node, annotations)
+        except (KubeError, OSError) as err:
+            self.framework.unreserve(cycle, pod, node)
+            self.snapshot.pending_pods[pod.uid] = pod
+            await self.events.warn(pod, "FailedScheduling", f"binding rejected: {err}")
+            self._backoff(pod)
+            return
+        self.bound += 1
+        self._attempts.pop(pod.uid, None)
+        self._not_before.pop(pod.uid, None)
+        logger.info("bound %s to %s", pod.key, node)
+
+    def expire_gangs(self) -> None:
+        """Unreserve gangs that waited past their deadline; requeue their members."""
+        now = self.clock()
+        for key in list(self._waiting):
+            members = self._waiting[key]
+            if all(m.deadline > now for m in members.values()):
+                continue
+            del self._waiting[key]
+            for m in members.values():
+                self.framework.unreserve(m.cycle, m.pod, m.node)
+                self.snapshot.pending_pods[m.pod.uid] = m.pod
+                self._backoff(m.pod)
+            logger.info("gang %s timed out with %d members waiting; unreserved", key, len(members))
+
+    # -- the loop -------------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        """Schedule forever (cancel to stop)."""
+        self.enqueue_all()
+        while True:
+            self.expire_gangs()
+            pod, wait = self._pop_ready()
+            if pod is None:
+                self._wake.clear()
+                timeout = min(wait if wait is not None else 1.0, 1.0)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._wake.wait(), timeout)
+                continue
+            await self.schedule_one(pod)
+            await asyncio.sleep(0)  # let informer events in between pods
+
+
+def _same_gang(pod: PodInfo, key: str) -> bool:
+    ns, _, name = key.partition("/")
+    return pod.namespace == ns and (
+        pod.labels.get("pod-group.scheduling.sigs.k8s.io") == name
+        or pod.annotations.get("gang.scheduling.koordinator.sh/name") == name
+    )
+
+
+async def run_standalone(
+    cfg: Any,
+    kubeconfig: str | None,
+    scheduler_name: str = SCHEDULER_NAME,
+    sync_timeout: float = 60.0,
+) -> int:
+    """``koord-scheduler run``: informers, the loop, until SIGTERM or SIGINT."""
+    import signal
+
+    from kubeclient.client import KubeClient
+    from scheduler_plugins.extender import KubeBinder
+    from scheduler_plugins.informed import InformedSnapshot
+
+    client = await KubeClient.connect(kubeconfig)
+    try:
+        informed = InformedSnapshot(client)
+        scheduler = Scheduler(
+            cfg.framework(),
+            informed.snapshot,
+            KubeBinder(client),
+            EventRecorder(client),
+            scheduler_name=scheduler_name,
+        )
+        informed.on_pending = scheduler.enqueue
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        async with asyncio.TaskGroup() as group:
+            informers = group.create_task(informed.run(), name="scheduler-informers")
+            if not await informed.wait_synced(sync_timeout):
+                logger.error("nodes and pods not listed within %.0fs; giving up", sync_timeout)
+                informers.cancel()
+                return 1
+            loop_task = group.create_task(scheduler.run(), name="scheduler-loop")
+            await stop.wait()
+            loop_task.cancel()
+            informers.cancel()
+        return 0
+    finally:
+        await client.close()

@@ -1,0 +1,221 @@
+"""The standalone scheduler end to end on the fake API server: bind, events, gangs, quotas."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+
+import pytest
+
+from kubeclient.client import KubeClient
+from scheduler_plugins.extender import KubeBinder
+from scheduler_plugins.informed import InformedSnapshot
+from scheduler_plugins.standalone import EventRecorder, Scheduler, failure_message
+from scheduler_plugins.table import build_framework
+from tests.kubefake.fixtures import write_kubeconfig
+from tests.kubefake.server import Fault
+from tests.scheduler.bindingfake import BindingFakeApiServer
+from tests.scheduler.builders import node, node_metric, nrt, pod, ts
+
+STATUS = "scheduling.koordinator.sh/resource-status"
+
+
+def ours(name: str, **kw) -> dict:
+    p = pod(name, **kw)
+    p["spec"]["schedulerName"] = "koord-scheduler"
+    p["metadata"]["creationTimestamp"] = ts(time.time())
+    return p
+
+
+def metric(name: str, cpu: str) -> dict:
+    m = node_metric(name, cpu=cpu)
+    m["status"]["updateTime"] = ts(time.time() - 5)
+    return m
+
+
+async def eventually(check: Callable[[], bool], within: float = 15.0) -> None:
+    async with asyncio.timeout(within):
+        while not check():  # noqa: ASYNC110 - waiting on the fake server's state
+            await asyncio.sleep(0.02)
+
+
+@pytest.fixture
+async def api(tmp_path: Path) -> AsyncIterator[tuple[BindingFakeApiServer, KubeClient]]:
+    server = BindingFakeApiServer()
+    await server.start()
+    client = await KubeClient.connect(
+        str(write_kubeconfig(tmp_path / "kc", server.url)), request_timeout=5.0
+    )
+    try:
+        yield server, client
+    finally:
+        await client.close()
+        await server.stop()
+
+
+@pytest.fixture
+async def running(api) -> AsyncIterator[tuple[BindingFakeApiServer, Scheduler]]:
+    server, client = api
+    informed = InformedSnapshot(client)
+    sched = Scheduler(
+        build_framework(), informed.snapshot, KubeBinder(client), EventRecorder(client)
+    )
+    informed.on_pending = sched.enqueue
+    tasks = [asyncio.create_task(informed.run(), name="t-informers")]
+    try:
+        assert await informed.wait_synced(10)
+        tasks.append(asyncio.create_task(sched.run(), name="t-scheduler"))
+        yield server, sched
+    finally:
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+
+def node_of(server: BindingFakeApiServer, name: str) -> str:
+    obj = server.get("pods", name, "default") or {}
+    return str((obj.get("spec") or {}).get("nodeName") or "")
+
+
+def events_for(server: BindingFakeApiServer, name: str) -> list[dict]:
+    return [
+        o
+        for (plural, _, _), o in server.objects.items()
+        if plural == "events" and o["involvedObject"]["name"] == name
+    ]
+
+
+async def test_pods_are_bound_to_the_least_loaded_node_with_their_cpuset(running):
+    server, _ = running
+    server.put("nodes", node("hot", cpu="16"))
+    server.put("nodemetrics", metric("hot", "8"))
+    server.put("nodes", node("cool", cpu="16"))
+    server.put("nodemetrics", metric("cool", "1"))
+    server.put("noderesourcetopologies", nrt("cool"))
+    server.put("noderesourcetopologies", nrt("hot"))
+    server.put("pods", ours("web", requests={"cpu": "2", "memory": "1Gi"}))
+    lsr = ours(
+        "lsr",
+        requests={"cpu": "2", "memory": "1Gi"},
+        limits={"cpu": "2", "memory": "1Gi"},
+        labels={"koordinator.sh/qosClass": "LSR"},
+        priority=9500,
+    )
+    server.put("pods", lsr)
+    server.put("pods", pod("not-ours", requests={"cpu": "1"}))
+    await eventually(lambda: node_of(server, "web") != "" and node_of(server, "lsr") != "")
+    assert node_of(server, "web") == "cool"
+    assert node_of(server, "lsr") == "cool"
+    status = json.loads(server.get("pods", "lsr", "default")["metadata"]["annotations"][STATUS])
+    assert status["cpuset"]
+    await asyncio.sleep(0.2)
+    assert node_of(server, "not-ours") == ""
+
+
+async def test_an_unschedulable_pod_gets_a_failed_scheduling_event_in_koordinators_words(running):
+    server, _ = running
+    server.put("nodes", node("hot", cpu="16"))
+    server.put("nodemetrics", metric("hot", "15"))
+    server.put("pods", ours("p", requests={"cpu": "1"}))
+    await eventually(lambda: bool(events_for(server, "p")))
+    event = events_for(server, "p")[0]
+    assert event["reason"] == "FailedScheduling"
+    assert event["type"] == "Warning"
+    assert event["message"] == "0/1 nodes are available: 1 node(s) cpu usage exceed threshold."
+    assert node_of(server, "p") == ""
+
+
+async def test_a_gang_that_cannot_fit_binds_no_member_and_one_that_fits_binds_all(running):
+    server, _ = running
+    server.put("nodes", node("n1", cpu="4"))
+    group = {
+        "metadata": {"name": "job", "namespace": "default"},
+        "spec": {"minMember": 3, "scheduleTimeoutSeconds": 2},
+    }
+    server.put("podgroups", group)
+    for i in range(3):
+        server.put(
+            "pods",
+            ours(
+                f"w{i}", requests={"cpu": "2"}, labels={"pod-group.scheduling.sigs.k8s.io": "job"}
+            ),
+        )
+    await eventually(lambda: bool(events_for(server, "w2")) or bool(events_for(server, "w0")))
+    await asyncio.sleep(0.5)
+    assert [node_of(server, f"w{i}") for i in range(3)] == ["", "", ""]
+    # room for the whole gang: all three are bound
+    server.put("nodes", node("n2", cpu="4"))
+    await eventually(lambda: all(node_of(server, f"w{i}") for i in range(3)), within=30)
+
+
+async def test_a_quota_tree_under_contention_admits_pods_up_to_the_runtime_quota(running):
+    server, _ = running
+    server.put("nodes", node("n1", cpu="10"))
+    for name, lo in (("a", 4), ("b", 4)):
+        server.put(
+            "elasticquotas",
+            {
+                "metadata": {"name": name, "namespace": "default"},
+                "spec": {"min": {"cpu": str(lo)}, "max": {"cpu": "10"}},
+            },
+        )
+    # b asks for 8 cores, a for 8: each gets its min 4 and half of the 2 left
+    for i in range(4):
+        server.put(
+            "pods",
+            ours(
+                f"a{i}", requests={"cpu": "2"}, labels={"quota.scheduling.koordinator.sh/name": "a"}
+            ),
+        )
+        server.put(
+            "pods",
+            ours(
+                f"b{i}", requests={"cpu": "2"}, labels={"quota.scheduling.koordinator.sh/name": "b"}
+            ),
+        )
+    await eventually(
+        lambda: sum(1 for p in ("a", "b") for i in range(4) if node_of(server, f"{p}{i}")) == 4
+    )
+    await asyncio.sleep(0.5)
+    bound = {p: sum(1 for i in range(4) if node_of(server, f"{p}{i}")) for p in ("a", "b")}
+    assert bound == {"a": 2, "b": 2}  # 5 cores of runtime each: two pods of 2 cores
+    waiting = [f"{p}{i}" for p in ("a", "b") for i in range(4) if not node_of(server, f"{p}{i}")]
+    assert any(
+        "Insufficient quotas" in e["message"] for w in waiting for e in events_for(server, w)
+    )
+
+
+async def test_a_rejected_binding_is_retried(api):
+    server, client = api
+    server.put("nodes", node("n1"))
+    server.faults.append(Fault(status=500, method="POST", path_contains="/binding", times=1))
+    informed = InformedSnapshot(client)
+    sched = Scheduler(
+        build_framework(), informed.snapshot, KubeBinder(client), EventRecorder(client)
+    )
+    informed.on_pending = sched.enqueue
+    tasks = [asyncio.create_task(informed.run(), name="t-informers")]
+    try:
+        assert await informed.wait_synced(10)
+        server.put("pods", ours("p", requests={"cpu": "1"}))
+        tasks.append(asyncio.create_task(sched.run(), name="t-scheduler"))
+        await eventually(lambda: node_of(server, "p") == "n1")
+        assert any("binding rejected" in e["message"] for e in events_for(server, "p"))
+    finally:
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+
+def test_failure_message_counts_reasons_over_nodes_as_kube_scheduler_does():
+    reasons = {
+        "a": ["Insufficient cpu"],
+        "b": ["node(s) cpu usage exceed threshold"],
+        "c": ["Insufficient cpu"],
+    }
+    assert failure_message(3, reasons) == (
+        "0/3 nodes are available: 2 Insufficient cpu, 1 node(s) cpu usage exceed threshold."
+    )
