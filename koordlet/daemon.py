@@ -67,6 +67,7 @@ from koordlet.qos.table import STRATEGIES
 from koordlet.reporter.nodemetric import NodeMetricReporter
 from koordlet.reporter.predictor import PeakPredictor, PredictorConfig
 from koordlet.reporter.topology import KubeletTopology, TopologyReporter
+from koordlet.sdnotify import Notifier, Watchdog
 from koordlet.selfmetrics import Readiness, SelfMetrics
 from koordlet.server.app import ServerDeps, ServerHandle, build_app, start_server
 from koordlet.server.exporter import KoordletExporter
@@ -189,6 +190,8 @@ class Daemon:
             "Reloads of the local NodeSLO file that failed; the last good version stays.",
             registry=self.registry,
         )
+        self.notifier = Notifier()
+        """systemd's notify socket (``Type=notify``); does nothing without ``$NOTIFY_SOCKET``."""
         self._stops: list[tuple[str, _Stop]] = []
         self._supervisors: list[Supervisor] = []
         self.host: Host | None = None
@@ -243,12 +246,25 @@ class Daemon:
                 time.perf_counter() - t0,
             )
             self.readiness.mark_done(name)
-        logger.info(
-            "koordlet ready in %.3fs: serving on %s",
-            time.perf_counter() - began,
-            self._need(self.server).addresses,
-        )
+            self.notifier.status(f"stage {number}/{len(STAGES)} {name} started")
+        addresses = self._need(self.server).addresses
+        took = time.perf_counter() - began
+        logger.info("koordlet ready in %.3fs: serving on %s", took, addresses)
+        self.notifier.ready(f"ready; serving on {addresses}")
+        watchdog = Watchdog.from_environ(self.notifier, healthy=self._tasks_healthy)
+        if watchdog is not None:  # registered last: it stops first
+            self._supervisor("server").spawn_loop(
+                "sd-watchdog", watchdog.step, watchdog.interval, component="sdnotify"
+            )
         return EXIT_OK
+
+    def _kube_node(self) -> Mapping[str, Any] | None:
+        """This node's Node object in cluster mode (None before the first sync, or standalone)."""
+        return self.kube_states.node() if self.kube_states is not None else None
+
+    def _tasks_healthy(self) -> bool:
+        """No supervised task has crashed; else the watchdog withholds its ping."""
+        return not any(t.state == "crashed" for s in self._supervisors for t in s.states())
 
     async def _start_executor(self) -> None:
         cfg = self.cfg.cgroup
@@ -419,6 +435,7 @@ class Daemon:
             node_slo=self._node_slo,
             capabilities=self.capabilities,
             evictor=self.evictor,
+            node=self._kube_node,
             events=events,
             audit=audit,
             dry_run_all=self.cfg.qos.dry_run,
@@ -615,6 +632,7 @@ class Daemon:
         """
         if not self._stops:
             return
+        self.notifier.stopping("stopping")
         loop = asyncio.get_running_loop()
         deadline = loop.time() + STOP_TIMEOUT
         self.metrics.ready.set(0)

@@ -57,6 +57,16 @@ setup() {
   cp requirements/lock.txt "$stamp"
 }
 
+test_tools() {
+  # The packaging tests build an .rpm (rpmbuild) and verify the units (systemd-analyze).
+  local need=()
+  command -v rpmbuild >/dev/null || need+=(rpm)
+  command -v systemd-analyze >/dev/null || need+=(systemd)
+  command -v dpkg-deb >/dev/null || need+=(dpkg)
+  [ ${#need[@]} -eq 0 ] || apt_install "${need[@]}" ||
+    log "without ${need[*]}: the .rpm is not built and those packaging tests skip with the reason"
+}
+
 cmd=${1:-}
 [ $# -gt 0 ] && shift
 case "$cmd" in
@@ -69,6 +79,7 @@ case "$cmd" in
     ;;
   test)
     setup
+    test_tools
     export PATH=$VENV/bin:$PATH
     log "ruff";          ruff check .
     log "ruff format";   ruff format --check .

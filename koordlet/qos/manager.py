@@ -230,6 +230,10 @@ class StrategyContext:
     events: PressureEventSource | None = None
     """The pressure event source (PSI triggers, memcg thresholds) a strategy may arm and
     subscribe to, to act between ticks; None when the daemon has none (tests)."""
+    node: Callable[[], Mapping[str, Any] | None] | None = None
+    """The Node object (``KubeStatesSource.node()``) in cluster mode; None in standalone mode
+    and tests. CPU suppress takes the node's reserved CPU from it (kubelet capacity -
+    allocatable, ``node.koordinator.sh/reservation``)."""
     audit: AuditLog | None = None
     """The audit log: ``audit.record("evict" | "decision", strategy=..., reason=..., ...)``.
     Writes through the executor are audited without asking; None in tests that need none."""

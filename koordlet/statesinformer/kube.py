@@ -209,12 +209,20 @@ def pod_info(pod: Obj, layout: CgroupLayout) -> PodInfo:
         runtime = _RUNTIMES.get(scheme)
         if runtime is None or not cid:
             continue  # not started yet, or a runtime we cannot name in the cgroup tree
+        spec_c = names.get(str(status.get("name", "")))
+        own = [spec_c] if spec_c is not None else None
         containers.append(
             ContainerInfo(
                 id=cid,
                 name=str(status.get("name", cid[:12])),
                 runtime=runtime,
                 cgroup_dir=layout.container_dir(pod_dir, runtime, cid),
+                cpu_request_milli=_sum(own, "requests", "cpu", cpu_milli) if own else None,
+                cpu_limit_milli=_sum(own, "limits", "cpu", cpu_milli) if own else None,
+                memory_request_bytes=(
+                    _sum(own, "requests", "memory", memory_bytes) if own else None
+                ),
+                memory_limit_bytes=_sum(own, "limits", "memory", memory_bytes) if own else None,
             )
         )
     spec_containers = list(names.values())

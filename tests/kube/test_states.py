@@ -10,7 +10,12 @@ import pytest
 
 from apis.extension import KubeQOS, QoSClass
 from koordlet.statesinformer.inventory import WorkloadInventory
-from koordlet.statesinformer.kube import CollectPolicy, KubeStatesSource, parse_collect_policy
+from koordlet.statesinformer.kube import (
+    CollectPolicy,
+    KubeStatesSource,
+    parse_collect_policy,
+    pod_info,
+)
 from koordlet.system.cgroups import CgroupDriver, CgroupVersion
 from kubeclient.backoff import Backoff
 from kubeclient.client import KubeClient, Obj
@@ -254,3 +259,31 @@ async def test_the_nodemetric_spec_sets_the_collect_policy(
 
 def test_a_missing_collect_policy_is_koordinators_default() -> None:
     assert parse_collect_policy({}) == CollectPolicy(300, 60, (300, 600, 1800))
+
+
+def test_each_container_carries_its_own_requests_and_limits(host: FakeHost) -> None:
+    pod = {
+        "metadata": {"name": "web", "namespace": "prod", "uid": UID_LS},
+        "spec": {
+            "nodeName": NODE,
+            "containers": [
+                {"name": "a", "resources": {"requests": {"cpu": "500m"}, "limits": {"cpu": "1"}}},
+                {"name": "b", "resources": {"requests": {"memory": "1Gi"}}},
+            ],
+        },
+        "status": {
+            "phase": "Running",
+            "containerStatuses": [
+                {"name": "a", "containerID": f"containerd://{CID}"},
+                {"name": "b", "containerID": f"containerd://{'cd' * 32}"},
+            ],
+        },
+    }
+
+    info = pod_info(pod, host.layout)
+
+    by_name = {c.name: c for c in info.containers}
+    assert (by_name["a"].cpu_request_milli, by_name["a"].cpu_limit_milli) == (500, 1000)
+    assert by_name["a"].memory_limit_bytes is None
+    assert (by_name["b"].memory_request_bytes, by_name["b"].cpu_limit_milli) == (1 << 30, None)
+    assert info.cpu_limit_milli is None  # container b is unlimited, so the pod is

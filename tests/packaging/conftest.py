@@ -22,10 +22,6 @@ EXIT_NO_RPMBUILD = 3
 """``packaging/build.sh``: the .deb was built, rpmbuild is missing."""
 
 
-def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line("markers", "slow: builds or unpacks the packages (about 1-2 minutes)")
-
-
 @dataclass(frozen=True)
 class Built:
     deb: Path
