@@ -180,8 +180,7 @@ class Extender:
             for i, obj in enumerate(nodes.get("items") or []):
                 info = parse_node(obj, "request", f"nodes.items[{i}]")
                 if info.name not in self.snapshot.nodes:
-                    self.snapshot.nodes[info.name] = info
-                    self.snapshot.generation += 1
+                    self.snapshot.upsert_node(info)
                 names.append(info.name)
         else:
             raw_names = body.get("nodenames") or []
@@ -308,14 +307,14 @@ class Extender:
             if node is None:
                 continue
             removed = [p for p in (node.remove_pod(u) for u in uids) if p is not None]
-            self.snapshot.generation += 1  # plugins re-index the node without its victims
+            self.snapshot.touch(name)  # plugins re-index the node without its victims
             try:
                 cycle = self.framework.new_cycle(self.snapshot)
                 verdict = self.framework.filter(cycle, pod, [node])
             finally:
                 for p in removed:
                     node.add_pod(p)
-                self.snapshot.generation += 1
+                self.snapshot.touch(name)
             if verdict[name].feasible:
                 out[name] = {"pods": [{"uid": u} for u in uids], "numPDBViolations": pdb}
         return {"nodeNameToMetaVictims": out}

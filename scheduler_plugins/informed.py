@@ -21,6 +21,7 @@ from kubeclient.informer import Informer
 from kubeclient.resources import NODE_METRICS, NODE_RESOURCE_TOPOLOGIES, NODES, PODS, Resource
 from scheduler_plugins.errors import InputError
 from scheduler_plugins.snapshot import (
+    ALL,
     PodInfo,
     Snapshot,
     _parse_nrt,
@@ -120,7 +121,10 @@ class InformedSnapshot:
                     self.on_pending(info)
 
         def keyed(
-            store: dict[str, Any], key: Callable[[Obj], str], parse: Callable[[Obj], Any]
+            store: dict[str, Any],
+            key: Callable[[Obj], str],
+            parse: Callable[[Obj], Any],
+            per_node: bool = False,
         ) -> Apply:
             def apply(obj: Obj, deleted: bool) -> None:
                 k = key(obj)
@@ -128,7 +132,7 @@ class InformedSnapshot:
                     store.pop(k, None)
                 else:
                     store[k] = parse(obj)
-                snap.generation += 1
+                snap.touch(k if per_node else ALL)
 
             return apply
 

@@ -17,6 +17,7 @@ scheduler's "assume" after reserve) and :meth:`Snapshot.forget` takes it back.
 from __future__ import annotations
 
 import json
+from bisect import bisect_right
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -45,6 +46,13 @@ LABEL_QUOTA_NAME = "quota.scheduling.koordinator.sh/name"
 """Pod label naming its ElasticQuota."""
 LABEL_PREEMPTIBLE = "quota.scheduling.koordinator.sh/preemptible"
 """Pod label; ``"false"`` makes the pod non-preemptible: it must fit within its quota's min."""
+
+ALL = "*"
+"""A change that is not one node's (see :meth:`Snapshot.touch`)."""
+PENDING = ""
+"""A change to the pending pods only (no node's index changes; quotas and gangs re-read)."""
+MAX_CHANGES = 4096
+"""Change log entries kept; a consumer further behind re-indexes everything."""
 
 DEFAULT_REPORT_INTERVAL_S = 60.0
 """``NodeMetric.spec.metricCollectPolicy.reportIntervalSeconds`` when unset (Koordinator: 60)."""
@@ -568,7 +576,29 @@ class Snapshot:
     orphans: dict[str, dict[str, PodInfo]] = field(default_factory=dict)
     """Pods bound to nodes the snapshot does not have (yet), by node name then uid."""
     generation: int = 0
-    """Bumped on every change; plugins key their caches on it."""
+    """Bumped on every change (:meth:`touch`); plugins key their caches on it."""
+    changes: list[tuple[int, str]] = field(default_factory=list)
+    """``(generation, node name)`` of recent changes (:data:`ALL`: not one node's), so plugins
+    re-index only the nodes that changed."""
+
+    def touch(self, node_name: str) -> None:
+        """Record a change to ``node_name`` (its pods, metric, topology) or, with :data:`ALL`,
+        to something every node may see (quotas, gangs, reservations, devices)."""
+        self.generation += 1
+        self.changes.append((self.generation, node_name))
+        if len(self.changes) > MAX_CHANGES:
+            del self.changes[: len(self.changes) // 2]
+
+    def changed_since(self, generation: int) -> set[str] | None:
+        """Nodes changed after ``generation``; ``None`` when a full re-index is needed (the
+        log no longer reaches back that far, or an :data:`ALL` change)."""
+        if generation == self.generation:
+            return set()
+        if generation > self.generation or not self.changes or self.changes[0][0] > generation + 1:
+            return None
+        start = bisect_right(self.changes, (generation, "\U0010ffff"))
+        names = {name for _, name in self.changes[start:]}
+        return None if ALL in names else names
 
     def all_pods(self) -> Iterable[PodInfo]:
         """Assigned and pending pods."""
@@ -581,15 +611,15 @@ class Snapshot:
         self.remove_pod(pod.uid)
         pod.node_name = node_name
         self.nodes[node_name].add_pod(pod)
-        self.generation += 1
+        self.touch(node_name)
 
     def forget(self, pod: PodInfo) -> None:
         """Undo :meth:`assume`."""
         node = self.nodes.get(pod.node_name)
         if node is not None:
             node.remove_pod(pod.uid)
+            self.touch(node.name)
         pod.node_name = ""
-        self.generation += 1
 
     # -- incremental updates (informers) ------------------------------------------------------
 
@@ -601,14 +631,14 @@ class Snapshot:
         self.nodes[info.name] = info
         for pod in pods:
             info.add_pod(pod)
-        self.generation += 1
+        self.touch(info.name)
 
     def remove_node(self, name: str) -> None:
         """Drop a node; its pods wait for it in :attr:`orphans`."""
         old = self.nodes.pop(name, None)
         if old is not None and old.pods:
             self.orphans[name] = dict(old.pods)
-        self.generation += 1
+        self.touch(name)
 
     def upsert_pod(self, pod: PodInfo) -> None:
         """Add or replace a pod (by uid) where it belongs: its node, pending, or waiting for a
@@ -616,22 +646,23 @@ class Snapshot:
         self.remove_pod(pod.uid, hint=pod.node_name)
         if not pod.node_name:
             self.pending_pods[pod.uid] = pod
+            self.touch(PENDING)
         elif pod.node_name in self.nodes:
             self.nodes[pod.node_name].add_pod(pod)
+            self.touch(pod.node_name)
         else:
             self.orphans.setdefault(pod.node_name, {})[pod.uid] = pod
-        self.generation += 1
 
     def remove_pod(self, uid: str, hint: str = "") -> None:
         """Drop a pod wherever it is (``hint``: the node to look at first)."""
         if self.pending_pods.pop(uid, None) is not None:
-            self.generation += 1
+            self.touch(PENDING)
             return
         first = self.nodes.get(hint)
         for node in ([first] if first is not None else []) + list(self.nodes.values()):
             if uid in node.pods:
                 node.remove_pod(uid)
-                self.generation += 1
+                self.touch(node.name)
                 return
         for waiting in self.orphans.values():
             if waiting.pop(uid, None) is not None:

@@ -390,28 +390,81 @@ class LoadAwareScheduling(Plugin):
         self._prepare(cycle)
 
     def _prepare(self, cycle: Cycle) -> None:
-        """Bring the per-node cache and the indexes up to date after a snapshot change
-        (NodeMetrics replaced, pods assumed)."""
+        """Bring the per-node cache and the indexes up to date: only the nodes the snapshot's
+        change log names, or everything after a new snapshot or a gap in the log."""
         snap = cycle.snapshot
         token = (id(snap), snap.generation)
         if token == self._token:
             return
-        metrics = snap.node_metrics
+        names = None
+        if self._token is not None and self._token[0] == id(snap):
+            names = snap.changed_since(self._token[1])
         cache = self._cache
-        if self._token is None or self._token[0] != id(snap):
-            cache.clear()
-        for name, node in snap.nodes.items():
-            load = cache.get(name)
-            if (
-                load is None
-                or load.generation != node.generation
-                or load.metric is not metrics.get(name)
-            ):
-                self._load(cycle, node)
-        for gone in [n for n in cache if n not in snap.nodes]:
-            del cache[gone]
-        self._build_indexes()
+        if names is None:
+            metrics = snap.node_metrics
+            if self._token is None or self._token[0] != id(snap):
+                cache.clear()
+            for name, node in snap.nodes.items():
+                load = cache.get(name)
+                if (
+                    load is None
+                    or load.generation != node.generation
+                    or load.metric is not metrics.get(name)
+                ):
+                    self._load(cycle, node)
+            for gone in [n for n in cache if n not in snap.nodes]:
+                del cache[gone]
+            self._build_indexes()
+        else:
+            for name in names:
+                changed = snap.nodes.get(name)
+                if changed is None:
+                    if cache.pop(name, None) is not None:
+                        self._unindex(name)
+                    continue
+                self._index(name, self._load(cycle, changed))
         self._token = token
+
+    def _rows(
+        self, name: str, load: _NodeLoad
+    ) -> tuple[
+        tuple[str, list[int | None]] | None,
+        tuple[str, list[int | None]] | None,
+        dict[str, tuple[float, list[tuple[int, int]]]],
+    ]:
+        """A node's rows: (normal, prod) threshold rows and its score vectors."""
+        if load.metric is None or not load.has_usage:
+            return None, None, {}
+        n = len(self.resources)
+        alloc = load.allocatable
+        if load.filter_aggregated and load.agg_filter_existing is not None:
+            reason, ths, ex = ERR_AGGREGATED_USAGE, load.agg_thresholds, load.agg_filter_existing
+        else:
+            reason, ths, ex = ERR_USAGE, load.thresholds, load.node_existing
+        heads = [headroom(ths[i], alloc[i], ex[i]) for i in range(n)]
+        normal = (reason, heads)
+        prod = normal
+        if any(load.prod_thresholds):
+            prod = (
+                ERR_USAGE,
+                [
+                    headroom(load.prod_thresholds[i], alloc[i], load.prod_existing[i])
+                    for i in range(n)
+                ],
+            )
+        weighted = [i for i, _ in self._weights]
+        vecs = {
+            kind: (
+                load.expires_at,
+                [(alloc[i], existing[i]) if alloc[i] > 0 else (1, 1 << 62) for i in weighted],
+            )
+            for kind, existing in (
+                ("node", load.node_existing),
+                ("agg", load.agg_score_existing or load.node_existing),
+                ("prod", load.prod_existing),
+            )
+        }
+        return normal, prod, vecs
 
     def _build_indexes(self) -> None:
         n = len(self.resources)
@@ -423,46 +476,37 @@ class LoadAwareScheduling(Plugin):
             "agg": {},
             "prod": {},
         }
-        weighted = [i for i, _ in self._weights]
         for name, load in self._cache.items():
-            if load.metric is None:
-                continue
-            expiry.append((load.expires_at, name))
-            if not load.has_usage:
-                continue
-            alloc = load.allocatable
-            if load.filter_aggregated and load.agg_filter_existing is not None:
-                row = (name, ERR_AGGREGATED_USAGE, load.agg_thresholds, load.agg_filter_existing)
-            else:
-                row = (name, ERR_USAGE, load.thresholds, load.node_existing)
-            heads = [headroom(row[2][i], alloc[i], row[3][i]) for i in range(n)]
-            normal.append((name, row[1], heads))
-            if any(load.prod_thresholds):
-                prod.append(
-                    (
-                        name,
-                        ERR_USAGE,
-                        [
-                            headroom(load.prod_thresholds[i], alloc[i], load.prod_existing[i])
-                            for i in range(n)
-                        ],
-                    )
-                )
-            else:
-                prod.append((name, row[1], heads))
-            for kind, existing in (
-                ("node", load.node_existing),
-                ("agg", load.agg_score_existing or load.node_existing),
-                ("prod", load.prod_existing),
-            ):
-                vecs[kind][name] = (
-                    load.expires_at,
-                    [(alloc[i], existing[i]) if alloc[i] > 0 else (1, 1 << 62) for i in weighted],
-                )
+            if load.metric is not None:
+                expiry.append((load.expires_at, name))
+            nrow, prow, v = self._rows(name, load)
+            if nrow is not None and prow is not None:
+                normal.append((name, *nrow))
+                prod.append((name, *prow))
+            for kind, vec in v.items():
+                vecs[kind][name] = vec
         self._normal_index = ThresholdIndex.build(n, normal)
         self._prod_index = ThresholdIndex.build(n, prod)
         self._expiry = ExpiryIndex(expiry)
         self._score_vecs = vecs
+
+    def _unindex(self, name: str) -> None:
+        self._normal_index.discard(name)
+        self._prod_index.discard(name)
+        self._expiry.discard(name)
+        for kind in self._score_vecs.values():
+            kind.pop(name, None)
+
+    def _index(self, name: str, load: _NodeLoad) -> None:
+        self._unindex(name)
+        if load.metric is not None:
+            self._expiry.upsert(name, load.expires_at)
+        nrow, prow, v = self._rows(name, load)
+        if nrow is not None and prow is not None:
+            self._normal_index.upsert(name, *nrow)
+            self._prod_index.upsert(name, *prow)
+        for kind, vec in v.items():
+            self._score_vecs.setdefault(kind, {})[name] = vec
 
     def _pod_estimate(self, cycle: Cycle, pod: PodInfo) -> list[int]:
         key = f"{NAME}/estimate/{pod.uid}"

@@ -24,11 +24,13 @@ def headroom(threshold: int, allocatable: int, existing: int) -> int | None:
 
 
 class ThresholdIndex:
-    """Per resource, the nodes sorted by headroom, each with the reason it fails with."""
+    """Per resource, the nodes sorted by headroom, each with the reason it fails with; nodes
+    can be replaced one at a time (:meth:`upsert`, :meth:`discard`)."""
 
     def __init__(self, resources: int) -> None:
         self._keys: list[list[int]] = [[] for _ in range(resources)]
         self._rows: list[list[tuple[str, str]]] = [[] for _ in range(resources)]
+        self._of: dict[str, tuple[str, list[int | None]]] = {}
 
     @classmethod
     def build(
@@ -38,6 +40,7 @@ class ThresholdIndex:
         index = cls(resources)
         cols: list[list[tuple[int, str, str]]] = [[] for _ in range(resources)]
         for name, reason, heads in rows:
+            index._of[name] = (reason, list(heads))
             for i, h in enumerate(heads):
                 if h is not None:
                     cols[i].append((h, name, reason))
@@ -46,6 +49,34 @@ class ThresholdIndex:
             index._keys[i] = [h for h, _, _ in col]
             index._rows[i] = [(n, r) for _, n, r in col]
         return index
+
+    def discard(self, name: str) -> None:
+        """Forget ``name``."""
+        old = self._of.pop(name, None)
+        if old is None:
+            return
+        for i, h in enumerate(old[1]):
+            if h is None:
+                continue
+            keys, rows = self._keys[i], self._rows[i]
+            k = bisect_left(keys, h)
+            while k < len(keys) and keys[k] == h:
+                if rows[k][0] == name:
+                    del keys[k]
+                    del rows[k]
+                    break
+                k += 1
+
+    def upsert(self, name: str, reason: str, heads: Sequence[int | None]) -> None:
+        """Add or replace ``name``."""
+        self.discard(name)
+        self._of[name] = (reason, list(heads))
+        for i, h in enumerate(heads):
+            if h is None:
+                continue
+            k = bisect_left(self._keys[i], h)
+            self._keys[i].insert(k, h)
+            self._rows[i].insert(k, (name, reason))
 
     def failing(self, estimate: Sequence[int]) -> list[tuple[int, str, str]]:
         """``(resource, node, reason)`` for every node and resource the estimate exceeds, in
@@ -65,6 +96,28 @@ class ExpiryIndex:
         ordered = sorted(rows)
         self._keys = [t for t, _ in ordered]
         self._names = [n for _, n in ordered]
+        self._of = {n: t for t, n in ordered}
+
+    def discard(self, name: str) -> None:
+        """Forget ``name``."""
+        t = self._of.pop(name, None)
+        if t is None:
+            return
+        k = bisect_left(self._keys, t)
+        while k < len(self._keys) and self._keys[k] == t:
+            if self._names[k] == name:
+                del self._keys[k]
+                del self._names[k]
+                return
+            k += 1
+
+    def upsert(self, name: str, expires_at: float) -> None:
+        """Add or replace ``name``."""
+        self.discard(name)
+        self._of[name] = expires_at
+        k = bisect_left(self._keys, expires_at)
+        self._keys.insert(k, expires_at)
+        self._names.insert(k, name)
 
     def expired(self, now: float) -> list[str]:
         """Nodes whose NodeMetric has expired at ``now``."""

@@ -225,16 +225,31 @@ class NodeNUMAResource(Plugin):
         self._prepare(cycle)
 
     def _prepare(self, cycle: Cycle) -> frozenset[str]:
-        """Refresh the per-node states after a snapshot change; the nodes with a NUMA policy."""
+        """Refresh the per-node states of the nodes the snapshot's change log names (all after
+        a new snapshot or a gap); the nodes with a NUMA policy."""
         snap = cycle.snapshot
         token = (id(snap), snap.generation)
-        if token != self._token:
-            if self._token is None or self._token[0] != id(snap):
-                self._cache.clear()
+        if token == self._token:
+            return self._policy_nodes
+        names = None
+        if self._token is not None and self._token[0] == id(snap):
+            names = snap.changed_since(self._token[1])
+        if names is None:
+            self._cache.clear()
             self._policy_nodes = frozenset(
                 name for name, node in snap.nodes.items() if self._state(cycle, node).numa_policy
             )
-            self._token = token
+        else:
+            policy = set(self._policy_nodes)
+            for name in names:
+                self._cache.pop(name, None)  # its pods or its NRT changed
+                node = snap.nodes.get(name)
+                if node is not None and self._state(cycle, node).numa_policy:
+                    policy.add(name)
+                else:
+                    policy.discard(name)
+            self._policy_nodes = frozenset(policy)
+        self._token = token
         return self._policy_nodes
 
     # -- node state ---------------------------------------------------------------------------

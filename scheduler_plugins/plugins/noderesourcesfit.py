@@ -48,7 +48,8 @@ class NodeResourcesFit(Plugin):
         self.ignored = frozenset(ignored)
         self._token: tuple[int, int] | None = None
         self._free: dict[str, tuple[list[int], list[str]]] = {}
-        self._unschedulable: list[str] = []
+        self._free_of: dict[str, dict[str, int]] = {}
+        self._unschedulable: set[str] = set()
 
     def warm(self, cycle: Cycle) -> None:
         """Index the snapshot (the extender calls this after loading one)."""
@@ -57,16 +58,46 @@ class NodeResourcesFit(Plugin):
             self._index(cycle, r)
 
     def _prepare(self, cycle: Cycle) -> None:
+        """Re-index the nodes the snapshot's change log names (everything after a new snapshot
+        or a gap in the log)."""
         snap = cycle.snapshot
         token = (id(snap), snap.generation)
-        if token != self._token:
+        if token == self._token:
+            return
+        names = None
+        if self._token is not None and self._token[0] == id(snap):
+            names = snap.changed_since(self._token[1])
+        if names is None:
             self._free.clear()
-            self._unschedulable = [n.name for n in snap.nodes.values() if n.unschedulable]
-            self._token = token
+            self._free_of.clear()
+            self._unschedulable = {n.name for n in snap.nodes.values() if n.unschedulable}
+        else:
+            for name in names:
+                node = snap.nodes.get(name)
+                if node is not None and node.unschedulable:
+                    self._unschedulable.add(name)
+                else:
+                    self._unschedulable.discard(name)
+                for resource, (keys, names_sorted) in self._free.items():
+                    of = self._free_of[resource]
+                    old = of.pop(name, None)
+                    if old is not None:
+                        k = bisect_left(keys, old)
+                        while names_sorted[k] != name:
+                            k += 1
+                        del keys[k]
+                        del names_sorted[k]
+                    if node is not None and (resource != "pods" or resource in node.allocatable):
+                        free = node.allocatable.get(resource, 0) - node.requested.get(resource, 0)
+                        k = bisect_left(keys, free)
+                        keys.insert(k, free)
+                        names_sorted.insert(k, name)
+                        of[name] = free
+        self._token = token
 
     def _index(self, cycle: Cycle, resource: str) -> tuple[list[int], list[str]]:
-        """Nodes sorted by what they have left of ``resource``, built once per snapshot
-        generation (``pods``: only nodes that declare a pod limit)."""
+        """Nodes sorted by what they have left of ``resource`` (``pods``: only nodes that
+        declare a pod limit), built on first use and then kept up to date."""
         index = self._free.get(resource)
         if index is None:
             rows = sorted(
@@ -76,6 +107,7 @@ class NodeResourcesFit(Plugin):
             )
             index = ([f for f, _ in rows], [name for _, name in rows])
             self._free[resource] = index
+            self._free_of[resource] = {name: f for f, name in rows}
         return index
 
     def filter_nodes(self, cycle: Cycle, pod: PodInfo, nodes: Sequence[NodeInfo]) -> dict[str, str]:

@@ -58,6 +58,8 @@ async def api(tmp_path: Path) -> AsyncIterator[tuple[BindingFakeApiServer, KubeC
 
 @pytest.fixture
 async def running(api) -> AsyncIterator[tuple[BindingFakeApiServer, Scheduler]]:
+    """The informers and the loop; tests wait for ``sched.snapshot`` to show what they put
+    before putting the pods (the informers' kinds arrive in no particular order)."""
     server, client = api
     informed = InformedSnapshot(client)
     sched = Scheduler(
@@ -89,13 +91,15 @@ def events_for(server: BindingFakeApiServer, name: str) -> list[dict]:
 
 
 async def test_pods_are_bound_to_the_least_loaded_node_with_their_cpuset(running):
-    server, _ = running
+    server, sched = running
     server.put("nodes", node("hot", cpu="16"))
     server.put("nodemetrics", metric("hot", "8"))
     server.put("nodes", node("cool", cpu="16"))
     server.put("nodemetrics", metric("cool", "1"))
     server.put("noderesourcetopologies", nrt("cool"))
     server.put("noderesourcetopologies", nrt("hot"))
+    snap = sched.snapshot
+    await eventually(lambda: len(snap.node_metrics) == 2 and len(snap.topologies) == 2)
     server.put("pods", ours("web", requests={"cpu": "2", "memory": "1Gi"}))
     lsr = ours(
         "lsr",
@@ -116,9 +120,10 @@ async def test_pods_are_bound_to_the_least_loaded_node_with_their_cpuset(running
 
 
 async def test_an_unschedulable_pod_gets_a_failed_scheduling_event_in_koordinators_words(running):
-    server, _ = running
+    server, sched = running
     server.put("nodes", node("hot", cpu="16"))
     server.put("nodemetrics", metric("hot", "15"))
+    await eventually(lambda: "hot" in sched.snapshot.node_metrics)
     server.put("pods", ours("p", requests={"cpu": "1"}))
     await eventually(lambda: bool(events_for(server, "p")))
     event = events_for(server, "p")[0]
@@ -129,13 +134,14 @@ async def test_an_unschedulable_pod_gets_a_failed_scheduling_event_in_koordinato
 
 
 async def test_a_gang_that_cannot_fit_binds_no_member_and_one_that_fits_binds_all(running):
-    server, _ = running
+    server, sched = running
     server.put("nodes", node("n1", cpu="4"))
     group = {
         "metadata": {"name": "job", "namespace": "default"},
         "spec": {"minMember": 3, "scheduleTimeoutSeconds": 2},
     }
     server.put("podgroups", group)
+    await eventually(lambda: "default/job" in sched.snapshot.pod_groups)
     for i in range(3):
         server.put(
             "pods",
@@ -151,41 +157,48 @@ async def test_a_gang_that_cannot_fit_binds_no_member_and_one_that_fits_binds_al
     await eventually(lambda: all(node_of(server, f"w{i}") for i in range(3)), within=30)
 
 
-async def test_a_quota_tree_under_contention_admits_pods_up_to_the_runtime_quota(running):
-    server, _ = running
+async def test_a_quota_tree_under_contention_admits_pods_up_to_the_runtime_quota(api):
+    server, client = api
     server.put("nodes", node("n1", cpu="10"))
-    for name, lo in (("a", 4), ("b", 4)):
-        server.put(
-            "elasticquotas",
-            {
-                "metadata": {"name": name, "namespace": "default"},
-                "spec": {"min": {"cpu": str(lo)}, "max": {"cpu": "10"}},
-            },
-        )
-    # b asks for 8 cores, a for 8: each gets its min 4 and half of the 2 left
-    for i in range(4):
-        server.put(
-            "pods",
-            ours(
-                f"a{i}", requests={"cpu": "2"}, labels={"quota.scheduling.koordinator.sh/name": "a"}
-            ),
-        )
-        server.put(
-            "pods",
-            ours(
-                f"b{i}", requests={"cpu": "2"}, labels={"quota.scheduling.koordinator.sh/name": "b"}
-            ),
-        )
-    await eventually(
-        lambda: sum(1 for p in ("a", "b") for i in range(4) if node_of(server, f"{p}{i}")) == 4
+    for name in ("a", "b"):
+        quota = {
+            "metadata": {"name": name, "namespace": "default"},
+            "spec": {"min": {"cpu": "4"}, "max": {"cpu": "10"}},
+        }
+        server.put("elasticquotas", quota)
+    # all pods exist before the scheduler starts: a and b each ask for 8 cores, so each gets
+    # its min 4 and half of the 2 left, 5 cores: two pods of 2 cores each
+    for q in ("a", "b"):
+        for i in range(4):
+            labels = {"quota.scheduling.koordinator.sh/name": q}
+            server.put("pods", ours(f"{q}{i}", requests={"cpu": "2"}, labels=labels))
+    informed = InformedSnapshot(client)
+    sched = Scheduler(
+        build_framework(), informed.snapshot, KubeBinder(client), EventRecorder(client)
     )
-    await asyncio.sleep(0.5)
-    bound = {p: sum(1 for i in range(4) if node_of(server, f"{p}{i}")) for p in ("a", "b")}
-    assert bound == {"a": 2, "b": 2}  # 5 cores of runtime each: two pods of 2 cores
-    waiting = [f"{p}{i}" for p in ("a", "b") for i in range(4) if not node_of(server, f"{p}{i}")]
-    assert any(
-        "Insufficient quotas" in e["message"] for w in waiting for e in events_for(server, w)
-    )
+    tasks = [asyncio.create_task(informed.run(), name="t-informers")]
+    try:
+        assert await informed.wait_synced(10)
+        snap = informed.snapshot
+        await eventually(lambda: len(snap.quotas) == 2 and len(snap.pending_pods) == 8)
+        informed.on_pending = sched.enqueue
+        tasks.append(asyncio.create_task(sched.run(), name="t-scheduler"))
+        names = [f"{q}{i}" for q in ("a", "b") for i in range(4)]
+        await eventually(lambda: sum(1 for n in names if node_of(server, n)) == 4)
+        await eventually(
+            lambda: all(events_for(server, n) for n in names if not node_of(server, n))
+        )
+        bound = {q: sum(1 for i in range(4) if node_of(server, f"{q}{i}")) for q in ("a", "b")}
+        assert bound == {"a": 2, "b": 2}
+        waiting = [n for n in names if not node_of(server, n)]
+        assert all(
+            any("Insufficient quotas" in e["message"] for e in events_for(server, w))
+            for w in waiting
+        )
+    finally:
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
 
 
 async def test_a_rejected_binding_is_retried(api):
