@@ -13,7 +13,13 @@ Reported: ``extender_p50_ms``, ``extender_p99_ms`` (filter plus prioritize over 
 ``inprocess_p50_ms``, ``inprocess_p99_ms`` (the same two verbs called directly: the plugins'
 share), ``feasible_nodes_mean``, ``nodes``, ``build_s`` (snapshot build and warm-up).
 
+Then (b) the standalone scheduler's loop step (``Scheduler.schedule_one``: filter and score all
+nodes, reserve, assume, bind) over ``--standalone-pods`` pending pods (default 10,000) on a
+fresh copy of the cluster, with a binder that only counts (no API server):
+``standalone_pods_per_s`` and ``standalone_bound``. Each assumed pod re-indexes only its node (the snapshot's change log).
+
     python -m bench.scheduler_scale [--json] [--nodes N] [--pods N] [--pods-per-node N]
+                                    [--standalone-pods N]
 """
 
 from __future__ import annotations
@@ -21,11 +27,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import logging
 import random
 import statistics
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -33,7 +40,8 @@ import aiohttp
 from aiohttp import web
 
 from scheduler_plugins.extender import Extender, make_app
-from scheduler_plugins.snapshot import build_snapshot
+from scheduler_plugins.snapshot import PodInfo, build_snapshot, parse_pod
+from scheduler_plugins.standalone import EventRecorder, Scheduler
 from scheduler_plugins.table import build_framework
 
 
@@ -236,6 +244,38 @@ async def _measure(ext: Extender, names: list[str], pods: int, warmup: int) -> d
     }
 
 
+class _NullBinder:
+    """Records nothing but a count: the API server's share is not measured here."""
+
+    def __init__(self) -> None:
+        self.bound = 0
+
+    async def bind(self, pod: PodInfo, node: str, annotations: Mapping[str, str]) -> None:
+        self.bound += 1
+
+
+async def _standalone(nodes: int, pods_per_node: int, pods: int) -> dict[str, Any]:
+    snapshot = build_snapshot(cluster(nodes, pods_per_node), "synthetic")
+    binder = _NullBinder()
+    sched = Scheduler(build_framework(), snapshot, binder, EventRecorder(None))
+    pending = []
+    for i in range(pods):
+        obj = _pod(100_000 + i)
+        obj["spec"]["schedulerName"] = "koord-scheduler"
+        pending.append(parse_pod(obj, "bench"))
+    for p in pending:
+        snapshot.pending_pods[p.uid] = p
+    logging.getLogger("scheduler_plugins").setLevel(logging.WARNING)
+    t0 = time.perf_counter()
+    for p in pending:
+        await sched.schedule_one(p)
+    elapsed = time.perf_counter() - t0
+    return {
+        "standalone_pods_per_s": round(pods / elapsed, 1),
+        "standalone_bound": binder.bound,
+    }
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="bench.scheduler_scale", description=__doc__.split("\n")[0]
@@ -245,6 +285,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--pods", type=int, default=300)
     parser.add_argument("--pods-per-node", type=int, default=10)
     parser.add_argument("--warmup", type=int, default=20)
+    parser.add_argument("--standalone-pods", type=int, default=10_000)
     args = parser.parse_args(argv)
     t0 = time.perf_counter()
     snapshot = build_snapshot(cluster(args.nodes, args.pods_per_node), "synthetic")
@@ -253,6 +294,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     names = list(snapshot.nodes)
     figures: dict[str, Any] = {"nodes": args.nodes, "pods": args.pods, "build_s": round(build_s, 2)}
     figures.update(asyncio.run(_measure(ext, names, args.pods, args.warmup)))
+    if args.standalone_pods:
+        figures.update(
+            asyncio.run(_standalone(args.nodes, args.pods_per_node, args.standalone_pods))
+        )
     if not args.json:
         for key, value in figures.items():
             print(f"{key}: {value}", file=sys.stderr)

@@ -207,15 +207,19 @@ class Scheduler:
         """Schedule ``pod``: the node it was bound (or assumed, for a waiting gang member) to,
         or ``None`` (requeued with backoff)."""
         cycle = self.framework.new_cycle(self.snapshot, self.clock())
-        evaluation = self.framework.evaluate(self.snapshot, pod, cycle=cycle)
-        best = evaluation.best()
-        if best is None:
-            reasons = {n: r.reasons for n, r in evaluation.nodes.items()}
-            await self.events.warn(
-                pod, "FailedScheduling", failure_message(len(evaluation.nodes), reasons)
-            )
+        nodes = list(self.snapshot.nodes.values())
+        feasible, failures = self.framework.filter_nodes(cycle, pod, nodes)
+        if not feasible:
+            reasons = {n: [r for _, r in f] for n, f in failures.items()}
+            await self.events.warn(pod, "FailedScheduling", failure_message(len(nodes), reasons))
             self._backoff(pod)
             return None
+        _, totals = self.framework.score_nodes(cycle, pod, feasible)
+        best = feasible[0].name
+        top = totals.get(best, 0)
+        for n in feasible:
+            if totals.get(n.name, 0) > top:
+                best, top = n.name, totals[n.name]
         try:
             annotations = self.framework.reserve(cycle, pod, best)
         except ReserveError as err:
