@@ -16,7 +16,8 @@ share), ``feasible_nodes_mean``, ``nodes``, ``build_s`` (snapshot build and warm
 Then (b) the standalone scheduler's loop step (``Scheduler.schedule_one``: filter and score all
 nodes, reserve, assume, bind) over ``--standalone-pods`` pending pods (default 10,000) on a
 fresh copy of the cluster, with a binder that only counts (no API server):
-``standalone_pods_per_s`` and ``standalone_bound``. Each assumed pod re-indexes only its node (the snapshot's change log).
+``standalone_pods_per_s`` and ``standalone_bound``. Each assumed pod re-indexes only its node
+(the snapshot's change log).
 
     python -m bench.scheduler_scale [--json] [--nodes N] [--pods N] [--pods-per-node N]
                                     [--standalone-pods N]
