@@ -42,6 +42,7 @@ from typing import Any, Protocol
 from aiohttp import web
 
 from kubeclient.errors import KubeError
+from kubeclient.resources import PODS
 from scheduler_plugins.config import SchedulerConfig
 from scheduler_plugins.errors import InputError
 from scheduler_plugins.framework import ERR_NODE_NOT_FOUND, Cycle, Framework, ReserveError
@@ -77,8 +78,6 @@ class KubeBinder:
         self.client = client
 
     async def bind(self, pod: PodInfo, node: str, annotations: Mapping[str, str]) -> None:
-        from kubeclient.resources import PODS
-
         if annotations:
             await self.client.patch(
                 PODS, pod.name, {"metadata": {"annotations": dict(annotations)}}, pod.namespace

@@ -1,0 +1,41 @@
+"""bench.scheduler_scale runs end to end on a tiny cluster and prints its JSON contract."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+
+def test_scheduler_scale_prints_latency_and_throughput_keys():
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "bench.scheduler_scale",
+            "--json",
+            "--nodes",
+            "40",
+            "--pods",
+            "5",
+            "--warmup",
+            "1",
+            "--standalone-pods",
+            "30",
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    figures = json.loads(done.stdout.strip().splitlines()[-1])
+    assert {
+        "extender_p50_ms",
+        "extender_p99_ms",
+        "inprocess_p50_ms",
+        "inprocess_p99_ms",
+        "standalone_pods_per_s",
+    } <= set(figures)
+    assert figures["extender_p50_ms"] <= figures["extender_p99_ms"]
+    assert figures["standalone_bound"] == 30  # 40 nodes with room for every pod
