@@ -290,7 +290,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     t0 = time.perf_counter()
     snapshot = build_snapshot(cluster(args.nodes, args.pods_per_node), "synthetic")
-    ext = Extender(build_framework(), snapshot)
+    ext = Extender(build_framework(), snapshot, tune_gc=True)  # as `koord-scheduler extender`
     build_s = time.perf_counter() - t0
     names = list(snapshot.nodes)
     figures: dict[str, Any] = {"nodes": args.nodes, "pods": args.pods, "build_s": round(build_s, 2)}

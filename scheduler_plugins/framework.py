@@ -67,6 +67,8 @@ class Plugin:
 
     def filter_nodes(self, cycle: Cycle, pod: PodInfo, nodes: Sequence[NodeInfo]) -> dict[str, str]:
         """Failure reasons by node name over ``nodes`` (absent: feasible)."""
+        if type(self).filter is Plugin.filter:
+            return {}  # a plugin without a node filter (pre-filter only) passes every node
         out: dict[str, str] = {}
         for node in nodes:
             reason = self.filter(cycle, pod, node)
@@ -82,6 +84,8 @@ class Plugin:
         self, cycle: Cycle, pod: PodInfo, nodes: Sequence[NodeInfo]
     ) -> dict[str, int] | None:
         """Raw scores by node name; ``None`` when the plugin does not score this pod."""
+        if type(self).score is Plugin.score:
+            return None
         out: dict[str, int] = {}
         for node in nodes:
             s = self.score(cycle, pod, node)

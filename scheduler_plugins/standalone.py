@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import heapq
 import logging
 import time
@@ -34,7 +35,7 @@ from typing import Any
 
 from kubeclient.errors import KubeError
 from kubeclient.resources import EVENTS
-from scheduler_plugins.extender import Binder
+from scheduler_plugins.extender import GC_GEN0_THRESHOLD, Binder
 from scheduler_plugins.framework import Cycle, Framework, ReserveError
 from scheduler_plugins.plugins.coscheduling import DEFAULT_WAIT_S, gang_of
 from scheduler_plugins.snapshot import PodInfo, Snapshot
@@ -308,6 +309,15 @@ def _same_gang(pod: PodInfo, key: str) -> bool:
     )
 
 
+def tune_gc() -> None:
+    """As the extender does after loading: freeze what is there, collect young objects less
+    often (the process is ours alone)."""
+    gc.collect()
+    gc.freeze()
+    gen0, gen1, gen2 = gc.get_threshold()
+    gc.set_threshold(max(gen0, GC_GEN0_THRESHOLD), gen1, gen2)
+
+
 async def run_standalone(
     cfg: Any,
     kubeconfig: str | None,
@@ -342,6 +352,7 @@ async def run_standalone(
                 logger.error("nodes and pods not listed within %.0fs; giving up", sync_timeout)
                 informers.cancel()
                 return 1
+            tune_gc()
             loop_task = group.create_task(scheduler.run(), name="scheduler-loop")
             await stop.wait()
             loop_task.cancel()

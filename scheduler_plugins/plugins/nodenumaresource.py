@@ -485,7 +485,7 @@ class NodeNUMAResource(Plugin):
     ) -> dict[str, int] | None:
         need = self._need(cycle, pod)
         policy_nodes = self._prepare(cycle)
-        if not need.bind and not any(n.name in policy_nodes for n in nodes):
+        if not need.bind and (not policy_nodes or not any(n.name in policy_nodes for n in nodes)):
             return None
         placements = self._placements(cycle)
         most = self.args.scoring_strategy == MOST_ALLOCATED
