@@ -390,6 +390,7 @@ class KubeletPodsSource:
         url = self.url()
         session = await self._ensure_session()
         headers = {"Accept": "application/json"}
+        token = ""
         if self._token is not None and not self.config.insecure_tls:
             try:
                 token = await asyncio.to_thread(self._token.read)
@@ -400,7 +401,14 @@ class KubeletPodsSource:
         try:
             async with session.get(url, headers=headers) as resp:
                 if resp.status != 200:
-                    raise KubeletUnavailable(f"GET {url}: HTTP {resp.status} {resp.reason}")
+                    hint = ""
+                    if resp.status in (401, 403) and not self.config.insecure_tls:
+                        hint = (
+                            " (the token needs get on nodes/proxy)"
+                            if token
+                            else f" (no token: {self.config.token_file or 'none configured'})"
+                        )
+                    raise KubeletUnavailable(f"GET {url}: HTTP {resp.status} {resp.reason}{hint}")
                 body = await resp.read()
         except (aiohttp.ClientError, TimeoutError) as err:
             raise KubeletUnavailable(f"GET {url}: {type(err).__name__}: {err}") from err

@@ -514,3 +514,13 @@ def test_the_defaults_are_koordinators() -> None:
         False,
     )
     assert (cfg.sync_interval, cfg.sync_timeout, cfg.scheme) == (10.0, 3.0, "https")
+
+
+async def test_a_missing_token_file_is_named_when_the_kubelet_refuses(
+    host: FakeHost, tmp_path: Path, tls_kubelet: tuple[FakeKubelet, Cert]
+) -> None:
+    kubelet, _cert = tls_kubelet
+    async for source in _https_source(host, tmp_path / "absent", kubelet):
+        with pytest.raises(KubeletUnavailable, match=r"HTTP 401.*no token: .*absent"):
+            await source.fetch()
+    assert kubelet.authorizations == [None]
