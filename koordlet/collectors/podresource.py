@@ -150,14 +150,15 @@ class CpuCounters:
     this reading only seeds (first reading, counter went backwards, time did not advance).
     """
 
-    __slots__ = ("_last",)
+    __slots__ = ("last",)
 
     def __init__(self) -> None:
-        self._last: dict[str, tuple[int, float]] = {}
+        self.last: dict[str, tuple[int, float]] = {}
+        """Entity -> (previous reading, its timestamp); hot loops may use it directly."""
 
     def rate(self, entity: str, value: int, now: float) -> float | None:
-        prev = self._last.get(entity)
-        self._last[entity] = (value, now)
+        prev = self.last.get(entity)
+        self.last[entity] = (value, now)
         if prev is None:
             return None
         delta, elapsed = value - prev[0], now - prev[1]
@@ -166,12 +167,12 @@ class CpuCounters:
         return delta / elapsed
 
     def forget(self, entity: str) -> None:
-        self._last.pop(entity, None)
+        self.last.pop(entity, None)
 
     def keep_only(self, entities: set[str]) -> None:
         """Drop the state of every entity not in ``entities``."""
-        for entity in [e for e in self._last if e not in entities]:
-            del self._last[entity]
+        for entity in [e for e in self.last if e not in entities]:
+            del self.last[entity]
 
 
 class PodResourceCollector:
@@ -212,24 +213,37 @@ class PodResourceCollector:
         if self._targets.refresh(tick.workloads):
             self._replan()
         now = tick.now
-        cpu_usage, parse_memory = self._cpu_usage, self._parse_memory
-        rate = self._counters.rate
+        parse_memory = self._parse_memory
+        # v1: cpuacct.usage is read by nobody else and parsed inline; v2 shares cpu.stat's parse.
+        cpu_usage = None if self._cpu_usage is _v1_usage_ns else self._cpu_usage
+        read, parsed = tick.read, tick.parsed
+        last = self._counters.last  # CpuCounters.rate, inlined: entity -> (ns, timestamp)
         samples: list[Sample] = []
         append = samples.append
         new = tuple.__new__  # Sample's own __new__ is Python code; this skips it
         gone = 0
         for entity, cpu_path, mem_path, cpu_key, mem_key in self._plan:
             try:
-                usage_ns = cpu_usage(tick, cpu_path)
-                memory = parse_file(tick, mem_path, parse_memory)
+                if cpu_usage is None:
+                    data = read(cpu_path)
+                    try:
+                        usage_ns = int(data)
+                    except ValueError:
+                        usage_ns = parse_cpuacct_usage(data, cpu_path)  # raises ParseError
+                else:
+                    usage_ns = cpu_usage(tick, cpu_path)
+                memory = parsed(mem_path, parse_memory)
             except CgroupGoneError:
                 gone += 1
-                self._counters.forget(entity)
+                last.pop(entity, None)
                 continue
-            append(new(Sample, (mem_key, float(memory.usage))))
-            ns_per_second = rate(entity, usage_ns, now)
-            if ns_per_second is not None:
-                append(new(Sample, (cpu_key, ns_per_second / NS_PER_SECOND)))
+            append(new(Sample, (mem_key, float(memory[0] + memory[1]))))  # MemoryUsage.usage
+            prev = last.get(entity)
+            last[entity] = (usage_ns, now)
+            if prev is not None:
+                delta, elapsed = usage_ns - prev[0], now - prev[1]
+                if delta >= 0 and elapsed > 0:  # else: the cgroup was recreated; re-seed
+                    append(new(Sample, (cpu_key, delta / elapsed / NS_PER_SECOND)))
         if gone:
             logger.debug("%s: %d cgroups vanished during the tick, skipped", NAME, gone)
         return CollectResult(samples=samples)

@@ -27,7 +27,7 @@ from koordlet.metriccache.series import (
     SeriesKey,
 )
 from koordlet.system.cgroups import CgroupVersion
-from koordlet.system.cgroupstats import parse_cpu_stat
+from koordlet.system.cgroupstats import parse_cpu_stat, parse_cpu_throttling
 from koordlet.system.host import Host
 
 logger = logging.getLogger(__name__)
@@ -75,22 +75,22 @@ class PodThrottledCollector:
             self._replan()
         last = self._last
         shared = self._shared_parse
+        read = tick.read
         samples: list[Sample] = []
         append = samples.append
         new = tuple.__new__  # Sample's own __new__ is Python code; this skips it
         gone = 0
         for entity, path, key in self._plan:
             try:
-                stat = (
-                    parse_file(tick, path, parse_cpu_stat)
-                    if shared
-                    else parse_cpu_stat(tick.read(path), path)
-                )
+                if shared:
+                    stat = parse_file(tick, path, parse_cpu_stat)
+                    periods, throttled = stat.nr_periods, stat.nr_throttled
+                else:
+                    periods, throttled = parse_cpu_throttling(read(path), path)
             except CgroupGoneError:
                 gone += 1
                 last.pop(entity, None)
                 continue
-            periods, throttled = stat.nr_periods, stat.nr_throttled
             prev = last.get(entity)
             last[entity] = (periods, throttled)
             if prev is None:

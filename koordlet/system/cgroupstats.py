@@ -42,6 +42,9 @@ _GONE_ERRNOS = frozenset({errno.ENOENT, errno.ENODEV, errno.ESRCH})
 PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
 """Bytes per page; v1 ``memory.numa_stat`` counts pages."""
 
+_new = tuple.__new__
+"""Builds a NamedTuple from a tuple without its ``__new__``, which is Python code."""
+
 
 def _os_error(path: str, err: OSError) -> HostError:
     if err.errno in _GONE_ERRNOS:
@@ -288,11 +291,30 @@ def parse_cpu_stat(data: bytes, path: str) -> CpuStat:
     """
     if data.startswith(b"usage_usec ") or b"\nusage_usec " in data:
         usage, periods, throttled, throttled_us, bursts, burst_us = _CPU_STAT_V2.pick(data, path)
-        return CpuStat(
-            usage * 1000, periods, throttled, throttled_us * 1000, bursts, burst_us * 1000
+        return _new(
+            CpuStat,
+            (usage * 1000, periods, throttled, throttled_us * 1000, bursts, burst_us * 1000),
         )
-    periods, throttled, throttled_ns, bursts, burst_ns = _CPU_STAT_V1.pick(data, path)
-    return CpuStat(None, periods, throttled, throttled_ns, bursts, burst_ns)
+    return _new(CpuStat, (None, *_CPU_STAT_V1.pick(data, path)))
+
+
+def parse_cpu_throttling(data: bytes, path: str) -> tuple[int, int]:
+    """``(nr_periods, nr_throttled)`` of a ``cpu.stat``: the two values of
+    :func:`parse_cpu_stat` the throttling collector needs.
+
+    A v1 file in the layout :func:`parse_cpu_stat` learned last is split once and only those two
+    values are converted (so only they are checked); anything else (first call, v2, another
+    layout, a bad value in either) goes through :func:`parse_cpu_stat`, errors included.
+    """
+    tokens = data.split()
+    keys, index = _CPU_STAT_V1._layout  # one read: another thread may swap it, never half of it
+    if tokens[0::2] == keys:
+        try:
+            return int(tokens[index[0]]), int(tokens[index[1]])
+        except ValueError:
+            pass
+    stat = parse_cpu_stat(data, path)
+    return stat.nr_periods, stat.nr_throttled
 
 
 def cpu_throttled_ratio(current: CpuStat, previous: CpuStat) -> float:
@@ -361,9 +383,40 @@ _MEMORY_STAT_V1_RUNS = _runs(
 _MEMORY_STAT_V2_RUNS = _runs(("anon", "file"), ("inactive_anon", *_LRU_RUN))
 
 
+_V1_TAIL = [f"total_{name}".encode() for name in ("inactive_anon", *_LRU_RUN)]
+"""The last five keys of a v1 ``memory.stat`` as the kernel prints it (no ``CONFIG_DEBUG_VM``)."""
+_V1_CACHE = b"\ntotal_cache "
+
+
 def parse_memory_stat_v1(data: bytes, path: str) -> MemoryUsage:
     """A v1 ``memory.stat``, from its hierarchical ``total_*`` keys (the cgroup and all its
-    descendants), all of which are required."""
+    descendants), all of which are required.
+
+    Fast path for the kernel's own layout, where the five ``total_`` LRU keys are the file's last
+    lines: one ``rsplit`` from the end, one ``find`` of ``total_cache`` (followed by
+    ``total_rss``). Anything else (extra trailing keys, a bad value) takes the general path,
+    which parses any order and words the errors; both give the same values.
+    """
+    tail = data.rsplit(None, 10)
+    if tail[1::2] == _V1_TAIL:
+        start = data.find(_V1_CACHE)
+        if start >= 0:
+            head = data[start + 13 :].split(None, 3)
+            if len(head) > 2 and head[1] == b"total_rss":
+                try:
+                    return _new(
+                        MemoryUsage,
+                        (
+                            int(tail[2]) + int(tail[4]),
+                            int(tail[10]),
+                            int(tail[8]),
+                            int(tail[6]),
+                            int(head[0]),
+                            int(head[2]),
+                        ),
+                    )
+                except ValueError:
+                    pass
     cache, rss, inactive_anon, active_anon, inactive_file, active_file, unevictable = _pick_runs(
         data, path, _MEMORY_STAT_V1_RUNS, _MEMORY_STAT_V1, 7
     )
