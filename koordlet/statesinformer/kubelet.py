@@ -21,7 +21,9 @@ Errors (what :meth:`KubeletPodsSource.fetch` raises; :meth:`~KubeletPodsSource.p
     ├── KubeletUnavailable    no answer, a non-200 status, no address known yet
     └── KubeletResponseError  the body is not a PodList; the message names the field
 
-A pod whose own fields are malformed (``items[3].metadata.uid``) is skipped with a warning naming
+An empty PodList is a failed poll too, as in Koordinator: a kubelet that has just restarted lists
+no pods for a moment, and the koordlet's own pod is always there. A pod whose own fields are
+malformed (``items[3].metadata.uid``) is skipped with a warning naming
 the field; the rest of the list is used.
 """
 
@@ -415,7 +417,12 @@ class KubeletPodsSource:
         return await asyncio.to_thread(self._decode, body)
 
     def _decode(self, body: bytes) -> dict[str, PodInfo]:
-        return map_pods(parse_pod_list(body), self._layout(), self.node_name, self.name)
+        items = parse_pod_list(body)
+        if not items:
+            # A kubelet that has just restarted lists no pods for a moment; Koordinator ignores
+            # an empty list too. It is never right: the koordlet's own pod runs on this node.
+            raise KubeletUnavailable("empty PodList (a kubelet restarting?)")
+        return map_pods(items, self._layout(), self.node_name, self.name)
 
     async def _ensure_session(self) -> aiohttp.ClientSession:
         if self._session is None:

@@ -455,6 +455,18 @@ def test_a_pod_list_with_null_items_is_empty() -> None:
     assert parse_pod_list(json.dumps({"kind": "PodList", "items": None}).encode()) == []
 
 
+async def test_an_empty_pod_list_from_a_restarting_kubelet_keeps_the_last_good_list(
+    kubelet: FakeKubelet, source: KubeletPodsSource
+) -> None:
+    await source.poll()
+    kubelet.pods = []
+    with pytest.raises(KubeletUnavailable, match="empty PodList"):
+        await source.fetch()
+    await source.poll()
+    assert sorted(source.list_pods()) == [UID_BE, UID_LS]
+    assert not source.connected
+
+
 # Address and port ------------------------------------------------------------------------------
 async def test_the_address_and_port_come_from_the_node_when_not_configured(
     host: FakeHost, token_file: Path, tls_kubelet: tuple[FakeKubelet, Cert]
