@@ -313,6 +313,7 @@ class KubeletPodsSource:
         self._node = node
         self._token = _Token(config.token_file) if config.token_file else None
         self._session: aiohttp.ClientSession | None = None
+        self._closed = False
         self._pods: Mapping[str, PodInfo] = MappingProxyType({})
         self._synced = asyncio.Event()
         self._failing: str | None = None
@@ -425,6 +426,8 @@ class KubeletPodsSource:
         return map_pods(items, self._layout(), self.node_name, self.name)
 
     async def _ensure_session(self) -> aiohttp.ClientSession:
+        if self._closed:
+            raise KubeletUnavailable("the source is closed")
         if self._session is None:
             ssl_arg: ssl.SSLContext | bool = False
             if not self.config.insecure_tls:
@@ -448,7 +451,9 @@ class KubeletPodsSource:
         return ctx
 
     async def close(self) -> None:
-        """Close the HTTP session (the daemon's stop, after the poll loop has stopped)."""
+        """Close the HTTP session for good (the daemon's stop); a poll still running fails and
+        keeps the last good list, a later one opens no new session."""
+        self._closed = True
         if self._session is not None:
             await self._session.close()
             self._session = None

@@ -536,3 +536,13 @@ async def test_a_missing_token_file_is_named_when_the_kubelet_refuses(
         with pytest.raises(KubeletUnavailable, match=r"HTTP 401.*no token: .*absent"):
             await source.fetch()
     assert kubelet.authorizations == [None]
+
+
+async def test_a_closed_source_opens_no_new_session_and_keeps_its_list(
+    kubelet: FakeKubelet, source: KubeletPodsSource
+) -> None:
+    await source.poll()
+    await source.close()
+    await source.poll()
+    assert sorted(source.list_pods()) == [UID_BE, UID_LS]
+    assert kubelet.authorizations == [None]  # one request: none after the close
