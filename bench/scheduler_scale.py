@@ -258,7 +258,10 @@ class _NullBinder:
 async def _standalone(nodes: int, pods_per_node: int, pods: int) -> dict[str, Any]:
     snapshot = build_snapshot(cluster(nodes, pods_per_node), "synthetic")
     binder = _NullBinder()
-    sched = Scheduler(build_framework(), snapshot, binder, EventRecorder(None))
+    built_at = time.time()  # the clock stands still: NodeMetrics must not expire mid-run
+    sched = Scheduler(
+        build_framework(), snapshot, binder, EventRecorder(None), clock=lambda: built_at
+    )
     pending = []
     for i in range(pods):
         obj = _pod(100_000 + i)
