@@ -176,6 +176,32 @@ class KubeConfig:
     kubelet_topology_scope: str = ""
     """The kubelet's topology manager scope (``container`` or ``pod``);
     ``--kubelet-topology-manager-scope``, ours; empty: from the file, else ``container``."""
+    pods_source: str = "apiserver"
+    """Where the koordlet learns its pods in cluster mode: ``apiserver`` (the ``spec.nodeName``
+    watch), ``kubelet`` (the kubelet's ``/pods``, as Koordinator's koordlet does) or ``both``
+    (the API server wins on a UID); ``--pods-source``, ours."""
+    kubelet_address: str = ""
+    """Kubelet host; empty: the Node's address of ``kubelet_preferred_address_type``.
+    ``--kubelet-address``, ours."""
+    kubelet_preferred_address_type: str = "InternalIP"
+    """Koordinator's ``--kubelet-preferred-address-type`` (default ``InternalIP``)."""
+    kubelet_port: int = 0
+    """Kubelet HTTPS port; 0: the Node's ``daemonEndpoints.kubeletEndpoint.Port``, else 10250.
+    ``--kubelet-port``, ours."""
+    kubelet_insecure_tls: bool = False
+    """Plain HTTP to the read-only port; Koordinator's ``--kubelet-insecure-tls`` (default
+    false)."""
+    kubelet_read_only_port: int = 10255
+    """Koordinator's ``--kubelet-read-only-port`` (default 10255)."""
+    kubelet_token_file: str = "/var/run/secrets/kubernetes.io/serviceaccount/token"
+    """Bearer token for the kubelet, re-read when it changes; ``--kubelet-token-file``, ours."""
+    kubelet_ca_file: str = ""
+    """CA of the kubelet's serving certificate; empty: not verified (as Koordinator).
+    ``--kubelet-ca-file``, ours."""
+    kubelet_sync_interval: float = 10.0
+    """Seconds between polls of ``/pods``; Koordinator's ``--kubelet-sync-interval`` (10 s)."""
+    kubelet_sync_timeout: float = 3.0
+    """Seconds one kubelet request may take; Koordinator's ``--kubelet-sync-timeout`` (3 s)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -405,6 +431,21 @@ def _disk_mb(value: object) -> int:
     return number
 
 
+def _port(allow_zero: bool) -> Callable[[object], int]:
+    """A TCP port (1..65535), or 0 too when ``allow_zero``."""
+
+    def convert(value: object) -> int:
+        if isinstance(value, bool) or not isinstance(value, int | str):
+            raise TypeError(f"must be a TCP port, got {value!r}")
+        text = str(value).strip()
+        lowest = 0 if allow_zero else 1
+        if not (text.isascii() and text.isdigit()) or not lowest <= int(text) <= 65535:
+            raise ValueError(f"must be a TCP port{' or 0' if allow_zero else ''}, got {value!r}")
+        return int(text)
+
+    return convert
+
+
 def _evictions(value: object) -> int:
     """A whole number of evictions per round, 1 to 1000."""
     if isinstance(value, bool) or not isinstance(value, int | str):
@@ -536,6 +577,29 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("kube.kubeletTopologyScope", "kube.kubelet_topology_scope",
             ("--kubelet-topology-manager-scope",), _choice("", "container", "pod"),
             "kubelet topology manager scope when its config file does not say"),
+    Setting("kube.podsSource", "kube.pods_source", ("--pods-source",),
+            _choice("apiserver", "kubelet", "both"), "cluster mode: apiserver, kubelet or both"),
+    Setting("kube.kubeletAddress", "kube.kubelet_address", ("--kubelet-address",),
+            _optional_path, "kubelet host ('' for the Node's address)"),
+    Setting("kube.kubeletPreferredAddressType", "kube.kubelet_preferred_address_type",
+            ("--kubelet-preferred-address-type",), _nonempty,
+            "Node address type to reach the kubelet", "--kubelet-preferred-address-type"),
+    Setting("kube.kubeletPort", "kube.kubelet_port", ("--kubelet-port",), _port(True),
+            "kubelet HTTPS port (0 for the Node's)"),
+    Setting("kube.kubeletInsecureTLS", "kube.kubelet_insecure_tls", ("--kubelet-insecure-tls",),
+            _bool, "HTTP to the kubelet's read-only port", "--kubelet-insecure-tls", is_bool=True),
+    Setting("kube.kubeletReadOnlyPort", "kube.kubelet_read_only_port",
+            ("--kubelet-read-only-port",), _port(False), "kubelet read-only port",
+            "--kubelet-read-only-port"),
+    Setting("kube.kubeletTokenFile", "kube.kubelet_token_file", ("--kubelet-token-file",),
+            _optional_file, "bearer token file for the kubelet ('' for none)"),
+    Setting("kube.kubeletCAFile", "kube.kubelet_ca_file", ("--kubelet-ca-file",),
+            _optional_file, "CA of the kubelet's certificate ('' to skip verification)"),
+    Setting("kube.kubeletSyncInterval", "kube.kubelet_sync_interval",
+            ("--kubelet-sync-interval",), _positive_duration, "interval between kubelet polls",
+            "--kubelet-sync-interval"),
+    Setting("kube.kubeletSyncTimeout", "kube.kubelet_sync_timeout", ("--kubelet-sync-timeout",),
+            _positive_duration, "time one kubelet request may take", "--kubelet-sync-timeout"),
     Setting("audit.logDir", "audit.log_dir", ("--audit-log-dir",), _optional_abs_path,
             "audit log directory ('' for <state-dir>/audit)", "--audit-log-dir"),
     Setting("audit.maxDiskSpaceMB", "audit.max_disk_space_mb", ("--audit-max-disk-space-mb",),

@@ -74,6 +74,7 @@ from koordlet.server.exporter import KoordletExporter
 from koordlet.statesinformer.hostapps import NodeSLOFileSource
 from koordlet.statesinformer.inventory import InventoryChange, WorkloadInventory
 from koordlet.statesinformer.kube import KubeStatesSource
+from koordlet.statesinformer.kubelet import KubeletPodsSource, KubeletSourceConfig
 from koordlet.statesinformer.kubepods import KubepodsSource
 from koordlet.statesinformer.model import WorkloadSnapshot
 from koordlet.statesinformer.sources import HostAppSource, PodSource
@@ -206,6 +207,7 @@ class Daemon:
         self.runner: CollectorRunner | None = None
         self.kube: KubeClient | None = None
         self.kube_states: KubeStatesSource | None = None
+        self.kubelet_pods: KubeletPodsSource | None = None
         self.reporter: NodeMetricReporter | None = None
         self.events: PressureEventSource | None = None
         self.qos: QoSManager | None = None
@@ -319,10 +321,19 @@ class Daemon:
         app_sources: list[HostAppSource] = [self.nodeslo] if self.nodeslo is not None else []
         if not self.cfg.standalone:
             states = await self._start_kube_states()
-            # The API server's pods win on a UID; the walker keeps protecting pods that the
-            # API server has not listed yet (down at start, or a pod created meanwhile).
-            pod_sources = [states, self.kubepods]
             app_sources = [states]
+            # The first source wins on a UID; the walker last keeps protecting pods that no
+            # other source has listed yet (the API server down at start, a pod created meanwhile).
+            mode = self.cfg.kube.pods_source
+            if mode == "apiserver":
+                pod_sources = [states, self.kubepods]
+            else:
+                kubelet_pods = await self._start_kubelet_pods(states)
+                pod_sources = (
+                    [kubelet_pods, self.kubepods]
+                    if mode == "kubelet"
+                    else [states, kubelet_pods, self.kubepods]
+                )
         self.inventory = WorkloadInventory(pod_sources, app_sources)
         if self.cfg.cgroup.driver == "auto":
             self._driver_watch = await asyncio.to_thread(
@@ -359,6 +370,42 @@ class Daemon:
             )
         return states
 
+    async def _start_kubelet_pods(self, states: KubeStatesSource) -> KubeletPodsSource:
+        """``--pods-source=kubelet|both``: poll the kubelet's ``/pods`` (address and port from
+        the Node unless configured), with a bounded wait for the first answer."""
+        k = self.cfg.kube
+        source = KubeletPodsSource(
+            KubeletSourceConfig(
+                address=k.kubelet_address,
+                preferred_address_type=k.kubelet_preferred_address_type,
+                port=k.kubelet_port,
+                insecure_tls=k.kubelet_insecure_tls,
+                read_only_port=k.kubelet_read_only_port,
+                token_file=k.kubelet_token_file,
+                ca_file=k.kubelet_ca_file,
+                sync_interval=k.kubelet_sync_interval,
+                sync_timeout=k.kubelet_sync_timeout,
+            ),
+            self.cfg.node_name,
+            lambda: self._need(self.host).layout,
+            node=states.node,
+        )
+        self.kubelet_pods = source
+        self._on_stop("states", lambda _t: source.close())
+        self._supervisor("states").spawn_loop(
+            "kubelet-pods",
+            source.poll,
+            k.kubelet_sync_interval,
+            component="statesinformer",
+            step_timeout=k.kubelet_sync_timeout + 5.0,
+        )
+        if not await source.wait_synced(k.sync_timeout):
+            logger.warning(
+                "kubelet /pods not answered within %gs; retrying in the background",
+                k.sync_timeout,
+            )
+        return source
+
     def _first_refresh(self) -> InventoryChange:
         """In a worker thread: the NodeSLO file's strict first load, then the first refresh."""
         if self.nodeslo is not None:
@@ -389,7 +436,10 @@ class Daemon:
         """Cluster mode: the peak predictor and the NodeMetric status (``--enable-node-metric-
         report``), and the NodeResourceTopology (gate ``NodeTopologyReport``)."""
         kube, cache, kube_cfg = self._need(self.kube), self._need(self.cache), self.cfg.kube
-        pods = lambda: states.list_pods().values()  # noqa: E731 (a view, read at each round)
+        pod_source: PodSource = states
+        if self.kubelet_pods is not None and self.cfg.kube.pods_source == "kubelet":
+            pod_source = self.kubelet_pods
+        pods = lambda: pod_source.list_pods().values()  # noqa: E731 (a view, read at each round)
         if kube_cfg.enable_node_metric_report:
             predictor = PeakPredictor(
                 PredictorConfig(state_dir=self.cfg.state_dir), cache, pods, states.node

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import dataclasses
 import time
 from pathlib import Path
 from typing import Any
@@ -27,6 +28,7 @@ from koordlet.system.cgroups import CgroupDriver, CgroupVersion
 from tests.daemon import free_port
 from tests.fakehost import FakeHost, container_id
 from tests.kube.conftest import eventually
+from tests.kube.test_kubelet_source import FakeKubelet, _serve
 from tests.kubefake import FakeApiServer, Fault
 
 NODE_NAME = "node-1"
@@ -178,3 +180,35 @@ async def test_cluster_mode_follows_the_api_server_and_keeps_protecting_while_it
         assert kube_api.writes("PUT", "/status")
     finally:
         await daemon.stop()
+
+
+async def test_with_the_kubelet_as_pod_source_the_daemon_takes_its_pods_from_slash_pods(
+    kube_api: FakeApiServer, kubeconfig: Path, host_root: Path
+) -> None:
+    fake = FakeHost(host_root, CgroupVersion.V1, CgroupDriver.CGROUPFS)
+    pod_rel, _ = fake.add_pod(UID, KubeQOS.BESTEFFORT, [("containerd", CID)])
+    kube_api.put("nodes", node())
+    kube_api.put("nodeslos", nodeslo(60))
+    kube_api.put("nodemetrics", nodemetric())  # no pod in the API server: only the kubelet has it
+    async for kubelet in _serve(FakeKubelet(pods=[pod()], token=None)):
+        base = config(fake, kubeconfig)
+        cfg = dataclasses.replace(
+            base,
+            kube=dataclasses.replace(
+                base.kube,
+                pods_source="kubelet",
+                kubelet_address="127.0.0.1",
+                kubelet_insecure_tls=True,
+                kubelet_read_only_port=kubelet.port,
+            ),
+        )
+        daemon = Daemon(cfg)
+        try:
+            assert await daemon.start() == EXIT_OK
+            inventory = daemon.inventory
+            assert inventory is not None
+            (got,) = inventory.snapshot().pods.values()
+            assert (got.name, got.source, got.cgroup_dir) == ("batch-1", "kubelet", pod_rel)
+            assert kubelet.authorizations  # it was asked
+        finally:
+            await daemon.stop()
