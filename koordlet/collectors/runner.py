@@ -25,16 +25,17 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol, TypeVar, cast
+from typing import Any, Protocol, TypeVar
 
 from koordlet.collectors.framework import Collector, CollectResult, Tick
 from koordlet.errors import ConfigError, HostError
 from koordlet.metriccache.series import Sample
 from koordlet.statesinformer.model import WorkloadSnapshot
-from koordlet.system.cgroupstats import read_file_bytes
+from koordlet.system.cgroupstats import READ_BUFFER, os_error, read_file_bytes
 
 logger = logging.getLogger(__name__)
 
@@ -45,6 +46,9 @@ FRESH_INTERVALS = 2.0
 """``Tick.last`` falls back on cache values younger than this many base intervals."""
 
 T = TypeVar("T")
+
+_open, _os_read, _close = os.open, os.read, os.close
+_FLAGS = os.O_RDONLY | os.O_CLOEXEC
 
 Parser = Callable[[bytes, str], T]
 """A file parser: ``(content, path) -> value``, raising ``ParseError`` naming ``path``."""
@@ -120,6 +124,7 @@ class TickState:
     """
 
     __slots__ = (
+        "_direct",
         "_files",
         "_max_age",
         "_overlay",
@@ -143,6 +148,7 @@ class TickState:
         self.now = now
         self.workloads = workloads
         self._read = read
+        self._direct = read is read_file_bytes
         self._store = store
         self._max_age = max_age
         self._files: dict[str, bytes | HostError] = {}
@@ -159,10 +165,28 @@ class TickState:
         # read once a tick) and raising KeyError costs more than the read's bookkeeping.
         got = self._files.get(path)
         if got is None:
-            try:
-                got = self._read(path)
-            except HostError as err:  # remembered too: a vanished cgroup is not read twice
-                got = err
+            if self._direct:
+                # read_file_bytes inlined (one call less per file, 2,500 files a tick): one
+                # os.read; a full buffer (never a cgroup file) goes to read_file_bytes itself.
+                try:
+                    fd = _open(path, _FLAGS)
+                    try:
+                        got = _os_read(fd, READ_BUFFER)
+                    finally:
+                        _close(fd)
+                except OSError as err:
+                    got = os_error(path, err)
+                else:
+                    if len(got) >= READ_BUFFER:
+                        try:
+                            got = read_file_bytes(path)
+                        except HostError as err:
+                            got = err
+            else:
+                try:
+                    got = self._read(path)
+                except HostError as err:  # remembered too: a vanished cgroup is not read twice
+                    got = err
             self._files[path] = got
         if type(got) is bytes:
             return got
@@ -176,10 +200,10 @@ class TickState:
         memo = self._parsed.get(parser)
         if memo is None:
             memo = self._parsed[parser] = {}
-        value = memo.get(path)
+        value: T | None = memo.get(path)  # no typing.cast: it is a call per file
         if value is None:
             value = memo[path] = parser(self.read(path), path)
-        return cast(T, value)
+        return value
 
     def publish(self, samples: Sequence[Sample]) -> None:
         """Make a finished step's samples visible to ``last`` (folded in lazily)."""
@@ -188,8 +212,12 @@ class TickState:
 
     def last(self, metric: str, entity: str) -> float | None:
         if self._pending:
+            overlay = self._overlay
             for batch in self._pending:
-                self._overlay.update(batch)  # Sample is a (key, value) pair
+                # Sample is a (key, value) pair. A loop of stores measured about twice as fast as
+                # dict.update(batch), which takes the generic sequence-of-pairs path.
+                for key, sample_value in batch:
+                    overlay[key] = sample_value
             self._pending.clear()
         # A plain tuple hashes and compares equal to the SeriesKey (a NamedTuple): no object.
         value = self._overlay.get((metric, entity))

@@ -46,7 +46,9 @@ _new = tuple.__new__
 """Builds a NamedTuple from a tuple without its ``__new__``, which is Python code."""
 
 
-def _os_error(path: str, err: OSError) -> HostError:
+def os_error(path: str, err: OSError) -> HostError:
+    """The host error for an ``OSError`` of ``path``: :class:`CgroupGoneError` when the file or
+    its cgroup vanished, else :class:`HostError`."""
     if err.errno in _GONE_ERRNOS:
         return CgroupGoneError(f"{path}: gone ({os.strerror(err.errno or 0)})")
     return HostError(f"{path}: {err.strerror or err}")
@@ -62,7 +64,7 @@ def read_file_bytes(path: str) -> bytes:
     try:
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     except OSError as err:
-        raise _os_error(path, err) from err
+        raise os_error(path, err) from err
     try:
         data = os.read(fd, READ_BUFFER)
         if len(data) < READ_BUFFER:
@@ -76,7 +78,7 @@ def read_file_bytes(path: str) -> bytes:
                 return b"".join(chunks)
             chunks.append(chunk)
     except OSError as err:
-        raise _os_error(path, err) from err
+        raise os_error(path, err) from err
     finally:
         os.close(fd)
 

@@ -23,6 +23,7 @@ from koordlet.system.cgroupstats import (
     cpu_throttled_ratio,
     parse_cgroup_procs,
     parse_cpu_stat,
+    parse_cpu_throttling,
     parse_int_file,
     parse_memory_numa_stat,
     parse_memory_stat_v1,
@@ -450,3 +451,92 @@ def test_a_memory_stat_with_reordered_lru_lines_is_still_parsed() -> None:
         raw["active_anon"] + raw["inactive_anon"],
         raw["inactive_file"],
     )
+
+
+# fast paths: the kernel's own layout, and the same values and errors off it ----------------
+
+
+@st.composite
+def kernel_tail_v1(draw: st.DrawFn) -> bytes:
+    """A v1 memory.stat in the kernel's order that ENDS with the LRU lines (no debug keys)."""
+    names = draw(st.lists(st.sampled_from(DECOYS), unique=True, max_size=3))
+    pairs = [(name, draw(values)) for name in names]
+    pairs += [(key, draw(values)) for key in V1_KEYS]
+    return render(pairs, draw(st.booleans()))
+
+
+@given(kernel_tail_v1(), st.sampled_from([b"", b"recent_rotated_anon 5\n"]))
+def test_v1_memory_stat_ending_in_the_lru_lines_or_not_parses_like_the_naive_parse(
+    data: bytes, debug_tail: bytes
+) -> None:
+    if debug_tail and not data.endswith(b"\n"):
+        data += b"\n"
+    data += debug_tail
+    raw = naive(data)
+    usage = parse_memory_stat_v1(data, "memory.stat")
+    assert usage.anon == raw["total_active_anon"] + raw["total_inactive_anon"]
+    assert (usage.unevictable, usage.active_file, usage.inactive_file) == (
+        raw["total_unevictable"],
+        raw["total_active_file"],
+        raw["total_inactive_file"],
+    )
+    assert (usage.cache, usage.rss) == (raw["total_cache"], raw["total_rss"])
+
+
+def test_the_golden_v1_memory_stat_with_a_debug_vm_tail_parses_to_the_same_usage() -> None:
+    data, path = golden("v1/memory.stat")
+    plain = parse_memory_stat_v1(data, path)
+    debug = data.rstrip(b"\n") + b"\nrecent_rotated_anon 1\nrecent_scanned_file 2\n"
+    assert parse_memory_stat_v1(debug, path) == plain
+    raw = naive(data)
+    assert plain.usage == (
+        raw["total_active_anon"] + raw["total_inactive_anon"] + raw["total_unevictable"]
+    )
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [b"total_unevictable 12x", b"total_rss oops", b"total_inactive_anon -"],
+)
+def test_a_bad_value_in_a_kernel_ordered_v1_memory_stat_still_names_file_and_line(
+    bad: bytes,
+) -> None:
+    data, _ = golden("v1/memory.stat")
+    key = bad.split()[0]
+    start = data.index(b"\n" + key + b" ") + 1
+    end = data.index(b"\n", start)
+    broken = data[:start] + bad + data[end:]
+    with pytest.raises(ParseError, match=r"pod7/memory\.stat.*" + key.decode()):
+        parse_memory_stat_v1(broken, "pod7/memory.stat")
+
+
+@given(
+    flat_files(["nr_periods", "nr_throttled", "throttled_time"]),
+    st.sampled_from([b"", b"nr_bursts 4\nburst_time 77\n"]),
+)
+def test_throttling_pair_equals_the_full_cpu_stat_parse(data: bytes, tail: bytes) -> None:
+    if not data.endswith(b"\n"):
+        data += b"\n"
+    data += tail
+    raw = naive(data)
+    for _ in range(2):  # the second call takes the learned-layout path
+        assert parse_cpu_throttling(data, "cpu.stat") == (raw["nr_periods"], raw["nr_throttled"])
+
+
+def test_throttling_pair_of_a_v2_cpu_stat_comes_from_its_cfs_keys() -> None:
+    data, path = golden("v2/cpu.stat")
+    raw = naive(data)
+    assert parse_cpu_throttling(data, path) == (raw["nr_periods"], raw["nr_throttled"])
+
+
+def test_a_bad_throttling_value_raises_parse_error_after_the_layout_was_learned() -> None:
+    data, _ = golden("v1/cpu.stat")
+    parse_cpu_throttling(data, "pod1/cpu.stat")  # learns the layout
+    broken = data.replace(b"nr_throttled ", b"nr_throttled x", 1)
+    with pytest.raises(ParseError, match=r"pod2/cpu\.stat"):
+        parse_cpu_throttling(broken, "pod2/cpu.stat")
+
+
+def test_a_cpu_stat_without_throttling_keys_is_rejected_by_the_pair_parse() -> None:
+    with pytest.raises(ParseError, match=r"pod3/cpu\.stat.*nr_periods"):
+        parse_cpu_throttling(b"throttled_time 5\n", "pod3/cpu.stat")

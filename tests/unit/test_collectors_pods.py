@@ -244,3 +244,33 @@ def test_a_malformed_memory_stat_raises_a_parse_error_naming_the_file(
 
     with pytest.raises(ParseError, match=r"memory\.stat"):
         collect(PodResourceCollector(fake_host.host), 100.0, snapshot(fake_host))
+
+
+def test_a_malformed_cpu_counter_raises_a_parse_error_naming_the_file(
+    fake_host: FakeHost, pod: tuple[str, list[str]]
+) -> None:
+    pod_rel, _ = pod
+    if fake_host.host.layout.version is CgroupVersion.V2:
+        fake_host.write("cpu", pod_rel, "cpu.stat", "usage_usec oops\n")
+        name = r"cpu\.stat"
+    else:
+        fake_host.write("cpuacct", pod_rel, "cpuacct.usage", "oops\n")
+        name = r"cpuacct\.usage"
+
+    with pytest.raises(ParseError, match=name):
+        collect(PodResourceCollector(fake_host.host), 100.0, snapshot(fake_host))
+
+
+def test_a_malformed_throttling_counter_raises_a_parse_error_naming_the_file(
+    fake_host: FakeHost, pod: tuple[str, list[str]]
+) -> None:
+    pod_rel, _ = pod
+    collector = PodThrottledCollector(fake_host.host)
+    collect(collector, 100.0, snapshot(fake_host))  # a good tick first: the layout is learned
+    stat = read_file_bytes(fake_host.host.layout.file("cpu", pod_rel, "cpu.stat"))
+    fake_host.write(
+        "cpu", pod_rel, "cpu.stat", stat.replace(b"nr_throttled ", b"nr_throttled x").decode()
+    )
+
+    with pytest.raises(ParseError, match=r"cpu\.stat"):
+        collect(collector, 101.0, snapshot(fake_host))

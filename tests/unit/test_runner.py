@@ -14,13 +14,14 @@ from apis.extension import KubeQOS
 from koordlet.collectors.framework import CollectorContext, CollectResult, Tick
 from koordlet.collectors.runner import CollectorRunner, TickState, ticks_per_step
 from koordlet.collectors.table import build_collectors
-from koordlet.errors import CgroupGoneError, ConfigError
+from koordlet.errors import CgroupGoneError, ConfigError, HostError
 from koordlet.metriccache import MetricCache
 from koordlet.metriccache import series as s
 from koordlet.metriccache.series import Sample, SeriesKey
 from koordlet.selfmetrics import SelfMetrics
 from koordlet.statesinformer.kubepods import KubepodsSource
 from koordlet.statesinformer.model import WorkloadSnapshot
+from koordlet.system import cgroupstats
 from koordlet.system.cgroupstats import read_file_bytes
 from tests.fakehost import FakeHost, container_id
 
@@ -149,6 +150,44 @@ def test_a_vanished_file_is_tried_once_per_tick_and_raises_each_time(tmp_path: P
             tick.read(gone)
 
     assert attempts[gone] == 1
+
+
+def test_the_default_reader_memoizes_reads_and_gone_files_and_reads_big_files_whole(
+    tmp_path: Path,
+) -> None:
+    small = tmp_path / "cpuacct.usage"
+    small.write_bytes(b"123\n")
+    big = tmp_path / "big"
+    content = b"".join(b"key%06d %d\n" % (i, i) for i in range(5000))
+    assert len(content) > cgroupstats.READ_BUFFER
+    big.write_bytes(content)
+    gone = str(tmp_path / "pod" / "cpu.stat")
+    tick = TickState(1.0, EMPTY)  # read_file_bytes, taken inline
+
+    assert tick.read(str(small)) == b"123\n"
+    small.write_bytes(b"456\n")
+    assert tick.read(str(small)) == b"123\n"  # the tick's one read
+    assert tick.read(str(big)) == content
+    for _ in range(2):
+        with pytest.raises(CgroupGoneError, match=r"cpu\.stat"):
+            tick.read(gone)
+    with pytest.raises(HostError) as info:
+        tick.read(str(tmp_path))  # a directory: EISDIR, not a cgroup race
+    assert not isinstance(info.value, CgroupGoneError)
+    assert tick.reads == 4
+    assert TickState(2.0, EMPTY).read(str(small)) == b"456\n"  # a new tick reads afresh
+
+
+def test_tick_last_gives_the_latest_published_value_of_a_series() -> None:
+    key = SeriesKey(s.POD_CPU_USAGE, "pod/a")
+    tick = TickState(1.0, EMPTY)
+    tick.publish([Sample(key, 1.0), Sample(SeriesKey(s.NODE_CPU_USAGE, s.NODE), 4.0)])
+    tick.publish([Sample(key, 2.0)])
+    assert tick.last(s.POD_CPU_USAGE, "pod/a") == 2.0
+    tick.publish([Sample(key, 3.0)])
+    assert tick.last(s.POD_CPU_USAGE, "pod/a") == 3.0
+    assert tick.last(s.NODE_CPU_USAGE, s.NODE) == 4.0
+    assert tick.last(s.POD_CPU_USAGE, "pod/b") is None
 
 
 def test_tick_last_sees_earlier_collectors_of_the_tick_but_not_later_ones() -> None:
