@@ -41,7 +41,7 @@ import resource
 import signal
 import time
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any, TypeVar, cast
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from prometheus_client import CollectorRegistry, Counter
 from prometheus_client.registry import Collector
@@ -59,22 +59,16 @@ from koordlet.executor.audit import DEFAULT_BACKUPS, AuditLog
 from koordlet.executor.writer import CgroupWriter
 from koordlet.metriccache.series import container_entity, host_app_entity, pod_entity
 from koordlet.metriccache.store import MetricCache
-from koordlet.qos.evict_api import EvictionApiBackend
 from koordlet.qos.evictor import CgroupKillEvictor, EvictionBackend, Evictor
 from koordlet.qos.manager import QoSBook, QoSManager, StrategyContext, StrategyFactory
 from koordlet.qos.table import FEATURE_GATES as QOS_FEATURE_GATES
 from koordlet.qos.table import STRATEGIES
-from koordlet.reporter.nodemetric import NodeMetricReporter
-from koordlet.reporter.predictor import PeakPredictor, PredictorConfig
-from koordlet.reporter.topology import KubeletTopology, TopologyReporter
 from koordlet.sdnotify import Notifier, Watchdog
 from koordlet.selfmetrics import Readiness, SelfMetrics
 from koordlet.server.app import ServerDeps, ServerHandle, build_app, start_server
 from koordlet.server.exporter import KoordletExporter
 from koordlet.statesinformer.hostapps import NodeSLOFileSource
 from koordlet.statesinformer.inventory import InventoryChange, WorkloadInventory
-from koordlet.statesinformer.kube import KubeStatesSource
-from koordlet.statesinformer.kubelet import KubeletPodsSource, KubeletSourceConfig
 from koordlet.statesinformer.kubepods import KubepodsSource
 from koordlet.statesinformer.model import WorkloadSnapshot
 from koordlet.statesinformer.sources import HostAppSource, PodSource
@@ -83,7 +77,12 @@ from koordlet.system.cgroups import CgroupDriver, CgroupVersion, kube_root_for
 from koordlet.system.host import Host
 from koordlet.system.probe import Capabilities, probe_capabilities
 from koordlet.system.psi import has_cap_sys_resource
-from kubeclient.client import KubeClient
+
+if TYPE_CHECKING:  # cluster mode only: imported when used (kubernetes_asyncio costs ~60 MiB)
+    from koordlet.reporter.nodemetric import NodeMetricReporter
+    from koordlet.statesinformer.kube import KubeStatesSource
+    from koordlet.statesinformer.kubelet import KubeletPodsSource
+    from kubeclient.client import KubeClient
 
 logger = logging.getLogger(__name__)
 
@@ -349,6 +348,9 @@ class Daemon:
     async def _start_kube_states(self) -> KubeStatesSource:
         """Cluster mode: connect, follow this node's Node, pods, NodeSLO and NodeMetric, and wait
         a bounded time for the first sync; without it, protect on the persisted NodeSLO."""
+        from koordlet.statesinformer.kube import KubeStatesSource
+        from kubeclient.client import KubeClient
+
         kube_cfg = self.cfg.kube
         kube = await KubeClient.connect(
             kube_cfg.kubeconfig or None, request_timeout=kube_cfg.request_timeout
@@ -373,6 +375,8 @@ class Daemon:
     async def _start_kubelet_pods(self, states: KubeStatesSource) -> KubeletPodsSource:
         """``--pods-source=kubelet|both``: poll the kubelet's ``/pods`` (address and port from
         the Node unless configured), with a bounded wait for the first answer."""
+        from koordlet.statesinformer.kubelet import KubeletPodsSource, KubeletSourceConfig
+
         k = self.cfg.kube
         source = KubeletPodsSource(
             KubeletSourceConfig(
@@ -435,6 +439,10 @@ class Daemon:
     async def _start_reporters(self, supervisor: Supervisor, states: KubeStatesSource) -> None:
         """Cluster mode: the peak predictor and the NodeMetric status (``--enable-node-metric-
         report``), and the NodeResourceTopology (gate ``NodeTopologyReport``)."""
+        from koordlet.reporter.nodemetric import NodeMetricReporter
+        from koordlet.reporter.predictor import PeakPredictor, PredictorConfig
+        from koordlet.reporter.topology import KubeletTopology, TopologyReporter
+
         kube, cache, kube_cfg = self._need(self.kube), self._need(self.cache), self.cfg.kube
         pod_source: PodSource = states
         if self.kubelet_pods is not None and self.cfg.kube.pods_source == "kubelet":
@@ -509,6 +517,8 @@ class Daemon:
         qos = self.cfg.qos
         backend: EvictionBackend
         if self.kube is not None and qos.only_evict_by_api:  # Koordinator's --only-evict-by-api
+            from koordlet.qos.evict_api import EvictionApiBackend
+
             backend = EvictionApiBackend(self.kube, node_name=self.cfg.node_name)
         else:
             backend = CgroupKillEvictor(lambda: self._need(self.host))
