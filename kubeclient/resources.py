@@ -55,3 +55,11 @@ NODE_SLOS = Resource("slo.koordinator.sh", "v1alpha1", "nodeslos", "NodeSLO", Fa
 NODE_RESOURCE_TOPOLOGIES = Resource(
     "topology.node.k8s.io", "v1alpha1", "noderesourcetopologies", "NodeResourceTopology", False
 )
+ELASTIC_QUOTAS = Resource(
+    "scheduling.sigs.k8s.io", "v1alpha1", "elasticquotas", "ElasticQuota", namespaced=True
+)
+POD_GROUPS = Resource("scheduling.sigs.k8s.io", "v1alpha1", "podgroups", "PodGroup", True)
+RESERVATIONS = Resource(
+    "scheduling.koordinator.sh", "v1alpha1", "reservations", "Reservation", namespaced=False
+)
+DEVICES = Resource("scheduling.koordinator.sh", "v1alpha1", "devices", "Device", False)

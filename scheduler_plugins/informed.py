@@ -18,7 +18,17 @@ from typing import Any
 
 from kubeclient.client import KubeClient, Obj
 from kubeclient.informer import Informer
-from kubeclient.resources import NODE_METRICS, NODE_RESOURCE_TOPOLOGIES, NODES, PODS, Resource
+from kubeclient.resources import (
+    DEVICES,
+    ELASTIC_QUOTAS,
+    NODE_METRICS,
+    NODE_RESOURCE_TOPOLOGIES,
+    NODES,
+    POD_GROUPS,
+    PODS,
+    RESERVATIONS,
+    Resource,
+)
 from scheduler_plugins.errors import InputError
 from scheduler_plugins.snapshot import (
     ALL,
@@ -35,14 +45,6 @@ logger = logging.getLogger(__name__)
 Apply = Callable[[Obj, bool], None]
 """Applies one object to the snapshot (``True``: it was deleted)."""
 
-ELASTIC_QUOTAS = Resource(
-    "scheduling.sigs.k8s.io", "v1alpha1", "elasticquotas", "ElasticQuota", True
-)
-POD_GROUPS = Resource("scheduling.sigs.k8s.io", "v1alpha1", "podgroups", "PodGroup", True)
-RESERVATIONS = Resource(
-    "scheduling.koordinator.sh", "v1alpha1", "reservations", "Reservation", False
-)
-DEVICES = Resource("scheduling.koordinator.sh", "v1alpha1", "devices", "Device", False)
 KINDS: tuple[Resource, ...] = (
     NODES,
     PODS,
