@@ -6,14 +6,20 @@ Koordinator's semantics (``pkg/scheduler/plugins/elasticquota``), re-implemented
   whose annotation ``quota.scheduling.koordinator.sh/namespaces`` (a JSON list) names the pod's
   namespace; else the one ElasticQuota in the pod's namespace. A pod with no quota passes.
 - **The tree.** ``quota.scheduling.koordinator.sh/parent`` names the parent (absent: the root);
-  ``quota.scheduling.koordinator.sh/tree-id`` separates trees (ElasticQuotaProfiles make one tree
-  per node pool; here every tree shares the whole cluster). ``spec.min`` and ``spec.max`` bound a
+  ``quota.scheduling.koordinator.sh/tree-id`` separates trees. ``spec.min`` and ``spec.max`` bound a
   quota; ``quota.scheduling.koordinator.sh/shared-weight`` (a JSON ResourceList, default: max)
   weighs its share of what is left; ``quota.scheduling.koordinator.sh/allow-lent-resource``
   ``"false"`` keeps its min even when it asks for less.
+- **Several trees** (:mod:`~scheduler_plugins.plugins.quotaprofile`). An ElasticQuotaProfile
+  makes its ``quotaName`` the root of a tree over the nodes its ``nodeSelector`` picks: the
+  tree's total is their allocatable times ``resourceRatio``, every quota under that root (or
+  labelled with the tree's id) belongs to it, and its pods fail on other nodes with
+  ``node(s) didn't match Pod's node affinity/selector``. A root outside any profile with
+  ``quota.scheduling.koordinator.sh/total-resource`` gets that total; every other tree shares
+  the whole cluster's allocatable.
 - **Runtime quota.** A quota's *request* is what its pods (assigned and pending, the incoming pod
-  included) and its children request, capped at its max. From the top, a parent's runtime (the
-  cluster's allocatable for the root) goes first to each child's guaranteed part
+  included) and its children request, capped at its max. From the top, a parent's runtime (its
+  tree's total for a root) goes first to each child's guaranteed part
   (``min(request, min)``, or ``min`` when it does not lend), then what is left to the children
   still asking, in proportion to their shared weights, capped at their request, repeated until
   nothing is left or nobody asks. Integer amounts are split exactly (largest remainders, then
@@ -22,25 +28,39 @@ Koordinator's semantics (``pkg/scheduler/plugins/elasticquota``), re-implemented
   ``Insufficient quotas, quotaName: ..., runtime: ..., used: ..., pod's request: ...,
   exceedDimensions: [cpu]``; a non-preemptible pod (label
   ``quota.scheduling.koordinator.sh/preemptible: "false"``) must also fit with the other
-  non-preemptible pods within ``min``.
+  non-preemptible pods within ``min``. With ``enableCheckParentQuota`` (ElasticQuotaArgs, default
+  false as in Koordinator) the pod must also fit ``used + request <= runtime`` in every ancestor,
+  reported with the ancestor's name.
+- **Used** is re-counted from the snapshot's pods whenever the snapshot changes (a pod added,
+  bound, assumed, forgotten, relabelled or deleted): a quota's used is its assigned pods'
+  requests plus its descendants' used, so a tree's counts always add up.
 
-Not done: ElasticQuotaProfile node selection (a tree's total is the whole cluster), the
-parent-quota check (``enableCheckParentQuota``), quota-aware preemption.
+Not done: quota-aware preemption, ``quota.scheduling.koordinator.sh/runtime`` status write-back.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from scheduler_plugins.args import ArgsReader
 from scheduler_plugins.errors import InputError
 from scheduler_plugins.framework import Cycle, Plugin
+from scheduler_plugins.plugins.quotaprofile import (
+    ANNOTATION_TOTAL_RESOURCE,
+    ERR_POOL,
+    QuotaProfile,
+    parse_profiles,
+    pool_nodes,
+    pool_total,
+    profiles_of,
+)
 from scheduler_plugins.snapshot import (
     LABEL_PREEMPTIBLE,
     LABEL_QUOTA_NAME,
+    NodeInfo,
     PodInfo,
     ResourceList,
     Snapshot,
@@ -70,6 +90,10 @@ class Quota:
     weight: ResourceList
     allow_lent: bool
     namespaces: tuple[str, ...]
+    total: ResourceList | None = None
+    """A root's own total (its profile's pool, or ``total-resource``); ``None``: the cluster."""
+    profile: str = ""
+    """The ElasticQuotaProfile (``namespace/name``) whose tree this quota is in; ``""``: none."""
     children: list[str] = field(default_factory=list)
     request: ResourceList = field(default_factory=dict)
     used: ResourceList = field(default_factory=dict)
@@ -77,8 +101,13 @@ class Quota:
     runtime: ResourceList = field(default_factory=dict)
 
 
-def parse_quotas(snapshot: Snapshot) -> dict[str, Quota]:
-    """The snapshot's ElasticQuotas with their tree links."""
+def parse_quotas(
+    snapshot: Snapshot,
+    profiles: Sequence[QuotaProfile] = (),
+    totals: Mapping[str, ResourceList] | None = None,
+) -> dict[str, Quota]:
+    """The snapshot's ElasticQuotas with their tree links, arranged in one tree per profile
+    (``totals``: each profile's pool total by profile key, computed when not given)."""
     quotas: dict[str, Quota] = {}
     for name, obj in snapshot.quotas.items():
         where = f"ElasticQuota {name}"
@@ -101,6 +130,14 @@ def parse_quotas(snapshot: Snapshot) -> dict[str, Quota]:
                 namespaces = tuple(str(n) for n in json.loads(ann[ANNOTATION_NAMESPACES]))
             except (ValueError, TypeError) as err:
                 raise InputError(where, ANNOTATION_NAMESPACES, f"bad JSON list: {err}") from err
+        total: ResourceList | None = None
+        if ann.get(ANNOTATION_TOTAL_RESOURCE):
+            try:
+                total = parse_resource_list(
+                    json.loads(ann[ANNOTATION_TOTAL_RESOURCE]), where, ANNOTATION_TOTAL_RESOURCE
+                )
+            except ValueError as err:
+                raise InputError(where, ANNOTATION_TOTAL_RESOURCE, f"bad JSON: {err}") from err
         quotas[name] = Quota(
             name=name,
             namespace=str(meta.get("namespace") or "default"),
@@ -111,10 +148,45 @@ def parse_quotas(snapshot: Snapshot) -> dict[str, Quota]:
             weight=weight,
             allow_lent=str(labels.get(LABEL_ALLOW_LENT, "true")).lower() != "false",
             namespaces=namespaces,
+            total=total,
         )
+    for p in profiles:
+        total = (totals or {}).get(p.key)
+        if total is None:
+            total = pool_total(p, snapshot.nodes.values())
+        root = quotas.get(p.quota_name)
+        if root is None:  # the profile controller would have created it
+            root = quotas[p.quota_name] = Quota(
+                name=p.quota_name,
+                namespace=p.namespace,
+                parent=ROOT,
+                tree="",
+                min=dict(total),
+                max=dict(total),
+                weight=dict(total),
+                allow_lent=True,
+                namespaces=(),
+            )
+        root.parent = ROOT
+        root.tree = p.tree_id or root.tree or f"profile:{p.key}"
+        root.profile = p.key
+        root.total = dict(total)
     for q in quotas.values():
         if q.parent in quotas:
             quotas[q.parent].children.append(q.name)
+    if profiles:
+        by_tree = {quotas[p.quota_name].tree: p.key for p in profiles}
+        for q in quotas.values():
+            if q.profile:
+                continue
+            top, seen = q, {q.name}
+            while top.parent in quotas and top.parent not in seen and not top.profile:
+                seen.add(top.parent)
+                top = quotas[top.parent]
+            if top.profile:
+                q.tree, q.profile = top.tree, top.profile
+            elif q.tree in by_tree:
+                q.profile = by_tree[q.tree]
     return quotas
 
 
@@ -228,10 +300,7 @@ def compute_runtime(
     roots = [q.name for q in quotas.values() if q.parent not in quotas]
     for name in roots:
         gather(name)
-    cluster: ResourceList = {}
-    for node in snapshot.nodes.values():
-        for r, v in node.allocatable.items():
-            cluster[r] = cluster.get(r, 0) + v
+    cluster: ResourceList | None = None
 
     def assign(total: ResourceList, names: list[str]) -> None:
         resources = {r for n in names for r in quotas[n].max} | {
@@ -256,7 +325,15 @@ def compute_runtime(
     for name in roots:
         by_tree.setdefault(quotas[name].tree, []).append(name)
     for names in by_tree.values():
-        assign(cluster, names)
+        total = next((quotas[n].total for n in names if quotas[n].total is not None), None)
+        if total is None:
+            if cluster is None:
+                cluster = {}
+                for node in snapshot.nodes.values():
+                    for r, v in node.allocatable.items():
+                        cluster[r] = cluster.get(r, 0) + v
+            total = cluster
+        assign(total, names)
 
 
 def _fmt(rl: Mapping[str, int], keys: list[str]) -> str:
@@ -268,32 +345,67 @@ class ElasticQuota(Plugin):
 
     name = NAME
 
-    def __init__(self) -> None:
+    def __init__(
+        self,
+        *,
+        check_parent: bool = False,
+        profiles: Sequence[Mapping[str, Any]] | None = None,
+    ) -> None:
+        self.check_parent = check_parent
+        """``enableCheckParentQuota``."""
+        self._given = parse_profiles(profiles) if profiles is not None else None
         self._token: tuple[int, int] | None = None
         self._tallies: dict[str, tuple[ResourceList, ResourceList, ResourceList]] = {}
+        self._profiles: list[QuotaProfile] = []
+        self._pools: dict[str, set[str]] = {}
+        self._totals: dict[str, ResourceList] = {}
+
+    def _refresh(self, snap: Snapshot) -> None:
+        """Re-read profiles and pools when the snapshot changed (tallies are re-counted with
+        the quotas in :meth:`pre_filter`)."""
+        profiles = self._given if self._given is not None else profiles_of(snap)
+        nodes = snap.nodes.values()
+        self._profiles = profiles
+        self._pools = {p.key: pool_nodes(p, nodes) for p in profiles}
+        self._totals = {p.key: pool_total(p, nodes) for p in profiles}
 
     def pre_filter(self, cycle: Cycle, pod: PodInfo) -> str | None:
         snap = cycle.snapshot
-        if not snap.quotas:
-            return None
-        quotas = parse_quotas(snap)
-        name = quota_of(pod, quotas)
-        if name is None or name not in quotas:
-            return None
         token = (id(snap), snap.generation)
+        if token != self._token:
+            self._refresh(snap)
+        if not snap.quotas and not self._profiles:
+            return None
+        quotas = parse_quotas(snap, self._profiles, self._totals)
         if token != self._token:
             self._tallies = tally(snap, quotas)
             self._token = token
+        name = quota_of(pod, quotas)
+        if name is None or name not in quotas:
+            return None
         compute_runtime(snap, quotas, pod, self._tallies)
         q = quotas[name]
+        if q.profile:
+            cycle.data[f"{NAME}/pool/{pod.uid}"] = self._pools.get(q.profile, set())
+        chain = [q]
+        if self.check_parent:
+            seen = {q.name}
+            while chain[-1].parent in quotas and chain[-1].parent not in seen:
+                seen.add(chain[-1].parent)
+                chain.append(quotas[chain[-1].parent])
+        for level in chain:
+            keys = sorted(r for r in pod.requests if r in level.max or r in level.min)
+            exceed = [
+                r for r in keys if level.used.get(r, 0) + pod.requests[r] > level.runtime.get(r, 0)
+            ]
+            if exceed:
+                return (
+                    f"Insufficient quotas, quotaName: {level.name}, "
+                    f"runtime: {_fmt(level.runtime, keys)}, used: {_fmt(level.used, keys)}, "
+                    f"pod's request: {_fmt(pod.requests, keys)}, "
+                    f"exceedDimensions: [{', '.join(exceed)}]"
+                )
         keys = sorted(r for r in pod.requests if r in q.max or r in q.min)
-        exceed = [r for r in keys if q.used.get(r, 0) + pod.requests[r] > q.runtime.get(r, 0)]
-        if exceed:
-            return (
-                f"Insufficient quotas, quotaName: {name}, runtime: {_fmt(q.runtime, keys)}, "
-                f"used: {_fmt(q.used, keys)}, pod's request: {_fmt(pod.requests, keys)}, "
-                f"exceedDimensions: [{', '.join(exceed)}]"
-            )
         if pod.labels.get(LABEL_PREEMPTIBLE) == "false":
             exceed = [
                 r
@@ -310,8 +422,14 @@ class ElasticQuota(Plugin):
                 )
         return None
 
+    def filter_nodes(self, cycle: Cycle, pod: PodInfo, nodes: Sequence[NodeInfo]) -> dict[str, str]:
+        pool: set[str] | None = cycle.data.get(f"{NAME}/pool/{pod.uid}")
+        if pool is None:
+            return {}
+        return {n.name: ERR_POOL for n in nodes if n.name not in pool}
+
 
 def build(args: Mapping[str, Any] | None, source: str) -> ElasticQuota:
-    """Factory for the plugin table (``ElasticQuotaArgs`` are read but not used yet)."""
-    ArgsReader(args, source, NAME)
-    return ElasticQuota()
+    """Factory for the plugin table (``ElasticQuotaArgs``: ``enableCheckParentQuota``)."""
+    reader = ArgsReader(args, source, NAME)
+    return ElasticQuota(check_parent=reader.boolean("enableCheckParentQuota", False))

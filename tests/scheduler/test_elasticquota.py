@@ -6,12 +6,15 @@ import json
 
 import pytest
 
+from scheduler_plugins.framework import Framework
 from scheduler_plugins.plugins.elasticquota import (
     ElasticQuota,
+    build,
     compute_runtime,
     distribute,
     parse_quotas,
 )
+from scheduler_plugins.plugins.quotaprofile import parse_profiles
 from scheduler_plugins.snapshot import parse_pod
 from tests.scheduler.builders import node, pod
 from tests.scheduler.helpers import evaluate, snapshot_of
@@ -161,3 +164,131 @@ def test_distribution_is_exact_for_awkward_weights():
     got = distribute(10, {"a": 10, "b": 10, "c": 10}, {}, {"a": 1, "b": 1, "c": 1})
     assert sum(got.values()) == 10
     assert sorted(got.values()) == [3, 3, 4]
+
+
+POOL = "node-pool"
+
+
+def profile(name, root, pool, *, ratio=None, tree=None):
+    spec = {"quotaName": root, "nodeSelector": {"matchLabels": {POOL: pool}}}
+    if ratio is not None:
+        spec["resourceRatio"] = ratio
+    labels = {"quota.scheduling.koordinator.sh/tree-id": tree} if tree else {}
+    return {
+        "apiVersion": "quota.koordinator.sh/v1alpha1",
+        "kind": "ElasticQuotaProfile",
+        "metadata": {"name": name, "namespace": "kube-system", "labels": labels},
+        "spec": spec,
+    }
+
+
+POOLS = [
+    node("a1", cpu="4", labels={POOL: "a"}),
+    node("a2", cpu="4", labels={POOL: "a"}),
+    node("b1", cpu="2", labels={POOL: "b"}),
+]
+PROFILES = [profile("pa", "root-a", "a"), profile("pb", "root-b", "b")]
+
+
+def pooled(objects, incoming, *, profiles=PROFILES, check_parent=False):
+    plugin = ElasticQuota(check_parent=check_parent, profiles=profiles)
+    return evaluate(objects, incoming, plugins=[plugin])
+
+
+def test_each_profile_tree_gets_its_own_pools_allocatable_times_the_ratio():
+    objects = [*POOLS, quota("ta", 1, 100, parent="root-a"), member("x", "ta", 100)]
+    snap = snapshot_of(*objects)
+    profiles = parse_profiles([profile("pa", "root-a", "a", ratio="0.75"), PROFILES[1]])
+    quotas = parse_quotas(snap, profiles)
+    compute_runtime(snap, quotas, None)
+    assert quotas["root-a"].total == {"cpu": 6000, "memory": 96 * 2**30, "pods": 165}
+    assert quotas["ta"].runtime["cpu"] == 6000  # 8 cores x 0.75, not the cluster's 10
+    assert quotas["ta"].profile == "kube-system/pa"
+
+
+def test_a_pod_of_a_profile_tree_runs_only_on_its_pools_nodes():
+    objects = [*POOLS, quota("tb", 1, 2, parent="root-b")]
+    result = pooled(objects, member("p", "tb", 1))
+    assert result.nodes["b1"].feasible
+    assert result.nodes["a1"].reasons == ["node(s) didn't match Pod's node affinity/selector"]
+    assert not result.nodes["a2"].feasible
+    free = pod("free", requests={"cpu": "1"}, namespace="elsewhere")
+    assert all(r.feasible for r in pooled(objects, free).nodes.values())
+
+
+def test_two_profiles_over_disjoint_pools_under_contention_do_not_lend_to_each_other():
+    # pool b has 2 cores, fully used by tb; pool a is idle with 8 cores, but its tree's
+    # runtime cannot flow to tree b
+    objects = [
+        *POOLS,
+        quota("ta", 1, 100, parent="root-a"),
+        quota("tb", 1, 100, parent="root-b"),
+        member("b-used", "tb", 2, node_name="b1"),
+        member("a-used", "ta", 1, node_name="a1"),
+    ]
+    rejected = pooled(objects, member("b-more", "tb", 1))
+    assert not any(r.feasible for r in rejected.nodes.values())
+    assert (
+        rejected.nodes["b1"]
+        .reasons[0]
+        .startswith("Insufficient quotas, quotaName: tb, runtime: {cpu: 2000}, used: {cpu: 2000}")
+    )
+    admitted = pooled(objects, member("a-more", "ta", 7))
+    assert [n for n, r in admitted.nodes.items() if r.feasible] == ["a1", "a2"]
+    assert not pooled(objects, member("a-too-much", "ta", 8)).nodes["a1"].feasible
+
+
+def test_siblings_in_one_profile_tree_share_the_pool_by_weight_exactly():
+    objects = [
+        *POOLS,
+        quota("x", 2, 8, parent="root-a", weight=2),
+        quota("y", 2, 8, parent="root-a", weight=1),
+        member("x1", "x", 8),
+        member("y1", "y", 8),
+    ]
+    snap = snapshot_of(*objects)
+    quotas = parse_quotas(snap, parse_profiles(PROFILES))
+    compute_runtime(snap, quotas, None)
+    got = {n: quotas[n].runtime["cpu"] for n in ("x", "y")}
+    assert got == {"x": 4667, "y": 3333}  # 2 + 2 guaranteed, the 4 left split 2 : 1
+    assert sum(got.values()) == 8000
+
+
+def test_the_parent_check_rejects_a_pod_its_own_quota_admits_but_an_ancestor_cannot():
+    # parent max 3 cores; child max 10, with the parent's 3 cores used by a sibling
+    objects = [
+        *CLUSTER,
+        quota("parent", 0, 3, is_parent=True),
+        quota("c1", 0, 10, parent="parent"),
+        quota("c2", 0, 10, parent="parent"),
+        member("s", "c2", 3, node_name="n1"),
+    ]
+    incoming = member("new", "c1", 1)
+    plain = evaluate(objects, incoming, plugins=[ElasticQuota()])
+    checked = evaluate(objects, incoming, plugins=[ElasticQuota(check_parent=True)])
+    reason = checked.nodes["n1"].reasons[0]
+    assert reason.startswith("Insufficient quotas, quotaName: parent, ")
+    assert plain.nodes["n1"].feasible  # c1's own runtime (1 core) admits it
+    assert reason.endswith("exceedDimensions: [cpu]")
+
+
+def test_used_is_recounted_when_pods_are_assumed_forgotten_and_removed():
+    fw = Framework([ElasticQuota()])
+    snap = snapshot_of(*CLUSTER, quota("a", 2, 2))
+    first = parse_pod(member("a1", "a", 2), "p")
+    cycle = fw.new_cycle(snap, 0)
+    assert fw.evaluate(snap, first, cycle=cycle).nodes["n1"].feasible
+    fw.reserve(cycle, first, "n1")
+    second = parse_pod(member("a2", "a", 1), "p")
+    assert not fw.evaluate(snap, second).nodes["n1"].feasible  # 2 of 2 used now
+    fw.unreserve(cycle, first, "n1")
+    assert fw.evaluate(snap, second).nodes["n1"].feasible
+    snap.upsert_pod(parse_pod(member("a3", "a", 2, node_name="n2"), "p"))
+    assert not fw.evaluate(snap, second).nodes["n1"].feasible
+    snap.remove_pod("uid-default-a3")
+    assert fw.evaluate(snap, second).nodes["n1"].feasible
+
+
+def test_enable_check_parent_quota_is_read_from_the_args():
+    assert build(None, "x").check_parent is False
+    assert build({"enableCheckParentQuota": True}, "x").check_parent is True
