@@ -12,26 +12,44 @@ snapshot:
 - **Owners.** ``spec.owners[]``: ``object`` (namespace, name, uid), ``controller`` (the pod's
   controlling ownerReference: name, kind, namespace) or ``labelSelector`` (``matchLabels``,
   ``matchExpressions`` In/NotIn/Exists/DoesNotExist).
+- **Matching.** A reservation matches a pod when one of its owners does, it is not
+  ``spec.unschedulable``, and, when the pod has the annotation
+  ``scheduling.koordinator.sh/reservation-affinity`` (JSON: ``name``, ``reservationSelector``
+  (labels that must all match), ``requiredDuringSchedulingIgnoredDuringExecution.
+  reservationSelectorTerms`` (ORed terms of ANDed ``matchExpressions`` over the reservation's
+  labels, In/NotIn/Exists/DoesNotExist/Gt/Lt)), the reservation satisfies it. Pending
+  reservations (no ``status.nodeName`` or phase not ``Available``) never match.
+- **allocatePolicy.** Default (unset) and ``Aligned``: the pod takes the reservation's remainder
+  first and the node's free resources for the rest. ``Restricted``: on the resources the
+  reservation reserves (or those listed in its ``scheduling.koordinator.sh/reservation-restricted-
+  options`` annotation, ``{"resources": [...]}``) the pod must fit within what the reservation
+  has left (``Reservation(s) Insufficient cpu``), otherwise that reservation is no use to it.
+- **Affinity is required.** A pod with reservation affinity fails on nodes without a matching
+  reservation (``node(s) no reservations match reservation affinity``) and on nodes where none
+  of them can take it (the Restricted reasons, else ``node(s) no reservation(s) to meet the
+  requirements``).
 - **PreFilter** tells NodeResourcesFit, per node with active reservations, what they hold for
   others (less free) and what the best matching one holds for this pod (more free).
-- **Score** 100 on nodes where a reservation of this pod's owners fits it, 0 elsewhere; the
-  plugin takes no part for pods no reservation matches.
-- **Reserve** picks that reservation (the one with the least left that fits: pack) and returns
+- **Score** 100 on nodes where a matching reservation can take the pod, 0 elsewhere; the plugin
+  takes no part for pods no reservation matches.
+- **Reserve** picks that reservation (the one with the least left that the pod fits whole:
+  pack; when none does, the one with the most left, the node supplying the rest) and returns
   ``scheduling.koordinator.sh/reservation-allocated: {"name": ..., "uid": ...}``; the pod, once
   assumed with the annotation, counts against it.
 
-Not done: ``allocatePolicy`` Restricted/Aligned, the pod's reservation-affinity annotation,
-reservations that are still Pending (scheduling the reserve pod itself).
+Not done: scheduling the reserve pod of a Pending reservation (the allocate-policy conflict check
+belongs there), reservation taints and tolerations, ``reservation-order``, preemption.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from kubeclient.units import parse_duration
+from scheduler_plugins.errors import InputError
 from scheduler_plugins.framework import Cycle, Plugin
 from scheduler_plugins.plugins.noderesourcesfit import RESERVATION_ADJUST_KEY
 from scheduler_plugins.snapshot import (
@@ -46,6 +64,16 @@ from scheduler_plugins.snapshot import (
 
 NAME = "Reservation"
 DEFAULT_TTL_S = 24 * 3600.0
+ANNOTATION_RESERVATION_AFFINITY = "scheduling.koordinator.sh/reservation-affinity"
+"""Pod annotation: which reservations the pod may (and must) use."""
+ANNOTATION_RESTRICTED_OPTIONS = "scheduling.koordinator.sh/reservation-restricted-options"
+"""Reservation annotation: ``{"resources": [...]}`` the Restricted policy applies to."""
+POLICY_DEFAULT = ""
+POLICY_ALIGNED = "Aligned"
+POLICY_RESTRICTED = "Restricted"
+ERR_AFFINITY = "node(s) no reservations match reservation affinity"
+ERR_NO_RESERVATION_FITS = "node(s) no reservation(s) to meet the requirements"
+REASON_PREFIX = "Reservation(s) "
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,6 +88,24 @@ class ActiveReservation:
     owners: tuple[dict[str, Any], ...]
     has_owner: bool
     allocate_once: bool
+    labels: dict[str, str] = field(default_factory=dict)
+    """``metadata.labels`` (what reservation affinity selects on)."""
+    policy: str = POLICY_DEFAULT
+    """``spec.allocatePolicy``."""
+    restricted: frozenset[str] = frozenset()
+    """Resources the Restricted policy confines to the reservation."""
+    unschedulable: bool = False
+    """``spec.unschedulable``: takes no new pods."""
+
+    def restricted_shortfall(self, request: Mapping[str, int]) -> list[str]:
+        """Resources on which a Restricted reservation cannot take ``request`` (sorted)."""
+        if self.policy != POLICY_RESTRICTED:
+            return []
+        return sorted(
+            r
+            for r in self.restricted
+            if request.get(r, 0) > 0 and request[r] > self.remaining.get(r, 0)
+        )
 
 
 def _allocated_to(pod: PodInfo) -> str:
@@ -116,6 +162,14 @@ def active_reservations(snapshot: Snapshot, now: float) -> dict[str, list[Active
             consumed = parse_resource_list(status.get("allocated"), where, "status.allocated")
         remaining = {r: max(v - consumed.get(r, 0), 0) for r, v in allocatable.items()}
         owners = tuple(o for o in spec.get("owners") or [] if isinstance(o, dict))
+        ann = meta.get("annotations") or {}
+        restricted = frozenset(allocatable)
+        if ann.get(ANNOTATION_RESTRICTED_OPTIONS):
+            try:
+                listed = json.loads(ann[ANNOTATION_RESTRICTED_OPTIONS]).get("resources") or []
+            except (ValueError, AttributeError) as err:
+                raise InputError(where, ANNOTATION_RESTRICTED_OPTIONS, f"bad JSON: {err}") from err
+            restricted = frozenset(str(r) for r in listed if str(r) in allocatable) or restricted
         out.setdefault(node, []).append(
             ActiveReservation(
                 name=name,
@@ -125,6 +179,10 @@ def active_reservations(snapshot: Snapshot, now: float) -> dict[str, list[Active
                 owners=owners,
                 has_owner=bool(consumed) or bool(status.get("currentOwners")),
                 allocate_once=spec.get("allocateOnce", True) is not False,
+                labels={str(k): str(v) for k, v in (meta.get("labels") or {}).items()},
+                policy=str(spec.get("allocatePolicy") or POLICY_DEFAULT),
+                restricted=restricted,
+                unschedulable=bool(spec.get("unschedulable", False)),
             )
         )
     return out
@@ -171,6 +229,82 @@ def owner_matches(owner: Mapping[str, Any], pod: PodInfo) -> bool:
     return False
 
 
+def _requirement_matches(expr: Mapping[str, Any], labels: Mapping[str, str]) -> bool:
+    """One ``NodeSelectorRequirement`` over a reservation's labels."""
+    key, op = str(expr.get("key") or ""), expr.get("operator")
+    values = [str(v) for v in expr.get("values") or []]
+    value = labels.get(key)
+    if op == "In":
+        return value in values
+    if op == "NotIn":
+        return value not in values
+    if op == "Exists":
+        return value is not None
+    if op == "DoesNotExist":
+        return value is None
+    if op in ("Gt", "Lt") and value is not None and len(values) == 1:
+        try:
+            have, bound = int(value), int(values[0])
+        except ValueError:
+            return False
+        return have > bound if op == "Gt" else have < bound
+    return False
+
+
+@dataclass(frozen=True, slots=True)
+class ReservationAffinity:
+    """The pod's ``scheduling.koordinator.sh/reservation-affinity``."""
+
+    name: str
+    """A reservation named directly (the other fields are then ignored)."""
+    selector: dict[str, str]
+    """``reservationSelector``: labels that must all match."""
+    terms: tuple[dict[str, Any], ...]
+    """``requiredDuringSchedulingIgnoredDuringExecution.reservationSelectorTerms`` (ORed)."""
+
+    def matches(self, r: ActiveReservation) -> bool:
+        """Whether ``r`` satisfies the affinity."""
+        if self.name:
+            return r.name == self.name
+        if any(r.labels.get(k) != v for k, v in self.selector.items()):
+            return False
+        return not self.terms or any(_term_matches(t, r) for t in self.terms)
+
+
+def _term_matches(term: Mapping[str, Any], r: ActiveReservation) -> bool:
+    """One ``reservationSelectorTerm``: its expressions over the labels, its fields over the
+    name, all ANDed."""
+    fields = {"metadata.name": r.name}
+    return all(
+        _requirement_matches(e, r.labels) for e in term.get("matchExpressions") or []
+    ) and all(_requirement_matches(e, fields) for e in term.get("matchFields") or [])
+
+
+def reservation_affinity(pod: PodInfo) -> ReservationAffinity | None:
+    """The pod's reservation affinity, ``None`` without the annotation. Raises
+    :class:`InputError` for bad JSON."""
+    if ANNOTATION_RESERVATION_AFFINITY not in pod.annotations:
+        return None
+    raw = pod.annotations[ANNOTATION_RESERVATION_AFFINITY]
+    where = f"metadata.annotations[{ANNOTATION_RESERVATION_AFFINITY}]"
+    try:
+        loaded = json.loads(raw) if raw else {}
+    except ValueError as err:
+        raise InputError(f"Pod {pod.key}", where, f"bad JSON: {err}") from err
+    if not isinstance(loaded, dict):
+        raise InputError(f"Pod {pod.key}", where, "must be a JSON object")
+    required = loaded.get("requiredDuringSchedulingIgnoredDuringExecution") or {}
+    selector = loaded.get("reservationSelector") or {}
+    terms = required.get("reservationSelectorTerms") if isinstance(required, dict) else None
+    return ReservationAffinity(
+        name=str(loaded.get("name") or ""),
+        selector={str(k): str(v) for k, v in selector.items()}
+        if isinstance(selector, dict)
+        else {},
+        terms=tuple(t for t in terms or [] if isinstance(t, dict)),
+    )
+
+
 def _fits(request: Mapping[str, int], remaining: Mapping[str, int]) -> bool:
     return all(request.get(r, 0) <= v for r, v in remaining.items() if r in request)
 
@@ -186,11 +320,14 @@ class Reservation(Plugin):
         if found is None:
             found = {}
             for node, rs in cycle.data.get(f"{NAME}/active", {}).items():
+                affinity = cycle.data.get(f"{NAME}/affinity/{pod.uid}")
                 mine = [
                     r
                     for r in rs
                     if not (r.allocate_once and r.has_owner)
+                    and not r.unschedulable
                     and any(owner_matches(o, pod) for o in r.owners)
+                    and (affinity is None or affinity.matches(r))
                 ]
                 if mine:
                     found[node] = mine
@@ -198,11 +335,18 @@ class Reservation(Plugin):
         return found
 
     def pre_filter(self, cycle: Cycle, pod: PodInfo) -> str | None:
+        try:
+            affinity = reservation_affinity(pod)
+        except InputError as err:
+            return str(err)
         if not cycle.snapshot.reservations:
-            return None
+            return None if affinity is None else ERR_AFFINITY
         active = active_reservations(cycle.snapshot, cycle.now)
         cycle.data[f"{NAME}/active"] = active
+        cycle.data[f"{NAME}/affinity/{pod.uid}"] = affinity
         mine = self._matches(cycle, pod)
+        if affinity is not None and not mine:
+            return ERR_AFFINITY
         adjust: dict[str, ResourceList] = {}
         for node, rs in active.items():
             delta: ResourceList = {}
@@ -219,10 +363,32 @@ class Reservation(Plugin):
 
     @staticmethod
     def _best(candidates: Sequence[ActiveReservation], pod: PodInfo) -> ActiveReservation | None:
-        fitting = [r for r in candidates if _fits(pod.requests, r.remaining)]
-        if not fitting:
+        usable = [r for r in candidates if not r.restricted_shortfall(pod.requests)]
+        fitting = [r for r in usable if _fits(pod.requests, r.remaining)]
+        if fitting:
+            return min(fitting, key=lambda r: (sum(r.remaining.values()), r.name))
+        if not usable:
             return None
-        return min(fitting, key=lambda r: (sum(r.remaining.values()), r.name))
+        return max(usable, key=lambda r: (sum(r.remaining.values()), r.name))
+
+    def filter_nodes(self, cycle: Cycle, pod: PodInfo, nodes: Sequence[NodeInfo]) -> dict[str, str]:
+        if cycle.data.get(f"{NAME}/affinity/{pod.uid}") is None:
+            return {}
+        mine = self._matches(cycle, pod)
+        if not mine:
+            return {}  # the pre-filter rejected the pod on every node
+        out: dict[str, str] = {}
+        for n in nodes:
+            rs = mine.get(n.name)
+            if not rs:
+                out[n.name] = ERR_AFFINITY
+            elif self._best(rs, pod) is None:
+                short = sorted({x for r in rs for x in r.restricted_shortfall(pod.requests)})
+                out[n.name] = (
+                    ", ".join(f"{REASON_PREFIX}Insufficient {x}" for x in short)
+                    or ERR_NO_RESERVATION_FITS
+                )
+        return out
 
     def score_nodes(
         self, cycle: Cycle, pod: PodInfo, nodes: Sequence[NodeInfo]

@@ -113,3 +113,116 @@ def test_reserve_consumes_the_reservation_and_the_next_owner_sees_what_is_left()
     result = fw.evaluate(snap, second, now=NOW)
     assert result.nodes["n1"].feasible
     assert "Reservation" not in result.nodes["n1"].scores
+
+
+AFFINITY = "scheduling.koordinator.sh/reservation-affinity"
+
+
+def labelled(r, labels=None, *, policy=None, restricted_to=None):
+    r["metadata"]["labels"] = labels or {}
+    if policy:
+        r["spec"]["allocatePolicy"] = policy
+    if restricted_to is not None:
+        r["metadata"]["annotations"] = {
+            "scheduling.koordinator.sh/reservation-restricted-options": json.dumps(
+                {"resources": restricted_to}
+            )
+        }
+    return r
+
+
+def web(name, cpu, affinity=None):
+    annotations = {AFFINITY: json.dumps(affinity)} if affinity is not None else None
+    return pod(name, labels=WEB, requests={"cpu": str(cpu)}, annotations=annotations)
+
+
+def test_default_and_aligned_let_an_owner_take_the_reservation_plus_free_node_resources():
+    # node 8 cores, reservation 4; the owner asks 6: 4 from the reservation, 2 from the node
+    for policy in (None, "Aligned"):
+        objects = [node("n1", cpu="8"), labelled(reservation("r1", "n1", 4), policy=policy)]
+        result = run(objects, web("w", 6))
+        assert result.nodes["n1"].feasible, policy
+        assert result.nodes["n1"].scores["Reservation"] == 100
+    # the same pod next to a reservation it does not own: 8 - 4 held = 4 free, not 6
+    objects = [node("n1", cpu="8"), reservation("r1", "n1", 4, owners=[{"object": {"name": "x"}}])]
+    assert run(objects, web("w", 6)).nodes["n1"].reasons == ["Insufficient cpu"]
+
+
+def test_restricted_confines_the_owner_to_what_the_reservation_holds():
+    objects = [node("n1", cpu="8"), labelled(reservation("r1", "n1", 4), policy="Restricted")]
+    fits = run(objects, web("w", 4))
+    assert fits.nodes["n1"].feasible
+    assert fits.nodes["n1"].scores["Reservation"] == 100
+    # too big for the reservation: it gets no reservation and the node alone has 8 - 4 held
+    assert run(objects, web("w", 5)).nodes["n1"].reasons == ["Insufficient cpu"]
+    # with affinity the reservation is required: the Restricted reason is reported
+    required = run(objects, web("w", 5, {"reservationSelector": {}}))
+    assert required.nodes["n1"].reasons[0] == "Reservation(s) Insufficient cpu"
+
+
+def test_restricted_options_limit_which_resources_are_confined():
+    r = reservation("r1", "n1", 4)
+    r["status"]["allocatable"]["memory"] = "1Gi"
+    objects = [node("n1", cpu="8"), labelled(r, policy="Restricted", restricted_to=["memory"])]
+    # cpu is not restricted: 6 cores (4 reserved + 2 free) pass while memory fits the 1Gi
+    p = pod("w", labels=WEB, requests={"cpu": "6", "memory": "512Mi"})
+    assert run(objects, p).nodes["n1"].feasible
+
+
+def test_reservation_affinity_requires_a_matching_reservation_on_the_node():
+    objects = [
+        node("n1", cpu="8"),
+        node("n2", cpu="8"),
+        node("n3", cpu="8"),
+        labelled(reservation("gold", "n1", 4), {"tier": "gold"}),
+        labelled(reservation("plain", "n2", 4), {"tier": "plain"}),
+    ]
+    by_selector = run(objects, web("w", 2, {"reservationSelector": {"tier": "gold"}}))
+    assert by_selector.nodes["n1"].feasible
+    assert by_selector.nodes["n2"].reasons == ["node(s) no reservations match reservation affinity"]
+    assert by_selector.nodes["n3"].reasons == ["node(s) no reservations match reservation affinity"]
+    terms = {
+        "requiredDuringSchedulingIgnoredDuringExecution": {
+            "reservationSelectorTerms": [
+                {"matchExpressions": [{"key": "tier", "operator": "In", "values": ["plain"]}]}
+            ]
+        }
+    }
+    by_terms = run(objects, web("w", 2, terms))
+    assert [n for n, r in by_terms.nodes.items() if r.feasible] == ["n2"]
+    by_name = run(objects, web("w", 2, {"name": "gold"}))
+    assert [n for n, r in by_name.nodes.items() if r.feasible] == ["n1"]
+    # no reservation at all matches: rejected everywhere
+    nowhere = run(objects, web("w", 2, {"reservationSelector": {"tier": "silver"}}))
+    assert {tuple(r.reasons) for r in nowhere.nodes.values()} == {
+        ("node(s) no reservations match reservation affinity",)
+    }
+
+
+def test_affinity_still_needs_the_pod_to_be_an_owner():
+    objects = [node("n1", cpu="8"), labelled(reservation("gold", "n1", 4), {"tier": "gold"})]
+    stranger = pod(
+        "s",
+        requests={"cpu": "1"},
+        annotations={AFFINITY: json.dumps({"reservationSelector": {"tier": "gold"}})},
+    )
+    assert not run(objects, stranger).nodes["n1"].feasible
+
+
+def test_pending_and_unschedulable_reservations_are_never_matched_nor_hold_anything():
+    pending = reservation("r1", "n1", 4, phase="Pending")
+    pending["status"].pop("nodeName")
+    closed = reservation("r2", "n1", 4)
+    closed["spec"]["unschedulable"] = True
+    for r in (pending, reservation("r1", "n1", 4, phase="Pending")):
+        result = run([node("n1", cpu="4"), r], web("w", 4, {"reservationSelector": {}}))
+        assert result.nodes["n1"].reasons == ["node(s) no reservations match reservation affinity"]
+        assert run([node("n1", cpu="4"), r], pod("s", requests={"cpu": "4"})).nodes["n1"].feasible
+    owner = run([node("n1", cpu="8"), closed], web("w", 4))
+    assert "Reservation" not in owner.nodes["n1"].scores
+
+
+def test_a_malformed_affinity_annotation_rejects_the_pod_naming_the_annotation():
+    p = pod("w", labels=WEB, requests={"cpu": "1"}, annotations={AFFINITY: "{not json"})
+    result = run([node("n1", cpu="8"), reservation("r1", "n1", 4)], p)
+    assert AFFINITY in result.nodes["n1"].reasons[0]
