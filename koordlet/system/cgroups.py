@@ -144,6 +144,19 @@ def fs_magic(path: str) -> int | None:
     return int(buf.f_type) & 0xFFFFFFFF
 
 
+def fd_fs_magic(fd: int) -> int | None:
+    """The file system magic (``fstatfs(2)`` ``f_type``) of an open file; None without a
+    libc. Raises ``OSError``."""
+    libc = _libc()
+    if libc is None:
+        return None
+    buf = _Statfs()
+    if libc.fstatfs(fd, ctypes.byref(buf)) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, os.strerror(err))
+    return int(buf.f_type) & 0xFFFFFFFF
+
+
 def _has_v1_controllers(root: str) -> bool:
     return any(os.path.isdir(os.path.join(root, c)) for c in _V1_MARKERS)
 
@@ -430,6 +443,7 @@ __all__ = [
     "detect_driver",
     "detect_layout",
     "detect_version",
+    "fd_fs_magic",
     "fs_magic",
     "kube_qos_of_dir",
     "kube_root_for",

@@ -1,0 +1,164 @@
+"""Kernel pseudo-files kept open between ticks and re-read with ``pread`` at offset 0.
+
+A collection tick reads some 2,500 cgroup files at 200 pods. Opening one costs a path walk
+through cgroupfs and closing it a second syscall; a ``pread`` at offset 0 of a file that is
+already open makes the kernel generate the content afresh (``seq_file`` restarts at position 0)
+for about half the CPU of open + read + close, measured on this VM: 15.4 ms against 35.0 ms for
+the 2,557 files of 200 pods.
+
+Only files on the kernel's pseudo file systems are kept open (cgroup v1 and v2, procfs, sysfs;
+``fstatfs`` once, at open): there, a read on the open file of a removed cgroup fails with
+``ENODEV``, which is reported as ``CgroupGoneError`` exactly as a failed ``open`` would
+be. A regular file (a test tree on tmpfs) could still be read after its directory was removed,
+so those are read with open + read + close every time, as before.
+
+Holding a file of a removed cgroup keeps the dying cgroup in the kernel until it is closed, so
+the cache is pruned at each tick's end: a file not read during the last
+:data:`KEEP_TICKS` ticks is closed, and a file whose read failed is closed at once. The cache
+never holds more than ``limit`` files; beyond that, files are read the old way.
+
+Not thread-safe: one collection tick at a time uses it (the daemon's collect loop is sequential).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import resource
+
+from koordlet.system.cgroups import CGROUP2_SUPER_MAGIC, fd_fs_magic
+from koordlet.system.cgroupstats import READ_BUFFER, os_error
+
+logger = logging.getLogger(__name__)
+
+CGROUP_SUPER_MAGIC = 0x27E0EB
+PROC_SUPER_MAGIC = 0x9FA0
+SYSFS_MAGIC = 0x62656572
+KERNEL_FS_MAGICS = frozenset(
+    {CGROUP_SUPER_MAGIC, CGROUP2_SUPER_MAGIC, PROC_SUPER_MAGIC, SYSFS_MAGIC}
+)
+"""File systems whose files are kept open: their content is generated at each read."""
+KEEP_TICKS = 2
+"""A kept file not read during this many ticks is closed."""
+
+_FLAGS = os.O_RDONLY | os.O_CLOEXEC
+_NOT_KEPT = -1
+
+
+class OpenFiles:
+    """See the module docstring.
+
+    :param limit: at most this many files are kept open (the daemon derives it from
+        ``RLIMIT_NOFILE``); 0 keeps none.
+    """
+
+    __slots__ = ("_fds", "_last_read", "_tick", "limit")
+
+    def __init__(self, limit: int) -> None:
+        self.limit = max(0, limit)
+        self._fds: dict[str, int] = {}
+        """path → kept descriptor, or :data:`_NOT_KEPT` for a file of a regular file system."""
+        self._last_read: dict[str, int] = {}
+        self._tick = 0
+
+    def __len__(self) -> int:
+        """Descriptors held now."""
+        return sum(1 for fd in self._fds.values() if fd != _NOT_KEPT)
+
+    def read(self, path: str) -> bytes:
+        """The whole content of ``path``. Raises ``CgroupGoneError`` when the file or its
+        cgroup is gone and ``HostError`` for any other failure."""
+        fd = self._fds.get(path)
+        if fd is None or fd == _NOT_KEPT:
+            if fd == _NOT_KEPT:
+                self._last_read[path] = self._tick
+            return self._open_and_read(path, known_regular=fd == _NOT_KEPT)
+        self._last_read[path] = self._tick
+        try:
+            data = os.pread(fd, READ_BUFFER, 0)
+            if len(data) >= READ_BUFFER:
+                data = _pread_all(fd, data)
+        except OSError as err:
+            self._forget(path)
+            raise os_error(path, err) from err
+        return data
+
+    def end_tick(self) -> int:
+        """Close the kept files not read during the last :data:`KEEP_TICKS` ticks; returns how
+        many were closed."""
+        oldest = self._tick - KEEP_TICKS + 1
+        stale = [p for p, t in self._last_read.items() if t < oldest]
+        for path in stale:
+            self._forget(path)
+        self._tick += 1
+        return len(stale)
+
+    def close(self) -> None:
+        """Close every kept file (idempotent)."""
+        for path in list(self._fds):
+            self._forget(path)
+
+    def _open_and_read(self, path: str, *, known_regular: bool) -> bytes:
+        try:
+            fd = os.open(path, _FLAGS)
+        except OSError as err:
+            raise os_error(path, err) from err
+        keep = False
+        try:
+            if not known_regular and len(self._fds) < self.limit:
+                keep = _on_kernel_fs(fd)
+                self._fds[path] = fd if keep else _NOT_KEPT
+                self._last_read[path] = self._tick
+            data = os.pread(fd, READ_BUFFER, 0)
+            if len(data) >= READ_BUFFER:
+                data = _pread_all(fd, data)
+        except OSError as err:
+            if keep:
+                self._fds.pop(path, None)
+                self._last_read.pop(path, None)
+            os.close(fd)
+            raise os_error(path, err) from err
+        if not keep:
+            os.close(fd)
+        return data
+
+    def _forget(self, path: str) -> None:
+        fd = self._fds.pop(path, _NOT_KEPT)
+        self._last_read.pop(path, None)
+        if fd != _NOT_KEPT:
+            try:
+                os.close(fd)
+            except OSError as err:  # EBADF would be our bug; say so, never raise from pruning
+                logger.warning("closing %s: %s", path, err)
+
+
+def default_limit() -> int:
+    """Files to keep open: half the soft ``RLIMIT_NOFILE`` (the rest stays for sockets, the CPI
+    collector's perf events and the writer), at most 100,000."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY:
+        return 100_000
+    return max(0, min(soft // 2, 100_000))
+
+
+def _on_kernel_fs(fd: int) -> bool:
+    try:
+        magic = fd_fs_magic(fd)
+    except OSError:
+        return False
+    return magic in KERNEL_FS_MAGICS
+
+
+def _pread_all(fd: int, first: bytes) -> bytes:
+    """The rest of a file whose first read filled the buffer."""
+    chunks = [first]
+    offset = len(first)
+    while True:
+        chunk = os.pread(fd, READ_BUFFER, offset)
+        if not chunk:
+            return b"".join(chunks)
+        chunks.append(chunk)
+        offset += len(chunk)
+
+
+__all__ = ["KEEP_TICKS", "KERNEL_FS_MAGICS", "OpenFiles", "default_limit"]
