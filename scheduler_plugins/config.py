@@ -8,6 +8,9 @@ Accepted shapes (YAML or JSON):
   plugins (``plugins.<point>.disabled[].name``; ``"*"`` is ignored);
 - a bare plugin args file: ``{"pluginConfig": [{name, args}]}``.
 
+``percentageOfNodesToScore`` (top level, or in the chosen profile, which wins) is read for the
+standalone scheduler.
+
 ``args.apiVersion`` and ``args.kind`` (``LoadAwareSchedulingArgs``) are accepted and dropped.
 Plugins this scheduler does not have are ignored (a stock configuration names many), but a
 plugin of the table with bad args is an error naming the file and field.
@@ -41,6 +44,10 @@ class SchedulerConfig:
     """Plugins switched off."""
     source: str = "<defaults>"
     """The file, for error messages."""
+    percentage_of_nodes_to_score: int = 0
+    """``percentageOfNodesToScore`` (top level, or the profile's, which wins): the standalone
+    scheduler stops filtering once this share of the nodes is found feasible; 0 is
+    kube-scheduler's adaptive default, 100 every node. The extender scores what it is sent."""
 
     def framework(self, table: Mapping[str, PluginFactory] = PLUGINS) -> Framework:
         """The framework this configuration describes. Raises :class:`InputError`."""
@@ -115,7 +122,17 @@ def parse_config(doc: Any, source: str) -> SchedulerConfig:
                 raise InputError(source, f"{pwhere}.disabled[{i}]", "needs a name")
             if item["name"] != "*" and point in ("filter", "multiPoint"):
                 disabled.append(item["name"])
-    return SchedulerConfig(plugin_args, weights, tuple(disabled), source)
+    percentage = 0
+    for holder, pwhere in ((doc, ""), (profile, where)):
+        value = holder.get("percentageOfNodesToScore")
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 100:
+            raise InputError(
+                source, pwhere + "percentageOfNodesToScore", f"must be 0..100, got {value!r}"
+            )
+        percentage = value
+    return SchedulerConfig(plugin_args, weights, tuple(disabled), source, percentage)
 
 
 def load_config(path: Path) -> SchedulerConfig:

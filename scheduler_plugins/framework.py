@@ -30,8 +30,40 @@ from scheduler_plugins.snapshot import NodeInfo, PodInfo, Snapshot
 
 MAX_NODE_SCORE = 100
 """``framework.MaxNodeScore``."""
+MIN_FEASIBLE_NODES_TO_FIND = 100
+"""kube-scheduler's ``minFeasibleNodesToFind``: below this many nodes every node is filtered."""
+MIN_FEASIBLE_NODES_PERCENTAGE_TO_FIND = 5
+"""kube-scheduler's ``minFeasibleNodesPercentageToFind``: the adaptive percentage's floor."""
+BASE_PERCENTAGE_OF_NODES_TO_SCORE = 50
+"""The adaptive percentage at zero nodes, less one point per 125 nodes."""
 ERR_NODE_NOT_FOUND = "node(s) not found"
 """The reason for a node name the snapshot does not know."""
+
+
+def num_feasible_nodes_to_find(percentage: int, num_all_nodes: int) -> int:
+    """How many feasible nodes kube-scheduler looks for before it stops filtering
+    (``percentageOfNodesToScore``): every node below 100 nodes or at 100 %; ``0`` is adaptive,
+    ``50 - nodes / 125`` percent with a floor of 5 % (10 % of 5,000 nodes); never fewer than
+    100 nodes."""
+    if num_all_nodes < MIN_FEASIBLE_NODES_TO_FIND or percentage >= 100:
+        return num_all_nodes
+    adaptive = percentage
+    if adaptive <= 0:
+        adaptive = BASE_PERCENTAGE_OF_NODES_TO_SCORE - num_all_nodes // 125
+        adaptive = max(adaptive, MIN_FEASIBLE_NODES_PERCENTAGE_TO_FIND)
+    return max(num_all_nodes * adaptive // 100, MIN_FEASIBLE_NODES_TO_FIND)
+
+
+@dataclass(slots=True)
+class Found:
+    """What :meth:`Framework.find_feasible` found."""
+
+    feasible: list[NodeInfo]
+    """At most the wanted number of feasible nodes, in the order they were examined."""
+    failures: dict[str, list[tuple[str, str]]]
+    """``(plugin, reason)`` failures of the examined nodes, by node name."""
+    processed: int
+    """How many nodes were examined (the next search starts that far after this one)."""
 
 
 class ReserveError(SchedulerError):
@@ -193,6 +225,19 @@ class Framework:
                     failures.setdefault(n.name, []).append((plugin.name, reason))
                 if not all_verdicts:
                     return [], failures
+        candidates = self._run_filters(cycle, pod, nodes, failures, all_verdicts)
+        return candidates, failures
+
+    def _run_filters(
+        self,
+        cycle: Cycle,
+        pod: PodInfo,
+        nodes: Sequence[NodeInfo],
+        failures: dict[str, list[tuple[str, str]]],
+        all_verdicts: bool = False,
+    ) -> list[NodeInfo]:
+        """The node filters (no pre-filter) over ``nodes``: the feasible ones; ``failures``
+        gets the rest."""
         candidates = list(nodes)
         for plugin in self.plugins:
             if not candidates:
@@ -206,7 +251,59 @@ class Framework:
                 candidates = [n for n in candidates if n.name not in failed]
         if all_verdicts:
             candidates = [n for n in nodes if n.name not in failures]
-        return candidates, failures
+        return candidates
+
+    def find_feasible(
+        self,
+        cycle: Cycle,
+        pod: PodInfo,
+        nodes: Sequence[NodeInfo],
+        *,
+        percentage: int = 100,
+        start: int = 0,
+    ) -> Found:
+        """kube-scheduler's ``findNodesThatPassFilters`` with ``percentageOfNodesToScore``:
+        examine ``nodes`` from index ``start`` on (wrapping around) and stop once
+        :func:`num_feasible_nodes_to_find` feasible nodes are found. At 100 % (or under 100
+        nodes) every node is examined, as :meth:`filter_nodes` does."""
+        total = len(nodes)
+        want = num_feasible_nodes_to_find(percentage, total)
+        if want >= total:
+            every, failed = self.filter_nodes(cycle, pod, nodes)
+            return Found(every, failed, total)
+        failures: dict[str, list[tuple[str, str]]] = {}
+        for plugin in self.plugins:
+            reason = plugin.pre_filter(cycle, pod)
+            if reason is not None:
+                for n in nodes:
+                    failures.setdefault(n.name, []).append((plugin.name, reason))
+                return Found([], failures, total)
+        start %= total
+        feasible: list[NodeInfo] = []
+        processed = 0
+        chunk = want + want // 2  # most nodes pass: one chunk usually holds enough
+        while processed < total:
+            size = min(chunk, total - processed)
+            lo = (start + processed) % total
+            part = list(nodes[lo : lo + size])
+            if len(part) < size:  # wrapped past the end
+                part.extend(nodes[: size - len(part)])
+            passed = self._run_filters(cycle, pod, part, failures)
+            if len(feasible) + len(passed) >= want:
+                last = passed[want - len(feasible) - 1]
+                feasible.extend(passed[: want - len(feasible)])
+                cut = next(i for i, n in enumerate(part) if n is last) + 1
+                for n in part[cut:]:  # examined past the last one needed: not processed
+                    failures.pop(n.name, None)
+                processed += cut
+                break
+            feasible.extend(passed)
+            processed += size
+            # the next chunk: what is still wanted at the pass rate seen so far, with margin
+            rate = len(feasible) / processed
+            missing = want - len(feasible)
+            chunk = max(int(missing / rate * 1.2) + 1 if rate > 0 else 2 * size, 16)
+        return Found(feasible, failures, processed)
 
     def filter(
         self,

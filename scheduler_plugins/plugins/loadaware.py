@@ -525,6 +525,29 @@ class LoadAwareScheduling(Plugin):
         a = self.args
         self._prepare(cycle)
         est = self._pod_estimate(cycle, pod)
+        index = self._prod_index if pod.priority_class == PRIORITY_PROD else self._normal_index
+        res = self.resources
+        if 2 * len(nodes) < len(cycle.snapshot.nodes):
+            # a few nodes (percentageOfNodesToScore's chunks): look each one up
+            expires = self._expiry.expiry_times() if a.filter_expired_node_metrics else {}
+            reject_expired = not a.enable_schedule_when_node_metrics_expired
+            now = cycle.now
+            rows = index.rows()
+            for node in nodes:
+                name = node.name
+                t = expires.get(name)
+                if t is not None and t <= now:
+                    if reject_expired:
+                        out[name] = ERR_EXPIRED
+                    continue
+                row = rows.get(name)
+                if row is None:
+                    continue
+                for i, h in enumerate(row[1]):
+                    if h is not None and est[i] > h:
+                        out[name] = row[0] % res[i]
+                        break
+            return out
         candidates: set[str] | None = None
         if len(nodes) != len(cycle.snapshot.nodes):
             candidates = {n.name for n in nodes}
@@ -536,8 +559,6 @@ class LoadAwareScheduling(Plugin):
                 for name in expired:
                     if candidates is None or name in candidates:
                         out[name] = ERR_EXPIRED
-        index = self._prod_index if pod.priority_class == PRIORITY_PROD else self._normal_index
-        res = self.resources
         for i, name, reason in index.failing(est):
             if name in out or name in skip or (candidates is not None and name not in candidates):
                 continue

@@ -11,7 +11,11 @@ bisection; the same holds for NodeMetric expiry (sorted by the time each NodeMet
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+
+# Many nodes share a key (identical nodes have identical headroom), so within a run of equal
+# keys the rows stay sorted too: a node is found, or its place is found, by a second bisection
+# over that run instead of a walk along it.
 
 
 def headroom(threshold: int, allocatable: int, existing: int) -> int | None:
@@ -55,28 +59,33 @@ class ThresholdIndex:
         old = self._of.pop(name, None)
         if old is None:
             return
+        row = (name, old[0])
         for i, h in enumerate(old[1]):
             if h is None:
                 continue
             keys, rows = self._keys[i], self._rows[i]
-            k = bisect_left(keys, h)
-            while k < len(keys) and keys[k] == h:
-                if rows[k][0] == name:
-                    del keys[k]
-                    del rows[k]
-                    break
-                k += 1
+            k = bisect_left(rows, row, bisect_left(keys, h), bisect_right(keys, h))
+            if k < len(rows) and rows[k] == row and keys[k] == h:
+                del keys[k]
+                del rows[k]
 
     def upsert(self, name: str, reason: str, heads: Sequence[int | None]) -> None:
         """Add or replace ``name``."""
         self.discard(name)
         self._of[name] = (reason, list(heads))
+        row = (name, reason)
         for i, h in enumerate(heads):
             if h is None:
                 continue
-            k = bisect_left(self._keys[i], h)
-            self._keys[i].insert(k, h)
-            self._rows[i].insert(k, (name, reason))
+            keys, rows = self._keys[i], self._rows[i]
+            k = bisect_left(rows, row, bisect_left(keys, h), bisect_right(keys, h))
+            keys.insert(k, h)
+            rows.insert(k, row)
+
+    def rows(self) -> Mapping[str, tuple[str, list[int | None]]]:
+        """Node → (reason, headroom per resource): a node fails on the first resource whose
+        headroom (not ``None``) is below the estimate, as :meth:`failing` lists it first."""
+        return self._of
 
     def failing(self, estimate: Sequence[int]) -> list[tuple[int, str, str]]:
         """``(resource, node, reason)`` for every node and resource the estimate exceeds, in
@@ -103,21 +112,26 @@ class ExpiryIndex:
         t = self._of.pop(name, None)
         if t is None:
             return
-        k = bisect_left(self._keys, t)
-        while k < len(self._keys) and self._keys[k] == t:
-            if self._names[k] == name:
-                del self._keys[k]
-                del self._names[k]
-                return
-            k += 1
+        keys, names = self._keys, self._names
+        k = bisect_left(names, name, bisect_left(keys, t), bisect_right(keys, t))
+        if k < len(names) and names[k] == name and keys[k] == t:
+            del keys[k]
+            del names[k]
 
     def upsert(self, name: str, expires_at: float) -> None:
         """Add or replace ``name``."""
         self.discard(name)
         self._of[name] = expires_at
-        k = bisect_left(self._keys, expires_at)
-        self._keys.insert(k, expires_at)
-        self._names.insert(k, name)
+        keys, names = self._keys, self._names
+        lo, hi = bisect_left(keys, expires_at), bisect_right(keys, expires_at)
+        k = bisect_left(names, name, lo, hi)
+        keys.insert(k, expires_at)
+        names.insert(k, name)
+
+    def expiry_times(self) -> Mapping[str, float]:
+        """Node → when its NodeMetric expires (expired at ``now`` when ``<= now``, as
+        :meth:`expired` says)."""
+        return self._of
 
     def expired(self, now: float) -> list[str]:
         """Nodes whose NodeMetric has expired at ``now``."""

@@ -95,6 +95,8 @@ MOST_ALLOCATED = "MostAllocated"
 PCPU_LEVEL = "PCPULevel"
 NUMA_NODE_LEVEL = "NUMANodeLevel"
 _NUMA_RESOURCES = ("cpu", "memory")
+_PLACEMENT_MEMO_SIZE = 16
+"""Distinct pod needs remembered per node state."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,6 +149,11 @@ class _PodNeed:
     required: str
     exclusive: str
     error: str | None
+
+    @property
+    def key(self) -> tuple[Any, ...]:
+        """The fields as a plain tuple (hashed in C, for the placement memo)."""
+        return (self.bind, self.cpus, self.policy, self.required, self.exclusive)
 
 
 @dataclass(slots=True)
@@ -219,6 +226,12 @@ class NodeNUMAResource(Plugin):
         self._cache: dict[str, _NodeState] = {}
         self._token: tuple[int, int] | None = None
         self._policy_nodes: frozenset[str] = frozenset()
+        self._memo: dict[
+            str, tuple[_NodeState, dict[tuple[tuple[Any, ...], int, int], _Placement | str | None]]
+        ] = {}
+        """Node name → (the state placements were computed on, placement by pod need)."""
+        self._bindable_nodes: frozenset[str] = frozenset()
+        """Nodes with a valid CPU topology (the only ones a cpu-binding pod can use)."""
 
     def warm(self, cycle: Cycle) -> None:
         """Precompute every node (the extender calls this after loading a snapshot)."""
@@ -236,19 +249,30 @@ class NodeNUMAResource(Plugin):
             names = snap.changed_since(self._token[1])
         if names is None:
             self._cache.clear()
-            self._policy_nodes = frozenset(
-                name for name, node in snap.nodes.items() if self._state(cycle, node).numa_policy
+            self._memo.clear()
+            states = [(name, self._state(cycle, node)) for name, node in snap.nodes.items()]
+            self._policy_nodes = frozenset(name for name, st in states if st.numa_policy)
+            self._bindable_nodes = frozenset(
+                name for name, st in states if st.topo is not None and st.topo.valid
             )
         else:
             policy = set(self._policy_nodes)
+            bindable = set(self._bindable_nodes)
             for name in names:
                 self._cache.pop(name, None)  # its pods or its NRT changed
+                self._memo.pop(name, None)
                 node = snap.nodes.get(name)
-                if node is not None and self._state(cycle, node).numa_policy:
+                st = self._state(cycle, node) if node is not None else None
+                if st is not None and st.numa_policy:
                     policy.add(name)
                 else:
                     policy.discard(name)
+                if st is not None and st.topo is not None and st.topo.valid:
+                    bindable.add(name)
+                else:
+                    bindable.discard(name)
             self._policy_nodes = frozenset(policy)
+            self._bindable_nodes = frozenset(bindable)
         self._token = token
         return self._policy_nodes
 
@@ -336,12 +360,36 @@ class NodeNUMAResource(Plugin):
 
     # -- placement ------------------------------------------------------------------------
 
-    def _place(self, cycle: Cycle, pod: PodInfo, node: NodeInfo) -> _Placement | str | None:
-        """The placement on ``node``, a rejection reason, or ``None`` (nothing to place)."""
-        need = self._need(cycle, pod)
+    def _place(
+        self, cycle: Cycle, pod: PodInfo, node: NodeInfo, need: _PodNeed | None = None
+    ) -> _Placement | str | None:
+        """The placement on ``node``, a rejection reason, or ``None`` (nothing to place).
+
+        A placement depends only on the node's state and on what the pod needs (its
+        :class:`_PodNeed` and its cpu and memory requests), so it is remembered per node state:
+        pods alike (a Deployment's replicas) are placed once per node until that node changes."""
+        if need is None:
+            need = self._need(cycle, pod)
         state = self._state(cycle, node)
         if not need.bind and not state.numa_policy:
             return None
+        requests = pod.requests
+        key = (need.key, requests.get("cpu", 0), requests.get("memory", 0))
+        memo = self._memo.get(node.name)
+        if memo is None or memo[0] is not state:
+            memo = (state, {})
+            self._memo[node.name] = memo
+        elif key in memo[1]:
+            return memo[1][key]
+        placed = self._compute_place(need, state, pod)
+        if len(memo[1]) >= _PLACEMENT_MEMO_SIZE:
+            memo[1].clear()
+        memo[1][key] = placed
+        return placed
+
+    def _compute_place(
+        self, need: _PodNeed, state: _NodeState, pod: PodInfo
+    ) -> _Placement | str | None:
         policy = need.policy
         count = need.cpus
         topo = state.topo
@@ -471,13 +519,21 @@ class NodeNUMAResource(Plugin):
         if not need.bind and not policy_nodes:
             return out
         placements = self._placements(cycle)
+        bind = need.bind
+        # a pod that binds cpus fails at once on a node without a valid CPU topology
+        bindable = self._bindable_nodes if bind else frozenset()
         for node in nodes:
-            if not need.bind and node.name not in policy_nodes:
+            name = node.name
+            if bind:
+                if name not in bindable:
+                    placements[name] = out[name] = ERR_INVALID_CPU_TOPOLOGY
+                    continue
+            elif name not in policy_nodes:
                 continue
-            placed = self._place(cycle, pod, node)
-            placements[node.name] = placed
+            placed = self._place(cycle, pod, node, need)
+            placements[name] = placed
             if isinstance(placed, str):
-                out[node.name] = placed
+                out[name] = placed
         return out
 
     def score_nodes(

@@ -17,7 +17,7 @@ places them on a device.
 
 from __future__ import annotations
 
-from bisect import bisect_left
+from bisect import bisect_left, bisect_right
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -82,14 +82,17 @@ class NodeResourcesFit(Plugin):
                     of = self._free_of[resource]
                     old = of.pop(name, None)
                     if old is not None:
-                        k = bisect_left(keys, old)
-                        while names_sorted[k] != name:
-                            k += 1
+                        # equal keys keep their names sorted: bisect the run, not walk it
+                        k = bisect_left(
+                            names_sorted, name, bisect_left(keys, old), bisect_right(keys, old)
+                        )
                         del keys[k]
                         del names_sorted[k]
                     if node is not None and (resource != "pods" or resource in node.allocatable):
                         free = node.allocatable.get(resource, 0) - node.requested.get(resource, 0)
-                        k = bisect_left(keys, free)
+                        k = bisect_left(
+                            names_sorted, name, bisect_left(keys, free), bisect_right(keys, free)
+                        )
                         keys.insert(k, free)
                         names_sorted.insert(k, name)
                         of[name] = free
