@@ -9,26 +9,40 @@ warm-up) is one ``/filter`` then one ``/prioritize`` request carrying every node
 (``nodeCacheCapable``), timed from the first request sent to the second answer read. A pod in
 ten is an LSR pod that needs a cpuset (NodeNUMAResource places it on every candidate node).
 
-Reported: ``extender_p50_ms``, ``extender_p99_ms`` (filter plus prioritize over HTTP),
-``inprocess_p50_ms``, ``inprocess_p99_ms`` (the same two verbs called directly: the plugins'
-share), ``feasible_nodes_mean``, ``nodes``, ``build_s`` (snapshot build and warm-up).
+Each measured pod is also sent as kube-scheduler really sends it: ``nodeCacheCapable`` with
+only the nodes its own filters found feasible, at most ``percentageOfNodesToScore`` of the
+cluster (adaptive by default: 10 % of 5,000 nodes, 500 names), its search starting where the
+last one stopped; here the next 500 names in turn.
 
-Then (b) the standalone scheduler's loop step (``Scheduler.schedule_one``: filter and score all
-nodes, reserve, assume, bind) over ``--standalone-pods`` pending pods (default 10,000) on a
-fresh copy of the cluster, with a binder that only counts (no API server):
-``standalone_pods_per_s`` and ``standalone_bound``. Each assumed pod re-indexes only its node
-(the snapshot's change log).
+Reported: ``extender_p50_ms``, ``extender_p99_ms`` (filter plus prioritize over HTTP, every node
+name sent), ``extender_subset_p50_ms``, ``extender_subset_p99_ms`` (the same with the
+``extender_subset_nodes`` names kube-scheduler would send), ``inprocess_p50_ms``,
+``inprocess_p99_ms`` (the two verbs called directly with every name: the plugins' share),
+``feasible_nodes_mean``, ``nodes``, ``build_s`` (snapshot build and warm-up).
+
+Then (b) the standalone scheduler's loop step (``Scheduler.schedule_one``: find feasible nodes,
+score them, reserve, assume, bind) over ``--standalone-pods`` pending pods (default 10,000) on a
+fresh copy of the cluster, with a binder that only counts (no API server) and the collector
+tuned as ``koord-scheduler run`` tunes it: ``standalone_pods_per_s``, ``standalone_bound`` and
+``standalone_nodes_to_find`` (feasible nodes wanted per pod, ``percentageOfNodesToScore``,
+default 0: kube-scheduler's adaptive share); and the same at 100 % (every node filtered and
+scored) over ``--all-nodes-pods`` pods (default 1,000): ``standalone_all_nodes_pods_per_s``.
+Each assumed pod re-indexes only its node (the snapshot's change log). ``load_avg_1m``: the
+host's load when done (the figures are wall-clock).
 
     python -m bench.scheduler_scale [--json] [--nodes N] [--pods N] [--pods-per-node N]
-                                    [--standalone-pods N]
+                                    [--standalone-pods N] [--percentage-of-nodes-to-score P]
+                                    [--all-nodes-pods N]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import json
 import logging
+import os
 import random
 import statistics
 import sys
@@ -41,8 +55,9 @@ import aiohttp
 from aiohttp import web
 
 from scheduler_plugins.extender import Extender, make_app
+from scheduler_plugins.framework import num_feasible_nodes_to_find
 from scheduler_plugins.snapshot import PodInfo, build_snapshot, parse_pod
-from scheduler_plugins.standalone import EventRecorder, Scheduler
+from scheduler_plugins.standalone import EventRecorder, Scheduler, tune_gc
 from scheduler_plugins.table import build_framework
 
 
@@ -202,7 +217,9 @@ def _pct(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
-async def _measure(ext: Extender, names: list[str], pods: int, warmup: int) -> dict[str, Any]:
+async def _measure(
+    ext: Extender, names: list[str], pods: int, warmup: int, subset: int
+) -> dict[str, Any]:
     runner = web.AppRunner(make_app(ext), access_log=None)
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)
@@ -210,11 +227,14 @@ async def _measure(ext: Extender, names: list[str], pods: int, warmup: int) -> d
     port = runner.addresses[0][1]
     base = f"http://127.0.0.1:{port}"
     http_ms: list[float] = []
+    subset_ms: list[float] = []
     feasible: list[int] = []
+    start = 0
     try:
         async with aiohttp.ClientSession() as session:
-            for i in range(warmup + pods):
-                body = json.dumps({"pod": _pod(i), "nodenames": names})
+
+            async def verbs(i: int, sent: list[str]) -> tuple[float, int]:
+                body = json.dumps({"pod": _pod(i), "nodenames": sent})
                 t0 = time.perf_counter()
                 async with session.post(base + "/filter", data=body) as resp:
                     result = json.loads(await resp.read())
@@ -222,10 +242,19 @@ async def _measure(ext: Extender, names: list[str], pods: int, warmup: int) -> d
                 body2 = json.dumps({"pod": _pod(i), "nodenames": passing})
                 async with session.post(base + "/prioritize", data=body2) as resp:
                     await resp.read()
-                elapsed = (time.perf_counter() - t0) * 1000
+                return (time.perf_counter() - t0) * 1000, len(passing)
+
+            for i in range(warmup + pods):
+                elapsed, passed = await verbs(i, names)
+                # what kube-scheduler sends: the nodes its own filters found feasible, at most
+                # percentageOfNodesToScore of them, its search starting where the last stopped
+                sent = [names[(start + k) % len(names)] for k in range(subset)]
+                start = (start + subset) % len(names)
+                elapsed_subset, _ = await verbs(20_000 + i, sent)
                 if i >= warmup:
                     http_ms.append(elapsed)
-                    feasible.append(len(passing))
+                    subset_ms.append(elapsed_subset)
+                    feasible.append(passed)
     finally:
         await runner.cleanup()
     direct_ms: list[float] = []
@@ -239,6 +268,9 @@ async def _measure(ext: Extender, names: list[str], pods: int, warmup: int) -> d
     return {
         "extender_p50_ms": round(_pct(http_ms, 0.50), 2),
         "extender_p99_ms": round(_pct(http_ms, 0.99), 2),
+        "extender_subset_nodes": subset,
+        "extender_subset_p50_ms": round(_pct(subset_ms, 0.50), 2),
+        "extender_subset_p99_ms": round(_pct(subset_ms, 0.99), 2),
         "inprocess_p50_ms": round(_pct(direct_ms, 0.50), 2),
         "inprocess_p99_ms": round(_pct(direct_ms, 0.99), 2),
         "feasible_nodes_mean": round(statistics.fmean(feasible), 1),
@@ -255,12 +287,20 @@ class _NullBinder:
         self.bound += 1
 
 
-async def _standalone(nodes: int, pods_per_node: int, pods: int) -> dict[str, Any]:
+async def _standalone(
+    nodes: int, pods_per_node: int, pods: int, percentage: int, prefix: str = "standalone"
+) -> dict[str, Any]:
     snapshot = build_snapshot(cluster(nodes, pods_per_node), "synthetic")
     binder = _NullBinder()
     built_at = time.time()  # the clock stands still: NodeMetrics must not expire mid-run
+    framework = build_framework()
     sched = Scheduler(
-        build_framework(), snapshot, binder, EventRecorder(None), clock=lambda: built_at
+        framework,
+        snapshot,
+        binder,
+        EventRecorder(None),
+        clock=lambda: built_at,
+        percentage_of_nodes_to_score=percentage,
     )
     pending = []
     for i in range(pods):
@@ -270,13 +310,16 @@ async def _standalone(nodes: int, pods_per_node: int, pods: int) -> dict[str, An
     for p in pending:
         snapshot.pending_pods[p.uid] = p
     logging.getLogger("scheduler_plugins").setLevel(logging.WARNING)
+    tune_gc()  # as `koord-scheduler run` does once its informers have synced
     t0 = time.perf_counter()
     for p in pending:
         await sched.schedule_one(p)
     elapsed = time.perf_counter() - t0
+    gc.unfreeze()
     return {
-        "standalone_pods_per_s": round(pods / elapsed, 1),
-        "standalone_bound": binder.bound,
+        f"{prefix}_pods_per_s": round(pods / elapsed, 1),
+        f"{prefix}_bound": binder.bound,
+        f"{prefix}_nodes_to_find": num_feasible_nodes_to_find(percentage, nodes),
     }
 
 
@@ -290,18 +333,49 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--pods-per-node", type=int, default=10)
     parser.add_argument("--warmup", type=int, default=20)
     parser.add_argument("--standalone-pods", type=int, default=10_000)
+    parser.add_argument(
+        "--percentage-of-nodes-to-score",
+        type=int,
+        default=0,
+        help="kube-scheduler's setting: 0 adaptive (10 %% of 5,000 nodes), 100 every node",
+    )
+    parser.add_argument(
+        "--all-nodes-pods",
+        type=int,
+        default=1000,
+        help="pods for the standalone figure at 100 %% (every node filtered and scored)",
+    )
     args = parser.parse_args(argv)
+    subset = num_feasible_nodes_to_find(args.percentage_of_nodes_to_score, args.nodes)
     t0 = time.perf_counter()
     snapshot = build_snapshot(cluster(args.nodes, args.pods_per_node), "synthetic")
     ext = Extender(build_framework(), snapshot, tune_gc=True)  # as `koord-scheduler extender`
     build_s = time.perf_counter() - t0
     names = list(snapshot.nodes)
     figures: dict[str, Any] = {"nodes": args.nodes, "pods": args.pods, "build_s": round(build_s, 2)}
-    figures.update(asyncio.run(_measure(ext, names, args.pods, args.warmup)))
+    figures.update(asyncio.run(_measure(ext, names, args.pods, args.warmup, subset)))
+    del ext, snapshot
+    gc.unfreeze()
     if args.standalone_pods:
         figures.update(
-            asyncio.run(_standalone(args.nodes, args.pods_per_node, args.standalone_pods))
+            asyncio.run(
+                _standalone(
+                    args.nodes,
+                    args.pods_per_node,
+                    args.standalone_pods,
+                    args.percentage_of_nodes_to_score,
+                )
+            )
         )
+    if args.all_nodes_pods:
+        figures.update(
+            asyncio.run(
+                _standalone(
+                    args.nodes, args.pods_per_node, args.all_nodes_pods, 100, "standalone_all_nodes"
+                )
+            )
+        )
+    figures["load_avg_1m"] = round(os.getloadavg()[0], 2)
     if not args.json:
         for key, value in figures.items():
             print(f"{key}: {value}", file=sys.stderr)

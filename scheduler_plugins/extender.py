@@ -225,7 +225,10 @@ class Extender:
         cached = self._cycle(pod)
         nodes, missing = self.framework.resolve(self.snapshot, names)
         feasible, failures = self.framework.filter_nodes(cached.cycle, pod, nodes)
-        failed = {name: "; ".join(r for _, r in f) for name, f in failures.items()}
+        failed = {
+            name: f[0][1] if len(f) == 1 else "; ".join(r for _, r in f)
+            for name, f in failures.items()
+        }
         for name in missing:
             failed[name] = ERR_NODE_NOT_FOUND
         result: dict[str, Any] = {"failedNodes": failed, "error": ""}
@@ -238,9 +241,10 @@ class Extender:
                     if (o.get("metadata") or {}).get("name") in keep
                 ]
             }
-        else:
-            result["nodenames"] = [n.name for n in feasible]
-        cached.passing = [n.name for n in feasible]
+        passing = [n.name for n in feasible]
+        if not full:
+            result["nodenames"] = passing
+        cached.passing = passing
         cached.passing_nodes = feasible
         return result
 

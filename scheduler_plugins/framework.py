@@ -245,8 +245,12 @@ class Framework:
             failed = plugin.filter_nodes(cycle, pod, candidates)
             if not failed:
                 continue
-            for name, reason in failed.items():
-                failures.setdefault(name, []).append((plugin.name, reason))
+            pname = plugin.name
+            if failures.keys().isdisjoint(failed):  # the usual case: first failures
+                failures.update({name: [(pname, reason)] for name, reason in failed.items()})
+            else:
+                for name, reason in failed.items():
+                    failures.setdefault(name, []).append((pname, reason))
             if not all_verdicts:
                 candidates = [n for n in candidates if n.name not in failed]
         if all_verdicts:
@@ -369,6 +373,10 @@ class Framework:
         """The snapshot's nodes of ``node_names`` (default: all), and the names it lacks."""
         if node_names is None:
             return list(snapshot.nodes.values()), []
+        got = list(map(snapshot.nodes.get, node_names))
+        found = [n for n in got if n is not None]
+        if len(found) == len(got):
+            return found, []
         nodes: list[NodeInfo] = []
         missing: list[str] = []
         get = snapshot.nodes.get

@@ -22,6 +22,8 @@ def test_scheduler_scale_prints_latency_and_throughput_keys():
             "1",
             "--standalone-pods",
             "30",
+            "--all-nodes-pods",
+            "10",
         ],
         capture_output=True,
         text=True,
@@ -35,7 +37,12 @@ def test_scheduler_scale_prints_latency_and_throughput_keys():
         "extender_p99_ms",
         "inprocess_p50_ms",
         "inprocess_p99_ms",
+        "extender_subset_p50_ms",
+        "extender_subset_p99_ms",
         "standalone_pods_per_s",
+        "standalone_all_nodes_pods_per_s",
     } <= set(figures)
     assert figures["extender_p50_ms"] <= figures["extender_p99_ms"]
     assert figures["standalone_bound"] == 30  # 40 nodes with room for every pod
+    assert figures["standalone_all_nodes_bound"] == 10
+    assert figures["extender_subset_nodes"] == 40  # under 100 nodes kube-scheduler sends all
