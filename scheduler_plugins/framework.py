@@ -61,7 +61,9 @@ class Found:
     feasible: list[NodeInfo]
     """At most the wanted number of feasible nodes, in the order they were examined."""
     failures: dict[str, list[tuple[str, str]]]
-    """``(plugin, reason)`` failures of the examined nodes, by node name."""
+    """``(plugin, reason)`` failures of the examined nodes, by node name (when some node was
+    found, nodes a plugin ruled out beforehand, :meth:`Plugin.possible_nodes`, are left out;
+    when none was, every node is there)."""
     processed: int
     """How many nodes were examined (the next search starts that far after this one)."""
 
@@ -107,6 +109,13 @@ class Plugin:
             if reason is not None:
                 out[node.name] = reason
         return out
+
+    def possible_nodes(self, cycle: Cycle, pod: PodInfo) -> frozenset[str] | None:
+        """Names of the only nodes this plugin's filter could pass for ``pod``, when it knows
+        them cheaply (a cpu-binding pod needs a node with a CPU topology), else ``None``. A
+        search for feasible nodes (:meth:`Framework.find_feasible`) skips the others; the
+        filter itself must still reject them."""
+        return None
 
     def score(self, cycle: Cycle, pod: PodInfo, node: NodeInfo) -> int | None:
         """The raw score of ``node``; ``None`` when the plugin does not score this pod."""
@@ -272,9 +281,6 @@ class Framework:
         nodes) every node is examined, as :meth:`filter_nodes` does."""
         total = len(nodes)
         want = num_feasible_nodes_to_find(percentage, total)
-        if want >= total:
-            every, failed = self.filter_nodes(cycle, pod, nodes)
-            return Found(every, failed, total)
         failures: dict[str, list[tuple[str, str]]] = {}
         for plugin in self.plugins:
             reason = plugin.pre_filter(cycle, pod)
@@ -282,6 +288,36 @@ class Framework:
                 for n in nodes:
                     failures.setdefault(n.name, []).append((plugin.name, reason))
                 return Found([], failures, total)
+        possible: frozenset[str] | None = None
+        for plugin in self.plugins:
+            only = plugin.possible_nodes(cycle, pod)
+            if only is not None:
+                possible = only if possible is None else possible & only
+        found = self._search(cycle, pod, nodes, want, start, possible)
+        if possible is not None and not found.feasible:
+            # nothing fits: every node's own reasons, for the FailedScheduling Event
+            every, failed = self.filter_nodes(cycle, pod, nodes)
+            return Found(every, failed, total)
+        return found
+
+    def _search(
+        self,
+        cycle: Cycle,
+        pod: PodInfo,
+        nodes: Sequence[NodeInfo],
+        want: int,
+        start: int,
+        possible: frozenset[str] | None,
+    ) -> Found:
+        """Filter ``nodes`` from ``start`` on until ``want`` are feasible, skipping nodes not in
+        ``possible`` (no failures recorded for those)."""
+        total = len(nodes)
+        failures: dict[str, list[tuple[str, str]]] = {}
+        if not total:
+            return Found([], failures, 0)
+        if want >= total:
+            part = list(nodes) if possible is None else [n for n in nodes if n.name in possible]
+            return Found(self._run_filters(cycle, pod, part, failures), failures, total)
         start %= total
         feasible: list[NodeInfo] = []
         processed = 0
@@ -292,12 +328,15 @@ class Framework:
             part = list(nodes[lo : lo + size])
             if len(part) < size:  # wrapped past the end
                 part.extend(nodes[: size - len(part)])
+            examined = part
+            if possible is not None:
+                part = [n for n in part if n.name in possible]
             passed = self._run_filters(cycle, pod, part, failures)
             if len(feasible) + len(passed) >= want:
                 last = passed[want - len(feasible) - 1]
                 feasible.extend(passed[: want - len(feasible)])
-                cut = next(i for i, n in enumerate(part) if n is last) + 1
-                for n in part[cut:]:  # examined past the last one needed: not processed
+                cut = next(i for i, n in enumerate(examined) if n is last) + 1
+                for n in examined[cut:]:  # examined past the last one needed: not processed
                     failures.pop(n.name, None)
                 processed += cut
                 break

@@ -512,6 +512,13 @@ class NodeNUMAResource(Plugin):
     def pre_filter(self, cycle: Cycle, pod: PodInfo) -> str | None:
         return self._need(cycle, pod).error
 
+    def possible_nodes(self, cycle: Cycle, pod: PodInfo) -> frozenset[str] | None:
+        """A cpu-binding pod can only land on a node with a valid CPU topology."""
+        if not self._need(cycle, pod).bind:
+            return None
+        self._prepare(cycle)
+        return self._bindable_nodes
+
     def filter_nodes(self, cycle: Cycle, pod: PodInfo, nodes: Sequence[NodeInfo]) -> dict[str, str]:
         need = self._need(cycle, pod)
         policy_nodes = self._prepare(cycle)

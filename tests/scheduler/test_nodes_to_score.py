@@ -300,3 +300,51 @@ def test_a_remembered_cpu_placement_is_forgotten_when_its_node_changes():
     expected = fresh.reserve(cycle, third, "n1")
     fresh.unreserve(cycle, third, "n1")
     assert fw.reserve(fw.new_cycle(snap, NOW), third, "n1") == expected
+
+
+def lsr_cluster(count: int) -> Snapshot:
+    """``count`` nodes, a CPU topology on one in five."""
+    objects: list[dict[str, Any]] = []
+    for i in range(count):
+        name = f"n{i:04d}"
+        objects += [node(name, cpu="16"), node_metric(name, cpu="1", memory="1Gi")]
+        if i % 5 == 0:
+            objects.append(nrt(name, cores_per_numa=4, threads=2))
+    return build_snapshot(objects, "test")
+
+
+def lsr_pod(name: str, cpu: str) -> PodInfo:
+    raw = pod(
+        name,
+        requests={"cpu": cpu, "memory": "1Gi"},
+        limits={"cpu": cpu, "memory": "1Gi"},
+        labels={"koordinator.sh/qosClass": "LSR"},
+        priority=9500,
+    )
+    return parse_pod(raw, "pod")
+
+
+@pytest.mark.parametrize("percentage", [0, 100])
+def test_a_cpu_binding_pod_skips_nodes_without_a_topology_and_finds_the_same_nodes(percentage):
+    snap = lsr_cluster(600)
+    fw = build_framework()
+    nodes = list(snap.nodes.values())
+    p = lsr_pod("p", "4")
+    exhaustive, failures = fw.filter_nodes(fw.new_cycle(snap, NOW), p, nodes)
+    found = fw.find_feasible(fw.new_cycle(snap, NOW), p, nodes, percentage=percentage)
+    assert len(exhaustive) == 120  # the nodes with a topology: fewer than wanted
+    assert found.feasible == exhaustive
+    assert found.processed == 600
+    assert set(found.failures) < set(failures)  # the nodes it skipped have no reasons here
+
+
+def test_a_cpu_binding_pod_that_fits_nowhere_gets_every_nodes_reasons():
+    snap = lsr_cluster(300)
+    fw = build_framework()
+    nodes = list(snap.nodes.values())
+    p = lsr_pod("p", "32")  # more cpus than any topology has
+    _, failures = fw.filter_nodes(fw.new_cycle(snap, NOW), p, nodes)
+    found = fw.find_feasible(fw.new_cycle(snap, NOW), p, nodes, percentage=10)
+    assert found.feasible == []
+    assert found.failures == failures
+    assert len(found.failures) == 300
