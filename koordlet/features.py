@@ -238,3 +238,15 @@ def help_lines() -> list[str]:
         default = str(spec.default).lower()
         lines.append(f"{name}=true|false ({spec.stage.value} - default={default}{note})")
     return lines
+
+
+def gate_enabled(config: object, gate: str) -> bool:
+    """Whether ``config.feature_gates`` has ``gate`` on; False without gates or for a gate this
+    koordlet does not define (a strategy's optional sub-feature)."""
+    gates = getattr(config, "feature_gates", None)
+    if gates is None:
+        return False
+    try:
+        return bool(gates.enabled(gate))
+    except KeyError:
+        return False

@@ -34,13 +34,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from apis.extension import QoSClass
 from apis.slo import SchemaError, thaw
 from apis.slo_strategies import CPUEvictPolicy, parse_resource_threshold_strategy
+from koordlet.features import gate_enabled
 from koordlet.metriccache import series
 from koordlet.qos.evictor import (
     EVICT_REASON_PREFIX,
@@ -49,6 +50,7 @@ from koordlet.qos.evictor import (
     Outcome,
     Victim,
 )
+from koordlet.qos.evictor import pick_victims as pick
 from koordlet.qos.manager import StrategyContext, StrategyReport
 from koordlet.qos.memoryevict import (
     PRIORITY_MID_VALUE_MAX,
@@ -256,27 +258,6 @@ def order_by_priority(candidates: Iterable[Candidate], by: str) -> list[Candidat
     return sorted(candidates, key=key)
 
 
-def pick(
-    ordered: Sequence[Candidate],
-    need: int,
-    release_of: Callable[[Candidate], int],
-    pending: frozenset[str] = frozenset(),
-    exclude: frozenset[str] = frozenset(),
-) -> tuple[list[Candidate], int]:
-    """As :func:`koordlet.qos.memoryevict.pick`."""
-    picks: list[Candidate] = []
-    released = 0
-    for c in ordered:
-        if released >= need:
-            break
-        if c.key in exclude:
-            continue
-        released += release_of(c)
-        if c.key not in pending:
-            picks.append(c)
-    return picks, released
-
-
 # The strategy --------------------------------------------------------------------------------
 
 
@@ -287,16 +268,6 @@ class _Task:
     need: int
     victims: list[Candidate]
     by: str
-
-
-def _gate_on(config: Any, gate: str) -> bool:
-    gates = getattr(config, "feature_gates", None)
-    if gates is None:
-        return False
-    try:
-        return bool(gates.enabled(gate))
-    except KeyError:
-        return False
 
 
 class _Stale(Exception):
@@ -361,7 +332,7 @@ class CPUEvict:
         pending = ctx.evictor.recent_keys() if ctx.evictor is not None else frozenset()
         pods = list(ctx.workloads().pods.values())
         features = [GATE] + [
-            f for f in (FEATURE_ALLOCATABLE_EVICT, FEATURE_CPU_EVICT) if _gate_on(ctx.config, f)
+            f for f in (FEATURE_ALLOCATABLE_EVICT, FEATURE_CPU_EVICT) if gate_enabled(ctx.config, f)
         ]
         tasks: list[_Task] = []
         taken: set[str] = set()

@@ -48,7 +48,7 @@ import logging
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar
 
 from apis.extension import ANNOTATION_EVICTION_POLICY as ANNOTATION_EVICTION_POLICY
 from apis.extension import ANNOTATION_EVICTION_PRIORITY as ANNOTATION_EVICTION_PRIORITY
@@ -66,6 +66,40 @@ if TYPE_CHECKING:
     from koordlet.system.host import Host
 
 logger = logging.getLogger(__name__)
+
+
+class Keyed(Protocol):
+    """An eviction candidate: its ``key`` is the evictor's dedupe key (``pod/<uid>``)."""
+
+    @property
+    def key(self) -> str: ...
+
+
+_C = TypeVar("_C", bound=Keyed)
+
+
+def pick_victims(
+    ordered: Sequence[_C],
+    need: int,
+    release_of: Callable[[_C], int],
+    pending: frozenset[str] = frozenset(),
+    exclude: frozenset[str] = frozenset(),
+) -> tuple[list[_C], int]:
+    """Victims in order until their releases cover ``need``; a ``pending`` candidate (evicted
+    within the dedupe window) counts as released without being picked again, an ``exclude``d one
+    is passed over. Returns the picks and the release they (and the pending ones) add up to."""
+    picks: list[_C] = []
+    released = 0
+    for c in ordered:
+        if released >= need:
+            break
+        if c.key in exclude:
+            continue
+        released += release_of(c)
+        if c.key not in pending:
+            picks.append(c)
+    return picks, released
+
 
 REASON_MEMORY = "EvictPodByNodeMemoryUsage"
 """Reason of memory eviction (Koordinator's ``resourceexecutor.EvictPodByNodeMemoryUsage``)."""

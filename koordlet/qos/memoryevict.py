@@ -37,7 +37,7 @@ import functools
 import json
 import logging
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -45,6 +45,7 @@ from apis.extension import QoSClass
 from apis.slo import SchemaError, thaw
 from apis.slo_strategies import parse_resource_threshold_strategy
 from koordlet.events.watches import PressureEvent
+from koordlet.features import gate_enabled
 from koordlet.metriccache import series
 from koordlet.qos.evictor import (
     ANNOTATION_EVICTION_POLICY,
@@ -56,6 +57,7 @@ from koordlet.qos.evictor import (
     Outcome,
     Victim,
 )
+from koordlet.qos.evictor import pick_victims as pick
 from koordlet.qos.manager import StrategyContext, StrategyReport
 from koordlet.statesinformer.model import PodInfo
 from koordlet.system.cgroups import CgroupVersion
@@ -275,29 +277,6 @@ def order_by_priority(candidates: Iterable[Candidate], by: str) -> list[Candidat
     return sorted(candidates, key=key)
 
 
-def pick(
-    ordered: Sequence[Candidate],
-    need: int,
-    release_of: Callable[[Candidate], int],
-    pending: frozenset[str] = frozenset(),
-    exclude: frozenset[str] = frozenset(),
-) -> tuple[list[Candidate], int]:
-    """Victims in order until their releases cover ``need``; a ``pending`` candidate (evicted
-    within the dedupe window) counts as released without being picked again. Returns the picks
-    and the release they (and the pending ones) add up to."""
-    picks: list[Candidate] = []
-    released = 0
-    for c in ordered:
-        if released >= need:
-            break
-        if c.key in exclude:
-            continue
-        released += release_of(c)
-        if c.key not in pending:
-            picks.append(c)
-    return picks, released
-
-
 # The strategy --------------------------------------------------------------------------------
 
 
@@ -308,16 +287,6 @@ class _Task:
     victims: list[Candidate]
     released: int
     by: str
-
-
-def _gate_on(config: Any, gate: str) -> bool:
-    gates = getattr(config, "feature_gates", None)
-    if gates is None:
-        return False
-    try:
-        return bool(gates.enabled(gate))
-    except KeyError:  # a gate this koordlet does not define
-        return False
 
 
 class MemoryEvict:
@@ -452,7 +421,9 @@ class MemoryEvict:
         tasks: list[_Task] = []
         taken: set[str] = set()
         features = [GATE] + [
-            f for f in (FEATURE_ALLOCATABLE_EVICT, FEATURE_MEMORY_EVICT) if _gate_on(ctx.config, f)
+            f
+            for f in (FEATURE_ALLOCATABLE_EVICT, FEATURE_MEMORY_EVICT)
+            if gate_enabled(ctx.config, f)
         ]
         for feature in features:
             try:
