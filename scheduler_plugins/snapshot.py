@@ -6,9 +6,10 @@ Resource values are integers in Koordinator's ``getResourceValue`` units: ``cpu`
 milli-cores for ``kubernetes.io/batch-cpu`` and ``kubernetes.io/mid-cpu`` (which Koordinator
 writes as plain integers of milli-cores), counts for ``pods`` and devices.
 
-Kinds read: Node, Pod, NodeMetric, NodeResourceTopology, ElasticQuota, PodGroup, Reservation,
-Device; any other kind is ignored (a ``kubectl get all`` dump works). Pods in phase Succeeded or
-Failed hold nothing and are dropped. A Pod with ``spec.nodeName`` is assigned to that node.
+Kinds read: Node, Pod, NodeMetric, NodeResourceTopology, ElasticQuota, ElasticQuotaProfile,
+PodGroup, Reservation, Device; any other kind is ignored (a ``kubectl get all`` dump works).
+Pods in phase Succeeded or Failed hold nothing and are dropped. A Pod with ``spec.nodeName`` is
+assigned to that node.
 
 The snapshot is mutable in one way only: :meth:`Snapshot.assume` adds a pod to a node (the
 scheduler's "assume" after reserve) and :meth:`Snapshot.forget` takes it back.
@@ -571,6 +572,8 @@ class Snapshot:
     """PodGroups (raw objects) by ``namespace/name``."""
     reservations: dict[str, dict[str, Any]] = field(default_factory=dict)
     """Reservations (raw objects) by name."""
+    quota_profiles: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """ElasticQuotaProfiles (raw objects) by ``namespace/name``."""
     devices: dict[str, dict[str, Any]] = field(default_factory=dict)
     """Devices (raw objects) by node name."""
     orphans: dict[str, dict[str, PodInfo]] = field(default_factory=dict)
@@ -713,6 +716,7 @@ def build_snapshot(objects: Sequence[Mapping[str, Any]], source: str = "<snapsho
                 "NodeMetric",
                 "NodeResourceTopology",
                 "ElasticQuota",
+                "ElasticQuotaProfile",
                 "PodGroup",
                 "Reservation",
                 "Device",
@@ -737,6 +741,8 @@ def build_snapshot(objects: Sequence[Mapping[str, Any]], source: str = "<snapsho
             snap.pod_groups[f"{meta.get('namespace') or 'default'}/{name}"] = dict(obj)
         elif kind == "Reservation":
             snap.reservations[name] = dict(obj)
+        elif kind == "ElasticQuotaProfile":
+            snap.quota_profiles[f"{meta.get('namespace') or 'default'}/{name}"] = dict(obj)
         elif kind == "Device":
             snap.devices[name] = dict(obj)
     for pod in pods:

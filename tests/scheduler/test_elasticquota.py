@@ -292,3 +292,10 @@ def test_used_is_recounted_when_pods_are_assumed_forgotten_and_removed():
 def test_enable_check_parent_quota_is_read_from_the_args():
     assert build(None, "x").check_parent is False
     assert build({"enableCheckParentQuota": True}, "x").check_parent is True
+
+
+def test_profiles_in_the_snapshot_itself_make_their_trees():
+    objects = [*POOLS, *PROFILES, quota("tb", 1, 2, parent="root-b")]
+    result = evaluate(objects, member("p", "tb", 1), plugins=[ElasticQuota()])
+    assert result.nodes["b1"].feasible
+    assert result.nodes["a1"].reasons == ["node(s) didn't match Pod's node affinity/selector"]
