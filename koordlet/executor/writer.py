@@ -19,8 +19,9 @@ dry-run result that would have (the audit log hooks in here). ``observe`` times 
 
 Dry run (``--dry-run``, ``--qos-dry-run-strategies``): a write submitted for a strategy in dry
 run is validated, resolved and compared with the file's current text exactly as a real one, but
-nothing is written and nothing is cached; the result has ``dry_run=True`` and ``changed=False``,
-and when the value would have changed it goes to ``on_change`` as an audited decision.
+nothing is written and the skip cache is not fed; the result has ``dry_run=True`` and
+``changed=False``, and when the value would have changed it goes to ``on_change`` as an audited
+decision, once per ``cache_ttl`` for the same decision on the same file text.
 
 The cache starts empty, so after a start every knob is read from the file before it is written
 (nothing from an earlier run is trusted); :meth:`CgroupWriter.resync` empties it again.
@@ -118,7 +119,7 @@ class CgroupWriter:
         self.dry_run_strategies = dry_run_strategies
         """Strategies whose writes are computed and audited but not performed."""
         self._clock = clock
-        self._cache: dict[tuple[str, str], _Cached] = {}
+        self._cache: dict[tuple[str, ...], _Cached] = {}
         self._lock = threading.Lock()
         self._pool: ThreadPoolExecutor | None = None
 
@@ -206,7 +207,19 @@ class CgroupWriter:
         if dry:
             result = WriteResult(path, current.strip(), new, False, k.name, strategy, reason, True)
             logger.debug("dry run %s: %r -> %r (not written)", path, result.old, new)
-            self._notify(result)
+            # The same decision on the same file text is audited once per cache lifetime, as a
+            # real write is made once: a dry-run strategy deciding it every round is no news.
+            dry_key = (path, k.name, "dry-run")
+            with self._lock:
+                seen = self._cache.get(dry_key)
+            if (
+                seen is None
+                or (seen.value, seen.text) != (canonical, result.old)
+                or (now - seen.at >= self.cache_ttl)
+            ):
+                with self._lock:
+                    self._cache[dry_key] = _Cached(canonical, result.old, now)
+                self._notify(result)
             return result
 
         self._timed_write(path, new, k, filename)

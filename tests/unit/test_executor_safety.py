@@ -62,6 +62,26 @@ def test_per_strategy_dry_run_spares_only_the_named_strategies(tmp_path: Path) -
     ]
 
 
+def test_the_same_dry_run_decision_is_audited_once_per_cache_lifetime(tmp_path: Path) -> None:
+    audit = AuditLog(None)
+    now = [100.0]
+    writer = CgroupWriter(
+        v1_host(tmp_path),
+        on_change=audit.on_write,
+        dry_run_all=True,
+        cache_ttl=60.0,
+        clock=lambda: now[0],
+    )
+    for _ in range(5):  # a dry-run strategy decides the same every round
+        assert writer.write("cpu_cfs_quota", PODS[0], 20000, strategy="s").dry_run
+    writer.write("cpu_cfs_quota", PODS[0], 30000, strategy="s")  # another decision
+    now[0] += 61.0
+    writer.write("cpu_cfs_quota", PODS[0], 30000, strategy="s")  # the lifetime is over
+
+    assert [e.new for e in audit.recent()] == ["30000", "30000", "20000"]  # newest first
+    assert quota(tmp_path, PODS[0]) == "-1\n"
+
+
 def test_a_dry_run_caches_nothing_so_a_later_real_write_is_done(tmp_path: Path) -> None:
     host = v1_host(tmp_path)
     writer = CgroupWriter(host, dry_run_all=True)
