@@ -6,6 +6,12 @@ error) and afterwards whenever the file's modification time, size or inode chang
 requested (SIGHUP). A file that turns bad, or disappears, on a reload is logged once with the file
 and field, reported to ``on_error`` and otherwise ignored: the last good spec stays in force.
 
+A changed file is read only once it has *settled*: its modification time lies at least
+``settle_seconds`` (0.5 s) in the past. Editors and ``echo >`` truncate before they write, so a
+file read the moment it changed can be empty or half written, and an empty file is a valid (empty)
+spec: without the settle time a reload could replace every host application with nothing. A
+requested reload waits for the settle time too, and is kept until it happens.
+
 Each declared application's cgroup directory is resolved as Koordinator resolves it
 (``GetHostAppCgroupRelativePath`` in ``pkg/koordlet/util``): ``cgroupPath.base`` picks a point of
 the hierarchy, whose directory depends on the cgroup driver, and ``parentDir`` and
@@ -28,6 +34,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
 from collections.abc import Callable
 
 from apis.extension import KubeQOS
@@ -74,6 +81,8 @@ class NodeSLOFileSource:
     :param host: paths and cgroup layout the cgroup directories resolve through. The daemon
         replaces it when the cgroup driver is detected late.
     :param on_error: called with each reload error (the daemon counts them).
+    :param settle_seconds: how long a changed file must stay unwritten before it is read.
+    :param clock: wall-clock seconds, compared with the file's modification time.
     """
 
     def __init__(
@@ -83,11 +92,15 @@ class NodeSLOFileSource:
         *,
         on_error: Callable[[ConfigError], None] | None = None,
         name: str = "nodeslo-file",
+        settle_seconds: float = 0.5,
+        clock: Callable[[], float] = time.time,
     ) -> None:
         self.name = name
         self.path = path
         self.host = host
         self._on_error = on_error
+        self._settle_ns = int(settle_seconds * 1e9)
+        self._clock = clock
         self._spec: NodeSLOSpec | None = None
         self._signature: _Signature | None = None
         self._failed: _Signature | None = None
@@ -153,12 +166,20 @@ class NodeSLOFileSource:
         self._signature = signature
         self._failed = None
 
+    def _settled(self, signature: _Signature) -> bool:
+        """Whether the file was last written at least the settle time ago (a modification
+        time in the future, from a skewed clock, counts as settled rather than never)."""
+        age_ns = int(self._clock() * 1e9) - signature[0]
+        return not 0 <= age_ns < self._settle_ns
+
     def _maybe_reload(self) -> None:
         forced = self._reload_requested.is_set()
-        self._reload_requested.clear()
         signature = self._stat()
         if not forced and signature == self._signature:
             return
+        if signature is not None and not self._settled(signature):
+            return  # still being written, perhaps: read it at a later call
+        self._reload_requested.clear()
         bad = signature if signature is not None else (0, 0, 0)
         if not forced and bad == self._failed:
             return  # the same bad version, already reported

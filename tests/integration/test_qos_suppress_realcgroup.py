@@ -16,7 +16,7 @@ from collections.abc import Iterator
 import pytest
 
 from apis.extension import KubeQOS, QoSClass
-from koordlet.qos.cpusuppress import BE_MIN_QUOTA_US, RESOURCE_STATUS_ANNOTATION
+from koordlet.qos.cpusuppress import BE_MIN_QUOTA_US, CFS_PERIOD_US, RESOURCE_STATUS_ANNOTATION
 from koordlet.statesinformer.model import PodInfo
 from tests.integration.qostree import QoSTree, SuppressRig, real_cgroup_v1_available
 
@@ -67,14 +67,21 @@ async def test_be_quota_shrinks_under_ls_load_and_grows_back_when_it_stops(tree:
         for _ in range(3):
             await asyncio.sleep(TICK)
             await rig.round()
-        assert int(tree.read("cpu", tree.be_dir, "cpu.cfs_quota_us")) == BE_MIN_QUOTA_US
+        # The quota follows the room the round measured (node minus LS minus system), to within
+        # the 1 % dead band, and that room is a sliver: a few per cent of the node at most (the
+        # floor when the CPUs are saturated; jitter in a shared VM's rates leaves a little).
+        suppressed = int(tree.read("cpu", tree.be_dir, "cpu.cfs_quota_us"))
+        room = rig.strategy.debug_state()["inputs"]["suppress_milli"]
+        target = max(room * CFS_PERIOD_US // 1000, BE_MIN_QUOTA_US)
+        assert abs(suppressed - target) <= ncpu * CFS_PERIOD_US // 100
+        assert BE_MIN_QUOTA_US <= suppressed <= ncpu * CFS_PERIOD_US // 20
 
-        # LS load stops; before the next round the CPUs are idle, yet the kernel holds BE to
-        # 2000 us a 100 ms period: throttled, about 0.02 cores.
+        # LS load stops; before the next round the CPUs are idle, yet the kernel holds BE to its
+        # few milliseconds a 100 ms period: throttled, at most a little above the quota.
         tree.stop(ls)
         suppressed_rate, throttled = await be_rate(tree, 0.5)
         assert throttled > 0
-        assert suppressed_rate < 0.1
+        assert suppressed_rate < suppressed / CFS_PERIOD_US + 0.05
 
         # Rounds see the LS load gone: the quota grows back, 10 % of the node a round, unless
         # other work on this shared machine leaves no room (then the floor is right).

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +42,11 @@ def write_nodeslo(path: Path, apps: list[dict[str, Any]]) -> None:
         "spec": {"hostApplications": apps},
     }
     path.write_text(yaml.safe_dump(doc))
+
+
+def a_minute_later() -> float:
+    """A clock for tests that edit the file and read it at once: every edit has settled."""
+    return time.time() + 60
 
 
 @pytest.fixture
@@ -138,7 +144,7 @@ def test_an_edited_file_is_reloaded_when_its_modification_time_changes(
     fake_host: FakeHost, slo_file: Path
 ) -> None:
     write_nodeslo(slo_file, [{"name": "a", "qos": "LS"}])
-    source = NodeSLOFileSource(str(slo_file), fake_host.host)
+    source = NodeSLOFileSource(str(slo_file), fake_host.host, clock=a_minute_later)
     assert [a.name for a in source.list_host_apps()] == ["a"]
 
     write_nodeslo(slo_file, [{"name": "a", "qos": "LS"}, {"name": "b", "qos": "BE"}])
@@ -154,7 +160,9 @@ def test_a_bad_reload_keeps_the_last_good_version_and_reports_file_and_field_onc
 ) -> None:
     write_nodeslo(slo_file, [{"name": "a", "qos": "LS"}])
     errors: list[ConfigError] = []
-    source = NodeSLOFileSource(str(slo_file), fake_host.host, on_error=errors.append)
+    source = NodeSLOFileSource(
+        str(slo_file), fake_host.host, on_error=errors.append, clock=a_minute_later
+    )
     good = source.list_host_apps()
 
     write_nodeslo(slo_file, [{"name": "a", "qos": "GOLD"}])
@@ -175,10 +183,39 @@ def test_a_bad_reload_keeps_the_last_good_version_and_reports_file_and_field_onc
     assert info.cgroup_dir == "host-best-effort/a"
 
 
+def test_a_file_still_being_written_is_read_only_once_it_has_settled(
+    fake_host: FakeHost, slo_file: Path
+) -> None:
+    write_nodeslo(slo_file, [{"name": "a", "qos": "LS"}])
+    now = [time.time() + 60]
+    source = NodeSLOFileSource(
+        str(slo_file), fake_host.host, settle_seconds=0.5, clock=lambda: now[0]
+    )
+    good = source.list_host_apps()
+
+    # An editor truncated the file and has not written yet: empty is a valid (empty) spec, but
+    # it was written a moment ago, so it is not read.
+    slo_file.write_text("")
+    written = slo_file.stat().st_mtime_ns / 1e9
+    now[0] = written + 0.1
+    assert source.list_host_apps() == good
+    source.request_reload()  # a SIGHUP in the same moment waits as well
+    assert source.list_host_apps() == good
+
+    write_nodeslo(slo_file, [{"name": "a", "qos": "LS"}, {"name": "b", "qos": "BE"}])
+    written = slo_file.stat().st_mtime_ns / 1e9
+    now[0] = written + 0.2
+    assert source.list_host_apps() == good
+    now[0] = written + 0.6
+    assert [a.name for a in source.list_host_apps()] == ["a", "b"]
+
+
 def test_a_deleted_file_keeps_the_last_good_version(fake_host: FakeHost, slo_file: Path) -> None:
     write_nodeslo(slo_file, [{"name": "a", "qos": "LS"}])
     errors: list[ConfigError] = []
-    source = NodeSLOFileSource(str(slo_file), fake_host.host, on_error=errors.append)
+    source = NodeSLOFileSource(
+        str(slo_file), fake_host.host, on_error=errors.append, clock=a_minute_later
+    )
     good = source.list_host_apps()
 
     slo_file.unlink()
@@ -193,7 +230,7 @@ def test_a_requested_reload_rereads_a_file_that_looks_unchanged(
     fake_host: FakeHost, slo_file: Path
 ) -> None:
     write_nodeslo(slo_file, [{"name": "aa", "qos": "LS"}])
-    source = NodeSLOFileSource(str(slo_file), fake_host.host)
+    source = NodeSLOFileSource(str(slo_file), fake_host.host, clock=a_minute_later)
     source.list_host_apps()
     st = slo_file.stat()
     write_nodeslo(slo_file, [{"name": "bb", "qos": "LS"}])  # same size, same inode
