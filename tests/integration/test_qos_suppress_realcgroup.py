@@ -68,13 +68,14 @@ async def test_be_quota_shrinks_under_ls_load_and_grows_back_when_it_stops(tree:
             await asyncio.sleep(TICK)
             await rig.round()
         # The quota follows the room the round measured (node minus LS minus system), to within
-        # the 1 % dead band, and that room is a sliver: a few per cent of the node at most (the
-        # floor when the CPUs are saturated; jitter in a shared VM's rates leaves a little).
+        # the 1 % dead band, and that room is a sliver of the node: the floor when the CPUs are
+        # saturated; on a shared VM, time stolen by the hypervisor (seen: 7.5 % of the node)
+        # is used by nobody and so counts as room.
         suppressed = int(tree.read("cpu", tree.be_dir, "cpu.cfs_quota_us"))
         room = rig.strategy.debug_state()["inputs"]["suppress_milli"]
         target = max(room * CFS_PERIOD_US // 1000, BE_MIN_QUOTA_US)
         assert abs(suppressed - target) <= ncpu * CFS_PERIOD_US // 100
-        assert BE_MIN_QUOTA_US <= suppressed <= ncpu * CFS_PERIOD_US // 20
+        assert BE_MIN_QUOTA_US <= suppressed <= ncpu * CFS_PERIOD_US // 5
 
         # LS load stops; before the next round the CPUs are idle, yet the kernel holds BE to its
         # few milliseconds a 100 ms period: throttled, at most a little above the quota.
