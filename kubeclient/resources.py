@@ -63,3 +63,6 @@ RESERVATIONS = Resource(
     "scheduling.koordinator.sh", "v1alpha1", "reservations", "Reservation", namespaced=False
 )
 DEVICES = Resource("scheduling.koordinator.sh", "v1alpha1", "devices", "Device", False)
+ELASTIC_QUOTA_PROFILES = Resource(
+    "quota.koordinator.sh", "v1alpha1", "elasticquotaprofiles", "ElasticQuotaProfile", True
+)

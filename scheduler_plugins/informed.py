@@ -1,12 +1,18 @@
 """A snapshot kept current by informers (list-then-watch through ``kubeclient``).
 
 :class:`InformedSnapshot` runs one :class:`~kubeclient.informer.Informer` per kind the plugins
-read: Nodes, Pods, NodeMetrics, NodeResourceTopologies, ElasticQuotas, PodGroups, Reservations
-and Devices, and applies every event to one :class:`~scheduler_plugins.snapshot.Snapshot` on the
-event loop (where the extender's handlers run too, so there is no lock). A pod the scheduler
-assumed is replaced by the API server's version once its binding is seen. Kinds the cluster
-does not serve (a CRD not installed) keep failing their list with a backoff and stay empty; the
-others are unaffected.
+read: Nodes, Pods, NodeMetrics, NodeResourceTopologies, ElasticQuotas, ElasticQuotaProfiles,
+PodGroups, Reservations and Devices, and applies every event to one
+:class:`~scheduler_plugins.snapshot.Snapshot` on the event loop (where the extender's handlers
+run too, so there is no lock). A pod the scheduler assumed is replaced by the API server's
+version once its binding is seen. Kinds the cluster does not serve (a CRD not installed) keep
+failing their list with a backoff and stay empty; the others are unaffected.
+
+An ElasticQuotaProfile (``quota.koordinator.sh/v1alpha1``, namespaced) is checked as it arrives
+(a profile the ElasticQuota plugin could not read is logged, counted in ``rejected`` and left
+out, the previous version staying in force) and kept raw in ``Snapshot.quota_profiles`` by
+``namespace/name``; every change bumps the snapshot's generation, so the plugin re-reads its
+trees, pools and pool totals at the next cycle.
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ from kubeclient.client import KubeClient, Obj
 from kubeclient.informer import Informer
 from kubeclient.resources import (
     DEVICES,
+    ELASTIC_QUOTA_PROFILES,
     ELASTIC_QUOTAS,
     NODE_METRICS,
     NODE_RESOURCE_TOPOLOGIES,
@@ -30,6 +37,7 @@ from kubeclient.resources import (
     Resource,
 )
 from scheduler_plugins.errors import InputError
+from scheduler_plugins.plugins.quotaprofile import parse_profile
 from scheduler_plugins.snapshot import (
     ALL,
     PodInfo,
@@ -51,6 +59,7 @@ KINDS: tuple[Resource, ...] = (
     NODE_METRICS,
     NODE_RESOURCE_TOPOLOGIES,
     ELASTIC_QUOTAS,
+    ELASTIC_QUOTA_PROFILES,
     POD_GROUPS,
     RESERVATIONS,
     DEVICES,
@@ -67,6 +76,12 @@ def _name(obj: Obj) -> str:
 def _ns_name(obj: Obj) -> str:
     meta = obj.get("metadata") or {}
     return f"{meta.get('namespace') or 'default'}/{meta.get('name') or ''}"
+
+
+def _checked_profile(obj: Obj) -> dict[str, Any]:
+    """The profile as the snapshot keeps it (raw), once the plugin's parser has accepted it."""
+    parse_profile(obj)
+    return dict(obj)
 
 
 class InformedSnapshot:
@@ -152,6 +167,8 @@ class InformedSnapshot:
             )
         if res is ELASTIC_QUOTAS:
             return keyed(snap.quotas, _name, dict)
+        if res is ELASTIC_QUOTA_PROFILES:
+            return keyed(snap.quota_profiles, _ns_name, _checked_profile)
         if res is POD_GROUPS:
             return keyed(snap.pod_groups, _ns_name, dict)
         if res is RESERVATIONS:

@@ -82,3 +82,124 @@ async def test_finished_and_deleted_pods_free_their_node(cluster):
     api.put("pods", done)
     await eventually(lambda: "cool" not in filter_names(ext, p)[1])
     assert informed.snapshot.nodes["cool"].pods == {}
+
+
+# -- ElasticQuotaProfiles -----------------------------------------------------------------------
+
+PROFILE_KIND = Kind(
+    "quota.koordinator.sh", "v1alpha1", "elasticquotaprofiles", "ElasticQuotaProfile", True
+)
+POOL = "node-pool"
+TREE = "quota.scheduling.koordinator.sh/name"
+OUTSIDE_POOL = "node(s) didn't match Pod's node affinity/selector"
+
+
+def profile(pool: str, *, ratio: str | None = None, quota_name: str = "root") -> dict:
+    spec: dict = {"quotaName": quota_name, "nodeSelector": {"matchLabels": {POOL: pool}}}
+    if ratio is not None:
+        spec["resourceRatio"] = ratio
+    return {
+        "apiVersion": "quota.koordinator.sh/v1alpha1",
+        "kind": "ElasticQuotaProfile",
+        "metadata": {"name": "pool-profile", "namespace": "kube-system"},
+        "spec": spec,
+    }
+
+
+def child_quota() -> dict:
+    return {
+        "apiVersion": "scheduling.sigs.k8s.io/v1alpha1",
+        "kind": "ElasticQuota",
+        "metadata": {
+            "name": "team",
+            "namespace": "default",
+            "labels": {"quota.scheduling.koordinator.sh/parent": "root"},
+        },
+        "spec": {"min": {"cpu": "1"}, "max": {"cpu": "100"}},
+    }
+
+
+async def informed_pools(kube_api: FakeApiServer, kube_client, *, with_profiles: bool):
+    for kind in CRDS:
+        kube_api.register(kind)
+    if with_profiles:
+        kube_api.register(PROFILE_KIND)
+    kube_api.put("nodes", node("a1", cpu="4", labels={POOL: "a"}))
+    kube_api.put("nodes", node("b1", cpu="2", labels={POOL: "b"}))
+    kube_api.put("elasticquotas", child_quota())
+    informed = InformedSnapshot(kube_client)
+    task = asyncio.create_task(informed.run(), name="test-informers")
+    assert await informed.wait_synced(10)
+    await eventually(lambda: "team" in informed.snapshot.quotas)
+    return informed, task
+
+
+def pool_verdicts(ext: Extender, cpu: str) -> dict[str, str]:
+    """Node name to failure reason ("" when it passes) for a pod of the quota ``team``."""
+    p = pod("p", requests={"cpu": cpu}, labels={TREE: "team"})
+    result = ext.filter({"pod": p, "nodenames": ["a1", "b1"]})
+    return {n: result["failedNodes"].get(n, "") for n in ("a1", "b1")}
+
+
+async def test_a_profile_created_changed_and_deleted_through_the_api_moves_its_trees_pool(
+    kube_api, kube_client
+):
+    informed, task = await informed_pools(kube_api, kube_client, with_profiles=True)
+    try:
+        ext = Extender(build_framework(), informed.snapshot)
+        assert pool_verdicts(ext, "1") == {"a1": "", "b1": ""}  # no profile: one cluster tree
+        kube_api.put("elasticquotaprofiles", profile("b"))
+        await eventually(lambda: pool_verdicts(ext, "1") == {"a1": OUTSIDE_POOL, "b1": ""})
+        kube_api.put("elasticquotaprofiles", profile("a"))
+        await eventually(lambda: pool_verdicts(ext, "1") == {"a1": "", "b1": OUTSIDE_POOL})
+        # the pool's 4 cores times 0.25: the tree holds one core, a 2-core pod exceeds it
+        kube_api.put("elasticquotaprofiles", profile("a", ratio="0.25"))
+        await eventually(lambda: pool_verdicts(ext, "2")["a1"].startswith("Insufficient quotas"))
+        assert pool_verdicts(ext, "2")["a1"].startswith(
+            "Insufficient quotas, quotaName: team, runtime: {cpu: 1000}"
+        )
+        assert pool_verdicts(ext, "1")["a1"] == ""
+        kube_api.remove("elasticquotaprofiles", "pool-profile", "kube-system")
+        await eventually(lambda: pool_verdicts(ext, "2") == {"a1": "", "b1": ""})
+        assert informed.snapshot.quota_profiles == {}
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+
+async def test_an_unreadable_profile_is_skipped_and_the_last_good_one_stays_in_force(
+    kube_api, kube_client
+):
+    informed, task = await informed_pools(kube_api, kube_client, with_profiles=True)
+    try:
+        ext = Extender(build_framework(), informed.snapshot)
+        kube_api.put("elasticquotaprofiles", profile("b"))
+        await eventually(lambda: pool_verdicts(ext, "1") == {"a1": OUTSIDE_POOL, "b1": ""})
+        kube_api.put("elasticquotaprofiles", profile("a", quota_name=""))
+        await eventually(lambda: informed.rejected == 1)
+        assert pool_verdicts(ext, "1") == {"a1": OUTSIDE_POOL, "b1": ""}
+        stored = informed.snapshot.quota_profiles["kube-system/pool-profile"]
+        assert stored["spec"]["quotaName"] == "root"
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+
+async def test_without_the_profile_crd_the_informers_sync_and_quotas_still_apply(
+    kube_api, kube_client
+):
+    informed, task = await informed_pools(kube_api, kube_client, with_profiles=False)
+    try:
+        ext = Extender(build_framework(), informed.snapshot)
+        assert pool_verdicts(ext, "1") == {"a1": "", "b1": ""}
+        # team's max is 100 cores but the cluster holds 6: the tree is capped by the cluster
+        assert pool_verdicts(ext, "7")["a1"].startswith("Insufficient quotas, quotaName: team")
+        profiles = next(
+            i for i in informed.informers if i.resource.plural == "elasticquotaprofiles"
+        )
+        await eventually(lambda: any("elasticquotaprofiles" in r.path for r in kube_api.requests))
+        assert not profiles.synced
+        assert informed.snapshot.quota_profiles == {}
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
