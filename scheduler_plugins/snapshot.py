@@ -12,7 +12,8 @@ Pods in phase Succeeded or Failed hold nothing and are dropped. A Pod with ``spe
 assigned to that node.
 
 The snapshot is mutable in one way only: :meth:`Snapshot.assume` adds a pod to a node (the
-scheduler's "assume" after reserve) and :meth:`Snapshot.forget` takes it back.
+scheduler's "assume" after reserve) and :meth:`Snapshot.forget` takes it back;
+:meth:`Snapshot.assume_reservation` puts a Reservation the scheduler has just placed.
 """
 
 from __future__ import annotations
@@ -615,6 +616,19 @@ class Snapshot:
         pod.node_name = node_name
         self.nodes[node_name].add_pod(pod)
         self.touch(node_name)
+
+    def assume_reservation(self, obj: dict[str, Any]) -> dict[str, Any] | None:
+        """Put a Reservation (by name) as the scheduler just wrote it (placed: ``Available`` on
+        ``status.nodeName``), so the next pod sees what it holds before the informer brings the
+        API server's copy; the object it replaced (``assume_reservation(old)`` undoes it)."""
+        name = str((obj.get("metadata") or {}).get("name") or "")
+        old = self.reservations.get(name)
+        self.reservations[name] = obj
+        for version in (old, obj):
+            node = str(((version or {}).get("status") or {}).get("nodeName") or "")
+            if node:
+                self.touch(node)
+        return old
 
     def forget(self, pod: PodInfo) -> None:
         """Undo :meth:`assume`."""

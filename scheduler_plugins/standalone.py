@@ -21,6 +21,15 @@ One asyncio task, fed by the informer snapshot (``informed.py``):
 5. **Events.** An unschedulable pod gets a ``FailedScheduling`` Warning Event in kube-scheduler's
    form, ``0/3 nodes are available: 1 Insufficient cpu, 2 node(s) cpu usage exceed
    threshold.`` (reasons counted over nodes, sorted), at most one per attempt.
+6. **Reservations.** A Pending Reservation whose ``spec.template.spec.schedulerName`` is ours
+   (``reservations.py``) is queued with the pods (priority: the template's ``spec.priority``)
+   and scheduled as its reserve pod through the same plugins. On the chosen node the plugins
+   reserve it and the snapshot takes the Reservation as placed (so the next pod sees what it
+   holds); its status is then written through the ``status`` subresource (phase
+   ``Available``, ``nodeName``, ``allocatable``, conditions ``Scheduled`` and ``Ready``), a
+   write that fails undoing the placement. A Reservation no node takes gets a
+   ``FailedScheduling`` Event, its ``Scheduled`` condition False with reason
+   ``Unschedulable`` and the same message, and is retried with the pods' backoff.
 """
 
 from __future__ import annotations
@@ -35,20 +44,40 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kubeclient.errors import KubeError
-from kubeclient.resources import EVENTS
+from kubeclient.resources import EVENTS, RESERVATIONS
+from kubeclient.writes import update_status
+from scheduler_plugins.errors import InputError
 from scheduler_plugins.extender import GC_GEN0_THRESHOLD, Binder
 from scheduler_plugins.framework import Cycle, Framework, ReserveError
 from scheduler_plugins.plugins.coscheduling import DEFAULT_WAIT_S, gang_of
-from scheduler_plugins.snapshot import PodInfo, Snapshot
+from scheduler_plugins.reservations import (
+    ANNOTATION_RESERVATION_NAME,
+    ANNOTATION_RESERVATION_NODE,
+    available_status,
+    is_pending,
+    reserve_pod,
+    scheduler_name_of_reservation,
+    uid_of_reservation,
+    unschedulable_status,
+)
+from scheduler_plugins.snapshot import NodeInfo, PodInfo, Snapshot
+
+if TYPE_CHECKING:
+    from scheduler_plugins.informed import InformedSnapshot
 
 logger = logging.getLogger(__name__)
 
 SCHEDULER_NAME = "koord-scheduler"
 INITIAL_BACKOFF_S = 1.0
 MAX_BACKOFF_S = 10.0
+ERR_NODE_NAME = "node(s) didn't match the requested node name"
+"""kube-scheduler's NodeName reason (a reservation pinned by ``spec.template.spec.nodeName``)."""
+RESERVATION_API_VERSION = "scheduling.koordinator.sh/v1alpha1"
+EVENT_NAMESPACE_CLUSTER_SCOPED = "default"
+"""Where Events about cluster-scoped objects (Reservations) go, as client-go records them."""
 
 
 def scheduler_name_of(pod: PodInfo) -> str:
@@ -91,7 +120,21 @@ class EventRecorder:
         self.sent = 0
 
     async def warn(self, pod: PodInfo, reason: str, message: str) -> None:
-        logger.info("%s %s: %s", reason, pod.key, message)
+        """A Warning Event about a pod."""
+        involved = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "name": pod.name,
+            "namespace": pod.namespace,
+            "uid": pod.uid,
+        }
+        await self.warn_about(involved, pod.namespace, pod.key, reason, message)
+
+    async def warn_about(
+        self, involved: dict[str, str], namespace: str, key: str, reason: str, message: str
+    ) -> None:
+        """A Warning Event about ``involved`` (an ``involvedObject``) in ``namespace``."""
+        logger.info("%s %s: %s", reason, key, message)
         if self.client is None:
             return
         now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -99,16 +142,10 @@ class EventRecorder:
             "apiVersion": "v1",
             "kind": "Event",
             "metadata": {
-                "name": f"{pod.name}.{time.time_ns():x}",
-                "namespace": pod.namespace,
+                "name": f"{involved['name']}.{time.time_ns():x}",
+                "namespace": namespace,
             },
-            "involvedObject": {
-                "apiVersion": "v1",
-                "kind": "Pod",
-                "name": pod.name,
-                "namespace": pod.namespace,
-                "uid": pod.uid,
-            },
+            "involvedObject": involved,
             "reason": reason,
             "message": message,
             "type": "Warning",
@@ -122,7 +159,54 @@ class EventRecorder:
             await self.client.create(EVENTS, event)
             self.sent += 1
         except KubeError as err:
-            logger.warning("event for %s not written: %s", pod.key, err)
+            logger.warning("event for %s not written: %s", key, err)
+
+
+class ReservationWriter:
+    """Writes Reservations' status through the ``status`` subresource (re-read and retried
+    on conflict); ``client`` ``None``: only logs, and a placement counts as written."""
+
+    def __init__(self, client: Any) -> None:
+        self.client = client
+        self.written = 0
+        """Status writes made so far."""
+
+    async def placed(
+        self, name: str, node: str, requests: dict[str, int], now: float
+    ) -> dict[str, Any] | None:
+        """Mark ``name`` Available on ``node``; the written object, or ``None`` when it is no
+        longer Pending (someone else placed it, or it expired meanwhile). Raises
+        :class:`KubeError` (NotFound when it was deleted)."""
+
+        def build(current: dict[str, Any]) -> dict[str, Any] | None:
+            if not is_pending(current, now):
+                return None
+            return available_status(current, node, requests, now)
+
+        if self.client is None:
+            return {"metadata": {"name": name}}
+        obj: dict[str, Any] | None = await update_status(self.client, RESERVATIONS, name, build)
+        if obj is not None:
+            self.written += 1
+        return obj
+
+    async def unschedulable(self, name: str, message: str, now: float) -> None:
+        """Set the ``Scheduled`` condition of ``name`` False/``Unschedulable`` with
+        ``message`` (errors logged: the reservation is retried anyway)."""
+
+        def build(current: dict[str, Any]) -> dict[str, Any] | None:
+            if not is_pending(current, now):
+                return None
+            status = unschedulable_status(current, message, now)
+            return None if status == current.get("status") else status
+
+        if self.client is None:
+            return
+        try:
+            if await update_status(self.client, RESERVATIONS, name, build) is not None:
+                self.written += 1
+        except (KubeError, InputError) as err:
+            logger.warning("status of Reservation %s not written: %s", name, err)
 
 
 class Scheduler:
@@ -138,6 +222,7 @@ class Scheduler:
         scheduler_name: str = SCHEDULER_NAME,
         clock: Callable[[], float] = time.time,
         percentage_of_nodes_to_score: int = 0,
+        reservations: ReservationWriter | None = None,
     ) -> None:
         if not 0 <= percentage_of_nodes_to_score <= 100:
             raise ValueError(
@@ -162,6 +247,12 @@ class Scheduler:
         self._seq = 0
         self.bound = 0
         """Pods bound so far."""
+        self.reservations = reservations
+        """Where placed Reservations' status goes; ``None``: Reservations are not scheduled."""
+        self._reservation_names: dict[str, str] = {}
+        """Queued Reservations: uid → name (their reserve pods are built when popped)."""
+        self.placed = 0
+        """Reservations placed so far."""
 
     # -- queue --------------------------------------------------------------------------------
 
@@ -179,10 +270,51 @@ class Scheduler:
         self._queued.add(pod.uid)
         self._wake.set()
 
+    def enqueue_reservation(self, obj: dict[str, Any]) -> None:
+        """Queue a Pending Reservation of ours (idempotent; the informer's hook)."""
+        if self.reservations is None:
+            return
+        name = str((obj.get("metadata") or {}).get("name") or "")
+        current = self.snapshot.reservations.get(name, obj)
+        uid = uid_of_reservation(current)
+        if uid in self._queued or scheduler_name_of_reservation(current) != self.scheduler_name:
+            return
+        try:
+            if not is_pending(current, self.clock()):
+                return
+            pod = reserve_pod(current)
+        except InputError as err:
+            logger.warning("Reservation %s not scheduled: %s", name, err)
+            return
+        self._reservation_names[uid] = name
+        self.enqueue(pod)
+
     def enqueue_all(self) -> None:
-        """Queue every pending pod of the snapshot that is ours."""
+        """Queue every pending pod and Pending Reservation of the snapshot that is ours."""
         for pod in list(self.snapshot.pending_pods.values()):
             self.enqueue(pod)
+        for obj in list(self.snapshot.reservations.values()):
+            self.enqueue_reservation(obj)
+
+    def _pending_reservation(self, uid: str) -> PodInfo | None:
+        """The reserve pod of queued Reservation ``uid`` as the snapshot has it now; ``None``
+        (and forgotten) once it is deleted, placed or expired."""
+        name = self._reservation_names.get(uid)
+        if name is None:
+            return None
+        obj = self.snapshot.reservations.get(name)
+        try:
+            if obj is not None and uid_of_reservation(obj) == uid and is_pending(obj, self.clock()):
+                return reserve_pod(obj)
+        except InputError as err:
+            logger.warning("Reservation %s not scheduled: %s", name, err)
+        self._forget(uid)
+        return None
+
+    def _forget(self, uid: str) -> None:
+        self._reservation_names.pop(uid, None)
+        self._attempts.pop(uid, None)
+        self._not_before.pop(uid, None)
 
     def _pop_ready(self) -> tuple[PodInfo | None, float | None]:
         """The next pod whose backoff is over, else ``None`` and how long until one is."""
@@ -193,6 +325,8 @@ class Scheduler:
         while self._heap:
             entry = heapq.heappop(self._heap)
             pod = self.snapshot.pending_pods.get(entry.uid)
+            if pod is None and entry.uid in self._reservation_names:
+                pod = self._pending_reservation(entry.uid)
             if pod is None:  # bound, deleted, or assumed meanwhile
                 self._queued.discard(entry.uid)
                 continue
@@ -291,6 +425,87 @@ class Scheduler:
         self._not_before.pop(pod.uid, None)
         logger.info("bound %s to %s", pod.key, node)
 
+    # -- one reservation ----------------------------------------------------------------------
+
+    async def schedule_reservation(self, pod: PodInfo) -> str | None:
+        """Place the reserve pod of a Pending Reservation and write its status; the node, or
+        ``None`` (requeued with backoff)."""
+        assert self.reservations is not None  # only queued with a writer
+        name = pod.annotations[ANNOTATION_RESERVATION_NAME]
+        now = self.clock()
+        cycle = self.framework.new_cycle(self.snapshot, now)
+        nodes = list(self.snapshot.nodes.values())
+        pinned = pod.annotations.get(ANNOTATION_RESERVATION_NODE)
+        candidates: list[NodeInfo] = nodes
+        failures: dict[str, list[tuple[str, str]]] = {}
+        if pinned:
+            candidates = [n for n in nodes if n.name == pinned]
+            failures = {n.name: [("NodeName", ERR_NODE_NAME)] for n in nodes if n.name != pinned}
+        found = self.framework.find_feasible(cycle, pod, candidates, percentage=100)
+        failures.update(found.failures)
+        if not found.feasible:
+            reasons = {n: [r for _, r in f] for n, f in failures.items()}
+            await self._reservation_failed(pod, name, failure_message(len(nodes), reasons), now)
+            return None
+        _, totals = self.framework.score_nodes(cycle, pod, found.feasible)
+        best = found.feasible[0].name
+        top = totals.get(best, 0)
+        for n in found.feasible:
+            if totals.get(n.name, 0) > top:
+                best, top = n.name, totals[n.name]
+        try:
+            self.framework.reserve(cycle, pod, best)
+        except ReserveError as err:
+            await self._reservation_failed(pod, name, str(err), now)
+            return None
+        # the Reservation plugin accounts what an Available reservation holds: swap the
+        # assumed reserve pod for the reservation as placed
+        self.snapshot.forget(pod)
+        current = self.snapshot.reservations.get(name) or {"metadata": {"name": name}}
+        assumed = dict(current)
+        assumed["status"] = available_status(current, best, pod.requests, now)
+        previous = self.snapshot.assume_reservation(assumed)
+        try:
+            written = await self.reservations.placed(name, best, pod.requests, now)
+        except (KubeError, OSError, InputError) as err:
+            self._undo_placement(name, assumed, previous)
+            await self._reservation_failed(pod, name, f"status write rejected: {err}", now)
+            return None
+        if written is None:  # placed or expired by someone else meanwhile: the informer tells
+            self._undo_placement(name, assumed, previous)
+            self._forget(pod.uid)
+            return None
+        if self.snapshot.reservations.get(name) is assumed and written.get("status"):
+            self.snapshot.assume_reservation(written)
+        self.placed += 1
+        self._forget(pod.uid)
+        logger.info("placed Reservation %s on %s", name, best)
+        return best
+
+    def _undo_placement(
+        self, name: str, assumed: dict[str, Any], previous: dict[str, Any] | None
+    ) -> None:
+        if self.snapshot.reservations.get(name) is not assumed:
+            return  # the informer brought a newer copy meanwhile
+        if previous is not None:
+            self.snapshot.assume_reservation(previous)
+        else:
+            self.snapshot.reservations.pop(name, None)
+
+    async def _reservation_failed(self, pod: PodInfo, name: str, message: str, now: float) -> None:
+        assert self.reservations is not None
+        involved = {
+            "apiVersion": RESERVATION_API_VERSION,
+            "kind": "Reservation",
+            "name": name,
+            "uid": pod.uid,
+        }
+        await self.events.warn_about(
+            involved, EVENT_NAMESPACE_CLUSTER_SCOPED, name, "FailedScheduling", message
+        )
+        await self.reservations.unschedulable(name, message, now)
+        self._backoff(pod)
+
     def expire_gangs(self) -> None:
         """Unreserve gangs that waited past their deadline; requeue their members."""
         now = self.clock()
@@ -319,7 +534,10 @@ class Scheduler:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._wake.wait(), timeout)
                 continue
-            await self.schedule_one(pod)
+            if pod.uid in self._reservation_names:
+                await self.schedule_reservation(pod)
+            else:
+                await self.schedule_one(pod)
             await asyncio.sleep(0)  # let informer events in between pods
 
 
@@ -329,6 +547,18 @@ def _same_gang(pod: PodInfo, key: str) -> bool:
         pod.labels.get("pod-group.scheduling.sigs.k8s.io") == name
         or pod.annotations.get("gang.scheduling.koordinator.sh/name") == name
     )
+
+
+def connect(informed: InformedSnapshot, scheduler: Scheduler) -> None:
+    """Feed ``scheduler``'s queue from ``informed``: pending pods, and Reservations added or
+    changed (after the snapshot has taken them)."""
+    informed.on_pending = scheduler.enqueue
+    for informer in informed.informers:
+        if informer.resource is RESERVATIONS:
+            informer.add_handler(
+                on_add=scheduler.enqueue_reservation,
+                on_update=lambda _old, new: scheduler.enqueue_reservation(new),
+            )
 
 
 def tune_gc() -> None:
@@ -363,8 +593,9 @@ async def run_standalone(
             EventRecorder(client),
             scheduler_name=scheduler_name,
             percentage_of_nodes_to_score=cfg.percentage_of_nodes_to_score,
+            reservations=ReservationWriter(client),
         )
-        informed.on_pending = scheduler.enqueue
+        connect(informed, scheduler)
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):

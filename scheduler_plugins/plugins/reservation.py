@@ -37,8 +37,12 @@ snapshot:
   ``scheduling.koordinator.sh/reservation-allocated: {"name": ..., "uid": ...}``; the pod, once
   assumed with the annotation, counts against it.
 
-Not done: scheduling the reserve pod of a Pending reservation (the allocate-policy conflict check
-belongs there), reservation taints and tolerations, ``reservation-order``, preemption.
+- **Reserve pods.** A Pending reservation is scheduled by the standalone scheduler as its reserve
+  pod (``scheduler_plugins/reservations.py``): it never matches nor consumes a reservation, and
+  what the Available ones hold on a node counts as used for it, as for any other pod.
+
+Not done: the allocate-policy conflict check, reservation taints and tolerations,
+``reservation-order``, preemption.
 """
 
 from __future__ import annotations
@@ -52,6 +56,7 @@ from kubeclient.units import parse_duration
 from scheduler_plugins.errors import InputError
 from scheduler_plugins.framework import Cycle, Plugin
 from scheduler_plugins.plugins.noderesourcesfit import RESERVATION_ADJUST_KEY
+from scheduler_plugins.reservations import is_reserve_pod
 from scheduler_plugins.snapshot import (
     ANNOTATION_RESERVATION_ALLOCATED,
     NodeInfo,
@@ -319,6 +324,9 @@ class Reservation(Plugin):
         found: dict[str, list[ActiveReservation]] | None = cycle.data.get(key)
         if found is None:
             found = {}
+            if is_reserve_pod(pod):  # a reservation never uses another one
+                cycle.data[key] = found
+                return found
             for node, rs in cycle.data.get(f"{NAME}/active", {}).items():
                 affinity = cycle.data.get(f"{NAME}/affinity/{pod.uid}")
                 mine = [
@@ -336,7 +344,7 @@ class Reservation(Plugin):
 
     def pre_filter(self, cycle: Cycle, pod: PodInfo) -> str | None:
         try:
-            affinity = reservation_affinity(pod)
+            affinity = None if is_reserve_pod(pod) else reservation_affinity(pod)
         except InputError as err:
             return str(err)
         if not cycle.snapshot.reservations:
