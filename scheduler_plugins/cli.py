@@ -9,8 +9,15 @@ is ``{"nodes": {NODE: {"feasible", "reasons", "scores", "score"}}}`` (0..100 sca
 [--kubeconfig FILE] [--bind]`` serves the extender verbs (see ``extender.py``) over a snapshot
 file, or, without ``--snapshot``, over informers of the API server.
 
-``koord-scheduler run [--kubeconfig FILE] [--config FILE] [--scheduler-name NAME]`` schedules
-and binds the pods whose ``schedulerName`` is ``koord-scheduler`` (see ``standalone.py``).
+``koord-scheduler run [--kubeconfig FILE] [--config FILE] [--scheduler-name NAME]
+[--leader-elect[=BOOL]] [--leader-elect-lease-duration D] [--leader-elect-renew-deadline D]
+[--leader-elect-retry-period D] [--leader-elect-resource-name NAME]
+[--leader-elect-resource-namespace NS]`` schedules and binds the pods whose ``schedulerName`` is
+``koord-scheduler`` (see ``standalone.py``), only while holding the
+``koordinator-system/koord-scheduler`` Lease unless ``--leader-elect=false`` (see ``leader.py``).
+The election settings come from the ``--config`` file's ``leaderElection`` stanza, each flag
+given on the command line overriding its field (as kube-scheduler does); durations are Go
+durations (``15s``).
 
 Exit codes: 0 done (an unschedulable pod included), 2 bad input (the message names the file and
 the field), 1 anything else.
@@ -19,6 +26,7 @@ the field), 1 anything else.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import logging
 import sys
@@ -26,9 +34,13 @@ from collections.abc import Sequence
 from datetime import datetime
 from pathlib import Path
 
+import yaml
+
+from kubeclient.units import parse_duration
 from scheduler_plugins.config import SchedulerConfig, load_config
 from scheduler_plugins.errors import InputError
 from scheduler_plugins.framework import Evaluation, Framework
+from scheduler_plugins.leader import LeaderElection, from_config
 from scheduler_plugins.snapshot import PodInfo, Snapshot, load_pod, load_snapshot
 
 logger = logging.getLogger(__name__)
@@ -59,7 +71,70 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--config", type=Path, help="KubeSchedulerConfiguration-style plugin args")
     run.add_argument("--scheduler-name", default="koord-scheduler")
     run.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    le = run.add_argument_group("leader election (kube-scheduler's flags)")
+    le.add_argument(
+        "--leader-elect",
+        type=_go_bool,
+        nargs="?",
+        const=True,
+        metavar="BOOL",
+        help="schedule only while holding the Lease (default true)",
+    )
+    for flag, default in (
+        ("lease-duration", "15s"),
+        ("renew-deadline", "10s"),
+        ("retry-period", "2s"),
+    ):
+        le.add_argument(
+            f"--leader-elect-{flag}", type=_duration, metavar="DURATION", help=f"default {default}"
+        )
+    le.add_argument("--leader-elect-resource-lock", choices=["leases"], help="default leases")
+    le.add_argument("--leader-elect-resource-name", help="default koord-scheduler")
+    le.add_argument("--leader-elect-resource-namespace", help="default koordinator-system")
     return parser
+
+
+def _go_bool(text: str) -> bool:
+    if text in ("1", "t", "T", "true", "TRUE", "True"):
+        return True
+    if text in ("0", "f", "F", "false", "FALSE", "False"):
+        return False
+    raise argparse.ArgumentTypeError(f"not a boolean: {text!r}")
+
+
+def _duration(text: str) -> float:
+    try:
+        return parse_duration(text)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from err
+
+
+def leader_election(args: argparse.Namespace) -> LeaderElection:
+    """The ``run`` command's election settings: the config file's ``leaderElection`` stanza,
+    then each ``--leader-elect*`` flag given on the command line. Raises :class:`InputError`."""
+    base = LeaderElection()
+    if args.config is not None:
+        try:
+            doc = yaml.safe_load(args.config.read_text(encoding="utf-8"))
+        except (OSError, yaml.YAMLError) as err:
+            raise InputError(str(args.config), "", str(err)) from err
+        if isinstance(doc, dict):
+            base = from_config(doc, str(args.config))
+    flags = {
+        "leader_elect": args.leader_elect,
+        "lease_duration": args.leader_elect_lease_duration,
+        "renew_deadline": args.leader_elect_renew_deadline,
+        "retry_period": args.leader_elect_retry_period,
+        "resource_name": args.leader_elect_resource_name,
+        "resource_namespace": args.leader_elect_resource_namespace,
+    }
+    election = dataclasses.replace(base, **{k: v for k, v in flags.items() if v is not None})
+    if election.leader_elect:
+        try:
+            election.config()
+        except ValueError as err:
+            raise InputError("--leader-elect-*", "", str(err)) from err
+    return election
 
 
 def _parse_now(text: str | None) -> float | None:
@@ -148,9 +223,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         import uvloop
 
         if args.command == "run":
+            cfg = load_config(args.config) if args.config else SchedulerConfig()
+            election = leader_election(args)
+            if election.leader_elect:
+                from scheduler_plugins.leader import run_elected
+
+                return uvloop.run(run_elected(cfg, args.kubeconfig, election, args.scheduler_name))
             from scheduler_plugins.standalone import run_standalone
 
-            cfg = load_config(args.config) if args.config else SchedulerConfig()
             return uvloop.run(run_standalone(cfg, args.kubeconfig, args.scheduler_name))
         from scheduler_plugins.extender import serve  # aiohttp only for the server
 

@@ -132,3 +132,89 @@ def test_bad_inputs_exit_2_naming_the_file_and_the_field(tmp_path):
     )
     assert missing.returncode == 2
     assert "nope.yaml" in missing.stderr
+
+
+# -- koord-scheduler run: leader election settings ----------------------------------------------
+
+
+def election_of(*argv: str):
+    from scheduler_plugins.cli import _parser, leader_election
+
+    return leader_election(_parser().parse_args(["run", *argv]))
+
+
+def test_run_elects_a_leader_on_koordinators_lease_with_kube_schedulers_default_timings():
+    election = election_of()
+    assert election.leader_elect is True
+    assert (election.resource_namespace, election.resource_name) == (
+        "koordinator-system",
+        "koord-scheduler",
+    )
+    assert (election.lease_duration, election.renew_deadline, election.retry_period) == (
+        15.0,
+        10.0,
+        2.0,
+    )
+
+
+def test_leader_election_flags_take_go_booleans_and_go_durations():
+    assert election_of("--leader-elect=false").leader_elect is False
+    assert election_of("--leader-elect").leader_elect is True
+    election = election_of(
+        "--leader-elect-lease-duration=1m",
+        "--leader-elect-renew-deadline=45s",
+        "--leader-elect-retry-period=500ms",
+        "--leader-elect-resource-name=other",
+        "--leader-elect-resource-namespace=kube-system",
+    )
+    assert (election.lease_duration, election.renew_deadline, election.retry_period) == (
+        60.0,
+        45.0,
+        0.5,
+    )
+    assert (election.resource_namespace, election.resource_name) == ("kube-system", "other")
+
+
+def test_the_config_files_leader_election_stanza_applies_and_flags_given_override_it(tmp_path):
+    cfg = tmp_path / "config.yaml"
+    cfg.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "kubescheduler.config.k8s.io/v1",
+                "kind": "KubeSchedulerConfiguration",
+                "leaderElection": {
+                    "leaderElect": True,
+                    "resourceLock": "leases",
+                    "resourceName": "from-file",
+                    "resourceNamespace": "file-ns",
+                    "leaseDuration": "30s",
+                    "renewDeadline": "20s",
+                    "retryPeriod": "4s",
+                },
+            }
+        )
+    )
+    election = election_of(f"--config={cfg}", "--leader-elect-resource-name=from-flag")
+    assert election.resource_name == "from-flag"
+    assert election.resource_namespace == "file-ns"
+    assert (election.lease_duration, election.renew_deadline, election.retry_period) == (
+        30.0,
+        20.0,
+        4.0,
+    )
+
+
+def test_timings_out_of_order_or_unreadable_are_bad_input_exit_2(tmp_path, capsys):
+    from scheduler_plugins.cli import main
+
+    assert main(["run", "--leader-elect-renew-deadline=20s"]) == 2
+    assert "renew_deadline < lease_duration" in capsys.readouterr().err
+    cfg = tmp_path / "config.yaml"
+    cfg.write_text(yaml.safe_dump({"leaderElection": {"leaseDuration": "soon"}}))
+    assert main(["run", f"--config={cfg}"]) == 2
+    assert "leaderElection.leaseDuration" in capsys.readouterr().err
+    # with election off, its timings are not checked
+    assert (
+        election_of("--leader-elect=false", "--leader-elect-renew-deadline=20s").renew_deadline
+        == 20
+    )
