@@ -218,3 +218,47 @@ def test_timings_out_of_order_or_unreadable_are_bad_input_exit_2(tmp_path, capsy
         election_of("--leader-elect=false", "--leader-elect-renew-deadline=20s").renew_deadline
         == 20
     )
+
+
+MANIFESTS = Path(__file__).resolve().parents[2] / "packaging" / "kubernetes" / "scheduler"
+
+
+def test_the_packaged_standalone_deployment_runs_two_replicas_under_the_lease_its_role_grants():
+    from scheduler_plugins.cli import _parser, leader_election
+
+    deployment = yaml.safe_load((MANIFESTS / "standalone.yaml").read_text())
+    assert deployment["spec"]["replicas"] == 2
+    pod_spec = deployment["spec"]["template"]["spec"]
+    container = pod_spec["containers"][0]
+    assert container["command"] == ["koord-scheduler"]
+    args = _parser().parse_args(
+        [a for a in container["args"] if not a.startswith("--config=")]  # file in the ConfigMap
+    )
+    election = leader_election(args)
+    assert election.leader_elect is True
+    assert (election.lease_duration, election.renew_deadline, election.retry_period) == (
+        15.0,
+        10.0,
+        2.0,
+    )
+    docs = list(yaml.safe_load_all((MANIFESTS / "rbac.yaml").read_text()))
+    binding = next(
+        d
+        for d in docs
+        if d["kind"] == "RoleBinding"
+        and any(s["name"] == pod_spec["serviceAccountName"] for s in d["subjects"])
+    )
+    role = next(
+        d
+        for d in docs
+        if d["kind"] == "Role" and d["metadata"]["name"] == binding["roleRef"]["name"]
+    )
+    assert role["metadata"]["namespace"] == election.resource_namespace
+    granted = {
+        verb
+        for rule in role["rules"]
+        if "leases" in rule["resources"]
+        and election.resource_name in rule.get("resourceNames", [election.resource_name])
+        for verb in rule["verbs"]
+    }
+    assert {"get", "create", "update"} <= granted

@@ -203,3 +203,25 @@ async def test_without_the_profile_crd_the_informers_sync_and_quotas_still_apply
     finally:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
+
+
+def test_every_kind_the_informers_watch_is_readable_by_both_packaged_scheduler_roles():
+    from pathlib import Path
+
+    import yaml
+
+    from scheduler_plugins.informed import KINDS
+
+    rbac = Path(__file__).resolve().parents[2] / "packaging/kubernetes/scheduler/rbac.yaml"
+    roles = [d for d in yaml.safe_load_all(rbac.read_text()) if d["kind"] == "ClusterRole"]
+    assert {r["metadata"]["name"] for r in roles} == {"koord-scheduler", "koord-scheduler-extender"}
+    for role in roles:
+        readable = {
+            (group, res)
+            for rule in role["rules"]
+            if {"list", "watch"} <= set(rule["verbs"])
+            for group in rule["apiGroups"]
+            for res in rule["resources"]
+        }
+        missing = [k.plural for k in KINDS if (k.group, k.plural) not in readable]
+        assert missing == [], role["metadata"]["name"]
