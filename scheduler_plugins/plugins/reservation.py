@@ -124,73 +124,184 @@ def _allocated_to(pod: PodInfo) -> str:
     return str(loaded.get("name") or "") if isinstance(loaded, dict) else ""
 
 
-def active_reservations(snapshot: Snapshot, now: float) -> dict[str, list[ActiveReservation]]:
-    """Active reservations by node."""
-    used: dict[str, ResourceList] = {}
-    for info in snapshot.nodes.values():
-        for pod in info.pods.values():
-            name = _allocated_to(pod)
-            if name:
-                bucket = used.setdefault(name, {})
-                for r, v in pod.requests.items():
-                    bucket[r] = bucket.get(r, 0) + v
-    out: dict[str, list[ActiveReservation]] = {}
-    for name, obj in snapshot.reservations.items():
-        where = f"Reservation {name}"
-        meta = obj.get("metadata") or {}
-        spec = obj.get("spec") or {}
-        status = obj.get("status") or {}
-        node = str(status.get("nodeName") or "")
-        if status.get("phase") != "Available" or node not in snapshot.nodes:
-            continue
-        expires = parse_time(spec.get("expires"), where, "spec.expires")
-        if expires is not None and now >= expires:
-            continue
+@dataclass(frozen=True, slots=True)
+class _Held:
+    """What one Available Reservation object says, parsed once (see :class:`ReservationCache`)."""
+
+    name: str
+    uid: str
+    node: str
+    deadline: float | None
+    """When it stops holding (``spec.expires``, else ``creationTimestamp + spec.ttl``)."""
+    allocatable: ResourceList
+    allocated: ResourceList
+    """``status.allocated`` (what counts as used when no assigned pod names it)."""
+    current_owners: bool
+    owners: tuple[dict[str, Any], ...]
+    allocate_once: bool
+    labels: dict[str, str]
+    policy: str
+    restricted: frozenset[str]
+    unschedulable: bool
+
+
+def _parse_held(name: str, obj: Mapping[str, Any]) -> _Held | None:
+    """The held resources of a Reservation; ``None`` unless it is Available on a node."""
+    where = f"Reservation {name}"
+    meta = obj.get("metadata") or {}
+    spec = obj.get("spec") or {}
+    status = obj.get("status") or {}
+    node = str(status.get("nodeName") or "")
+    if status.get("phase") != "Available" or not node:
+        return None
+    deadline = parse_time(spec.get("expires"), where, "spec.expires")
+    if deadline is None:
         created = parse_time(meta.get("creationTimestamp"), where, "metadata.creationTimestamp")
         try:
             ttl = parse_duration(str(spec["ttl"])) if spec.get("ttl") is not None else DEFAULT_TTL_S
         except ValueError:
             ttl = DEFAULT_TTL_S
-        if expires is None and ttl > 0 and created is not None and now >= created + ttl:
-            continue
-        allocatable = parse_resource_list(status.get("allocatable"), where, "status.allocatable")
-        if not allocatable:
-            template = (spec.get("template") or {}).get("spec") or {}
-            for c in template.get("containers") or []:
-                req = parse_resource_list(
-                    ((c or {}).get("resources") or {}).get("requests"), where, "spec.template"
-                )
-                for r, v in req.items():
-                    allocatable[r] = allocatable.get(r, 0) + v
-        consumed = used.get(name)
-        if consumed is None:
-            consumed = parse_resource_list(status.get("allocated"), where, "status.allocated")
-        remaining = {r: max(v - consumed.get(r, 0), 0) for r, v in allocatable.items()}
-        owners = tuple(o for o in spec.get("owners") or [] if isinstance(o, dict))
-        ann = meta.get("annotations") or {}
-        restricted = frozenset(allocatable)
-        if ann.get(ANNOTATION_RESTRICTED_OPTIONS):
-            try:
-                listed = json.loads(ann[ANNOTATION_RESTRICTED_OPTIONS]).get("resources") or []
-            except (ValueError, AttributeError) as err:
-                raise InputError(where, ANNOTATION_RESTRICTED_OPTIONS, f"bad JSON: {err}") from err
-            restricted = frozenset(str(r) for r in listed if str(r) in allocatable) or restricted
-        out.setdefault(node, []).append(
-            ActiveReservation(
-                name=name,
-                uid=str(meta.get("uid") or name),
-                node=node,
-                remaining=remaining,
-                owners=owners,
-                has_owner=bool(consumed) or bool(status.get("currentOwners")),
-                allocate_once=spec.get("allocateOnce", True) is not False,
-                labels={str(k): str(v) for k, v in (meta.get("labels") or {}).items()},
-                policy=str(spec.get("allocatePolicy") or POLICY_DEFAULT),
-                restricted=restricted,
-                unschedulable=bool(spec.get("unschedulable", False)),
+        if ttl > 0 and created is not None:
+            deadline = created + ttl
+    allocatable = parse_resource_list(status.get("allocatable"), where, "status.allocatable")
+    if not allocatable:
+        template = (spec.get("template") or {}).get("spec") or {}
+        for c in template.get("containers") or []:
+            req = parse_resource_list(
+                ((c or {}).get("resources") or {}).get("requests"), where, "spec.template"
             )
-        )
+            for r, v in req.items():
+                allocatable[r] = allocatable.get(r, 0) + v
+    ann = meta.get("annotations") or {}
+    restricted = frozenset(allocatable)
+    if ann.get(ANNOTATION_RESTRICTED_OPTIONS):
+        try:
+            listed = json.loads(ann[ANNOTATION_RESTRICTED_OPTIONS]).get("resources") or []
+        except (ValueError, AttributeError) as err:
+            raise InputError(where, ANNOTATION_RESTRICTED_OPTIONS, f"bad JSON: {err}") from err
+        restricted = frozenset(str(r) for r in listed if str(r) in allocatable) or restricted
+    return _Held(
+        name=name,
+        uid=str(meta.get("uid") or name),
+        node=node,
+        deadline=deadline,
+        allocatable=allocatable,
+        allocated=parse_resource_list(status.get("allocated"), where, "status.allocated"),
+        current_owners=bool(status.get("currentOwners")),
+        owners=tuple(o for o in spec.get("owners") or [] if isinstance(o, dict)),
+        allocate_once=spec.get("allocateOnce", True) is not False,
+        labels={str(k): str(v) for k, v in (meta.get("labels") or {}).items()},
+        policy=str(spec.get("allocatePolicy") or POLICY_DEFAULT),
+        restricted=restricted,
+        unschedulable=bool(spec.get("unschedulable", False)),
+    )
+
+
+def _used_on(node: NodeInfo) -> dict[str, tuple[ResourceList, int]]:
+    """Requests and number of the node's pods by the reservation they consume."""
+    out: dict[str, tuple[ResourceList, int]] = {}
+    for pod in node.pods.values():
+        name = _allocated_to(pod)
+        if name:
+            bucket, count = out.get(name, ({}, 0))
+            for r, v in pod.requests.items():
+                bucket[r] = bucket.get(r, 0) + v
+            out[name] = (bucket, count + 1)
     return out
+
+
+class ReservationCache:
+    """:func:`active_reservations` kept cheap per pod: what owner pods consume is re-counted
+    only on the nodes the snapshot's change log names (every node after a new snapshot or an
+    ``ALL`` change), and each Reservation object is parsed once (until replaced)."""
+
+    def __init__(self) -> None:
+        self._snap_id: int | None = None
+        self._generation = 0
+        self._used_by_node: dict[str, dict[str, tuple[ResourceList, int]]] = {}
+        self._used: dict[str, ResourceList] = {}
+        self._pods: dict[str, int] = {}
+        """Assigned pods consuming each reservation (a name drops out of ``_used`` at 0)."""
+        self._held: dict[str, tuple[Mapping[str, Any], _Held | None]] = {}
+
+    def _add(self, per_name: Mapping[str, tuple[ResourceList, int]], sign: int) -> None:
+        for name, (req, count) in per_name.items():
+            bucket = self._used.setdefault(name, {})
+            for r, v in req.items():
+                bucket[r] = bucket.get(r, 0) + sign * v
+            left = self._pods.get(name, 0) + sign * count
+            if left > 0:
+                self._pods[name] = left
+            else:
+                self._pods.pop(name, None)
+                self._used.pop(name, None)
+
+    def _refresh_used(self, snapshot: Snapshot) -> None:
+        names = None
+        if self._snap_id == id(snapshot):
+            names = snapshot.changed_since(self._generation)
+        if names is None:
+            self._used_by_node.clear()
+            self._used.clear()
+            self._pods.clear()
+            for node in snapshot.nodes.values():
+                found = _used_on(node)
+                if found:
+                    self._used_by_node[node.name] = found
+                    self._add(found, 1)
+        else:
+            for name in names:
+                old = self._used_by_node.pop(name, None)
+                if old:
+                    self._add(old, -1)
+                info = snapshot.nodes.get(name)
+                found = _used_on(info) if info is not None else {}
+                if found:
+                    self._used_by_node[name] = found
+                    self._add(found, 1)
+        self._snap_id = id(snapshot)
+        self._generation = snapshot.generation
+
+    def active(self, snapshot: Snapshot, now: float) -> dict[str, list[ActiveReservation]]:
+        """Active reservations by node."""
+        self._refresh_used(snapshot)
+        if len(self._held) > 2 * len(snapshot.reservations) + 16:
+            self._held = {k: v for k, v in self._held.items() if k in snapshot.reservations}
+        out: dict[str, list[ActiveReservation]] = {}
+        for name, obj in snapshot.reservations.items():
+            cached = self._held.get(name)
+            if cached is None or cached[0] is not obj:
+                cached = (obj, _parse_held(name, obj))
+                self._held[name] = cached
+            h = cached[1]
+            if h is None or h.node not in snapshot.nodes:
+                continue
+            if h.deadline is not None and now >= h.deadline:
+                continue
+            consumed = self._used.get(name)
+            if consumed is None:
+                consumed = h.allocated
+            out.setdefault(h.node, []).append(
+                ActiveReservation(
+                    name=name,
+                    uid=h.uid,
+                    node=h.node,
+                    remaining={r: max(v - consumed.get(r, 0), 0) for r, v in h.allocatable.items()},
+                    owners=h.owners,
+                    has_owner=bool(consumed) or h.current_owners,
+                    allocate_once=h.allocate_once,
+                    labels=h.labels,
+                    policy=h.policy,
+                    restricted=h.restricted,
+                    unschedulable=h.unschedulable,
+                )
+            )
+        return out
+
+
+def active_reservations(snapshot: Snapshot, now: float) -> dict[str, list[ActiveReservation]]:
+    """Active reservations by node (uncached; the plugin keeps a :class:`ReservationCache`)."""
+    return ReservationCache().active(snapshot, now)
 
 
 def _selector_matches(selector: Mapping[str, Any], labels: Mapping[str, str]) -> bool:
@@ -319,6 +430,9 @@ class Reservation(Plugin):
 
     name = NAME
 
+    def __init__(self) -> None:
+        self.cache = ReservationCache()
+
     def _matches(self, cycle: Cycle, pod: PodInfo) -> dict[str, list[ActiveReservation]]:
         key = f"{NAME}/matches/{pod.uid}"
         found: dict[str, list[ActiveReservation]] | None = cycle.data.get(key)
@@ -349,7 +463,7 @@ class Reservation(Plugin):
             return str(err)
         if not cycle.snapshot.reservations:
             return None if affinity is None else ERR_AFFINITY
-        active = active_reservations(cycle.snapshot, cycle.now)
+        active = self.cache.active(cycle.snapshot, cycle.now)
         cycle.data[f"{NAME}/active"] = active
         cycle.data[f"{NAME}/affinity/{pod.uid}"] = affinity
         mine = self._matches(cycle, pod)

@@ -226,3 +226,62 @@ def test_a_malformed_affinity_annotation_rejects_the_pod_naming_the_annotation()
     p = pod("w", labels=WEB, requests={"cpu": "1"}, annotations={AFFINITY: "{not json"})
     result = run([node("n1", cpu="8"), reservation("r1", "n1", 4)], p)
     assert AFFINITY in result.nodes["n1"].reasons[0]
+
+
+def test_the_plugins_cache_agrees_with_a_fresh_count_as_owners_come_and_go():
+    from scheduler_plugins.plugins.reservation import ReservationCache, active_reservations
+
+    snap = snapshot_of(
+        node("n1", cpu="8"),
+        node("n2", cpu="8"),
+        reservation("r1", "n1", 4),
+        reservation("r2", "n2", 4, owners=[{"object": {"name": "solo"}}]),
+        pod("other", node_name="n2", requests={"cpu": "1"}),
+    )
+    cache = ReservationCache()
+
+    def remaining():
+        return {
+            n: {r.name: (r.remaining, r.has_owner) for r in rs}
+            for n, rs in cache.active(snap, NOW).items()
+        }
+
+    def fresh():
+        return {
+            n: {r.name: (r.remaining, r.has_owner) for r in rs}
+            for n, rs in active_reservations(snap, NOW).items()
+        }
+
+    assert (
+        remaining()
+        == fresh()
+        == {
+            "n1": {"r1": ({"cpu": 4000}, False)},
+            "n2": {"r2": ({"cpu": 4000}, False)},
+        }
+    )
+    owners = []
+    for i, (name, target) in enumerate([("r1", "n1"), ("r1", "n1"), ("r2", "n2")]):
+        owner = parse_pod(
+            pod(
+                f"o{i}", requests={"cpu": "1"}, annotations={ALLOCATED: json.dumps({"name": name})}
+            ),
+            "pod",
+        )
+        snap.assume(owner, target)
+        owners.append(owner)
+        assert remaining() == fresh()
+    assert remaining()["n1"]["r1"] == ({"cpu": 2000}, True)
+    snap.forget(owners[0])
+    assert remaining() == fresh()
+    assert remaining()["n1"]["r1"] == ({"cpu": 3000}, True)
+    snap.forget(owners[1])
+    assert remaining() == fresh()
+    assert remaining()["n1"]["r1"] == ({"cpu": 4000}, False)
+    snap.remove_node("n2")
+    assert remaining() == fresh() == {"n1": {"r1": ({"cpu": 4000}, False)}}
+    # a replaced Reservation object is read again
+    snap.reservations["r1"] = reservation("r1", "n1", 6)
+    snap.touch("n1")
+    assert remaining() == fresh() == {"n1": {"r1": ({"cpu": 6000}, False)}}
+    assert cache.active(snap, NOW + 25 * 3600) == {}  # past the 24 h default ttl
