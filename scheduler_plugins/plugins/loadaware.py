@@ -28,15 +28,26 @@ Koordinator's semantics (``pkg/scheduler/plugins/loadaware``), re-implemented:
   a node without a usable NodeMetric. With ``scoreAccordingProdUsage`` a prod pod is scored on
   prod usage only; ``aggregated.scoreAggregationType`` scores on a percentile.
 - **Reserve** needs nothing beyond the framework's assume: an assumed pod is a recent pod.
+
+Cost. Per node and resource, the threshold test is one integer comparison against a headroom
+that does not depend on the pod (``loadindex``); the score needs the node's capacity and usage
+and the pod's estimate. Pods of one shape (replicas: the same estimate) get the same verdict and
+score on a node until that node changes, so both are memoized per estimate for the last
+:data:`MEMO_SHAPES` estimates: the verdicts as the map of failing nodes, built whole from the
+threshold index (only failures are listed), the scores node by node as nodes are asked about.
+Whenever a node is re-indexed (a pod assumed or bound there, a new NodeMetric, a Node update) its
+memoized verdicts and scores are recomputed at once. NodeMetric expiry depends on the time and is
+applied on top, never memoized.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from scheduler_plugins.args import ArgsReader, int_map
 from scheduler_plugins.errors import PluginArgsError
@@ -56,6 +67,10 @@ NAME = "LoadAwareScheduling"
 ERR_USAGE = "node(s) %s usage exceed threshold"
 ERR_AGGREGATED_USAGE = "node(s) %s aggregated usage exceed threshold"
 ERR_EXPIRED = "node(s) nodeMetric expired"
+MEMO_SHAPES = 32
+"""Pod estimates whose per-node verdicts and scores are kept (oldest dropped first)."""
+_MemoKey = tuple[str, tuple[int, ...]]
+_T = TypeVar("_T")
 ANNOTATION_CUSTOM_USAGE_THRESHOLDS = "scheduling.koordinator.sh/usage-thresholds"
 """Node annotation overriding the thresholds for that node."""
 
@@ -258,6 +273,11 @@ class LoadAwareScheduling(Plugin):
         self._prod_index = ThresholdIndex(len(names))
         self._expiry = ExpiryIndex(())
         self._score_vecs: dict[str, dict[str, tuple[float, list[tuple[int, int]]]]] = {}
+        self._verdicts: dict[tuple[str, tuple[int, ...]], dict[str, str]] = {}
+        """(index, estimate) -> failing node -> the threshold reason; see the module
+        docstring."""
+        self._scores: dict[tuple[str, tuple[int, ...]], dict[str, int]] = {}
+        """(score vectors, estimate) -> node -> score, expiry not applied."""
 
     # -- per-node precomputation ----------------------------------------------------------
 
@@ -489,8 +509,14 @@ class LoadAwareScheduling(Plugin):
         self._prod_index = ThresholdIndex.build(n, prod)
         self._expiry = ExpiryIndex(expiry)
         self._score_vecs = vecs
+        self._verdicts.clear()
+        self._scores.clear()
 
     def _unindex(self, name: str) -> None:
+        for fails in self._verdicts.values():
+            fails.pop(name, None)
+        for scores in self._scores.values():
+            scores.pop(name, None)
         self._normal_index.discard(name)
         self._prod_index.discard(name)
         self._expiry.discard(name)
@@ -507,6 +533,32 @@ class LoadAwareScheduling(Plugin):
             self._prod_index.upsert(name, *prow)
         for kind, vec in v.items():
             self._score_vecs.setdefault(kind, {})[name] = vec
+        self._rememo(name)
+
+    def _rememo(self, name: str) -> None:
+        """Recompute ``name``'s memoized verdicts and (where known) scores after a re-index."""
+        res = self.resources
+        for (kind, est), fails in self._verdicts.items():
+            index = self._prod_index if kind == "prod" else self._normal_index
+            row = index.rows().get(name)
+            if row is not None:
+                for i, h in enumerate(row[1]):
+                    if h is not None and est[i] > h:
+                        fails[name] = row[0] % res[i]
+                        break
+        weight_sum = self._weight_sum or 1
+        for (kind, est), scores in self._scores.items():
+            vecs = self._score_vecs.get(kind, {})
+            weights = [(w, est[i]) for i, w in self._weights]
+            scores[name] = _score(vecs.get(name), weights, weight_sum)
+
+    @staticmethod
+    def _memo(memos: dict[_MemoKey, _T], key: _MemoKey, value: _T) -> _T:
+        """Keep ``value`` under ``key``, dropping the oldest memo past :data:`MEMO_SHAPES`."""
+        if len(memos) >= MEMO_SHAPES:
+            del memos[next(iter(memos))]
+        memos[key] = value
+        return value
 
     def _pod_estimate(self, cycle: Cycle, pod: PodInfo) -> list[int]:
         key = f"{NAME}/estimate/{pod.uid}"
@@ -525,28 +577,30 @@ class LoadAwareScheduling(Plugin):
         a = self.args
         self._prepare(cycle)
         est = self._pod_estimate(cycle, pod)
-        index = self._prod_index if pod.priority_class == PRIORITY_PROD else self._normal_index
+        prod = pod.priority_class == PRIORITY_PROD
+        index = self._prod_index if prod else self._normal_index
         res = self.resources
         if 2 * len(nodes) < len(cycle.snapshot.nodes):
-            # a few nodes (percentageOfNodesToScore's chunks): look each one up
-            expires = self._expiry.expiry_times() if a.filter_expired_node_metrics else {}
-            reject_expired = not a.enable_schedule_when_node_metrics_expired
-            now = cycle.now
-            rows = index.rows()
-            for node in nodes:
-                name = node.name
-                t = expires.get(name)
-                if t is not None and t <= now:
-                    if reject_expired:
-                        out[name] = ERR_EXPIRED
-                    continue
-                row = rows.get(name)
-                if row is None:
-                    continue
-                for i, h in enumerate(row[1]):
-                    if h is not None and est[i] > h:
-                        out[name] = row[0] % res[i]
-                        break
+            # a few nodes (percentageOfNodesToScore's chunks): the memoized failing nodes
+            kind = "prod" if prod else "normal"
+            fails = self._verdicts.get((kind, tuple(est)))
+            if fails is None:
+                fails = {}
+                for i, name, reason in index.failing(est):
+                    if name not in fails:
+                        fails[name] = reason % res[i]
+                self._memo(self._verdicts, (kind, tuple(est)), fails)
+            get = fails.get
+            out = {n.name: r for n in nodes if (r := get(n.name)) is not None}
+            if a.filter_expired_node_metrics and self._expiry.count_expired(cycle.now):
+                asked = {n.name for n in nodes}
+                reject = not a.enable_schedule_when_node_metrics_expired
+                for name in self._expiry.expired(cycle.now):
+                    if name in asked:
+                        if reject:
+                            out[name] = ERR_EXPIRED
+                        else:
+                            out.pop(name, None)
             return out
         candidates: set[str] | None = None
         if len(nodes) != len(cycle.snapshot.nodes):
@@ -571,41 +625,52 @@ class LoadAwareScheduling(Plugin):
         est = self._pod_estimate(cycle, pod)
         now = cycle.now
         if a.score_according_prod_usage and pod.priority_class == PRIORITY_PROD:
-            vecs = self._score_vecs["prod"]
+            kind = "prod"
         elif a.aggregated and a.aggregated.score_aggregation_type:
-            vecs = self._score_vecs["agg"]
+            kind = "agg"
         else:
-            vecs = self._score_vecs["node"]
+            kind = "node"
+        vecs = self._score_vecs.get(kind, {})
         weights = [(w, est[i]) for i, w in self._weights]
         weight_sum = self._weight_sum or 1
-        out: dict[str, int] = {}
-        get = vecs.get
-        if len(weights) == 2:
-            (w0, e0), (w1, e1) = weights
+        key = (kind, tuple(est))
+        scores = self._scores.get(key)
+        if scores is None:
+            scores = self._memo(self._scores, key, {})
+        out: dict[str, int] | None = None
+        if len(scores) >= len(nodes):  # perhaps all known: one lookup a node
+            with contextlib.suppress(KeyError):  # one was not: computed below
+                out = {n.name: scores[n.name] for n in nodes}
+        if out is None:
+            out = {}
+            known = scores.get
+            get = vecs.get
             for node in nodes:
                 name = node.name
-                v = get(name)
-                if v is None or now >= v[0]:
+                sc = known(name)
+                if sc is None:
+                    sc = scores[name] = _score(get(name), weights, weight_sum)
+                out[name] = sc
+        if self._expiry.count_expired(now):
+            for name in self._expiry.expired(now):
+                if name in out:
                     out[name] = 0
-                    continue
-                (c0, x0), (c1, x1) = v[1]
-                s0 = (c0 - x0 - e0) * 100 // c0
-                s1 = (c1 - x1 - e1) * 100 // c1
-                out[name] = ((s0 if s0 > 0 else 0) * w0 + (s1 if s1 > 0 else 0) * w1) // weight_sum
-            return out
-        for node in nodes:
-            name = node.name
-            v = get(name)
-            if v is None or now >= v[0]:
-                out[name] = 0
-                continue
-            total = 0
-            for (c, x), (w, e) in zip(v[1], weights, strict=True):
-                s = (c - x - e) * 100 // c
-                if s > 0:
-                    total += s * w
-            out[name] = total // weight_sum
         return out
+
+
+def _score(
+    vec: tuple[float, list[tuple[int, int]]] | None, weights: list[tuple[int, int]], weight_sum: int
+) -> int:
+    """A node's score for an estimate (``weights``: (weight, estimate) per weighted resource),
+    expiry not applied; 0 without a usable NodeMetric."""
+    if vec is None:
+        return 0
+    total = 0
+    for (c, x), (w, e) in zip(vec[1], weights, strict=True):
+        part = (c - x - e) * 100 // c
+        if part > 0:
+            total += part * w
+    return total // weight_sum
 
 
 def build(args: Mapping[str, Any] | None, source: str) -> LoadAwareScheduling:

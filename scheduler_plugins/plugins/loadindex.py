@@ -133,6 +133,10 @@ class ExpiryIndex:
         :meth:`expired` says)."""
         return self._of
 
+    def count_expired(self, now: float) -> int:
+        """How many nodes :meth:`expired` would list, by bisection only."""
+        return bisect_right(self._keys, now)
+
     def expired(self, now: float) -> list[str]:
         """Nodes whose NodeMetric has expired at ``now``."""
         return self._names[: bisect_right(self._keys, now)]

@@ -68,3 +68,44 @@ def test_fit_index_matches_the_per_node_check(cluster, request_milli):
         free = cores * 1000 - cores * 10 * requested_pct
         in_subset = i % 2 == 0
         assert (name in failures) == (in_subset and request_milli > free)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    clusters,
+    st.lists(
+        st.tuples(st.sampled_from([0, 500, 2000, 6000]), st.integers(0, 24), st.booleans()),
+        min_size=1,
+        max_size=12,
+    ),
+)
+def test_load_aware_memos_decide_what_a_fresh_plugin_decides_as_pods_are_assumed(cluster, arrivals):
+    # One plugin kept across pods (memoized verdicts and scores, updated as nodes change)
+    # against a new plugin for every question: same failures, same scores, on chunks of nodes
+    # (the memoized path) after every assume, with repeated pod shapes.
+    objects = []
+    for i, (cores, used, _, age) in enumerate(cluster):
+        objects += [
+            node(f"n{i}", cpu=str(cores), memory="64Gi"),
+            node_metric(f"n{i}", cpu=f"{used}m", memory="1Gi", age=age),
+        ]
+    snap = build_snapshot(objects, "t")
+    kept = Framework([LoadAwareScheduling()])
+    names = list(snap.nodes)
+    for k, (request_milli, where, prod) in enumerate(arrivals):
+        spec = pod(f"p{k}", requests={"cpu": f"{request_milli}m", "memory": "1Gi"})
+        spec["spec"]["priority"] = 9500 if prod else 5500
+        p = parse_pod(spec, "pod")
+        chunk = [snap.nodes[n] for n in names[: max(1, len(names) // 3)]]
+        fresh = Framework([LoadAwareScheduling()])
+        for fw in (kept, fresh):
+            fw.plugins[0].warm(fw.new_cycle(snap, NOW))
+        got = [
+            (
+                fw.plugins[0].filter_nodes(fw.new_cycle(snap, NOW), p, chunk),
+                fw.plugins[0].score_nodes(fw.new_cycle(snap, NOW), p, chunk),
+            )
+            for fw in (kept, fresh)
+        ]
+        assert got[0] == got[1]
+        snap.assume(p, names[where % len(names)])
