@@ -287,7 +287,13 @@ async def scheduling_term(
     """
     from scheduler_plugins.extender import KubeBinder
     from scheduler_plugins.informed import InformedSnapshot
-    from scheduler_plugins.standalone import EventRecorder, Scheduler, tune_gc
+    from scheduler_plugins.standalone import (
+        EventRecorder,
+        ReservationWriter,
+        Scheduler,
+        connect,
+        tune_gc,
+    )
 
     informed = InformedSnapshot(client)
     scheduler = Scheduler(
@@ -297,8 +303,9 @@ async def scheduling_term(
         EventRecorder(client),
         scheduler_name=scheduler_name,
         percentage_of_nodes_to_score=cfg.percentage_of_nodes_to_score,
+        reservations=ReservationWriter(client),
     )
-    informed.on_pending = scheduler.enqueue
+    connect(informed, scheduler)
     async with asyncio.TaskGroup() as group:
         group.create_task(informed.run(), name="scheduler-informers")
         if not await informed.wait_synced(sync_timeout):

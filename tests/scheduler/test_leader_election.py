@@ -164,6 +164,36 @@ async def test_only_the_leader_binds_and_a_stopped_leader_hands_over_to_the_othe
     assert_bound_once(server, first + second)
 
 
+async def test_the_leaders_term_places_pending_reservations_as_the_standalone_scheduler_does(
+    server, candidates
+):
+    a = await candidates("a")
+    await eventually(lambda: a.runner.leading)
+    reservation = {
+        "apiVersion": "scheduling.koordinator.sh/v1alpha1",
+        "kind": "Reservation",
+        "metadata": {"name": "r", "uid": "uid-r", "creationTimestamp": ts(time.time())},
+        "spec": {
+            "template": {
+                "spec": {
+                    "schedulerName": "koord-scheduler",
+                    "containers": [{"name": "c", "resources": {"requests": {"cpu": "1"}}}],
+                }
+            },
+            "owners": [{"labelSelector": {"matchLabels": {"app": "web"}}}],
+            "ttl": "1h",
+        },
+    }
+    server.put("reservations", reservation)
+    await eventually(
+        lambda: (
+            ((server.get("reservations", "r") or {}).get("status") or {}).get("phase")
+            == "Available"
+        )
+    )
+    assert server.get("reservations", "r")["status"]["nodeName"] == "n1"
+
+
 async def test_a_leader_that_cannot_renew_stops_binding_until_it_holds_the_lease_again(
     server, candidates
 ):
