@@ -549,6 +549,28 @@ def _same_gang(pod: PodInfo, key: str) -> bool:
     )
 
 
+def build_scheduler(
+    client: Any, cfg: Any, scheduler_name: str = SCHEDULER_NAME
+) -> tuple[InformedSnapshot, Scheduler]:
+    """The informers and the scheduler of one ``koord-scheduler run`` (or one leader's term)
+    over ``client``, connected (:func:`connect`) but not started."""
+    from scheduler_plugins.extender import KubeBinder
+    from scheduler_plugins.informed import InformedSnapshot
+
+    informed = InformedSnapshot(client)
+    scheduler = Scheduler(
+        cfg.framework(),
+        informed.snapshot,
+        KubeBinder(client),
+        EventRecorder(client),
+        scheduler_name=scheduler_name,
+        percentage_of_nodes_to_score=cfg.percentage_of_nodes_to_score,
+        reservations=ReservationWriter(client),
+    )
+    connect(informed, scheduler)
+    return informed, scheduler
+
+
 def connect(informed: InformedSnapshot, scheduler: Scheduler) -> None:
     """Feed ``scheduler``'s queue from ``informed``: pending pods, and Reservations added or
     changed (after the snapshot has taken them)."""
@@ -580,22 +602,10 @@ async def run_standalone(
     import signal
 
     from kubeclient.client import KubeClient
-    from scheduler_plugins.extender import KubeBinder
-    from scheduler_plugins.informed import InformedSnapshot
 
     client = await KubeClient.connect(kubeconfig)
     try:
-        informed = InformedSnapshot(client)
-        scheduler = Scheduler(
-            cfg.framework(),
-            informed.snapshot,
-            KubeBinder(client),
-            EventRecorder(client),
-            scheduler_name=scheduler_name,
-            percentage_of_nodes_to_score=cfg.percentage_of_nodes_to_score,
-            reservations=ReservationWriter(client),
-        )
-        connect(informed, scheduler)
+        informed, scheduler = build_scheduler(client, cfg, scheduler_name)
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):

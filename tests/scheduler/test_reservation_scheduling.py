@@ -16,9 +16,8 @@ from typing import Any
 import pytest
 
 from kubeclient.client import KubeClient
-from scheduler_plugins.extender import KubeBinder
+from scheduler_plugins.config import SchedulerConfig
 from scheduler_plugins.framework import Framework
-from scheduler_plugins.informed import InformedSnapshot
 from scheduler_plugins.plugins.noderesourcesfit import NodeResourcesFit
 from scheduler_plugins.plugins.reservation import Reservation
 from scheduler_plugins.reservations import (
@@ -32,9 +31,9 @@ from scheduler_plugins.reservations import (
     unschedulable_status,
 )
 from scheduler_plugins.snapshot import parse_pod
-from scheduler_plugins.standalone import EventRecorder, ReservationWriter, Scheduler, connect
-from scheduler_plugins.table import build_framework
+from scheduler_plugins.standalone import build_scheduler
 from tests.kubefake.fixtures import write_kubeconfig
+from tests.kubefake.server import Fault
 from tests.scheduler.bindingfake import BindingFakeApiServer
 from tests.scheduler.builders import NOW, node, pod, ts
 from tests.scheduler.helpers import snapshot_of
@@ -109,23 +108,20 @@ async def api(tmp_path: Path) -> AsyncIterator[tuple[BindingFakeApiServer, KubeC
 
 
 class Running:
-    """The informers and the scheduler loop over the fake API server."""
+    """The informers and the scheduler loop over the fake API server, built as
+    ``koord-scheduler run`` builds them."""
 
     def __init__(self, client: KubeClient) -> None:
-        self.informed = InformedSnapshot(client)
-        self.sched = Scheduler(
-            build_framework(),
-            self.informed.snapshot,
-            KubeBinder(client),
-            EventRecorder(client),
-            reservations=ReservationWriter(client),
-        )
-        connect(self.informed, self.sched)
+        self.informed, self.sched = build_scheduler(client, SchedulerConfig())
         self.tasks: list[asyncio.Task[None]] = []
 
-    async def start(self) -> None:
+    async def start(self, *, wait_for_reservations: int = 0) -> None:
+        """Informers, then (once nodes, pods and ``wait_for_reservations`` Reservations are
+        in the snapshot: the kinds list in no particular order) the loop."""
         self.tasks.append(asyncio.create_task(self.informed.run(), name="t-informers"))
         assert await self.informed.wait_synced(10)
+        snap = self.informed.snapshot
+        await eventually(lambda: len(snap.reservations) >= wait_for_reservations)
         self.tasks.append(asyncio.create_task(self.sched.run(), name="t-scheduler"))
 
     async def stop(self) -> None:
@@ -225,7 +221,7 @@ async def test_reservations_not_pending_or_not_ours_are_left_alone(api):
     server.put("reservations", reservation("mine", "1"))
     run = Running(client)
     try:
-        await run.start()
+        await run.start(wait_for_reservations=len(left_alone) + 1)
         await eventually(lambda: status_of(server, "mine").get("phase") == "Available")
         await asyncio.sleep(0.3)
         written = {r.path.rsplit("/", 2)[-2] for r in server.writes(path_contains="reservations")}
@@ -242,7 +238,7 @@ async def test_a_reservation_of_higher_priority_takes_the_node_before_a_pod(api)
     server.put("reservations", reservation("urgent", "3", priority=1000))
     run = Running(client)
     try:
-        await run.start()
+        await run.start(wait_for_reservations=1)
         await eventually(lambda: status_of(server, "urgent").get("phase") == "Available")
         await eventually(lambda: bool(events_for(server, "early")))
         assert node_of(server, "early") == ""
@@ -277,6 +273,35 @@ async def test_a_reservation_deleted_while_queued_is_dropped(running):
     server.put("nodes", node("n2", cpu="8"))
     await eventually(lambda: not run.sched._reservation_names, within=30)
     assert server.get("reservations", "gone") is None
+
+
+@pytest.mark.parametrize(
+    ("fault", "rejected"),
+    [(409, False), (500, True)],
+    ids=["conflict-retried-at-once", "error-undone-and-retried-after-backoff"],
+)
+async def test_a_failed_status_write_never_leaves_the_reservation_half_placed(
+    running, fault, rejected
+):
+    server, run = running
+    server.put("nodes", node("n1", cpu="4"))
+    await eventually(lambda: "n1" in run.sched.snapshot.nodes)
+    server.faults.append(
+        Fault(status=fault, method="PUT", path_contains="reservations/r1/status", times=1)
+    )
+    server.put("reservations", reservation("r1", "3"))
+    await eventually(lambda: status_of(server, "r1").get("phase") == "Available", within=30)
+    messages = [e["message"] for e in events_for(server, "r1")]
+    if rejected:
+        assert len(messages) == 1
+        assert messages[0].startswith("status write rejected:")
+    else:
+        assert messages == []
+    assert status_of(server, "r1")["nodeName"] == "n1"
+    assert run.sched.placed == 1
+    # held once, not twice: an owner fits in what is left plus what is reserved
+    server.put("pods", ours("web-1", requests={"cpu": "4"}, labels=WEB))
+    await eventually(lambda: node_of(server, "web-1") == "n1")
 
 
 # -- the reserve pod and the status, table-like -----------------------------------------------
