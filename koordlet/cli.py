@@ -79,7 +79,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             cfg.config_file or "flags only",
         )
         try:
-            code: int = uvloop.run(daemon.run(cfg))
+            code: int = uvloop.run(daemon.run(cfg, own_process=True))
         except KeyboardInterrupt:
             logger.info("interrupted; stopped")
             return 0

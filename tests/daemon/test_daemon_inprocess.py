@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import json
 import logging
 import re
@@ -116,10 +117,11 @@ async def running(
     *,
     collectors: Mapping[str, CollectorFactory] = COLLECTORS,
     strategies: Mapping[str, StrategyFactory] | None = None,
+    own_process: bool = False,
 ) -> AsyncIterator[Running]:
     """Start ``daemon.run``, wait for ``/readyz``, and stop it (within 5 s) on the way out."""
     stop = asyncio.Event()
-    tables: dict[str, Any] = {"collectors": collectors}
+    tables: dict[str, Any] = {"collectors": collectors, "own_process": own_process}
     if strategies is not None:
         tables["strategies"] = strategies
     task = asyncio.create_task(daemon.run(cfg, stop=stop, **tables), name="test-daemon")
@@ -493,3 +495,22 @@ async def test_a_stop_requested_during_start_up_stops_what_started_and_returns_0
         code = await daemon.run(make_config(fake), stop=stop)
 
     assert code == daemon.EXIT_OK
+
+
+async def test_a_daemon_in_its_own_process_freezes_what_start_up_built_once_ready(
+    fake: FakeHost,
+) -> None:
+    # The entry point says the process is the daemon's alone: once ready, what survived start-up
+    # is frozen out of the collector's reach and young collections are rarer. An in-process
+    # daemon (every other test here) leaves the test process's collector alone.
+    threshold = gc.get_threshold()
+    try:
+        async with running(make_config(fake)):
+            assert gc.get_freeze_count() == 0
+            assert gc.get_threshold() == threshold
+        async with running(make_config(fake), own_process=True):
+            assert gc.get_freeze_count() > 0
+            assert gc.get_threshold()[0] == max(threshold[0], daemon.GC_GEN0_THRESHOLD)
+    finally:
+        gc.unfreeze()
+        gc.set_threshold(*threshold)
