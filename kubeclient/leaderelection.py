@@ -149,11 +149,27 @@ class LeaderElector:
             logger.exception("leader election callback failed")
 
     async def step(self) -> None:
-        """One round: acquire or renew; a leader past its renew deadline steps down."""
+        """One round: acquire or renew; a leader past its renew deadline steps down.
+
+        The attempt itself is bounded: a leader's by what is left of its renew deadline (a
+        request hanging for the client's timeout must not keep it leading after another
+        candidate may have taken the Lease), a follower's by the renew deadline.
+        """
+        cfg = self.config
+        budget = cfg.renew_deadline
+        if self.is_leader:
+            budget = self._last_renew + cfg.renew_deadline - self._mono()
+            if budget <= 0:
+                self._set_leader(False)
+                budget = cfg.renew_deadline
         try:
-            held = await self.try_acquire_or_renew()
+            async with asyncio.timeout(budget):
+                held = await self.try_acquire_or_renew()
         except ApiError as err:
-            logger.warning("lease %s: %s", self.config.name, err)
+            logger.warning("lease %s: %s", cfg.name, err)
+            held = False
+        except TimeoutError:
+            logger.warning("lease %s: no answer within %.1fs", cfg.name, budget)
             held = False
         now = self._mono()
         if held:

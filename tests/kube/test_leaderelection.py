@@ -90,3 +90,24 @@ async def test_cancelling_a_leader_releases_the_lease(
     lease = kube_api.get("leases", "koord-manager", "koordinator-system")
     assert lease["spec"]["holderIdentity"] == ""  # type: ignore[index]
     assert log == [("a", True), ("a", False)]
+
+
+async def test_a_renewal_is_cut_off_at_what_is_left_of_the_renew_deadline(
+    kube_api: FakeApiServer, kube_client: KubeClient
+) -> None:
+    clock = _Clock()
+    log: list[tuple[str, bool]] = []
+    a = _elector(kube_client, "a", clock, log)
+    await a.step()
+    assert a.is_leader
+    # 9.5 s after its last renewal the leader has 0.5 s left; the server holds the renewal for
+    # 2 s. The attempt is abandoned when the 0.5 s are up (before the server answers).
+    kube_api.faults.append(Fault(delay=2.0, method="PUT", path_contains="/leases/"))
+    clock.now += 9.5
+    await asyncio.wait_for(a.step(), 1.5)
+    assert a.is_leader  # by its own clock it is still within the deadline
+    # Past the deadline it steps down before trying again, then wins the free Lease anew.
+    clock.now += 0.6
+    await a.step()
+    assert log == [("a", True), ("a", False), ("a", True)]
+    await asyncio.sleep(2.0)  # the held request's handler ends on the server
