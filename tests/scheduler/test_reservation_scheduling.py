@@ -17,6 +17,7 @@ import pytest
 
 from kubeclient.client import KubeClient
 from scheduler_plugins.config import SchedulerConfig
+from scheduler_plugins.extender import KubeBinder
 from scheduler_plugins.framework import Framework
 from scheduler_plugins.plugins.noderesourcesfit import NodeResourcesFit
 from scheduler_plugins.plugins.reservation import Reservation
@@ -25,13 +26,20 @@ from scheduler_plugins.reservations import (
     ANNOTATION_RESERVATION_NODE,
     ANNOTATION_RESERVE_POD,
     available_status,
+    format_resources,
     is_pending,
     reserve_pod,
     scheduler_name_of_reservation,
     unschedulable_status,
 )
-from scheduler_plugins.snapshot import parse_pod
-from scheduler_plugins.standalone import build_scheduler
+from scheduler_plugins.snapshot import parse_pod, parse_resource_list
+from scheduler_plugins.standalone import (
+    EventRecorder,
+    ReservationWriter,
+    Scheduler,
+    build_scheduler,
+)
+from scheduler_plugins.table import build_framework
 from tests.kubefake.fixtures import write_kubeconfig
 from tests.kubefake.server import Fault
 from tests.scheduler.bindingfake import BindingFakeApiServer
@@ -427,3 +435,62 @@ def test_a_reserve_pod_never_uses_another_reservation_and_sees_what_it_holds():
         snap, parse_pod(pod("web", labels=WEB, requests={"cpu": "2"}), "pod"), now=NOW
     )
     assert owner.nodes["n1"].feasible
+
+
+@pytest.mark.parametrize(
+    ("requests", "quantities"),
+    [
+        ({"cpu": 2000}, {"cpu": "2"}),
+        ({"cpu": 1500}, {"cpu": "1500m"}),
+        ({"memory": 3 << 29}, {"memory": "1536Mi"}),
+        ({"memory": 1000}, {"memory": "1000"}),
+        ({"kubernetes.io/batch-cpu": 2500}, {"kubernetes.io/batch-cpu": "2500"}),
+        ({"kubernetes.io/batch-memory": 1 << 30}, {"kubernetes.io/batch-memory": "1Gi"}),
+        ({"nvidia.com/gpu": 2}, {"nvidia.com/gpu": "2"}),
+    ],
+)
+def test_allocatable_is_written_as_quantities_that_read_back_to_the_same_requests(
+    requests, quantities
+):
+    assert format_resources(requests) == quantities
+    assert parse_resource_list(quantities, "test", "status.allocatable") == requests
+
+
+def test_a_scheduler_without_a_status_writer_leaves_reservations_alone():
+    snap = snapshot_of(node("n1"), reservation("r", "1", created=time.time()))
+    sched = Scheduler(build_framework(), snap, KubeBinder(None), EventRecorder(None))
+    sched.enqueue_all()
+    sched.enqueue_reservation(snap.reservations["r"])
+    assert sched._pop_ready() == (None, None)
+
+
+class RecordingBinder:
+    def __init__(self) -> None:
+        self.bound: dict[str, tuple[str, dict[str, str]]] = {}
+
+    async def bind(self, pod, node_name, annotations) -> None:
+        self.bound[pod.name] = (node_name, dict(annotations))
+
+
+async def test_in_process_a_placed_reservation_is_held_for_its_owner_and_from_the_rest():
+    snap = snapshot_of(node("n1", cpu="4"), reservation("r", "3", created=time.time()))
+    binder = RecordingBinder()
+    sched = Scheduler(
+        build_framework(),
+        snap,
+        binder,
+        EventRecorder(None),
+        reservations=ReservationWriter(None),
+    )
+    sched.enqueue_all()
+    reserve, _ = sched._pop_ready()
+    assert reserve is not None
+    assert await sched.schedule_reservation(reserve) == "n1"
+    placed = snap.reservations["r"]["status"]
+    assert (placed["phase"], placed["nodeName"]) == ("Available", "n1")
+    assert not snap.nodes["n1"].pods  # held by the Reservation, not by an assumed reserve pod
+    other = parse_pod(ours("other", requests={"cpu": "2"}), "pod")
+    assert await sched.schedule_one(other) is None
+    owner = parse_pod(ours("owner", requests={"cpu": "4"}, labels=WEB), "pod")
+    assert await sched.schedule_one(owner) == "n1"
+    assert json.loads(binder.bound["owner"][1][ALLOCATED])["name"] == "r"
