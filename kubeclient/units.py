@@ -113,3 +113,13 @@ def format_duration(seconds: float) -> str:
     if m:
         return f"{m}m{s}s"
     return f"{s}s"
+
+
+def parse_go_bool(text: str) -> bool:
+    """A boolean flag value as Go's ``strconv.ParseBool`` reads it (``1``, ``t``, ``true``,
+    ``TRUE``, ``True`` and their false forms); raises ValueError otherwise."""
+    if text in ("1", "t", "T", "true", "TRUE", "True"):
+        return True
+    if text in ("0", "f", "F", "false", "FALSE", "False"):
+        return False
+    raise ValueError(f"not a boolean: {text!r}")

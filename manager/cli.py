@@ -26,6 +26,7 @@ from apis.configuration import parse_slo_controller_config
 from apis.slo import SchemaError, read_document
 from kubeclient.client import KubeClient
 from kubeclient.errors import KubeError
+from kubeclient.units import parse_go_bool
 from manager.errors import InputError
 from manager.explain import to_json, to_text
 from manager.noderesource.calculator import calculate, decide_update
@@ -94,11 +95,10 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _go_bool(text: str) -> bool:
-    if text in ("1", "t", "T", "true", "TRUE", "True"):
-        return True
-    if text in ("0", "f", "F", "false", "FALSE", "False"):
-        return False
-    raise argparse.ArgumentTypeError(f"not a boolean: {text!r}")
+    try:
+        return parse_go_bool(text)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
 
 
 async def _run(settings: ManagerSettings) -> int:

@@ -24,6 +24,7 @@ from typing import Any, NoReturn, Protocol
 from kubeclient.client import KubeClient
 from kubeclient.errors import KubeError
 from kubeclient.leaderelection import LeaderElectionConfig, LeaderElector
+from kubeclient.units import parse_go_bool
 from manager.nodemetric.controller import NodeMetricController
 from manager.noderesource.controller import NodeResourceController
 from manager.runner import LEASE_NAME, LeaderGate, ManagerSettings, identity
@@ -119,11 +120,10 @@ async def run_manager(
 
 
 def _go_bool(text: str) -> bool:
-    if text in ("1", "t", "T", "true", "TRUE", "True"):
-        return True
-    if text in ("0", "f", "F", "false", "FALSE", "False"):
-        return False
-    raise argparse.ArgumentTypeError(f"not a boolean: {text!r}")
+    try:
+        return parse_go_bool(text)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
 
 
 def _controllers(text: str) -> tuple[str, ...]:

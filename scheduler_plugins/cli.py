@@ -36,7 +36,7 @@ from pathlib import Path
 
 import yaml
 
-from kubeclient.units import parse_duration
+from kubeclient.units import parse_duration, parse_go_bool
 from scheduler_plugins.config import SchedulerConfig, load_config
 from scheduler_plugins.errors import InputError
 from scheduler_plugins.framework import Evaluation, Framework
@@ -95,11 +95,10 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _go_bool(text: str) -> bool:
-    if text in ("1", "t", "T", "true", "TRUE", "True"):
-        return True
-    if text in ("0", "f", "F", "false", "FALSE", "False"):
-        return False
-    raise argparse.ArgumentTypeError(f"not a boolean: {text!r}")
+    try:
+        return parse_go_bool(text)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
 
 
 def _duration(text: str) -> float:
