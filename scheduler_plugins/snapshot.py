@@ -581,6 +581,8 @@ class Snapshot:
     """Pods bound to nodes the snapshot does not have (yet), by node name then uid."""
     generation: int = 0
     """Bumped on every change (:meth:`touch`); plugins key their caches on it."""
+    reservation_generation: int = 0
+    """Bumped by :meth:`assume_reservation` (the informers' changes touch :data:`ALL`)."""
     changes: list[tuple[int, str]] = field(default_factory=list)
     """``(generation, node name)`` of recent changes (:data:`ALL`: not one node's), so plugins
     re-index only the nodes that changed."""
@@ -624,6 +626,7 @@ class Snapshot:
         name = str((obj.get("metadata") or {}).get("name") or "")
         old = self.reservations.get(name)
         self.reservations[name] = obj
+        self.reservation_generation += 1
         for version in (old, obj):
             node = str(((version or {}).get("status") or {}).get("nodeName") or "")
             if node:

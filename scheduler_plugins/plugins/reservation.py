@@ -223,6 +223,16 @@ class ReservationCache:
         self._pods: dict[str, int] = {}
         """Assigned pods consuming each reservation (a name drops out of ``_used`` at 0)."""
         self._held: dict[str, tuple[Mapping[str, Any], _Held | None]] = {}
+        self._result: dict[str, list[ActiveReservation]] | None = None
+        """The last answer, reused while nothing it depends on changed."""
+        self._holding: dict[str, ResourceList] = {}
+        """Per node of the last answer: minus what its reservations hold."""
+        self._key: tuple[int, int] = (0, -1)
+        """``(id(snapshot), reservation_generation)`` of the last answer."""
+        self._valid: tuple[float, float] = (0.0, -1.0)
+        """The clock span in which the last answer holds (until the next deadline)."""
+        self._interest: frozenset[str] = frozenset()
+        """Nodes of the reservations read: a change there may change the answer."""
 
     def _add(self, per_name: Mapping[str, tuple[ResourceList, int]], sign: int) -> None:
         for name, (req, count) in per_name.items():
@@ -236,10 +246,12 @@ class ReservationCache:
                 self._pods.pop(name, None)
                 self._used.pop(name, None)
 
-    def _refresh_used(self, snapshot: Snapshot) -> None:
+    def _refresh_used(self, snapshot: Snapshot) -> bool:
+        """Bring the owner pods' counts up to date; whether the answer may have changed."""
         names = None
         if self._snap_id == id(snapshot):
             names = snapshot.changed_since(self._generation)
+        dirty = names is None or not names.isdisjoint(self._interest)
         if names is None:
             self._used_by_node.clear()
             self._used.clear()
@@ -259,12 +271,25 @@ class ReservationCache:
                 if found:
                     self._used_by_node[name] = found
                     self._add(found, 1)
+                if (old or found) and old != found:
+                    dirty = True
         self._snap_id = id(snapshot)
         self._generation = snapshot.generation
+        return dirty
+
+    def holding(self) -> dict[str, ResourceList]:
+        """Per node of the last :meth:`active` answer, minus what its reservations hold (what
+        NodeResourcesFit takes off the node's free resources for a pod that owns none)."""
+        return self._holding
 
     def active(self, snapshot: Snapshot, now: float) -> dict[str, list[ActiveReservation]]:
-        """Active reservations by node."""
-        self._refresh_used(snapshot)
+        """Active reservations by node (the same answer, not to be changed, while nothing it
+        depends on changed: owner pods, Reservation objects, nodes, the next deadline)."""
+        dirty = self._refresh_used(snapshot)
+        key = (id(snapshot), snapshot.reservation_generation)
+        lo, hi = self._valid
+        if not dirty and self._result is not None and key == self._key and lo <= now < hi:
+            return self._result
         if len(self._held) > 2 * len(snapshot.reservations) + 16:
             self._held = {k: v for k, v in self._held.items() if k in snapshot.reservations}
         out: dict[str, list[ActiveReservation]] = {}
@@ -296,6 +321,21 @@ class ReservationCache:
                     unschedulable=h.unschedulable,
                 )
             )
+        upcoming = [
+            h.deadline
+            for _, h in self._held.values()
+            if h is not None and h.deadline is not None and h.deadline > now
+        ]
+        holding: dict[str, ResourceList] = {}
+        for node, rs in out.items():
+            delta: ResourceList = {}
+            for r in rs:
+                for res, v in r.remaining.items():
+                    delta[res] = delta.get(res, 0) - v
+            holding[node] = delta
+        self._result, self._holding, self._key = out, holding, key
+        self._valid = (now, min(upcoming, default=float("inf")))
+        self._interest = frozenset(h.node for _, h in self._held.values() if h is not None)
         return out
 
 
@@ -469,17 +509,17 @@ class Reservation(Plugin):
         mine = self._matches(cycle, pod)
         if affinity is not None and not mine:
             return ERR_AFFINITY
-        adjust: dict[str, ResourceList] = {}
-        for node, rs in active.items():
-            delta: ResourceList = {}
-            for r in rs:
-                for res, v in r.remaining.items():
-                    delta[res] = delta.get(res, 0) - v
-            best = self._best(mine.get(node, []), pod)
+        holding = self.cache.holding()
+        adjust = holding  # shared while this pod owns none: nobody writes to it
+        for node, rs in mine.items():
+            best = self._best(rs, pod)
             if best is not None:
+                if adjust is holding:
+                    adjust = dict(holding)
+                delta = dict(holding[node])
                 for res, v in best.remaining.items():
                     delta[res] = delta.get(res, 0) + v
-            adjust[node] = delta
+                adjust[node] = delta
         cycle.data[RESERVATION_ADJUST_KEY] = adjust
         return None
 

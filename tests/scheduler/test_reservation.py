@@ -7,7 +7,7 @@ import json
 from scheduler_plugins.framework import Framework
 from scheduler_plugins.plugins.noderesourcesfit import NodeResourcesFit
 from scheduler_plugins.plugins.reservation import Reservation
-from scheduler_plugins.snapshot import parse_pod
+from scheduler_plugins.snapshot import parse_node, parse_pod
 from tests.scheduler.builders import NOW, node, pod, ts
 from tests.scheduler.helpers import evaluate, snapshot_of
 
@@ -285,3 +285,9 @@ def test_the_plugins_cache_agrees_with_a_fresh_count_as_owners_come_and_go():
     snap.touch("n1")
     assert remaining() == fresh() == {"n1": {"r1": ({"cpu": 6000}, False)}}
     assert cache.active(snap, NOW + 25 * 3600) == {}  # past the 24 h default ttl
+    # a Reservation the scheduler places on a node that held none is seen at once
+    snap.upsert_node(parse_node(node("n3", cpu="8"), "test", "n3"))
+    assert remaining() == fresh()
+    snap.assume_reservation(reservation("r3", "n3", 2))
+    assert remaining() == fresh()
+    assert remaining()["n3"] == {"r3": ({"cpu": 2000}, False)}
