@@ -23,7 +23,7 @@ from datetime import UTC, datetime
 from typing import Any, NoReturn
 
 from kubeclient.client import KubeClient, Obj
-from kubeclient.errors import ApiError, NotFound
+from kubeclient.errors import ApiError, KubeError, NotFound
 from kubeclient.resources import LEASES
 
 logger = logging.getLogger(__name__)
@@ -179,21 +179,31 @@ class LeaderElector:
             self._set_leader(False)
 
     async def release(self) -> None:
-        """Give the Lease up (empty holder) if this candidate holds it."""
+        """Give the Lease up (empty holder) if this candidate leads."""
         if not self.is_leader:
             return
+        await self.give_up()
+        self._set_leader(False)
+
+    async def give_up(self) -> bool:
+        """Empty the Lease's holder (1 s duration, so a successor need not wait for it to
+        expire) if it names this candidate, whatever :attr:`is_leader` says (a caller that
+        drives :meth:`try_acquire_or_renew` itself keeps its own state). Whether it did; a
+        failure is logged, not raised."""
         cfg = self.config
         try:
             lease = await self._client.get(LEASES, cfg.name, cfg.namespace)
             spec = lease.get("spec") or {}
-            if spec.get("holderIdentity") == cfg.identity:
-                spec["holderIdentity"] = ""
-                spec["leaseDurationSeconds"] = 1
-                lease["spec"] = spec
-                await self._client.replace(LEASES, lease)
-        except ApiError as err:
+            if spec.get("holderIdentity") != cfg.identity:
+                return False
+            spec["holderIdentity"] = ""
+            spec["leaseDurationSeconds"] = 1
+            lease["spec"] = spec
+            await self._client.replace(LEASES, lease)
+        except KubeError as err:
             logger.warning("lease %s: release failed: %s", cfg.name, err)
-        self._set_leader(False)
+            return False
+        return True
 
     async def run(self) -> NoReturn:
         """Acquire, then renew, every ``retry_period`` until cancelled (then release)."""

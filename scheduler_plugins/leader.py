@@ -36,7 +36,6 @@ from typing import Any
 from kubeclient.client import KubeClient
 from kubeclient.errors import KubeError
 from kubeclient.leaderelection import LeaderElectionConfig, LeaderElector
-from kubeclient.resources import LEASES
 from kubeclient.units import parse_duration
 from scheduler_plugins.errors import InputError, SchedulerError
 
@@ -226,17 +225,8 @@ class ElectedRunner:
         """Give the Lease up (empty holder, 1 s duration) if we hold it, so a successor need not
         wait for it to expire."""
         cfg = self.config
-        try:
-            lease = await self.client.get(LEASES, cfg.name, cfg.namespace)
-            spec = lease.get("spec") or {}
-            if spec.get("holderIdentity") == cfg.identity:
-                spec["holderIdentity"] = ""
-                spec["leaseDurationSeconds"] = 1
-                lease["spec"] = spec
-                await self.client.replace(LEASES, lease)
-                logger.info("%s released lease %s/%s", cfg.identity, cfg.namespace, cfg.name)
-        except KubeError as err:
-            logger.warning("lease %s: release failed: %s", cfg.name, err)
+        if await self.elector.give_up():
+            logger.info("%s released lease %s/%s", cfg.identity, cfg.namespace, cfg.name)
 
     async def stop_term(self) -> None:
         """Cancel the running term and wait until it has stopped."""

@@ -60,8 +60,10 @@ class Replica:
             namespace="koordinator-system",
             name=LEASE_NAME,
             identity=self.name,
-            lease_duration=1.0,
-            renew_deadline=0.6,
+            # A leader steps down when a renewal cannot complete within the renew deadline
+            # (an event loop stalled by the first imports of a term counts): room for that.
+            lease_duration=3.0,
+            renew_deadline=2.0,
             retry_period=0.1,
         )
         self.task = asyncio.create_task(
@@ -98,7 +100,7 @@ async def test_the_second_replica_takes_over_every_controller_when_the_leader_st
             )
         )
         b.start()
-        await asyncio.sleep(1.5)  # longer than the lease: b must stay a follower
+        await asyncio.sleep(3.5)  # longer than the lease: b must stay a follower
         assert {who for _, who, _ in log} == {"a"}
         await a.stop()
         kube_api.put("nodes", node("n2"))  # only a leader can write n2's objects now
