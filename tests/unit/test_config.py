@@ -454,7 +454,8 @@ class FakeDaemon(types.ModuleType):
         self.behaviour = behaviour
         self.seen: list[tuple[KoordletConfig, bool, int]] = []
 
-    async def run(self, cfg: KoordletConfig) -> int:
+    async def run(self, cfg: KoordletConfig, *, own_process: bool = False) -> int:
+        assert own_process  # the entry point owns its process: the daemon may tune its GC
         on_uvloop = isinstance(asyncio.get_running_loop(), uvloop.Loop)
         self.seen.append((cfg, on_uvloop, logging.getLogger().getEffectiveLevel()))
         return self.behaviour(cfg)
