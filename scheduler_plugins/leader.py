@@ -272,30 +272,13 @@ async def scheduling_term(
 ) -> None:
     """One term of the standalone scheduler: fresh informers and loop, until cancelled.
 
-    Mirrors the body of :func:`~scheduler_plugins.standalone.run_standalone` on a client it is
-    given. Raises :class:`TermError` when nodes and pods are not listed within ``sync_timeout``.
+    Built as :func:`~scheduler_plugins.standalone.run_standalone` builds its own
+    (:func:`~scheduler_plugins.standalone.build_scheduler`), on a client it is given. Raises
+    :class:`TermError` when nodes and pods are not listed within ``sync_timeout``.
     """
-    from scheduler_plugins.extender import KubeBinder
-    from scheduler_plugins.informed import InformedSnapshot
-    from scheduler_plugins.standalone import (
-        EventRecorder,
-        ReservationWriter,
-        Scheduler,
-        connect,
-        tune_gc,
-    )
+    from scheduler_plugins.standalone import build_scheduler, tune_gc
 
-    informed = InformedSnapshot(client)
-    scheduler = Scheduler(
-        cfg.framework(),
-        informed.snapshot,
-        KubeBinder(client),
-        EventRecorder(client),
-        scheduler_name=scheduler_name,
-        percentage_of_nodes_to_score=cfg.percentage_of_nodes_to_score,
-        reservations=ReservationWriter(client),
-    )
-    connect(informed, scheduler)
+    informed, scheduler = build_scheduler(client, cfg, scheduler_name)
     async with asyncio.TaskGroup() as group:
         group.create_task(informed.run(), name="scheduler-informers")
         if not await informed.wait_synced(sync_timeout):

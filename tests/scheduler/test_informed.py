@@ -5,11 +5,14 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
+import yaml
 
+from kubeclient.resources import RESERVATIONS
 from scheduler_plugins.extender import Extender
-from scheduler_plugins.informed import InformedSnapshot
+from scheduler_plugins.informed import KINDS, InformedSnapshot
 from scheduler_plugins.table import build_framework
 from tests.kubefake.server import FakeApiServer, Kind
 from tests.scheduler.builders import node, node_metric, pod, ts
@@ -206,12 +209,6 @@ async def test_without_the_profile_crd_the_informers_sync_and_quotas_still_apply
 
 
 def test_every_kind_the_informers_watch_is_readable_by_both_packaged_scheduler_roles():
-    from pathlib import Path
-
-    import yaml
-
-    from scheduler_plugins.informed import KINDS
-
     rbac = Path(__file__).resolve().parents[2] / "packaging/kubernetes/scheduler/rbac.yaml"
     roles = [d for d in yaml.safe_load_all(rbac.read_text()) if d["kind"] == "ClusterRole"]
     assert {r["metadata"]["name"] for r in roles} == {"koord-scheduler", "koord-scheduler-extender"}
@@ -225,3 +222,28 @@ def test_every_kind_the_informers_watch_is_readable_by_both_packaged_scheduler_r
         }
         missing = [k.plural for k in KINDS if (k.group, k.plural) not in readable]
         assert missing == [], role["metadata"]["name"]
+
+
+def test_the_standalone_role_may_do_every_write_the_standalone_scheduler_makes() -> None:
+    # Writes of `koord-scheduler run`: pod patches (reserve annotations), bindings, Events, and
+    # Reservation status (placed or Unschedulable) through the status subresource (PUT: update).
+    rbac = Path(__file__).resolve().parents[2] / "packaging/kubernetes/scheduler/rbac.yaml"
+    (role,) = [
+        d
+        for d in yaml.safe_load_all(rbac.read_text())
+        if d["kind"] == "ClusterRole" and d["metadata"]["name"] == "koord-scheduler"
+    ]
+    allowed = {
+        (group, res, verb)
+        for rule in role["rules"]
+        for group in rule["apiGroups"]
+        for res in rule["resources"]
+        for verb in rule["verbs"]
+    }
+    needed = {
+        ("", "pods", "patch"),
+        ("", "pods/binding", "create"),
+        ("", "events", "create"),
+        (RESERVATIONS.group, f"{RESERVATIONS.plural}/status", "update"),
+    }
+    assert needed <= allowed
