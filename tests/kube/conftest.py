@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from koordlet.statesinformer.kube import KubeStatesSource
 from kubeclient.informer import Informer
-from tests.kubefake.fixtures import kube_api, kube_client, kubeconfig
+from tests.kubefake.fixtures import eventually, kube_api, kube_client, kubeconfig
 
 __all__ = ["eventually", "kube_api", "kube_client", "kubeconfig", "running", "running_source"]
 
@@ -22,14 +22,6 @@ async def running(informer: Informer) -> AsyncIterator[asyncio.Task[None]]:
     finally:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
-
-
-async def eventually(check: Callable[[], bool], *, within: float = 10.0) -> None:
-    """Wait until ``check()`` holds, failing after ``within`` seconds. It polls: the conditions
-    are state of the fake server and the informer, which have no event to wait on."""
-    async with asyncio.timeout(within):
-        while not check():  # noqa: ASYNC110 - see the docstring
-            await asyncio.sleep(0.01)
 
 
 @asynccontextmanager

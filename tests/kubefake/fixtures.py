@@ -2,12 +2,14 @@
 
 - ``kube_api``: a started :class:`~tests.kubefake.server.FakeApiServer` (stopped afterwards);
 - ``kubeconfig``: a kubeconfig file pointing at it (token auth, plain HTTP);
-- ``kube_client``: a :class:`~kubeclient.client.KubeClient` loaded from that kubeconfig.
+- ``kube_client``: a :class:`~kubeclient.client.KubeClient` loaded from that kubeconfig;
+- :func:`eventually`: wait for state of the fake server (or of what talks to it).
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import asyncio
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import pytest
@@ -15,6 +17,15 @@ import yaml
 
 from kubeclient.client import KubeClient
 from tests.kubefake.server import FakeApiServer
+
+
+async def eventually(check: Callable[[], bool], *, within: float = 10.0) -> None:
+    """Wait until ``check()`` holds, failing after ``within`` seconds. It polls: the conditions
+    are state of the fake server and of informers and schedulers, which have no event to wait
+    on."""
+    async with asyncio.timeout(within):
+        while not check():  # noqa: ASYNC110 - see the docstring
+            await asyncio.sleep(0.01)
 
 
 def write_kubeconfig(path: Path, url: str, token: str = "fake-token") -> Path:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -14,6 +13,7 @@ from kubeclient.resources import RESERVATIONS
 from scheduler_plugins.extender import Extender
 from scheduler_plugins.informed import KINDS, InformedSnapshot
 from scheduler_plugins.table import build_framework
+from tests.kubefake.fixtures import eventually
 from tests.kubefake.server import FakeApiServer, Kind
 from tests.scheduler.builders import node, node_metric, pod, ts
 
@@ -29,12 +29,6 @@ def fresh_metric(name: str, cpu: str) -> dict:
     m = node_metric(name, cpu=cpu)
     m["status"]["updateTime"] = ts(time.time() - 5)
     return m
-
-
-async def eventually(check: Callable[[], bool], within: float = 10.0) -> None:
-    async with asyncio.timeout(within):
-        while not check():  # noqa: ASYNC110 - polling the informer-fed state is the point
-            await asyncio.sleep(0.02)
 
 
 @pytest.fixture

@@ -23,6 +23,7 @@ from kubeclient.client import KubeClient
 from kubeclient.leaderelection import LeaderElectionConfig
 from scheduler_plugins.config import SchedulerConfig
 from scheduler_plugins.leader import ElectedRunner, scheduling_term
+from tests.kubefake.fixtures import eventually as wait_for_state
 from tests.kubefake.fixtures import write_kubeconfig
 from tests.kubefake.server import Fault
 from tests.scheduler.bindingfake import BindingFakeApiServer
@@ -79,9 +80,7 @@ def ours(name: str) -> dict[str, Any]:
 
 
 async def eventually(check: Callable[[], bool], within: float = 20.0) -> None:
-    async with asyncio.timeout(within):
-        while not check():  # noqa: ASYNC110 - waiting on the fake server's state
-            await asyncio.sleep(0.02)
+    await wait_for_state(check, within=within)
 
 
 @pytest.fixture

@@ -10,7 +10,6 @@ import asyncio
 import json
 import time
 from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -40,7 +39,6 @@ from scheduler_plugins.standalone import (
     build_scheduler,
 )
 from scheduler_plugins.table import build_framework
-from tests.kubefake.fixtures import write_kubeconfig
 from tests.kubefake.server import Fault
 from tests.scheduler.bindingfake import BindingFakeApiServer
 from tests.scheduler.builders import NOW, node, pod, ts
@@ -99,20 +97,6 @@ def status_of(server: BindingFakeApiServer, name: str) -> dict[str, Any]:
 
 def condition(status: dict[str, Any], kind: str) -> dict[str, Any]:
     return next(c for c in status.get("conditions") or [] if c["type"] == kind)
-
-
-@pytest.fixture
-async def api(tmp_path: Path) -> AsyncIterator[tuple[BindingFakeApiServer, KubeClient]]:
-    server = BindingFakeApiServer()
-    await server.start()
-    client = await KubeClient.connect(
-        str(write_kubeconfig(tmp_path / "kc", server.url)), request_timeout=5.0
-    )
-    try:
-        yield server, client
-    finally:
-        await client.close()
-        await server.stop()
 
 
 class Running:

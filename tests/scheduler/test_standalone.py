@@ -6,16 +6,14 @@ import asyncio
 import json
 import time
 from collections.abc import AsyncIterator, Callable
-from pathlib import Path
 
 import pytest
 
-from kubeclient.client import KubeClient
 from scheduler_plugins.extender import KubeBinder
 from scheduler_plugins.informed import InformedSnapshot
 from scheduler_plugins.standalone import EventRecorder, Scheduler, failure_message
 from scheduler_plugins.table import build_framework
-from tests.kubefake.fixtures import write_kubeconfig
+from tests.kubefake.fixtures import eventually as wait_for_state
 from tests.kubefake.server import Fault
 from tests.scheduler.bindingfake import BindingFakeApiServer
 from tests.scheduler.builders import node, node_metric, nrt, pod, ts
@@ -37,23 +35,7 @@ def metric(name: str, cpu: str) -> dict:
 
 
 async def eventually(check: Callable[[], bool], within: float = 15.0) -> None:
-    async with asyncio.timeout(within):
-        while not check():  # noqa: ASYNC110 - waiting on the fake server's state
-            await asyncio.sleep(0.02)
-
-
-@pytest.fixture
-async def api(tmp_path: Path) -> AsyncIterator[tuple[BindingFakeApiServer, KubeClient]]:
-    server = BindingFakeApiServer()
-    await server.start()
-    client = await KubeClient.connect(
-        str(write_kubeconfig(tmp_path / "kc", server.url)), request_timeout=5.0
-    )
-    try:
-        yield server, client
-    finally:
-        await client.close()
-        await server.stop()
+    await wait_for_state(check, within=within)
 
 
 @pytest.fixture
