@@ -21,10 +21,9 @@ same key, posts the Event).
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Mapping
-from typing import Any, NoReturn
+from typing import Any, Unpack
 
 from apis.configuration import (
     COLOCATION_CONFIG_KEY,
@@ -32,14 +31,13 @@ from apis.configuration import (
     ColocationStrategy,
     parse_slo_controller_config,
 )
-from apis.manager_keys import SLO_CONFIG_NAME, SLO_CONFIG_NAMESPACE
 from apis.slo import SchemaError
 from kubeclient.client import KubeClient, Obj
-from kubeclient.errors import ApiError, Conflict, NotFound
+from kubeclient.errors import Conflict, NotFound
 from kubeclient.informer import Informer
-from kubeclient.resources import CONFIGMAPS, NODE_METRICS, NODES
+from kubeclient.resources import NODE_METRICS
 from kubeclient.units import format_duration, parse_duration
-from manager.workqueue import WorkQueue
+from manager.nodekeyed import NodeKeyedController, Options
 
 logger = logging.getLogger(__name__)
 
@@ -74,51 +72,44 @@ def owner_reference(node: Obj) -> dict[str, Any]:
     }
 
 
-class NodeMetricController:
+class NodeMetricController(NodeKeyedController):
     """Keeps one NodeMetric per Node, with the collect policy of the colocation config."""
 
-    def __init__(
-        self,
-        client: KubeClient,
-        *,
-        config_namespace: str = SLO_CONFIG_NAMESPACE,
-        config_name: str = SLO_CONFIG_NAME,
-        resync_seconds: float = 60.0,
-    ) -> None:
-        self._client = client
-        self.config_namespace = config_namespace
-        self.config_name = config_name
-        self.resync_seconds = resync_seconds
-        self.nodes = Informer(client, NODES)
+    log = logger
+    kind = "NodeMetric"
+    task_prefix = "nodemetric"
+    informer_task_prefix = "nodemetric-informer"
+
+    def __init__(self, client: KubeClient, **options: Unpack[Options]) -> None:
+        super().__init__(client, **options)
         self.node_metrics = Informer(client, NODE_METRICS)
-        self.configmaps = Informer(
-            client,
-            CONFIGMAPS,
-            namespace=config_namespace,
-            field_selector=f"metadata.name={config_name}",
-        )
-        self.queue = WorkQueue()
         self.colocation: ColocationConfig | None = None
         """The colocation config in force; None until a good one (or its absence) was read."""
         self.config_error = ""
         """The refusal of the latest colocation-config (empty when it is in force)."""
-        self.writes = 0
         self._text: object = None
         self.nodes.add_handler(self._queue, lambda _o, new: self._queue(new), self._queue)
         self.node_metrics.add_handler(self._queue, lambda _o, new: self._queue(new), self._queue)
-        self.configmaps.add_handler(
-            self._config_event, lambda _o, new: self._config_event(new), self._config_gone
-        )
 
-    def _queue(self, obj: Obj) -> None:
-        self.queue.add(str(_meta(obj).get("name") or ""))
+    @property
+    def _config_read(self) -> bool:
+        return self.colocation is not None
 
-    def _queue_all(self) -> None:
-        for node in self.nodes.list():
-            self._queue(node)
+    def _informers(self) -> tuple[Informer, ...]:
+        return (*super()._informers(), self.node_metrics)
 
-    def _config_event(self, cm: Obj) -> None:
-        self.load_config(cm)
+    def _after_sync(self) -> None:
+        if self.colocation is None and self.configmaps.synced and (cms := self.configmaps.list()):
+            self.load_config(cms[0])
+        super()._after_sync()
+        for metric in self.node_metrics.list():
+            self._queue(metric)  # orphans whose Node went while we were away
+
+    def _resync_once(self) -> None:
+        """Queue every node and every NodeMetric."""
+        super()._resync_once()
+        for metric in self.node_metrics.list():
+            self._queue(metric)
 
     def _config_gone(self, _obj: Obj) -> None:
         self.colocation = ColocationConfig()
@@ -202,49 +193,3 @@ class NodeMetricController:
         self.writes += 1
         logger.info("node %s: NodeMetric collect policy updated", name)
         return "updated"
-
-    async def worker(self) -> NoReturn:
-        """Take node names off the queue forever; a failed node is retried with backoff."""
-        while True:
-            name = await self.queue.get()
-            try:
-                await self.reconcile(name)
-            except ApiError as err:
-                delay = self.queue.add_rate_limited(name)
-                logger.warning("node %s: NodeMetric: %s; retry in %.3fs", name, err, delay)
-            else:
-                self.queue.forget(name)
-            finally:
-                self.queue.done(name)
-
-    async def resync(self) -> NoReturn:
-        """Queue every node and every NodeMetric each ``resync_seconds``."""
-        while True:
-            await asyncio.sleep(self.resync_seconds)
-            self._queue_all()
-            for metric in self.node_metrics.list():
-                self._queue(metric)
-
-    async def run(self, *, sync_timeout: float = 60.0) -> NoReturn:
-        """Start the informers, wait for their first lists, then the worker and the resync."""
-        informers = (self.configmaps, self.nodes, self.node_metrics)
-        try:
-            async with asyncio.TaskGroup() as tg:
-                for inf in informers:
-                    tg.create_task(inf.run(), name=f"nodemetric-informer-{inf.name}")
-                for inf in informers:
-                    if not await inf.wait_synced(sync_timeout):
-                        logger.warning("informer %s not synced after %ss", inf.name, sync_timeout)
-                if self.colocation is None and self.configmaps.synced:
-                    cms = self.configmaps.list()
-                    if cms:
-                        self.load_config(cms[0])
-                    else:
-                        self._config_gone({})
-                for metric in self.node_metrics.list():
-                    self._queue(metric)  # orphans whose Node went while we were away
-                tg.create_task(self.worker(), name="nodemetric-worker")
-                tg.create_task(self.resync(), name="nodemetric-resync")
-        finally:
-            self.queue.close()
-        raise AssertionError("eternal tasks returned")  # pragma: no cover

@@ -17,33 +17,28 @@ means Koordinator's defaults (colocation off: the resources are removed).
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import math
-import time
-from collections.abc import Callable
-from datetime import UTC, datetime
-from typing import Any, NoReturn
+from datetime import datetime
+from typing import Any, Unpack
 
 from apis.configuration import SLOControllerConfig, parse_slo_controller_config
 from apis.manager_keys import (
     ANNOTATION_CPU_NORMALIZATION_RATIO,
     ANNOTATION_NODE_RESOURCE_AMPLIFICATION_RATIO,
     EXTENDED_RESOURCES,
-    SLO_CONFIG_NAME,
-    SLO_CONFIG_NAMESPACE,
 )
 from apis.slo import SchemaError
 from kubeclient.client import KubeClient, Obj
 from kubeclient.errors import ApiError, NotFound
 from kubeclient.informer import Informer
-from kubeclient.resources import CONFIGMAPS, EVENTS, NODE_METRICS, NODES, PODS
+from kubeclient.resources import NODE_METRICS, NODES, PODS
 from kubeclient.writes import update_status
 from manager.cpunormalization import amplification_ratios
 from manager.errors import InputError
+from manager.nodekeyed import NodeKeyedController, Options, name_of
 from manager.noderesource.calculator import NodeResourceResult, calculate, decide_update
 from manager.noderesource.inputs import parse_node, parse_node_metric, parse_pod
-from manager.workqueue import WorkQueue
 
 logger = logging.getLogger(__name__)
 
@@ -56,58 +51,39 @@ def _key(obj: Obj) -> str:
     return f"{meta.get('namespace') or ''}/{meta.get('name') or ''}"
 
 
-class NodeResourceController:
-    """Computes and writes every node's batch and mid resources."""
+class NodeResourceController(NodeKeyedController):
+    """Computes and writes every node's batch and mid resources. The resync queues every node,
+    so that ``updateTimeThresholdSeconds`` and degradation apply without events."""
 
-    def __init__(
-        self,
-        client: KubeClient,
-        *,
-        config_namespace: str = SLO_CONFIG_NAMESPACE,
-        config_name: str = SLO_CONFIG_NAME,
-        resync_seconds: float = 60.0,
-        clock: Callable[[], datetime] = lambda: datetime.now(UTC),
-    ) -> None:
-        self._client = client
-        self.config_namespace = config_namespace
-        self.config_name = config_name
-        self.resync_seconds = resync_seconds
-        self._clock = clock
-        self.nodes = Informer(client, NODES)
+    log = logger
+    task_prefix = "noderesource"
+    retry_errors = (ApiError, InputError)
+
+    def __init__(self, client: KubeClient, **options: Unpack[Options]) -> None:
+        super().__init__(client, **options)
         self.node_metrics = Informer(client, NODE_METRICS)
         self.pods = Informer(client, PODS)
-        self.configmaps = Informer(
-            client,
-            CONFIGMAPS,
-            namespace=config_namespace,
-            field_selector=f"metadata.name={config_name}",
-        )
-        self.queue = WorkQueue()
         self.config: SLOControllerConfig | None = None
         """The configuration in force; None until a good one (or its absence) was seen."""
         self.config_error = ""
         """The last refusal of the ConfigMap (empty when the one in force is the latest)."""
         self.last_write: dict[str, datetime] = {}
-        self.writes = 0
         self._pods_by_node: dict[str, dict[str, Obj]] = {}
         self._pod_node: dict[str, str] = {}
-        self._event_tasks: set[asyncio.Task[None]] = set()
-        self._wire()
+        self.nodes.add_handler(self._queue, lambda _old, new: self._queue(new), self._node_gone)
+        self.node_metrics.add_handler(self._queue, lambda _old, new: self._queue(new), self._queue)
+        self.pods.add_handler(self._pod_seen, lambda _old, new: self._pod_seen(new), self._pod_gone)
+
+    @property
+    def _config_read(self) -> bool:
+        return self.config is not None
+
+    def _informers(self) -> tuple[Informer, ...]:
+        return (*super()._informers(), self.node_metrics, self.pods)
 
     # Events ------------------------------------------------------------------------------------
-    def _wire(self) -> None:
-        def node_key(obj: Obj) -> None:
-            self.queue.add(str((obj.get("metadata") or {}).get("name") or ""))
-
-        self.nodes.add_handler(node_key, lambda _old, new: node_key(new), self._node_gone)
-        self.node_metrics.add_handler(node_key, lambda _old, new: node_key(new), node_key)
-        self.pods.add_handler(self._pod_seen, lambda _old, new: self._pod_seen(new), self._pod_gone)
-        self.configmaps.add_handler(
-            self._config_seen, lambda _old, new: self._config_seen(new), self._config_gone
-        )
-
     def _node_gone(self, obj: Obj) -> None:
-        self.last_write.pop(str((obj.get("metadata") or {}).get("name") or ""), None)
+        self.last_write.pop(name_of(obj), None)
 
     def _pod_seen(self, obj: Obj) -> None:
         key = _key(obj)
@@ -128,19 +104,12 @@ class NodeResourceController:
             self._pods_by_node.get(node, {}).pop(key, None)
             self.queue.add(node)
 
-    def _config_seen(self, obj: Obj) -> None:
-        self.load_config(obj)
-
     def _config_gone(self, _obj: Obj) -> None:
         logger.warning(
             "%s/%s deleted: Koordinator's defaults apply", self.config_namespace, self.config_name
         )
         self.config = SLOControllerConfig()
         self._queue_all()
-
-    def _queue_all(self) -> None:
-        for node in self.nodes.list():
-            self.queue.add(str((node.get("metadata") or {}).get("name") or ""))
 
     def load_config(self, obj: Obj) -> bool:
         """Take the ConfigMap ``obj`` if it is good; else keep the last good one, log and post a
@@ -158,47 +127,6 @@ class NodeResourceController:
         self.config_error = ""
         self._queue_all()
         return True
-
-    def _post_event(self, obj: Obj, message: str) -> None:
-        meta = obj.get("metadata") or {}
-        now = self._clock().strftime("%Y-%m-%dT%H:%M:%SZ")
-        event = {
-            "apiVersion": "v1",
-            "kind": "Event",
-            "metadata": {
-                # client-go's recorder names an Event <object>.<nanoseconds in hex>
-                "name": f"{self.config_name}.{time.time_ns():x}",
-                "namespace": self.config_namespace,
-            },
-            "involvedObject": {
-                "apiVersion": "v1",
-                "kind": "ConfigMap",
-                "name": self.config_name,
-                "namespace": self.config_namespace,
-                "uid": meta.get("uid", ""),
-                "resourceVersion": meta.get("resourceVersion", ""),
-            },
-            "reason": "InvalidConfig",
-            "message": message[:1024],
-            "type": "Warning",
-            "source": {"component": "koord-manager"},
-            "firstTimestamp": now,
-            "lastTimestamp": now,
-            "count": 1,
-        }
-        try:
-            loop = asyncio.get_running_loop()
-        except RuntimeError:  # parsing outside the loop (tests): nothing to post with
-            return
-        task = loop.create_task(self._create_event(event), name="invalid-config-event")
-        self._event_tasks.add(task)
-        task.add_done_callback(self._event_tasks.discard)
-
-    async def _create_event(self, event: Obj) -> None:
-        try:
-            await self._client.create(EVENTS, event)
-        except ApiError as err:
-            logger.warning("cannot post the InvalidConfig event: %s", err)
 
     # The step ----------------------------------------------------------------------------------
     def compute(self, name: str) -> NodeResourceResult | None:
@@ -269,46 +197,6 @@ class NodeResourceController:
                 patch[ANNOTATION_NODE_RESOURCE_AMPLIFICATION_RATIO] = amp
         if patch:
             await self._client.patch(NODES, name, {"metadata": {"annotations": patch}})
-
-    # Loops ---------------------------------------------------------------------------------------
-    async def worker(self) -> NoReturn:
-        """Take node names off the queue forever; a failed node is retried with backoff."""
-        while True:
-            name = await self.queue.get()
-            try:
-                await self.reconcile(name)
-            except (ApiError, InputError) as err:
-                delay = self.queue.add_rate_limited(name)
-                logger.warning("node %s: %s; retry in %.3fs", name, err, delay)
-            else:
-                self.queue.forget(name)
-            finally:
-                self.queue.done(name)
-
-    async def resync(self) -> NoReturn:
-        """Queue every node each ``resync_seconds`` (so ``updateTimeThresholdSeconds`` and
-        degradation apply without events)."""
-        while True:
-            await asyncio.sleep(self.resync_seconds)
-            self._queue_all()
-
-    async def run(self, *, sync_timeout: float = 60.0) -> NoReturn:
-        """Start the informers, wait for their first lists, then the worker and the resync."""
-        informers = (self.configmaps, self.nodes, self.node_metrics, self.pods)
-        try:
-            async with asyncio.TaskGroup() as tg:
-                for inf in informers:
-                    tg.create_task(inf.run(), name=f"informer-{inf.name}")
-                for inf in informers:
-                    if not await inf.wait_synced(sync_timeout):
-                        logger.warning("informer %s not synced after %ss", inf.name, sync_timeout)
-                if self.config is None and self.configmaps.synced and not self.configmaps.list():
-                    self._config_gone({})
-                tg.create_task(self.worker(), name="noderesource-worker")
-                tg.create_task(self.resync(), name="noderesource-resync")
-        finally:
-            self.queue.close()
-        raise AssertionError("eternal tasks returned")  # pragma: no cover
 
 
 def _ratio_changed(old: str | None, new: str) -> bool:

@@ -17,28 +17,20 @@ defaults.
 
 from __future__ import annotations
 
-import asyncio
 import logging
-import time
-from collections.abc import Callable, Mapping
-from datetime import UTC, datetime
-from typing import Any, NoReturn
+from collections.abc import Mapping
+from typing import Any, Unpack
 
 from apis.crdschema import CRDSet, load_crds
-from apis.manager_keys import SLO_CONFIG_NAME, SLO_CONFIG_NAMESPACE
 from apis.slo import API_VERSION, KIND, SchemaError
 from kubeclient.client import KubeClient, Obj
-from kubeclient.errors import ApiError, Conflict, NotFound
+from kubeclient.errors import Conflict, NotFound
 from kubeclient.informer import Informer
-from kubeclient.resources import CONFIGMAPS, EVENTS, NODE_SLOS, NODES
+from kubeclient.resources import NODE_SLOS
+from manager.nodekeyed import NodeKeyedController, Options, name_of
 from manager.slo.config import NODE_SLO_KEYS, KeyConfig, parse_key, render
-from manager.workqueue import WorkQueue
 
 logger = logging.getLogger(__name__)
-
-
-def _name(obj: Obj) -> str:
-    return str((obj.get("metadata") or {}).get("name") or "")
 
 
 def _rv(obj: Obj) -> int:
@@ -48,63 +40,20 @@ def _rv(obj: Obj) -> int:
         return 1 << 62
 
 
-def invalid_config_event(
-    cm: Obj, message: str, *, component: str, now: datetime, reason: str = "InvalidConfig"
-) -> Obj:
-    """A core v1 Warning Event about the ConfigMap ``cm`` (client-go's recorder naming)."""
-    meta = cm.get("metadata") or {}
-    name, ns = str(meta.get("name") or ""), str(meta.get("namespace") or "")
-    stamp = now.strftime("%Y-%m-%dT%H:%M:%SZ")
-    return {
-        "apiVersion": "v1",
-        "kind": "Event",
-        "metadata": {"name": f"{name}.{time.time_ns():x}", "namespace": ns},
-        "involvedObject": {
-            "apiVersion": "v1",
-            "kind": "ConfigMap",
-            "name": name,
-            "namespace": ns,
-            "uid": meta.get("uid", ""),
-            "resourceVersion": meta.get("resourceVersion", ""),
-        },
-        "reason": reason,
-        "message": message[:1024],
-        "type": "Warning",
-        "source": {"component": component},
-        "firstTimestamp": stamp,
-        "lastTimestamp": stamp,
-        "count": 1,
-    }
-
-
-class NodeSLOController:
+class NodeSLOController(NodeKeyedController):
     """Keeps every node's NodeSLO equal to what the ConfigMap says for it."""
 
+    log = logger
+    kind = "NodeSLO"
+    task_prefix = "nodeslo"
+    informer_task_prefix = "slo-informer"
+
     def __init__(
-        self,
-        client: KubeClient,
-        *,
-        config_namespace: str = SLO_CONFIG_NAMESPACE,
-        config_name: str = SLO_CONFIG_NAME,
-        resync_seconds: float = 60.0,
-        crds: CRDSet | None = None,
-        clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+        self, client: KubeClient, *, crds: CRDSet | None = None, **options: Unpack[Options]
     ) -> None:
-        self._client = client
-        self.config_namespace = config_namespace
-        self.config_name = config_name
-        self.resync_seconds = resync_seconds
+        super().__init__(client, **options)
         self._crds = crds or load_crds()
-        self._clock = clock
-        self.nodes = Informer(client, NODES)
         self.node_slos = Informer(client, NODE_SLOS)
-        self.configmaps = Informer(
-            client,
-            CONFIGMAPS,
-            namespace=config_namespace,
-            field_selector=f"metadata.name={config_name}",
-        )
-        self.queue = WorkQueue()
         self.keys: dict[str, KeyConfig] = {}
         """Key → its last good value (absent: the ConfigMap lacks it; defaults apply)."""
         self.seen = False
@@ -114,34 +63,26 @@ class NodeSLOController:
         self.errors: dict[str, str] = {}
         """Key → the refusal of its latest text (empty when the latest text is in force)."""
         self._texts: dict[str, object] = {}
-        self.writes = 0
         self._written: dict[str, Obj] = {}
-        self._tasks: set[asyncio.Task[None]] = set()
-        self.nodes.add_handler(self._node_event, lambda _o, new: self._node_event(new))
+        self.nodes.add_handler(self._queue, lambda _o, new: self._queue(new))
         self.node_slos.add_handler(
             self._slo_event, lambda _o, new: self._slo_event(new), self._slo_event
         )
-        self.configmaps.add_handler(
-            self._config_event, lambda _o, new: self._config_event(new), self._config_gone
-        )
+
+    @property
+    def _config_read(self) -> bool:
+        return self.seen
+
+    def _informers(self) -> tuple[Informer, ...]:
+        return (*super()._informers(), self.node_slos)
 
     # Events ------------------------------------------------------------------------------------
-    def _node_event(self, obj: Obj) -> None:
-        self.queue.add(_name(obj))
-
     def _slo_event(self, obj: Obj) -> None:
-        name = _name(obj)
+        name = name_of(obj)
         if obj.get("metadata", {}).get("deletionTimestamp") or self.node_slos.get(name) is None:
             self._written.pop(name, None)
         if self.nodes.get(name) is not None:
             self.queue.add(name)  # repair an edit or deletion by someone else
-
-    def _queue_all(self) -> None:
-        for node in self.nodes.list():
-            self.queue.add(_name(node))
-
-    def _config_event(self, cm: Obj) -> None:
-        self.load_config(cm)
 
     def _config_gone(self, _obj: Obj) -> None:
         logger.warning(
@@ -196,23 +137,6 @@ class NodeSLOController:
         if changed:
             self._queue_all()
         return refused
-
-    def _post_event(self, cm: Obj, message: str) -> None:
-        event = invalid_config_event(cm, message, component="koord-manager", now=self._clock())
-        event["metadata"]["namespace"] = event["metadata"]["namespace"] or self.config_namespace
-        try:
-            loop = asyncio.get_running_loop()
-        except RuntimeError:  # parsed outside a loop (tests): nothing to post with
-            return
-        task = loop.create_task(self._create_event(event), name="invalid-config-event")
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-
-    async def _create_event(self, event: Obj) -> None:
-        try:
-            await self._client.create(EVENTS, event)
-        except ApiError as err:
-            logger.warning("cannot post the InvalidConfig event: %s", err)
 
     # The step ----------------------------------------------------------------------------------
     @property
@@ -275,42 +199,3 @@ class NodeSLOController:
         self.writes += 1
         logger.info("node %s: NodeSLO %s", name, "created" if current is None else "updated")
         return True
-
-    # Loops ---------------------------------------------------------------------------------------
-    async def worker(self) -> NoReturn:
-        """Take node names off the queue forever; a failed node is retried with backoff."""
-        while True:
-            name = await self.queue.get()
-            try:
-                await self.reconcile(name)
-            except ApiError as err:
-                delay = self.queue.add_rate_limited(name)
-                logger.warning("node %s: NodeSLO: %s; retry in %.3fs", name, err, delay)
-            else:
-                self.queue.forget(name)
-            finally:
-                self.queue.done(name)
-
-    async def resync(self) -> NoReturn:
-        """Queue every node each ``resync_seconds``."""
-        while True:
-            await asyncio.sleep(self.resync_seconds)
-            self._queue_all()
-
-    async def run(self, *, sync_timeout: float = 60.0) -> NoReturn:
-        """Start the informers, wait for their first lists, then the worker and the resync."""
-        informers = (self.configmaps, self.nodes, self.node_slos)
-        try:
-            async with asyncio.TaskGroup() as tg:
-                for inf in informers:
-                    tg.create_task(inf.run(), name=f"slo-informer-{inf.name}")
-                for inf in informers:
-                    if not await inf.wait_synced(sync_timeout):
-                        logger.warning("informer %s not synced after %ss", inf.name, sync_timeout)
-                if not self.seen and self.configmaps.synced and not self.configmaps.list():
-                    self._config_gone({})
-                tg.create_task(self.worker(), name="nodeslo-worker")
-                tg.create_task(self.resync(), name="nodeslo-resync")
-        finally:
-            self.queue.close()
-        raise AssertionError("eternal tasks returned")  # pragma: no cover
