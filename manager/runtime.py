@@ -25,6 +25,7 @@ from kubeclient.client import KubeClient
 from kubeclient.errors import KubeError
 from kubeclient.leaderelection import LeaderElectionConfig, LeaderElector
 from kubeclient.units import parse_go_bool
+from manager.nodekeyed import Options
 from manager.nodemetric.controller import NodeMetricController
 from manager.noderesource.controller import NodeResourceController
 from manager.runner import LEASE_NAME, LeaderGate, ManagerSettings, identity
@@ -42,31 +43,25 @@ class Controller(Protocol):
 ControllerFactory = Callable[[KubeClient, ManagerSettings], Controller]
 
 
-def _noderesource(client: KubeClient, s: ManagerSettings) -> Controller:
-    return NodeResourceController(
-        client,
+def _options(s: ManagerSettings) -> Options:
+    """What every node-keyed controller takes from the settings."""
+    return Options(
         config_namespace=s.config_namespace,
         config_name=s.slo_config_name,
         resync_seconds=s.resync_seconds,
     )
+
+
+def _noderesource(client: KubeClient, s: ManagerSettings) -> Controller:
+    return NodeResourceController(client, **_options(s))
 
 
 def _nodeslo(client: KubeClient, s: ManagerSettings) -> Controller:
-    return NodeSLOController(
-        client,
-        config_namespace=s.config_namespace,
-        config_name=s.slo_config_name,
-        resync_seconds=s.resync_seconds,
-    )
+    return NodeSLOController(client, **_options(s))
 
 
 def _nodemetric(client: KubeClient, s: ManagerSettings) -> Controller:
-    return NodeMetricController(
-        client,
-        config_namespace=s.config_namespace,
-        config_name=s.slo_config_name,
-        resync_seconds=s.resync_seconds,
-    )
+    return NodeMetricController(client, **_options(s))
 
 
 CONTROLLERS: Mapping[str, ControllerFactory] = {

@@ -49,6 +49,7 @@ from koordlet.qos.evictor import (
     REASON_BE_CPU_SATISFACTION,
     Outcome,
     Victim,
+    order_by_priority,
 )
 from koordlet.qos.evictor import pick_victims as pick
 from koordlet.qos.manager import StrategyContext, StrategyReport
@@ -56,8 +57,6 @@ from koordlet.qos.memoryevict import (
     PRIORITY_MID_VALUE_MAX,
     InvalidThreshold,
     eviction_policy_allowed,
-    eviction_priority,
-    label_priority,
 )
 from koordlet.statesinformer.model import PodInfo
 
@@ -245,17 +244,6 @@ def _be_before(a: Candidate, b: Candidate) -> bool:
     if pa is None or pb is None or pa == pb:
         return a.usage_ratio > b.usage_ratio
     return pa < pb
-
-
-def order_by_priority(candidates: Iterable[Candidate], by: str) -> list[Candidate]:
-    """eviction-priority, priority, label priority ascending, then ``by`` descending."""
-
-    def key(c: Candidate) -> tuple[int, int, int, int]:
-        prio = c.pod.priority or 0
-        sub = c.used if by == "used" else c.request
-        return (eviction_priority(c.pod), prio, label_priority(c.pod, prio), -sub)
-
-    return sorted(candidates, key=key)
 
 
 # The strategy --------------------------------------------------------------------------------

@@ -101,6 +101,50 @@ def pick_victims(
     return picks, released
 
 
+class Ranked(Keyed, Protocol):
+    """A candidate the priority order can rank: its pod, and what it uses and requests (in the
+    strategy's unit)."""
+
+    @property
+    def pod(self) -> PodInfo: ...
+    @property
+    def used(self) -> int: ...
+    @property
+    def request(self) -> int: ...
+
+
+_R = TypeVar("_R", bound=Ranked)
+
+
+def eviction_priority(pod: PodInfo) -> int:
+    """``koordinator.sh/eviction-priority`` as an int32; 0 when absent or invalid."""
+    try:
+        value = int(pod.annotations.get(ANNOTATION_EVICTION_PRIORITY, "0"))
+    except ValueError:
+        return 0
+    return value if -(2**31) <= value < 2**31 else 0
+
+
+def label_priority(pod: PodInfo, default: int) -> int:
+    """``koordinator.sh/priority`` as an integer; ``default`` when absent or invalid."""
+    try:
+        return int(pod.labels[LABEL_POD_PRIORITY])
+    except (KeyError, ValueError):
+        return default
+
+
+def order_by_priority(candidates: Iterable[_R], by: str) -> list[_R]:
+    """Upstream's priority order: ``koordinator.sh/eviction-priority``, ``spec.priority``,
+    ``koordinator.sh/priority`` ascending, then ``by`` (``used`` or ``request``) descending."""
+
+    def key(c: _R) -> tuple[int, int, int, int]:
+        prio = c.pod.priority or 0
+        sub = c.used if by == "used" else c.request
+        return (eviction_priority(c.pod), prio, label_priority(c.pod, prio), -sub)
+
+    return sorted(candidates, key=key)
+
+
 REASON_MEMORY = "EvictPodByNodeMemoryUsage"
 """Reason of memory eviction (Koordinator's ``resourceexecutor.EvictPodByNodeMemoryUsage``)."""
 REASON_BE_CPU_SATISFACTION = "EvictPodByBECPUSatisfaction"

@@ -49,13 +49,12 @@ from koordlet.features import gate_enabled
 from koordlet.metriccache import series
 from koordlet.qos.evictor import (
     ANNOTATION_EVICTION_POLICY,
-    ANNOTATION_EVICTION_PRIORITY,
     EVICT_REASON_PREFIX,
     LABEL_EVICTION_ENABLED,
-    LABEL_POD_PRIORITY,
     REASON_MEMORY,
     Outcome,
     Victim,
+    order_by_priority,
 )
 from koordlet.qos.evictor import pick_victims as pick
 from koordlet.qos.manager import StrategyContext, StrategyReport
@@ -214,23 +213,6 @@ def eviction_policy_allowed(pod: PodInfo, feature: str) -> bool:
     return isinstance(policies, list) and feature in policies
 
 
-def eviction_priority(pod: PodInfo) -> int:
-    """``koordinator.sh/eviction-priority`` as an int32; 0 when absent or invalid."""
-    try:
-        value = int(pod.annotations.get(ANNOTATION_EVICTION_PRIORITY, "0"))
-    except ValueError:
-        return 0
-    return value if -(2**31) <= value < 2**31 else 0
-
-
-def label_priority(pod: PodInfo, default: int) -> int:
-    """``koordinator.sh/priority`` as an integer; ``default`` when absent or invalid."""
-    try:
-        return int(pod.labels[LABEL_POD_PRIORITY])
-    except (KeyError, ValueError):
-        return default
-
-
 @dataclass(frozen=True, slots=True)
 class Candidate:
     """A pod that may be evicted, with what ordering and accounting need."""
@@ -263,18 +245,6 @@ def _compare_be(a: Candidate, b: Candidate) -> int:
 def order_be(candidates: Iterable[Candidate]) -> list[Candidate]:
     """BE pods in Koordinator's memory-eviction order (see :func:`_compare_be`)."""
     return sorted(candidates, key=functools.cmp_to_key(_compare_be))
-
-
-def order_by_priority(candidates: Iterable[Candidate], by: str) -> list[Candidate]:
-    """Upstream's priority order: ``koordinator.sh/eviction-priority``, ``spec.priority``,
-    ``koordinator.sh/priority`` ascending, then ``by`` (``used`` or ``request``) descending."""
-
-    def key(c: Candidate) -> tuple[int, int, int, int]:
-        prio = c.pod.priority or 0
-        sub = c.used if by == "used" else c.request
-        return (eviction_priority(c.pod), prio, label_priority(c.pod, prio), -sub)
-
-    return sorted(candidates, key=key)
 
 
 # The strategy --------------------------------------------------------------------------------
