@@ -28,6 +28,7 @@ from typing import Any, NotRequired, TypedDict, TypeVar
 import yaml
 
 from apis.extension import QoSClass
+from apis.priority import PriorityClass
 
 logger = logging.getLogger(__name__)
 
@@ -44,16 +45,6 @@ class SchemaError(ValueError):
         self.field = field
         where = ": ".join(p for p in (source, field) if p)
         super().__init__(f"{where}: {message}" if where else message)
-
-
-class PriorityClass(StrEnum):
-    """Koordinator's priority classes (``apis/extension`` upstream)."""
-
-    PROD = "koord-prod"
-    MID = "koord-mid"
-    BATCH = "koord-batch"
-    FREE = "koord-free"
-    NONE = ""
 
 
 class CgroupBaseType(StrEnum):

@@ -26,6 +26,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, NoReturn
 
+from apis.kubernetes_keys import SERVICE_ACCOUNT_TOKEN_PATH
 from apis.slo import NodeSLOSpec, SchemaError, load_node_slo_file, read_document
 from koordlet import __version__
 from koordlet.errors import ConfigError
@@ -193,7 +194,7 @@ class KubeConfig:
     false)."""
     kubelet_read_only_port: int = 10255
     """Koordinator's ``--kubelet-read-only-port`` (default 10255)."""
-    kubelet_token_file: str = "/var/run/secrets/kubernetes.io/serviceaccount/token"
+    kubelet_token_file: str = SERVICE_ACCOUNT_TOKEN_PATH
     """Bearer token for the kubelet, re-read when it changes; ``--kubelet-token-file``, ours."""
     kubelet_ca_file: str = ""
     """CA of the kubelet's serving certificate; empty: not verified (as Koordinator).

@@ -28,26 +28,12 @@ from typing import Any
 
 import yaml
 
-from apis.extension import LABEL_POD_PRIORITY_CLASS, LABEL_POD_QOS
-from apis.manager_keys import PRIORITY_BANDS
+from apis.extension import ANNOTATION_CPU_TOPOLOGY, LABEL_POD_PRIORITY_CLASS, LABEL_POD_QOS
+from apis.priority import PRIORITY_BATCH, PRIORITY_PROD, priority_class_of
+from apis.scheduling_keys import ANNOTATION_KUBELET_CPU_MANAGER_POLICY, ANNOTATION_POD_CPU_ALLOCS
 from kubeclient.units import cpu_milli, memory_bytes, parse_duration
 from scheduler_plugins.cpuset import parse_cpuset
 from scheduler_plugins.errors import InputError
-
-ANNOTATION_RESOURCE_SPEC = "scheduling.koordinator.sh/resource-spec"
-"""Pod annotation: ``{"requiredCPUBindPolicy", "preferredCPUBindPolicy",
-"preferredCPUExclusivePolicy"}``."""
-ANNOTATION_RESOURCE_STATUS = "scheduling.koordinator.sh/resource-status"
-"""Pod annotation the scheduler writes: ``{"cpuset": "0-3", "numaNodeResources": [...]}``."""
-ANNOTATION_DEVICE_ALLOCATED = "scheduling.koordinator.sh/device-allocated"
-"""Pod annotation the scheduler writes: ``{"gpu": [{"minor": 0, "resources": {...}}]}``."""
-ANNOTATION_RESERVATION_ALLOCATED = "scheduling.koordinator.sh/reservation-allocated"
-"""Pod annotation the scheduler writes: ``{"name": ..., "uid": ...}`` of the consumed
-Reservation."""
-LABEL_QUOTA_NAME = "quota.scheduling.koordinator.sh/name"
-"""Pod label naming its ElasticQuota."""
-LABEL_PREEMPTIBLE = "quota.scheduling.koordinator.sh/preemptible"
-"""Pod label; ``"false"`` makes the pod non-preemptible: it must fit within its quota's min."""
 
 ALL = "*"
 """A change that is not one node's (see :meth:`Snapshot.touch`)."""
@@ -59,10 +45,6 @@ MAX_CHANGES = 4096
 DEFAULT_REPORT_INTERVAL_S = 60.0
 """``NodeMetric.spec.metricCollectPolicy.reportIntervalSeconds`` when unset (Koordinator: 60)."""
 
-PRIORITY_PROD = "koord-prod"
-PRIORITY_MID = "koord-mid"
-PRIORITY_BATCH = "koord-batch"
-PRIORITY_FREE = "koord-free"
 
 ResourceList = dict[str, int]
 
@@ -125,16 +107,6 @@ def _list(raw: Any, source: str, where: str) -> list[Any]:
 
 def _str_map(raw: Any, source: str, where: str) -> dict[str, str]:
     return {str(k): str(v) for k, v in _map(raw, source, where).items()}
-
-
-def priority_class_of(priority: int | None) -> str:
-    """Koordinator's priority class of a ``spec.priority`` value; ``""`` outside the bands."""
-    if priority is None:
-        return ""
-    for name, low, high in PRIORITY_BANDS:
-        if low <= priority <= high:
-            return name
-    return ""
 
 
 @dataclass(slots=True)
@@ -483,7 +455,7 @@ def _parse_nrt(obj: Mapping[str, Any], source: str, where: str) -> NRTInfo:
     meta = _map(obj.get("metadata"), source, where + ".metadata")
     ann = _str_map(meta.get("annotations"), source, where + ".metadata.annotations")
     cpus: list[CPUInfo] = []
-    topo_key = "node.koordinator.sh/cpu-topology"
+    topo_key = ANNOTATION_CPU_TOPOLOGY
     if topo_key in ann:
         try:
             detail = json.loads(ann[topo_key]).get("detail") or []
@@ -521,7 +493,7 @@ def _parse_nrt(obj: Mapping[str, Any], source: str, where: str) -> NRTInfo:
         zones.append(NUMAZone(node_id, alloc))
     reserved: frozenset[int] = frozenset()
     full_only = False
-    kpol_key = "kubelet.koordinator.sh/cpu-manager-policy"
+    kpol_key = ANNOTATION_KUBELET_CPU_MANAGER_POLICY
     if kpol_key in ann:
         try:
             kpol = json.loads(ann[kpol_key])
@@ -533,7 +505,7 @@ def _parse_nrt(obj: Mapping[str, Any], source: str, where: str) -> NRTInfo:
         except (ValueError, AttributeError) as err:
             raise InputError(source, f"{where}.metadata.annotations[{kpol_key}]", str(err)) from err
     kubelet_alloc: set[int] = set()
-    allocs_key = "node.koordinator.sh/pod-cpu-allocs"
+    allocs_key = ANNOTATION_POD_CPU_ALLOCS
     if allocs_key in ann:
         try:
             for a in json.loads(ann[allocs_key]) or []:

@@ -46,6 +46,13 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+from apis.groups import SCHEDULING_API_VERSION as RESERVATION_API_VERSION
+from apis.scheduling_keys import (
+    ANNOTATION_GANG_NAME,
+    ANNOTATION_RESERVATION_NAME,
+    ANNOTATION_RESERVATION_NODE,
+    LABEL_POD_GROUP,
+)
 from kubeclient.errors import KubeError
 from kubeclient.resources import EVENTS, RESERVATIONS
 from kubeclient.writes import update_status
@@ -54,8 +61,6 @@ from scheduler_plugins.extender import GC_GEN0_THRESHOLD, Binder
 from scheduler_plugins.framework import Cycle, Framework, ReserveError
 from scheduler_plugins.plugins.coscheduling import DEFAULT_WAIT_S, gang_of
 from scheduler_plugins.reservations import (
-    ANNOTATION_RESERVATION_NAME,
-    ANNOTATION_RESERVATION_NODE,
     available_status,
     is_pending,
     reserve_pod,
@@ -75,7 +80,6 @@ INITIAL_BACKOFF_S = 1.0
 MAX_BACKOFF_S = 10.0
 ERR_NODE_NAME = "node(s) didn't match the requested node name"
 """kube-scheduler's NodeName reason (a reservation pinned by ``spec.template.spec.nodeName``)."""
-RESERVATION_API_VERSION = "scheduling.koordinator.sh/v1alpha1"
 EVENT_NAMESPACE_CLUSTER_SCOPED = "default"
 """Where Events about cluster-scoped objects (Reservations) go, as client-go records them."""
 
@@ -544,8 +548,7 @@ class Scheduler:
 def _same_gang(pod: PodInfo, key: str) -> bool:
     ns, _, name = key.partition("/")
     return pod.namespace == ns and (
-        pod.labels.get("pod-group.scheduling.sigs.k8s.io") == name
-        or pod.annotations.get("gang.scheduling.koordinator.sh/name") == name
+        pod.labels.get(LABEL_POD_GROUP) == name or pod.annotations.get(ANNOTATION_GANG_NAME) == name
     )
 
 

@@ -43,6 +43,7 @@ from typing import Any
 
 from prometheus_client.core import GaugeMetricFamily, Metric
 
+from apis.extension import ANNOTATION_POD_CPU_BURST as POD_BURST_ANNOTATION
 from apis.extension import QoSClass
 from apis.slo import SchemaError
 from apis.slo_strategies import CPUBurstPolicy, CPUBurstStrategy, parse_cpu_burst_strategy
@@ -57,8 +58,6 @@ logger = logging.getLogger(__name__)
 NAME = "cpuburst"
 FEATURE_GATE = "CPUBurst"
 NODE_INFO_KEY = "node_info"
-POD_BURST_ANNOTATION = "koordinator.sh/cpuBurst"
-"""A pod's own ``CPUBurstConfig`` (JSON), merged over the NodeSLO's."""
 
 CFS_PERIOD_US = 100_000
 """Koordinator's ``CFSBasePeriodValue``."""

@@ -39,6 +39,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from apis.extension import QoSClass
+from apis.priority import PRIORITY_MID_VALUE_MAX
 from apis.slo import SchemaError, thaw
 from apis.slo_strategies import CPUEvictPolicy, parse_resource_threshold_strategy
 from koordlet.features import gate_enabled
@@ -53,11 +54,7 @@ from koordlet.qos.evictor import (
 )
 from koordlet.qos.evictor import pick_victims as pick
 from koordlet.qos.manager import StrategyContext, StrategyReport
-from koordlet.qos.memoryevict import (
-    PRIORITY_MID_VALUE_MAX,
-    InvalidThreshold,
-    eviction_policy_allowed,
-)
+from koordlet.qos.memoryevict import InvalidThreshold, eviction_policy_allowed
 from koordlet.statesinformer.model import PodInfo
 
 logger = logging.getLogger(__name__)

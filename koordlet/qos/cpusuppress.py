@@ -44,6 +44,7 @@ from typing import Any, TypeVar
 
 from prometheus_client.core import GaugeMetricFamily, Metric
 
+from apis.extension import ANNOTATION_RESOURCE_STATUS as RESOURCE_STATUS_ANNOTATION
 from apis.extension import KubeQOS, QoSClass
 from apis.manager_keys import ANNOTATION_NODE_RESERVATION
 from apis.slo import NodeSLOSpec, SchemaError
@@ -84,8 +85,6 @@ QUOTA_DEAD_BAND_RATIO = 0.01
 """Koordinator's ``suppressBypassQuotaDeltaRatio``: quota changes under 1 % of the node skip."""
 POLICY_CPUSET = "cpuset"
 POLICY_CFS_QUOTA = "cfsQuota"
-RESOURCE_STATUS_ANNOTATION = "scheduling.koordinator.sh/resource-status"
-"""Where the scheduler records a pod's exclusive cpuset (``{"cpuset": "0-3"}``)."""
 
 
 # Settings ---------------------------------------------------------------------------------------

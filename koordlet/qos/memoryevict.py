@@ -42,6 +42,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from apis.extension import QoSClass
+from apis.priority import PRIORITY_MID_VALUE_MAX
 from apis.slo import SchemaError, thaw
 from apis.slo_strategies import parse_resource_threshold_strategy
 from koordlet.events.watches import PressureEvent
@@ -77,8 +78,6 @@ DEFAULT_INTERVAL = 1.0
 """Seconds between rounds (``--memory-evict-interval-seconds``)."""
 DEFAULT_COOL_TIME = 4.0
 """Seconds without rounds after an eviction (``--memory-evict-cool-time-seconds``)."""
-PRIORITY_MID_VALUE_MAX = 7999
-"""koord-mid's highest priority: the allocatable task never reaches koord-prod."""
 WATCH_NAME = "memoryevict"
 """Name of this strategy's pressure watch."""
 PSI_STALL_US = 100_000

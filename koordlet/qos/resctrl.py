@@ -35,6 +35,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from apis.extension import ANNOTATION_POD_RESCTRL as POD_RESCTRL_ANNOTATION
 from apis.extension import QoSClass
 from apis.slo import SchemaError
 from apis.slo_qos import ResctrlQOSConfig
@@ -56,8 +57,6 @@ GATE = "RdtResctrl"
 """Koordinator's feature gate."""
 DEFAULT_INTERVAL = 1.0
 """Seconds between rounds (Koordinator's ``--reconcile-interval-seconds``, 1)."""
-POD_RESCTRL_ANNOTATION = "node.koordinator.sh/resctrl"
-"""A pod with its own resctrl configuration (not placed in the class groups)."""
 AMD_MAX_MB = 160
 """Upstream's AMD CCD bandwidth ceiling: 25 GB/s * 8 (units of 1/8 GB/s) * 0.8."""
 AMD_UNLIMITED_MB = "2048"

@@ -50,7 +50,7 @@ from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
-from apis.slo import PriorityClass
+from apis.priority import PriorityClass
 from koordlet.metriccache import MetricCache
 from koordlet.metriccache import series as s
 from koordlet.reporter.histogram import (

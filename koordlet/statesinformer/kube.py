@@ -45,7 +45,8 @@ from apis.extension import (
     KubeQOS,
     QoSClass,
 )
-from apis.slo import NodeSLOSpec, PriorityClass, SchemaError, parse_node_slo
+from apis.priority import PriorityClass, priority_class_of
+from apis.slo import NodeSLOSpec, SchemaError, parse_node_slo
 from apis.slo_strategies import NodeSLOStrategies, strategies_of
 from koordlet.statesinformer.hostapps import cgroup_present, host_app_cgroup_dir
 from koordlet.statesinformer.model import ContainerInfo, HostAppInfo, PodInfo
@@ -62,14 +63,6 @@ NODESLO_FILE = "nodeslo.json"
 
 _RUNTIMES = {"containerd": "containerd", "cri-o": "cri-o", "docker": "docker"}
 """``containerID`` scheme → runtime name of the cgroup layout."""
-
-_PRIORITY_BANDS = (
-    (9000, 9999, PriorityClass.PROD),
-    (7000, 7999, PriorityClass.MID),
-    (5000, 5999, PriorityClass.BATCH),
-    (3000, 3999, PriorityClass.FREE),
-)
-"""Koordinator's priority value bands (``PriorityProdValueMin``... in ``apis/extension``)."""
 
 
 # The NodeMetric spec ---------------------------------------------------------------------------
@@ -153,14 +146,13 @@ def qos_of(labels: Mapping[str, str], kube_qos: KubeQOS) -> QoSClass:
     return KUBE_QOS_TO_QOS[kube_qos]
 
 
-def priority_class_of(labels: Mapping[str, str], priority: int | None, qos: QoSClass) -> str:
+def pod_priority_class(labels: Mapping[str, str], priority: int | None, qos: QoSClass) -> str:
     raw = labels.get(LABEL_POD_PRIORITY_CLASS, "")
     if raw and raw in PriorityClass.__members__.values():
         return raw
-    if priority is not None:
-        for low, high, cls in _PRIORITY_BANDS:
-            if low <= priority <= high:
-                return cls.value
+    band = priority_class_of(priority)
+    if band:
+        return band
     if qos in (QoSClass.LSE, QoSClass.LSR, QoSClass.LS, QoSClass.SYSTEM):
         return PriorityClass.PROD.value
     if qos is QoSClass.BE:
@@ -234,7 +226,7 @@ def pod_info(pod: Obj, layout: CgroupLayout) -> PodInfo:
         kube_qos=kube_qos,
         cgroup_dir=pod_dir,
         containers=tuple(sorted(containers, key=lambda c: c.id)),
-        priority_class=priority_class_of(labels, priority, qos),
+        priority_class=pod_priority_class(labels, priority, qos),
         cpu_request_milli=_sum(spec_containers, "requests", "cpu", cpu_milli),
         memory_request_bytes=_sum(spec_containers, "requests", "memory", memory_bytes),
         source=KubeStatesSource.name,

@@ -42,6 +42,7 @@ from typing import Any
 
 import aiohttp
 
+from apis.kubernetes_keys import SERVICE_ACCOUNT_TOKEN_PATH as SERVICE_ACCOUNT_TOKEN
 from koordlet.statesinformer.kube import pod_info
 from koordlet.statesinformer.model import PodInfo
 from koordlet.system.cgroups import CgroupLayout
@@ -49,8 +50,6 @@ from kubeclient.units import parse_quantity
 
 logger = logging.getLogger(__name__)
 
-SERVICE_ACCOUNT_TOKEN = "/var/run/secrets/kubernetes.io/serviceaccount/token"
-"""Where Kubernetes mounts the pod's service account token."""
 DEFAULT_KUBELET_PORT = 10250
 """The kubelet's authenticated port when the Node does not say."""
 ADDRESS_TYPES = ("Hostname", "ExternalIP", "InternalIP", "ExternalDNS", "InternalDNS")

@@ -23,10 +23,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from apis.configuration import CalculatePolicy, ColocationStrategy
-from apis.manager_keys import PRIORITY_DEFAULT_VALUES
+from apis.priority import PRIORITY_BATCH, PRIORITY_DEFAULT_VALUES, PRIORITY_FREE
 from manager.noderesource.inputs import (
-    PRIORITY_BATCH,
-    PRIORITY_FREE,
     ZERO,
     NodeMetricView,
     NodeView,

@@ -14,17 +14,15 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from apis.cpulist import parse_cpulist
 from apis.extension import LABEL_POD_QOS
-from apis.manager_keys import ANNOTATION_NODE_RESERVATION, PRIORITY_BANDS
+from apis.manager_keys import ANNOTATION_NODE_RESERVATION
+from apis.priority import PRIORITY_BATCH, PRIORITY_PROD, priority_class_of
 from manager.errors import InputError
 from manager.noderesource import quantity
 
 CPU = "cpu"
 MEMORY = "memory"
-PRIORITY_PROD = "koord-prod"
-PRIORITY_MID = "koord-mid"
-PRIORITY_BATCH = "koord-batch"
-PRIORITY_FREE = "koord-free"
 _QOS_NAMES = frozenset({"LSE", "LSR", "LS", "BE", "SYSTEM"})
 
 
@@ -238,22 +236,8 @@ def _reservation(raw: str) -> Resources:
     res, _ = _resources(doc.get("resources"), "", "resources")
     cpus = doc.get("reservedCPUs") or ""
     if cpus:
-        res = Resources(_cpuset_size(str(cpus)) * 1000, res.memory)
+        res = Resources(len(parse_cpulist(str(cpus))) * 1000, res.memory)
     return res
-
-
-def _cpuset_size(text: str) -> int:
-    cpus: set[int] = set()
-    for part in text.split(","):
-        part = part.strip()
-        if not part:
-            continue
-        lo, _, hi = part.partition("-")
-        start, end = int(lo), int(hi or lo)
-        if end < start:
-            raise ValueError(f"bad cpuset range {part!r}")
-        cpus.update(range(start, end + 1))
-    return len(cpus)
 
 
 def parse_node_metric(obj: object, source: str) -> NodeMetricView:
@@ -367,14 +351,6 @@ def _kube_qos(spec: Mapping[str, Any], status: Mapping[str, Any]) -> str:
     return "Guaranteed" if guaranteed else "Burstable"
 
 
-def _priority_class(priority: object) -> str:
-    if isinstance(priority, int) and not isinstance(priority, bool):
-        for name, low, high in PRIORITY_BANDS:
-            if low <= priority <= high:
-                return name
-    return ""
-
-
 _EMPTY: Mapping[str, Any] = {}
 
 
@@ -401,7 +377,7 @@ def _fast_pod(pod: Any) -> PodView:
     qos = (meta.get("labels") or _EMPTY).get(LABEL_POD_QOS, "")
     if qos not in _QOS_NAMES:
         qos = "BE" if _kube_qos(spec, status) == "BestEffort" else "LS"
-    priority_class = _priority_class(spec.get("priority"))
+    priority_class = priority_class_of(spec.get("priority"))
     if not priority_class:
         priority_class = PRIORITY_BATCH if qos == "BE" else PRIORITY_PROD
     return PodView(
@@ -444,7 +420,7 @@ def parse_pod(obj: object, source: str, path: str) -> PodView:
     qos = labels.get(LABEL_POD_QOS, "") if isinstance(labels, Mapping) else ""
     if qos not in _QOS_NAMES:
         qos = "BE" if _kube_qos(spec, status) == "BestEffort" else "LS"
-    priority_class = _priority_class(spec.get("priority"))
+    priority_class = priority_class_of(spec.get("priority"))
     if not priority_class:
         priority_class = PRIORITY_BATCH if qos == "BE" else PRIORITY_PROD
     return PodView(

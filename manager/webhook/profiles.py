@@ -25,18 +25,17 @@ from types import MappingProxyType
 from typing import Any
 
 from apis.configuration import LabelSelector, SelectorRequirement
-from apis.extension import LABEL_POD_QOS, QoSClass
-from apis.manager_keys import BATCH_CPU, BATCH_MEMORY, MID_CPU, MID_MEMORY, PRIORITY_BANDS
+from apis.extension import LABEL_POD_PRIORITY, LABEL_POD_QOS, QoSClass
+from apis.manager_keys import BATCH_CPU, BATCH_MEMORY, MID_CPU, MID_MEMORY
+from apis.priority import PRIORITY_BATCH, PRIORITY_MID, priority_class_of
 from manager.noderesource.quantity import milli, whole
 
 logger = logging.getLogger(__name__)
 
-LABEL_POD_PRIORITY = "koordinator.sh/priority"
-"""Pod label carrying the Koordinator sub-priority (``koordinatorPriority``)."""
 
 TRANSLATED: Mapping[str, Mapping[str, str]] = {
-    "koord-batch": {"cpu": BATCH_CPU, "memory": BATCH_MEMORY},
-    "koord-mid": {"cpu": MID_CPU, "memory": MID_MEMORY},
+    PRIORITY_BATCH: {"cpu": BATCH_CPU, "memory": BATCH_MEMORY},
+    PRIORITY_MID: {"cpu": MID_CPU, "memory": MID_MEMORY},
 }
 """Priority class → native resource → the colocation resource it becomes."""
 
@@ -153,16 +152,6 @@ def parse_profiles(objs: Sequence[Mapping[str, Any]]) -> list[Profile]:
         except ProfileError as err:
             logger.warning("ignoring %s", err)
     return sorted(out, key=lambda p: p.name)
-
-
-def priority_class_of(priority: object) -> str:
-    """Koordinator's priority class of a ``spec.priority`` value ("" outside every band)."""
-    if isinstance(priority, bool) or not isinstance(priority, int):
-        return ""
-    for name, low, high in PRIORITY_BANDS:
-        if low <= priority <= high:
-            return name
-    return ""
 
 
 def strategic_merge(target: Any, patch: Any) -> Any:

@@ -18,14 +18,20 @@ from collections.abc import Mapping
 from fractions import Fraction
 from typing import Any
 
-from apis.extension import LABEL_POD_QOS
+from apis.extension import LABEL_POD_PRIORITY, LABEL_POD_QOS
 from apis.manager_keys import BATCH_CPU, BATCH_MEMORY
+from apis.priority import (
+    PRIORITY_BATCH,
+    PRIORITY_FREE,
+    PRIORITY_MID,
+    PRIORITY_PROD,
+    priority_class_of,
+)
 from manager.noderesource.quantity import parse
-from manager.webhook.profiles import LABEL_POD_PRIORITY, priority_class_of
 
 FORBIDDEN: Mapping[str, frozenset[str]] = {
-    "BE": frozenset({"", "koord-prod"}),
-    "LSR": frozenset({"", "koord-mid", "koord-batch", "koord-free"}),
+    "BE": frozenset({"", PRIORITY_PROD}),
+    "LSR": frozenset({"", PRIORITY_MID, PRIORITY_BATCH, PRIORITY_FREE}),
 }
 """QoS class → the priority classes it may not be combined with ("" is no Koordinator class)."""
 

@@ -45,11 +45,17 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from apis.scheduling_keys import ANNOTATION_QUOTA_NAMESPACES as ANNOTATION_NAMESPACES
+from apis.scheduling_keys import ANNOTATION_QUOTA_SHARED_WEIGHT as ANNOTATION_SHARED_WEIGHT
+from apis.scheduling_keys import ANNOTATION_QUOTA_TOTAL_RESOURCE as ANNOTATION_TOTAL_RESOURCE
+from apis.scheduling_keys import LABEL_PREEMPTIBLE, LABEL_QUOTA_NAME
+from apis.scheduling_keys import LABEL_QUOTA_ALLOW_LENT as LABEL_ALLOW_LENT
+from apis.scheduling_keys import LABEL_QUOTA_PARENT as LABEL_PARENT
+from apis.scheduling_keys import LABEL_QUOTA_TREE_ID as LABEL_TREE_ID
 from scheduler_plugins.args import ArgsReader
 from scheduler_plugins.errors import InputError
 from scheduler_plugins.framework import Cycle, Plugin
 from scheduler_plugins.plugins.quotaprofile import (
-    ANNOTATION_TOTAL_RESOURCE,
     ERR_POOL,
     QuotaProfile,
     parse_profiles,
@@ -58,8 +64,6 @@ from scheduler_plugins.plugins.quotaprofile import (
     profiles_of,
 )
 from scheduler_plugins.snapshot import (
-    LABEL_PREEMPTIBLE,
-    LABEL_QUOTA_NAME,
     NodeInfo,
     PodInfo,
     ResourceList,
@@ -68,12 +72,6 @@ from scheduler_plugins.snapshot import (
 )
 
 NAME = "ElasticQuota"
-LABEL_PARENT = "quota.scheduling.koordinator.sh/parent"
-LABEL_IS_PARENT = "quota.scheduling.koordinator.sh/is-parent"
-LABEL_TREE_ID = "quota.scheduling.koordinator.sh/tree-id"
-LABEL_ALLOW_LENT = "quota.scheduling.koordinator.sh/allow-lent-resource"
-ANNOTATION_SHARED_WEIGHT = "quota.scheduling.koordinator.sh/shared-weight"
-ANNOTATION_NAMESPACES = "quota.scheduling.koordinator.sh/namespaces"
 ROOT = "koordinator-root-quota"
 
 

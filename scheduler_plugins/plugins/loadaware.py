@@ -49,19 +49,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from apis.manager_keys import BATCH_CPU, BATCH_MEMORY, MID_CPU, MID_MEMORY
+from apis.priority import PRIORITY_BATCH, PRIORITY_MID, PRIORITY_PROD
+from apis.scheduling_keys import ANNOTATION_CUSTOM_USAGE_THRESHOLDS
 from scheduler_plugins.args import ArgsReader, int_map
 from scheduler_plugins.errors import PluginArgsError
 from scheduler_plugins.framework import Cycle, Plugin
 from scheduler_plugins.plugins.loadindex import ExpiryIndex, ThresholdIndex, headroom
-from scheduler_plugins.snapshot import (
-    PRIORITY_BATCH,
-    PRIORITY_MID,
-    PRIORITY_PROD,
-    NodeInfo,
-    NodeMetricInfo,
-    PodInfo,
-    ResourceList,
-)
+from scheduler_plugins.snapshot import NodeInfo, NodeMetricInfo, PodInfo, ResourceList
 
 NAME = "LoadAwareScheduling"
 ERR_USAGE = "node(s) %s usage exceed threshold"
@@ -71,8 +66,6 @@ MEMO_SHAPES = 32
 """Pod estimates whose per-node verdicts and scores are kept (oldest dropped first)."""
 _MemoKey = tuple[str, tuple[int, ...]]
 _T = TypeVar("_T")
-ANNOTATION_CUSTOM_USAGE_THRESHOLDS = "scheduling.koordinator.sh/usage-thresholds"
-"""Node annotation overriding the thresholds for that node."""
 
 DEFAULT_MILLI_CPU_REQUEST = 250
 """Estimate of a pod that requests no CPU (milli-cores)."""
@@ -81,8 +74,8 @@ DEFAULT_MEMORY_REQUEST = 200 * 1024 * 1024
 AGGREGATION_TYPES = ("avg", "p50", "p90", "p95", "p99")
 
 _TRANSLATE = {
-    PRIORITY_BATCH: {"cpu": "kubernetes.io/batch-cpu", "memory": "kubernetes.io/batch-memory"},
-    PRIORITY_MID: {"cpu": "kubernetes.io/mid-cpu", "memory": "kubernetes.io/mid-memory"},
+    PRIORITY_BATCH: {"cpu": BATCH_CPU, "memory": BATCH_MEMORY},
+    PRIORITY_MID: {"cpu": MID_CPU, "memory": MID_MEMORY},
 }
 
 
@@ -192,9 +185,9 @@ def estimate_pod(pod: PodInfo, resources: Sequence[str], factors: Mapping[str, i
         else:
             quantity = request
         if quantity == 0:
-            if real in ("cpu", "kubernetes.io/batch-cpu"):
+            if real in ("cpu", BATCH_CPU):
                 out.append(DEFAULT_MILLI_CPU_REQUEST)
-            elif real in ("memory", "kubernetes.io/batch-memory"):
+            elif real in ("memory", BATCH_MEMORY):
                 out.append(DEFAULT_MEMORY_REQUEST)
             else:
                 out.append(0)

@@ -21,18 +21,12 @@ from bisect import bisect_left, bisect_right
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from apis.scheduling_keys import DEVICE_RESOURCES
 from scheduler_plugins.framework import Cycle, Plugin
 from scheduler_plugins.snapshot import NodeInfo, PodInfo
 
 NAME = "NodeResourcesFit"
 ERR_UNSCHEDULABLE = "node(s) were unschedulable"
-DEVICE_RESOURCES = (
-    "koordinator.sh/gpu",
-    "koordinator.sh/gpu-core",
-    "koordinator.sh/gpu-memory",
-    "koordinator.sh/gpu-memory-ratio",
-    "nvidia.com/gpu",
-)
 RESERVATION_ADJUST_KEY = "Reservation/adjust"
 """Cycle data: node name → resources to add to what is free there for this pod: what
 Reservations hold for others (negative) and what one of this pod's own holds (positive); set by

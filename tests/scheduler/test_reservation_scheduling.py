@@ -14,6 +14,11 @@ from typing import Any
 
 import pytest
 
+from apis.scheduling_keys import (
+    ANNOTATION_RESERVATION_NAME,
+    ANNOTATION_RESERVATION_NODE,
+    ANNOTATION_RESERVE_POD,
+)
 from kubeclient.client import KubeClient
 from scheduler_plugins.config import SchedulerConfig
 from scheduler_plugins.extender import KubeBinder
@@ -21,9 +26,6 @@ from scheduler_plugins.framework import Framework
 from scheduler_plugins.plugins.noderesourcesfit import NodeResourcesFit
 from scheduler_plugins.plugins.reservation import Reservation
 from scheduler_plugins.reservations import (
-    ANNOTATION_RESERVATION_NAME,
-    ANNOTATION_RESERVATION_NODE,
-    ANNOTATION_RESERVE_POD,
     available_status,
     format_resources,
     is_pending,

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from apis.extension import ANNOTATION_POD_RESCTRL as POD_RESCTRL_ANNOTATION
 from apis.extension import KubeQOS, QoSClass
 from apis.slo import NodeSLOSpec
 from koordlet.executor import CgroupWriter
@@ -25,7 +26,7 @@ from koordlet.executor.resctrl import (
 from koordlet.executor.writer import WriteResult
 from koordlet.metriccache.store import MetricCache
 from koordlet.qos.manager import QoSBook, StrategyContext
-from koordlet.qos.resctrl import POD_RESCTRL_ANNOTATION, ResctrlReconcile, cat_l3_mask, mba_value
+from koordlet.qos.resctrl import ResctrlReconcile, cat_l3_mask, mba_value
 from koordlet.statesinformer.model import ContainerInfo, PodInfo, WorkloadSnapshot
 from koordlet.system.cgroups import CgroupVersion
 from tests.fakehost import FakeHost, container_id
