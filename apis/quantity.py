@@ -203,7 +203,9 @@ def int_value(value: object) -> int:
             return int(value)
         factor = _BINARY_FACTORS.get(value[-2:])
         if factor is not None and value.isascii() and value[:-2].isdigit():
-            return int(value[:-2]) * factor
+            whole = int(value[:-2]) * factor
+            if whole <= _MAX_INT64:  # above it, ParseQuantity's BinarySI cap applies
+                return whole
         return _int_cached(value)
     if type(value) is int:
         return value

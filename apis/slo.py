@@ -27,6 +27,7 @@ from typing import Any, NotRequired, TypedDict, TypeVar
 
 import yaml
 
+from apis.errors import FieldError
 from apis.extension import QoSClass
 from apis.priority import PriorityClass
 
@@ -36,15 +37,8 @@ API_VERSION = "slo.koordinator.sh/v1alpha1"
 KIND = "NodeSLO"
 
 
-class SchemaError(ValueError):
+class SchemaError(FieldError, ValueError):
     """A document that does not fit its schema; the message names the source and the field."""
-
-    def __init__(self, message: str, *, source: str = "", field: str = "") -> None:
-        self.message = message
-        self.source = source
-        self.field = field
-        where = ": ".join(p for p in (source, field) if p)
-        super().__init__(f"{where}: {message}" if where else message)
 
 
 class CgroupBaseType(StrEnum):

@@ -26,12 +26,14 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, NoReturn
 
+from apis.duration import parse_duration
+from apis.gobool import parse_go_bool
 from apis.kubernetes_keys import SERVICE_ACCOUNT_TOKEN_PATH
 from apis.slo import NodeSLOSpec, SchemaError, load_node_slo_file, read_document
 from koordlet import __version__
 from koordlet.errors import ConfigError
 from koordlet.features import FLAG as FEATURE_GATES_FLAG
-from koordlet.features import FeatureGates, help_lines, parse_bool, parse_overrides
+from koordlet.features import FeatureGates, help_lines, parse_overrides
 from koordlet.system.paths import HostPaths
 
 DEFAULT_NODESLO_FILE = "/etc/koordinator/nodeslo.yaml"
@@ -294,7 +296,7 @@ def _abs_path(value: object) -> str:
 def _bool(value: object) -> bool:
     if isinstance(value, bool):
         return value
-    return parse_bool(_string(value).strip())
+    return parse_go_bool(_string(value).strip())
 
 
 def _choice(*choices: str) -> Callable[[object], str]:
@@ -307,41 +309,27 @@ def _choice(*choices: str) -> Callable[[object], str]:
     return convert
 
 
-_GO_DURATION_UNITS = {
-    "ns": 1e-9,
-    "us": 1e-6,
-    "µs": 1e-6,
-    "μs": 1e-6,
-    "ms": 1e-3,
-    "s": 1.0,
-    "m": 60.0,
-    "h": 3600.0,
-}
-_NUMBER = r"(?:[0-9]+\.?[0-9]*|\.[0-9]+)"
-_GO_DURATION = re.compile(rf"([+-]?)((?:{_NUMBER}(?:ns|us|µs|μs|ms|s|m|h))+)")
-_GO_DURATION_PART = re.compile(rf"({_NUMBER})(ns|us|µs|μs|ms|s|m|h)")
+_PLAIN_SECONDS = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)")
 
 
-def parse_duration(text: str) -> float:
-    """Seconds from Go's ``time.ParseDuration`` syntax (``300ms``, ``1m30s``, ``-1.5h``) or from
-    a plain number of seconds (``1.5``); ValueError otherwise."""
+def duration_seconds(text: str) -> float:
+    """Seconds from a Go duration (:func:`apis.duration.parse_duration`: ``300ms``, ``1m30s``,
+    ``-1.5h``) or, as our flags also take, a plain number of seconds (``1.5``); ValueError."""
     text = text.strip()
-    if re.fullmatch(rf"[+-]?{_NUMBER}", text):
+    if _PLAIN_SECONDS.fullmatch(text):
         return float(text)
-    match = _GO_DURATION.fullmatch(text)
-    if not match:
-        raise ValueError(f"invalid duration {text!r} (want e.g. 1s, 500ms, 1m30s or seconds)")
-    total = sum(
-        float(num) * _GO_DURATION_UNITS[unit]
-        for num, unit in _GO_DURATION_PART.findall(match.group(2))
-    )
-    return -total if match.group(1) == "-" else total
+    try:
+        return parse_duration(text)
+    except ValueError:
+        raise ValueError(
+            f"invalid duration {text!r} (want e.g. 1s, 500ms, 1m30s or seconds)"
+        ) from None
 
 
 def _positive_duration(value: object) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float | str):
         raise TypeError(f"must be a duration, got {value!r}")
-    seconds = parse_duration(value) if isinstance(value, str) else float(value)
+    seconds = duration_seconds(value) if isinstance(value, str) else float(value)
     if not (math.isfinite(seconds) and seconds > 0):
         raise ValueError(f"must be a positive duration, got {value!r}")
     return seconds

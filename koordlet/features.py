@@ -18,6 +18,7 @@ from enum import StrEnum
 from types import MappingProxyType
 from typing import Any
 
+from apis.gobool import parse_go_bool
 from koordlet.errors import ConfigError
 
 FLAG = "--feature-gates"
@@ -95,18 +96,6 @@ DEFAULTS: Mapping[str, bool] = MappingProxyType(
     {name: spec.default for name, spec in KOORDLET_FEATURES.items()}
 )
 """Koordinator's default value of each gate."""
-
-_TRUE = frozenset({"1", "t", "T", "TRUE", "true", "True"})
-_FALSE = frozenset({"0", "f", "F", "FALSE", "false", "False"})
-
-
-def parse_bool(text: str) -> bool:
-    """A boolean as Go's ``strconv.ParseBool`` reads it; ValueError otherwise."""
-    if text in _TRUE:
-        return True
-    if text in _FALSE:
-        return False
-    raise ValueError(f"invalid bool value {text!r} (want true or false)")
 
 
 def _check(overrides: Mapping[str, object], source: str) -> None:
@@ -196,7 +185,7 @@ def parse_overrides(text: str, *, source: str = FLAG) -> dict[str, bool]:
                 "missing bool value (want Name=true|false)", source=source, field=name
             )
         try:
-            result[name] = parse_bool(raw.strip())
+            result[name] = parse_go_bool(raw.strip())
         except ValueError as err:
             raise ConfigError(str(err), source=source, field=name) from err
     _check(result, source)

@@ -23,10 +23,10 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 
 from apis.configuration import parse_slo_controller_config
+from apis.gobool import parse_go_bool
 from apis.slo import SchemaError, read_document
 from kubeclient.client import KubeClient
 from kubeclient.errors import KubeError
-from kubeclient.units import parse_go_bool
 from manager.errors import InputError
 from manager.explain import to_json, to_text
 from manager.noderesource.calculator import calculate, decide_update

@@ -21,10 +21,10 @@ import sys
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from typing import Any, NoReturn, Protocol
 
+from apis.gobool import parse_go_bool
 from kubeclient.client import KubeClient
 from kubeclient.errors import KubeError
 from kubeclient.leaderelection import LeaderElectionConfig, LeaderElector
-from kubeclient.units import parse_go_bool
 from manager.nodekeyed import Options
 from manager.nodemetric.controller import NodeMetricController
 from manager.noderesource.controller import NodeResourceController

@@ -36,7 +36,8 @@ from pathlib import Path
 
 import yaml
 
-from kubeclient.units import parse_duration, parse_go_bool
+from apis.duration import parse_duration
+from apis.gobool import parse_go_bool
 from scheduler_plugins.config import SchedulerConfig, load_config
 from scheduler_plugins.errors import InputError
 from scheduler_plugins.framework import Evaluation, Framework

@@ -33,10 +33,10 @@ from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from apis.duration import parse_duration
 from kubeclient.client import KubeClient
 from kubeclient.errors import KubeError
 from kubeclient.leaderelection import LeaderElectionConfig, LeaderElector
-from kubeclient.units import parse_duration
 from scheduler_plugins.errors import InputError, SchedulerError
 
 logger = logging.getLogger(__name__)

@@ -31,12 +31,13 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
+from apis.duration import parse_duration
+from apis.quantity import format_bytes, format_cpu
 from apis.scheduling_keys import (
     ANNOTATION_RESERVATION_NAME,
     ANNOTATION_RESERVATION_NODE,
     ANNOTATION_RESERVE_POD,
 )
-from kubeclient.units import format_bytes, format_cpu, parse_duration
 from scheduler_plugins.errors import InputError
 from scheduler_plugins.snapshot import PodInfo, ResourceList, parse_pod, parse_time
 

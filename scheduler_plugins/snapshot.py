@@ -28,11 +28,12 @@ from typing import Any
 
 import yaml
 
+from apis.cpulist import parse_cpulist
+from apis.duration import parse_duration
 from apis.extension import ANNOTATION_CPU_TOPOLOGY, LABEL_POD_PRIORITY_CLASS, LABEL_POD_QOS
 from apis.priority import PRIORITY_BATCH, PRIORITY_PROD, priority_class_of
+from apis.quantity import resource_value
 from apis.scheduling_keys import ANNOTATION_KUBELET_CPU_MANAGER_POLICY, ANNOTATION_POD_CPU_ALLOCS
-from kubeclient.units import cpu_milli, memory_bytes, parse_duration
-from scheduler_plugins.cpuset import parse_cpuset
 from scheduler_plugins.errors import InputError
 
 ALL = "*"
@@ -47,13 +48,6 @@ DEFAULT_REPORT_INTERVAL_S = 60.0
 
 
 ResourceList = dict[str, int]
-
-
-def resource_value(name: str, quantity: Any) -> int:
-    """One quantity in Koordinator's units: milli-cores for ``cpu``, ``Value()`` for the rest."""
-    if name == "cpu":
-        return cpu_milli(quantity)
-    return memory_bytes(quantity)
 
 
 def parse_resource_list(raw: Any, source: str, where: str) -> ResourceList:
@@ -497,7 +491,7 @@ def _parse_nrt(obj: Mapping[str, Any], source: str, where: str) -> NRTInfo:
     if kpol_key in ann:
         try:
             kpol = json.loads(ann[kpol_key])
-            reserved = parse_cpuset(str(kpol.get("reservedCPUs") or ""))
+            reserved = parse_cpulist(str(kpol.get("reservedCPUs") or ""))
             full_only = (
                 kpol.get("policy") == "static"
                 and str((kpol.get("options") or {}).get("full-pcpus-only")) == "true"
@@ -509,7 +503,7 @@ def _parse_nrt(obj: Mapping[str, Any], source: str, where: str) -> NRTInfo:
     if allocs_key in ann:
         try:
             for a in json.loads(ann[allocs_key]) or []:
-                kubelet_alloc |= parse_cpuset(str(a.get("cpuset") or ""))
+                kubelet_alloc |= parse_cpulist(str(a.get("cpuset") or ""))
         except (ValueError, AttributeError, TypeError) as err:
             raise InputError(
                 source, f"{where}.metadata.annotations[{allocs_key}]", str(err)

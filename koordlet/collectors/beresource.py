@@ -42,7 +42,7 @@ from koordlet.metriccache.series import (
 from koordlet.statesinformer.model import WorkloadSnapshot
 from koordlet.system.cgroups import CgroupVersion
 from koordlet.system.host import Host
-from koordlet.system.topology import parse_cpulist
+from koordlet.system.topology import read_cpulist
 
 logger = logging.getLogger(__name__)
 
@@ -112,7 +112,7 @@ class BEResourceCollector:
         if count is None:
             if len(self._cpu_counts) > 256:
                 self._cpu_counts.clear()
-            count = self._cpu_counts[data] = len(parse_cpulist(data, path))
+            count = self._cpu_counts[data] = len(read_cpulist(data, path))
         return count
 
     def _replan(self, snapshot: WorkloadSnapshot) -> None:
@@ -170,7 +170,7 @@ class BEResourceCollector:
         try:
             data = tick.read(self._be_cpuset_path)
         except CgroupGoneError:
-            online = parse_cpulist(tick.read(self._online_path), self._online_path)
+            online = read_cpulist(tick.read(self._online_path), self._online_path)
             unsupported["be_cpuset"] = (
                 f"no {self._cpuset_file} for {self._be_dir}: the cpuset controller is not "
                 "available there, so BE may use every online CPU"
@@ -185,6 +185,6 @@ class BEResourceCollector:
             if count and (fewest is None or count < fewest):
                 fewest = count
         if fewest is None:
-            online = parse_cpulist(tick.read(self._online_path), self._online_path)
+            online = read_cpulist(tick.read(self._online_path), self._online_path)
             return len(online)
         return fewest

@@ -61,7 +61,7 @@ from koordlet.system.perf import (
     probe_events,
 )
 from koordlet.system.procfs import read_host_file
-from koordlet.system.topology import parse_cpulist
+from koordlet.system.topology import read_cpulist
 
 logger = logging.getLogger(__name__)
 
@@ -86,7 +86,7 @@ def online_cpus_reader(host: Host) -> OnlineCpus:
     path = host.paths.sys("devices", "system", "cpu", "online")
 
     def read() -> tuple[int, ...]:
-        cpus = parse_cpulist(read_host_file(path), path)
+        cpus = read_cpulist(read_host_file(path), path)
         if not cpus:
             raise HostError(f"{path}: no online CPU")
         return cpus

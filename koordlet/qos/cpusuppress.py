@@ -44,9 +44,11 @@ from typing import Any, TypeVar
 
 from prometheus_client.core import GaugeMetricFamily, Metric
 
+from apis.cpulist import format_cpulist, parse_cpulist
 from apis.extension import ANNOTATION_RESOURCE_STATUS as RESOURCE_STATUS_ANNOTATION
 from apis.extension import KubeQOS, QoSClass
 from apis.manager_keys import ANNOTATION_NODE_RESERVATION
+from apis.quantity import milli_value
 from apis.slo import NodeSLOSpec, SchemaError
 from apis.slo_strategies import (
     CPUSuppressPolicy,
@@ -66,9 +68,6 @@ from koordlet.qos.cpupicker import (
 )
 from koordlet.qos.manager import StrategyContext, StrategyReport
 from koordlet.statesinformer.model import HostAppInfo, PodInfo, WorkloadSnapshot
-from koordlet.system.knobs import parse_cpulist
-from koordlet.system.topology import format_cpulist
-from kubeclient.units import cpu_milli
 
 logger = logging.getLogger(__name__)
 
@@ -138,7 +137,7 @@ def _cpu_of(resources: object) -> int | None:
     if not isinstance(raw, str | int | float) or isinstance(raw, bool):
         return None
     try:
-        return cpu_milli(raw)
+        return milli_value(raw)
     except ValueError:
         return None
 

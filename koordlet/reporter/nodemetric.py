@@ -39,6 +39,8 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, NoReturn, Protocol
 
+from apis.duration import format_duration
+from apis.quantity import format_bytes, format_cpu
 from apis.slo import HostApplication, NodeSLOSpec
 from koordlet.metriccache import MIN_VALID_COVERAGE, MetricCache
 from koordlet.metriccache import series as s
@@ -49,7 +51,6 @@ from koordlet.statesinformer.model import PodInfo
 from kubeclient.client import KubeClient, Obj
 from kubeclient.errors import ApiError, NotFound
 from kubeclient.resources import NODE_METRICS
-from kubeclient.units import format_bytes, format_cpu, format_duration
 from kubeclient.writes import WriteRateLimiter, update_status
 
 logger = logging.getLogger(__name__)

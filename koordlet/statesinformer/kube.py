@@ -38,6 +38,7 @@ from datetime import datetime
 from types import MappingProxyType
 from typing import Any, NoReturn
 
+from apis.duration import parse_duration
 from apis.extension import (
     KUBE_QOS_TO_QOS,
     LABEL_POD_PRIORITY_CLASS,
@@ -46,6 +47,7 @@ from apis.extension import (
     QoSClass,
 )
 from apis.priority import PriorityClass, priority_class_of
+from apis.quantity import int_value, milli_value
 from apis.slo import NodeSLOSpec, SchemaError, parse_node_slo
 from apis.slo_strategies import NodeSLOStrategies, strategies_of
 from koordlet.statesinformer.hostapps import cgroup_present, host_app_cgroup_dir
@@ -54,7 +56,6 @@ from koordlet.system.cgroups import CgroupLayout
 from kubeclient.client import KubeClient, Obj
 from kubeclient.informer import Informer
 from kubeclient.resources import NODE_METRICS, NODE_SLOS, NODES, PODS
-from kubeclient.units import cpu_milli, memory_bytes, parse_duration
 
 logger = logging.getLogger(__name__)
 
@@ -209,12 +210,10 @@ def pod_info(pod: Obj, layout: CgroupLayout) -> PodInfo:
                 name=str(status.get("name", cid[:12])),
                 runtime=runtime,
                 cgroup_dir=layout.container_dir(pod_dir, runtime, cid),
-                cpu_request_milli=_sum(own, "requests", "cpu", cpu_milli) if own else None,
-                cpu_limit_milli=_sum(own, "limits", "cpu", cpu_milli) if own else None,
-                memory_request_bytes=(
-                    _sum(own, "requests", "memory", memory_bytes) if own else None
-                ),
-                memory_limit_bytes=_sum(own, "limits", "memory", memory_bytes) if own else None,
+                cpu_request_milli=_sum(own, "requests", "cpu", milli_value) if own else None,
+                cpu_limit_milli=_sum(own, "limits", "cpu", milli_value) if own else None,
+                memory_request_bytes=(_sum(own, "requests", "memory", int_value) if own else None),
+                memory_limit_bytes=_sum(own, "limits", "memory", int_value) if own else None,
             )
         )
     spec_containers = list(names.values())
@@ -227,14 +226,14 @@ def pod_info(pod: Obj, layout: CgroupLayout) -> PodInfo:
         cgroup_dir=pod_dir,
         containers=tuple(sorted(containers, key=lambda c: c.id)),
         priority_class=pod_priority_class(labels, priority, qos),
-        cpu_request_milli=_sum(spec_containers, "requests", "cpu", cpu_milli),
-        memory_request_bytes=_sum(spec_containers, "requests", "memory", memory_bytes),
+        cpu_request_milli=_sum(spec_containers, "requests", "cpu", milli_value),
+        memory_request_bytes=_sum(spec_containers, "requests", "memory", int_value),
         source=KubeStatesSource.name,
         priority=priority,
         labels=MappingProxyType(labels),
         annotations=MappingProxyType(dict(meta.get("annotations") or {})),
-        cpu_limit_milli=_sum(spec_containers, "limits", "cpu", cpu_milli),
-        memory_limit_bytes=_sum(spec_containers, "limits", "memory", memory_bytes),
+        cpu_limit_milli=_sum(spec_containers, "limits", "cpu", milli_value),
+        memory_limit_bytes=_sum(spec_containers, "limits", "memory", int_value),
         created_at=_created_at(meta),
     )
 

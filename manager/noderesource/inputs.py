@@ -18,8 +18,8 @@ from apis.cpulist import parse_cpulist
 from apis.extension import LABEL_POD_QOS
 from apis.manager_keys import ANNOTATION_NODE_RESERVATION
 from apis.priority import PRIORITY_BATCH, PRIORITY_PROD, priority_class_of
+from apis.quantity import int_value, milli_value, parse_quantity
 from manager.errors import InputError
-from manager.noderesource import quantity
 
 CPU = "cpu"
 MEMORY = "memory"
@@ -161,11 +161,11 @@ def _resources(
         if need and name not in obj:
             raise InputError(source, f"{path}.{name}", "is required")
     try:
-        cpu = quantity.milli(obj[CPU]) if CPU in obj else 0
+        cpu = milli_value(obj[CPU]) if CPU in obj else 0
     except ValueError as err:
         raise InputError(source, f"{path}.{CPU}", str(err)) from None
     try:
-        mem = quantity.whole(obj[MEMORY]) if MEMORY in obj else 0
+        mem = int_value(obj[MEMORY]) if MEMORY in obj else 0
     except ValueError as err:
         raise InputError(source, f"{path}.{MEMORY}", str(err)) from None
     return Resources(cpu, mem), CPU in obj and MEMORY in obj
@@ -204,7 +204,7 @@ def parse_node(obj: object, source: str) -> NodeView:
         if res in (CPU, MEMORY):
             continue
         try:
-            extended[str(res)] = quantity.whole(q)
+            extended[str(res)] = int_value(q)
         except ValueError as err:
             raise InputError(source, f"status.allocatable.{res}", str(err)) from None
     return NodeView(
@@ -264,7 +264,7 @@ def parse_node_metric(obj: object, source: str) -> NodeMetricView:
                 PodMetricView(
                     f"{item.get('namespace') or ''}/{item.get('name') or ''}",
                     str(item.get("priority") or ""),
-                    Resources(quantity.milli(res.get(CPU, 0)), quantity.whole(res.get(MEMORY, 0))),
+                    Resources(milli_value(res.get(CPU, 0)), int_value(res.get(MEMORY, 0))),
                 )
             )
             continue
@@ -344,7 +344,7 @@ def _kube_qos(spec: Mapping[str, Any], status: Mapping[str, Any]) -> str:
         if req or lim:
             any_set = True
         for k in (CPU, MEMORY):
-            if k not in lim or (k in req and quantity.parse(req[k]) != quantity.parse(lim[k])):
+            if k not in lim or (k in req and parse_quantity(req[k]) != parse_quantity(lim[k])):
                 guaranteed = False
     if not any_set:
         return "BestEffort"
@@ -370,10 +370,10 @@ def _fast_pod(pod: Any) -> PodView:
         lim = res.get("limits") or _EMPTY
         q = req.get(CPU, lim.get(CPU))
         if q is not None:
-            cpu += quantity.milli(q)
+            cpu += milli_value(q)
         q = req.get(MEMORY, lim.get(MEMORY))
         if q is not None:
-            mem += quantity.whole(q)
+            mem += int_value(q)
     qos = (meta.get("labels") or _EMPTY).get(LABEL_POD_QOS, "")
     if qos not in _QOS_NAMES:
         qos = "BE" if _kube_qos(spec, status) == "BestEffort" else "LS"

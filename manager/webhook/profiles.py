@@ -28,7 +28,7 @@ from apis.configuration import LabelSelector, SelectorRequirement
 from apis.extension import LABEL_POD_PRIORITY, LABEL_POD_QOS, QoSClass
 from apis.manager_keys import BATCH_CPU, BATCH_MEMORY, MID_CPU, MID_MEMORY
 from apis.priority import PRIORITY_BATCH, PRIORITY_MID, priority_class_of
-from manager.noderesource.quantity import milli, whole
+from apis.quantity import int_value, milli_value
 
 logger = logging.getLogger(__name__)
 
@@ -213,7 +213,7 @@ def _translate_list(resources: dict[str, Any], names: Mapping[str, str]) -> None
         if native not in resources:
             continue
         value = resources.pop(native)
-        resources[extended] = str(milli(value) if native == "cpu" else whole(value))
+        resources[extended] = str(milli_value(value) if native == "cpu" else int_value(value))
 
 
 def translate_resources(pod: dict[str, Any]) -> None:

@@ -26,6 +26,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from apis.duration import parse_duration
 from apis.scheduling_keys import (
     ANNOTATION_GANG_MIN,
     ANNOTATION_GANG_MODE,
@@ -34,7 +35,6 @@ from apis.scheduling_keys import (
     ANNOTATION_GANG_WAIT,
     LABEL_POD_GROUP,
 )
-from kubeclient.units import parse_duration
 from scheduler_plugins.args import ArgsReader
 from scheduler_plugins.framework import Cycle, Plugin
 from scheduler_plugins.snapshot import PodInfo, parse_time

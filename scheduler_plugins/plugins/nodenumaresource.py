@@ -41,17 +41,17 @@ from dataclasses import dataclass, field
 from itertools import combinations
 from typing import Any
 
+from apis.cpulist import format_cpulist, parse_cpulist
 from apis.extension import ANNOTATION_RESOURCE_STATUS
 from apis.priority import PRIORITY_PROD
+from apis.quantity import format_bytes, format_cpu
 from apis.scheduling_keys import (
     ANNOTATION_RESOURCE_SPEC,
     LABEL_NODE_CPU_BIND_POLICY,
     LABEL_NUMA_ALLOCATE_STRATEGY,
     LABEL_NUMA_TOPOLOGY_POLICY,
 )
-from kubeclient.units import format_bytes, format_cpu
 from scheduler_plugins.args import ArgsReader
-from scheduler_plugins.cpuset import format_cpuset, parse_cpuset
 from scheduler_plugins.errors import InputError
 from scheduler_plugins.framework import Cycle, Plugin, ReserveError
 from scheduler_plugins.plugins.cpuaccumulator import (
@@ -302,7 +302,7 @@ class NodeNUMAResource(Plugin):
             status = _resource_status(pod)
             cpus: frozenset[int] = frozenset()
             try:
-                cpus = parse_cpuset(str(status.get("cpuset") or ""))
+                cpus = parse_cpulist(str(status.get("cpuset") or ""))
             except ValueError:
                 cpus = frozenset()
             used_cpus |= cpus
@@ -579,7 +579,7 @@ class NodeNUMAResource(Plugin):
             raise ReserveError(f"{NAME}: {placed}")
         status: dict[str, Any] = {}
         if placed.cpus:
-            status["cpuset"] = format_cpuset(placed.cpus)
+            status["cpuset"] = format_cpulist(placed.cpus)
         if placed.per_numa:
             status["numaNodeResources"] = [
                 {

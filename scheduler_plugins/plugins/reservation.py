@@ -52,12 +52,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from apis.duration import parse_duration
 from apis.scheduling_keys import (
     ANNOTATION_RESERVATION_AFFINITY,
     ANNOTATION_RESERVATION_ALLOCATED,
     ANNOTATION_RESTRICTED_OPTIONS,
 )
-from kubeclient.units import parse_duration
 from scheduler_plugins.errors import InputError
 from scheduler_plugins.framework import Cycle, Plugin
 from scheduler_plugins.plugins.noderesourcesfit import RESERVATION_ADJUST_KEY

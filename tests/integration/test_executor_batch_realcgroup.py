@@ -13,11 +13,11 @@ from collections.abc import Iterator
 
 import pytest
 
+from apis.cpulist import format_cpulist, parse_cpulist
 from koordlet.errors import HostError
 from koordlet.executor import AuditLog, BatchWrite, CgroupWriter, WriteResult
 from koordlet.system.cgroups import CgroupDriver, CgroupVersion, detect_layout
 from koordlet.system.host import Host
-from koordlet.system.knobs import format_cpulist, parse_cpulist
 from koordlet.system.paths import HostPaths
 
 PATHS = HostPaths()

@@ -27,9 +27,9 @@ from koordlet.config import (
     VERSION_TEXT,
     KoordletConfig,
     config_as_dict,
+    duration_seconds,
     load_config,
     load_node_slo,
-    parse_duration,
 )
 from koordlet.errors import ConfigError
 from koordlet.features import FeatureGates
@@ -197,13 +197,13 @@ def test_go_single_dash_flags_as_in_koordinators_daemonset_are_accepted() -> Non
 def test_durations_are_read_as_go_writes_them_or_as_plain_seconds(
     text: str, seconds: float
 ) -> None:
-    assert parse_duration(text) == pytest.approx(seconds)
+    assert duration_seconds(text) == pytest.approx(seconds)
 
 
 @pytest.mark.parametrize("text", ["", "s", "1x", "1 s", "1s2", "ms", "1e3s", "inf", "nan", "--1s"])
 def test_malformed_durations_are_rejected(text: str) -> None:
     with pytest.raises(ValueError, match="invalid duration"):
-        parse_duration(text)
+        duration_seconds(text)
 
 
 @given(
@@ -216,7 +216,7 @@ def test_malformed_durations_are_rejected(text: str) -> None:
 def test_a_go_duration_is_the_sum_of_its_parts(parts: list[tuple[int, str]]) -> None:
     unit = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 1e-3, "us": 1e-6, "ns": 1e-9}
     text = "".join(f"{n}{u}" for n, u in parts)
-    assert parse_duration(text) == pytest.approx(sum(n * unit[u] for n, u in parts))
+    assert duration_seconds(text) == pytest.approx(sum(n * unit[u] for n, u in parts))
 
 
 @pytest.mark.parametrize(
