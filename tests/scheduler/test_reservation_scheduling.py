@@ -429,7 +429,8 @@ def test_a_reserve_pod_never_uses_another_reservation_and_sees_what_it_holds():
         ({"cpu": 2000}, {"cpu": "2"}),
         ({"cpu": 1500}, {"cpu": "1500m"}),
         ({"memory": 3 << 29}, {"memory": "1536Mi"}),
-        ({"memory": 1000}, {"memory": "1000"}),
+        # NewQuantity(1000, BinarySI).String(): below 1024 Kubernetes prints DecimalSI
+        ({"memory": 1000}, {"memory": "1k"}),
         ({"kubernetes.io/batch-cpu": 2500}, {"kubernetes.io/batch-cpu": "2500"}),
         ({"kubernetes.io/batch-memory": 1 << 30}, {"kubernetes.io/batch-memory": "1Gi"}),
         ({"nvidia.com/gpu": 2}, {"nvidia.com/gpu": "2"}),
