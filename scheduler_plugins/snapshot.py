@@ -28,12 +28,13 @@ from typing import Any
 
 import yaml
 
+from apis import nodemetric
 from apis.cpulist import parse_cpulist
-from apis.duration import parse_duration
 from apis.extension import ANNOTATION_CPU_TOPOLOGY, LABEL_POD_PRIORITY_CLASS, LABEL_POD_QOS
 from apis.priority import PRIORITY_BATCH, PRIORITY_PROD, priority_class_of
 from apis.quantity import resource_value
 from apis.scheduling_keys import ANNOTATION_KUBELET_CPU_MANAGER_POLICY, ANNOTATION_POD_CPU_ALLOCS
+from apis.slo import SchemaError
 from scheduler_plugins.errors import InputError
 
 ALL = "*"
@@ -328,63 +329,33 @@ class NodeMetricInfo:
 
 
 def parse_node_metric(obj: Mapping[str, Any], source: str, where: str) -> NodeMetricInfo:
-    meta = _map(obj.get("metadata"), source, where + ".metadata")
-    spec = _map(obj.get("spec"), source, where + ".spec")
-    status = _map(obj.get("status"), source, where + ".status")
-    policy = _map(spec.get("metricCollectPolicy"), source, where + ".spec.metricCollectPolicy")
-    interval = policy.get("reportIntervalSeconds")
-    if interval is not None and not isinstance(interval, int | float):
+    """What load-aware scheduling reads of a NodeMetric, derived from the typed model
+    (:func:`apis.nodemetric.parse_node_metric`). Raises :class:`InputError` naming the field."""
+    try:
+        metric = nodemetric.parse_node_metric(obj, source)
+    except SchemaError as err:
         raise InputError(
-            source, where + ".spec.metricCollectPolicy.reportIntervalSeconds", "must be a number"
-        )
-    nm_where = where + ".status.nodeMetric"
-    node_metric = status.get("nodeMetric")
-    usage: ResourceList | None = None
-    aggregated: dict[float, dict[str, ResourceList]] = {}
-    if node_metric is not None:
-        nm = _map(node_metric, source, nm_where)
-        usage = parse_resource_list(
-            _map(nm.get("nodeUsage"), source, nm_where + ".nodeUsage").get("resources"),
-            source,
-            nm_where + ".nodeUsage.resources",
-        )
-        for i, agg in enumerate(
-            _list(nm.get("aggregatedNodeUsages"), source, nm_where + ".aggregatedNodeUsages")
-        ):
-            awhere = f"{nm_where}.aggregatedNodeUsages[{i}]"
-            a = _map(agg, source, awhere)
-            try:
-                duration = parse_duration(str(a.get("duration") or "0"))
-            except ValueError as err:
-                raise InputError(source, awhere + ".duration", str(err)) from err
-            by_type: dict[str, ResourceList] = {}
-            for kind, ru in _map(a.get("usage"), source, awhere + ".usage").items():
-                by_type[str(kind)] = parse_resource_list(
-                    _map(ru, source, f"{awhere}.usage.{kind}").get("resources"),
-                    source,
-                    f"{awhere}.usage.{kind}.resources",
-                )
-            aggregated[duration] = by_type
+            source, f"{where}.{err.field}" if err.field else where, err.message
+        ) from err
+    status = metric.status
+    nm = status.node_metric
+    policy = metric.collect_policy
+    interval = policy.report_interval_seconds if policy is not None else None
     pods: dict[str, PodMetric] = {}
-    for i, pm in enumerate(_list(status.get("podsMetric"), source, where + ".status.podsMetric")):
-        pwhere = f"{where}.status.podsMetric[{i}]"
-        p = _map(pm, source, pwhere)
-        key = f"{p.get('namespace') or 'default'}/{p.get('name') or ''}"
-        pods[key] = PodMetric(
-            key=key,
-            usage=parse_resource_list(
-                _map(p.get("podUsage"), source, pwhere + ".podUsage").get("resources"),
-                source,
-                pwhere + ".podUsage.resources",
-            ),
-            priority=str(p.get("priority") or ""),
-        )
+    for pm in status.pods_metric or ():
+        key = f"{pm.namespace or 'default'}/{pm.name}"
+        pods[key] = PodMetric(key, dict(pm.pod_usage.resources), pm.priority)
     return NodeMetricInfo(
-        name=str(meta.get("name") or ""),
-        update_time=parse_time(status.get("updateTime"), source, where + ".status.updateTime"),
+        name=metric.name,
+        update_time=None if status.update_time is None else status.update_time.timestamp(),
         report_interval_s=float(interval) if interval else DEFAULT_REPORT_INTERVAL_S,
-        node_usage=usage,
-        aggregated=aggregated,
+        node_usage=None if nm is None else dict(nm.node_usage.resources),
+        aggregated={}
+        if nm is None
+        else {
+            a.duration_seconds: {kind: dict(rm.resources) for kind, rm in a.usage.items()}
+            for a in nm.aggregated_node_usages
+        },
         pods=pods,
     )
 

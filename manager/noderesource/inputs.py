@@ -14,11 +14,14 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from apis import nodemetric
 from apis.cpulist import parse_cpulist
 from apis.extension import LABEL_POD_QOS
 from apis.manager_keys import ANNOTATION_NODE_RESERVATION
+from apis.nodemetric import NodeMetric, PodMetricInfo, ResourceMap
 from apis.priority import PRIORITY_BATCH, PRIORITY_PROD, priority_class_of
 from apis.quantity import int_value, milli_value, parse_quantity
+from apis.slo import SchemaError
 from manager.errors import InputError
 
 CPU = "cpu"
@@ -75,18 +78,6 @@ class NodeView:
 
 
 @dataclass(frozen=True, slots=True)
-class PodMetricView:
-    """One ``status.podsMetric`` entry."""
-
-    key: str
-    """``namespace/name``."""
-    priority: str
-    """``priority`` (Koordinator priority class) as the koordlet reported it; may be empty."""
-    usage: Resources
-    """``podUsage.resources``."""
-
-
-@dataclass(frozen=True, slots=True)
 class HostAppMetricView:
     """One ``status.hostApplicationMetric`` entry."""
 
@@ -108,8 +99,8 @@ class NodeMetricView:
     """status.nodeMetric.nodeUsage.resources; None unless both cpu and memory are there."""
     system_usage: Resources
     """status.nodeMetric.systemUsage.resources (zero where absent)."""
-    pods: tuple[PodMetricView, ...]
-    """status.podsMetric."""
+    pods: tuple[PodMetricInfo, ...]
+    """status.podsMetric, as the model holds them (:func:`usage_of` reads their usage)."""
     prod_reclaimable: Resources | None
     """status.prodReclaimableMetric.resource.resources; None when absent."""
     host_apps: tuple[HostAppMetricView, ...]
@@ -240,77 +231,45 @@ def _reservation(raw: str) -> Resources:
     return res
 
 
-def parse_node_metric(obj: object, source: str) -> NodeMetricView:
-    """A NodeMetric object. Raises :class:`InputError`."""
-    nm = _obj(obj, source, "")
-    if nm.get("kind", "NodeMetric") != "NodeMetric":
-        raise InputError(source, "kind", f"must be NodeMetric, got {nm.get('kind')!r}")
-    status = _obj(nm.get("status"), source, "status")
-    update = status.get("updateTime")
-    update_time = None if update is None else parse_time(update, source, "status.updateTime")
-    node_metric = _obj(status.get("nodeMetric"), source, "status.nodeMetric")
-    usage_path = "status.nodeMetric.nodeUsage.resources"
-    usage_obj = _obj(node_metric.get("nodeUsage"), source, "status.nodeMetric.nodeUsage")
-    node_usage, complete = _resources(usage_obj.get("resources"), source, usage_path)
-    sys_obj = _obj(node_metric.get("systemUsage"), source, "status.nodeMetric.systemUsage")
-    system_usage, _ = _resources(
-        sys_obj.get("resources"), source, "status.nodeMetric.systemUsage.resources"
-    )
-    pods = []
-    for i, item in enumerate(_list(status.get("podsMetric"), source, "status.podsMetric")):
-        try:
-            res = item["podUsage"]["resources"]
-            pods.append(
-                PodMetricView(
-                    f"{item.get('namespace') or ''}/{item.get('name') or ''}",
-                    str(item.get("priority") or ""),
-                    Resources(milli_value(res.get(CPU, 0)), int_value(res.get(MEMORY, 0))),
-                )
-            )
-            continue
-        except (LookupError, AttributeError, TypeError, ValueError):
-            pass  # the checked path below names the field at fault
-        path = f"status.podsMetric[{i}]"
-        pm = _obj(item, source, path)
-        usage, _ = _resources(
-            _obj(pm.get("podUsage"), source, f"{path}.podUsage").get("resources"),
-            source,
-            f"{path}.podUsage.resources",
-        )
-        key = f"{pm.get('namespace') or ''}/{pm.get('name') or ''}"
-        pods.append(PodMetricView(key, str(pm.get("priority") or ""), usage))
-    reclaim = None
-    prm = status.get("prodReclaimableMetric")
-    if prm is not None:
-        res_obj = _obj(
-            _obj(prm, source, "status.prodReclaimableMetric").get("resource"), source, ""
-        )
-        if res_obj.get("resources") is not None:
-            reclaim, _ = _resources(
-                res_obj["resources"], source, "status.prodReclaimableMetric.resource.resources"
-            )
-    apps = []
-    for i, item in enumerate(
-        _list(status.get("hostApplicationMetric"), source, "status.hostApplicationMetric")
-    ):
-        path = f"status.hostApplicationMetric[{i}]"
-        am = _obj(item, source, path)
-        usage, _ = _resources(
-            _obj(am.get("usage"), source, f"{path}.usage").get("resources"),
-            source,
-            f"{path}.usage.resources",
-        )
-        apps.append(
-            HostAppMetricView(str(am.get("name") or ""), str(am.get("priority") or ""), usage)
-        )
+def usage_of(rm: ResourceMap) -> Resources:
+    """The CPU (milli-cores) and memory (bytes) of a NodeMetric ``ResourceMap``."""
+    res = rm.resources
+    return Resources(res.get(CPU, 0), res.get(MEMORY, 0))
+
+
+def node_metric_view(metric: NodeMetric) -> NodeMetricView:
+    """What the calculation reads of a NodeMetric, derived from the typed model."""
+    status = metric.status
+    nm = status.node_metric
+    node_usage: Resources | None = None
+    system_usage = ZERO
+    if nm is not None:
+        res = nm.node_usage.resources
+        if CPU in res and MEMORY in res:
+            node_usage = Resources(res[CPU], res[MEMORY])
+        system_usage = usage_of(nm.system_usage)
+    reclaim = status.prod_reclaimable_metric
     return NodeMetricView(
-        update_time=update_time,
-        node_usage=node_usage if complete else None,
+        update_time=status.update_time,
+        node_usage=node_usage,
         system_usage=system_usage,
-        pods=tuple(pods),
-        prod_reclaimable=reclaim,
-        host_apps=tuple(apps),
+        pods=status.pods_metric or (),
+        prod_reclaimable=None if reclaim is None else usage_of(reclaim),
+        host_apps=tuple(
+            HostAppMetricView(a.name, a.priority, usage_of(a.usage))
+            for a in status.host_application_metric or ()
+        ),
     )
+
+
+def parse_node_metric(obj: object, source: str) -> NodeMetricView:
+    """A NodeMetric object (:func:`apis.nodemetric.parse_node_metric`). Raises
+    :class:`InputError`."""
+    try:
+        metric = nodemetric.parse_node_metric(obj, source)
+    except SchemaError as err:
+        raise InputError(err.source, err.field, err.message) from err
+    return node_metric_view(metric)
 
 
 def _list(value: object, source: str, path: str) -> Sequence[Any]:
