@@ -54,6 +54,9 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
+from apis.extension import ANNOTATION_CPU_TOPOLOGY, LABEL_POD_QOS
+from apis.kubernetes_keys import LABEL_HOSTNAME
+from apis.manager_keys import BATCH_CPU, BATCH_MEMORY
 from scheduler_plugins.extender import Extender, make_app
 from scheduler_plugins.framework import num_feasible_nodes_to_find
 from scheduler_plugins.snapshot import PodInfo, build_snapshot, parse_pod
@@ -75,7 +78,7 @@ def _topology(name: str) -> dict[str, Any]:
         "kind": "NodeResourceTopology",
         "metadata": {
             "name": name,
-            "annotations": {"node.koordinator.sh/cpu-topology": json.dumps({"detail": detail})},
+            "annotations": {ANNOTATION_CPU_TOPOLOGY: json.dumps({"detail": detail})},
         },
         "topologyPolicies": ["None"],
         "zones": [
@@ -102,14 +105,14 @@ def cluster(nodes: int, pods_per_node: int, seed: int = 7) -> list[dict[str, Any
         objects.append(
             {
                 "kind": "Node",
-                "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}},
+                "metadata": {"name": name, "labels": {LABEL_HOSTNAME: name}},
                 "status": {
                     "allocatable": {
                         "cpu": "32",
                         "memory": "128Gi",
                         "pods": "110",
-                        "kubernetes.io/batch-cpu": "20000",
-                        "kubernetes.io/batch-memory": "60Gi",
+                        BATCH_CPU: "20000",
+                        BATCH_MEMORY: "60Gi",
                     }
                 },
             }
@@ -182,7 +185,7 @@ def _pod(i: int) -> dict[str, Any]:
                 "name": f"lsr-{i}",
                 "namespace": "bench",
                 "uid": f"new-{i}",
-                "labels": {"koordinator.sh/qosClass": "LSR"},
+                "labels": {LABEL_POD_QOS: "LSR"},
             },
             "spec": {
                 "priority": 9500,
@@ -197,11 +200,7 @@ def _pod(i: int) -> dict[str, Any]:
                 ],
             },
         }
-    requests = (
-        {"cpu": "2", "memory": "4Gi"}
-        if i % 2
-        else {"kubernetes.io/batch-cpu": "2000", "kubernetes.io/batch-memory": "4Gi"}
-    )
+    requests = {"cpu": "2", "memory": "4Gi"} if i % 2 else {BATCH_CPU: "2000", BATCH_MEMORY: "4Gi"}
     return {
         "kind": "Pod",
         "metadata": {"name": f"p-{i}", "namespace": "bench", "uid": f"new-{i}"},
