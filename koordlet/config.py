@@ -644,13 +644,23 @@ def _default_text(setting: Setting) -> str:
     return str(value)
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(commands: Mapping[str, str] | None = None) -> argparse.ArgumentParser:
     """The command-line parser; ``--help`` lists every flag with its default and Koordinator's
-    name for it, then the feature gates."""
+    name for it, then the feature gates, then ``commands`` (name → one line), the subcommands
+    the entry point takes instead of flags."""
+    epilog = "feature gates (--feature-gates):\n  " + "\n  ".join(help_lines())
+    usage = None
+    if commands:
+        width = max(len(name) for name in commands)
+        epilog += "\n\ncommands (koordlet COMMAND --help for their options):\n" + "\n".join(
+            f"  {name:<{width}}  {text}" for name, text in commands.items()
+        )
+        usage = "koordlet [FLAGS]\n       koordlet {" + ",".join(commands) + "} ..."
     parser = _Parser(
         prog="koordlet",
+        usage=usage,
         description="koordinator-py's koordlet: Koordinator's node agent, in Python.",
-        epilog="feature gates (--feature-gates):\n  " + "\n  ".join(help_lines()),
+        epilog=epilog,
         formatter_class=argparse.RawDescriptionHelpFormatter,
         allow_abbrev=False,
     )
@@ -795,13 +805,14 @@ def load_config(
     *,
     environ: Mapping[str, str] | None = None,
     default_nodeslo_file: str = DEFAULT_NODESLO_FILE,
+    commands: Mapping[str, str] | None = None,
 ) -> KoordletConfig:
     """The configuration from command-line arguments (without the program name), the config file
     they name and ``environ`` (``os.environ`` by default; ``NODE_NAME``). Raises ConfigError
-    naming the flag or file and the field. ``--help`` and ``--version`` print and raise
-    SystemExit(0), as argparse does."""
+    naming the flag or file and the field. ``--help`` (which lists ``commands`` too) and
+    ``--version`` print and raise SystemExit(0), as argparse does."""
     env = os.environ if environ is None else environ
-    args = vars(build_parser().parse_args(_go_style(argv)))
+    args = vars(build_parser(commands).parse_args(_go_style(argv)))
     values: dict[str, Any] = {}
     sources: dict[str, tuple[str, str]] = {}
     config_file: str | None = args.pop("config", None)

@@ -21,8 +21,9 @@ Start, one stage after the other, each logged with its duration (``docs/architec
                    then ready
 
 SIGTERM or SIGINT stops the stages that started, in reverse order, within :data:`STOP_TIMEOUT`
-seconds, and :func:`run` returns 0. A stage that fails to start is logged, what started is
-stopped, and :func:`run` returns 2 for a configuration error (a bad NodeSLO file), else 1.
+seconds, and :func:`run` returns 0; a second one exits at once (:mod:`kubeclient.signals`). A
+stage that fails to start is logged, what started is stopped, and :func:`run` returns 2 for a
+configuration error (a bad NodeSLO file), else 1.
 SIGHUP re-reads the NodeSLO file; it is also re-read whenever its modification time changes, and
 a bad version keeps the last good one (logged with file and field, counted in
 ``koordlet_nodeslo_reload_errors_total``).
@@ -78,6 +79,7 @@ from koordlet.system.cgroups import CgroupDriver, CgroupVersion, kube_root_for
 from koordlet.system.host import Host
 from koordlet.system.probe import Capabilities, probe_capabilities
 from koordlet.system.psi import has_cap_sys_resource
+from kubeclient.signals import StopSignals
 
 if TYPE_CHECKING:  # cluster mode only: imported when used (kubernetes_asyncio costs ~60 MiB)
     from koordlet.reporter.nodemetric import NodeMetricReporter
@@ -744,27 +746,25 @@ async def run(
         cfg, collectors=collectors, strategies=strategies, settle_gc_when_ready=own_process
     )
     stop_event = stop if stop is not None else asyncio.Event()
-    loop = asyncio.get_running_loop()
-    installed = _install_signals(loop, stop_event, daemon.reload_node_slo)
-    start = asyncio.ensure_future(daemon.start())
-    stopped = asyncio.ensure_future(stop_event.wait())
-    try:
-        await asyncio.wait((start, stopped), return_when=asyncio.FIRST_COMPLETED)
-        if not start.done():
-            logger.info("stop requested during start-up")
-            return EXIT_OK
-        code = start.result()
-        if code == EXIT_OK:
-            await stopped
-        return code
-    finally:
-        # Also when run() itself is cancelled: nothing started may outlive it.
-        for task in (start, stopped):
-            task.cancel()
-        await asyncio.wait((start, stopped))
-        await daemon.stop()
-        for sig in installed:
-            loop.remove_signal_handler(sig)
+    # SIGTERM and SIGINT stop (a second one at once), SIGHUP re-reads the NodeSLO file.
+    with StopSignals(stop_event, also={signal.SIGHUP: daemon.reload_node_slo}):
+        start = asyncio.ensure_future(daemon.start())
+        stopped = asyncio.ensure_future(stop_event.wait())
+        try:
+            await asyncio.wait((start, stopped), return_when=asyncio.FIRST_COMPLETED)
+            if not start.done():
+                logger.info("stop requested during start-up")
+                return EXIT_OK
+            code = start.result()
+            if code == EXIT_OK:
+                await stopped
+            return code
+        finally:
+            # Also when run() itself is cancelled: nothing started may outlive it.
+            for task in (start, stopped):
+                task.cancel()
+            await asyncio.wait((start, stopped))
+            await daemon.stop()
 
 
 def build_audit_log(cfg: KoordletConfig) -> AuditLog:
@@ -780,26 +780,6 @@ def build_audit_log(cfg: KoordletConfig) -> AuditLog:
 
 async def _close_events(events: PressureEventSource) -> None:
     events.close()
-
-
-def _install_signals(
-    loop: asyncio.AbstractEventLoop, stop: asyncio.Event, reload: Callable[[], None]
-) -> list[signal.Signals]:
-    """SIGTERM and SIGINT set ``stop``, SIGHUP calls ``reload``; returns what was installed."""
-    handlers: dict[signal.Signals, Callable[[], None]] = {
-        signal.SIGTERM: stop.set,
-        signal.SIGINT: stop.set,
-        signal.SIGHUP: reload,
-    }
-    installed = []
-    for sig, handler in handlers.items():
-        try:
-            loop.add_signal_handler(sig, handler)
-        except (NotImplementedError, RuntimeError, ValueError) as err:  # not the main thread
-            logger.warning("cannot handle %s here (%s); use the stop event", sig.name, err)
-            continue
-        installed.append(sig)
-    return installed
 
 
 GC_GEN0_THRESHOLD = 20_000

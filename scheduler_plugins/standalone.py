@@ -593,37 +593,3 @@ def tune_gc() -> None:
     gc.freeze()
     gen0, gen1, gen2 = gc.get_threshold()
     gc.set_threshold(max(gen0, GC_GEN0_THRESHOLD), gen1, gen2)
-
-
-async def run_standalone(
-    cfg: Any,
-    kubeconfig: str | None,
-    scheduler_name: str = SCHEDULER_NAME,
-    sync_timeout: float = 60.0,
-) -> int:
-    """``koord-scheduler run``: informers, the loop, until SIGTERM or SIGINT."""
-    import signal
-
-    from kubeclient.client import KubeClient
-
-    client = await KubeClient.connect(kubeconfig)
-    try:
-        informed, scheduler = build_scheduler(client, cfg, scheduler_name)
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, stop.set)
-        async with asyncio.TaskGroup() as group:
-            informers = group.create_task(informed.run(), name="scheduler-informers")
-            if not await informed.wait_synced(sync_timeout):
-                logger.error("nodes and pods not listed within %.0fs; giving up", sync_timeout)
-                informers.cancel()
-                return 1
-            tune_gc()
-            loop_task = group.create_task(scheduler.run(), name="scheduler-loop")
-            await stop.wait()
-            loop_task.cancel()
-            informers.cancel()
-        return 0
-    finally:
-        await client.close()

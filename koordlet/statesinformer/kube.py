@@ -278,6 +278,7 @@ class KubeStatesSource:
         """The NodeMetric's collect policy (defaults until the NodeMetric is seen)."""
         self._listeners: list[NodeSLOListener] = []
         self._pending: set[asyncio.Task[None]] = set()
+        self._persist_lock = asyncio.Lock()  # FIFO: NodeSLOs reach the disk in the order seen
         self.pods.add_handler(self._pod_changed, self._pod_updated, self._pod_deleted)
         self.node_slos.add_handler(self._slo_changed, self._slo_updated, self._slo_deleted)
         self.node_metrics.add_handler(self._metric_changed, self._metric_updated)
@@ -385,7 +386,9 @@ class KubeStatesSource:
 
     async def _persist_async(self, spec_json: Mapping[str, Any]) -> None:
         try:
-            await asyncio.to_thread(self._persist, spec_json)
+            # one write at a time, in order: two in threads at once could rename the older last
+            async with self._persist_lock:
+                await asyncio.to_thread(self._persist, spec_json)
         except OSError as err:
             logger.warning("cannot persist the NodeSLO to %s: %s", self.nodeslo_path, err)
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -292,3 +293,6 @@ def test_version_and_help_print_and_exit_0(script: bool) -> None:
     assert help_.returncode == 0
     assert "--cgroup-root-dir" in help_.stdout
     assert "--feature-gates" in help_.stdout
+    commands = help_.stdout.split("commands (koordlet COMMAND --help", 1)[1]
+    assert re.search(r"^  host-app  start a host application", commands, re.MULTILINE)
+    assert "koordlet {host-app} ..." in help_.stdout  # the usage line names it too

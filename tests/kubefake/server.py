@@ -20,7 +20,8 @@ Faithful on:
 
 Fault injection (:class:`Fault`, matched in order, each for ``times`` requests): an HTTP status
 with an optional ``Retry-After``, a dropped connection, a delay; ``drop_watches()`` cuts every
-open watch stream mid-flight. Every request is recorded in ``requests``.
+open watch stream mid-flight. Every request is recorded in ``requests``; ``in_flight`` counts
+those not answered yet.
 """
 
 from __future__ import annotations
@@ -232,6 +233,8 @@ class FakeApiServer:
         self.history: list[tuple[int, Kind, str, Obj]] = []
         self.faults: list[Fault] = []
         self.requests: list[RecordedRequest] = []
+        self.in_flight = 0
+        """Requests received and not yet answered (open watches included)."""
         self.eviction_blocked: set[str] = set()
         """Pod names whose eviction a disruption budget refuses (429)."""
         self.gone_as_http = False
@@ -386,6 +389,13 @@ class FakeApiServer:
         ]
 
     async def _handle(self, request: web.Request) -> web.StreamResponse:
+        self.in_flight += 1
+        try:
+            return await self._answer(request)
+        finally:
+            self.in_flight -= 1
+
+    async def _answer(self, request: web.Request) -> web.StreamResponse:
         query = dict(parse_qsl(request.query_string))
         raw = await request.read()
         try:
@@ -607,8 +617,8 @@ class FakeApiServer:
                         await send("BOOKMARK", self._bookmark(kind))
                     continue
                 if item is None:  # drop_watches(): cut the stream mid-flight
-                    assert request.transport is not None
-                    request.transport.close()
+                    if request.transport is not None:  # None: the client has gone already
+                        request.transport.close()
                     return resp
                 rv, event, obj = item
                 if event == "BOOKMARK":
