@@ -119,12 +119,19 @@ def from_config(doc: Mapping[str, Any], source: str) -> LeaderElection:
 
 
 async def scheduling_term(
-    client: KubeClient, cfg: Any, scheduler_name: str, sync_timeout: float = 60.0
+    client: KubeClient,
+    cfg: Any,
+    scheduler_name: str,
+    sync_timeout: float = 60.0,
+    *,
+    own_process: bool = False,
 ) -> None:
     """One term of the standalone scheduler: fresh informers and loop, until cancelled.
 
     Built by :func:`~scheduler_plugins.standalone.build_scheduler` on a client it is given.
     Raises :class:`TermError` when nodes and pods are not listed within ``sync_timeout``.
+    ``own_process``: the process is the scheduler's alone (``koord-scheduler run``), so its
+    garbage collector may be tuned once synced; in-process callers (tests) leave theirs alone.
     """
     from scheduler_plugins.standalone import build_scheduler, tune_gc
 
@@ -133,7 +140,8 @@ async def scheduling_term(
         group.create_task(informed.run(), name="scheduler-informers")
         if not await informed.wait_synced(sync_timeout):
             raise TermError(f"nodes and pods not listed within {sync_timeout:.0f}s")
-        tune_gc()
+        if own_process:
+            tune_gc()
         group.create_task(scheduler.run(), name="scheduler-loop")
 
 
@@ -151,7 +159,7 @@ async def run_elected(
         runner = ElectedRunner(
             client,
             election.config() if election.leader_elect else None,
-            lambda: scheduling_term(client, cfg, scheduler_name, sync_timeout),
+            lambda: scheduling_term(client, cfg, scheduler_name, sync_timeout, own_process=True),
             name="scheduler",
         )
         with StopSignals() as signals:
