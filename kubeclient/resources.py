@@ -66,3 +66,8 @@ DEVICES = Resource("scheduling.koordinator.sh", "v1alpha1", "devices", "Device",
 ELASTIC_QUOTA_PROFILES = Resource(
     "quota.koordinator.sh", "v1alpha1", "elasticquotaprofiles", "ElasticQuotaProfile", True
 )
+PRIORITY_CLASSES = Resource(
+    "scheduling.k8s.io", "v1", "priorityclasses", "PriorityClass", namespaced=False
+)
+EVENTS_V1 = Resource("events.k8s.io", "v1", "events", "Event", namespaced=True)
+"""``events.k8s.io/v1`` Events (series aggregation), as kube-scheduler records them."""

@@ -75,6 +75,8 @@ INITIAL_BACKOFF_S = 1.0
 MAX_BACKOFF_S = 10.0
 ERR_NODE_NAME = "node(s) didn't match the requested node name"
 """kube-scheduler's NodeName reason (a reservation pinned by ``spec.template.spec.nodeName``)."""
+GATE_POLL_S = 0.1
+"""How often a held loop checks whether the informers are current again."""
 RESERVATION_API_VERSION = "scheduling.koordinator.sh/v1alpha1"
 EVENT_NAMESPACE_CLUSTER_SCOPED = "default"
 """Where Events about cluster-scoped objects (Reservations) go, as client-go records them."""
@@ -223,6 +225,7 @@ class Scheduler:
         clock: Callable[[], float] = time.time,
         percentage_of_nodes_to_score: int = 0,
         reservations: ReservationWriter | None = None,
+        gate: Callable[[], list[str]] | None = None,
     ) -> None:
         if not 0 <= percentage_of_nodes_to_score <= 100:
             raise ValueError(
@@ -253,6 +256,10 @@ class Scheduler:
         """Queued Reservations: uid → name (their reserve pods are built when popped)."""
         self.placed = 0
         """Reservations placed so far."""
+        self.gate = gate
+        """What decisions wait for (:meth:`InformedSnapshot.not_ready`): while it names
+        anything, :meth:`run` schedules nothing."""
+        self._held: list[str] = []
 
     # -- queue --------------------------------------------------------------------------------
 
@@ -522,10 +529,26 @@ class Scheduler:
 
     # -- the loop -------------------------------------------------------------------------------
 
+    def _hold(self) -> bool:
+        """Whether decisions wait for informers (logged when that changes)."""
+        waiting = self.gate() if self.gate is not None else []
+        if waiting != self._held:
+            if waiting:
+                logger.warning("holding scheduling decisions: waiting for %s", ", ".join(waiting))
+            else:
+                logger.info("informers current: scheduling")
+            self._held = waiting
+        return bool(waiting)
+
     async def run(self) -> None:
         """Schedule forever (cancel to stop)."""
         self.enqueue_all()
         while True:
+            if self._hold():
+                self._wake.clear()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._wake.wait(), GATE_POLL_S)
+                continue
             self.expire_gangs()
             pod, wait = self._pop_ready()
             if pod is None:
@@ -566,6 +589,7 @@ def build_scheduler(
         scheduler_name=scheduler_name,
         percentage_of_nodes_to_score=cfg.percentage_of_nodes_to_score,
         reservations=ReservationWriter(client),
+        gate=informed.not_ready,
     )
     connect(informed, scheduler)
     return informed, scheduler
@@ -613,7 +637,11 @@ async def run_standalone(
         async with asyncio.TaskGroup() as group:
             informers = group.create_task(informed.run(), name="scheduler-informers")
             if not await informed.wait_synced(sync_timeout):
-                logger.error("nodes and pods not listed within %.0fs; giving up", sync_timeout)
+                logger.error(
+                    "informers not synced within %.0fs, giving up: waiting for %s",
+                    sync_timeout,
+                    ", ".join(informed.not_ready()),
+                )
                 informers.cancel()
                 return 1
             tune_gc()
