@@ -72,6 +72,7 @@ from scheduler_plugins.extenderapi import (
     preemption_result,
 )
 from scheduler_plugins.framework import ERR_NODE_NOT_FOUND, Cycle, Framework, ReserveError
+from scheduler_plugins.reservationstatus import OwnerSync
 from scheduler_plugins.snapshot import (
     NodeInfo,
     PodInfo,
@@ -508,7 +509,8 @@ async def serve(
             if informed is None:
                 await stop.wait()
                 return 0
-            return await _serve_informed(informed, extender, stop, sync_timeout)
+            sync = OwnerSync(client, informed.snapshot) if bind else None
+            return await _serve_informed(informed, extender, stop, sync_timeout, sync)
         finally:
             await runner.cleanup()
     finally:
@@ -517,12 +519,23 @@ async def serve(
 
 
 async def _serve_informed(
-    informed: InformedSnapshot, extender: Extender, stop: asyncio.Event, sync_timeout: float
+    informed: InformedSnapshot,
+    extender: Extender,
+    stop: asyncio.Event,
+    sync_timeout: float,
+    owner_sync: OwnerSync | None,
 ) -> int:
-    """Run the informers under ``extender`` until ``stop``; 1 when they do not all list in
-    time."""
+    """Run the informers under ``extender`` (and the Reservations' owner sync, with
+    ``--bind``) until ``stop``; 1 when they do not all list in time."""
     async with asyncio.TaskGroup() as group:
-        task = group.create_task(informed.run(), name="scheduler-informers")
+        tasks = [group.create_task(informed.run(), name="scheduler-informers")]
+        if owner_sync is not None:
+            informed.watch_owners(owner_sync)
+            tasks.append(
+                group.create_task(
+                    owner_sync.run(informed.not_ready), name="scheduler-reservation-owners"
+                )
+            )
         try:
             if not await informed.wait_synced(sync_timeout):
                 logger.error(
@@ -536,4 +549,5 @@ async def _serve_informed(
             await stop.wait()
             return 0
         finally:
-            task.cancel()
+            for task in tasks:
+                task.cancel()

@@ -27,7 +27,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kubeclient.client import KubeClient, Obj
 from kubeclient.informer import Informer
@@ -55,6 +55,9 @@ from scheduler_plugins.snapshot import (
     parse_node_metric,
     parse_pod,
 )
+
+if TYPE_CHECKING:
+    from scheduler_plugins.reservationstatus import OwnerSync
 
 logger = logging.getLogger(__name__)
 
@@ -189,6 +192,21 @@ class InformedSnapshot:
         async with asyncio.TaskGroup() as group:
             for informer in self.informers:
                 group.create_task(informer.run(), name=f"scheduler-informer-{informer.name}")
+
+    def watch_owners(self, sync: OwnerSync) -> None:
+        """Tell ``sync`` of every pod and Reservation added, changed or deleted."""
+        for informer in self.informers:
+            if informer.resource is RESERVATIONS:
+                informer.add_handler(
+                    on_add=sync.reservation_changed,
+                    on_update=lambda _old, new: sync.reservation_changed(new),
+                )
+            elif informer.resource is PODS:
+                informer.add_handler(
+                    on_add=sync.pod_changed,
+                    on_update=lambda _old, new: sync.pod_changed(new),
+                    on_delete=sync.pod_changed,
+                )
 
     def not_ready(self) -> list[str]:
         """What a decision waits for: each kind not listed yet (with its last error) or

@@ -219,8 +219,10 @@ def test_every_kind_the_informers_watch_is_readable_by_both_packaged_scheduler_r
 
 
 def test_the_standalone_role_may_do_every_write_the_standalone_scheduler_makes() -> None:
-    # Writes of `koord-scheduler run`: pod patches (reserve annotations), bindings, Events, and
-    # Reservation status (placed or Unschedulable) through the status subresource (PUT: update).
+    # Writes of `koord-scheduler run`: pod patches (reserve annotations), bindings, Events
+    # (events.k8s.io/v1: created, then patched with their series), the PodScheduled condition
+    # (pods/status patch), and Reservation status (placed, Unschedulable, currentOwners) through
+    # the status subresource (PUT: update).
     rbac = Path(__file__).resolve().parents[2] / "packaging/kubernetes/scheduler/rbac.yaml"
     (role,) = [
         d
@@ -237,7 +239,9 @@ def test_the_standalone_role_may_do_every_write_the_standalone_scheduler_makes()
     needed = {
         ("", "pods", "patch"),
         ("", "pods/binding", "create"),
-        ("", "events", "create"),
+        ("", "pods/status", "patch"),
+        ("events.k8s.io", "events", "create"),
+        ("events.k8s.io", "events", "patch"),
         (RESERVATIONS.group, f"{RESERVATIONS.plural}/status", "update"),
     }
     assert needed <= allowed
