@@ -71,7 +71,13 @@ from scheduler_plugins.extenderapi import (
     parse_preemption_args,
     preemption_result,
 )
-from scheduler_plugins.framework import ERR_NODE_NOT_FOUND, Cycle, Framework, ReserveError
+from scheduler_plugins.framework import (
+    ERR_NODE_NOT_FOUND,
+    MAX_NODE_SCORE,
+    Cycle,
+    Framework,
+    ReserveError,
+)
 from scheduler_plugins.reservationstatus import OwnerSync
 from scheduler_plugins.snapshot import (
     NodeInfo,
@@ -292,8 +298,8 @@ class Extender:
         else:
             nodes, _ = self.framework.resolve(self.snapshot, names)
         _, totals = self.framework.score_nodes(cached.cycle, pod, nodes)
-        get = totals.get
-        return host_priority_list((n, get(n, 0) // MAX_EXTENDER_PRIORITY) for n in names)
+        # the framework's 0..100 on the extender's 0..10 (MaxExtenderPriority)
+        return host_priority_list(names, totals, MAX_NODE_SCORE // MAX_EXTENDER_PRIORITY)
 
     def _find(self, args: BindingArgs) -> _Cached | None:
         """The cycle the pod's filter ran in; else, for a pending pod the informers know (its

@@ -159,9 +159,9 @@ def parse_extender_args(body: Any) -> ExtenderArgs:
     if raw_names is not None:
         if not isinstance(raw_names, list):
             raise InputError(src, "NodeNames", f"must be an array, got {_kind(raw_names)}")
-        for i, name in enumerate(raw_names):
-            if not isinstance(name, str):
-                raise InputError(src, f"NodeNames[{i}]", f"must be a string, got {name!r}")
+        if not set(map(type, raw_names)) <= {str}:  # one C-level pass: 5,000 names are usual
+            i, bad = next((i, n) for i, n in enumerate(raw_names) if not isinstance(n, str))
+            raise InputError(src, f"NodeNames[{i}]", f"must be a string, got {bad!r}")
         return ExtenderArgs(pod, raw_names, None)
     if raw_nodes is None:
         raise InputError(src, "NodeNames", "missing (neither Nodes nor NodeNames given)")
@@ -266,9 +266,12 @@ def filter_result(
     }
 
 
-def host_priority_list(scores: Iterable[tuple[str, int]]) -> list[dict[str, Any]]:
-    """``HostPriorityList``."""
-    return [{"Host": host, "Score": score} for host, score in scores]
+def host_priority_list(
+    hosts: Sequence[str], totals: Mapping[str, int], divisor: int
+) -> list[dict[str, Any]]:
+    """``HostPriorityList``: each host's total (0 when it has none) divided by ``divisor``."""
+    get = totals.get
+    return [{"Host": host, "Score": get(host, 0) // divisor} for host in hosts]
 
 
 def binding_result(error: str = "") -> dict[str, Any]:

@@ -160,6 +160,8 @@ class EventRecorder:
         ref = dict(regarding)
         namespace = ref.get("namespace") or namespace or NAMESPACE_CLUSTER_SCOPED
         logger.info("%s %s/%s: %s", reason, namespace, ref.get("name", ""), note)
+        if self.client is None:
+            return
         now = self.clock()
         key = (type_, action, reason, self.controller, self.instance, tuple(sorted(ref.items())))
         cached = self._cache.get(key)
