@@ -216,8 +216,8 @@ def _pod(i: int) -> dict[str, Any]:
 
 def _as_sent(obj: dict[str, Any]) -> dict[str, Any]:
     """A pod as kube-scheduler serializes it into ``ExtenderArgs.Pod``: what the API server
-    defaulted and recorded (managed fields, tolerations, container defaults, status), in the
-    shape of ``tests/golden/captures/``, so the extender parses bodies of the real size."""
+    defaulted and recorded (managed fields, container defaults, status), in the shape of
+    ``tests/golden/captures/``, so the extender parses bodies of the real size."""
     meta = obj["metadata"]
     spec = obj["spec"]
     for c in spec["containers"]:
@@ -269,15 +269,6 @@ def _as_sent(obj: dict[str, Any]) -> dict[str, Any]:
             "serviceAccount": "default",
             "securityContext": {},
             "schedulerName": "default-scheduler",
-            "tolerations": [
-                {
-                    "key": f"node.kubernetes.io/{t}",
-                    "operator": "Exists",
-                    "effect": "NoExecute",
-                    "tolerationSeconds": 300,
-                }
-                for t in ("not-ready", "unreachable")
-            ],
             "enableServiceLinks": True,
             "preemptionPolicy": "PreemptLowerPriority",
         }
