@@ -6,7 +6,9 @@ about 10 % of the nodes are over the 65 % cpu threshold), ``--pods-per-node`` as
 on one node in ten. The extender is served on 127.0.0.1 as in production, with the default plugin
 table and Koordinator's default args. Each measured pod (``--pods``, default 300, after 20 for
 warm-up) is one ``/filter`` then one ``/prioritize`` request carrying every node name
-(``nodeCacheCapable``), timed from the first request sent to the second answer read. A pod in
+(``nodeCacheCapable``), timed from the first request sent to the second answer read. Bodies are
+in the wire format kube-scheduler writes (``ExtenderArgs`` with Go field names, the pod as the
+API server returns it, managed fields and defaults included). A pod in
 ten is an LSR pod that needs a cpuset (NodeNUMAResource places it on every candidate node).
 
 Each measured pod is also sent as kube-scheduler really sends it: ``nodeCacheCapable`` with
@@ -211,6 +213,85 @@ def _pod(i: int) -> dict[str, Any]:
     }
 
 
+def _as_sent(obj: dict[str, Any]) -> dict[str, Any]:
+    """A pod as kube-scheduler serializes it into ``ExtenderArgs.Pod``: what the API server
+    defaulted and recorded (managed fields, container defaults, status), in the shape of
+    ``tests/golden/captures/``, so the extender parses bodies of the real size."""
+    meta = obj["metadata"]
+    spec = obj["spec"]
+    for c in spec["containers"]:
+        c.update(
+            {
+                "image": "registry.invalid/bench:1",
+                "terminationMessagePath": "/dev/termination-log",
+                "terminationMessagePolicy": "File",
+                "imagePullPolicy": "IfNotPresent",
+            }
+        )
+    meta.update(
+        {
+            "resourceVersion": "1001",
+            "creationTimestamp": "2026-11-25T20:46:54Z",
+            "managedFields": [
+                {
+                    "manager": "kube-controller-manager",
+                    "operation": "Update",
+                    "apiVersion": "v1",
+                    "time": "2026-11-25T20:46:54Z",
+                    "fieldsType": "FieldsV1",
+                    "fieldsV1": {
+                        "f:metadata": {"f:labels": {".": {}}},
+                        "f:spec": {
+                            "f:containers": {
+                                'k:{"name":"c"}': {
+                                    ".": {},
+                                    "f:image": {},
+                                    "f:name": {},
+                                    "f:resources": {".": {}, "f:requests": {".": {}}},
+                                }
+                            },
+                            "f:dnsPolicy": {},
+                            "f:restartPolicy": {},
+                            "f:schedulerName": {},
+                        },
+                    },
+                }
+            ],
+        }
+    )
+    spec.update(
+        {
+            "restartPolicy": "Always",
+            "terminationGracePeriodSeconds": 30,
+            "dnsPolicy": "ClusterFirst",
+            "serviceAccountName": "default",
+            "serviceAccount": "default",
+            "securityContext": {},
+            "schedulerName": "default-scheduler",
+            "enableServiceLinks": True,
+            "preemptionPolicy": "PreemptLowerPriority",
+        }
+    )
+    res = spec["containers"][0]["resources"]
+    requests = res.get("requests") or {}
+    if res.get("limits"):
+        qos = "Guaranteed"  # the LSR pods: limits equal requests
+    elif "cpu" in requests or "memory" in requests:
+        qos = "Burstable"
+    else:
+        qos = "BestEffort"  # batch resources only
+    obj["status"] = {"phase": "Pending", "qosClass": qos}
+    return obj
+
+
+def _args(pod: dict[str, Any], names: list[str]) -> bytes:
+    """``ExtenderArgs`` as kube-scheduler marshals it with ``nodeCacheCapable``: Go field
+    names, ``Nodes`` an explicit null, compact separators."""
+    return json.dumps(
+        {"Pod": pod, "Nodes": None, "NodeNames": names}, separators=(",", ":")
+    ).encode()
+
+
 def _pct(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
@@ -233,13 +314,14 @@ async def _measure(
         async with aiohttp.ClientSession() as session:
 
             async def verbs(i: int, sent: list[str]) -> tuple[float, int]:
-                body = json.dumps({"pod": _pod(i), "nodenames": sent})
+                pod = _as_sent(_pod(i))
                 t0 = time.perf_counter()
-                async with session.post(base + "/filter", data=body) as resp:
+                async with session.post(base + "/filter", data=_args(pod, sent)) as resp:
                     result = json.loads(await resp.read())
-                passing = result["nodenames"]
-                body2 = json.dumps({"pod": _pod(i), "nodenames": passing})
-                async with session.post(base + "/prioritize", data=body2) as resp:
+                passing = result["NodeNames"]
+                if result["Error"]:
+                    raise RuntimeError(f"filter: {result['Error']}")
+                async with session.post(base + "/prioritize", data=_args(pod, passing)) as resp:
                     await resp.read()
                 return (time.perf_counter() - t0) * 1000, len(passing)
 
@@ -258,10 +340,10 @@ async def _measure(
         await runner.cleanup()
     direct_ms: list[float] = []
     for i in range(warmup + pods):
-        p = _pod(10_000 + i)
+        p = _as_sent(_pod(10_000 + i))
         t0 = time.perf_counter()
-        result = ext.filter({"pod": p, "nodenames": names})
-        ext.prioritize({"pod": p, "nodenames": result["nodenames"]})
+        result = ext.filter({"Pod": p, "Nodes": None, "NodeNames": names})
+        ext.prioritize({"Pod": p, "Nodes": None, "NodeNames": result["NodeNames"]})
         if i >= warmup:
             direct_ms.append((time.perf_counter() - t0) * 1000)
     return {

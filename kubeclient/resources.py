@@ -73,3 +73,8 @@ DEVICES = Resource(SCHEDULING_GROUP, V1ALPHA1, "devices", "Device", False)
 ELASTIC_QUOTA_PROFILES = Resource(
     QUOTA_GROUP, V1ALPHA1, "elasticquotaprofiles", "ElasticQuotaProfile", True
 )
+PRIORITY_CLASSES = Resource(
+    "scheduling.k8s.io", "v1", "priorityclasses", "PriorityClass", namespaced=False
+)
+EVENTS_V1 = Resource("events.k8s.io", "v1", "events", "Event", namespaced=True)
+"""``events.k8s.io/v1`` Events (series aggregation), as kube-scheduler records them."""

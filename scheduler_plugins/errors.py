@@ -1,8 +1,9 @@
 """The scheduler's exception tree::
 
 SchedulerError
-├── InputError        a snapshot, pod or config document is unusable (an apis FieldError)
-└── PluginArgsError   a plugin's args are invalid (an InputError too)
+├── InputError        a snapshot, pod, config or extender request is unusable (names the field)
+│   └── PluginArgsError   a plugin's args are invalid
+└── NotReady          a decision would read informers not synced yet (names them)
 """
 
 from __future__ import annotations
@@ -23,3 +24,8 @@ class InputError(SchedulerError, FieldError):
 
 class PluginArgsError(InputError):
     """A plugin's args (``pluginConfig[].args``) are invalid."""
+
+
+class NotReady(SchedulerError):
+    """A decision was asked for before every informer it reads had listed (or while one
+    relists after a 410): the message names them."""

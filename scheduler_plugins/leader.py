@@ -129,7 +129,7 @@ async def scheduling_term(
     """One term of the standalone scheduler: fresh informers and loop, until cancelled.
 
     Built by :func:`~scheduler_plugins.standalone.build_scheduler` on a client it is given.
-    Raises :class:`TermError` when nodes and pods are not listed within ``sync_timeout``.
+    Raises :class:`TermError` when its informers have not all listed within ``sync_timeout``.
     ``own_process``: the process is the scheduler's alone (``koord-scheduler run``), so its
     garbage collector may be tuned once synced; in-process callers (tests) leave theirs alone.
     """
@@ -139,7 +139,10 @@ async def scheduling_term(
     async with asyncio.TaskGroup() as group:
         group.create_task(informed.run(), name="scheduler-informers")
         if not await informed.wait_synced(sync_timeout):
-            raise TermError(f"nodes and pods not listed within {sync_timeout:.0f}s")
+            raise TermError(
+                f"informers not listed within {sync_timeout:.0f}s: waiting for "
+                + ", ".join(informed.not_ready())
+            )
         if own_process:
             tune_gc()
         group.create_task(scheduler.run(), name="scheduler-loop")

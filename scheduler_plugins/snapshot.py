@@ -514,6 +514,8 @@ class Snapshot:
     """ElasticQuotaProfiles (raw objects) by ``namespace/name``."""
     devices: dict[str, dict[str, Any]] = field(default_factory=dict)
     """Devices (raw objects) by node name."""
+    priority_classes: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """PriorityClasses (``scheduling.k8s.io/v1``, raw objects) by name."""
     orphans: dict[str, dict[str, PodInfo]] = field(default_factory=dict)
     """Pods bound to nodes the snapshot does not have (yet), by node name then uid."""
     generation: int = 0

@@ -18,9 +18,13 @@ One asyncio task, fed by the informer snapshot (``informed.py``):
 4. **Bind.** The reserve annotations (NodeNUMAResource's ``scheduling.koordinator.sh/resource-
    status``, Reservation's and DeviceShare's) are patched on the pod, then its ``binding``
    subresource is created. A failure unreserves the pod and requeues it.
-5. **Events.** An unschedulable pod gets a ``FailedScheduling`` Warning Event in kube-scheduler's
-   form, ``0/3 nodes are available: 1 Insufficient cpu, 2 node(s) cpu usage exceed
-   threshold.`` (reasons counted over nodes, sorted), at most one per attempt.
+5. **Events and conditions** (``reporting.py``), as kube-scheduler writes them: an
+   unschedulable pod gets a ``FailedScheduling`` Warning Event in kube-scheduler's form,
+   ``0/3 nodes are available: 1 Insufficient cpu, 2 node(s) cpu usage exceed threshold.``
+   (reasons counted over nodes, sorted), aggregated over attempts into one
+   ``events.k8s.io/v1`` series with a count, and its ``PodScheduled`` condition set False with
+   reason ``Unschedulable`` (``SchedulerError`` when reserve or bind failed); a bound pod gets a
+   ``Scheduled`` Event. Before any decision the informers must be current (``gate``).
 6. **Reservations.** A Pending Reservation whose ``spec.template.spec.schedulerName`` is ours
    (``reservations.py``) is queued with the pods (priority: the template's ``spec.priority``)
    and scheduled as its reserve pod through the same plugins. On the chosen node the plugins
@@ -29,7 +33,9 @@ One asyncio task, fed by the informer snapshot (``informed.py``):
    ``Available``, ``nodeName``, ``allocatable``, conditions ``Scheduled`` and ``Ready``), a
    write that fails undoing the placement. A Reservation no node takes gets a
    ``FailedScheduling`` Event, its ``Scheduled`` condition False with reason
-   ``Unschedulable`` and the same message, and is retried with the pods' backoff.
+   ``Unschedulable`` and the same message, and is retried with the pods' backoff. Owners
+   landing on an Available Reservation are written to its ``status.currentOwners``
+   (``reservationstatus.py``).
 """
 
 from __future__ import annotations
@@ -43,7 +49,6 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from apis.groups import SCHEDULING_API_VERSION as RESERVATION_API_VERSION
@@ -54,20 +59,27 @@ from apis.scheduling_keys import (
     LABEL_POD_GROUP,
 )
 from kubeclient.errors import KubeError
-from kubeclient.resources import EVENTS, RESERVATIONS
-from kubeclient.writes import update_status
+from kubeclient.resources import RESERVATIONS
 from scheduler_plugins.errors import InputError
 from scheduler_plugins.extender import GC_GEN0_THRESHOLD, Binder
 from scheduler_plugins.framework import Cycle, Framework, ReserveError
 from scheduler_plugins.plugins.coscheduling import DEFAULT_WAIT_S, gang_of
+from scheduler_plugins.reporting import (
+    FAILED_SCHEDULING,
+    NAMESPACE_CLUSTER_SCOPED,
+    REASON_SCHEDULER_ERROR,
+    REASON_UNSCHEDULABLE,
+    EventRecorder,
+    PodConditions,
+)
 from scheduler_plugins.reservations import (
     available_status,
     is_pending,
     reserve_pod,
     scheduler_name_of_reservation,
     uid_of_reservation,
-    unschedulable_status,
 )
+from scheduler_plugins.reservationstatus import OwnerSync, ReservationWriter
 from scheduler_plugins.snapshot import NodeInfo, PodInfo, Snapshot
 
 if TYPE_CHECKING:
@@ -80,8 +92,10 @@ INITIAL_BACKOFF_S = 1.0
 MAX_BACKOFF_S = 10.0
 ERR_NODE_NAME = "node(s) didn't match the requested node name"
 """kube-scheduler's NodeName reason (a reservation pinned by ``spec.template.spec.nodeName``)."""
-EVENT_NAMESPACE_CLUSTER_SCOPED = "default"
-"""Where Events about cluster-scoped objects (Reservations) go, as client-go records them."""
+GATE_POLL_S = 0.1
+"""How often a held loop checks whether the informers are current again."""
+
+__all__ = ["EventRecorder", "PodConditions", "ReservationWriter", "Scheduler", "build_scheduler"]
 
 
 def scheduler_name_of(pod: PodInfo) -> str:
@@ -115,104 +129,6 @@ class _Waiting:
     deadline: float
 
 
-class EventRecorder:
-    """Writes core/v1 Events through a client (``None``: only logs)."""
-
-    def __init__(self, client: Any, component: str = SCHEDULER_NAME) -> None:
-        self.client = client
-        self.component = component
-        self.sent = 0
-
-    async def warn(self, pod: PodInfo, reason: str, message: str) -> None:
-        """A Warning Event about a pod."""
-        involved = {
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "name": pod.name,
-            "namespace": pod.namespace,
-            "uid": pod.uid,
-        }
-        await self.warn_about(involved, pod.namespace, pod.key, reason, message)
-
-    async def warn_about(
-        self, involved: dict[str, str], namespace: str, key: str, reason: str, message: str
-    ) -> None:
-        """A Warning Event about ``involved`` (an ``involvedObject``) in ``namespace``."""
-        logger.info("%s %s: %s", reason, key, message)
-        if self.client is None:
-            return
-        now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-        event = {
-            "apiVersion": "v1",
-            "kind": "Event",
-            "metadata": {
-                "name": f"{involved['name']}.{time.time_ns():x}",
-                "namespace": namespace,
-            },
-            "involvedObject": involved,
-            "reason": reason,
-            "message": message,
-            "type": "Warning",
-            "source": {"component": self.component},
-            "reportingComponent": self.component,
-            "firstTimestamp": now,
-            "lastTimestamp": now,
-            "count": 1,
-        }
-        try:
-            await self.client.create(EVENTS, event)
-            self.sent += 1
-        except KubeError as err:
-            logger.warning("event for %s not written: %s", key, err)
-
-
-class ReservationWriter:
-    """Writes Reservations' status through the ``status`` subresource (re-read and retried
-    on conflict); ``client`` ``None``: only logs, and a placement counts as written."""
-
-    def __init__(self, client: Any) -> None:
-        self.client = client
-        self.written = 0
-        """Status writes made so far."""
-
-    async def placed(
-        self, name: str, node: str, requests: dict[str, int], now: float
-    ) -> dict[str, Any] | None:
-        """Mark ``name`` Available on ``node``; the written object, or ``None`` when it is no
-        longer Pending (someone else placed it, or it expired meanwhile). Raises
-        :class:`KubeError` (NotFound when it was deleted)."""
-
-        def build(current: dict[str, Any]) -> dict[str, Any] | None:
-            if not is_pending(current, now):
-                return None
-            return available_status(current, node, requests, now)
-
-        if self.client is None:
-            return {"metadata": {"name": name}}
-        obj: dict[str, Any] | None = await update_status(self.client, RESERVATIONS, name, build)
-        if obj is not None:
-            self.written += 1
-        return obj
-
-    async def unschedulable(self, name: str, message: str, now: float) -> None:
-        """Set the ``Scheduled`` condition of ``name`` False/``Unschedulable`` with
-        ``message`` (errors logged: the reservation is retried anyway)."""
-
-        def build(current: dict[str, Any]) -> dict[str, Any] | None:
-            if not is_pending(current, now):
-                return None
-            status = unschedulable_status(current, message, now)
-            return None if status == current.get("status") else status
-
-        if self.client is None:
-            return
-        try:
-            if await update_status(self.client, RESERVATIONS, name, build) is not None:
-                self.written += 1
-        except (KubeError, InputError) as err:
-            logger.warning("status of Reservation %s not written: %s", name, err)
-
-
 class Scheduler:
     """The loop; :meth:`enqueue` is the informer's hook for pending pods."""
 
@@ -227,6 +143,9 @@ class Scheduler:
         clock: Callable[[], float] = time.time,
         percentage_of_nodes_to_score: int = 0,
         reservations: ReservationWriter | None = None,
+        gate: Callable[[], list[str]] | None = None,
+        conditions: PodConditions | None = None,
+        owner_sync: OwnerSync | None = None,
     ) -> None:
         if not 0 <= percentage_of_nodes_to_score <= 100:
             raise ValueError(
@@ -257,6 +176,14 @@ class Scheduler:
         """Queued Reservations: uid → name (their reserve pods are built when popped)."""
         self.placed = 0
         """Reservations placed so far."""
+        self.gate = gate
+        """What decisions wait for (:meth:`InformedSnapshot.not_ready`): while it names
+        anything, :meth:`run` schedules nothing."""
+        self._held: list[str] = []
+        self.conditions = conditions
+        """Writes ``PodScheduled`` False after a failed attempt; ``None``: nothing."""
+        self.owner_sync = owner_sync
+        """Writes Reservations' ``currentOwners``; ``None``: nothing."""
 
     # -- queue --------------------------------------------------------------------------------
 
@@ -372,8 +299,7 @@ class Scheduler:
             self.next_start = (self.next_start + found.processed) % len(nodes)
         if not feasible:
             reasons = {n: [r for _, r in f] for n, f in failures.items()}
-            await self.events.warn(pod, "FailedScheduling", failure_message(len(nodes), reasons))
-            self._backoff(pod)
+            await self._failed(pod, failure_message(len(nodes), reasons), REASON_UNSCHEDULABLE)
             return None
         _, totals = self.framework.score_nodes(cycle, pod, feasible)
         best = feasible[0].name
@@ -384,8 +310,7 @@ class Scheduler:
         try:
             annotations = self.framework.reserve(cycle, pod, best)
         except ReserveError as err:
-            await self.events.warn(pod, "FailedScheduling", str(err))
-            self._backoff(pod)
+            await self._failed(pod, str(err), REASON_SCHEDULER_ERROR)
             return None
         gang = gang_of(pod, cycle, DEFAULT_WAIT_S)
         if gang is not None and not isinstance(gang, str) and gang.min_member > 1:
@@ -421,13 +346,21 @@ class Scheduler:
         except (KubeError, OSError) as err:
             self.framework.unreserve(cycle, pod, node)
             self.snapshot.pending_pods[pod.uid] = pod
-            await self.events.warn(pod, "FailedScheduling", f"binding rejected: {err}")
-            self._backoff(pod)
+            await self._failed(pod, f"binding rejected: {err}", REASON_SCHEDULER_ERROR)
             return
         self.bound += 1
         self._attempts.pop(pod.uid, None)
         self._not_before.pop(pod.uid, None)
         logger.info("bound %s to %s", pod.key, node)
+        await self.events.scheduled(pod, node)
+
+    async def _failed(self, pod: PodInfo, message: str, reason: str) -> None:
+        """A failed attempt, reported as kube-scheduler reports it (``reporting.py``), then
+        the backoff."""
+        await self.events.warn(pod, FAILED_SCHEDULING, message)
+        if self.conditions is not None:
+            await self.conditions.unschedulable(pod, reason, message)
+        self._backoff(pod)
 
     # -- one reservation ----------------------------------------------------------------------
 
@@ -504,9 +437,7 @@ class Scheduler:
             "name": name,
             "uid": pod.uid,
         }
-        await self.events.warn_about(
-            involved, EVENT_NAMESPACE_CLUSTER_SCOPED, name, "FailedScheduling", message
-        )
+        await self.events.warn_about(involved, NAMESPACE_CLUSTER_SCOPED, FAILED_SCHEDULING, message)
         await self.reservations.unschedulable(name, message, now)
         self._backoff(pod)
 
@@ -526,10 +457,29 @@ class Scheduler:
 
     # -- the loop -------------------------------------------------------------------------------
 
+    def _hold(self) -> bool:
+        """Whether decisions wait for informers (logged when that changes)."""
+        waiting = self.gate() if self.gate is not None else []
+        if waiting != self._held:
+            if waiting:
+                logger.warning("holding scheduling decisions: waiting for %s", ", ".join(waiting))
+            else:
+                logger.info("informers current: scheduling")
+            self._held = waiting
+        return bool(waiting)
+
     async def run(self) -> None:
         """Schedule forever (cancel to stop)."""
         self.enqueue_all()
         while True:
+            if self._hold():
+                self._wake.clear()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._wake.wait(), GATE_POLL_S)
+                continue
+            await self.events.tick()
+            if self.owner_sync is not None:
+                await self.owner_sync.flush(self.clock())
             self.expire_gangs()
             pod, wait = self._pop_ready()
             if pod is None:
@@ -565,10 +515,13 @@ def build_scheduler(
         cfg.framework(),
         informed.snapshot,
         KubeBinder(client),
-        EventRecorder(client),
+        EventRecorder(client, scheduler_name),
         scheduler_name=scheduler_name,
         percentage_of_nodes_to_score=cfg.percentage_of_nodes_to_score,
         reservations=ReservationWriter(client),
+        gate=informed.not_ready,
+        conditions=PodConditions(client),
+        owner_sync=OwnerSync(client, informed.snapshot),
     )
     connect(informed, scheduler)
     return informed, scheduler
@@ -576,7 +529,8 @@ def build_scheduler(
 
 def connect(informed: InformedSnapshot, scheduler: Scheduler) -> None:
     """Feed ``scheduler``'s queue from ``informed``: pending pods, and Reservations added or
-    changed (after the snapshot has taken them)."""
+    changed (after the snapshot has taken them); and its owner sync, with pods and Reservations
+    that changed."""
     informed.on_pending = scheduler.enqueue
     for informer in informed.informers:
         if informer.resource is RESERVATIONS:
@@ -584,6 +538,8 @@ def connect(informed: InformedSnapshot, scheduler: Scheduler) -> None:
                 on_add=scheduler.enqueue_reservation,
                 on_update=lambda _old, new: scheduler.enqueue_reservation(new),
             )
+    if scheduler.owner_sync is not None:
+        informed.watch_owners(scheduler.owner_sync)
 
 
 def tune_gc() -> None:

@@ -157,7 +157,7 @@ async def test_a_placed_reservation_is_available_and_its_resources_go_to_owners_
     # a pod that is no owner finds 1 core on each node: the 3 reserved are not free for it
     server.put("pods", ours("batch", requests={"cpu": "2"}))
     await eventually(lambda: bool(events_for(server, "batch")))
-    assert events_for(server, "batch")[0]["message"] == (
+    assert events_for(server, "batch")[0]["note"] == (
         "0/2 nodes are available: 2 Insufficient cpu."
     )
     assert node_of(server, "batch") == ""
@@ -187,10 +187,10 @@ async def test_an_unschedulable_reservation_gets_a_condition_and_an_event_and_is
     assert (scheduled["status"], scheduled["reason"]) == ("False", "Unschedulable")
     assert scheduled["message"] == "0/1 nodes are available: 1 Insufficient cpu."
     events = events_for(server, "big")
-    assert events[0]["involvedObject"]["kind"] == "Reservation"
+    assert events[0]["regarding"]["kind"] == "Reservation"
     assert events[0]["reason"] == "FailedScheduling"
     assert events[0]["type"] == "Warning"
-    assert events[0]["message"] == scheduled["message"]
+    assert events[0]["note"] == scheduled["message"]
     # room appears: the backoff retry places it
     server.put("nodes", node("n2", cpu="16"))
     await eventually(lambda: status_of(server, "big").get("phase") == "Available", within=30)
@@ -285,7 +285,7 @@ async def test_a_failed_status_write_never_leaves_the_reservation_half_placed(
     )
     server.put("reservations", reservation("r1", "3"))
     await eventually(lambda: status_of(server, "r1").get("phase") == "Available", within=30)
-    messages = [e["message"] for e in events_for(server, "r1")]
+    messages = [e["note"] for e in events_for(server, "r1")]
     if rejected:
         assert len(messages) == 1
         assert messages[0].startswith("status write rejected:")
