@@ -140,7 +140,7 @@ async def scheduling_term(
         group.create_task(informed.run(), name="scheduler-informers")
         if not await informed.wait_synced(sync_timeout):
             raise TermError(
-                f"informers not listed within {sync_timeout:.0f}s: waiting for "
+                f"informers not listed within {sync_timeout:g}s: waiting for "
                 + ", ".join(informed.not_ready())
             )
         if own_process:

@@ -234,7 +234,7 @@ async def test_a_term_whose_informers_cannot_list_ends_the_run_with_1_and_releas
         assert runner.terms == 1
         assert server.holder() == ""
         assert server.bindings == []
-        assert "TermError: nodes and pods not listed" in caplog.text
+        assert "TermError: informers not listed within 0.5s: waiting for pods" in caplog.text
     finally:
         await client.close()
 
