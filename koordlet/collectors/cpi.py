@@ -49,6 +49,7 @@ from koordlet.metriccache.series import (
 )
 from koordlet.system.cgroups import CgroupVersion
 from koordlet.system.host import Host
+from koordlet.system.oserrors import errno_of
 from koordlet.system.perf import (
     CYCLES,
     INSTRUCTIONS,
@@ -57,7 +58,6 @@ from koordlet.system.perf import (
     PerfOpener,
     PerfSupport,
     SyscallOpener,
-    errno_of,
     probe_events,
 )
 from koordlet.system.procfs import read_host_file

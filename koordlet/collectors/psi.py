@@ -44,8 +44,9 @@ from koordlet.metriccache.series import (
 )
 from koordlet.system.cgroups import CgroupLayout, CgroupVersion
 from koordlet.system.host import Host
+from koordlet.system.oserrors import refused_errno
 from koordlet.system.probe import Capabilities
-from koordlet.system.psi import PSIStats, parse_psi, unsupported_cause
+from koordlet.system.psi import PSIStats, parse_psi
 
 logger = logging.getLogger(__name__)
 
@@ -161,7 +162,7 @@ class PSICollector:
         except CgroupGoneError:  # read_file_bytes' name for ENOENT
             return f"{node.directory} absent: kernel without PSI (CONFIG_PSI) or booted with psi=0"
         except HostError as err:
-            code = unsupported_cause(err)
+            code = refused_errno(err)
             if code is None:
                 raise
             return f"{err} (errno {code}): PSI is built in but disabled (booted with psi=0)"
@@ -187,7 +188,7 @@ class PSICollector:
                     break  # a kernel-wide property on v1: every other cgroup lacks them too
                 continue
             except HostError as err:
-                code = unsupported_cause(err)
+                code = refused_errno(err)
                 if code is None:
                     raise
                 why = f"{err} (errno {code}): PSI is built in but disabled (booted with psi=0)"

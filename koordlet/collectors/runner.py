@@ -35,8 +35,9 @@ from koordlet.collectors.framework import Collector, CollectResult, Tick
 from koordlet.errors import ConfigError, HostError
 from koordlet.metriccache.series import Sample
 from koordlet.statesinformer.model import WorkloadSnapshot
-from koordlet.system.cgroupstats import READ_BUFFER, os_error, read_file_bytes
+from koordlet.system.cgroupstats import READ_BUFFER, read_file_bytes
 from koordlet.system.openfiles import OpenFiles, default_limit
+from koordlet.system.oserrors import read_error
 
 logger = logging.getLogger(__name__)
 
@@ -185,7 +186,7 @@ class TickState:
                     finally:
                         _close(fd)
                 except OSError as err:
-                    got = os_error(path, err)
+                    got = read_error(path, err)
                 else:
                     if len(got) >= READ_BUFFER:
                         try:

@@ -29,7 +29,6 @@ The cache starts empty, so after a start every knob is read from the file before
 
 from __future__ import annotations
 
-import errno
 import logging
 import os
 import threading
@@ -39,9 +38,10 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from koordlet.errors import CgroupGoneError, HostError, ParseError, UnsupportedError
+from koordlet.errors import ParseError, UnsupportedError
 from koordlet.executor.batch import BatchResult, BatchWrite, apply_batch
 from koordlet.system.knobs import KNOBS, Knob, knob
+from koordlet.system.oserrors import knob_error
 
 if TYPE_CHECKING:
     from koordlet.system.host import Host
@@ -54,8 +54,6 @@ _R = TypeVar("_R")
 DEFAULT_CACHE_TTL = 60.0
 """Seconds a written value is trusted before the file is read again (Koordinator's
 ``ResourceForceUpdateSeconds``)."""
-
-_GONE = (errno.ENOENT, errno.ENODEV)
 
 
 @dataclass(frozen=True, slots=True)
@@ -302,7 +300,7 @@ class CgroupWriter:
             with open(path, encoding="ascii", errors="replace") as f:
                 return f.read()
         except OSError as err:
-            raise self._translate(err, path, k, "reading") from err
+            raise knob_error(path, err, k.name, "reading") from err
 
     def _timed_write(self, path: str, text: str, k: Knob[Any], filename: str) -> None:
         observe = self.observe
@@ -330,15 +328,7 @@ class CgroupWriter:
                 os.close(fd)
         except OSError as err:
             self._drop((path, k.name))
-            raise self._translate(err, path, k, f"writing {text!r}") from err
-
-    @staticmethod
-    def _translate(err: OSError, path: str, k: Knob[Any], doing: str) -> HostError:
-        if err.errno == errno.ENOENT and os.path.isdir(os.path.dirname(path)):
-            return UnsupportedError(k.name, f"file {path} absent")
-        if err.errno in _GONE:  # ENODEV: the cgroup was removed while the file was open
-            return CgroupGoneError(f"{path}: cgroup gone ({doing})")
-        return HostError(f"{path}: {doing} failed: {err.strerror}")
+            raise knob_error(path, err, k.name, f"writing {text!r}") from err
 
     def _notify(self, result: WriteResult) -> None:
         hook = self.on_change

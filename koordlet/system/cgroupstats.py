@@ -14,7 +14,8 @@ A collection tick reads three small files per cgroup (``cpuacct.usage`` or v2 ``
   layout, which measured cheaper for a file that small.
 
 Errors: a file or cgroup that vanished (``ENOENT``, ``ENODEV`` on a removed cgroup, ``ESRCH``)
-raises :class:`~koordlet.errors.CgroupGoneError`, chained to the ``OSError``; a file whose format
+raises :class:`~koordlet.errors.CgroupGoneError`, chained to the ``OSError``
+(``koordlet.system.oserrors.read_error``); a file whose format
 we do not understand raises :class:`~koordlet.errors.ParseError` naming the path and the key or
 line at fault.
 
@@ -26,32 +27,21 @@ excluded) and usage with page cache adds ``active_file + inactive_file``, on v1 
 
 from __future__ import annotations
 
-import errno
 import os
 from collections.abc import Sequence
 from typing import NamedTuple
 
-from koordlet.errors import CgroupGoneError, HostError, ParseError
+from koordlet.errors import ParseError
+from koordlet.system.oserrors import read_error
 
 READ_BUFFER = 16384
 """Bytes asked for by the first ``os.read``: v1 ``memory.stat`` is about 1 KiB, v2 about 1.5 KiB."""
-
-_GONE_ERRNOS = frozenset({errno.ENOENT, errno.ENODEV, errno.ESRCH})
-"""``ENODEV`` is what a read on an open file of a removed cgroup returns; ``ESRCH`` a dead pid's."""
 
 PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
 """Bytes per page; v1 ``memory.numa_stat`` counts pages."""
 
 _new = tuple.__new__
 """Builds a NamedTuple from a tuple without its ``__new__``, which is Python code."""
-
-
-def os_error(path: str, err: OSError) -> HostError:
-    """The host error for an ``OSError`` of ``path``: :class:`CgroupGoneError` when the file or
-    its cgroup vanished, else :class:`HostError`."""
-    if err.errno in _GONE_ERRNOS:
-        return CgroupGoneError(f"{path}: gone ({os.strerror(err.errno or 0)})")
-    return HostError(f"{path}: {err.strerror or err}")
 
 
 def read_file_bytes(path: str) -> bytes:
@@ -64,7 +54,7 @@ def read_file_bytes(path: str) -> bytes:
     try:
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     except OSError as err:
-        raise os_error(path, err) from err
+        raise read_error(path, err) from err
     try:
         data = os.read(fd, READ_BUFFER)
         if len(data) < READ_BUFFER:
@@ -78,7 +68,7 @@ def read_file_bytes(path: str) -> bytes:
                 return b"".join(chunks)
             chunks.append(chunk)
     except OSError as err:
-        raise os_error(path, err) from err
+        raise read_error(path, err) from err
     finally:
         os.close(fd)
 

@@ -35,6 +35,7 @@ from koordlet.statesinformer.kubepods import KubepodsSource
 from koordlet.statesinformer.model import WorkloadSnapshot
 from koordlet.system.cgroups import CgroupVersion
 from koordlet.system.cgroupstats import read_file_bytes
+from koordlet.system.oserrors import refused_errno
 from koordlet.system.paths import HostPaths
 from koordlet.system.probe import Capabilities, Capability
 from koordlet.system.psi import (
@@ -51,7 +52,6 @@ from koordlet.system.psi import (
     psi_error,
     read_psi,
     trigger_spec,
-    unsupported_cause,
 )
 from tests.fakehost import FakeHost, container_id
 
@@ -182,8 +182,8 @@ def test_unsupported_cause_finds_eopnotsupp_behind_a_read_error() -> None:
     with pytest.raises(HostError) as caught:
         failing_read()
 
-    assert unsupported_cause(caught.value) == errno.EOPNOTSUPP
-    assert unsupported_cause(HostError("plain")) is None
+    assert refused_errno(caught.value) == errno.EOPNOTSUPP
+    assert refused_errno(HostError("plain")) is None
 
 
 # Triggers and thresholds ------------------------------------------------------------------------
