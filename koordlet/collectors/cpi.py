@@ -33,13 +33,12 @@ from __future__ import annotations
 
 import errno
 import logging
-import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from koordlet.collectors.framework import CollectorContext, CollectResult, Tick
-from koordlet.collectors.podresource import TargetCache
+from koordlet.collectors.shared import TargetCache
 from koordlet.errors import CgroupGoneError, ConfigError, HostError
 from koordlet.metriccache.series import (
     CONTAINER_CPI_CYCLES,
@@ -47,7 +46,6 @@ from koordlet.metriccache.series import (
     Sample,
     SeriesKey,
 )
-from koordlet.system.cgroups import CgroupVersion
 from koordlet.system.host import Host
 from koordlet.system.oserrors import errno_of
 from koordlet.system.perf import (
@@ -58,6 +56,7 @@ from koordlet.system.perf import (
     PerfOpener,
     PerfSupport,
     SyscallOpener,
+    cgroup_mode_unsupported,
     probe_events,
 )
 from koordlet.system.procfs import read_host_file
@@ -206,10 +205,9 @@ class CPICollector:
         return "" if support.supported else support.reason
 
     def _probe(self) -> PerfSupport:
-        layout = self._host.layout
-        root = layout.abs_dir("perf_event", "")
-        if layout.version is CgroupVersion.V1 and not os.path.isdir(root):
-            return PerfSupport(False, f"cgroup v1 controller perf_event not mounted at {root}")
+        why = cgroup_mode_unsupported(self._host.layout)
+        if why:
+            return PerfSupport(False, why)
         if self._opener is None:
             try:
                 self._opener = SyscallOpener()

@@ -30,8 +30,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from koordlet.collectors.framework import CollectorContext, CollectResult, Tick
-from koordlet.collectors.noderesource import read_node_file
-from koordlet.collectors.podresource import CpuCounters
+from koordlet.collectors.shared import CpuCounters
 from koordlet.errors import CgroupGoneError, UnsupportedError
 from koordlet.metriccache.series import (
     RESCTRL_DOMAIN_LLC_OCCUPANCY,
@@ -55,10 +54,10 @@ from koordlet.system.resctrl import (
     RESCTRL_GROUPS,
     mon_domains,
     monitoring_support,
-    parse_cpu_flags,
     parse_mon_value,
     resctrl_root,
 )
+from koordlet.system.stats import CPUINFO_FLAGS
 
 logger = logging.getLogger(__name__)
 
@@ -106,8 +105,7 @@ class ResctrlMonCollector:
 
     def _cpu_flags(self, tick: Tick) -> frozenset[str]:
         if self._flags is None:  # CPU features do not change while the host runs
-            path = self._paths.proc("cpuinfo")
-            self._flags = parse_cpu_flags(read_node_file(tick, path), path)
+            self._flags = CPUINFO_FLAGS.get(tick, CPUINFO_FLAGS.path(self._paths))
         return self._flags
 
     def collect(self, tick: Tick) -> CollectResult:

@@ -237,11 +237,6 @@ class TickState:
         return self._store.last(metric, entity, max_age=self._max_age)
 
 
-def parse_file(tick: Tick, path: str, parser: Parser[T]) -> T:
-    """``parser`` applied to ``path`` as read through ``tick``, once per tick."""
-    return tick.parsed(path, parser)
-
-
 class _Schedule:
     """When one collector is due."""
 

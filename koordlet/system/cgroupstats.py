@@ -184,13 +184,44 @@ def parse_int_file(data: bytes, path: str = "") -> int | None:
         raise ParseError(f"{path}: not an integer: {data[:64]!r}") from None
 
 
-def read_cpuacct_usage_ns(path: str) -> int:
-    """Total CPU time of a v1 cgroup in nanoseconds (``cpuacct.usage``)."""
-    data = read_file_bytes(path)
+def parse_integer(data: bytes, path: str) -> int:
+    """A file of one decimal integer (``cpuacct.usage``, ``memory.current``...)."""
     try:
         return int(data)
     except ValueError:
         raise ParseError(f"{path}: not an integer: {data[:64]!r}") from None
+
+
+def parse_raw(data: bytes, path: str) -> bytes:
+    """The file's bytes as they are, for a caller that parses them itself (a cpulist whose
+    parse the caller memoizes by content)."""
+    return data
+
+
+def read_cpuacct_usage_ns(path: str) -> int:
+    """Total CPU time of a v1 cgroup in nanoseconds (``cpuacct.usage``)."""
+    return parse_integer(read_file_bytes(path), path)
+
+
+# CFS bandwidth -------------------------------------------------------------------------------
+
+
+def parse_cfs_quota_v1(data: bytes, path: str) -> int | None:
+    """A v1 ``cpu.cfs_quota_us``: µs per period; None for ``-1`` (no quota)."""
+    quota = parse_integer(data, path)
+    return None if quota < 0 else quota
+
+
+def parse_cpu_max(data: bytes, path: str) -> tuple[int | None, int]:
+    """A v2 ``cpu.max``, ``"<quota|max> <period>"``: (quota µs or None when ``max``, period µs)."""
+    fields = data.split()
+    if len(fields) != 2:
+        raise ParseError(f"{path}: expected '<quota|max> <period>', got {data[:64]!r}")
+    try:
+        quota = None if fields[0] == b"max" else int(fields[0])
+        return quota, int(fields[1])
+    except ValueError:
+        raise ParseError(f"{path}: bad CFS quota {data[:64]!r}") from None
 
 
 def parse_cgroup_procs(data: bytes, path: str = "") -> list[int]:

@@ -48,6 +48,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from koordlet.errors import CgroupGoneError, HostError, ParseError, UnsupportedError
+from koordlet.system.cgroups import CgroupLayout, CgroupVersion
 from koordlet.system.oserrors import errno_name, errno_of
 
 logger = logging.getLogger(__name__)
@@ -578,3 +579,12 @@ def probe_events(
         return PerfSupport(False, f"{err}: {_meaning(code)}", code)
     group.close()
     return PerfSupport(True, f"opened {names} as a group on cpu {cpu}")
+
+
+def cgroup_mode_unsupported(layout: CgroupLayout) -> str:
+    """Why perf cannot count per cgroup on ``layout``, or empty: cgroup v1 needs the
+    ``perf_event`` controller mounted; v2 has it in the unified tree."""
+    root = layout.abs_dir("perf_event", "")
+    if layout.version is CgroupVersion.V1 and not os.path.isdir(root):
+        return f"cgroup v1 controller perf_event not mounted at {root}"
+    return ""
