@@ -31,7 +31,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
-from koordlet.collectors.framework import Collector, CollectResult, Tick
+from koordlet.collectors.framework import Collector, CollectResult
 from koordlet.errors import ConfigError, HostError
 from koordlet.metriccache.series import Sample
 from koordlet.statesinformer.model import WorkloadSnapshot
