@@ -28,7 +28,7 @@ from __future__ import annotations
 import logging
 
 from apis.extension import KubeQOS, QoSClass
-from koordlet.collectors.framework import CollectResult, Tick
+from koordlet.collectors.framework import CollectorContext, CollectResult, Tick
 from koordlet.collectors.shared import CpuCounters
 from koordlet.errors import CgroupGoneError, ParseError
 from koordlet.metriccache.series import (
@@ -167,3 +167,8 @@ class BEResourceCollector:
         if fewest is None:
             return len(CPU_ONLINE.get(tick, self._online_path))
         return fewest
+
+
+def build(ctx: CollectorContext, interval: float) -> BEResourceCollector:
+    """The table's factory."""
+    return BEResourceCollector(ctx.host, interval)

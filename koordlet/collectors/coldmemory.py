@@ -25,7 +25,7 @@ Cgroups that vanished mid-step are skipped (debug log with the count).
 from __future__ import annotations
 
 import logging
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 from koordlet.collectors.framework import CollectorContext, CollectResult, Tick
 from koordlet.collectors.shared import TargetCache
@@ -168,14 +168,6 @@ class ColdMemoryCollector:
         return CollectResult(samples=samples, info={INFO_KEY: dict(facts)}, unsupported=unsupported)
 
 
-def _collect_setting(config: Any, name: str, default: float) -> float:
-    collect = getattr(config, "collect", None)
-    return float(getattr(collect, name, default)) if collect is not None else default
-
-
-def build(ctx: CollectorContext) -> ColdMemoryCollector:
-    """The table's factory: interval ``collect.cold_page_interval`` (5 s when the configuration
-    has none)."""
-    return ColdMemoryCollector(
-        ctx.host, _collect_setting(ctx.config, "cold_page_interval", DEFAULT_INTERVAL)
-    )
+def build(ctx: CollectorContext, interval: float) -> ColdMemoryCollector:
+    """The table's factory (interval ``collect.cold_page_interval``)."""
+    return ColdMemoryCollector(ctx.host, interval)

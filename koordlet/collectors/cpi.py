@@ -35,7 +35,6 @@ import errno
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from koordlet.collectors.framework import CollectorContext, CollectResult, Tick
 from koordlet.collectors.shared import TargetCache
@@ -325,17 +324,10 @@ def export_max_age(period: float = DEFAULT_PERIOD, step: float = 1.0) -> float:
     return period + 2 * step
 
 
-def _collect_setting(config: Any, name: str, default: float) -> float:
-    collect = getattr(config, "collect", None)
-    return float(getattr(collect, name, default)) if collect is not None else default
-
-
-def build(ctx: CollectorContext) -> CPICollector:
-    """The table's factory: intervals from ``ctx.config.collect`` (``res_used_interval``,
-    ``cpi_interval``, ``cpi_window``), Koordinator's defaults where the config has none."""
+def build(ctx: CollectorContext, interval: float) -> CPICollector:
+    """The table's factory: steps every base tick (``interval``, ``collect.res_used_interval``),
+    windows from ``collect.cpi_interval`` and ``collect.cpi_window``."""
+    collect = ctx.config.collect
     return CPICollector(
-        ctx.host,
-        step=_collect_setting(ctx.config, "res_used_interval", 1.0),
-        period=_collect_setting(ctx.config, "cpi_interval", DEFAULT_PERIOD),
-        window=_collect_setting(ctx.config, "cpi_window", DEFAULT_WINDOW),
+        ctx.host, step=interval, period=collect.cpi_interval, window=collect.cpi_window
     )

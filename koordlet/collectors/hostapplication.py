@@ -20,7 +20,7 @@ from __future__ import annotations
 import logging
 from typing import NamedTuple
 
-from koordlet.collectors.framework import CollectResult, Tick
+from koordlet.collectors.framework import CollectorContext, CollectResult, Tick
 from koordlet.collectors.shared import CpuCounters
 from koordlet.errors import CgroupGoneError
 from koordlet.metriccache.series import (
@@ -118,3 +118,8 @@ class HostApplicationCollector:
         return CollectResult(
             samples=samples, info={INFO_KEY: {"present": present, "absent": sorted(absent)}}
         )
+
+
+def build(ctx: CollectorContext, interval: float) -> HostApplicationCollector:
+    """The table's factory."""
+    return HostApplicationCollector(ctx.host, interval)

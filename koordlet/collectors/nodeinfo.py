@@ -20,7 +20,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from koordlet.collectors.framework import CollectResult, Tick
+from koordlet.collectors.framework import CollectorContext, CollectResult, Tick
 from koordlet.system.host import Host
 from koordlet.system.paths import HostPaths
 from koordlet.system.topology import NodeCpuTopology, format_cpulist, read_cpu_topology
@@ -87,3 +87,8 @@ class NodeInfoCollector:
             )
             self._last = info
         return CollectResult(info={INFO_KEY: info})
+
+
+def build(ctx: CollectorContext, interval: float) -> NodeInfoCollector:
+    """The table's factory."""
+    return NodeInfoCollector(ctx.host, interval)

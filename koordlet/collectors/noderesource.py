@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import logging
 
-from koordlet.collectors.framework import CollectResult, Tick
+from koordlet.collectors.framework import CollectorContext, CollectResult, Tick
 from koordlet.metriccache.series import (
     NODE,
     NODE_CPU_USAGE,
@@ -98,3 +98,8 @@ class NodeResourceCollector:
             samples.append(Sample(usage_key, float(info.used)))
             samples.append(Sample(total_key, float(info.mem_total)))
         return CollectResult(samples=samples, unsupported=unsupported)
+
+
+def build(ctx: CollectorContext, interval: float) -> NodeResourceCollector:
+    """The table's factory."""
+    return NodeResourceCollector(ctx.host, interval)

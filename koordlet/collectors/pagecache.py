@@ -20,7 +20,7 @@ from __future__ import annotations
 import logging
 from typing import NamedTuple
 
-from koordlet.collectors.framework import CollectResult, Tick
+from koordlet.collectors.framework import CollectorContext, CollectResult, Tick
 from koordlet.collectors.shared import TargetCache
 from koordlet.errors import CgroupGoneError
 from koordlet.metriccache.series import (
@@ -87,3 +87,8 @@ class PageCacheCollector:
         if gone:
             logger.debug("%s: %d cgroups vanished during the tick, skipped", NAME, gone)
         return CollectResult(samples=samples)
+
+
+def build(ctx: CollectorContext, interval: float) -> PageCacheCollector:
+    """The table's factory."""
+    return PageCacheCollector(ctx.host, interval)

@@ -25,7 +25,7 @@ from __future__ import annotations
 import logging
 from typing import NamedTuple
 
-from koordlet.collectors.framework import CollectResult, Tick
+from koordlet.collectors.framework import CollectorContext, CollectResult, Tick
 from koordlet.collectors.shared import CpuCounters, TargetCache
 from koordlet.errors import CgroupGoneError
 from koordlet.metriccache.series import (
@@ -130,3 +130,8 @@ class PodResourceCollector:
         if gone:
             logger.debug("%s: %d cgroups vanished during the tick, skipped", NAME, gone)
         return CollectResult(samples=samples)
+
+
+def build(ctx: CollectorContext, interval: float) -> PodResourceCollector:
+    """The table's factory."""
+    return PodResourceCollector(ctx.host, interval)

@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 from typing import NamedTuple
 
-from koordlet.collectors.framework import CollectResult, Tick
+from koordlet.collectors.framework import CollectorContext, CollectResult, Tick
 from koordlet.collectors.shared import TargetCache
 from koordlet.errors import CgroupGoneError
 from koordlet.metriccache.series import (
@@ -97,3 +97,8 @@ class PodThrottledCollector:
         if gone:
             logger.debug("%s: %d cgroups vanished during the tick, skipped", NAME, gone)
         return CollectResult(samples=samples)
+
+
+def build(ctx: CollectorContext, interval: float) -> PodThrottledCollector:
+    """The table's factory."""
+    return PodThrottledCollector(ctx.host, interval)

@@ -31,7 +31,7 @@ import logging
 import os
 from typing import NamedTuple
 
-from koordlet.collectors.framework import Collector, CollectorContext, CollectResult, Tick
+from koordlet.collectors.framework import CollectorContext, CollectResult, Tick
 from koordlet.collectors.shared import TargetCache
 from koordlet.errors import CgroupGoneError, HostError
 from koordlet.metriccache.series import (
@@ -207,8 +207,6 @@ def _probe_reason(capabilities: Capabilities | None) -> str:
     return f"start-up probe: {cap.reason}"
 
 
-def build(ctx: CollectorContext) -> Collector:
+def build(ctx: CollectorContext, interval: float) -> PSICollector:
     """The table's factory: interval ``collect.psi_interval``, the start-up probe's results."""
-    collect = getattr(ctx.config, "collect", None)
-    interval = DEFAULT_INTERVAL if collect is None else float(collect.psi_interval)
     return PSICollector(ctx.host, interval, ctx.capabilities)

@@ -27,7 +27,6 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Sequence
-from typing import Any
 
 from koordlet.collectors.framework import CollectorContext, CollectResult, Tick
 from koordlet.collectors.shared import CpuCounters
@@ -176,11 +175,6 @@ class ResctrlMonCollector:
         return samples
 
 
-def _collect_setting(config: Any, name: str, default: float) -> float:
-    collect = getattr(config, "collect", None)
-    return float(getattr(collect, name, default)) if collect is not None else default
-
-
-def build(ctx: CollectorContext) -> ResctrlMonCollector:
-    """The table's factory: interval ``collect.resctrl_interval`` (Koordinator's default 1 s)."""
-    return ResctrlMonCollector(ctx.host, _collect_setting(ctx.config, "resctrl_interval", 1.0))
+def build(ctx: CollectorContext, interval: float) -> ResctrlMonCollector:
+    """The table's factory (interval ``collect.resctrl_interval``)."""
+    return ResctrlMonCollector(ctx.host, interval)

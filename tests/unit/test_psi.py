@@ -3,6 +3,7 @@ of every layout, and the exported families."""
 
 from __future__ import annotations
 
+import dataclasses
 import errno
 import os
 import re
@@ -16,7 +17,7 @@ from hypothesis import strategies as st
 
 from apis.extension import KubeQOS
 from koordlet.collectors.framework import CollectorContext
-from koordlet.collectors.psi import PSICollector, build
+from koordlet.collectors.psi import PSICollector
 from koordlet.collectors.runner import TickState
 from koordlet.collectors.table import build_collectors
 from koordlet.config import CollectConfig, KoordletConfig
@@ -488,7 +489,9 @@ def test_the_table_runs_psi_only_with_the_psicollector_gate_at_the_psi_interval(
     assert "psi" not in [c.name for c in without]
     assert with_gate["psi"].interval == 30.0
     assert isinstance(with_gate["psi"], PSICollector)
-    assert build(CollectorContext(fake_host.host, None)).interval == 10.0  # Koordinator's
+    default = dataclasses.replace(on, collect=CollectConfig())
+    built = build_collectors(CollectorContext(fake_host.host, default))
+    assert next(c.interval for c in built if c.name == "psi") == 10.0  # Koordinator's
 
 
 # Export -----------------------------------------------------------------------------------------

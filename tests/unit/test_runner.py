@@ -14,6 +14,7 @@ from apis.extension import KubeQOS
 from koordlet.collectors.framework import CollectorContext, CollectResult, Tick
 from koordlet.collectors.runner import CollectorRunner, TickState, ticks_per_step
 from koordlet.collectors.table import build_collectors
+from koordlet.config import KoordletConfig
 from koordlet.errors import CgroupGoneError, ConfigError, HostError
 from koordlet.metriccache import MetricCache
 from koordlet.metriccache import series as s
@@ -305,7 +306,9 @@ def test_two_ticks_of_the_whole_table_give_consistent_node_pod_and_system_usage(
     pod_rel, _ = fake_host.add_pod(uid, KubeQOS.BURSTABLE, [("containerd", container_id("c"))])
     snap = WorkloadSnapshot(pods=KubepodsSource(fake_host.host).list_pods(), generation=1)
     cache = MetricCache(clock=lambda: 101.0)
-    collectors = build_collectors(CollectorContext(host=fake_host.host, config=None))
+    collectors = build_collectors(
+        CollectorContext(host=fake_host.host, config=KoordletConfig(node_name="test"))
+    )
     r = CollectorRunner(collectors, cache, lambda: snap)
     fake_host.set_cpu_usage(pod_rel, 10_000_000_000)
     r.apply(r.run_tick(100.0))
