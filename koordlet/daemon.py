@@ -49,7 +49,7 @@ from prometheus_client.registry import Collector
 
 from apis.slo import NodeSLOSpec
 from koordlet import __version__
-from koordlet.collectors.framework import CollectorContext, CollectorSpec
+from koordlet.collectors.framework import CollectorContext, CollectorSpec, OnDemand
 from koordlet.collectors.runner import CollectorRunner, TickReport
 from koordlet.collectors.table import COLLECTORS, build_collectors, export_max_ages
 from koordlet.config import KoordletConfig, config_as_dict
@@ -606,7 +606,14 @@ class Daemon:
             self._snapshot,
             base_interval=self.cfg.collect.res_used_interval,
             recorder=self.metrics,
+            host=host,
         )
+
+    async def read_now(self, what: OnDemand[_T]) -> _T:
+        """An on-demand read through the current collector runner (it is rebuilt when the
+        cgroup layout is re-detected): what an event handler awaits for data fresher than the
+        last tick; see ``CollectorRunner.read_now``."""
+        return await self._need(self.runner).read_now(what)
 
     def _close_runner(self) -> None:
         if self.runner is not None:

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 from koordlet.config import CollectConfig, KoordletConfig
 from koordlet.metriccache.series import Sample
@@ -105,6 +105,34 @@ class CollectorContext:
     Koordinator's defaults."""
     capabilities: Capabilities | None = None
     """Start-up probing's results, or None where nothing was probed (tests, benchmarks)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Fresh(Generic[T]):
+    """What an on-demand read found: its value, and the samples it stores in the metric cache."""
+
+    value: T
+    """The typed value the caller asked for (``MemInfo``...)."""
+    samples: Sequence[Sample] = ()
+    """Series values at the read's timestamp; the runner appends them to the metric cache."""
+
+
+@dataclass(frozen=True, slots=True)
+class OnDemand(Generic[T]):
+    """A read a strategy may ask the runner for between ticks (an event handler that needs data
+    fresher than the last tick): ``await runner.read_now(NODE_MEMORY)``.
+
+    ``read`` runs in a worker thread, possibly while a tick runs in another: it is stateless and
+    reads through the stat table and the tick it is given, never through a collector's state.
+    The collector module that owns the formula declares it, beside its ``collect``.
+    """
+
+    name: str
+    """For logs and errors (``node_memory``)."""
+    read: Callable[[Host, Tick], Fresh[T]]
+    """``(host, tick) -> Fresh``: the read itself."""
+    doc: str
+    """What it reads and which series it refreshes."""
 
 
 CollectorFactory = Callable[[CollectorContext, float], Collector]

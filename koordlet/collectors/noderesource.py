@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import logging
 
-from koordlet.collectors.framework import CollectorContext, CollectResult, Tick
+from koordlet.collectors.framework import CollectorContext, CollectResult, Fresh, OnDemand, Tick
 from koordlet.metriccache.series import (
     NODE,
     NODE_CPU_USAGE,
@@ -33,7 +33,7 @@ from koordlet.metriccache.series import (
     numa_entity,
 )
 from koordlet.system.host import Host
-from koordlet.system.procfs import USER_HZ, numa_node_ids
+from koordlet.system.procfs import USER_HZ, MemInfo, numa_node_ids
 from koordlet.system.stats import MEMINFO, NUMA_MEMINFO, PROC_STAT_CPU
 
 logger = logging.getLogger(__name__)
@@ -43,6 +43,29 @@ NAME = "noderesource"
 _CPU_KEY = SeriesKey(NODE_CPU_USAGE, NODE)
 _MEM_KEY = SeriesKey(NODE_MEMORY_USAGE, NODE)
 _MEM_PC_KEY = SeriesKey(NODE_MEMORY_WITH_PAGE_CACHE, NODE)
+
+
+def memory_samples(meminfo: MemInfo) -> list[Sample]:
+    """The node's memory series from one ``/proc/meminfo``."""
+    return [
+        Sample(_MEM_KEY, float(meminfo.used)),
+        Sample(_MEM_PC_KEY, float(meminfo.used_with_page_cache)),
+    ]
+
+
+def read_node_memory(host: Host, tick: Tick) -> Fresh[MemInfo]:
+    """:data:`NODE_MEMORY`'s read: ``/proc/meminfo`` now, and the node memory series from it."""
+    meminfo = MEMINFO.get(tick, MEMINFO.path(host.paths))
+    return Fresh(meminfo, memory_samples(meminfo))
+
+
+NODE_MEMORY: OnDemand[MemInfo] = OnDemand(
+    "node_memory",
+    read_node_memory,
+    "/proc/meminfo now: the MemInfo (used, total...) and fresh node_memory_usage and "
+    "node_memory_with_page_cache samples; what a memory pressure event needs",
+)
+"""The node's memory, read on demand (``CollectorRunner.read_now(NODE_MEMORY)``)."""
 
 
 class NodeResourceCollector:
@@ -78,11 +101,7 @@ class NodeResourceCollector:
     def collect(self, tick: Tick) -> CollectResult:
         now = tick.now
         busy = PROC_STAT_CPU.get(tick, self._stat_path).busy
-        meminfo = MEMINFO.get(tick, self._meminfo_path)
-        samples = [
-            Sample(_MEM_KEY, float(meminfo.used)),
-            Sample(_MEM_PC_KEY, float(meminfo.used_with_page_cache)),
-        ]
+        samples = memory_samples(MEMINFO.get(tick, self._meminfo_path))
         last, self._last = self._last, (busy, now)
         if last is not None:
             delta, elapsed = busy - last[0], now - last[1]
