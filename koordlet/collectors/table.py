@@ -134,7 +134,7 @@ COLLECTORS: tuple[CollectorSpec, ...] = (
         resctrlmon.NAME,
         resctrlmon.build,
         lambda c: c.resctrl_interval,
-        "ResctrlCollector",
+        "resctrlCollector",
         switch=lambda c: c.enable_resctrl_collector,
         families=(
             "koordlet_resctrl_llc_occupancy",
