@@ -95,7 +95,8 @@ class PodResourceCollector:
         # throttling collector and memory.stat's with the page-cache collector, via the memo.
         cpu, mem = self._cpu, self._memory
         cpu_parse, cpu_pick, cpu_shared = cpu.parse, cpu.pick, cpu.shared
-        mem_parse, mem_pick, mem_shared = mem.parse, mem.pick, mem.shared
+        mem_parse, mem_get = mem.parse, mem.get
+        mem_memo = mem.shared and mem.pick is None  # memory.stat: always, per the stat table
         read, parsed = tick.read, tick.parsed
         last = self._counters.last  # CpuCounters.rate, inlined: entity -> (ns, timestamp)
         samples: list[Sample] = []
@@ -104,18 +105,14 @@ class PodResourceCollector:
         gone = 0
         for entity, cpu_path, mem_path, cpu_key, mem_key in self._plan:
             try:
-                if cpu_shared:
-                    usage_ns = parsed(cpu_path, cpu_parse)
-                else:
-                    usage_ns = cpu_parse(read(cpu_path), cpu_path)
+                usage_ns = (
+                    parsed(cpu_path, cpu_parse)
+                    if cpu_shared
+                    else cpu_parse(read(cpu_path), cpu_path)
+                )
                 if cpu_pick is not None:
                     usage_ns = cpu_pick(usage_ns, cpu_path)
-                if mem_shared:
-                    memory = parsed(mem_path, mem_parse)
-                else:
-                    memory = mem_parse(read(mem_path), mem_path)
-                if mem_pick is not None:
-                    memory = mem_pick(memory, mem_path)
+                memory = parsed(mem_path, mem_parse) if mem_memo else mem_get(tick, mem_path)
             except CgroupGoneError:
                 gone += 1
                 last.pop(entity, None)

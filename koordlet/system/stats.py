@@ -259,6 +259,17 @@ def _numa_meminfo(data: bytes, path: str) -> NumaMemInfo:
     return parse_numa_meminfo(data, path, int(folder[4:]))
 
 
+def _pressure(stem: str, what: str) -> CgroupStat[PSIStats]:
+    """``<stem>.pressure``: in the cpuacct folders on v1 (Anolis ``psi_v1=1``, a boot-time switch
+    for every cgroup at once), in every cgroup on v2 (``cgroup.pressure`` 0 hides one's)."""
+    return CgroupStat(
+        f"{stem}_pressure",
+        Source("cpuacct", f"{stem}.pressure", parse_psi, kernel_wide=True),
+        Source("cpu", f"{stem}.pressure", parse_psi),
+        f"PSI of the cgroup's tasks {what} (v1: Anolis kernels booted with psi_v1=1)",
+    )
+
+
 # The table: logical name, v1 source, v2 source, doc. Parsers and picks are in cgroupstats,
 # procfs and psi; v2 keeps CPU time in cpu.stat (usage_usec), v1 in the cpuacct controller.
 # fmt: off
@@ -297,21 +308,11 @@ CPU_CFS_PERIOD: CgroupStat[int] = CgroupStat(
     Source("cpu", "cpu.cfs_period_us", parse_integer),
     Source("cpu", "cpu.max", parse_cpu_max, _period, shared=True),
     "CFS period, µs")
-CPU_PRESSURE: CgroupStat[PSIStats] = CgroupStat(
-    "cpu_pressure",
-    Source("cpuacct", "cpu.pressure", parse_psi, kernel_wide=True),
-    Source("cpu", "cpu.pressure", parse_psi),
-    "PSI of the cgroup's tasks waiting for a CPU (v1: Anolis kernels booted with psi_v1=1)")
-MEMORY_PRESSURE: CgroupStat[PSIStats] = CgroupStat(
-    "memory_pressure",
-    Source("cpuacct", "memory.pressure", parse_psi, kernel_wide=True),
-    Source("cpu", "memory.pressure", parse_psi),
-    "PSI of the cgroup's tasks stalled on memory (v1: Anolis kernels booted with psi_v1=1)")
-IO_PRESSURE: CgroupStat[PSIStats] = CgroupStat(
-    "io_pressure",
-    Source("cpuacct", "io.pressure", parse_psi, kernel_wide=True),
-    Source("cpu", "io.pressure", parse_psi),
-    "PSI of the cgroup's tasks stalled on I/O (v1: Anolis kernels booted with psi_v1=1)")
+CPU_PRESSURE, MEMORY_PRESSURE, IO_PRESSURE = (
+    _pressure(stem, what)
+    for stem, what in (("cpu", "waiting for a CPU"), ("memory", "stalled on memory"),
+                       ("io", "stalled on I/O"))
+)
 CGROUP_STATS: Mapping[str, CgroupStat[Any]] = MappingProxyType({s.name: s for s in (
     CPU_USAGE, CPU_THROTTLING, MEMORY_STAT, MEMORY_CHARGE, CPUSET_EFFECTIVE_CPUS, CPU_CFS_QUOTA,
     CPU_CFS_PERIOD, CPU_PRESSURE, MEMORY_PRESSURE, IO_PRESSURE,
@@ -345,15 +346,16 @@ HOST_STATS: Mapping[str, HostStat[Any]] = MappingProxyType({s.name: s for s in (
 
 def cgroup_stat(name: str) -> CgroupStat[Any]:
     """The cgroup stat called ``name``; ``UnsupportedError`` for a name not in the table."""
-    try:
-        return CGROUP_STATS[name]
-    except KeyError:
-        raise UnsupportedError(name, "no such stat in koordlet.system.stats") from None
+    return _lookup(CGROUP_STATS, name)
 
 
 def host_stat(name: str) -> HostStat[Any]:
     """The host stat called ``name``; ``UnsupportedError`` for a name not in the table."""
+    return _lookup(HOST_STATS, name)
+
+
+def _lookup(table: Mapping[str, T], name: str) -> T:
     try:
-        return HOST_STATS[name]
+        return table[name]
     except KeyError:
         raise UnsupportedError(name, "no such stat in koordlet.system.stats") from None
