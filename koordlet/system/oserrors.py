@@ -15,6 +15,8 @@ errno                                  meaning for the koordlet
                                        reading): :class:`~koordlet.errors.UnsupportedError`
 ``EOPNOTSUPP``/``ENOTSUP``             a feature built in but switched off at boot (PSI,
                                        kidled): :class:`~koordlet.errors.UnsupportedError`
+``EACCES``, ``EPERM``                  not permitted (a capability): ``UnsupportedError`` where
+                                       the module can say which (PSI triggers, perf)
 anything else                          :class:`~koordlet.errors.HostError` with ``strerror``
 =====================================  =========================================================
 
@@ -36,6 +38,8 @@ GONE_ERRNOS = VANISHED_ERRNOS | {errno.ESRCH}
 """On reads: :data:`VANISHED_ERRNOS`, or a dead process (``ESRCH`` from its ``/proc`` file)."""
 REFUSED_ERRNOS = frozenset({errno.EOPNOTSUPP, errno.ENOTSUP})
 """The kernel has the file but refuses the operation: a feature disabled at boot."""
+DENIED_ERRNOS = frozenset({errno.EACCES, errno.EPERM})
+"""Not permitted: a missing capability or privilege (``UnsupportedError`` with the reason)."""
 
 
 def errno_name(code: int | None) -> str:

@@ -49,7 +49,7 @@ from typing import Protocol
 
 from koordlet.errors import CgroupGoneError, HostError, ParseError, UnsupportedError
 from koordlet.system.cgroups import CgroupLayout, CgroupVersion
-from koordlet.system.oserrors import errno_name, errno_of
+from koordlet.system.oserrors import DENIED_ERRNOS, errno_name, errno_of
 
 logger = logging.getLogger(__name__)
 
@@ -543,7 +543,7 @@ class PerfSupport:
 def _meaning(code: int | None) -> str:
     if code in _ABSENT:
         return "this CPU or hypervisor exposes no such hardware counter"
-    if code in (errno.EACCES, errno.EPERM):
+    if code in DENIED_ERRNOS:
         return (
             "not permitted: CPU-wide counting needs CAP_PERFMON or CAP_SYS_ADMIN, "
             "or kernel.perf_event_paranoid <= 0"

@@ -54,7 +54,13 @@ from koordlet.errors import (
     UnsupportedError,
 )
 from koordlet.system.cgroups import fs_magic
-from koordlet.system.oserrors import REFUSED_ERRNOS, describe
+from koordlet.system.oserrors import (
+    DENIED_ERRNOS,
+    GONE_ERRNOS,
+    REFUSED_ERRNOS,
+    describe,
+    is_gone,
+)
 from koordlet.system.paths import HostPaths
 
 DEGREES = ("some", "full")
@@ -156,9 +162,9 @@ def psi_error(path: str, err: OSError, *, cgroup: bool) -> HostError:
                 "psi_v1=1, a kernel without PSI, or cgroup.pressure set to 0)",
             )
         return CgroupGoneError(f"{path}: cgroup gone ({describe(err)})")
-    if code in (errno.ENODEV, errno.ESRCH):
+    if code in GONE_ERRNOS:  # ENOENT was told apart above
         return CgroupGoneError(f"{path}: cgroup gone ({describe(err)})")
-    if code in (errno.EACCES, errno.EPERM):
+    if code in DENIED_ERRNOS:
         return UnsupportedError(path, f"{describe(err)}: permission denied")
     return HostError(f"{path}: {err.strerror or err}")
 
@@ -335,7 +341,7 @@ def arm_memcg_threshold(cgroup_dir: str, threshold_bytes: int) -> int:
 
 
 def _memcg_error(cgroup_dir: str, path: str, err: OSError) -> HostError:
-    if err.errno in (errno.ENOENT, errno.ENODEV):
+    if is_gone(err, reading=False):
         if not os.path.isdir(cgroup_dir):
             return CgroupGoneError(f"{cgroup_dir}: cgroup gone ({describe(err)})")
         return UnsupportedError(
@@ -343,7 +349,7 @@ def _memcg_error(cgroup_dir: str, path: str, err: OSError) -> HostError:
             f"{describe(err)}: not a cgroup v1 memory cgroup, or a kernel without memcg v1 "
             "event notification (CONFIG_MEMCG_V1)",
         )
-    if err.errno in (errno.EACCES, errno.EPERM):
+    if err.errno in DENIED_ERRNOS:
         return UnsupportedError(path, f"{describe(err)}: permission denied")
     if err.errno in (errno.EINVAL, errno.EOPNOTSUPP, errno.EBADF):
         return UnsupportedError(path, f"{describe(err)}: the kernel refused the threshold")
