@@ -42,7 +42,7 @@ import os
 import resource
 import signal
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from prometheus_client import CollectorRegistry, Counter
@@ -50,10 +50,9 @@ from prometheus_client.registry import Collector
 
 from apis.slo import NodeSLOSpec
 from koordlet import __version__
-from koordlet.collectors import cpi
-from koordlet.collectors.framework import CollectorContext, CollectorFactory
+from koordlet.collectors.framework import CollectorContext, CollectorSpec, OnDemand
 from koordlet.collectors.runner import CollectorRunner, TickReport
-from koordlet.collectors.table import COLLECTORS, build_collectors
+from koordlet.collectors.table import COLLECTORS, build_collectors, export_max_ages
 from koordlet.config import KoordletConfig, config_as_dict
 from koordlet.errors import ConfigError
 from koordlet.events.source import PressureEventSource
@@ -99,33 +98,6 @@ EXIT_OK, EXIT_FAILED, EXIT_CONFIG = 0, 1, 2
 
 _Stop = Callable[[float], Awaitable[object]]
 _T = TypeVar("_T")
-
-_PSI_FAMILIES = ("koordlet_node_psi", "koordlet_pod_psi", "koordlet_container_psi")
-_COLD_FAMILIES = tuple(
-    f"koordlet_{scope}_{name}"
-    for scope in ("node", "pod", "container", "host_application")
-    for name in ("memory_cold_page_bytes", "used_memory_with_hot_page_cache_bytes")
-)
-_RESCTRL_FAMILIES = (
-    "koordlet_resctrl_llc_occupancy",
-    "koordlet_resctrl_memory_bandwidth",
-    "koordlet_resctrl_memory_bandwidth_bytes_per_second",
-)
-_EXPORT_INTERVALS = 3
-"""A slow collector's sample stays exported for this many of its own intervals."""
-
-
-def export_max_ages(cfg: KoordletConfig) -> dict[str, float]:
-    """Family → seconds its samples stay in ``/metrics``, for the collectors slower than the base
-    tick: one of their intervals plus slack (PSI, CPI), or a few intervals (cold memory, resctrl).
-    The others use the exporter's default, a few base ticks."""
-    c = cfg.collect
-    base = c.res_used_interval
-    ages: dict[str, float] = dict.fromkeys(_PSI_FAMILIES, c.psi_interval + 2 * base)
-    ages["koordlet_container_cpi"] = cpi.export_max_age(c.cpi_interval, base)
-    ages.update(dict.fromkeys(_COLD_FAMILIES, _EXPORT_INTERVALS * max(c.cold_page_interval, base)))
-    ages.update(dict.fromkeys(_RESCTRL_FAMILIES, _EXPORT_INTERVALS * max(c.resctrl_interval, base)))
-    return ages
 
 
 def raise_nofile_limit() -> tuple[int, int]:
@@ -180,7 +152,7 @@ class Daemon:
         self,
         cfg: KoordletConfig,
         *,
-        collectors: Mapping[str, CollectorFactory] = COLLECTORS,
+        collectors: Sequence[CollectorSpec] = COLLECTORS,
         strategies: Mapping[str, StrategyFactory] = STRATEGIES,
         settle_gc_when_ready: bool = False,
     ) -> None:
@@ -551,7 +523,7 @@ class Daemon:
                 self._snapshot,
                 node_name=self.cfg.node_name,
                 collect_interval=self.cfg.collect.res_used_interval,
-                max_ages=export_max_ages(self.cfg),
+                max_ages=export_max_ages(self._collector_table, self.cfg.collect),
             )
         )
         deps = ServerDeps(
@@ -636,7 +608,14 @@ class Daemon:
             self._snapshot,
             base_interval=self.cfg.collect.res_used_interval,
             recorder=self.metrics,
+            host=host,
         )
+
+    async def read_now(self, what: OnDemand[_T]) -> _T:
+        """An on-demand read through the current collector runner (it is rebuilt when the
+        cgroup layout is re-detected): what an event handler awaits for data fresher than the
+        last tick; see ``CollectorRunner.read_now``."""
+        return await self._need(self.runner).read_now(what)
 
     def _close_runner(self) -> None:
         if self.runner is not None:
@@ -732,7 +711,7 @@ class Daemon:
 async def run(
     cfg: KoordletConfig,
     *,
-    collectors: Mapping[str, CollectorFactory] = COLLECTORS,
+    collectors: Sequence[CollectorSpec] = COLLECTORS,
     strategies: Mapping[str, StrategyFactory] = STRATEGIES,
     stop: asyncio.Event | None = None,
     own_process: bool = False,

@@ -21,7 +21,7 @@ import logging
 from typing import Any
 
 from apis.cpulist import format_cpulist
-from koordlet.collectors.framework import CollectResult, Tick
+from koordlet.collectors.framework import CollectorContext, CollectResult, Tick
 from koordlet.system.host import Host
 from koordlet.system.paths import HostPaths
 from koordlet.system.topology import NodeCpuTopology, read_cpu_topology
@@ -88,3 +88,8 @@ class NodeInfoCollector:
             )
             self._last = info
         return CollectResult(info={INFO_KEY: info})
+
+
+def build(ctx: CollectorContext, interval: float) -> NodeInfoCollector:
+    """The table's factory."""
+    return NodeInfoCollector(ctx.host, interval)

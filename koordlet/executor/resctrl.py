@@ -36,6 +36,7 @@ from koordlet.errors import CgroupGoneError, HostError, ParseError, UnsupportedE
 from koordlet.executor.sysctl import notify
 from koordlet.executor.writer import WriteResult
 from koordlet.system.cgroups import CgroupLayout, CgroupVersion
+from koordlet.system.oserrors import absent_error, host_file_error
 from koordlet.system.paths import HostPaths
 from koordlet.system.resctrl import is_mounted, read_cpu_flags, resctrl_root
 
@@ -132,10 +133,8 @@ def _read_text(path: str) -> str:
     try:
         with open(path, encoding="ascii", errors="replace") as f:
             return f.read()
-    except FileNotFoundError as err:
-        raise CgroupGoneError(f"{path}: absent") from err
     except OSError as err:
-        raise HostError(f"{path}: reading failed: {err.strerror}") from err
+        raise absent_error(path, err, "reading") from err
 
 
 def _read_int(path: str, base: int = 10) -> int:
@@ -267,7 +266,7 @@ class ResctrlWriter:
         except OSError as err:
             if err.errno == errno.ENOSPC:
                 raise HostError(f"{path}: no free CLOSID for a new control group") from err
-            raise HostError(f"{path}: mkdir failed: {err.strerror}") from err
+            raise host_file_error(path, err, "mkdir") from err
         self._notify(WriteResult(path, "", "created", True, "resctrl_group", strategy, reason))
         return True
 
@@ -354,7 +353,7 @@ class ResctrlWriter:
         try:
             fd = os.open(tasks_path, os.O_WRONLY | os.O_CLOEXEC)
         except OSError as err:
-            raise HostError(f"{tasks_path}: open failed: {err.strerror}") from err
+            raise host_file_error(tasks_path, err, "open") from err
         try:
             for tid in todo:
                 try:
@@ -363,7 +362,7 @@ class ResctrlWriter:
                     if err.errno in (errno.ESRCH, errno.ENOENT):
                         gone += 1
                         continue
-                    raise HostError(f"{tasks_path}: writing {tid} failed: {err.strerror}") from err
+                    raise host_file_error(tasks_path, err, f"writing {tid}") from err
                 added += 1
         finally:
             os.close(fd)

@@ -258,7 +258,7 @@ def share_pool(online: frozenset[int], pods: Iterable[PodInfo]) -> frozenset[int
 class Plan:
     """Everything one round wants written, and what it could not decide."""
 
-    writes: list[BatchWrite] = field(default_factory=list)
+    writes: list[BatchWrite[Any]] = field(default_factory=list)
     """Target values, any order (the batch levels them)."""
     skipped: dict[str, str] = field(default_factory=dict)
     """What was not planned and why (``pod/<name>: no resource-status cpuset``)."""
@@ -508,44 +508,44 @@ class CgroupReconcile:
                 detail={
                     "unsupported": self.unsupported,
                     "skipped": plan.skipped,
-                    "errors": [f"{w.knob} {w.rel_dir}: {e}" for w, e in result.errors[:20]],
+                    "errors": [f"{w.knob_name} {w.rel_dir}: {e}" for w, e in result.errors[:20]],
                 },
             ),
         )
 
-    def _select(self, writes: list[BatchWrite]) -> list[BatchWrite]:
+    def _select(self, writes: list[BatchWrite[Any]]) -> list[BatchWrite[Any]]:
         """Drop unsupported knobs and values applied within the executor's cache lifetime."""
         now = self._ctx.now()
         ttl = float(getattr(self._ctx.executor, "cache_ttl", 0.0))
         out = []
         for w in writes:
-            if w.knob in self._unsupported:
+            if w.knob_name in self._unsupported:
                 continue
-            hit = self._applied.get((w.knob, w.rel_dir))
+            hit = self._applied.get((w.knob_name, w.rel_dir))
             if hit is not None and hit[0] == w.value and now - hit[1] < ttl:
                 continue
             out.append(w)
         return out
 
-    def _learn(self, writes: list[BatchWrite], result: BatchResult, now: float) -> None:
+    def _learn(self, writes: list[BatchWrite[Any]], result: BatchResult, now: float) -> None:
         failed: set[tuple[str, str]] = set()
         for w, err in result.errors:
-            failed.add((w.knob, w.rel_dir))
+            failed.add((w.knob_name, w.rel_dir))
             if " unsupported: " in err:
-                self._mark_unsupported(w.knob, err.split(" unsupported: ", 1)[1])
+                self._mark_unsupported(w.knob_name, err.split(" unsupported: ", 1)[1])
             else:
-                logger.warning("cgroup reconcile: %s of %s: %s", w.knob, w.rel_dir, err)
+                logger.warning("cgroup reconcile: %s of %s: %s", w.knob_name, w.rel_dir, err)
         gone = set(result.gone)
         # A dry-run value counts as applied too: its decision is audited once per cache lifetime,
         # not every second.
         for w in writes:
-            key = (w.knob, w.rel_dir)
+            key = (w.knob_name, w.rel_dir)
             rel = w.rel_dir.strip("/")
             if key in failed or any(rel == g or rel.startswith(g + "/") for g in gone):
                 self._applied.pop(key, None)
             else:
                 self._applied[key] = (w.value, now)
-        live = {(w.knob, w.rel_dir) for w in writes}
+        live = {(w.knob_name, w.rel_dir) for w in writes}
         if len(self._applied) > 4 * max(len(live), 1024):
             self._applied = {k: v for k, v in self._applied.items() if k in live}
 

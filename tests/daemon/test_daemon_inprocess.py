@@ -9,7 +9,7 @@ import json
 import logging
 import re
 import socket
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
@@ -20,7 +20,7 @@ import yaml
 
 from apis.extension import KubeQOS
 from koordlet import daemon
-from koordlet.collectors.framework import CollectorContext, CollectorFactory, CollectResult, Tick
+from koordlet.collectors.framework import CollectorContext, CollectorSpec, CollectResult, Tick
 from koordlet.collectors.table import COLLECTORS
 from koordlet.config import (
     CgroupConfig,
@@ -115,7 +115,7 @@ class Running:
 async def running(
     cfg: KoordletConfig,
     *,
-    collectors: Mapping[str, CollectorFactory] = COLLECTORS,
+    collectors: Sequence[CollectorSpec] = COLLECTORS,
     strategies: Mapping[str, StrategyFactory] | None = None,
     own_process: bool = False,
 ) -> AsyncIterator[Running]:
@@ -218,10 +218,10 @@ class Boom:
 async def test_a_collector_that_raises_is_counted_and_does_not_take_the_daemon_down(
     fake: FakeHost,
 ) -> None:
-    def boom(ctx: CollectorContext) -> Boom:
-        return Boom()
+    def boom(ctx: CollectorContext, interval: float) -> Boom:
+        return Boom(interval=interval)
 
-    table = {"boom": boom, **COLLECTORS}
+    table = (CollectorSpec("boom", boom, lambda c: c.res_used_interval, "none"), *COLLECTORS)
 
     async with running(make_config(fake), collectors=table) as run:
 

@@ -31,6 +31,7 @@ from koordlet.collectors.framework import CollectorContext
 from koordlet.collectors.nodeinfo import node_info_dict
 from koordlet.collectors.runner import CollectorRunner
 from koordlet.collectors.table import build_collectors
+from koordlet.config import KoordletConfig
 from koordlet.executor import CgroupWriter, WriteResult
 from koordlet.executor.audit import AuditLog
 from koordlet.metriccache import MetricCache
@@ -188,7 +189,9 @@ class SuppressRig:
         self.node: dict[str, Any] | None = None
         """The Node object the strategy sees (reservation); None: standalone."""
         self.runner = CollectorRunner(
-            build_collectors(CollectorContext(host=tree.host, config=None)),
+            build_collectors(
+                CollectorContext(host=tree.host, config=KoordletConfig(node_name="test"))
+            ),
             self.cache,
             lambda: self.snapshot,
         )
