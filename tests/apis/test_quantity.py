@@ -178,7 +178,12 @@ amounts = st.builds(
 @given(amounts, st.sampled_from(list(Format)))
 def test_every_canonical_text_parses_back_to_the_same_value(amount: Fraction, fmt: Format) -> None:
     q = Quantity.of(amount, fmt)
-    assert parse_quantity(str(q)) == q
+    expected = q
+    if fmt is Format.BINARY_SI and q.amount > 2**63 - 1:
+        # ParseQuantity caps a BinarySI value at the largest int64 (apimachinery quantity.go,
+        # "The max is just a simple cap"): a sum held in memory above it does not read back.
+        expected = Quantity.of(2**63 - 1, fmt)
+    assert parse_quantity(str(q)) == expected
 
 
 @given(st.integers(0, 2**62), st.sampled_from(["", "Ki", "Mi", "Gi", "k", "M", "m"]))
