@@ -28,7 +28,6 @@ from koordlet.runtimehooks.ttrpc import (
     TtrpcServer,
 )
 
-
 M = TypeVar("M", bound=Message)
 
 
@@ -78,8 +77,8 @@ class FakeNriRuntime:
         await self.stop()
         await self.start()
 
-    async def wait_ready(self, timeout: float = 10.0) -> Registration:
-        async with asyncio.timeout(timeout):
+    async def wait_ready(self, within: float = 10.0) -> Registration:
+        async with asyncio.timeout(within):
             await self._ready.wait()
         return self.registrations[-1]
 

@@ -5,7 +5,6 @@ not, and the socket is gone after stop."""
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import grpc
@@ -13,14 +12,14 @@ import grpc
 from apis.runtime.v1alpha1 import api_pb2 as hookapi
 from koordlet.config import RuntimeHooksConfig
 from tests.daemon import one_value
-from tests.daemon.test_daemon_inprocess import fake as fake  # noqa: F401 (the fixture)
+from tests.daemon.test_daemon_inprocess import fake as fake  # the fixture
 from tests.daemon.test_daemon_inprocess import make_config, running
 from tests.fakehost import FakeHost
 from tests.runtimehooks.helpers import BE_LABELS, batch, spec_annotation
 
 
 async def test_the_daemon_serves_the_hook_socket_and_registers_for_the_proxy(
-    fake: FakeHost,  # noqa: F811
+    fake: FakeHost,
     tmp_path: Path,
 ) -> None:
     sock = tmp_path / "run" / "koordlet.sock"
@@ -55,14 +54,17 @@ async def test_the_daemon_serves_the_hook_socket_and_registers_for_the_proxy(
         assert resp.container_resources.cpu_quota == 100_000
         samples = await run.samples()
         requests = one_value(
-            samples, "koordlet_runtime_hook_requests_total", mode="proxy", stage="PreCreateContainer"
+            samples,
+            "koordlet_runtime_hook_requests_total",
+            mode="proxy",
+            stage="PreCreateContainer",
         )
         assert requests == 1
-    assert not os.path.exists(sock)
+    assert not sock.exists()
 
 
 async def test_a_missing_socket_folder_is_reported_not_created(
-    fake: FakeHost,  # noqa: F811
+    fake: FakeHost,
     tmp_path: Path,
 ) -> None:
     hooks = RuntimeHooksConfig(addr=str(tmp_path / "absent" / "koordlet.sock"), nri=False)

@@ -24,6 +24,7 @@ from koordlet.runtimehooks.nri import NriOptions, NriPlugin
 from koordlet.runtimehooks.table import HOOKS, HookContext
 from koordlet.system.cgroups import CgroupDriver, CgroupVersion
 from tests.fakehost import FakeHost
+from tests.kubefake.fixtures import eventually
 from tests.runtimehooks.fakenri import FakeNriRuntime
 from tests.runtimehooks.helpers import BE_LABELS, batch, spec_annotation
 
@@ -43,9 +44,7 @@ def make_plugin(
     )
     return NriPlugin(
         dispatcher,
-        NriOptions(
-            socket=sock, connect_timeout=2.0, backoff_duration=0.05, backoff_cap=0.2
-        ),
+        NriOptions(socket=sock, connect_timeout=2.0, backoff_duration=0.05, backoff_cap=0.2),
     )
 
 
@@ -213,9 +212,7 @@ async def test_the_plugin_reconnects_after_the_runtime_restarts(runtime: FakeNri
         await runtime.restart()
         await runtime.wait_ready()
         assert len(runtime.registrations) == 2
-        async with asyncio.timeout(5):
-            while plugin.sessions < 2:
-                await asyncio.sleep(0.01)
+        await eventually(lambda: plugin.sessions == 2, within=5)
         assert plugin.connected
     finally:
         await stop(task)
@@ -228,9 +225,7 @@ async def test_without_the_socket_the_plugin_waits_and_registers_once_it_appears
     plugin = make_plugin(rt.path)
     task = await running(plugin)
     try:
-        async with asyncio.timeout(5):
-            while not plugin.last_error:
-                await asyncio.sleep(0.01)
+        await eventually(lambda: bool(plugin.last_error), within=5)
         assert "absent" in plugin.last_error
         await rt.start()
         await rt.wait_ready()
