@@ -164,7 +164,7 @@ class HookClient:
             return None
         stub = self._channel(server.endpoint).unary_unary(
             SERVICE + method,
-            request_serializer=Message.SerializeToString,
+            request_serializer=type(req).SerializeToString,
             response_deserializer=resp_type.FromString,
         )
         try:

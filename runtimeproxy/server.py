@@ -358,10 +358,12 @@ class _Forwarder(grpc.GenericRpcHandler):
         proxy = self._proxy
         if method in STREAMING:
 
-            def stream(
+            async def stream(
                 data: bytes, context: grpc.aio.ServicerContext[bytes, bytes]
             ) -> AsyncIterator[bytes]:
-                return proxy.forward_stream(method, data, context)
+                # an async generator function: grpc tells streaming handlers apart by that
+                async for item in proxy.forward_stream(method, data, context):
+                    yield item
 
             return grpc.unary_stream_rpc_method_handler(stream)
         intercept = proxy._intercepts.get(method)
