@@ -24,7 +24,6 @@ connection (the runtime restarted) is redialled with exponential backoff.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -211,6 +210,7 @@ class NriPlugin:
         """``name version`` of the runtime, from Configure."""
         self.request_timeout = DEFAULT_REQUEST_TIMEOUT
         self._configured = asyncio.Event()
+        self._was_configured = False
         self._warned_absent = False
 
     def describe(self) -> dict[str, Any]:
@@ -296,8 +296,6 @@ class NriPlugin:
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
-
-    _was_configured = False
 
     # Handlers -------------------------------------------------------------------------------
 
@@ -417,10 +415,3 @@ class NriPlugin:
 
             return await self._bounded(cpoint, container_work(), empty)
         return empty
-
-
-async def close_quietly(writer: asyncio.StreamWriter) -> None:
-    """Close a stream writer, ignoring a peer that is already gone."""
-    writer.close()
-    with contextlib.suppress(ConnectionError, OSError):
-        await writer.wait_closed()
