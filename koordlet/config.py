@@ -219,6 +219,76 @@ class AuditConfig:
     ``--audit-max-disk-space-mb`` (default 16)."""
 
 
+RUNTIME_HOOK_POINTS = (
+    "PreRunPodSandbox",
+    "PostStopPodSandbox",
+    "PreRemoveRunPodSandbox",
+    "PreCreateContainer",
+    "PreStartContainer",
+    "PostStartContainer",
+    "PreUpdateContainerResources",
+    "PostStopContainer",
+)
+"""Koordinator's runtime hook stage names (``RuntimeHookType``), for
+``--runtime-hooks-disable-stages`` (koordlet.runtimehooks.model.HookPoint holds the same)."""
+
+
+@dataclass(frozen=True, slots=True)
+class RuntimeHooksConfig:
+    """The runtime hooks: the hook server koord-runtime-proxy calls, and the NRI plugin
+    (docs/runtimehooks.md). Paths default to the host's, as the other path settings do; the
+    DaemonSet passes the in-container ones upstream uses as defaults."""
+
+    addr: str = "/var/run/koordlet/koordlet.sock"
+    """Unix socket the hook server listens on; empty disables it. Koordinator's
+    ``--runtime-hooks-addr`` (upstream default ``/host-var-run-koordlet/koordlet.sock``, the
+    DaemonSet's mount of the host's ``/var/run/koordlet``). The folder must exist: it is not
+    created (the systemd unit's ``RuntimeDirectory``, the DaemonSet's mount)."""
+    host_endpoint: str = "/var/run/koordlet/koordlet.sock"
+    """The same socket as the host sees it, written for koord-runtime-proxy into
+    ``<config_path>/koordlet.json``; Koordinator's ``--runtime-hooks-host-endpoint``."""
+    config_path: str = "/etc/runtime/hookserver.d"
+    """Folder of the runtime proxy's hook-server files, where ``koordlet.json`` is written when
+    the folder exists; Koordinator's ``--runtime-hooks-config-path`` (upstream default the
+    DaemonSet's ``/host-etc-hookserver/``)."""
+    disable_stages: frozenset[str] = frozenset()
+    """Stages where no hook runs (``PreCreateContainer,...``); Koordinator's
+    ``--runtime-hooks-disable-stages``."""
+    timeout: float = 1.0
+    """Seconds one request's hooks (pod-level cgroup writes included) may take before the
+    request goes on unchanged; ``--runtime-hooks-timeout``, ours."""
+    nri: bool = True
+    """Register as an NRI plugin with the runtime; Koordinator's ``--enable-nri-runtime-hook``
+    (default true)."""
+    var_run_root: str = "/var/run"
+    """The host's ``/var/run``; Koordinator's ``--var-run-root-dir`` (DaemonSet:
+    ``/host-var-run/``)."""
+    nri_socket_path: str = "nri/nri.sock"
+    """The runtime's NRI socket, relative to ``var_run_root`` unless absolute; Koordinator's
+    ``--runtime-hooks-nri-socket-path`` (default ``nri/nri.sock``)."""
+    nri_plugin_name: str = "koordlet_nri"
+    """Name the plugin registers with; Koordinator's ``--runtime-hooks-nri-plugin-name``."""
+    nri_plugin_index: str = "00"
+    """Two-digit invocation index (lower runs first); Koordinator's
+    ``--runtime-hooks-nri-plugin-index``."""
+    nri_connect_timeout: float = 6.0
+    """Seconds to connect, register and get configured; Koordinator's
+    ``--runtime-hooks-nri-connect-timeout`` (6 s, a little over the runtime's 5 s registration
+    timeout)."""
+    nri_backoff_duration: float = 1.0
+    """First reconnect delay in seconds; Koordinator's ``--runtime-hooks-nri-backoff-duration``."""
+    nri_backoff_factor: float = 2.0
+    """Reconnect delay multiplier; Koordinator's ``--runtime-hooks-nri-backoff-factor``."""
+    nri_backoff_cap: float = 30.0
+    """Longest reconnect delay in seconds; ``--runtime-hooks-nri-backoff-cap`` (upstream's
+    default is unbounded; ours retries at least every 30 s so a restarted runtime is found)."""
+
+    @property
+    def nri_socket(self) -> str:
+        """The NRI socket's absolute path."""
+        return os.path.join(self.var_run_root, self.nri_socket_path)
+
+
 def default_node_name(environ: Mapping[str, str] | None = None) -> str:
     """``$NODE_NAME`` (as Koordinator's DaemonSet sets it) or else the host name, lower-cased as
     the kubelet registers it."""
@@ -248,6 +318,8 @@ class KoordletConfig:
     """The audit log."""
     kube: KubeConfig = field(default_factory=KubeConfig)
     """The API server connection and NodeMetric reporting (ignored with ``--standalone``)."""
+    runtime_hooks: RuntimeHooksConfig = field(default_factory=RuntimeHooksConfig)
+    """The runtime hooks' server and NRI plugin."""
     standalone: bool = False
     """Run without the Kubernetes API server: pods from the kubepods hierarchy, the NodeSLO from
     a local file; ``--standalone``, ours (default false)."""
@@ -435,6 +507,52 @@ def _port(allow_zero: bool) -> Callable[[object], int]:
     return convert
 
 
+def _hook_stages(value: object) -> frozenset[str]:
+    """``A,B`` (flag or YAML string) or a YAML list of Koordinator's runtime hook stage names."""
+    if isinstance(value, str):
+        items = [part.strip() for part in value.split(",")]
+    elif isinstance(value, list | tuple | frozenset | set):
+        items = [_string(item).strip() for item in value]
+    else:
+        raise TypeError(f"must be a comma-separated string or a list of stages, got {value!r}")
+    stages = frozenset(item for item in items if item)
+    bad = sorted(stages - set(RUNTIME_HOOK_POINTS))
+    if bad:
+        raise ValueError(f"unknown stages {bad}; known: {', '.join(RUNTIME_HOOK_POINTS)}")
+    return stages
+
+
+def _optional_socket(value: object) -> str:
+    text = _string(value).strip()
+    return _abs_path(text) if text else ""
+
+
+def _factor(value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        raise TypeError(f"must be a number, got {value!r}")
+    try:
+        number = float(value)
+    except ValueError as err:
+        raise ValueError(f"must be a number, got {value!r}") from err
+    if not (math.isfinite(number) and number >= 1.0):
+        raise ValueError(f"must be a number >= 1, got {value!r}")
+    return number
+
+
+def _plugin_index(value: object) -> str:
+    text = _string(value).strip()
+    if not re.fullmatch(r"[0-9]{2}", text):
+        raise ValueError(f"must be two digits (NRI's plugin index), got {value!r}")
+    return text
+
+
+def _plugin_name(value: object) -> str:
+    text = _nonempty(value)
+    if not re.fullmatch(r"[A-Za-z0-9_.-]+", text):
+        raise ValueError(f"must be letters, digits, '_', '.', '-', got {value!r}")
+    return text
+
+
 def _evictions(value: object) -> int:
     """A whole number of evictions per round, 1 to 1000."""
     if isinstance(value, bool) or not isinstance(value, int | str):
@@ -589,6 +707,46 @@ SETTINGS: tuple[Setting, ...] = (
             "--kubelet-sync-interval"),
     Setting("kube.kubeletSyncTimeout", "kube.kubelet_sync_timeout", ("--kubelet-sync-timeout",),
             _positive_duration, "time one kubelet request may take", "--kubelet-sync-timeout"),
+    Setting("runtimeHooks.addr", "runtime_hooks.addr", ("--runtime-hooks-addr",),
+            _optional_socket, "hook server unix socket ('' disables it)", "--runtime-hooks-addr"),
+    Setting("runtimeHooks.hostEndpoint", "runtime_hooks.host_endpoint",
+            ("--runtime-hooks-host-endpoint",), _abs_path,
+            "the hook socket as the host sees it (for koord-runtime-proxy)",
+            "--runtime-hooks-host-endpoint"),
+    Setting("runtimeHooks.configPath", "runtime_hooks.config_path",
+            ("--runtime-hooks-config-path",), _abs_path,
+            "folder of koord-runtime-proxy's hook-server files", "--runtime-hooks-config-path"),
+    Setting("runtimeHooks.disableStages", "runtime_hooks.disable_stages",
+            ("--runtime-hooks-disable-stages",), _hook_stages,
+            "runtime hook stages where no hook runs", "--runtime-hooks-disable-stages"),
+    Setting("runtimeHooks.timeout", "runtime_hooks.timeout", ("--runtime-hooks-timeout",),
+            _positive_duration, "time one request's hooks may take before it goes on unchanged"),
+    Setting("runtimeHooks.nri", "runtime_hooks.nri", ("--enable-nri-runtime-hook",), _bool,
+            "register as an NRI plugin with the runtime", "--enable-nri-runtime-hook",
+            is_bool=True),
+    Setting("runtimeHooks.varRunRootDir", "runtime_hooks.var_run_root", ("--var-run-root-dir",),
+            _abs_path, "the host's /var/run", "--var-run-root-dir"),
+    Setting("runtimeHooks.nriSocketPath", "runtime_hooks.nri_socket_path",
+            ("--runtime-hooks-nri-socket-path",), _nonempty,
+            "NRI socket (relative to --var-run-root-dir)", "--runtime-hooks-nri-socket-path"),
+    Setting("runtimeHooks.nriPluginName", "runtime_hooks.nri_plugin_name",
+            ("--runtime-hooks-nri-plugin-name",), _plugin_name, "NRI plugin name",
+            "--runtime-hooks-nri-plugin-name"),
+    Setting("runtimeHooks.nriPluginIndex", "runtime_hooks.nri_plugin_index",
+            ("--runtime-hooks-nri-plugin-index",), _plugin_index, "NRI plugin index",
+            "--runtime-hooks-nri-plugin-index"),
+    Setting("runtimeHooks.nriConnectTimeout", "runtime_hooks.nri_connect_timeout",
+            ("--runtime-hooks-nri-connect-timeout",), _positive_duration,
+            "time to connect and register with NRI", "--runtime-hooks-nri-connect-timeout"),
+    Setting("runtimeHooks.nriBackoffDuration", "runtime_hooks.nri_backoff_duration",
+            ("--runtime-hooks-nri-backoff-duration",), _positive_duration,
+            "first NRI reconnect delay", "--runtime-hooks-nri-backoff-duration"),
+    Setting("runtimeHooks.nriBackoffFactor", "runtime_hooks.nri_backoff_factor",
+            ("--runtime-hooks-nri-backoff-factor",), _factor, "NRI reconnect delay multiplier",
+            "--runtime-hooks-nri-backoff-factor"),
+    Setting("runtimeHooks.nriBackoffCap", "runtime_hooks.nri_backoff_cap",
+            ("--runtime-hooks-nri-backoff-cap",), _positive_duration,
+            "longest NRI reconnect delay", "--runtime-hooks-nri-backoff-cap"),
     Setting("audit.logDir", "audit.log_dir", ("--audit-log-dir",), _optional_abs_path,
             "audit log directory ('' for <state-dir>/audit)", "--audit-log-dir"),
     Setting("audit.maxDiskSpaceMB", "audit.max_disk_space_mb", ("--audit-max-disk-space-mb",),
@@ -601,7 +759,7 @@ FEATURE_GATES_KEY = "featureGates"
 """The YAML key of the feature gates: a mapping of gate → bool, or a ``--feature-gates`` string."""
 
 _BY_KEY = {s.key: s for s in SETTINGS}
-_SECTIONS = ("paths", "cgroup", "collect", "server", "qos", "audit", "kube")
+_SECTIONS = ("paths", "cgroup", "collect", "server", "qos", "audit", "kube", "runtimeHooks")
 _LONG_FLAGS = {f[2:] for s in SETTINGS for f in s.flags}
 _LONG_FLAGS |= {"config", "feature-gates", "version", "help"}
 _METAVARS: Mapping[Callable[[object], Any], str] = {
@@ -613,6 +771,8 @@ _METAVARS: Mapping[Callable[[object], Any], str] = {
     _optional_abs_path: "DIR",
     _strategy_names: "A,B",
     _disk_mb: "MIB",
+    _hook_stages: "A,B",
+    _optional_socket: "SOCKET",
 }
 _DEFAULT_TEXT = {
     "nodeName": "$NODE_NAME, else the host name",
@@ -826,7 +986,8 @@ def load_config(
         sources[key] = (flag, "")
 
     top: dict[str, Any] = {}
-    sections: dict[str, dict[str, Any]] = {name: {} for name in _SECTIONS}
+    # keyed by KoordletConfig attribute (the YAML section names but runtimeHooks)
+    sections: dict[str, dict[str, Any]] = {name: {} for name in (*_SECTIONS, "runtime_hooks")}
     for key, value in values.items():
         section, _, attr = _BY_KEY[key].attr.rpartition(".")
         (sections[section] if section else top)[attr] = value
@@ -855,6 +1016,7 @@ def load_config(
         qos=QoSConfig(**sections["qos"]),
         audit=AuditConfig(**sections["audit"]),
         kube=KubeConfig(**sections["kube"]),
+        runtime_hooks=RuntimeHooksConfig(**sections["runtime_hooks"]),
         feature_gates=gates,
         config_file=config_file,
         **top,

@@ -17,7 +17,10 @@ Start, one stage after the other, each logged with its duration (``docs/architec
                    then the QoS manager, one supervised loop per strategy of the table, with
                    the dry-run settings (an unknown name in --qos-dry-run-strategies is a
                    configuration error)
-    6 server       /metrics, /healthz, /readyz and /debug (with /debug/audit and /debug/qos);
+    6 runtimehooks the runtime hooks' dispatcher (the hook plugin table under the feature gates),
+                   the hook server koord-runtime-proxy calls and the NRI plugin's loop
+                   (docs/runtimehooks.md)
+    7 server       /metrics, /healthz, /readyz and /debug (with /debug/audit and /debug/qos);
                    then ready
 
 SIGTERM or SIGINT stops the stages that started, in reverse order, within :data:`STOP_TIMEOUT`
@@ -82,13 +85,14 @@ from kubeclient.signals import StopSignals
 
 if TYPE_CHECKING:  # cluster mode only: imported when used (kubernetes_asyncio costs ~60 MiB)
     from koordlet.reporter.nodemetric import NodeMetricReporter
+    from koordlet.runtimehooks.stage import RuntimeHooks
     from koordlet.statesinformer.kube import KubeStatesSource
     from koordlet.statesinformer.kubelet import KubeletPodsSource
     from kubeclient.client import KubeClient
 
 logger = logging.getLogger(__name__)
 
-STAGES = ("executor", "metriccache", "states", "collectors", "qos", "server")
+STAGES = ("executor", "metriccache", "states", "collectors", "qos", "runtimehooks", "server")
 """Start-up stages, in start order; they stop in the reverse order. Also the readiness stages."""
 STOP_TIMEOUT = 5.0
 """Seconds within which every started stage must have stopped."""
@@ -191,6 +195,7 @@ class Daemon:
         self.events: PressureEventSource | None = None
         self.qos: QoSManager | None = None
         self.server: ServerHandle | None = None
+        self.runtime_hooks: RuntimeHooks | None = None
         self._driver_watch: _DriverWatch | None = None
 
     # Start -------------------------------------------------------------------------------------
@@ -205,6 +210,7 @@ class Daemon:
             self._start_states,
             self._start_collectors,
             self._start_qos,
+            self._start_runtimehooks,
             self._start_server,
         )
         for number, (name, step) in enumerate(zip(STAGES, steps, strict=True), 1):
@@ -492,6 +498,23 @@ class Daemon:
                 self.registry.register(cast(Collector, strategy))
                 logger.debug("strategy %s exports its metrics", name)
 
+    async def _start_runtimehooks(self) -> None:
+        from koordlet.runtimehooks.stage import start_runtime_hooks
+        from koordlet.runtimehooks.table import HookContext
+
+        hooks = await start_runtime_hooks(
+            self.cfg,
+            HookContext(node_slo=self._node_slo, host=lambda: self.host),
+            registry=self.registry,
+            writer=self._need(self.writer),
+            audit=self._need(self.audit),
+            supervisor=self._supervisor("runtimehooks"),
+            kube=self.kube,
+            enabled=self.cfg.feature_gates.enabled,
+        )
+        self.runtime_hooks = hooks
+        self._on_stop("runtimehooks", hooks.stop)
+
     def _build_evictor(self, audit: AuditLog) -> Evictor:
         """The evictor every strategy evicts through. Its backend empties the victim's cgroup
         (standalone: cgroup-discovered pods and host applications); the Kubernetes mode swaps
@@ -632,6 +655,9 @@ class Daemon:
         if self.events is not None:
             for key, reason in sorted(self.events.unsupported.items()):
                 out[f"events/{key}"] = {"supported": False, "reason": reason, "runtime": True}
+        if self.runtime_hooks is not None:
+            for key, reason in sorted(self.runtime_hooks.unsupported.items()):
+                out[f"runtimehooks/{key}"] = {"supported": False, "reason": reason}
         return out
 
     def _describe_audit(self, limit: int, strategy: str | None, kind: str | None) -> dict[str, Any]:

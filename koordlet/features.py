@@ -87,10 +87,29 @@ KOORDLET_FEATURES: Mapping[str, FeatureSpec] = MappingProxyType(
         "BlkIOReconcile": FeatureSpec(False, _A, False, "block I/O QoS"),
         "ColdPageCollector": FeatureSpec(False, _A, True, "collect cold page (kidled) memory"),
         "HugePageReport": FeatureSpec(False, _A, False, "report hugepages per NUMA node"),
+        # The runtime hooks' gates, which upstream adds to the koordlet's
+        # (pkg/koordlet/runtimehooks/config.go: defaultRuntimeHooksFG).
+        "GroupIdentity": FeatureSpec(True, _B, False, "runtime hook: group identity (bvt)"),
+        "CPUSetAllocator": FeatureSpec(
+            True, _B, False, "runtime hook: cpuset of LSR/LSE pods from the scheduler"
+        ),
+        "GPUEnvInject": FeatureSpec(False, _A, False, "runtime hook: allocated GPUs' env"),
+        "RDMADeviceInject": FeatureSpec(False, _A, False, "runtime hook: allocated RDMA devices"),
+        "BatchResource": FeatureSpec(
+            True, _B, True, "runtime hook: cgroups of batch and mid pods from their resources"
+        ),
+        "CPUNormalization": FeatureSpec(
+            False, _A, False, "runtime hook: cpu cgroups of CPU-normalized LS pods"
+        ),
+        "CoreSched": FeatureSpec(False, _A, False, "runtime hook: core scheduling cookies"),
+        "TerwayQoS": FeatureSpec(False, _A, False, "runtime hook: Terway network QoS"),
+        "TCNetworkQoS": FeatureSpec(False, _A, False, "runtime hook: network QoS by tc"),
+        "Resctrl": FeatureSpec(False, _A, False, "runtime hook: LLC and memory bandwidth per pod"),
     }
 )
 """Every koordlet gate Koordinator defines (upstream ``defaultKoordletFeatureGates``, commit
-1366c7d), with whether this implementation acts on it."""
+1366c7d, and the runtime hooks' ``defaultRuntimeHooksFG``), with whether this implementation acts
+on it."""
 
 DEFAULTS: Mapping[str, bool] = MappingProxyType(
     {name: spec.default for name, spec in KOORDLET_FEATURES.items()}

@@ -29,6 +29,7 @@ from koordlet.config import (
     CollectConfig,
     KoordletConfig,
     QoSConfig,
+    RuntimeHooksConfig,
     ServerConfig,
 )
 from koordlet.features import FeatureGates
@@ -57,6 +58,7 @@ def make_config(
     nodeslo: Path | None = None,
     port: int | None = None,
     qos: QoSConfig | None = None,
+    runtime_hooks: RuntimeHooksConfig | None = None,
 ) -> KoordletConfig:
     return KoordletConfig(
         node_name="node-1",
@@ -71,6 +73,8 @@ def make_config(
         nodeslo_file=None if nodeslo is None else str(nodeslo),
         state_dir=str(fake.root / "state"),  # the audit log goes here, never to /var/lib
         qos=qos or QoSConfig(),
+        # no hook server, no NRI plugin: nothing of the host's /var/run (tests/runtimehooks)
+        runtime_hooks=runtime_hooks or RuntimeHooksConfig(addr="", nri=False),
     )
 
 
@@ -465,7 +469,7 @@ async def test_a_stage_that_fails_to_start_stops_what_started_and_returns_1(
     assert code == daemon.EXIT_FAILED
     assert any("stage server failed to start" in r.getMessage() for r in caplog.records)
     stopped = [s for e, s in stage_events(caplog.records) if e == "stopped"]
-    assert stopped[0] == "qos"
+    assert stopped[0] == daemon.STAGES[-2]  # the stage before the server
     assert stopped[-1] == "executor"
 
 

@@ -125,6 +125,30 @@ SAMPLES: dict[str, tuple[str, Any, Any, Any]] = {
     ),
     "audit.logDir": ("/var/log/koordlet/", "/var/log/koordlet", "", ""),
     "audit.maxDiskSpaceMB": ("32", 32, 64, 64),
+    "runtimeHooks.addr": (
+        "/host-var-run-koordlet/koordlet.sock",
+        "/host-var-run-koordlet/koordlet.sock",
+        "",
+        "",
+    ),
+    "runtimeHooks.hostEndpoint": ("/run/k/k.sock", "/run/k/k.sock", "/r/k.sock", "/r/k.sock"),
+    "runtimeHooks.configPath": ("/host-etc-hookserver/", "/host-etc-hookserver", "/h", "/h"),
+    "runtimeHooks.disableStages": (
+        "PreStartContainer, PostStopContainer",
+        frozenset({"PreStartContainer", "PostStopContainer"}),
+        ["PreCreateContainer"],
+        frozenset({"PreCreateContainer"}),
+    ),
+    "runtimeHooks.timeout": ("250ms", 0.25, 2, 2.0),
+    "runtimeHooks.nri": ("false", False, False, False),
+    "runtimeHooks.varRunRootDir": ("/host-var-run/", "/host-var-run", "/v", "/v"),
+    "runtimeHooks.nriSocketPath": ("nri.sock", "nri.sock", "/run/nri.sock", "/run/nri.sock"),
+    "runtimeHooks.nriPluginName": ("koordlet", "koordlet", "k_nri", "k_nri"),
+    "runtimeHooks.nriPluginIndex": ("10", "10", "99", "99"),
+    "runtimeHooks.nriConnectTimeout": ("3s", 3.0, "1m", 60.0),
+    "runtimeHooks.nriBackoffDuration": ("500ms", 0.5, 2, 2.0),
+    "runtimeHooks.nriBackoffFactor": ("1.5", 1.5, 3, 3.0),
+    "runtimeHooks.nriBackoffCap": ("1m", 60.0, "10s", 10.0),
 }
 
 
