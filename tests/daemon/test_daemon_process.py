@@ -279,6 +279,38 @@ def test_a_broken_nodeslo_file_exits_2_naming_file_and_field(
     assert "hostApplications[0].qos" in done.stderr
 
 
+@pytest.mark.parametrize(
+    ("section", "value", "field"),
+    [
+        ("resourceUsedThresholdWithBE", {"cpuSuppressThresholdPercent": -5},
+         "spec.resourceUsedThresholdWithBE.cpuSuppressThresholdPercent"),
+        ("resourceUsedThresholdWithBE", {"memoryEvictThresholdPercent": 101},
+         "spec.resourceUsedThresholdWithBE.memoryEvictThresholdPercent"),
+        ("cpuBurstStrategy", {"cpuBurstPercent": "lots"}, "spec.cpuBurstStrategy.cpuBurstPercent"),
+        ("resourceUsedThresholdWithBE", {"cpuSuppressPolicy": "sometimes"},
+         "spec.resourceUsedThresholdWithBE.cpuSuppressPolicy"),
+    ],
+    ids=["negative", "over-100", "string-for-number", "unknown-policy"],
+)  # fmt: skip
+def test_a_bad_strategy_value_in_the_nodeslo_file_exits_2_from_the_console_script(
+    tmp_path: Path, section: str, value: dict[str, object], field: str
+) -> None:
+    """README's promise, through the installed ``koordlet`` entry point: a bad value is not
+    started on with every strategy off, it stops the start naming the file and the field."""
+    if not SCRIPT.exists():
+        pytest.skip(f"the console script is not installed ({SCRIPT}); pip install -e . adds it")
+    slo = tmp_path / "nodeslo.yaml"
+    slo.write_text(
+        yaml.safe_dump({"apiVersion": "slo.koordinator.sh/v1alpha1", "kind": "NodeSLO",
+                        "spec": {section: value}})  # fmt: skip
+    )
+
+    done = run_to_exit(launcher(script=True), "--standalone", "--nodeslo-file", str(slo))
+
+    assert done.returncode == 2, done.stderr
+    assert f"koordlet: {slo}: {field}: " in done.stderr
+
+
 @pytest.mark.parametrize("script", [False, True], ids=["python-m", "console-script"])
 def test_version_and_help_print_and_exit_0(script: bool) -> None:
     if script and not SCRIPT.exists():
