@@ -38,11 +38,9 @@ import subprocess
 import sys
 import time
 from collections.abc import Sequence
-from types import SimpleNamespace
 from typing import Any
 
 from apis.extension import KubeQOS, QoSClass
-from tests.strategyrig import config, in_force
 from koordlet.events.source import PressureEventSource
 from koordlet.executor.audit import AuditLog
 from koordlet.executor.kill import subtree_pids
@@ -55,6 +53,7 @@ from koordlet.statesinformer.model import ContainerInfo, PodInfo, WorkloadSnapsh
 from koordlet.system.cgroups import CgroupDriver, CgroupLayout, CgroupVersion
 from koordlet.system.host import Host
 from koordlet.system.paths import HostPaths
+from tests.strategyrig import config, in_force
 
 MiB = 1 << 20
 CAPACITY = 256 * MiB

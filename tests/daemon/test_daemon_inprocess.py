@@ -40,8 +40,8 @@ from koordlet.qos.framework import (
     StrategySpec,
 )
 from koordlet.qos.table import STRATEGIES
-from koordlet.system.knobs import CPU_SHARES
 from koordlet.system.cgroups import CgroupDriver, CgroupVersion
+from koordlet.system.knobs import CPU_SHARES
 from tests.daemon import Samples, free_port, one_value, parse_samples
 from tests.fakehost import FakeHost, container_id
 

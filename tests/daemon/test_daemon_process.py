@@ -301,8 +301,13 @@ def test_a_bad_strategy_value_in_the_nodeslo_file_exits_2_from_the_console_scrip
         pytest.skip(f"the console script is not installed ({SCRIPT}); pip install -e . adds it")
     slo = tmp_path / "nodeslo.yaml"
     slo.write_text(
-        yaml.safe_dump({"apiVersion": "slo.koordinator.sh/v1alpha1", "kind": "NodeSLO",
-                        "spec": {section: value}})  # fmt: skip
+        yaml.safe_dump(
+            {
+                "apiVersion": "slo.koordinator.sh/v1alpha1",
+                "kind": "NodeSLO",
+                "spec": {section: value},
+            }
+        )  # fmt: skip
     )
 
     done = run_to_exit(launcher(script=True), "--standalone", "--nodeslo-file", str(slo))

@@ -22,11 +22,9 @@ import sys
 import time
 import uuid
 from dataclasses import dataclass, field
-from types import SimpleNamespace
 from typing import Any
 
 from apis.extension import KubeQOS
-from tests.strategyrig import config, in_force
 from koordlet.collectors.framework import CollectorContext
 from koordlet.collectors.nodeinfo import node_info_dict
 from koordlet.collectors.runner import CollectorRunner
@@ -43,6 +41,7 @@ from koordlet.system.cgroups import CgroupDriver, CgroupVersion, detect_layout
 from koordlet.system.host import Host
 from koordlet.system.paths import HostPaths
 from koordlet.system.topology import read_cpu_topology
+from tests.strategyrig import config, in_force
 
 PATHS = HostPaths()
 CONTROLLERS = ("cpu", "cpuacct", "cpuset", "memory")

@@ -23,7 +23,6 @@ from typing import Any
 import pytest
 
 from apis.extension import KubeQOS, QoSClass
-from tests.strategyrig import config, in_force
 from koordlet.collectors.nodeinfo import node_info_dict
 from koordlet.executor import CgroupWriter
 from koordlet.metriccache.store import MetricCache
@@ -35,6 +34,7 @@ from koordlet.system.host import Host
 from koordlet.system.paths import HostPaths
 from koordlet.system.probe import probe_capabilities
 from koordlet.system.topology import read_cpu_topology
+from tests.strategyrig import config, in_force
 
 PATHS = HostPaths()
 CONTROLLERS = ("cpu", "cpuset", "memory")

@@ -16,9 +16,8 @@ from typing import Any
 import pytest
 
 from apis.extension import KubeQOS, QoSClass
-from tests.strategyrig import config, in_force
 from apis.slo_qos import CPUQOSPolicy, MemoryQOSConfig
-from apis.slo_strategies import ResourceQOSStrategy, strategies_of
+from apis.slo_strategies import ResourceQOSStrategy
 from koordlet.collectors.nodeinfo import node_info_dict
 from koordlet.executor import CgroupWriter
 from koordlet.metriccache.store import MetricCache
@@ -41,6 +40,7 @@ from koordlet.system.cgroups import CgroupDriver, CgroupVersion
 from koordlet.system.probe import probe_capabilities
 from koordlet.system.topology import read_cpu_topology
 from tests.fakehost import FakeHost, container_id
+from tests.strategyrig import config, in_force
 
 GIB = 1 << 30
 MIB = 1 << 20

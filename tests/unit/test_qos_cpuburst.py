@@ -11,7 +11,6 @@ from typing import Any
 import pytest
 
 from apis.extension import KubeQOS, QoSClass
-from tests.strategyrig import config, in_force
 from apis.slo_strategies import CPUBurstPolicy
 from koordlet.collectors.nodeinfo import node_info_dict
 from koordlet.executor import CgroupWriter
@@ -39,6 +38,7 @@ from koordlet.statesinformer.model import ContainerInfo, PodInfo, WorkloadSnapsh
 from koordlet.system.knobs import knob
 from koordlet.system.topology import read_cpu_topology
 from tests.fakehost import FakeHost, container_id
+from tests.strategyrig import config, in_force
 
 AUTO = BurstSettings(policy="auto")
 

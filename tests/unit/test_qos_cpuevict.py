@@ -4,13 +4,11 @@ tables, and whole rounds against the metric cache, the evictor and a recording b
 from __future__ import annotations
 
 from dataclasses import dataclass
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
 from apis.extension import KubeQOS, QoSClass
-from tests.strategyrig import config, in_force
 from koordlet.executor.audit import AuditLog
 from koordlet.metriccache import series
 from koordlet.metriccache.store import MetricCache
@@ -30,6 +28,7 @@ from koordlet.qos.evictor import LABEL_EVICTION_ENABLED, REASON_BE_CPU_SATISFACT
 from koordlet.qos.framework import QoSBook, StrategyContext
 from koordlet.qos.shared import InvalidThreshold
 from koordlet.statesinformer.model import PodInfo, WorkloadSnapshot
+from tests.strategyrig import config, in_force
 
 
 def pod(

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import logging
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from types import SimpleNamespace
@@ -13,7 +12,6 @@ from typing import Any
 import pytest
 
 from apis.extension import KubeQOS, QoSClass
-from tests.strategyrig import config, following, in_force
 from koordlet.collectors.nodeinfo import node_info_dict
 from koordlet.executor import CgroupWriter
 from koordlet.executor.writer import WriteResult
@@ -34,6 +32,7 @@ from koordlet.statesinformer.model import ContainerInfo, HostAppInfo, PodInfo, W
 from koordlet.system.knobs import knob
 from koordlet.system.topology import read_cpu_topology
 from tests.fakehost import FakeHost, container_id
+from tests.strategyrig import config, following, in_force
 
 # Arithmetic -------------------------------------------------------------------------------------
 

@@ -9,18 +9,18 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry
 
-from tests.strategyrig import config, in_force
 from koordlet.config import CollectConfig
 from koordlet.errors import ConfigError
 from koordlet.features import FeatureGates
 from koordlet.metriccache.series import Sample, SeriesKey
 from koordlet.metriccache.store import MetricCache
-from koordlet.qos.inputs import fresh_last, max_input_age, read_last
 from koordlet.qos.framework import QoSBook, StrategyContext, StrategyReport, StrategySpec
+from koordlet.qos.inputs import fresh_last, max_input_age, read_last
 from koordlet.qos.manager import QoSManager
 from koordlet.selfmetrics import SelfMetrics
 from koordlet.statesinformer.model import WorkloadSnapshot
 from koordlet.supervisor import Supervisor
+from tests.strategyrig import config, in_force
 
 
 class Clock:

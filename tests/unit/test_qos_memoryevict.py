@@ -5,13 +5,11 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
 from apis.extension import KubeQOS, QoSClass
-from tests.strategyrig import config, in_force
 from koordlet.events.watches import EventKind, PressureEvent
 from koordlet.executor.audit import AuditLog
 from koordlet.metriccache import series
@@ -44,6 +42,7 @@ from koordlet.statesinformer.model import PodInfo, WorkloadSnapshot
 from koordlet.system.cgroups import CgroupDriver, CgroupLayout, CgroupVersion
 from koordlet.system.host import Host
 from koordlet.system.paths import HostPaths
+from tests.strategyrig import config, in_force
 
 GiB = 1 << 30
 

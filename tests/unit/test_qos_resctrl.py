@@ -15,7 +15,6 @@ import pytest
 
 from apis.extension import ANNOTATION_POD_RESCTRL as POD_RESCTRL_ANNOTATION
 from apis.extension import KubeQOS, QoSClass
-from tests.strategyrig import config, in_force
 from koordlet.executor import CgroupWriter
 from koordlet.executor.resctrl import (
     ResctrlWriter,
@@ -30,6 +29,7 @@ from koordlet.qos.resctrl import ResctrlReconcile, cat_l3_mask, mba_value
 from koordlet.statesinformer.model import ContainerInfo, PodInfo, WorkloadSnapshot
 from koordlet.system.cgroups import CgroupVersion
 from tests.fakehost import FakeHost, container_id
+from tests.strategyrig import config, in_force
 
 GOLDEN = Path(__file__).parent.parent / "golden" / "resctrl"
 

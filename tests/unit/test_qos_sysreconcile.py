@@ -14,7 +14,6 @@ from typing import Any
 
 import pytest
 
-from tests.strategyrig import config, in_force
 from apis.slo_strategies import SystemStrategy
 from koordlet.collectors.nodeinfo import node_info_dict
 from koordlet.errors import InvalidValueError, UnsupportedError
@@ -33,6 +32,7 @@ from koordlet.statesinformer.model import WorkloadSnapshot
 from koordlet.system.cgroups import CgroupDriver, CgroupVersion
 from koordlet.system.topology import read_cpu_topology
 from tests.fakehost import FakeHost
+from tests.strategyrig import config, in_force
 
 GIB = 1 << 30
 

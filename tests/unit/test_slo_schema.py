@@ -12,8 +12,6 @@ import pytest
 import yaml
 
 from apis.crdschema import DEFAULT_CRD_DIR
-from apis.slo_inforce import DEFAULTS, NodeSLOInForce, read_node_slo_file
-from apis.slo_strategies import to_json
 from apis.extension import QoSClass
 from apis.slo import (
     API_VERSION,
@@ -24,6 +22,8 @@ from apis.slo import (
     SchemaError,
     parse_node_slo,
 )
+from apis.slo_inforce import DEFAULTS, NodeSLOInForce, read_node_slo_file
+from apis.slo_strategies import to_json
 
 CRD = DEFAULT_CRD_DIR / "slo.koordinator.sh_nodeslos.yaml"
 
