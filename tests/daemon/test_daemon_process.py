@@ -300,15 +300,8 @@ def test_a_bad_strategy_value_in_the_nodeslo_file_exits_2_from_the_console_scrip
     if not SCRIPT.exists():
         pytest.skip(f"the console script is not installed ({SCRIPT}); pip install -e . adds it")
     slo = tmp_path / "nodeslo.yaml"
-    slo.write_text(
-        yaml.safe_dump(
-            {
-                "apiVersion": "slo.koordinator.sh/v1alpha1",
-                "kind": "NodeSLO",
-                "spec": {section: value},
-            }
-        )  # fmt: skip
-    )
+    doc = {"apiVersion": "slo.koordinator.sh/v1alpha1", "kind": "NodeSLO", "spec": {section: value}}
+    slo.write_text(yaml.safe_dump(doc))
 
     done = run_to_exit(launcher(script=True), "--standalone", "--nodeslo-file", str(slo))
 
