@@ -219,6 +219,42 @@ def test_sighup_rereads_the_nodeslo_file(
         assert proc.stop() == 0
 
 
+def test_a_bad_section_on_sighup_keeps_its_last_good_value_and_says_so(
+    command: list[str], tmp_path: Path, host_root: Path
+) -> None:
+    fake = FakeHost(host_root, CgroupVersion.V1, CgroupDriver.CGROUPFS)
+    slo = tmp_path / "nodeslo.yaml"
+
+    def write(burst_policy: str, threshold: int) -> None:
+        spec = {
+            "resourceUsedThresholdWithBE": {"cpuSuppressThresholdPercent": threshold},
+            "cpuBurstStrategy": {"policy": burst_policy},
+        }
+        slo.write_text(yaml.safe_dump({"spec": spec}))
+
+    write("auto", 60)
+    with koordlet(command, fake_args(fake, "--nodeslo-file", str(slo)), tmp_path) as proc:
+        first = proc.json("/debug/qos")["nodeslo"]
+        assert first["sections"]["cpuBurstStrategy"] == {"status": "ok"}
+        write("sometimes", 55)
+        proc.popen.send_signal(signal.SIGHUP)
+
+        def rejected() -> bool:
+            sections = proc.json("/debug/qos")["nodeslo"]["sections"]
+            return sections["cpuBurstStrategy"]["status"] == "rejected"
+
+        proc.until("the bad section rejected on SIGHUP", rejected)
+        now = proc.json("/debug/qos")["nodeslo"]
+        assert now["sections"]["cpuBurstStrategy"]["field"] == "spec.cpuBurstStrategy.policy"
+        assert now["sections"]["resourceUsedThresholdWithBE"] == {"status": "ok"}  # applied
+        assert now["generation"] == first["generation"] + 1
+        _, metrics = proc.get("/metrics")
+        assert 'koordlet_nodeslo_section_rejected{section="cpuBurstStrategy"} 1.0' in metrics
+        assert "koordlet_nodeslo_reload_errors_total 1.0" in metrics
+        assert proc.stop() == 0
+    assert "spec.cpuBurstStrategy.policy" in proc.log.read_text()
+
+
 def test_koordlet_on_this_machine_reports_its_real_memory(
     command: list[str], tmp_path: Path
 ) -> None:
