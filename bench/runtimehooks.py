@@ -70,7 +70,7 @@ class _Forgetful(list[tuple[str, bytes]]):
 async def _serve_koordlet(hook_sock: str, nri_sock: str) -> None:
     from prometheus_client import CollectorRegistry
 
-    from apis.slo import NodeSLOSpec
+    from apis.slo_inforce import NodeSLOInForce
     from koordlet.runtimehooks.framework import HookDispatcher
     from koordlet.runtimehooks.hookserver import HookServer
     from koordlet.runtimehooks.metrics import HookMetrics
@@ -79,7 +79,7 @@ async def _serve_koordlet(hook_sock: str, nri_sock: str) -> None:
 
     dispatcher = HookDispatcher(
         HOOKS,
-        HookContext(node_slo=NodeSLOSpec),
+        HookContext(node_slo=NodeSLOInForce),
         enabled=lambda gate: True,
         metrics=HookMetrics(CollectorRegistry()),
     )

@@ -22,6 +22,7 @@ import math
 import os
 import re
 import socket
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, NoReturn
@@ -29,7 +30,8 @@ from typing import Any, Literal, NoReturn
 from apis.duration import parse_duration
 from apis.gobool import parse_go_bool
 from apis.kubernetes_keys import SERVICE_ACCOUNT_TOKEN_PATH
-from apis.slo import NodeSLOSpec, SchemaError, load_node_slo_file, read_document
+from apis.slo import SchemaError, read_document
+from apis.slo_inforce import ALL_SECTIONS, NodeSLOInForce, read_node_slo_file
 from koordlet import __version__
 from koordlet.errors import ConfigError
 from koordlet.features import FLAG as FEATURE_GATES_FLAG
@@ -1038,10 +1040,19 @@ def config_as_dict(cfg: KoordletConfig) -> dict[str, Any]:
     return out
 
 
-def load_node_slo(path: str) -> NodeSLOSpec:
-    """:func:`apis.slo.load_node_slo_file`, with its errors as ConfigError naming file and
-    field."""
+def load_node_slo(path: str) -> NodeSLOInForce:
+    """The local NodeSLO file, every section checked: what the koordlet's start (and ``koordlet
+    host-app``) accepts. Raises ConfigError naming the file and the field of the first bad value
+    (a bad section at start is a configuration error; on reload it keeps its last good value,
+    ``koordlet.statesinformer.hostapps``)."""
     try:
-        return load_node_slo_file(path)
+        in_force = read_node_slo_file(path, now=time.time())
     except SchemaError as err:
         raise _config_error(err) from err
+    for section in ALL_SECTIONS:
+        rejection = in_force.rejected.get(section)
+        if rejection is not None:
+            raise ConfigError(
+                rejection.error.message, source=rejection.error.source, field=rejection.error.field
+            )
+    return in_force

@@ -51,7 +51,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast
 from prometheus_client import CollectorRegistry, Counter
 from prometheus_client.registry import Collector
 
-from apis.slo import NodeSLOSpec
+from apis.slo_inforce import NodeSLOInForce
 from koordlet import __version__
 from koordlet.collectors.framework import CollectorContext, CollectorSpec, OnDemand
 from koordlet.collectors.runner import CollectorRunner, TickReport
@@ -64,11 +64,11 @@ from koordlet.executor.writer import CgroupWriter
 from koordlet.metriccache.series import container_entity, host_app_entity, pod_entity
 from koordlet.metriccache.store import MetricCache
 from koordlet.qos.evictor import CgroupKillEvictor, EvictionBackend, Evictor
-from koordlet.qos.manager import QoSBook, QoSManager, StrategyContext, StrategyFactory
-from koordlet.qos.table import FEATURE_GATES as QOS_FEATURE_GATES
+from koordlet.qos.framework import QoSBook, StrategyContext, StrategySpec
+from koordlet.qos.manager import QoSManager
 from koordlet.qos.table import STRATEGIES
 from koordlet.sdnotify import Notifier, Watchdog
-from koordlet.selfmetrics import Readiness, SelfMetrics
+from koordlet.selfmetrics import NodeSLOSections, Readiness, SelfMetrics
 from koordlet.server.app import ServerDeps, ServerHandle, build_app, start_server
 from koordlet.server.exporter import KoordletExporter
 from koordlet.statesinformer.hostapps import NodeSLOFileSource
@@ -101,6 +101,7 @@ SERVER_SHUTDOWN_TIMEOUT = 2.0
 EXIT_OK, EXIT_FAILED, EXIT_CONFIG = 0, 1, 2
 
 _Stop = Callable[[float], Awaitable[object]]
+_DEFAULT_NODE_SLO = NodeSLOInForce()
 _T = TypeVar("_T")
 
 
@@ -157,7 +158,7 @@ class Daemon:
         cfg: KoordletConfig,
         *,
         collectors: Sequence[CollectorSpec] = COLLECTORS,
-        strategies: Mapping[str, StrategyFactory] = STRATEGIES,
+        strategies: Sequence[StrategySpec] = STRATEGIES,
         settle_gc_when_ready: bool = False,
     ) -> None:
         self.cfg = cfg
@@ -174,6 +175,7 @@ class Daemon:
             "Reloads of the local NodeSLO file that failed; the last good version stays.",
             registry=self.registry,
         )
+        self.registry.register(NodeSLOSections(self._node_slo))
         self.notifier = Notifier()
         """systemd's notify socket (``Type=notify``); does nothing without ``$NOTIFY_SOCKET``."""
         self._stops: list[tuple[str, _Stop]] = []
@@ -456,11 +458,11 @@ class Daemon:
             supervisor.spawn("nrt-report", topology.run, component="reporter")
 
     async def _start_qos(self) -> None:
-        unknown = sorted(self.cfg.qos.dry_run_strategies - set(self._strategy_table))
+        names = {spec.name for spec in self._strategy_table}
+        unknown = sorted(self.cfg.qos.dry_run_strategies - names)
         if unknown:
             raise ConfigError(
-                f"unknown strategies {unknown}; the strategy table has "
-                f"{sorted(self._strategy_table) or 'none'}",
+                f"unknown strategies {unknown}; the strategy table has {sorted(names) or 'none'}",
                 source="--qos-dry-run-strategies",
             )
         host = self._need(self.host)
@@ -482,6 +484,7 @@ class Daemon:
             node_slo=self._node_slo,
             capabilities=self.capabilities,
             evictor=self.evictor,
+            read_now=self.read_now,
             node=self._kube_node,
             events=events,
             audit=audit,
@@ -489,14 +492,13 @@ class Daemon:
             dry_run_strategies=self.cfg.qos.dry_run_strategies,
             book=QoSBook(on_stale=self.metrics.stale_inputs),
         )
-        qos = QoSManager(ctx, self._strategy_table, supervisor, gates=QOS_FEATURE_GATES)
+        qos = QoSManager(ctx, self._strategy_table, supervisor)
         self._on_stop("qos", qos.stop)
         self.qos = qos
         qos.start()
-        for name, strategy in qos.running().items():
-            if callable(getattr(strategy, "collect", None)):  # its own koordlet_* families
-                self.registry.register(cast(Collector, strategy))
-                logger.debug("strategy %s exports its metrics", name)
+        for name, strategy in qos.exporting().items():  # its own koordlet_* families
+            self.registry.register(cast(Collector, strategy))
+            logger.debug("strategy %s exports its metrics", name)
 
     async def _start_runtimehooks(self) -> None:
         from koordlet.runtimehooks.stage import start_runtime_hooks
@@ -671,10 +673,12 @@ class Daemon:
     def _snapshot(self) -> WorkloadSnapshot:
         return self._need(self.inventory).snapshot()
 
-    def _node_slo(self) -> NodeSLOSpec:
+    def _node_slo(self) -> NodeSLOInForce:
+        """The NodeSLO in force: the API server's in cluster mode, the local file's in standalone
+        mode with one, else Koordinator's defaults."""
         if self.kube_states is not None:
             return self.kube_states.node_slo
-        return self.nodeslo.spec if self.nodeslo is not None else NodeSLOSpec()
+        return self.nodeslo.in_force if self.nodeslo is not None else _DEFAULT_NODE_SLO
 
     def _supervisor(self, stage: str) -> Supervisor:
         supervisor = Supervisor(self.metrics)
@@ -738,7 +742,7 @@ async def run(
     cfg: KoordletConfig,
     *,
     collectors: Sequence[CollectorSpec] = COLLECTORS,
-    strategies: Mapping[str, StrategyFactory] = STRATEGIES,
+    strategies: Sequence[StrategySpec] = STRATEGIES,
     stop: asyncio.Event | None = None,
     own_process: bool = False,
 ) -> int:

@@ -38,9 +38,11 @@ from koordlet.executor.writer import WriteResult
 from koordlet.system.cgroups import CgroupLayout, CgroupVersion
 from koordlet.system.oserrors import absent_error, host_file_error
 from koordlet.system.paths import HostPaths
-from koordlet.system.resctrl import is_mounted, read_cpu_flags, resctrl_root
+from koordlet.system.resctrl import RESCTRL_GROUPS, is_mounted, read_cpu_flags, resctrl_root
 
 logger = logging.getLogger(__name__)
+
+__all__ = ["L3", "MB", "RESCTRL_GROUPS", "AllocInfo", "ResctrlWriter", "read_alloc_info"]
 
 L3 = "L3"
 MB = "MB"
@@ -246,10 +248,21 @@ class ResctrlWriter:
         have (the audit log)."""
         self.is_dry_run = is_dry_run or (lambda strategy: False)
         """Whether writes asked for by a strategy are only computed and audited."""
+        self._flags: frozenset[str] | None = None
 
     @property
     def root(self) -> str:
         return resctrl_root(self.paths)
+
+    def alloc_info(self, groups: Iterable[str] = ()) -> AllocInfo:
+        """:func:`read_alloc_info` now, the CPU flags read once (they never change)."""
+        if self._flags is None:
+            try:
+                self._flags = read_cpu_flags(self.paths)
+            except (HostError, ParseError) as err:
+                why = f"cannot read CPU flags: {err}"
+                return AllocInfo(self.root, l3_reason=why, mb_reason=why)
+        return read_alloc_info(self.paths, groups, flags=self._flags)
 
     def ensure_group(self, group: str, *, strategy: str = "", reason: str = "") -> bool:
         """Make control group ``group`` when it does not exist; True when it was made."""

@@ -4,8 +4,7 @@ Like Koordinator's ``ResourceUpdateExecutor``, it owns one writer thread, so wri
 each other and never block the event loop, and it skips writes that would change nothing:
 
 Writes name the knob by its :class:`~koordlet.system.knobs.Knob` object (``write(CPU_SHARES,
-rel_dir, 512)``), so mypy checks the value against the knob's type; a knob's name (``"cpu_shares"``)
-is still accepted as a deprecated adapter until every strategy hands the objects. Then:
+rel_dir, 512)``), so mypy checks the value against the knob's type. Then:
 
 1. the knob table validates the value (out of range → ``InvalidValueError``, nothing written);
 2. the knob's file is resolved through the cgroup layout (a knob this version or this host lacks
@@ -40,10 +39,10 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypeVar, overload
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from koordlet.errors import ParseError, UnsupportedError
-from koordlet.executor.batch import BatchResult, BatchWrite, apply_batch, as_knob
+from koordlet.executor.batch import BatchResult, BatchWrite, apply_batch
 from koordlet.system.knobs import KNOBS, Knob
 from koordlet.system.oserrors import knob_error
 
@@ -161,69 +160,29 @@ class CgroupWriter:
 
     # Writes --------------------------------------------------------------------------------------
 
-    @overload
     def submit(
         self, knob: Knob[_V], rel_dir: str, value: _V, *, strategy: str = "", reason: str = ""
-    ) -> Future[WriteResult]: ...
-
-    @overload
-    def submit(
-        self, knob: str, rel_dir: str, value: object, *, strategy: str = "", reason: str = ""
-    ) -> Future[WriteResult]: ...
-
-    def submit(
-        self,
-        knob: Knob[Any] | str,
-        rel_dir: str,
-        value: object,
-        *,
-        strategy: str = "",
-        reason: str = "",
     ) -> Future[WriteResult]:
         """Queue :meth:`write` on the writer thread; the future carries its result or error.
 
         ``knob`` is a :class:`~koordlet.system.knobs.Knob` of the table, so that mypy checks the
-        value against the knob's type. A knob's name (``"cpu_shares"``) is still accepted, as a
-        deprecated adapter for the strategies that have not moved to the objects yet.
+        value against the knob's type.
         """
         pool = self._pool
         if pool is None:
             raise RuntimeError("CgroupWriter.submit() before start() or after stop()")
-        # Resolved on the writer thread, as before: an unknown name fails the future.
-        return pool.submit(self._write_any, knob, rel_dir, value, strategy, reason)
+        return pool.submit(self._apply, knob, rel_dir, value, strategy, reason)
 
-    @overload
     def write(
         self, knob: Knob[_V], rel_dir: str, value: _V, *, strategy: str = "", reason: str = ""
-    ) -> WriteResult: ...
-
-    @overload
-    def write(
-        self, knob: str, rel_dir: str, value: object, *, strategy: str = "", reason: str = ""
-    ) -> WriteResult: ...
-
-    def write(
-        self,
-        knob: Knob[Any] | str,
-        rel_dir: str,
-        value: object,
-        *,
-        strategy: str = "",
-        reason: str = "",
     ) -> WriteResult:
         """Write ``value`` to ``knob`` of cgroup ``rel_dir`` now, on this thread.
 
-        For the writer thread itself (and tests); everyone else uses :meth:`submit`. ``knob`` as
-        for :meth:`submit` (a name is the deprecated adapter). Raises ``InvalidValueError``,
-        ``UnsupportedError``, ``CgroupGoneError``, ``ParseError`` or ``HostError``; the file is
-        untouched in every case but the last.
+        For the writer thread itself (and tests); everyone else uses :meth:`submit`. Raises
+        ``InvalidValueError``, ``UnsupportedError``, ``CgroupGoneError``, ``ParseError`` or
+        ``HostError``; the file is untouched in every case but the last.
         """
-        return self._write_any(knob, rel_dir, value, strategy, reason)
-
-    def _write_any(
-        self, knob: Knob[Any] | str, rel_dir: str, value: object, strategy: str, reason: str
-    ) -> WriteResult:
-        return self._apply(as_knob(knob), rel_dir, value, strategy, reason)
+        return self._apply(knob, rel_dir, value, strategy, reason)
 
     def _apply(
         self, k: Knob[Any], rel_dir: str, value: object, strategy: str, reason: str
@@ -288,20 +247,13 @@ class CgroupWriter:
             raise RuntimeError("CgroupWriter.submit_batch() before start() or after stop()")
         return pool.submit(apply_batch, self, tuple(writes))
 
-    @overload
-    def read(self, knob: Knob[_V], rel_dir: str) -> _V: ...
-
-    @overload
-    def read(self, knob: str, rel_dir: str) -> Any: ...
-
-    def read(self, knob: Knob[Any] | str, rel_dir: str) -> Any:
+    def read(self, knob: Knob[_V], rel_dir: str) -> _V:
         """The logical value of ``knob`` of cgroup ``rel_dir``, read from the file now.
 
         For the writer thread (batches) and tests. A cached value that disagrees with the file
-        is dropped, so the next write reads again. ``knob`` as for :meth:`submit` (a name is the
-        deprecated adapter). Raises like :meth:`write`.
+        is dropped, so the next write reads again. Raises like :meth:`write`.
         """
-        k = as_knob(knob)
+        k = knob
         version = self.host.layout.version
         filename = k.file_for(version)
         if filename is None:

@@ -52,7 +52,8 @@ from apis.nodemetric import (
     node_metric_status_json,
     parse_node_metric_status,
 )
-from apis.slo import HostApplication, NodeSLOSpec
+from apis.slo import HostApplication
+from apis.slo_inforce import NodeSLOInForce
 from koordlet.metriccache import MIN_VALID_COVERAGE, MetricCache
 from koordlet.metriccache import series as s
 from koordlet.metriccache.aggregate import Aggregate
@@ -245,7 +246,7 @@ class StatesView(Protocol):
 
     node_name: str
     collect_policy: CollectPolicy
-    node_slo: NodeSLOSpec
+    node_slo: NodeSLOInForce
 
     def node_metric(self) -> Obj | None: ...
 

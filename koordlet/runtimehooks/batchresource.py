@@ -32,8 +32,8 @@ from collections.abc import Callable, Mapping
 from apis.extension import LABEL_POD_QOS, QoSClass
 from apis.manager_keys import BATCH_CPU, BATCH_MEMORY, MID_CPU, MID_MEMORY
 from apis.quantity import Quantity
-from apis.slo import NodeSLOSpec, SchemaError, thaw
-from apis.slo_strategies import CPUSuppressPolicy, parse_resource_threshold_strategy
+from apis.slo_inforce import NodeSLOInForce
+from apis.slo_strategies import CPUSuppressPolicy
 from koordlet.runtimehooks.extresources import (
     ContainerResources,
     ExtendedResourceSpec,
@@ -95,31 +95,18 @@ def _tier(labels: Mapping[str, str], spec: ExtendedResourceSpec) -> _Tier | None
 
 
 class BatchResource:
-    """The hook; ``node_slo`` gives the NodeSLO in force (read at each call, parsed once per
-    spec object)."""
+    """The hook; ``node_slo`` gives the NodeSLO in force (read at each call; the states source
+    parsed it once, each section over its last good value)."""
 
-    def __init__(self, node_slo: Callable[[], NodeSLOSpec]) -> None:
+    def __init__(self, node_slo: Callable[[], NodeSLOInForce]) -> None:
         self._node_slo = node_slo
-        self._seen: tuple[object, bool] | None = None
 
     # The rule -------------------------------------------------------------------------------
 
     def cfs_quota_enabled(self) -> bool:
         """False while the NodeSLO suppresses BE by CFS quota (upstream ``parseRule``)."""
-        raw = self._node_slo().resource_used_threshold_with_be
-        if self._seen is not None and self._seen[0] is raw:
-            return self._seen[1]
-        try:
-            strategy = parse_resource_threshold_strategy(thaw(raw), strict=False)
-        except SchemaError as err:  # the states source reports it; upstream's default stays
-            logger.debug("BatchResource: NodeSLO threshold strategy rejected (%s)", err)
-            enabled = True
-        else:
-            enabled = not (
-                strategy.enable and strategy.cpu_suppress_policy is CPUSuppressPolicy.CFS_QUOTA
-            )
-        self._seen = (raw, enabled)
-        return enabled
+        strategy = self._node_slo().strategies.resource_used_threshold_with_be
+        return not (strategy.enable and strategy.cpu_suppress_policy is CPUSuppressPolicy.CFS_QUOTA)
 
     # Pod level ------------------------------------------------------------------------------
 

@@ -46,6 +46,15 @@ from koordlet.runtimehooks.model import (
     Resources,
 )
 from koordlet.runtimehooks.table import Hook, HookContext, HookSpec
+from koordlet.system.knobs import (
+    CPU_CFS_PERIOD,
+    CPU_CFS_QUOTA,
+    CPU_SHARES,
+    CPUSET_CPUS,
+    CPUSET_MEMS,
+    MEMORY_LIMIT,
+    Knob,
+)
 
 if TYPE_CHECKING:
     from koordlet.executor.audit import AuditLog
@@ -56,16 +65,16 @@ logger = logging.getLogger(__name__)
 AUDIT_PREFIX = "runtimehooks/"
 """Audit entries' ``strategy`` is this plus the hook names (``runtimehooks/BatchResource``)."""
 
-_KNOBS = {
-    "cpu_shares": "cpu_shares",
-    "cfs_period": "cpu_cfs_period",
-    "cfs_quota": "cpu_cfs_quota",
-    "cpuset_cpus": "cpuset_cpus",
-    "cpuset_mems": "cpuset_mems",
-    "memory_limit": "memory_limit",
+_KNOBS: dict[str, Knob[Any]] = {
+    "cpu_shares": CPU_SHARES,
+    "cfs_period": CPU_CFS_PERIOD,
+    "cfs_quota": CPU_CFS_QUOTA,
+    "cpuset_cpus": CPUSET_CPUS,
+    "cpuset_mems": CPUSET_MEMS,
+    "memory_limit": MEMORY_LIMIT,
 }
-"""Resources field -> knob name (:mod:`koordlet.system.knobs`), in write order (the period
-before the quota that depends on it)."""
+"""Resources field -> knob (:mod:`koordlet.system.knobs`), in write order (the period before
+the quota that depends on it)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -222,7 +231,7 @@ class HookDispatcher:
                     strategy,
                     outcome.proposed.reason,
                     path=rel,
-                    knob=knob,
+                    knob=knob.name,
                     new=_text(value),
                     dry_run=True,
                     detail={"mode": mode, "stage": req.point.value},
@@ -238,16 +247,16 @@ class HookDispatcher:
                 result: WriteResult = await asyncio.wrap_future(future)
             except HostError as err:
                 self.metrics.fail_open.labels(mode, req.point.value, "write_error").inc()
-                logger.warning("pod %s: %s of %s not written: %s", req.pod, knob, rel, err)
+                logger.warning("pod %s: %s of %s not written: %s", req.pod, knob.name, rel, err)
                 self._record(
                     strategy,
                     f"write failed: {err}",
                     path=rel,
-                    knob=knob,
+                    knob=knob.name,
                     detail={"mode": mode, "stage": req.point.value, "error": str(err)},
                 )
             else:
-                logger.debug("pod %s: %s %s -> %s", req.pod, knob, result.old, result.new)
+                logger.debug("pod %s: %s %s -> %s", req.pod, knob.name, result.old, result.new)
 
     def _audit_container(
         self, req: ContainerRequest, outcome: Outcome, mode: str, where: str
@@ -261,7 +270,7 @@ class HookDispatcher:
                 strategy,
                 outcome.proposed.reason,
                 path=where,
-                knob=_KNOBS[attr],
+                knob=_KNOBS[attr].name,
                 old=_text(before.get(attr)),
                 new=_text(value),
                 dry_run=outcome.dry_run,
@@ -330,9 +339,9 @@ class HookDispatcher:
             )
 
 
-def _knob_values(resources: Resources) -> list[tuple[str, object]]:
+def _knob_values(resources: Resources) -> list[tuple[Knob[Any], object]]:
     """(knob, value) pairs to write, in write order; -1 becomes the knobs' None (unlimited)."""
-    out: list[tuple[str, object]] = []
+    out: list[tuple[Knob[Any], object]] = []
     set_fields = resources.set_fields()
     for attr, knob in _KNOBS.items():
         if attr not in set_fields:

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Protocol
 
-from apis.slo import NodeSLOSpec
+from apis.slo_inforce import NodeSLOInForce
 from koordlet.runtimehooks import batchresource
 from koordlet.runtimehooks.model import Change, ContainerRequest, HookPoint, PodRequest
 
@@ -42,7 +42,7 @@ class Hook(Protocol):
 class HookContext:
     """What a hook may read: the node's state, never files."""
 
-    node_slo: Callable[[], NodeSLOSpec]
+    node_slo: Callable[[], NodeSLOInForce]
     """The NodeSLO in force (Koordinator's defaults when there is none)."""
     host: Callable[[], Host | None] = lambda: None
     """The node's paths and cgroup layout, once detected."""

@@ -9,7 +9,7 @@ import json
 import logging
 import re
 import socket
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
@@ -33,10 +33,16 @@ from koordlet.config import (
     ServerConfig,
 )
 from koordlet.features import FeatureGates
-from koordlet.qos.manager import Strategy, StrategyContext, StrategyFactory, StrategyReport
-from koordlet.qos.table import FEATURE_GATES as QOS_GATES
+from koordlet.qos.framework import (
+    Strategy,
+    StrategyContext,
+    StrategyFactory,
+    StrategyReport,
+    StrategySpec,
+)
 from koordlet.qos.table import STRATEGIES
 from koordlet.system.cgroups import CgroupDriver, CgroupVersion
+from koordlet.system.knobs import CPU_SHARES
 from tests.daemon import Samples, free_port, one_value, parse_samples
 from tests.fakehost import FakeHost, container_id
 
@@ -120,7 +126,7 @@ async def running(
     cfg: KoordletConfig,
     *,
     collectors: Sequence[CollectorSpec] = COLLECTORS,
-    strategies: Mapping[str, StrategyFactory] | None = None,
+    strategies: Sequence[StrategySpec] | None = None,
     own_process: bool = False,
 ) -> AsyncIterator[Running]:
     """Start ``daemon.run``, wait for ``/readyz``, and stop it (within 5 s) on the way out."""
@@ -147,10 +153,15 @@ async def running(
     assert run.code == 0
 
 
+def row(name: str, factory: StrategyFactory) -> StrategySpec:
+    """A strategy table row for a test strategy: no gate, the reconcile interval."""
+    return StrategySpec(name, factory, lambda q: q.reconcile_interval, "test")
+
+
 def daemon_gate_on(strategy: str) -> bool:
     """Whether the strategy's gate is on by Koordinator's defaults (the test config's gates)."""
-    gate = QOS_GATES.get(strategy)
-    return gate is None or FeatureGates().enabled(gate)
+    gate = next(s.gate for s in STRATEGIES if s.name == strategy)
+    return not gate or FeatureGates().enabled(gate)
 
 
 def stage_events(records: list[logging.LogRecord]) -> list[tuple[str, str]]:
@@ -173,7 +184,7 @@ async def test_stages_start_in_order_serve_ready_and_stop_in_reverse(
         assert await run.get("/readyz") == (200, "ok")
         tasks = (await run.json("/debug/tasks"))["tasks"]
         assert sorted(t["name"] for t in tasks) == sorted(
-            ["collect", *(f"qos/{n}" for n in STRATEGIES if daemon_gate_on(n))]
+            ["collect", *(f"qos/{n}" for n in (s.name for s in STRATEGIES) if daemon_gate_on(n))]
         )
 
     events = stage_events(caplog.records)
@@ -354,13 +365,13 @@ async def test_the_qos_manager_runs_each_strategy_and_counts_its_failures(fake: 
     seen: list[StrategyContext] = []
 
     def factory(strategy: Counting) -> StrategyFactory:
-        def build(ctx: StrategyContext) -> Strategy:
+        def build(ctx: StrategyContext, interval: float) -> Strategy:
             seen.append(ctx)
             return strategy
 
         return build
 
-    table = {"good": factory(good), "bad": factory(bad)}
+    table = [row("good", factory(good)), row("bad", factory(bad))]
     async with running(make_config(fake), strategies=table) as run:
 
         async def both_ran() -> bool:
@@ -390,7 +401,7 @@ class SharesWriter:
     async def reconcile(self) -> None:
         pod = next(iter(self.ctx.workloads().pods.values()))
         future = self.ctx.executor.submit(
-            "cpu_shares", pod.cgroup_dir, self.shares, strategy=self.name, reason="test"
+            CPU_SHARES, pod.cgroup_dir, self.shares, strategy=self.name, reason="test"
         )
         result = await asyncio.wrap_future(future)
         self.results.append(result)
@@ -407,14 +418,14 @@ async def test_dry_run_strategies_write_nothing_while_the_audit_log_records_both
     built: dict[str, SharesWriter] = {}
 
     def factory(name: str, shares: int) -> StrategyFactory:
-        def build(ctx: StrategyContext) -> Strategy:
+        def build(ctx: StrategyContext, interval: float) -> Strategy:
             built[name] = SharesWriter(ctx, name, shares)
             return built[name]
 
         return build
 
     cfg = make_config(fake, qos=QoSConfig(dry_run_strategies=frozenset({"dry"})))
-    table = {"real": factory("real", 64), "dry": factory("dry", 8)}
+    table = [row("real", factory("real", 64)), row("dry", factory("dry", 8))]
     async with running(cfg, strategies=table) as run:
 
         async def both_audited() -> bool:
@@ -450,7 +461,7 @@ async def test_dry_run_strategies_write_nothing_while_the_audit_log_records_both
 
 async def test_an_unknown_dry_run_strategy_name_is_a_config_error(fake: FakeHost) -> None:
     cfg = make_config(fake, qos=QoSConfig(dry_run_strategies=frozenset({"cpusupress"})))
-    table = {"cpusuppress": lambda ctx: Counting("cpusuppress")}
+    table = [row("cpusuppress", lambda ctx, interval: Counting("cpusuppress"))]
     code = await asyncio.wait_for(daemon.run(cfg, strategies=table), daemon.STOP_TIMEOUT * 2)
     assert code == daemon.EXIT_CONFIG
 

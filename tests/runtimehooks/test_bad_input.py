@@ -13,7 +13,7 @@ from prometheus_client import CollectorRegistry
 
 from apis.extension import ANNOTATION_EXTENDED_RESOURCE_SPEC
 from apis.runtime.v1alpha1 import api_pb2 as hookapi
-from apis.slo import NodeSLOSpec
+from apis.slo_inforce import NodeSLOInForce
 from koordlet.executor.audit import AuditLog
 from koordlet.runtimehooks.events import KubeEventSink
 from koordlet.runtimehooks.framework import HookDispatcher
@@ -39,7 +39,7 @@ async def server(
     events = KubeEventSink(kube_client, "node-1")
     dispatcher = HookDispatcher(
         HOOKS,
-        HookContext(node_slo=NodeSLOSpec),
+        HookContext(node_slo=NodeSLOInForce),
         enabled=lambda gate: True,
         metrics=HookMetrics(registry),
         audit=audit,

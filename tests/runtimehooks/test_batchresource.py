@@ -7,7 +7,7 @@ import pytest
 
 from apis.extension import ANNOTATION_EXTENDED_RESOURCE_SPEC, LABEL_POD_QOS
 from apis.manager_keys import BATCH_CPU, MID_CPU, MID_MEMORY
-from apis.slo import NodeSLOSpec
+from apis.slo_inforce import NodeSLOInForce, node_slo_in_force
 from koordlet.runtimehooks.batchresource import (
     BatchResource,
     milli_cpu_to_quota,
@@ -28,8 +28,14 @@ POD = PodMeta("be-1", "default", "11111111-2222-3333-4444-555555555555")
 GI = 1 << 30
 
 
-def hook(spec: NodeSLOSpec | None = None) -> BatchResource:
-    return BatchResource(lambda: spec or NodeSLOSpec())
+def threshold(section: dict[str, object]) -> NodeSLOInForce:
+    """The NodeSLO in force for a spec holding only ``resourceUsedThresholdWithBE``."""
+    doc = {"resourceUsedThresholdWithBE": section}
+    return node_slo_in_force(doc, source="test", strict=True, now=0.0)
+
+
+def hook(slo: NodeSLOInForce | None = None) -> BatchResource:
+    return BatchResource(lambda: slo or NodeSLOInForce())
 
 
 def pod_req(annotations: dict[str, str], labels: dict[str, str] = BE_LABELS) -> PodRequest:
@@ -120,13 +126,11 @@ def test_the_requests_period_is_used_for_the_quota() -> None:
 
 def test_cfs_quota_suppression_of_be_unsets_the_quota() -> None:
     # rule.go: resourceUsedThresholdWithBE.enable and cpuSuppressPolicy cfsQuota -> quota -1
-    slo = NodeSLOSpec(
-        resource_used_threshold_with_be={"enable": True, "cpuSuppressPolicy": "cfsQuota"}
-    )
+    slo = threshold({"enable": True, "cpuSuppressPolicy": "cfsQuota"})
     ann = spec_annotation({"main": batch("1000", "2000", "1Gi")})
     assert hook(slo).container(container_req("main", ann)).resources.cfs_quota == -1  # type: ignore[union-attr]
     assert hook(slo).pod(pod_req(ann)).resources.cfs_quota == -1  # type: ignore[union-attr]
-    cpuset = NodeSLOSpec(resource_used_threshold_with_be={"enable": True})
+    cpuset = threshold({"enable": True})
     assert hook(cpuset).pod(pod_req(ann)).resources.cfs_quota == 200_000  # type: ignore[union-attr]
 
 

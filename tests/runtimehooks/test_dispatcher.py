@@ -11,7 +11,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from apis.extension import KubeQOS
-from apis.slo import NodeSLOSpec
+from apis.slo_inforce import NodeSLOInForce
 from koordlet.executor.audit import AuditLog
 from koordlet.executor.writer import CgroupWriter
 from koordlet.runtimehooks.errors import BadPodInput
@@ -32,7 +32,7 @@ from tests.runtimehooks.helpers import BE_LABELS, batch, spec_annotation
 
 UID = "11111111-2222-3333-4444-555555555555"
 POD = PodMeta("be-1", "default", UID)
-CTX = HookContext(node_slo=NodeSLOSpec)
+CTX = HookContext(node_slo=NodeSLOInForce)
 
 
 class Fixed:

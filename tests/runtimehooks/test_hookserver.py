@@ -13,7 +13,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from apis.runtime.v1alpha1 import api_pb2 as hookapi
-from apis.slo import NodeSLOSpec
+from apis.slo_inforce import NodeSLOInForce
 from koordlet.runtimehooks.framework import HookDispatcher
 from koordlet.runtimehooks.hookserver import HookServer, write_hook_server_config
 from koordlet.runtimehooks.metrics import HookMetrics
@@ -28,7 +28,7 @@ SERVICE = "/runtime.v1alpha1.RuntimeHookService/"
 async def server(tmp_path: Path) -> AsyncIterator[HookServer]:
     dispatcher = HookDispatcher(
         HOOKS,
-        HookContext(node_slo=NodeSLOSpec),
+        HookContext(node_slo=NodeSLOInForce),
         enabled=lambda gate: True,
         metrics=HookMetrics(CollectorRegistry()),
     )

@@ -16,7 +16,7 @@ from prometheus_client import CollectorRegistry
 
 from apis.extension import KubeQOS
 from apis.nri.v1alpha1 import api_pb2 as nriapi
-from apis.slo import NodeSLOSpec
+from apis.slo_inforce import NodeSLOInForce
 from koordlet.executor.writer import CgroupWriter
 from koordlet.runtimehooks.framework import DispatcherOptions, HookDispatcher
 from koordlet.runtimehooks.metrics import HookMetrics
@@ -36,7 +36,7 @@ def make_plugin(
 ) -> NriPlugin:
     dispatcher = HookDispatcher(
         HOOKS,
-        HookContext(node_slo=NodeSLOSpec),
+        HookContext(node_slo=NodeSLOInForce),
         enabled=lambda gate: True,
         metrics=HookMetrics(registry or CollectorRegistry()),
         options=DispatcherOptions(timeout=1.0),

@@ -17,7 +17,7 @@ from prometheus_client import CollectorRegistry
 
 from apis.cri.v1 import api_pb2 as cri
 from apis.runtime.v1alpha1 import api_pb2 as hookapi
-from apis.slo import NodeSLOSpec
+from apis.slo_inforce import NodeSLOInForce
 from koordlet.runtimehooks.framework import HookDispatcher
 from koordlet.runtimehooks.hookserver import HookServer
 from koordlet.runtimehooks.metrics import HookMetrics
@@ -34,7 +34,7 @@ MOUNT = b"\x3a\x07\x0a\x05/data"  # ContainerConfig.mounts (7) {container_path: 
 def make_koordlet(path: str) -> HookServer:
     dispatcher = HookDispatcher(
         HOOKS,
-        HookContext(node_slo=NodeSLOSpec),
+        HookContext(node_slo=NodeSLOInForce),
         enabled=lambda gate: True,
         metrics=HookMetrics(CollectorRegistry()),
     )

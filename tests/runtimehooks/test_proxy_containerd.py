@@ -29,7 +29,7 @@ from prometheus_client import CollectorRegistry
 
 from apis.cri.v1 import api_pb2 as cri
 from apis.extension import LABEL_POD_QOS
-from apis.slo import NodeSLOSpec
+from apis.slo_inforce import NodeSLOInForce
 from koordlet.executor.audit import AuditLog
 from koordlet.executor.writer import CgroupWriter
 from koordlet.runtimehooks.framework import HookDispatcher
@@ -107,7 +107,7 @@ class Stack:
     async def start_koordlet(self) -> None:
         dispatcher = HookDispatcher(
             TABLE,
-            HookContext(node_slo=NodeSLOSpec),
+            HookContext(node_slo=NodeSLOInForce),
             enabled=lambda gate: True,
             metrics=HookMetrics(CollectorRegistry()),
             writer=self.writer,
