@@ -69,7 +69,7 @@ from koordlet.sdnotify import Notifier, Watchdog
 from koordlet.selfmetrics import Readiness, SelfMetrics
 from koordlet.server.app import ServerDeps, ServerHandle, build_app, start_server
 from koordlet.server.exporter import KoordletExporter
-from koordlet.server.summary import UiDeps
+from koordlet.server.summary import ThresholdView, UiDeps
 from koordlet.statesinformer.hostapps import NodeSLOFileSource
 from koordlet.statesinformer.inventory import InventoryChange, WorkloadInventory
 from koordlet.statesinformer.kubepods import KubepodsSource
@@ -542,7 +542,7 @@ class Daemon:
         )
         ui = UiDeps(
             config=self.cfg,
-            node_slo=self._node_slo,
+            thresholds=ThresholdView(self._node_slo),
             node_info=lambda: cache.get_info(NODE_INFO_KEY),
             points=cache.points,
         )

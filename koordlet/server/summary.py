@@ -35,6 +35,9 @@ logger = logging.getLogger(__name__)
 PointsFn = Callable[[str, str, float, float], Sequence[tuple[float, float]]]
 """``(metric, entity, start, end)`` → the ``(ts, value)`` samples in the window, oldest first
 (``MetricCache.points``)."""
+ThresholdsFn = Callable[[], tuple[ResourceThresholdStrategy, str]]
+"""``resourceUsedThresholdWithBE`` in force, and why the NodeSLO's own value of it was rejected
+(empty when it was taken)."""
 
 CLASS_ORDER: tuple[str, ...] = ("LSE", "LSR", "LS", "BE", "SYSTEM", "unknown")
 """QoS classes in the order the views list them; ``unknown`` holds pods without a class."""
@@ -50,8 +53,8 @@ class UiDeps:
 
     config: KoordletConfig
     """The koordlet's configuration (node name, mode, dry run, collect interval)."""
-    node_slo: Callable[[], NodeSLOSpec]
-    """The NodeSLO spec in force (empty when none)."""
+    thresholds: ThresholdsFn
+    """The suppress and evict thresholds in force (:class:`ThresholdView` over a NodeSLO)."""
     node_info: Callable[[], object]
     """The nodeinfo collector's value (``cache.get_info("node_info")``): CPUs and NUMA memory."""
     points: PointsFn
@@ -64,15 +67,18 @@ def class_of(qos: QoSClass) -> str:
 
 
 class ThresholdView:
-    """``resourceUsedThresholdWithBE`` of the spec in force, parsed once per spec object; a
-    spec that fails to parse is reported (``rejected``) and keeps the last good values."""
+    """A :data:`ThresholdsFn` over a NodeSLO spec: ``resourceUsedThresholdWithBE`` merged over
+    Koordinator's defaults, parsed once per spec object; a section that fails to parse is
+    reported and the last good values stay."""
 
-    def __init__(self) -> None:
+    def __init__(self, node_slo: Callable[[], NodeSLOSpec]) -> None:
+        self._node_slo = node_slo
         self._spec: NodeSLOSpec | None = None
         self.value: ResourceThresholdStrategy = DEFAULT_RESOURCE_THRESHOLD_STRATEGY
         self.rejected = ""
 
-    def of(self, spec: NodeSLOSpec) -> ResourceThresholdStrategy:
+    def __call__(self) -> tuple[ResourceThresholdStrategy, str]:
+        spec = self._node_slo()
         if spec is not self._spec:
             self._spec = spec
             try:
@@ -84,7 +90,7 @@ class ThresholdView:
                 self.rejected = ""
             except SchemaError as err:
                 self.rejected = str(err)
-        return self.value
+        return self.value, self.rejected
 
 
 def _fraction(percent: int | None, capacity: float | None) -> float | None:
@@ -97,7 +103,6 @@ def summary_payload(
     ui: UiDeps,
     cache: SampleReader,
     snapshot: WorkloadSnapshot,
-    thresholds: ThresholdView,
     now: float,
 ) -> dict[str, Any]:
     """``/debug/summary``: mode, dry run, capacity, current usage, the BE allowance and the
@@ -114,7 +119,7 @@ def summary_payload(
     info = ui.node_info()
     cpus = len(processors_from_node_info(info)) or None
     memory = node_memory_total(info)
-    th = thresholds.of(ui.node_slo())
+    th, rejected = ui.thresholds()
     classes: dict[str, dict[str, Any]] = {}
     for pod in snapshot.pods.values():
         row = classes.setdefault(
@@ -156,7 +161,7 @@ def summary_payload(
             "memory_evict_threshold_percent": th.memory_evict_threshold_percent,
             "memory_evict_threshold_bytes": _fraction(th.memory_evict_threshold_percent, memory),
             "cpu_evict_threshold_percent": th.cpu_evict_threshold_percent,
-            "nodeslo_rejected": thresholds.rejected,
+            "nodeslo_rejected": rejected,
         },
         "classes": {c: classes[c] for c in CLASS_ORDER if c in classes},
         "host_apps": len(snapshot.host_apps),

@@ -32,7 +32,6 @@ from aiohttp import web
 from aiohttp.typedefs import Handler
 
 from koordlet.server.summary import (
-    ThresholdView,
     UiDeps,
     bucket_step,
     bucketed,
@@ -103,15 +102,16 @@ def parse_series_query(
         raise ValueError(f"entity must be an entity id such as node or pod/<uid>, got {entity!r}")
     if group is not None and group not in _GROUPS:
         raise ValueError(f"group must be one of {', '.join(_GROUPS)}, got {group!r}")
-    window = _seconds(params, "window", max_window, DEFAULT_SERIES_WINDOW)
-    step = _seconds(params, "step", max_window, None) if "step" in params else None
-    return metric, entity, group, window, step
+    window = _seconds(params, "window", max_window)
+    step = _seconds(params, "step", max_window)
+    return metric, entity, group, DEFAULT_SERIES_WINDOW if window is None else window, step
 
 
-def _seconds(params: dict[str, str], name: str, most: float, default: float | None) -> Any:
+def _seconds(params: dict[str, str], name: str, most: float) -> float | None:
+    """Parameter ``name`` as seconds in ``(0, most]``; None when not given."""
     raw = params.get(name, "")
     if not raw:
-        return default
+        return None
     try:
         value = float(raw)
     except ValueError:
@@ -131,7 +131,6 @@ class UiHandlers:
     def __init__(self, deps: ServerDeps, ui: UiDeps) -> None:
         self._deps = deps
         self._ui = ui
-        self._thresholds = ThresholdView()
         self._page, self._csp = load_page()
 
     def routes(self) -> list[tuple[str, Handler]]:
@@ -156,9 +155,7 @@ class UiHandlers:
 
     async def summary(self, request: web.Request) -> web.Response:
         deps = self._deps
-        return _json(
-            summary_payload(self._ui, deps.cache, deps.workloads(), self._thresholds, deps.clock())
-        )
+        return _json(summary_payload(self._ui, deps.cache, deps.workloads(), deps.clock()))
 
     async def series(self, request: web.Request) -> web.Response:
         deps = self._deps
