@@ -54,6 +54,7 @@ from prometheus_client.registry import Collector
 from apis.slo_inforce import NodeSLOInForce
 from koordlet import __version__
 from koordlet.collectors.framework import CollectorContext, CollectorSpec, OnDemand
+from koordlet.collectors.nodeinfo import INFO_KEY as NODE_INFO_KEY
 from koordlet.collectors.runner import CollectorRunner, TickReport
 from koordlet.collectors.table import COLLECTORS, build_collectors, export_max_ages
 from koordlet.config import KoordletConfig, config_as_dict
@@ -71,6 +72,7 @@ from koordlet.sdnotify import Notifier, Watchdog
 from koordlet.selfmetrics import NodeSLOSections, Readiness, SelfMetrics
 from koordlet.server.app import ServerDeps, ServerHandle, build_app, start_server
 from koordlet.server.exporter import KoordletExporter
+from koordlet.server.summary import UiDeps, thresholds_of
 from koordlet.statesinformer.hostapps import NodeSLOFileSource
 from koordlet.statesinformer.inventory import InventoryChange, WorkloadInventory
 from koordlet.statesinformer.kubepods import KubepodsSource
@@ -563,9 +565,15 @@ class Daemon:
             qos=lambda: self._need(self.qos).describe(),
             debug_allow_remote=self.cfg.server.debug_allow_remote,
         )
+        ui = UiDeps(
+            config=self.cfg,
+            thresholds=thresholds_of(self._node_slo),
+            node_info=lambda: cache.get_info(NODE_INFO_KEY),
+            points=cache.points,
+        )
         server = self.cfg.server
         handle = await start_server(
-            build_app(deps), server.host, server.port, shutdown_timeout=SERVER_SHUTDOWN_TIMEOUT
+            build_app(deps, ui), server.host, server.port, shutdown_timeout=SERVER_SHUTDOWN_TIMEOUT
         )
         self.server = handle
         self._on_stop("server", lambda t: handle.stop())
