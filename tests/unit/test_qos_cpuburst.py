@@ -46,7 +46,8 @@ AUTO = BurstSettings(policy="auto")
 @pytest.mark.parametrize(
     ("limit", "settings", "expected"),
     [
-        (2000, AUTO, 200000),  # 2 cores x 100% x 100 ms
+        (2000, AUTO, 2000000),  # 2 cores x 1000% (the default) x 100 ms
+        (2000, BurstSettings(policy="auto", cpu_burst_percent=100), 200000),
         (500, BurstSettings(policy="cpuBurstOnly", cpu_burst_percent=300), 150000),
         (2000, BurstSettings(policy="cfsQuotaBurstOnly"), 0),  # CPU burst off: 0
         (2000, BurstSettings(policy="none"), 0),
@@ -353,11 +354,11 @@ async def test_each_container_scales_from_its_own_limit_and_the_pod_by_the_sum(
     assert rig.read("cpu_cfs_quota", rig.small) == 60000
     assert rig.read("cpu_cfs_quota", rig.big) == 240000
     assert rig.read("cpu_cfs_quota", rig.pod) == 250000 + 10000 + 40000
-    # CPU burst: each container's limit x 100 %, capped at its quota; the pod took the last
-    # container's burst with its quota change (upstream's rule).
-    assert rig.read("cpu_burst", rig.small) == 50000
-    assert rig.read("cpu_burst", rig.big) == 200000
-    assert rig.read("cpu_burst", rig.pod) == 200000
+    # CPU burst: each container's limit x 1000 % (the default), capped at its new quota; the pod
+    # took the last container's burst with its quota change (upstream's rule).
+    assert rig.read("cpu_burst", rig.small) == 60000
+    assert rig.read("cpu_burst", rig.big) == 240000
+    assert rig.read("cpu_burst", rig.pod) == 240000
 
 
 async def test_quota_burst_starts_from_the_real_quota_left_by_an_earlier_run(
@@ -386,4 +387,4 @@ async def test_a_pod_with_an_unlimited_container_gets_container_writes_only(
     assert rig.read("cpu_cfs_quota", rig.big) is None  # no limit: left alone
     assert rig.read("cpu_cfs_quota", rig.pod) is None  # unlimited pod: no pod quota
     assert rig.read("cpu_burst", rig.pod) == 0
-    assert rig.read("cpu_burst", rig.small) == 50000
+    assert rig.read("cpu_burst", rig.small) == 60000  # capped at its scaled quota
