@@ -388,3 +388,36 @@ async def test_a_pod_with_an_unlimited_container_gets_container_writes_only(
     assert rig.read("cpu_cfs_quota", rig.pod) is None  # unlimited pod: no pod quota
     assert rig.read("cpu_burst", rig.pod) == 0
     assert rig.read("cpu_burst", rig.small) == 60000  # capped at its scaled quota
+
+
+async def test_a_round_is_stale_only_when_it_counted_a_stale_input(rig: Rig) -> None:
+    # policy cpuBurstOnly needs no share pool: no stale round, whatever the node usage
+    rig.slo["policy"] = "cpuBurstOnly"
+    await rig.strategy.reconcile()
+    book = rig.strategy._ctx.book
+    state = book.describe("cpuburst")
+    assert state["stale_rounds"] == 0
+    assert state["last_round"]["stale"] is False
+    # quota burst with no node usage: the round is stale and counted
+    rig.slo["policy"] = "auto"
+    await rig.strategy.reconcile()
+    state = book.describe("cpuburst")
+    assert state["stale_rounds"] == 1
+    assert state["last_round"]["stale"] is True
+
+
+async def test_quota_moves_log_at_debug_with_turns_and_a_summary_at_info(
+    rig: Rig, caplog: pytest.LogCaptureFixture
+) -> None:
+    rig.strategy.summary_interval = 3.0
+    with caplog.at_level("DEBUG", logger="koordlet.qos.cpuburst"):
+        for i in range(5):  # throttled on an idle node: five scale-ups
+            rig.clock.now = NOW + i
+            rig.metrics(node=0.5, throttled=0.3, at=NOW + i)
+            await rig.strategy.reconcile()
+    info = [r.getMessage() for r in caplog.records if r.levelname == "INFO"]
+    debug = [r.getMessage() for r in caplog.records if r.levelname == "DEBUG"]
+    assert len([m for m in info if "quota scaled up" in m]) == 1  # the turn
+    assert len([m for m in debug if "quota scaled up" in m]) >= 2  # the following steps
+    assert any("quota scale-ups and 0 scale-downs in the last 3s" in m for m in info)
+    assert not [r for r in caplog.records if "None" in r.getMessage()]
