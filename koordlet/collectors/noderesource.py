@@ -8,7 +8,9 @@ Each tick:
   (upstream: ``delta ticks / GetPeriodTicks(last, now)``). The first tick only seeds; a counter
   that went backwards (it cannot, short of a reboot under us) re-seeds.
 - **Memory**, in bytes: ``MemTotal - MemAvailable`` of ``/proc/meminfo`` (``MemUsageBytes``), and
-  with page cache ``MemTotal - MemFree`` (``MemUsageWithPageCache``) from the same bytes.
+  with page cache ``MemTotal - MemFree`` (``MemUsageWithPageCache``) from the same bytes; and
+  ``MemTotal`` itself (``node_memory_total``: the node's memory capacity where no Node object
+  says it, standalone memory eviction).
 - **NUMA**: for each node of ``/sys/devices/system/node``, ``MemTotal`` and the usage without
   page cache of its ``meminfo`` (``MemTotal - MemFree - Active(file) - Inactive(file)``: the
   kernel prints no ``MemAvailable`` per node; see ``koordlet.system.procfs.NumaMemInfo``). The
@@ -24,6 +26,7 @@ from koordlet.collectors.framework import CollectorContext, CollectResult, Fresh
 from koordlet.metriccache.series import (
     NODE,
     NODE_CPU_USAGE,
+    NODE_MEMORY_TOTAL,
     NODE_MEMORY_USAGE,
     NODE_MEMORY_WITH_PAGE_CACHE,
     NUMA_MEMORY_TOTAL,
@@ -43,6 +46,7 @@ NAME = "noderesource"
 _CPU_KEY = SeriesKey(NODE_CPU_USAGE, NODE)
 _MEM_KEY = SeriesKey(NODE_MEMORY_USAGE, NODE)
 _MEM_PC_KEY = SeriesKey(NODE_MEMORY_WITH_PAGE_CACHE, NODE)
+_MEM_TOTAL_KEY = SeriesKey(NODE_MEMORY_TOTAL, NODE)
 
 
 def memory_samples(meminfo: MemInfo) -> list[Sample]:
@@ -50,6 +54,7 @@ def memory_samples(meminfo: MemInfo) -> list[Sample]:
     return [
         Sample(_MEM_KEY, float(meminfo.used)),
         Sample(_MEM_PC_KEY, float(meminfo.used_with_page_cache)),
+        Sample(_MEM_TOTAL_KEY, float(meminfo.mem_total)),
     ]
 
 

@@ -59,6 +59,7 @@ def resctrl_domain_entity(group: str, cache_id: int) -> str:
 NODE_CPU_USAGE = "node_cpu_usage"  # cores, entity NODE
 NODE_MEMORY_USAGE = "node_memory_usage"  # bytes: MemTotal - MemAvailable, entity NODE
 NODE_MEMORY_WITH_PAGE_CACHE = "node_memory_with_page_cache"  # bytes: MemTotal - MemFree
+NODE_MEMORY_TOTAL = "node_memory_total"  # bytes: MemTotal of /proc/meminfo, entity NODE
 NUMA_MEMORY_USAGE = "numa_memory_usage"  # bytes, entity numa/<id>
 NUMA_MEMORY_TOTAL = "numa_memory_total"  # bytes, entity numa/<id>
 

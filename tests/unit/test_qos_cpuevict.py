@@ -166,8 +166,11 @@ class RecordingBackend:
 
 
 class Gates:
-    def __init__(self, *on: str) -> None:
-        self.on = set(on)
+    """Feature gate stub: the named gates on; the BE task's gate (BECPUEvict) on unless
+    ``be=False``."""
+
+    def __init__(self, *on: str, be: bool = True) -> None:
+        self.on = set(on) | ({"BECPUEvict"} if be else set())
 
     def enabled(self, name: str) -> bool:
         return name in self.on
@@ -224,7 +227,7 @@ def make_rig(
     evictor = Evictor(backend, clock=clock, audit=AuditLog(None, clock=clock))
     ctx = StrategyContext(
         host=lambda: None,  # type: ignore[arg-type,return-value]
-        config=config(gates),
+        config=config(gates or Gates()),
         cache=cache,
         executor=None,  # type: ignore[arg-type]
         workloads=lambda: WorkloadSnapshot(pods={p.uid: p for p in pods}),
