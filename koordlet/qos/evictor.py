@@ -48,7 +48,7 @@ import logging
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from apis.extension import ANNOTATION_EVICTION_POLICY as ANNOTATION_EVICTION_POLICY
 from apis.extension import ANNOTATION_EVICTION_PRIORITY as ANNOTATION_EVICTION_PRIORITY
@@ -68,54 +68,6 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 
-class Keyed(Protocol):
-    """An eviction candidate: its ``key`` is the evictor's dedupe key (``pod/<uid>``)."""
-
-    @property
-    def key(self) -> str: ...
-
-
-_C = TypeVar("_C", bound=Keyed)
-
-
-def pick_victims(
-    ordered: Sequence[_C],
-    need: int,
-    release_of: Callable[[_C], int],
-    pending: frozenset[str] = frozenset(),
-    exclude: frozenset[str] = frozenset(),
-) -> tuple[list[_C], int]:
-    """Victims in order until their releases cover ``need``; a ``pending`` candidate (evicted
-    within the dedupe window) counts as released without being picked again, an ``exclude``d one
-    is passed over. Returns the picks and the release they (and the pending ones) add up to."""
-    picks: list[_C] = []
-    released = 0
-    for c in ordered:
-        if released >= need:
-            break
-        if c.key in exclude:
-            continue
-        released += release_of(c)
-        if c.key not in pending:
-            picks.append(c)
-    return picks, released
-
-
-class Ranked(Keyed, Protocol):
-    """A candidate the priority order can rank: its pod, and what it uses and requests (in the
-    strategy's unit)."""
-
-    @property
-    def pod(self) -> PodInfo: ...
-    @property
-    def used(self) -> int: ...
-    @property
-    def request(self) -> int: ...
-
-
-_R = TypeVar("_R", bound=Ranked)
-
-
 def eviction_priority(pod: PodInfo) -> int:
     """``koordinator.sh/eviction-priority`` as an int32; 0 when absent or invalid."""
     try:
@@ -131,18 +83,6 @@ def label_priority(pod: PodInfo, default: int) -> int:
         return int(pod.labels[LABEL_POD_PRIORITY])
     except (KeyError, ValueError):
         return default
-
-
-def order_by_priority(candidates: Iterable[_R], by: str) -> list[_R]:
-    """Upstream's priority order: ``koordinator.sh/eviction-priority``, ``spec.priority``,
-    ``koordinator.sh/priority`` ascending, then ``by`` (``used`` or ``request``) descending."""
-
-    def key(c: _R) -> tuple[int, int, int, int]:
-        prio = c.pod.priority or 0
-        sub = c.used if by == "used" else c.request
-        return (eviction_priority(c.pod), prio, label_priority(c.pod, prio), -sub)
-
-    return sorted(candidates, key=key)
 
 
 REASON_MEMORY = "EvictPodByNodeMemoryUsage"

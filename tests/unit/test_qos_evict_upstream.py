@@ -26,6 +26,16 @@ import pytest
 from koordlet.executor.audit import AuditLog
 from koordlet.metriccache import series
 from koordlet.metriccache.store import MetricCache
+from koordlet.qos.cpuevict import (
+    CPUEvict,
+    CPUEvictSettings,
+    satisfaction_bounds,
+    satisfaction_release,
+)
+from koordlet.qos.cpuevict import allocatable_thresholds as cpu_allocatable_thresholds
+from koordlet.qos.cpuevict import order_be as cpu_order_be
+from koordlet.qos.cpuevict import release_by_used as cpu_release_by_used
+from koordlet.qos.cpuevict import used_thresholds as cpu_used_thresholds
 from koordlet.qos.evictor import Evictor, Victim
 from koordlet.qos.evicttask import (
     Candidate,
@@ -34,6 +44,7 @@ from koordlet.qos.evicttask import (
     priority_value_with_default,
     request_of,
 )
+from koordlet.qos.evicttask import Candidate as EvictCandidate
 from koordlet.qos.framework import QoSBook, StrategyContext
 from koordlet.qos.memoryevict import (
     MemoryEvict,
@@ -659,3 +670,418 @@ def test_requests_follow_the_priority_class() -> None:
     assert request_of(be_unbanded, "cpu") == (BATCH_CPU, 85000)
     assert priority_value_with_default(info(upstream_pod("z", "BE", 0))) == 5500
     assert priority_value_with_default(info(upstream_pod("z", "LS", 0))) == 9500
+
+
+# CPU ----------------------------------------------------------------------------------------
+
+
+def cpu_strategy(
+    gates: tuple[str, ...],
+    node: dict[str, Any] | None,
+    pods: list[dict[str, Any]],
+    node_used: float,
+    pod_used: Mapping[str, float],
+    threshold: Mapping[str, Any] | None,
+) -> tuple[CPUEvict, Backend]:
+    clock = Clock()
+    cache = MetricCache(clock=clock)
+    for i in range(3):  # the window (twice the interval) holds the node's usage
+        samples = [series.Sample(series.SeriesKey(series.NODE_CPU_USAGE, series.NODE), node_used)]
+        for name, used in pod_used.items():
+            key = series.SeriesKey(series.POD_CPU_USAGE, series.pod_entity(uid_of(name)))
+            samples.append(series.Sample(key, used))
+        cache.append(clock.now + i, samples)
+    clock.now += 2
+    infos = {p["metadata"]["uid"]: info(p) for p in pods if p["status"]["phase"] == "Running"}
+    backend = Backend()
+    evictor = Evictor(backend, audit=AuditLog(None, clock=clock), clock=clock, max_per_round=20)
+    slo = {} if threshold is None else {"resourceUsedThresholdWithBE": dict(threshold)}
+    ctx = StrategyContext(
+        host=lambda: Host(PATHS, LAYOUT),
+        config=config(Gates(*gates)),
+        cache=cache,
+        executor=None,  # type: ignore[arg-type]  # eviction writes no cgroup file
+        workloads=lambda: WorkloadSnapshot(pods=infos),
+        node_slo=lambda: in_force(**slo),
+        node=lambda: node,
+        evictor=evictor,
+        book=QoSBook(clock=clock),
+    )
+    strategy = CPUEvict(ctx, clock=clock)
+    strategy._last_evict -= strategy.cool_time  # as upstream's test: lastEvictTime = now - 30s
+    return strategy, backend
+
+
+def _cpu_labelled(name: str, qos: str, prio: int, labels: dict[str, str], phase: str = "Running"):
+    return upstream_pod(name, qos, prio, labels=labels, phase=phase)
+
+
+def _cpu_pods() -> list[dict[str, Any]]:
+    return [
+        _cpu_labelled(
+            "test_failed_pod", "LSR", 1000, {**EVICT, "koordinator.sh/priority": "1000"}, "Failed"
+        ),
+        _cpu_labelled("test_evictDisabled_pod", "LSR", 1000, {"koordinator.sh/priority": "1000"}),
+        _cpu_labelled(
+            "test_higher_priority", "LS", 3400, {**EVICT, "koordinator.sh/priority": "1000"}
+        ),
+        _cpu_labelled(
+            "test_podPriority_120_2000", "", 120, {**EVICT, "koordinator.sh/priority": "2000"}
+        ),
+        _cpu_labelled(
+            "test_podPriority_120_3000", "BE", 120, {**EVICT, "koordinator.sh/priority": "3000"}
+        ),
+        _cpu_labelled(
+            "test_podPriority_120_4000", "BE", 120, {**EVICT, "koordinator.sh/priority": "4000"}
+        ),
+        _cpu_labelled("test_podPriority_100_9999", "BE", 100, EVICT),
+        _cpu_labelled("test_podPriority_100_9999_1", "BE", 100, EVICT),
+    ]
+
+
+def _batch_cpu_pod() -> dict[str, Any]:  # mockBEPodForCPUEvictWithAnnotationsLabels
+    return upstream_pod("batch-pod-1", "BE", 100, requests={BATCH_CPU: "85000"}, labels=EVICT)
+
+
+def _mid_cpu_pod() -> dict[str, Any]:
+    return upstream_pod(
+        "mid-pod-1", "LS", 7000, requests={"cpu": "85", MID_CPU: "85000"}, labels=EVICT
+    )
+
+
+CPU_USED = {
+    "test_evictDisabled_pod": 4,
+    "test_higher_priority": 3,
+    "test_podPriority_120_2000": 1,
+    "test_podPriority_120_3000": 5,
+    "test_podPriority_120_4000": 2,
+    "test_podPriority_100_9999": 1,
+    "test_podPriority_100_9999_1": 2,
+    "batch-pod-1": 4,
+    "mid-pod-1": 3,
+}
+CPU_EVICT = {
+    "enable": True,
+    "cpuEvictThresholdPercent": 78,
+    "evictEnabledPriorityThreshold": 3000,
+}
+CPU_ALLOCATABLE = {
+    "enable": True,
+    "cpuAllocatableEvictThresholdPercent": 80,
+    "cpuAllocatableEvictLowerPercent": 70,
+    "allocatableEvictPriorityThreshold": 7999,
+}
+BY_USAGE = {
+    "test_podPriority_120_2000",
+    "test_podPriority_120_3000",
+    "test_podPriority_100_9999",
+    "test_podPriority_100_9999_1",
+}
+EVERY_OPTED_IN = BY_USAGE | {
+    "test_higher_priority",
+    "test_podPriority_120_4000",
+    "batch-pod-1",
+    "mid-pod-1",
+}
+EXTENDED = {BATCH_CPU: "100000", MID_CPU: "100000"}
+
+CPU_CASES: list[tuple[Any, ...]] = [
+    (
+        "invalid nodeCapacity",
+        ("CPUEvict",),
+        mock_node("0", "120G"),
+        _cpu_pods(),
+        CPU_EVICT,
+        set(),
+        set(),
+    ),
+    (
+        "no thresholdConfig",
+        ("CPUEvict",),
+        mock_node("100", "120G"),
+        _cpu_pods(),
+        None,
+        set(),
+        set(),
+    ),
+    (
+        "disable",
+        ("CPUEvict",),
+        mock_node("100", "120G"),
+        _cpu_pods(),
+        {"enable": False},
+        set(),
+        set(),
+    ),
+    # 81% used of 100 CPUs, threshold 78 (lower 76): release 5 cores, by priority then usage
+    (
+        "only feature: CPUEvict",
+        ("CPUEvict",),
+        mock_node("100", "120G"),
+        _cpu_pods(),
+        CPU_EVICT,
+        BY_USAGE,
+        {"test_evictDisabled_pod", "test_higher_priority", "test_podPriority_120_4000"},
+    ),
+    (
+        "only feature: CPUAllocatableEvict",
+        ("CPUAllocatableEvict",),
+        mock_node("100", "120G", EXTENDED),
+        [_batch_cpu_pod(), _mid_cpu_pod()],
+        CPU_ALLOCATABLE,
+        {"batch-pod-1", "mid-pod-1"},
+        set(),
+    ),
+    (
+        "CPUEvict ok, BECPUEvict invalid configuration",
+        ("CPUEvict", "BECPUEvict"),
+        mock_node("100", "120G"),
+        _cpu_pods(),
+        CPU_EVICT,
+        BY_USAGE,
+        {"test_evictDisabled_pod"},
+    ),
+    (
+        "CPUAllocatableEvict ok, BECPUEvict invalid configuration",
+        ("CPUAllocatableEvict", "BECPUEvict"),
+        mock_node("100", "120G"),
+        [*_cpu_pods(), _batch_cpu_pod(), _mid_cpu_pod()],
+        {**CPU_ALLOCATABLE, **CPU_EVICT},
+        {"batch-pod-1", "mid-pod-1"},
+        {"test_evictDisabled_pod"},
+    ),
+    # no batch-cpu on the Node: every request is released, so every opted-in pod goes
+    (
+        "CPUEvict/CPUAllocatableEvict ok",
+        ("CPUAllocatableEvict", "CPUEvict"),
+        mock_node("100", "120G"),
+        [*_cpu_pods(), _batch_cpu_pod(), _mid_cpu_pod()],
+        {**CPU_ALLOCATABLE, **CPU_EVICT},
+        EVERY_OPTED_IN,
+        {"test_evictDisabled_pod"},
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("name", "gates", "node", "pods", "threshold", "evicted", "kept"),
+    CPU_CASES,
+    ids=[c[0] for c in CPU_CASES],
+)
+async def test_cpu_evict_as_upstream(
+    name: str,
+    gates: tuple[str, ...],
+    node: dict[str, Any],
+    pods: list[dict[str, Any]],
+    threshold: dict[str, Any] | None,
+    evicted: set[str],
+    kept: set[str],
+) -> None:
+    strategy, backend = cpu_strategy(gates, node, pods, 81.0, CPU_USED, threshold)
+    await strategy.reconcile()
+    assert evicted <= set(backend.evicted), name
+    assert not set(backend.evicted) & kept
+    if not evicted:
+        assert backend.evicted == []
+
+
+@pytest.mark.parametrize(
+    ("used", "threshold", "lower", "expected"),
+    [(81, 80, None, 3000), (81, 80, 80, 1000), (11, 80, 80, 0)],
+)
+def test_cpu_release_by_used_as_upstream(
+    used: float, threshold: int, lower: int | None, expected: int
+) -> None:
+    low = threshold - 2 if lower is None else lower
+    assert cpu_release_by_used(used, 100_000, threshold, low) == expected
+
+
+@pytest.mark.parametrize(
+    ("allocatable", "requested", "threshold", "lower", "release"),
+    [
+        ({BATCH_CPU: 100}, {BATCH_CPU: 0}, 80, 70, {}),
+        ({BATCH_CPU: 100_000}, {BATCH_CPU: 85_000}, 80, 70, {BATCH_CPU: 15_000}),
+        (
+            {BATCH_CPU: 100_000, MID_CPU: 100_000},
+            {BATCH_CPU: 85_000, MID_CPU: 85_000},
+            80,
+            70,
+            {BATCH_CPU: 15_000, MID_CPU: 15_000},
+        ),
+        ({BATCH_CPU: 100_000}, {BATCH_CPU: 85_000}, 0, 0, {BATCH_CPU: 85_000}),
+        ({}, {BATCH_CPU: 85_000}, 80, 70, {BATCH_CPU: 85_000}),  # no batch-cpu on the Node
+    ],
+)
+def test_cpu_allocatable_release_as_upstream(
+    allocatable: dict[str, int],
+    requested: dict[str, int],
+    threshold: int,
+    lower: int,
+    release: dict[str, int],
+) -> None:
+    assert allocatable_release(requested, allocatable, threshold, lower) == release
+
+
+def test_cpu_allocatable_release_counts_only_batch_and_mid_pods() -> None:
+    # the mixed-priority case with the priority threshold at batch's max: only batch-pod-1's
+    # batch-cpu is requested under it; mid-pod-1 (7000) is above
+    pods = [info(_batch_cpu_pod()), info(_mid_cpu_pod())]
+    requested: dict[str, int] = {}
+    for p in pods:
+        if priority_value_with_default(p) <= PRIORITY_BATCH_MAX:
+            name, value = request_of(p, "cpu")
+            requested[name] = requested.get(name, 0) + value
+    assert requested == {BATCH_CPU: 85_000}
+
+
+SAT_CFG = (30, 40, None)  # lower, upper, usage threshold (default 90)
+SAT_CFG_50 = (30, 40, 50)
+
+
+@pytest.mark.parametrize(
+    ("cfg", "avg", "current", "expected"),
+    [
+        # (usage, request, limit) in milli-cores, from Test_CPUEvict_calculateMilliReleaseBy...
+        (SAT_CFG, (20_000, 0, 0), (0, 0, 0), 0),  # real limit zero
+        (SAT_CFG, (10_000, 0, 20_000), (0, 0, 0), 0),  # usage not enough
+        (SAT_CFG, (19_000, 0, 20_000), (0, 0, 0), 0),  # request zero
+        (SAT_CFG, (19_000, 40_000, 20_000), (0, 0, 0), 0),  # satisfaction enough
+        (SAT_CFG, (9_500, 50_000, 10_000), (0, 0, 0), 0),  # current invalid
+        (SAT_CFG, (9_500, 50_000, 10_000), (5_000, 50_000, 10_000), 0),  # current usage low
+        (SAT_CFG, (9_500, 50_000, 10_000), (13_000, 50_000, 14_000), 6_000),  # avg > current
+        (SAT_CFG, (12_000, 50_000, 13_000), (10_000, 50_000, 11_000), 7_000),  # avg < current
+        (SAT_CFG_50, (9_000, 0, 20_000), (0, 0, 0), 0),
+        (SAT_CFG_50, (6_000, 50_000, 10_000), (4_000, 50_000, 10_000), 0),
+        (SAT_CFG_50, (6_000, 50_000, 10_000), (8_000, 50_000, 14_000), 6_000),
+        # evictByAllocatable: the limit is the Node's batch-cpu allocatable (8000; 0 counts 1)
+        (SAT_CFG_50, (6_000, 50_000, 8_000), (4_000, 50_000, 8_000), 12_000),
+        (SAT_CFG_50, (6_000, 50_000, 1), (4_000, 50_000, 1), 20_000 - 1),
+    ],
+)
+def test_be_satisfaction_release_as_upstream(
+    cfg: tuple[int, int, int | None],
+    avg: tuple[float, float, float],
+    current: tuple[float, float, float],
+    expected: int,
+) -> None:
+    lower, upper, usage = cfg
+    assert satisfaction_release(avg, current, lower, upper, usage) == expected
+
+
+def _cpu_settings(**fields: Any) -> CPUEvictSettings:
+    return CPUEvictSettings(
+        enabled=True,
+        satisfaction_lower=fields.get("lower_sat"),
+        satisfaction_upper=fields.get("upper_sat"),
+        be_usage_threshold=None,
+        threshold=fields.get("threshold"),
+        lower=fields.get("lower"),
+        window=None,
+        by_allocatable=False,
+        evict_enabled_priority_threshold=fields.get("prio"),
+        allocatable_threshold=fields.get("alloc"),
+        allocatable_lower=fields.get("alloc_lower"),
+        allocatable_priority_threshold=fields.get("alloc_prio"),
+    )
+
+
+@pytest.mark.parametrize(
+    ("check", "fields", "error"),
+    [
+        (
+            "satisfaction",
+            {},
+            "CPUEvictBESatisfactionLowerPercent or CPUEvictBESatisfactionUpperPercent not config",
+        ),
+        (
+            "satisfaction",
+            {"lower_sat": 0, "upper_sat": 50},
+            "CPUEvictBESatisfactionLowerPercent(0) is not valid! must (0,60]",
+        ),
+        (
+            "satisfaction",
+            {"lower_sat": 30, "upper_sat": 100},
+            "CPUEvictBESatisfactionUpperPercent(100) is not valid,must (0,100)",
+        ),
+        (
+            "satisfaction",
+            {"lower_sat": 40, "upper_sat": 30},
+            "CPUEvictBESatisfactionUpperPercent(30) < CPUEvictBESatisfactionLowerPercent(40)",
+        ),
+        ("satisfaction", {"lower_sat": 30, "upper_sat": 40}, None),
+        ("used", {}, "CPUEvictThresholdPercent not config"),
+        ("used", {"threshold": -1}, "threshold percent(-1) should greater than 0"),
+        ("used", {"threshold": 20, "prio": 0}, None),
+        (
+            "used",
+            {"threshold": 20, "lower": 30},
+            "lower percent(30) should less than threshold percent(20)",
+        ),
+        ("used", {"threshold": 20, "lower": 10}, "EvictEnabledPriorityThreshold not config"),
+        ("used", {"threshold": 20, "lower": 10, "prio": 0}, None),
+        ("allocatable", {}, "CPUAllocatableEvictThresholdPercent not config"),
+        ("allocatable", {"alloc": -1}, "threshold percent(-1) should equal or greater than 0"),
+        # a missing lower percent is 0 for CPU, as upstream's test says
+        ("allocatable", {"alloc": 80, "alloc_prio": PRIORITY_BATCH_MAX}, None),
+        (
+            "allocatable",
+            {"alloc": 80, "alloc_lower": 90},
+            "lower percent(90) should less than threshold percent(80)",
+        ),
+        (
+            "allocatable",
+            {"alloc": 80, "alloc_lower": 80},
+            "lower percent(80) should less than threshold percent(80)",
+        ),
+        (
+            "allocatable",
+            {"alloc": 80, "alloc_lower": 70},
+            "AllocatableEvictPriorityThreshold not config",
+        ),
+        (
+            "allocatable",
+            {"alloc": 90, "alloc_lower": 0, "alloc_prio": PRIORITY_PROD_MAX},
+            "priorityThresholdPercent(9999) should less than 7999, koor-prod pods should not be "
+            "killed",
+        ),
+        ("allocatable", {"alloc": 80, "alloc_lower": 70, "alloc_prio": 7500}, None),
+        ("allocatable", {"alloc": 85, "alloc_lower": 75, "alloc_prio": PRIORITY_MID_MAX}, None),
+    ],
+)
+def test_cpu_config_checks_as_upstream(
+    check: str, fields: dict[str, Any], error: str | None
+) -> None:
+    s = _cpu_settings(**fields)
+    run = {
+        "satisfaction": lambda: satisfaction_bounds(s.satisfaction_lower, s.satisfaction_upper),
+        "used": lambda: cpu_used_thresholds(s),
+        "allocatable": lambda: cpu_allocatable_thresholds(s),
+    }[check]
+    if error is None:
+        run()
+    else:
+        with pytest.raises(InvalidThreshold) as caught:
+            run()
+        assert str(caught.value) == error
+
+
+def test_be_order_as_upstream() -> None:
+    # Test_getBEPodEvictInfoAndSort: priority 10 first, then usage / request descending
+    def be(name: str, prio: int) -> PodInfo:
+        return info(upstream_pod(name, "BE", prio, requests={BATCH_CPU: "16000"}))
+
+    used = {"pod_be_1_priority100": 3000, "pod_be_2_priority100": 4000, "pod_be_3_priority10": 4000}
+    pods = [
+        be("pod_be_1_priority100", 100),
+        be("pod_be_2_priority100", 100),
+        be("pod_be_3_priority10", 10),
+    ]
+    ordered = cpu_order_be(
+        EvictCandidate(p, used[p.name], p.extended_requests[BATCH_CPU], BATCH_CPU) for p in pods
+    )
+    assert [c.pod.name for c in ordered] == [
+        "pod_be_3_priority10",
+        "pod_be_2_priority100",
+        "pod_be_1_priority100",
+    ]
+    assert [c.request for c in ordered] == [16000] * 3
