@@ -21,8 +21,9 @@ shares, and a :class:`EvictionBackend` does the act:
 - **dedupe**: a workload evicted (or decided in a dry run) within ``dedupe_window`` seconds
   (Koordinator's expire cache: 120 s) is not evicted again; it is reported ``duplicate`` and the
   strategies count it as a pending release, as upstream counts an ``IsPodEvicted`` pod;
-- **cap**: at most ``max_per_round`` evictions per :meth:`Evictor.evict` call; the rest are
-  reported ``capped`` and wait for the next round;
+- **cap** (ours, off by default as upstream has none): with ``max_per_round`` > 0, at most that
+  many evictions per :meth:`Evictor.evict` call; the rest are reported ``capped`` and wait for
+  the next round;
 - **dry run** (global, or per call): the decision is made, logged and audited (``decision``
   entries with ``dry_run`` true), nothing is killed;
 - every outcome with its reason is audited and logged in one summary line; a done eviction
@@ -94,8 +95,9 @@ EVICT_REASON_PREFIX = "trigger by koordlet feature "
 
 DEFAULT_DEDUPE_WINDOW = 120.0
 """Seconds a workload is not evicted again (Koordinator's evictor cache expiry, 2 min)."""
-DEFAULT_MAX_PER_ROUND = 5
-"""Evictions per :meth:`Evictor.evict` call (Koordinator has no cap; see docs/qos-eviction.md)."""
+DEFAULT_MAX_PER_ROUND = 0
+"""Evictions per :meth:`Evictor.evict` call at most; 0: no cap, as Koordinator (see
+docs/qos-eviction.md)."""
 
 Status = Literal["evicted", "dry_run", "duplicate", "capped", "refused", "failed", "gone"]
 
@@ -274,7 +276,8 @@ class Evictor:
     """The policy shared by every eviction: eligibility, dedupe, cap, dry run, audit, metrics.
 
     :param backend: performs the evictions.
-    :param max_per_round: evictions per :meth:`evict` call; must be at least 1.
+    :param max_per_round: evictions per :meth:`evict` call at most; 0 (the default): no cap,
+        as upstream.
     :param dedupe_window: seconds during which a workload is not evicted again.
     :param dry_run: decide, log and audit, evict nothing (the global ``--dry-run``).
     :param audit: where outcomes are recorded (the daemon's audit log); None: logs only.
@@ -295,8 +298,8 @@ class Evictor:
         node_name: str = "",
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        if max_per_round < 1:
-            raise InvalidValueError(f"max_per_round must be at least 1, got {max_per_round}")
+        if max_per_round < 0:
+            raise InvalidValueError(f"max_per_round must not be negative, got {max_per_round}")
         if dedupe_window < 0:
             raise InvalidValueError(f"dedupe_window must not be negative, got {dedupe_window}")
         self.backend = backend
@@ -371,7 +374,7 @@ class Evictor:
             )
         if self.recently_evicted(victim.key):
             return Outcome(victim, "duplicate", "evicted within the dedupe window")
-        if acted >= self.max_per_round:
+        if self.max_per_round and acted >= self.max_per_round:
             return Outcome(victim, "capped", f"over the cap of {self.max_per_round} a round")
         if dry:
             self._recent[victim.key] = self._clock()
