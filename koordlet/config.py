@@ -141,9 +141,9 @@ class QoSConfig:
     cpu_evict_cool_time: float = 20.0
     """Seconds after a CPU eviction before the next; ``--cpu-evict-cool-time-seconds``
     (default 20)."""
-    evict_max_per_round: int = 5
+    evict_max_per_round: int = 0
     """Evictions the evictor performs per strategy round at most; ``--qos-evict-max-per-round``,
-    ours (default 5; upstream has no cap)."""
+    ours: 0 (the default) is no cap, as upstream."""
     evict_dedupe_window: float = 120.0
     """Seconds during which a pod is not evicted again (Koordinator's evictor cache expiry,
     2 minutes); ``--qos-evict-dedupe-window-seconds``, ours."""
@@ -556,15 +556,15 @@ def _plugin_name(value: object) -> str:
 
 
 def _evictions(value: object) -> int:
-    """A whole number of evictions per round, 1 to 1000."""
+    """A whole number of evictions per round, 0 (no cap) to 1000."""
     if isinstance(value, bool) or not isinstance(value, int | str):
         raise TypeError(f"must be a whole number, got {value!r}")
     text = str(value).strip()
     if not (text.isascii() and text.isdigit()):
         raise ValueError(f"must be a whole number, got {value!r}")
     number = int(text)
-    if not 1 <= number <= 1000:
-        raise ValueError(f"must be between 1 and 1000, got {number}")
+    if not 0 <= number <= 1000:
+        raise ValueError(f"must be between 0 (no cap) and 1000, got {number}")
     return number
 
 
@@ -661,7 +661,7 @@ SETTINGS: tuple[Setting, ...] = (
             ("--cpu-evict-cool-time-seconds",), _positive_duration,
             "pause after a CPU eviction", "--cpu-evict-cool-time-seconds"),
     Setting("qos.evictMaxPerRound", "qos.evict_max_per_round", ("--qos-evict-max-per-round",),
-            _evictions, "evictions per strategy round at most"),
+            _evictions, "evictions per strategy round at most (0: no cap)"),
     Setting("qos.evictDedupeWindow", "qos.evict_dedupe_window",
             ("--qos-evict-dedupe-window-seconds",), _positive_duration,
             "seconds before a pod may be evicted again"),

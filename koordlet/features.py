@@ -70,6 +70,18 @@ KOORDLET_FEATURES: Mapping[str, FeatureSpec] = MappingProxyType(
         ),
         "BECPUEvict": FeatureSpec(False, _A, True, "evict BE pods starved of CPU"),
         "BEMemoryEvict": FeatureSpec(False, _A, True, "evict BE pods on node memory pressure"),
+        "MemoryEvict": FeatureSpec(
+            False, _A, True, "evict opted-in pods under a priority on node memory pressure"
+        ),
+        "MemoryAllocatableEvict": FeatureSpec(
+            False, _A, True, "evict batch/mid pods whose memory requests exceed the allocatable"
+        ),
+        "CPUEvict": FeatureSpec(
+            False, _A, True, "evict opted-in pods under a priority on node CPU usage"
+        ),
+        "CPUAllocatableEvict": FeatureSpec(
+            False, _A, True, "evict batch/mid pods whose CPU requests exceed the allocatable"
+        ),
         "CPUBurst": FeatureSpec(True, _B, True, "set cfs burst; scale CFS quota of throttled pods"),
         "SystemConfig": FeatureSpec(
             False, _A, True, "tune vm.min_free_kbytes and vm.watermark_scale_factor"

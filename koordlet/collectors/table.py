@@ -54,6 +54,8 @@ COLLECTORS: tuple[CollectorSpec, ...] = (
             "koordlet_node_used_memory_with_page_cache_bytes",
             "koordlet_numa_node_used_memory_bytes",
             "koordlet_numa_node_memory_total_bytes",
+            "koordlet_numa_node_used_cpu_cores",
+            "koordlet_node_memory_total_bytes",
         ),
     ),
     CollectorSpec(
@@ -110,6 +112,7 @@ COLLECTORS: tuple[CollectorSpec, ...] = (
             "koordlet_be_suppress_be_used_cpu_cores",
             "koordlet_be_cpu_real_limit_cores",
             "koordlet_be_cpu_request_cores",
+            "koordlet_be_cpu_throttled_ratio",
         ),
     ),
     CollectorSpec(

@@ -87,6 +87,7 @@ STRATEGIES: tuple[StrategySpec, ...] = (
         lambda q: q.memory_evict_interval,
         "memoryEvict",
         gate=memoryevict.FEATURE_GATE,
+        other_gates=(memoryevict.FEATURE_MEMORY_EVICT, memoryevict.FEATURE_ALLOCATABLE_EVICT),
         sections=(RESOURCE_USED_THRESHOLD_WITH_BE,),
     ),
     StrategySpec(
@@ -95,6 +96,7 @@ STRATEGIES: tuple[StrategySpec, ...] = (
         lambda q: q.cpu_evict_interval,
         "cpuEvict",
         gate=cpuevict.FEATURE_GATE,
+        other_gates=(cpuevict.FEATURE_CPU_EVICT, cpuevict.FEATURE_ALLOCATABLE_EVICT),
         sections=(RESOURCE_USED_THRESHOLD_WITH_BE,),
     ),
 )

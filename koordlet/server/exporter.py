@@ -207,6 +207,14 @@ FAMILIES: tuple[FamilySpec, ...] = (
         s.BE,
     ),
     _one(
+        "koordlet_be_cpu_throttled_ratio",
+        "Fraction (0..1) of the BE QoS cgroup's CFS periods that were throttled over the last "
+        "interval",
+        Scope.NODE,
+        s.BE_CPU_THROTTLED_RATIO,
+        s.BE,
+    ),
+    _one(
         "koordlet_numa_node_used_memory_bytes",
         "Memory used on one NUMA node",
         Scope.NUMA,
@@ -217,6 +225,19 @@ FAMILIES: tuple[FamilySpec, ...] = (
         "Memory of one NUMA node",
         Scope.NUMA,
         s.NUMA_MEMORY_TOTAL,
+    ),
+    _one(
+        "koordlet_numa_node_used_cpu_cores",
+        "Cpu cores used on one NUMA node (the busy time of its CPUs)",
+        Scope.NUMA,
+        s.NUMA_CPU_USAGE,
+    ),
+    _one(
+        "koordlet_node_memory_total_bytes",
+        "Memory of the node (MemTotal of /proc/meminfo)",
+        Scope.NODE,
+        s.NODE_MEMORY_TOTAL,
+        s.NODE,
     ),
     _one("koordlet_pod_used_cpu_cores", "Cpu cores used by a pod", Scope.POD, s.POD_CPU_USAGE),
     _one(
