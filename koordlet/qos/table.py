@@ -19,6 +19,7 @@ from apis.slo_inforce import (
 )
 from koordlet.config import QoSConfig
 from koordlet.qos import (
+    blkio,
     cgreconcile,
     cpuburst,
     cpuevict,
@@ -79,6 +80,14 @@ STRATEGIES: tuple[StrategySpec, ...] = (
         _reconcile,
         "resctrlReconcile",
         gate=resctrl.FEATURE_GATE,
+        sections=(RESOURCE_QOS_STRATEGY,),
+    ),
+    StrategySpec(
+        blkio.NAME,
+        blkio.build,
+        _reconcile,
+        "blkIOReconcile",
+        gate=blkio.FEATURE_GATE,
         sections=(RESOURCE_QOS_STRATEGY,),
     ),
     StrategySpec(
