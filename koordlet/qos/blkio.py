@@ -55,7 +55,6 @@ from apis.slo_strategies import ResourceQOSStrategy
 from koordlet.collectors.nodestorage import INFO_KEY as STORAGE_INFO
 from koordlet.errors import CgroupGoneError, HostError, InvalidValueError, UnsupportedError
 from koordlet.qos.framework import StrategyContext, StrategyReport
-from koordlet.system.blockdev import lvm_dm_name
 from koordlet.system.cgroups import CgroupVersion
 from koordlet.system.knobs import (
     BLKIO_BFQ_WEIGHT,
@@ -168,7 +167,7 @@ def resolve_block(info: Mapping[str, Any], block: BlockConfig, pod_uid: str = ""
             found = [n for n, e in devices.items() if e.get("dm_name") == dm]
         elif "/" in short:
             vg, _, lv = short.partition("/")
-            found = [n for n, e in devices.items() if e.get("dm_name") == lvm_dm_name(vg, lv)]
+            found = [n for n, e in devices.items() if e.get("lvm") == f"{vg}/{lv}"]
         else:
             found = [short] if short in devices else []
         if not found:

@@ -25,6 +25,7 @@ from koordlet.qos import (
     cpuevict,
     cpusuppress,
     memoryevict,
+    netqos,
     resctrl,
     sysreconcile,
 )
@@ -89,6 +90,14 @@ STRATEGIES: tuple[StrategySpec, ...] = (
         "blkIOReconcile",
         gate=blkio.FEATURE_GATE,
         sections=(RESOURCE_QOS_STRATEGY,),
+    ),
+    StrategySpec(
+        netqos.NAME,
+        netqos.build,
+        _reconcile,
+        "tcPlugin (netqos)",
+        gate=netqos.FEATURE_GATE,
+        sections=(RESOURCE_QOS_STRATEGY, SYSTEM_STRATEGY),
     ),
     StrategySpec(
         memoryevict.NAME,

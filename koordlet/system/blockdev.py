@@ -83,11 +83,6 @@ def split_lvm_name(dm_name: str) -> tuple[str, str] | None:
     return None
 
 
-def lvm_dm_name(vg: str, lv: str) -> str:
-    """The device-mapper name LVM gives ``vg/lv`` (``-`` doubled in each part)."""
-    return f"{vg.replace('-', '--')}-{lv.replace('-', '--')}"
-
-
 def scan_block_devices(paths: HostPaths) -> dict[str, BlockDevice]:
     """Every device of ``<sys>/class/block`` by name; one that vanishes mid-scan is left out.
 
