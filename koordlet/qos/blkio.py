@@ -6,7 +6,10 @@ Each round, when the NodeSLO has a ``resourceQOSStrategy`` (upstream skips the r
 one), three kinds of cgroup are reconciled, as upstream's ``blkio_reconcile.go``:
 
 - **BE** (``beClass.blkioQOS``): the besteffort QoS cgroup gets the blocks' read/write bytes
-  and IOs per second and their ``ioWeightPercent`` (and, on cgroup v2, a latency target);
+  and IOs per second and their ``ioWeightPercent`` (and, on cgroup v2, a latency target). On
+  cgroup v1 blk-throttle is flat (``block/blk-throttle.c``: on the legacy hierarchy a group's
+  limits bind only the tasks directly in it), so there the limits also go to every BE pod's and
+  container's cgroup: each is held to the class's limits on its own;
 - **the root cgroup** (``cgroupRoot.blkioQOS``): blk-iocost's QoS (``readLatency``,
   ``writeLatency`` and their percentiles; upstream's 3000 µs at 95 % when unset) and cost model
   (the user model when ``enableUserModel``, else the kernel's ``auto``);
@@ -90,6 +93,8 @@ CLASS_KNOBS: tuple[Knob[Any], ...] = (
     BLKIO_IO_LATENCY,
 )
 """What a BE or pod cgroup gets, in write order."""
+THROTTLE_KNOBS = CLASS_KNOBS[:4]
+"""The blk-throttle limits, the only knobs repeated on v1's leaves."""
 ROOT_KNOBS: tuple[Knob[Any], ...] = (BLKIO_COST_QOS, BLKIO_COST_MODEL)
 """What the root cgroup gets."""
 WEIGHT_DEFAULT: Mapping[str, tuple[int, int]] = {
@@ -132,6 +137,10 @@ class Target:
     blocks: tuple[BlockConfig, ...]
     pod_uid: str = ""
     root: bool = False
+    leaves: tuple[str, ...] = ()
+    """Cgroups below ``rel_dir`` that get its throttle limits too: blk-throttle is flat on
+    cgroup v1 (only tasks directly in a group are limited by it), so on v1 the limits go to every
+    pod and container cgroup of the target as well."""
 
 
 @dataclass(slots=True)
@@ -295,14 +304,25 @@ def targets(
 ) -> list[Target]:
     """BE, the root and every annotated pod; annotations that do not parse go to ``notes``."""
     layout = ctx.host().layout
+    flat = layout.version is CgroupVersion.V1
+    pods = list(ctx.workloads().pods.values())
+    be_leaves = [
+        rel
+        for pod in pods
+        if flat
+        and pod.kube_qos is KubeQOS.BESTEFFORT
+        and ANNOTATION_POD_BLKIO_QOS not in pod.annotations
+        for rel in (pod.cgroup_dir, *(c.cgroup_dir for c in pod.containers))
+    ]
+    be_blocks = _blocks(strategy.be_class.blkio_qos)
     out = [
-        Target("beClass", layout.qos_dir(KubeQOS.BESTEFFORT), _blocks(strategy.be_class.blkio_qos)),
+        Target("beClass", layout.qos_dir(KubeQOS.BESTEFFORT), be_blocks, leaves=tuple(be_leaves)),
         Target("cgroupRoot", "", _blocks(strategy.cgroup_root.blkio_qos), root=True),
     ]
     for json_name, attr in UNSUPPORTED_CLASSES.items():
         if _blocks(getattr(strategy, attr).blkio_qos):
             notes[json_name] = "blkioQOS not applied: Koordinator applies class blkio to BE only"
-    for pod in ctx.workloads().pods.values():
+    for pod in pods:
         text = pod.annotations.get(ANNOTATION_POD_BLKIO_QOS)
         if text is None:
             continue
@@ -315,7 +335,8 @@ def targets(
         except SchemaError as err:
             notes[what] = str(err)
             continue
-        out.append(Target(what, pod.cgroup_dir, blocks, pod_uid=pod.uid))
+        leaves = tuple(c.cgroup_dir for c in pod.containers) if flat else ()
+        out.append(Target(what, pod.cgroup_dir, blocks, pod_uid=pod.uid, leaves=leaves))
     return out
 
 
@@ -362,6 +383,7 @@ class BlkIOReconcile:
             )
             detail[target.what] = {
                 "cgroup": target.rel_dir or "/",
+                **({"leaves": len(target.leaves)} if target.leaves else {}),
                 "blocks": [b.name for b in target.blocks],
                 "devices": {k: dict(v) for k, v in plan.values.items() if v},
                 **({"dropped": plan.dropped} if plan.dropped else {}),
@@ -374,6 +396,8 @@ class BlkIOReconcile:
                 if not supported.get(knob_name, True) and not devices:
                     continue  # nothing to set or clean on a file this host lacks
                 jobs.append((target.what, target.rel_dir, knob, devices))
+                if knob in THROTTLE_KNOBS:
+                    jobs += [(target.what, leaf, knob, devices) for leaf in target.leaves]
         results = await self._write(jobs)
         changed = sum(1 for r in results.values() if r == "changed")
         failed = {k: r for k, r in results.items() if r not in ("changed", "unchanged")}
@@ -404,8 +428,8 @@ class BlkIOReconcile:
         waits = (asyncio.wrap_future(f) for f in futures)
         done = await asyncio.gather(*waits, return_exceptions=True)
         out: dict[str, str] = {}
-        for (what, _rel, knob, _devices), result in zip(jobs, done, strict=True):
-            key = f"{what}/{knob.name}"
+        for (what, rel, knob, _devices), result in zip(jobs, done, strict=True):
+            key = f"{what}:{rel or '/'}:{knob.name}"
             if isinstance(result, CgroupGoneError):
                 logger.debug("%s: cgroup gone: %s", key, result)
                 out[key] = "cgroup gone"
