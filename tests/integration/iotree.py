@@ -124,11 +124,14 @@ class PodTree:
     def read(self, controller: str, rel: str, name: str) -> str:
         return Path(self.host.layout.file(controller, rel, name)).read_text()
 
-    def start(self, rel: str, code: str, *argv: str) -> subprocess.Popen[str]:
+    def start(
+        self, rel: str, code: str, *argv: str, prefix: Sequence[str] = ()
+    ) -> subprocess.Popen[str]:
         """A Python process of ours moved into cgroup ``rel`` before it goes on (it must read
-        one line from stdin first): :meth:`go` lets it run."""
+        one line from stdin first): :func:`go` lets it run. ``prefix`` runs it through a command
+        that execs it in place (``nsenter --net=...``), so the pid is the process's own."""
         proc = subprocess.Popen(
-            [sys.executable, "-c", code, *argv],
+            [*prefix, sys.executable, "-c", code, *argv],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             text=True,
