@@ -16,6 +16,9 @@ rel_dir, 512)``), so mypy checks the value against the knob's type. Then:
    written only when the logical value differs;
 5. ENOENT or ENODEV on the cgroup → ``CgroupGoneError``: the cgroup was removed, a normal race.
 
+A keyed knob (one line per block device, :mod:`koordlet.system.devcodec`) is compared as the
+decoded file against the value, and its lines are written one ``write(2)`` each.
+
 ``on_change`` is called with each :class:`WriteResult` that changed a file, and with each
 dry-run result that would have (the audit log hooks in here). ``observe`` times every file write
 (``koordlet_resource_update_duration_milliseconds{type,status}``).

@@ -13,7 +13,13 @@ Logical values:
 * ``None`` for "unlimited" (``cpu_cfs_quota``, ``memory_limit``, ``memory_min/low/high``);
   ``-1`` is accepted as an alias on input and normalized to ``None``;
 * ``frozenset[int]`` for CPU and memory-node lists (a cpulist string is accepted on input);
-* ``str`` for the read-only ``memory_idle_page_stats`` source.
+* ``str`` for the read-only ``memory_idle_page_stats`` source;
+* a read-only mapping ``"MAJ:MIN" → value`` for the *keyed* blkio/io knobs, whose file holds one
+  line per block device: the value is the whole set of entries the file should hold
+  (``koordlet.system.devcodec``).
+
+The validators and file codecs live in ``koordlet.system.knobcodecs`` (the per-device ones in
+``koordlet.system.devcodec``); this module holds the :class:`Knob` and the table.
 
 Two conversions are lossy on purpose. v2 has no ``cpu.shares``: ``cpu_shares`` is written as
 ``cpu.weight`` with runc's and the kernel documentation's mapping of shares [2, 262144] onto
