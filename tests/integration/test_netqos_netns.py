@@ -30,6 +30,8 @@ import yaml
 
 from apis.extension import KubeQOS
 from apis.netqos import NetQoSClass, class_id_of
+from koordlet.executor.tc import ClassPlan, TCWriter, TreePlan, TreeResult
+from koordlet.executor.writer import WriteResult
 from koordlet.system import tc
 from koordlet.system.paths import HostPaths
 from tests.daemon import free_port
@@ -296,3 +298,74 @@ def test_be_egress_is_held_at_its_limit_while_ls_gets_its_request(
         k.until("the tree removed", removed, timeout=20)
         last: Any = k.json("/debug/qos")["strategies"]["netqos"]["last_round"]
         assert last["decision"] == "network QoS off: no koordlet tree"
+
+
+def test_the_tree_writer_takes_over_only_default_or_its_own_qdiscs(undo: Undo) -> None:
+    pair = veth_namespaces(undo)
+    audit: list[WriteResult] = []
+    dry = {"on": False}
+    writer = TCWriter(on_change=audit.append, is_dry_run=lambda strategy: dry["on"])
+
+    def plan(be_ceil: int) -> TreePlan:
+        link = in_netns(pair.a, writer.default_link)
+        assert link is not None
+        assert link.name == pair.a_if
+        classes = (
+            ClassPlan("root", 0x10001, 0x10000, TOTAL, TOTAL, 0),
+            ClassPlan("system_class", 0x10002, 0x10001, 30 * M, TOTAL, 1),
+            ClassPlan("ls_class", 0x10003, 0x10001, 60 * M, TOTAL, 2),
+            ClassPlan("be_class", 0x10004, 0x10001, 10 * M, be_ceil, 3),
+        )
+        return TreePlan(link, classes, 2)
+
+    def ensure(p: TreePlan) -> TreeResult:
+        return in_netns(pair.a, lambda: writer.ensure(p, strategy="netqos", reason="test"))
+
+    def qdisc() -> str:
+        return subprocess.run(
+            ["ip", "netns", "exec", pair.a, "tc", "qdisc", "show", "dev", pair.a_if],
+            capture_output=True, text=True, check=True,
+        ).stdout  # fmt: skip
+
+    tc_cmd = ["ip", "netns", "exec", pair.a, "tc"]
+    tbf = ["tbf", "rate", "1mbit", "burst", "32kbit", "latency", "400ms"]
+    subprocess.run([*tc_cmd, "qdisc", "add", "dev", pair.a_if, "root", "handle", "8001:", *tbf],
+                   check=True)  # fmt: skip
+    refused = ensure(plan(20 * M))
+    assert "root qdisc tbf 8001:0 on" in refused.refused
+    assert "tbf" in qdisc()
+    assert audit == []
+
+    subprocess.run([*tc_cmd, "qdisc", "del", "dev", pair.a_if, "root"], check=True)
+    dry["on"] = True
+    planned = ensure(plan(20 * M))
+    assert planned.dry_run
+    assert len(planned.changes) == 6  # the qdisc, four classes, the filter
+    assert "htb" not in qdisc()
+    assert [r.dry_run for r in audit] == [True] * 6
+    ensure(plan(20 * M))
+    assert len(audit) == 6  # the same decision is audited once
+
+    dry["on"] = False
+    done = ensure(plan(20 * M))
+    assert len(done.changes) == 6
+    assert done.classes["1:4"] == {"rate_bps": 10 * M, "ceil_bps": 20 * M, "prio": 3}
+    assert ensure(plan(20 * M)).changes == []
+    changed = ensure(plan(40 * M))
+    assert changed.changes == [
+        "class 1:4 (be_class): rate 10000kbit ceil 20000kbit prio 3 -> "
+        "rate 10000kbit ceil 40000kbit prio 3"
+    ]
+    assert audit[-1].path == f"tc:{pair.a_if}/class 1:4 (be_class)"
+
+    link = plan(20 * M).link
+    # Someone else's HTB 1: (no koord_classid filter, a class of its own): left alone.
+    in_netns(pair.a, lambda: writer.remove(link, strategy="netqos", reason="test"))
+    subprocess.run([*tc_cmd, "qdisc", "add", "dev", pair.a_if, "root", "handle", "1:", "htb"],
+                   check=True)  # fmt: skip
+    subprocess.run([*tc_cmd, "class", "add", "dev", pair.a_if, "parent", "1:", "classid", "1:9",
+                    "htb", "rate", "1mbit"], check=True)  # fmt: skip
+    assert "not installed by the koordlet" in ensure(plan(20 * M)).refused
+    kept = in_netns(pair.a, lambda: writer.remove(link, strategy="netqos", reason="test"))
+    assert "not ours" in kept.refused
+    assert "htb 1:" in qdisc()

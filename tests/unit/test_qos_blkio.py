@@ -28,7 +28,7 @@ from koordlet.executor.writer import WriteResult
 from koordlet.metriccache.store import MetricCache
 from koordlet.qos.blkio import BlkIOReconcile, BlockError, resolve_block
 from koordlet.qos.framework import QoSBook, StrategyContext
-from koordlet.statesinformer.model import PodInfo, WorkloadSnapshot
+from koordlet.statesinformer.model import ContainerInfo, PodInfo, WorkloadSnapshot
 from koordlet.system.cgroups import CgroupVersion
 from koordlet.system.paths import HostPaths
 from koordlet.system.probe import probe_capabilities
@@ -400,3 +400,26 @@ async def test_the_root_gets_iocost_qos_and_the_user_model_on_v2(rig: SimpleName
 def test_io_config_defaults_are_unset_as_upstreams() -> None:
     assert IOConfig().read_bps is None
     assert IOConfig().io_weight_percent is None
+
+
+async def test_on_v1_the_be_limits_also_bind_each_be_container_as_blk_throttle_is_flat(
+    rig: SimpleNamespace,
+) -> None:
+    fake = rig.fake
+    rel, [crel] = fake.add_pod(UID, KubeQOS.BESTEFFORT, [("containerd", container_id(UID))])
+    container = ContainerInfo(container_id(UID), "main", "containerd", crel)
+    rig.box["pods"] = [
+        PodInfo(UID, "be", "default", QoSClass.BE, KubeQOS.BESTEFFORT, rel, (container,))
+    ]
+    rig.box["raw"] = _be([{"name": "vdb", "type": "device", "ioCfg": {"readBPS": 1000}}])
+    rig.refresh()
+    await BlkIOReconcile(rig.ctx, interval=1.0).reconcile()
+    limited = {
+        r.path.rsplit("/", 1)[0] for r in rig.audit if r.knob == "blkio_read_bps" and r.changed
+    }
+    dirs = {fake.layout.abs_dir("blkio", d) for d in (_be_dir(fake), rel, crel)}
+    if fake.version is CgroupVersion.V1:
+        assert limited == dirs
+        assert fake.read("blkio", crel, "blkio.throttle.read_bps_device") == "253:16 1000\n"
+    else:  # hierarchical: the QoS cgroup alone
+        assert limited == {fake.layout.abs_dir("blkio", _be_dir(fake))}
