@@ -270,7 +270,7 @@ class _Prober:
             self._resctrl(),
             *self._perf_event_and_cpi(),
             self._block_devices(),
-            Capability("tc_classifier", *probe_classifier(), ""),
+            Capability("tc_classifier", *probe_classifier(), ""),  # bpf(2): no file to name
             Capability("netqos_terway", False, TERWAY_REASON, ""),
         ]
         if v2:
