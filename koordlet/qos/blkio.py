@@ -348,6 +348,9 @@ class BlkIOReconcile:
         self.interval = interval
         self._ctx = ctx
         self._reported: set[str] = set()
+        self._limited: set[str] = set()
+        """v1 leaves this process gave throttle limits: without limits to give, only these are
+        written (to clear them), not every BE container each round."""
 
     def _supported(self) -> dict[str, bool]:
         caps = self._ctx.capabilities
@@ -375,7 +378,8 @@ class BlkIOReconcile:
         version = ctx.host().layout.version
         detail: dict[str, Any] = {}
         jobs: list[tuple[str, str, Knob[Any], dict[str, Any]]] = []
-        for target in targets(node_slo.resource_qos_strategy, ctx, notes):
+        plans = targets(node_slo.resource_qos_strategy, ctx, notes)
+        for target in plans:
             plan = (
                 root_plan(target, info)
                 if target.root
@@ -397,8 +401,13 @@ class BlkIOReconcile:
                     continue  # nothing to set or clean on a file this host lacks
                 jobs.append((target.what, target.rel_dir, knob, devices))
                 if knob in THROTTLE_KNOBS:
-                    jobs += [(target.what, leaf, knob, devices) for leaf in target.leaves]
+                    leaves = [leaf for leaf in target.leaves if devices or leaf in self._limited]
+                    jobs += [(target.what, leaf, knob, devices) for leaf in leaves]
         results = await self._write(jobs)
+        limited = {rel for _, rel, knob, devices in jobs if knob in THROTTLE_KNOBS and devices}
+        cleared = {rel for _, rel, knob, _ in jobs if knob in THROTTLE_KNOBS} - limited
+        current = {leaf for t in plans for leaf in t.leaves}
+        self._limited = ((self._limited | limited) - cleared) & current
         changed = sum(1 for r in results.values() if r == "changed")
         failed = {k: r for k, r in results.items() if r not in ("changed", "unchanged")}
         inputs = {

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -241,7 +241,7 @@ class NetQoS:
         active: bool,
         annotations: Mapping[str, str],
         total: int | str,
-        speed: Any,
+        speed: Callable[[str], int | None],
     ) -> _Outcome:
         """On the writer thread: find the interface, then ensure or remove the tree."""
         out = _Outcome()

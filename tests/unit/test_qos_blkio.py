@@ -423,3 +423,30 @@ async def test_on_v1_the_be_limits_also_bind_each_be_container_as_blk_throttle_i
         assert fake.read("blkio", crel, "blkio.throttle.read_bps_device") == "253:16 1000\n"
     else:  # hierarchical: the QoS cgroup alone
         assert limited == {fake.layout.abs_dir("blkio", _be_dir(fake))}
+
+
+async def test_on_v1_leaves_are_cleared_once_the_class_has_no_limits_and_then_left_alone(
+    rig: SimpleNamespace,
+) -> None:
+    fake = rig.fake
+    if fake.version is CgroupVersion.V2:
+        pytest.skip("v2 throttling is hierarchical: no leaves")
+    rel, [crel] = fake.add_pod(UID, KubeQOS.BESTEFFORT, [("containerd", container_id(UID))])
+    container = ContainerInfo(container_id(UID), "main", "containerd", crel)
+    rig.box["pods"] = [
+        PodInfo(UID, "be", "default", QoSClass.BE, KubeQOS.BESTEFFORT, rel, (container,))
+    ]
+    rig.box["raw"] = _be([{"name": "vdb", "type": "device", "ioCfg": {"readBPS": 1000}}])
+    rig.refresh()
+    strategy = BlkIOReconcile(rig.ctx, interval=1.0)
+    await strategy.reconcile()
+    rig.box["raw"] = _be([], enable=False)
+    await strategy.reconcile()
+    assert fake.read("blkio", crel, "blkio.throttle.read_bps_device") == "253:16 0\n"
+    rig.writer.resync()
+    before = len(rig.audit)
+    await strategy.reconcile()
+    report = rig.ctx.book.last_report("blkio")
+    assert report is not None
+    assert not any(crel in key for key in report.detail["failed"])
+    assert len(rig.audit) == before
