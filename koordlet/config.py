@@ -73,6 +73,9 @@ class CollectConfig:
     node_cpu_info_interval: float = 60.0
     """CPU topology and node info; Koordinator's ``--collect-node-cpu-info-interval-seconds``
     (default 60)."""
+    node_storage_info_interval: float = 1.0
+    """Block devices, volume groups and pod volume devices (for blkio QoS, gate
+    ``BlkIOReconcile``); Koordinator's ``--collect-node-storage-info-interval`` (default 1 s)."""
     psi_interval: float = 10.0
     """Pressure stall information (gate ``PSICollector``); Koordinator's
     ``--psi-collector-interval-seconds`` (default 10)."""
@@ -307,7 +310,8 @@ class KoordletConfig:
     that variable) or the lower-cased host name."""
     paths: HostPaths = field(default_factory=HostPaths)
     """Host file system roots; Koordinator's ``--cgroup-root-dir`` (default ``/sys/fs/cgroup``),
-    ``--proc-root-dir`` (``/proc``) and ``--sys-root-dir`` (``/sys``), as in its host mode."""
+    ``--proc-root-dir`` (``/proc``), ``--sys-root-dir`` (``/sys``) and ``--var-lib-kubelet-dir``
+    (``/var/lib/kubelet``), as in its host mode."""
     cgroup: CgroupConfig = field(default_factory=CgroupConfig)
     """Cgroup version, driver and kubepods directory."""
     collect: CollectConfig = field(default_factory=CollectConfig)
@@ -604,6 +608,8 @@ SETTINGS: tuple[Setting, ...] = (
             "host /proc", "--proc-root-dir"),
     Setting("paths.sysRootDir", "paths.sys_root", ("--sys-root-dir",), _abs_path, "host /sys",
             "--sys-root-dir"),
+    Setting("paths.varLibKubeletDir", "paths.kubelet_root", ("--var-lib-kubelet-dir",),
+            _abs_path, "the kubelet's root directory (pod volumes)", "--var-lib-kubelet-dir"),
     Setting("cgroup.version", "cgroup.version", ("--cgroup-version",),
             _choice("auto", "v1", "v2"), "auto, v1 or v2"),
     Setting("cgroup.driver", "cgroup.driver", ("--cgroup-driver",),
@@ -618,6 +624,10 @@ SETTINGS: tuple[Setting, ...] = (
             ("--collect-node-cpu-info-interval-seconds", "--collect-node-cpu-info-interval"),
             _positive_duration, "node CPU info collection interval",
             "--collect-node-cpu-info-interval-seconds"),
+    Setting("collect.nodeStorageInfoInterval", "collect.node_storage_info_interval",
+            ("--collect-node-storage-info-interval",), _positive_duration,
+            "block devices and pod volumes collection interval",
+            "--collect-node-storage-info-interval"),
     Setting("collect.psiInterval", "collect.psi_interval",
             ("--psi-collector-interval-seconds", "--psi-collector-interval"),
             _positive_duration, "PSI collection interval", "--psi-collector-interval-seconds"),

@@ -96,7 +96,7 @@ KOORDLET_FEATURES: Mapping[str, FeatureSpec] = MappingProxyType(
         "CPICollector": FeatureSpec(False, _A, True, "collect cycles-per-instruction by perf"),
         "Libpfm4": FeatureSpec(False, _A, False, "use libpfm4 for the CPI collector"),
         "PSICollector": FeatureSpec(False, _A, True, "collect pressure stall information"),
-        "BlkIOReconcile": FeatureSpec(False, _A, False, "block I/O QoS"),
+        "BlkIOReconcile": FeatureSpec(False, _A, True, "block I/O QoS (blkio/io cgroup files)"),
         "ColdPageCollector": FeatureSpec(False, _A, True, "collect cold page (kidled) memory"),
         "HugePageReport": FeatureSpec(False, _A, False, "report hugepages per NUMA node"),
         # The runtime hooks' gates, which upstream adds to the koordlet's
@@ -115,7 +115,9 @@ KOORDLET_FEATURES: Mapping[str, FeatureSpec] = MappingProxyType(
         ),
         "CoreSched": FeatureSpec(False, _A, False, "runtime hook: core scheduling cookies"),
         "TerwayQoS": FeatureSpec(False, _A, False, "runtime hook: Terway network QoS"),
-        "TCNetworkQoS": FeatureSpec(False, _A, False, "runtime hook: network QoS by tc"),
+        "TCNetworkQoS": FeatureSpec(
+            False, _A, True, "network QoS by tc: the HTB tree and pods' net_cls class ids"
+        ),
         "Resctrl": FeatureSpec(False, _A, False, "runtime hook: LLC and memory bandwidth per pod"),
     }
 )

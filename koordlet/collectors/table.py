@@ -22,6 +22,7 @@ from koordlet.collectors import (
     hostapplication,
     nodeinfo,
     noderesource,
+    nodestorage,
     pagecache,
     podresource,
     podthrottled,
@@ -63,6 +64,13 @@ COLLECTORS: tuple[CollectorSpec, ...] = (
         nodeinfo.build,
         lambda c: c.node_cpu_info_interval,
         "NodeInfoCollector",
+    ),
+    CollectorSpec(
+        nodestorage.NAME,
+        nodestorage.build,
+        lambda c: c.node_storage_info_interval,
+        "NodeStorageInfoCollector",
+        gate=nodestorage.FEATURE_GATE,
     ),
     CollectorSpec(
         podresource.NAME,

@@ -19,11 +19,13 @@ from apis.slo_inforce import (
 )
 from koordlet.config import QoSConfig
 from koordlet.qos import (
+    blkio,
     cgreconcile,
     cpuburst,
     cpuevict,
     cpusuppress,
     memoryevict,
+    netqos,
     resctrl,
     sysreconcile,
 )
@@ -80,6 +82,22 @@ STRATEGIES: tuple[StrategySpec, ...] = (
         "resctrlReconcile",
         gate=resctrl.FEATURE_GATE,
         sections=(RESOURCE_QOS_STRATEGY,),
+    ),
+    StrategySpec(
+        blkio.NAME,
+        blkio.build,
+        _reconcile,
+        "blkIOReconcile",
+        gate=blkio.FEATURE_GATE,
+        sections=(RESOURCE_QOS_STRATEGY,),
+    ),
+    StrategySpec(
+        netqos.NAME,
+        netqos.build,
+        _reconcile,
+        "tcPlugin (netqos)",
+        gate=netqos.FEATURE_GATE,
+        sections=(RESOURCE_QOS_STRATEGY, SYSTEM_STRATEGY),
     ),
     StrategySpec(
         memoryevict.NAME,

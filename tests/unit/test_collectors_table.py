@@ -23,6 +23,7 @@ from tests.fakehost import FakeHost, container_id
 ORDER = [
     "noderesource",
     "nodeinfo",
+    "nodestorage",
     "podresource",
     "podthrottled",
     "pagecache",
@@ -34,7 +35,7 @@ ORDER = [
     "cpi",
     "psi",
 ]
-GATED = {"coldmemory", "cpi", "psi", "resctrlmon"}
+GATED = {"coldmemory", "cpi", "nodestorage", "psi", "resctrlmon"}
 """Behind feature gates or switches that are off by default, as upstream."""
 RUNNING = [name for name in ORDER if name not in GATED]
 DEFAULTS = KoordletConfig(node_name="n")
@@ -51,6 +52,7 @@ def test_every_gate_is_a_koordlet_feature_gate_that_upstream_leaves_off() -> Non
     assert gates == {
         "coldmemory": "ColdPageCollector",
         "cpi": "CPICollector",
+        "nodestorage": "BlkIOReconcile",
         "psi": "PSICollector",
     }
     assert all(not KOORDLET_FEATURES[gate].default for gate in gates.values())
