@@ -38,9 +38,7 @@ def nvml(
     assert pynvml._nvmlLib_refcount == 0, "the test left NVML initialized"
 
 
-def add_pci_device(
-    paths: HostPaths, bus_id: str, numa_node: int, root: str = "pci0000:3a"
-) -> None:
+def add_pci_device(paths: HostPaths, bus_id: str, numa_node: int, root: str = "pci0000:3a") -> None:
     """``bus/pci/devices/<bus_id>`` as the kernel lays it out: a link into
     ``devices/<root>/<bridge>/<bus_id>`` holding ``numa_node``."""
     real = Path(paths.sys("devices", root, f"{root[3:]}:00.0", bus_id))

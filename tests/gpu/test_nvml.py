@@ -13,9 +13,9 @@ import pytest
 
 from koordlet.errors import ParseError
 from koordlet.system import nvml as n
-from koordlet.system.pcidevice import normalize_bus_id, read_pci_place
 from koordlet.system.paths import HostPaths
-from tests.nvmlfake import GiB, FakeNvml, gpu
+from koordlet.system.pcidevice import normalize_bus_id, read_pci_place
+from tests.nvmlfake import FakeNvml, GiB, gpu
 
 
 def test_open_lists_every_gpu_with_its_uuid_minor_model_memory_and_bus(nvml: FakeNvml) -> None:
@@ -139,7 +139,7 @@ def test_a_gpu_that_cannot_be_described_is_left_out_and_the_others_listed(nvml: 
 
 def test_a_driver_level_failure_while_listing_is_unsupported(nvml: FakeNvml) -> None:
     nvml.set(gpu(0), nvmlDeviceGetHandleByIndex_v2=n.ERROR_NO_PERMISSION)
-    with pytest.raises(n.NvmlUnsupported, match="no permission .*nvmlDeviceGetHandleByIndex"):
+    with pytest.raises(n.NvmlUnsupported, match=r"no permission .*nvmlDeviceGetHandleByIndex"):
         n.open_nvml()
 
 
@@ -183,7 +183,7 @@ def test_without_the_library_nvml_is_unsupported_with_the_reason_never_a_crash()
 def test_nvml_bus_ids_normalize_to_sysfs_names() -> None:
     assert normalize_bus_id("0000:3B:00.0") == "0000:3b:00.0"
     assert normalize_bus_id("00000000:3B:00.0") == "0000:3b:00.0"
-    with pytest.raises(ParseError, match="not domain:bus:device.function"):
+    with pytest.raises(ParseError, match=r"not domain:bus:device\.function"):
         normalize_bus_id("3b:00")
 
 
@@ -199,7 +199,7 @@ def test_numa_node_minus_one_counts_as_node_zero(sysfs: HostPaths) -> None:
 
 
 def test_a_device_sysfs_does_not_show_is_a_host_error(sysfs: HostPaths) -> None:
-    with pytest.raises(n.HostError, match="0000:af:00.0/numa_node"):
+    with pytest.raises(n.HostError, match=r"0000:af:00\.0/numa_node"):
         read_pci_place(sysfs, "0000:af:00.0")
 
 

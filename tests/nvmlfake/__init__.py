@@ -49,8 +49,10 @@ def build(into: Path) -> Path:
     into.mkdir(parents=True, exist_ok=True)
     out = into / LIBRARY
     subprocess.run(
-        [cc, "-shared", "-fPIC", "-O1", "-Wall", "-Wextra", "-Werror"]
-        + [f"-Wl,-soname,{LIBRARY}", "-o", str(out), str(SOURCE), "-lpthread"],
+        [
+            *(cc, "-shared", "-fPIC", "-O1", "-Wall", "-Wextra", "-Werror"),
+            *(f"-Wl,-soname,{LIBRARY}", "-o", str(out), str(SOURCE), "-lpthread"),
+        ],
         check=True,
         capture_output=True,
         text=True,
