@@ -29,7 +29,7 @@ from koordlet.metriccache.store import MetricCache
 from koordlet.reporter.device import build_device
 from koordlet.server.exporter import KoordletExporter
 from koordlet.statesinformer.model import WorkloadSnapshot
-from koordlet.system.nvml import NvmlUnsupported, open_nvml
+from koordlet.system.nvml import NvmlError, NvmlUnsupported, open_nvml
 from koordlet.system.paths import HostPaths
 
 UUID = re.compile(r"^GPU-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
@@ -60,8 +60,10 @@ def main() -> int:
         print(f"  driver {session.driver_version}, {len(session.gpus)} GPUs")
         for gpu in session.gpus:
             print(f"  {gpu}")
-            sample = session.sample(gpu)
-            print(f"    now: {sample}")
+            try:
+                print(f"    now: {session.sample(gpu)}")
+            except NvmlError as err:
+                print(f"    [warn] not sampled: {err}")
         print(f"  Xid events pending: {session.poll_xids()}")
         if session.events_unsupported:
             print(f"  Xid events unsupported: {session.events_unsupported}")
