@@ -91,7 +91,7 @@ KOORDLET_FEATURES: Mapping[str, FeatureSpec] = MappingProxyType(
         "NodeTopologyReport": FeatureSpec(
             True, _B, False, "report the node topology as a NodeResourceTopology object"
         ),
-        "Accelerators": FeatureSpec(False, _A, False, "GPU support (NVIDIA)"),
+        "Accelerators": FeatureSpec(False, _A, True, "GPU support (NVIDIA)"),
         "NetDevices": FeatureSpec(False, _A, False, "report network devices (RDMA)"),
         "CPICollector": FeatureSpec(False, _A, True, "collect cycles-per-instruction by perf"),
         "Libpfm4": FeatureSpec(False, _A, False, "use libpfm4 for the CPI collector"),

@@ -19,6 +19,7 @@ from koordlet.collectors import (
     beresource,
     coldmemory,
     cpi,
+    gpu,
     hostapplication,
     nodeinfo,
     noderesource,
@@ -178,6 +179,19 @@ COLLECTORS: tuple[CollectorSpec, ...] = (
         gate=psi.FEATURE_GATE,
         families=("koordlet_node_psi", "koordlet_pod_psi", "koordlet_container_psi"),
         max_age=lambda c: c.psi_interval + 2 * c.res_used_interval,
+    ),
+    CollectorSpec(
+        gpu.NAME,
+        gpu.build,
+        _base,  # upstream's GPU collector runs at --collect-res-used-interval-seconds
+        "GPU device collector (NVML)",
+        gate=gpu.FEATURE_GATE,
+        families=(
+            "koordlet_gpu_core_used_percent",
+            "koordlet_gpu_memory_used_bytes",
+            "koordlet_gpu_memory_total_bytes",
+            "koordlet_gpu_healthy",
+        ),
     ),
 )
 """Every collector, in execution order."""

@@ -127,3 +127,17 @@ def psi_full_supported_series(resource: str) -> str:
     """``psi_<resource>_full_supported``: 1 when the file has a ``full`` line, else 0 (cpu
     before Linux 5.13); no ``full`` series is recorded then."""
     return f"psi_{resource}_full_supported"
+
+
+# GPUs (gate Accelerators), one entity per card: node/gpu/<minor>/<uuid>, a node-kind entity.
+GPU_CORE_USAGE = "gpu_core_usage"  # percent of the last sample period a kernel ran (0..100)
+GPU_MEMORY_USAGE = "gpu_memory_usage"  # bytes of device memory in use
+GPU_MEMORY_TOTAL = "gpu_memory_total"  # bytes of device memory
+GPU_HEALTHY = "gpu_healthy"  # 1 healthy, 0 not (the Device object's health)
+GPU_ENTITY_PREFIX = "node/gpu/"
+
+
+def gpu_entity(minor: int, uuid: str) -> str:
+    """One GPU: ``node/gpu/<minor>/<uuid>`` (Koordinator's ``gpu_minor`` and
+    ``gpu_device_uuid`` properties)."""
+    return f"{GPU_ENTITY_PREFIX}{minor}/{uuid}"
