@@ -186,10 +186,11 @@ class NodeResourceController(NodeKeyedController):
         ):
             patch[ANNOTATION_CPU_NORMALIZATION_RATIO] = ratio_text
         labels = (node_obj.get("metadata") or {}).get("labels") or {}
+        cpu_ratio = result.normalization.ratio
+        if cpu_ratio is None:  # none worked out now: the ratio on the node, as upstream reads it
+            cpu_ratio = current_ratio(annotations.get(ANNOTATION_CPU_NORMALIZATION_RATIO))
         try:
-            _, amp = amplification_ratios(
-                self.config.resource_amplification, labels, result.normalization.ratio
-            )
+            _, amp = amplification_ratios(self.config.resource_amplification, labels, cpu_ratio)
         except ValueError as err:
             logger.warning("node %s: %s", name, err)
         else:
@@ -197,6 +198,16 @@ class NodeResourceController(NodeKeyedController):
                 patch[ANNOTATION_NODE_RESOURCE_AMPLIFICATION_RATIO] = amp
         if patch:
             await self._client.patch(NODES, name, {"metadata": {"annotations": patch}})
+
+
+def current_ratio(text: str | None) -> float | None:
+    """The normalization ratio a node carries (upstream ``GetCPUNormalizationRatio``: absent,
+    unreadable or not positive is none)."""
+    try:
+        ratio = float(text) if text is not None else None
+    except ValueError:
+        return None
+    return ratio if ratio is not None and ratio > 0 else None
 
 
 def _ratio_changed(old: str | None, new: str) -> bool:
