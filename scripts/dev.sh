@@ -75,6 +75,23 @@ test_tools() {
     log "without ${need[*]}: the tests that need them skip with the reason"
 }
 
+dry_run_in() {
+  # Whether koordlet --dry-run "$@" runs in dry run: the last --dry-run[=BOOL] (or -dry-run, or
+  # --dry-run BOOL) wins, as the koordlet's parser reads it; Go's booleans.
+  local dry=true next=""
+  for a in "$@"; do
+    if [ -n "$next" ]; then
+      case "$a" in true|false|TRUE|FALSE|True|False|t|f|T|F|1|0) dry=$a ;; esac
+      next=""; continue
+    fi
+    case "$a" in
+      --dry-run|-dry-run) dry=true; next=1 ;;
+      --dry-run=*|-dry-run=*) dry=${a#*=} ;;
+    esac
+  done
+  case "$dry" in false|FALSE|False|f|F|0) return 1 ;; *) return 0 ;; esac
+}
+
 cmd=${1:-}
 [ $# -gt 0 ] && shift
 case "$cmd" in
@@ -82,7 +99,12 @@ case "$cmd" in
   run)
     setup
     log "starting koordlet standalone on this host (Ctrl-C to stop); http://127.0.0.1:9316/metrics"
-    log "dry run: QoS decisions are logged and audited, nothing is written (--dry-run=false acts)"
+    if dry_run_in "$@"; then
+      log "dry run: QoS decisions are logged and audited, nothing is written (--dry-run=false acts)"
+    else
+      log "NOT a dry run: QoS strategies write cgroups, sysctls and resctrl and may evict;" \
+        "'koordlet reset' puts back what it wrote (docs/baremetal.md)"
+    fi
     exec "$VENV/bin/koordlet" --standalone --dry-run "$@"
     ;;
   test)
