@@ -22,8 +22,9 @@ them. ``bench.descheduler_scale`` times it over 1,000 jobs.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from apis.descheduler_keys import KIND_JOB
 from apis.podmigrationjob import PHASE_RUNNING, PodMigrationJob
@@ -53,45 +54,68 @@ def _job_owner(cluster: Cluster, pod: PodInfo | None) -> OwnerRef | None:
     return owner if owner is not None and owner.kind == KIND_JOB else None
 
 
+def by_creation_time(jobs: Sequence[PodMigrationJob]) -> list[PodMigrationJob]:
+    """``SortJobsByCreationTime``: newest first (whole seconds), stable."""
+    return sorted(jobs, key=lambda j: -int(j.created))
+
+
+def by_pod(
+    jobs: Sequence[PodMigrationJob], pod_rank: Callable[[PodMigrationJob], Any]
+) -> list[PodMigrationJob]:
+    """``SortJobsByPod``: by the rank of each job's pod (``None``: no pod, first of all)."""
+    ranks = {j.name: pod_rank(j) for j in jobs}
+    return sorted(
+        jobs, key=lambda j: (0, ()) if ranks[j.name] is None else (1, ranks[j.name])
+    )
+
+
+def by_controller(
+    jobs: Sequence[PodMigrationJob], owner: Mapping[str, str | None]
+) -> list[PodMigrationJob]:
+    """``SortJobsByController``: jobs of one batch Job take the place of the first of them."""
+    first: dict[str, int] = {}
+    rank: dict[str, int] = {}
+    for i, j in enumerate(jobs):
+        uid = owner.get(j.name)
+        rank[j.name] = i if uid is None else first.setdefault(uid, i)
+    return sorted(jobs, key=lambda j: rank[j.name])
+
+
+def by_migrating_num(
+    jobs: Sequence[PodMigrationJob],
+    owner: Mapping[str, str | None],
+    migrating_of_owner: Callable[[str], int],
+) -> list[PodMigrationJob]:
+    """``SortJobsByMigratingNum``: jobs of the batch Job with the most migrating jobs first."""
+    counts: dict[str, int] = {}
+    for j in jobs:
+        uid = owner.get(j.name)
+        if uid is not None and uid not in counts:
+            counts[uid] = migrating_of_owner(uid)
+    return sorted(jobs, key=lambda j: -counts.get(owner.get(j.name) or "", 0))
+
+
 def sort_jobs(
     cluster: Cluster,
     jobs: Sequence[PodMigrationJob],
     pod_of: Callable[[PodMigrationJob], PodInfo | None],
     migrating_of_owner: Callable[[str], int],
 ) -> list[PodMigrationJob]:
-    """The four stable sorts (see the module docstring)."""
-    out = sorted(jobs, key=lambda j: -int(j.created))
-    pods = {j.name: pod_of(j) for j in out}
+    """The four stable sorts in upstream's order (see the module docstring)."""
+    pods = {j.name: pod_of(j) for j in jobs}
+    owner: dict[str, str | None] = {}
+    for j in jobs:
+        o = _job_owner(cluster, pods[j.name])
+        owner[j.name] = None if o is None else o.uid
 
-    def pod_rank(j: PodMigrationJob) -> tuple[int, tuple[object, ...]]:
+    def pod_rank(j: PodMigrationJob) -> Any:
         pod = pods[j.name]
-        if pod is None:
-            return (0, ())
-        return (1, pod_sort_key(cluster.facts(pod), 0.0))
+        return None if pod is None else pod_sort_key(cluster.facts(pod), 0.0)
 
-    out.sort(key=pod_rank)
-    first: dict[str, int] = {}
-    rank: dict[str, int] = {}
-    for i, j in enumerate(out):
-        owner = _job_owner(cluster, pods[j.name])
-        if owner is None:
-            rank[j.name] = i
-        else:
-            rank[j.name] = first.setdefault(owner.uid, i)
-    out.sort(key=lambda j: rank[j.name])
-    counts: dict[str, int] = {}
-    for j in out:
-        owner = _job_owner(cluster, pods[j.name])
-        if owner is not None and owner.uid not in counts:
-            counts[owner.uid] = migrating_of_owner(owner.uid)
-    out.sort(
-        key=lambda j: (
-            -counts.get(
-                (_job_owner(cluster, pods[j.name]) or OwnerRef("", "", "", "", False)).uid, 0
-            )
-        )
-    )
-    return out
+    out = by_creation_time(jobs)
+    out = by_pod(out, pod_rank)
+    out = by_controller(out, owner)
+    return by_migrating_num(out, owner, migrating_of_owner)
 
 
 class Arbitrator:

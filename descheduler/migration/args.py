@@ -142,6 +142,15 @@ _KEYS = (
 )
 
 
+def _qps(f: Fields, qps: Any) -> float:
+    """``evictQPS``: a ``Float64OrString`` (``10``, ``"0.5"``), 10 when absent."""
+    if qps is None:
+        return 10.0
+    if isinstance(qps, bool) or not isinstance(qps, int | float):
+        raise f.error("evictQPS", f"must be a number, got {qps!r}")
+    return float(qps)
+
+
 def parse_args(
     raw: Mapping[str, Any] | None, source: str, path: str = "args"
 ) -> MigrationControllerArgs:
@@ -168,7 +177,7 @@ def parse_args(
         limiters = {LIMIT_WORKLOAD: ObjectLimiter(300.0)}
     arb = f.sub("arbitrationArgs")
     arb.warn_unknown(("enabled", "interval"))
-    qps = f.raw.get("evictQPS")
+    qps: Any = f.raw.get("evictQPS")
     if isinstance(qps, str):
         try:
             qps = float(qps)
@@ -211,13 +220,12 @@ def parse_args(
         or MODE_RESERVATION_FIRST,
         default_job_ttl_s=f.duration("defaultJobTTL", 300.0) or 0.0,
         scheduler_names=names,
-        evict_qps=Fields({"q": qps}, source, path).number("q", 10.0) or 0.0
-        if qps is not None
-        else 10.0,
+        evict_qps=_qps(f, qps),
         evict_burst=burst,
         eviction_policy=f.string("evictionPolicy", POLICY_EVICTION, choices=POLICIES)
         or POLICY_EVICTION,
         default_delete_options=None if delete_options is None else dict(delete_options),
-        arbitration_enabled=arb.boolean("enabled", True),
+        # upstream defaults Enabled to true only when arbitrationArgs is absent altogether
+        arbitration_enabled=arb.boolean("enabled", not f.has("arbitrationArgs")),
         arbitration_interval_s=arb.duration("interval", 0.5) or 0.5,
     )

@@ -206,6 +206,8 @@ class MigrationFilter:
         if owner is None:
             return None
         pods, replicas = pods_for_ref(self.cluster, owner, pod.namespace)
+        if replicas == 0:
+            return f"workload {owner.kind}/{owner.name} is unknown or has no replicas"
         max_migrating = max_unavailable(replicas, self.args.max_migrating_per_workload)
         max_unavail = max_unavailable(replicas, self.args.max_unavailable_per_workload)
         migrating = c.by_owner.get(owner.uid, set()) - {pod.key}

@@ -26,6 +26,7 @@ def build_node(
     memory: int = 3000,
     pods: int = 110,
     *,
+    extra: Mapping[str, int] | None = None,
     labels: Mapping[str, str] | None = None,
     annotations: Mapping[str, str] | None = None,
     unschedulable: bool = False,
@@ -33,6 +34,7 @@ def build_node(
     taints: list[dict[str, str]] | None = None,
 ) -> dict[str, Any]:
     alloc = {"cpu": f"{milli_cpu}m", "memory": str(memory), "pods": str(pods)}
+    alloc.update({k: str(v) for k, v in (extra or {}).items()})
     spec: dict[str, Any] = {}
     if unschedulable:
         spec["unschedulable"] = True
@@ -72,8 +74,12 @@ def build_pod(
     volumes: list[dict[str, Any]] | None = None,
     ready: bool = True,
     phase: str = "Running",
+    extra: Mapping[str, int] | None = None,
+    node_selector: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
-    """A running pod (requests = limits unless ``qos_class`` says otherwise)."""
+    """A running pod requesting ``milli_cpu`` and ``memory`` (and ``extra`` resources); with
+    ``qos_class="BestEffort"`` and no cpu nor memory it requests nothing, as upstream's
+    ``MakeBestEffortPod`` leaves it."""
     meta: dict[str, Any] = {
         "name": name,
         "namespace": namespace,
@@ -88,12 +94,17 @@ def build_pod(
         meta["ownerReferences"] = [
             {"apiVersion": api, "kind": kind, "name": oname, "uid": ouid, "controller": True}
         ]
-    requests = {"cpu": f"{milli_cpu}m", "memory": str(memory)}
+    requests: dict[str, str] = {}
+    if qos_class != "BestEffort" or milli_cpu or memory:
+        requests = {"cpu": f"{milli_cpu}m", "memory": str(memory)}
+    requests.update({k: str(v) for k, v in (extra or {}).items()})
     spec: dict[str, Any] = {
         "nodeName": node,
         "schedulerName": scheduler,
-        "containers": [{"name": "main", "resources": {"requests": requests}}],
+        "containers": [{"name": "main", "resources": {"requests": requests} if requests else {}}],
     }
+    if node_selector:
+        spec["nodeSelector"] = dict(node_selector)
     if priority is not None:
         spec["priority"] = priority
     if volumes:
@@ -126,7 +137,11 @@ def node_metric(
         if p["spec"].get("nodeName") != node:
             continue
         name = p["metadata"]["name"]
-        res = dict((usage or {}).get(name) or p["spec"]["containers"][0]["resources"]["requests"])
+        res = dict(
+            (usage or {}).get(name)
+            or p["spec"]["containers"][0]["resources"].get("requests")
+            or {}
+        )
         entries.append(
             {
                 "namespace": p["metadata"]["namespace"],
