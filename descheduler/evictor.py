@@ -50,7 +50,7 @@ class EvictorFilter:
         self.fits_elsewhere = fits_elsewhere
         self.priority_threshold = priority_threshold
         """Resolved ``priorityThreshold`` (its value, or its PriorityClass's)."""
-        self._planned: tuple[int, int, dict[str, int]] | None = None
+        self._planned: tuple[int, int, dict[str, set[str]]] | None = None
 
     def reasons(self, pod: PodInfo) -> list[str]:
         """Every check the pod fails (empty: evictable)."""
@@ -114,13 +114,13 @@ class EvictorFilter:
             and b.selector.matches(pod.labels)
         ]
 
-    def _planned_by_budget(self) -> dict[str, int]:
-        """Migrating jobs whose pod still exists, per budget covering that pod (their eviction
+    def _planned_by_budget(self) -> dict[str, set[str]]:
+        """Pods with a migrating job that still exist, per budget covering them (their eviction
         is still to come and will take one of the budget's disruptions)."""
         token = (self.cluster.jobs.version, self.cluster.sched.generation)
         if self._planned is not None and self._planned[:2] == token:
             return self._planned[2]
-        planned: dict[str, int] = {}
+        planned: dict[str, set[str]] = {}
         if self.cluster.pdbs:
             for job in self.cluster.jobs.migrating():
                 ref = job.spec.pod_ref
@@ -128,7 +128,7 @@ class EvictorFilter:
                 if target is None:
                     continue
                 for b in self.budgets_of(target):
-                    planned[b.key] = planned.get(b.key, 0) + 1
+                    planned.setdefault(b.key, set()).add(target.key)
         self._planned = (token[0], token[1], planned)
         return planned
 
@@ -142,7 +142,7 @@ class EvictorFilter:
             names = ", ".join(b.key for b in budgets)
             return f"pod is covered by more than one PodDisruptionBudget ({names})"
         b = budgets[0]
-        planned = self._planned_by_budget().get(b.key, 0)
+        planned = len(self._planned_by_budget().get(b.key, set()) - {pod.key})
         if b.disruptions_allowed - planned <= 0:
             return (
                 f"pod's PodDisruptionBudget {b.key} allows no disruption "

@@ -64,9 +64,7 @@ def by_pod(
 ) -> list[PodMigrationJob]:
     """``SortJobsByPod``: by the rank of each job's pod (``None``: no pod, first of all)."""
     ranks = {j.name: pod_rank(j) for j in jobs}
-    return sorted(
-        jobs, key=lambda j: (0, ()) if ranks[j.name] is None else (1, ranks[j.name])
-    )
+    return sorted(jobs, key=lambda j: (0, ()) if ranks[j.name] is None else (1, ranks[j.name]))
 
 
 def by_controller(

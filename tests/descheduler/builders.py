@@ -138,9 +138,7 @@ def node_metric(
             continue
         name = p["metadata"]["name"]
         res = dict(
-            (usage or {}).get(name)
-            or p["spec"]["containers"][0]["resources"].get("requests")
-            or {}
+            (usage or {}).get(name) or p["spec"]["containers"][0]["resources"].get("requests") or {}
         )
         entries.append(
             {
@@ -159,7 +157,10 @@ def node_metric(
             "updateTime": ts(updated),
             "nodeMetric": {
                 "nodeUsage": {
-                    "resources": {"cpu": f"{node_usage['cpu']}m", "memory": str(node_usage["memory"])}
+                    "resources": {
+                        "cpu": f"{node_usage['cpu']}m",
+                        "memory": str(node_usage["memory"]),
+                    }
                 },
                 "systemUsage": {"resources": dict(system or {})},
             },

@@ -42,7 +42,9 @@ def run_round(
     args.setdefault("anomalyCondition", {"consecutiveAbnormalities": 1})
     doc = low_node_load_config(migration=dict(migration or PERMISSIVE_MIGRATION), **args)
     cfg = parse_config(doc, "test-config")
-    owners = [] if any(o.get("kind") == "ReplicaSet" for o in extra) else [replica_set(replicas=100)]
+    owners = (
+        [] if any(o.get("kind") == "ReplicaSet" for o in extra) else [replica_set(replicas=100)]
+    )
     cluster = build_cluster([*nodes, *pods, *metrics, *extra, *owners], "test-snapshot")
     return explain_round(cfg, cluster, NOW, rounds)
 

@@ -23,7 +23,10 @@ def test_basic_detector_follows_upstreams_sequence() -> None:
     assert d.mark(True) == OK
     assert d.mark(False) == OK
     assert d.counter == Counter(
-        total=2, normalities=1, abnormalities=1, consecutive_normalities=0,
+        total=2,
+        normalities=1,
+        abnormalities=1,
+        consecutive_normalities=0,
         consecutive_abnormalities=1,
     )
     assert d.mark(False) == ANOMALY

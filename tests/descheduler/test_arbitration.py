@@ -26,8 +26,15 @@ from descheduler.migration.workloads import max_unavailable
 from tests.descheduler.builders import NOW, build_node, build_pod, replica_set, ts
 
 
-def job(name: str, pod: str, *, created: float = NOW, phase: str = "", passed: bool = False,
-        namespace: str = "default") -> dict[str, Any]:
+def job(
+    name: str,
+    pod: str,
+    *,
+    created: float = NOW,
+    phase: str = "",
+    passed: bool = False,
+    namespace: str = "default",
+) -> dict[str, Any]:
     meta: dict[str, Any] = {"name": name, "uid": f"uid-{name}", "creationTimestamp": ts(created)}
     if passed:
         meta["annotations"] = {"descheduler.koordinator.sh/passed-arbitration": "true"}
@@ -69,7 +76,11 @@ def test_sort_jobs_by_creation_time_newest_first_and_stable() -> None:
     created = [222222, 222222222, 111111111, 11111, 11111]
     jobs = [parse_job(job(f"test-job-{i + 1}", "p", created=c)) for i, c in enumerate(created)]
     assert names(by_creation_time(jobs)) == [
-        "test-job-2", "test-job-3", "test-job-1", "test-job-4", "test-job-5"
+        "test-job-2",
+        "test-job-3",
+        "test-job-1",
+        "test-job-4",
+        "test-job-5",
     ]
 
 
@@ -154,7 +165,7 @@ def test_max_migrating_per_node_holds_the_third_job_of_a_node() -> None:
     arb, _ = arbitration(objects)
     out = arb.arbitrate()
     assert sorted(names(out.passed)) == ["j0", "j1", "k0"]
-    (held, reason), = out.held
+    ((held, reason),) = out.held
     assert held.name == "j2"
     assert reason == "maxMigratingPerNode: node n1 has 2 migrating pod(s), the limit is 2"
     assert "j2" in arb.waiting
@@ -184,8 +195,12 @@ def test_max_migrating_per_namespace() -> None:
 
 def test_max_migrating_globally() -> None:
     objects = [build_node(f"n{i}") for i in range(3)] + [replica_set(replicas=100)]
-    objects += [build_pod(f"p{i}", 100, 100, f"n{i}", namespace=f"ns{i}",
-                          owner=("ReplicaSet", "rs", "uid-rs")) for i in range(3)]
+    objects += [
+        build_pod(
+            f"p{i}", 100, 100, f"n{i}", namespace=f"ns{i}", owner=("ReplicaSet", "rs", "uid-rs")
+        )
+        for i in range(3)
+    ]
     objects += [replica_set(namespace=f"ns{i}", replicas=100) for i in range(3)]
     objects += [job(f"j{i}", f"p{i}", namespace=f"ns{i}", created=NOW - i) for i in range(3)]
     arb, _ = arbitration(objects, maxMigratingGlobally=2)
@@ -223,7 +238,7 @@ def test_a_job_whose_workload_cannot_spare_a_pod_fails(replicas: int, args: dict
     objects = [build_node("n1"), replica_set(replicas=replicas), *pods_on("n1", 1), job("j", "p0")]
     arb, _ = arbitration(objects, **args)
     out = arb.arbitrate()
-    (failed, reason), = out.failed
+    ((failed, reason),) = out.failed
     assert failed.name == "j"
     assert reason.startswith(f"workload ReplicaSet/rs has {replicas} expected replica(s)")
     assert "j" not in arb.waiting
@@ -267,8 +282,11 @@ def test_lower_priority_pods_jobs_are_considered_first() -> None:
         build_pod("batch", 100, 100, "n1", priority=5500, qos_class="BestEffort"),
         build_pod("mid", 100, 100, "n1", priority=7500),
     ]
-    objects += [job("jp", "prod", created=NOW), job("jb", "batch", created=NOW - 10),
-                job("jm", "mid", created=NOW - 5)]
+    objects += [
+        job("jp", "prod", created=NOW),
+        job("jb", "batch", created=NOW - 10),
+        job("jm", "mid", created=NOW - 5),
+    ]
     arb, _ = arbitration(objects, maxMigratingPerNode=1)
     out = arb.arbitrate()
     assert out.order == ["jb", "jm", "jp"]

@@ -23,7 +23,9 @@ def test_defaults_are_upstreams() -> None:
     assert profile.plugins["balance"] == ()
     le = cfg.leader_election
     assert (le.leader_elect, le.resource_namespace, le.resource_name) == (
-        True, "koordinator-system", "koord-descheduler"
+        True,
+        "koordinator-system",
+        "koord-descheduler",
     )
     assert (le.lease_duration_s, le.renew_deadline_s, le.retry_period_s) == (15, 10, 2)
     m = cfg.migration_args()
@@ -38,8 +40,9 @@ def test_defaults_are_upstreams() -> None:
 
 
 def test_low_node_load_defaults_and_the_default_pool() -> None:
-    args = parse_lnl({"lowThresholds": {"cpu": 30, "pods": 10},
-                      "resourceWeights": {"cpu": 10, "memory": 5}}, "t")
+    args = parse_lnl(
+        {"lowThresholds": {"cpu": 30, "pods": 10}, "resourceWeights": {"cpu": 10, "memory": 5}}, "t"
+    )
     assert args.node_fit is True
     assert args.node_metric_expiration_s == 180
     assert args.detector_cache_timeout_s == 300
@@ -59,8 +62,11 @@ def test_node_pools_inherit_unset_fields_from_the_top_level() -> None:
             "prodHighThresholds": {"cpu": 90},
             "prodLowThresholds": {"cpu": 10},
             "resourceWeights": {"cpu": 2},
-            "anomalyCondition": {"timeout": "2m", "consecutiveAbnormalities": 10,
-                                 "consecutiveNormalities": 5},
+            "anomalyCondition": {
+                "timeout": "2m",
+                "consecutiveAbnormalities": 10,
+                "consecutiveNormalities": 5,
+            },
             "nodePools": [
                 {"name": "test-pool"},
                 {"name": "partial", "anomalyCondition": {"timeout": "1m"}},
@@ -73,10 +79,16 @@ def test_node_pools_inherit_unset_fields_from_the_top_level() -> None:
     assert pool.high_thresholds == {"cpu": 80, "memory": 80}
     assert pool.prod_low_thresholds == {"cpu": 10}
     assert dict(pool.resource_weights) == {"cpu": 2, "memory": 1}
-    assert (pool.anomaly.timeout_s, pool.anomaly.consecutive_abnormalities,
-            pool.anomaly.consecutive_normalities) == (120, 10, 5)
-    assert (partial.anomaly.timeout_s, partial.anomaly.consecutive_abnormalities,
-            partial.anomaly.consecutive_normalities) == (60, 10, 5)
+    assert (
+        pool.anomaly.timeout_s,
+        pool.anomaly.consecutive_abnormalities,
+        pool.anomaly.consecutive_normalities,
+    ) == (120, 10, 5)
+    assert (
+        partial.anomaly.timeout_s,
+        partial.anomaly.consecutive_abnormalities,
+        partial.anomaly.consecutive_normalities,
+    ) == (60, 10, 5)
 
 
 def test_plugin_sets_merge_over_the_defaults() -> None:
@@ -88,8 +100,10 @@ def test_plugin_sets_merge_over_the_defaults() -> None:
                     "plugins": {
                         "deschedule": {"disabled": [{"name": "*"}]},
                         "balance": {"enabled": [{"name": "LowNodeLoad"}]},
-                        "evict": {"disabled": [{"name": "*"}],
-                                  "enabled": [{"name": "MigrationController"}]},
+                        "evict": {
+                            "disabled": [{"name": "*"}],
+                            "enabled": [{"name": "MigrationController"}],
+                        },
                     },
                 }
             ]
@@ -103,29 +117,70 @@ def test_plugin_sets_merge_over_the_defaults() -> None:
 
 BAD: list[tuple[dict[str, Any], str]] = [
     (
-        {"profiles": [{"pluginConfig": [{"name": "LowNodeLoad", "args": {
-            "highThresholds": {"cpu": "lots"}}}]}]},
+        {
+            "profiles": [
+                {
+                    "pluginConfig": [
+                        {"name": "LowNodeLoad", "args": {"highThresholds": {"cpu": "lots"}}}
+                    ]
+                }
+            ]
+        },
         "c.yaml: profiles[0].pluginConfig[0].args.highThresholds.cpu: must be a percentage",
     ),
     (
-        {"profiles": [{"pluginConfig": [{"name": "LowNodeLoad", "args": {
-            "lowThresholds": {"cpu": 80}, "highThresholds": {"cpu": 50}}}]}]},
+        {
+            "profiles": [
+                {
+                    "pluginConfig": [
+                        {
+                            "name": "LowNodeLoad",
+                            "args": {"lowThresholds": {"cpu": 80}, "highThresholds": {"cpu": 50}},
+                        }
+                    ]
+                }
+            ]
+        },
         "c.yaml: profiles[0].pluginConfig[0].args.lowThresholds.cpu: low percentage must be "
         "less than or equal to highThresholds",
     ),
     (
-        {"profiles": [{"pluginConfig": [{"name": "LowNodeLoad", "args": {
-            "evictableNamespaces": {"include": ["a"], "exclude": ["b"]}}}]}]},
+        {
+            "profiles": [
+                {
+                    "pluginConfig": [
+                        {
+                            "name": "LowNodeLoad",
+                            "args": {"evictableNamespaces": {"include": ["a"], "exclude": ["b"]}},
+                        }
+                    ]
+                }
+            ]
+        },
         "c.yaml: profiles[0].pluginConfig[0].args.evictableNamespaces: only one of",
     ),
     (
-        {"profiles": [{"pluginConfig": [{"name": "MigrationController", "args": {
-            "defaultJobMode": "Teleport"}}]}]},
+        {
+            "profiles": [
+                {
+                    "pluginConfig": [
+                        {"name": "MigrationController", "args": {"defaultJobMode": "Teleport"}}
+                    ]
+                }
+            ]
+        },
         "c.yaml: profiles[0].pluginConfig[0].args.defaultJobMode: must be one of",
     ),
     (
-        {"profiles": [{"pluginConfig": [{"name": "MigrationController", "args": {
-            "maxMigratingPerNode": -1}}]}]},
+        {
+            "profiles": [
+                {
+                    "pluginConfig": [
+                        {"name": "MigrationController", "args": {"maxMigratingPerNode": -1}}
+                    ]
+                }
+            ]
+        },
         "c.yaml: profiles[0].pluginConfig[0].args.maxMigratingPerNode: maxMigratingPerNode "
         "should be greater or equal 0",
     ),
@@ -161,8 +216,10 @@ def test_migration_args_read_int_or_percent_and_limiters() -> None:
         {
             "maxMigratingPerWorkload": "20%",
             "maxUnavailablePerWorkload": 3,
-            "objectLimiters": {"workload": {"duration": "10m", "maxMigrating": 2},
-                               "namespace": {"duration": "1m", "maxMigrating": 5}},
+            "objectLimiters": {
+                "workload": {"duration": "10m", "maxMigrating": 2},
+                "namespace": {"duration": "1m", "maxMigrating": 5},
+            },
             "evictionPolicy": "Delete",
             "arbitrationArgs": {"interval": "1s"},
         },

@@ -182,8 +182,16 @@ def test_an_extended_resource_bounds_the_moves() -> None:
         build_pod(
             "p7", 0, 0, "n1", owner=NORMAL_OWNER, extra={EXT: 1}, annotations=MIRROR, volumes=LOCAL
         ),
-        build_pod("p8", 0, 0, "n1", namespace="kube-system", priority=2_000_000_000, owner=None,
-                  extra={EXT: 1}),
+        build_pod(
+            "p8",
+            0,
+            0,
+            "n1",
+            namespace="kube-system",
+            priority=2_000_000_000,
+            owner=None,
+            extra={EXT: 1},
+        ),
         build_pod("p9", 0, 0, "n2", extra={EXT: 1}),
     ]
     report = run_round(
@@ -271,8 +279,10 @@ def test_deviation_thresholds_are_around_the_mean() -> None:
 )
 def test_the_eviction_reason_names_the_hot_resources(usage: dict[str, int], want: str) -> None:
     """``TestOverUtilizedEvictionReason`` (v1.6 prefixes ``node``/``prod``)."""
-    pool = parse_args({"highThresholds": {"cpu": 50, "memory": 50},
-                       "lowThresholds": {"cpu": 10, "memory": 10}}, "t").node_pools[0]
+    pool = parse_args(
+        {"highThresholds": {"cpu": 50, "memory": 50}, "lowThresholds": {"cpu": 10, "memory": 10}},
+        "t",
+    ).node_pools[0]
     th = new_thresholds(pool)
     cluster = build_cluster([build_node("test-node", 96_000, 512 * 1024**3)])
     node = cluster.sched.nodes["test-node"]
@@ -294,7 +304,9 @@ def _hot_cluster(metric_age: float = 30) -> list[dict[str, Any]]:
 
 def test_usage_is_system_usage_plus_every_pod_entry_over_allocatable() -> None:
     objects = _hot_cluster()
-    metric = next(o for o in objects if o["kind"] == "NodeMetric" and o["metadata"]["name"] == "hot")
+    metric = next(
+        o for o in objects if o["kind"] == "NodeMetric" and o["metadata"]["name"] == "hot"
+    )
     metric["status"]["nodeMetric"]["systemUsage"] = {"resources": {"cpu": "200m", "memory": "800"}}
     metric["status"]["podsMetric"].append(
         {"namespace": "default", "name": "gone", "podUsage": {"resources": {"cpu": "100m"}}}

@@ -44,8 +44,12 @@ def make_pod(
     }
 
 
-def order(objects: list[dict[str, Any]], metrics: dict[str, dict[str, int]],
-          excess: dict[str, int], weights: dict[str, int]) -> list[str]:
+def order(
+    objects: list[dict[str, Any]],
+    metrics: dict[str, dict[str, int]],
+    excess: dict[str, int],
+    weights: dict[str, int],
+) -> list[str]:
     node = {
         "kind": "Node",
         "metadata": {"name": "test-node"},
@@ -100,10 +104,31 @@ def test_sort_pods_by_class_priority_qos_costs_usage_and_age() -> None:
     got = order(pods, metrics, {}, {"cpu": 1, "memory": 1, "pods": 1})
     # upstream's expectation; its sort is unstable, and within {18, 16} and {19, 17} every key
     # ties (no excess, so every usage score is 0), so those pairs are compared as sets
-    want = ["test-1", "test-12", "test-18", "test-16", "test-19", "test-17", "test-15",
-            "test-21", "test-20", "test-23", "test-22", "test-9", "test-8", "test-11",
-            "test-10", "test-13", "test-14", "test-2", "test-3", "test-7", "test-4", "test-6",
-            "test-5"]
+    want = [
+        "test-1",
+        "test-12",
+        "test-18",
+        "test-16",
+        "test-19",
+        "test-17",
+        "test-15",
+        "test-21",
+        "test-20",
+        "test-23",
+        "test-22",
+        "test-9",
+        "test-8",
+        "test-11",
+        "test-10",
+        "test-13",
+        "test-14",
+        "test-2",
+        "test-3",
+        "test-7",
+        "test-4",
+        "test-6",
+        "test-5",
+    ]
     assert set(got[2:4]) == {"test-18", "test-16"}
     assert set(got[4:6]) == {"test-19", "test-17"}
     assert got[:2] == want[:2]
@@ -112,7 +137,9 @@ def test_sort_pods_by_class_priority_qos_costs_usage_and_age() -> None:
 
 def test_usage_score_prefers_the_pod_that_just_clears_the_excess() -> None:
     t = NOW
-    pods = [make_pod(f"test-{i}", PRIORITY_BATCH_VALUE_MIN, "BE", "BestEffort", t) for i in (1, 2, 3, 4)]
+    pods = [
+        make_pod(f"test-{i}", PRIORITY_BATCH_VALUE_MIN, "BE", "BestEffort", t) for i in (1, 2, 3, 4)
+    ]
     metrics = {
         "test-1": {"cpu": 2000, "memory": 5 * GI},
         "test-2": {"cpu": 3000, "memory": 4 * GI},
@@ -139,7 +166,11 @@ def test_usage_score_is_the_piecewise_ratio(usage, excess, weights, want) -> Non
 
 def test_node_usage_score_is_a_weighted_permille_mean() -> None:
     # ResourceUsageScorer: min(used, cap) * 1000 // cap, weighted integer mean
-    assert node_usage_score({"cpu": 3000, "memory": 50}, {"cpu": 4000, "memory": 100},
-                            {"cpu": 1, "memory": 1}) == (750 + 500) // 2
+    assert (
+        node_usage_score(
+            {"cpu": 3000, "memory": 50}, {"cpu": 4000, "memory": 100}, {"cpu": 1, "memory": 1}
+        )
+        == (750 + 500) // 2
+    )
     assert node_usage_score({"cpu": 5000}, {"cpu": 4000}, {"cpu": 2}) == 1000
     assert node_usage_score({"pods": 5}, {"pods": 10}, {"cpu": 1}) == 0
