@@ -112,6 +112,70 @@ class Workload:
     deleting: bool = False
 
 
+def _owner_uids(pod: PodInfo) -> list[str]:
+    meta = pod.raw.get("metadata") or {}
+    return [
+        str(o.get("uid") or "")
+        for o in meta.get("ownerReferences") or ()
+        if isinstance(o, Mapping) and o.get("uid")
+    ]
+
+
+def pod_unavailable(pod: PodInfo) -> bool:
+    """Terminating, or without a ``Ready`` condition that is True."""
+    raw = pod.raw
+    if (raw.get("metadata") or {}).get("deletionTimestamp"):
+        return True
+    for c in (raw.get("status") or {}).get("conditions") or ():
+        if isinstance(c, Mapping) and c.get("type") == "Ready" and c.get("status") == "True":
+            return False
+    return True
+
+
+@dataclass(slots=True)
+class PodIndex:
+    """The pods by ``namespace/name``, by uid and by owner uid, with each owner's unavailable
+    pods (what the migration limits count), read from the raw objects."""
+
+    by_key: dict[str, PodInfo] = field(default_factory=dict)
+    by_uid: dict[str, PodInfo] = field(default_factory=dict)
+    by_owner: dict[str, dict[str, PodInfo]] = field(default_factory=dict)
+    """Owner uid → pod uid → pod."""
+    unavailable: dict[str, set[str]] = field(default_factory=dict)
+    """Owner uid → ``namespace/name`` of its pods that are terminating or not Ready."""
+
+    def add(self, pod: PodInfo) -> None:
+        if (pod.raw.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+            return
+        self.by_key[pod.key] = pod
+        self.by_uid[pod.uid] = pod
+        owners = _owner_uids(pod)
+        if not owners:
+            return
+        down = pod_unavailable(pod)
+        for uid in owners:
+            self.by_owner.setdefault(uid, {})[pod.uid] = pod
+            if down:
+                self.unavailable.setdefault(uid, set()).add(pod.key)
+
+    def remove(self, pod: PodInfo) -> None:
+        if self.by_key.get(pod.key) is pod:
+            del self.by_key[pod.key]
+        if self.by_uid.get(pod.uid) is pod:
+            del self.by_uid[pod.uid]
+        for uid in _owner_uids(pod):
+            pods = self.by_owner.get(uid)
+            if pods is not None and pods.get(pod.uid) is pod:
+                del pods[pod.uid]
+                if not pods:
+                    del self.by_owner[uid]
+            down = self.unavailable.get(uid)
+            if down is not None:
+                down.discard(pod.key)
+                if not down:
+                    del self.unavailable[uid]
+
+
 @dataclass(slots=True)
 class Cluster:
     """See the module docstring."""
@@ -122,49 +186,91 @@ class Cluster:
     pdbs: dict[str, DisruptionBudget] = field(default_factory=dict)
     """PodDisruptionBudgets by ``namespace/name``."""
     workloads: dict[tuple[str, str, str], Workload] = field(default_factory=dict)
-    """Workloads by ``(kind, namespace, name)``."""
+    """Workloads by ``(kind, namespace, name)``; bump :attr:`workloads_version` on change."""
     jobs: JobStore = field(default_factory=JobStore)
     not_ready: set[str] = field(default_factory=set)
     """Nodes with a ``Ready`` condition other than True (``nodeutil.IsReady``)."""
-    pods_by_key: dict[str, PodInfo] | None = None
-    """Pods by ``namespace/name`` when an informer keeps it current; ``None``: indexed from the
-    snapshot once per change."""
+    live: bool = False
+    """Whether an informer keeps the pod indexes current (:meth:`index_pod`,
+    :meth:`unindex_pod`); otherwise they are rebuilt from the snapshot once per change."""
+    workloads_version: int = 0
+    """Bumped on every change of :attr:`workloads` (caches key on it)."""
+    pdbs_version: int = 0
+    """Bumped on every change of :attr:`pdbs`."""
     _facts: dict[str, tuple[PodInfo, PodFacts]] = field(default_factory=dict)
-    _by_owner: dict[str, dict[str, PodInfo]] | None = None
-    _by_owner_generation: int = -1
-    _by_key: dict[str, PodInfo] | None = None
-    _by_key_generation: int = -1
+    _last_facts: tuple[PodInfo, PodFacts] | None = None
+    _index: PodIndex | None = None
+    _index_generation: int = -1
+    _rs_of: tuple[int, dict[str, list[Workload]]] | None = None
 
     # -- pods --------------------------------------------------------------------------------
     def facts(self, pod: PodInfo) -> PodFacts:
         """The pod's facts, computed once per object version."""
+        last = self._last_facts
+        if last is not None and last[0] is pod:
+            return last[1]
         cached = self._facts.get(pod.uid)
         if cached is not None and cached[0] is pod:
+            self._last_facts = cached
             return cached[1]
         facts = pod_facts(pod)
-        self._facts[pod.uid] = (pod, facts)
+        self._last_facts = self._facts[pod.uid] = (pod, facts)
         return facts
+
+    def pods(self) -> PodIndex:
+        """The pod indexes (see :class:`PodIndex`)."""
+        if self.live:
+            if self._index is None:
+                self._index = PodIndex()
+            return self._index
+        if self._index is None or self._index_generation != self.sched.generation:
+            index = PodIndex()
+            for pod in self.sched.all_pods():
+                index.add(pod)
+            self._index = index
+            self._index_generation = self.sched.generation
+        return self._index
+
+    def index_pod(self, pod: PodInfo) -> None:
+        """An informer's pod, added or replacing the one of that name (live mode)."""
+        index = self.pods()
+        old = index.by_key.get(pod.key)
+        if old is not None:
+            index.remove(old)
+        index.add(pod)
+
+    def unindex_pod(self, key: str, uid: str = "") -> None:
+        """An informer's pod gone (live mode): by ``namespace/name`` and, when given, uid."""
+        index = self.pods()
+        old = index.by_key.get(key)
+        if old is not None and (not uid or old.uid == uid):
+            index.remove(old)
+            self._facts.pop(old.uid, None)
 
     def pod(self, namespace: str, name: str) -> PodInfo | None:
         """A pod by name (assigned or pending)."""
-        key = f"{namespace}/{name}"
-        if self.pods_by_key is not None:
-            return self.pods_by_key.get(key)
-        if self._by_key is None or self._by_key_generation != self.sched.generation:
-            self._by_key = {p.key: p for p in self.sched.all_pods()}
-            self._by_key_generation = self.sched.generation
-        return self._by_key.get(key)
+        return self.pods().by_key.get(f"{namespace}/{name}")
+
+    def pod_by_uid(self, uid: str) -> PodInfo | None:
+        return self.pods().by_uid.get(uid)
 
     def pods_of_owner(self, uid: str) -> list[PodInfo]:
-        """Pods whose ownerReferences name ``uid`` (indexed per snapshot generation)."""
-        if self._by_owner is None or self._by_owner_generation != self.sched.generation:
-            index: dict[str, dict[str, PodInfo]] = {}
-            for pod in self.sched.all_pods():
-                for owner in self.facts(pod).owners:
-                    index.setdefault(owner.uid, {})[pod.uid] = pod
-            self._by_owner = index
-            self._by_owner_generation = self.sched.generation
-        return list(self._by_owner.get(uid, {}).values())
+        """Pods whose ownerReferences name ``uid``."""
+        return list(self.pods().by_owner.get(uid, {}).values())
+
+    def unavailable_of_owner(self, uid: str) -> set[str]:
+        """``namespace/name`` of the owner's pods that are terminating or not Ready."""
+        return self.pods().unavailable.get(uid, set())
+
+    def replica_sets_of(self, deployment_uid: str) -> list[Workload]:
+        """The ReplicaSets a Deployment controls (indexed per change of the workloads)."""
+        if self._rs_of is None or self._rs_of[0] != self.workloads_version:
+            index: dict[str, list[Workload]] = {}
+            for w in self.workloads.values():
+                if w.kind == KIND_REPLICA_SET and w.controller_uid:
+                    index.setdefault(w.controller_uid, []).append(w)
+            self._rs_of = (self.workloads_version, index)
+        return self._rs_of[1].get(deployment_uid, [])
 
     # -- nodes --------------------------------------------------------------------------------
     def raw_allocatable(self, node: NodeInfo) -> Mapping[str, int]:

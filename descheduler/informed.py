@@ -77,7 +77,7 @@ class InformedCluster:
 
     def __init__(self, client: KubeClient) -> None:
         self.sched_view = InformedSnapshot(client, SCHEDULER_KINDS)
-        self.cluster = Cluster(sched=self.sched_view.snapshot, pods_by_key={})
+        self.cluster = Cluster(sched=self.sched_view.snapshot, live=True)
         self.informers = [Informer(client, res) for res in OWN_KINDS]
         self.rejected = 0
         """Objects that could not be read."""
@@ -125,18 +125,12 @@ class InformedCluster:
 
     def _pod(self, obj: Obj) -> None:
         key = _ns_name(obj)
-        index = self.cluster.pods_by_key
-        assert index is not None
-        phase = (obj.get("status") or {}).get("phase")
         uid = str((obj.get("metadata") or {}).get("uid") or key)
-        found = next(
-            (p for p in self._candidates(obj) if p.uid == uid),
-            None,
-        )
-        if found is None or phase in ("Succeeded", "Failed"):
-            index.pop(key, None)
+        found = next((p for p in self._candidates(obj) if p.uid == uid), None)
+        if found is None:
+            self.cluster.unindex_pod(key)
         else:
-            index[key] = found
+            self.cluster.index_pod(found)
         self._changed()
 
     def _candidates(self, obj: Obj) -> list[Any]:
@@ -152,12 +146,8 @@ class InformedCluster:
         return [p for waiting in snap.orphans.values() for p in waiting.values() if p.uid == uid]
 
     def _pod_gone(self, obj: Obj) -> None:
-        assert self.cluster.pods_by_key is not None
-        key = _ns_name(obj)
-        current = self.cluster.pods_by_key.get(key)
         uid = str((obj.get("metadata") or {}).get("uid") or "")
-        if current is not None and (not uid or current.uid == uid):
-            del self.cluster.pods_by_key[key]
+        self.cluster.unindex_pod(_ns_name(obj), uid)
         self._changed()
 
     def _subscribe(self, informer: Informer) -> None:
@@ -191,6 +181,7 @@ class InformedCluster:
             else:
                 b = parse_pdb(obj, "PodDisruptionBudget", _ns_name(obj))
                 c.pdbs[b.key] = b
+            c.pdbs_version += 1
 
         def job(old: Obj | None, obj: Obj, deleted: bool) -> None:
             if deleted:
@@ -212,6 +203,7 @@ class InformedCluster:
             else:
                 w = parse_workload({**obj, "kind": res.kind}, res.kind, _ns_name(obj))
                 c.workloads[key] = w
+            c.workloads_version += 1
             c.sched.touch("*")
 
         if res is NODE_METRICS:

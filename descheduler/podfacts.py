@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from apis.descheduler_keys import (
     ANNOTATION_CONFIG_SOURCE,
@@ -33,8 +33,7 @@ from scheduler_plugins.snapshot import PodInfo, parse_time
 INT32_MAX = 2**31 - 1
 
 
-@dataclass(frozen=True, slots=True)
-class OwnerRef:
+class OwnerRef(NamedTuple):
     """One ``metadata.ownerReferences`` entry."""
 
     api_version: str
@@ -44,9 +43,9 @@ class OwnerRef:
     controller: bool
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class PodFacts:
-    """See the module docstring."""
+    """See the module docstring (read-only by convention: one is shared per pod version)."""
 
     priority_class: str
     priority: int
@@ -70,6 +69,10 @@ class PodFacts:
     phase: str
     ready: bool
     scheduler_name: str
+
+
+def _text(value: Any) -> str:
+    return value if type(value) is str else "" if value is None else str(value)
 
 
 def _cost(annotations: Mapping[str, str], key: str) -> int:
@@ -126,15 +129,19 @@ def kube_qos(spec: Mapping[str, Any], status: Mapping[str, Any]) -> str:
     return KubeQOS.BURSTABLE.value
 
 
+_KOORD_QOS = frozenset(q.value for q in QoSClass if q.value)
+_KUBE_TO_KOORD = {k.value: v.value for k, v in KUBE_QOS_TO_QOS.items()}
+_PROD_QOS = frozenset(
+    (QoSClass.SYSTEM.value, QoSClass.LSE.value, QoSClass.LSR.value, QoSClass.LS.value)
+)
+
+
 def koord_qos(labels: Mapping[str, str], kube: str) -> str:
     """``GetPodQoSClassWithDefault``: the label's class, else the Kubernetes class's default."""
     label = labels.get(LABEL_POD_QOS, "")
-    if label in {q.value for q in QoSClass if q.value}:
+    if label in _KOORD_QOS:
         return label
-    try:
-        return KUBE_QOS_TO_QOS[KubeQOS(kube)].value
-    except (KeyError, ValueError):
-        return QoSClass.NONE.value
+    return _KUBE_TO_KOORD.get(kube, QoSClass.NONE.value)
 
 
 def _volume_facts(spec: Mapping[str, Any]) -> tuple[bool, bool]:
@@ -155,16 +162,21 @@ def pod_facts(pod: PodInfo) -> PodFacts:
     meta = raw.get("metadata") or {}
     spec = raw.get("spec") or {}
     status = raw.get("status") or {}
-    owners = tuple(
-        OwnerRef(
-            str(o.get("apiVersion", "")),
-            str(o.get("kind", "")),
-            str(o.get("name", "")),
-            str(o.get("uid", "")),
-            bool(o.get("controller")),
+    raw_owners = meta.get("ownerReferences")
+    owners = (
+        tuple(
+            OwnerRef(
+                _text(o.get("apiVersion")),
+                _text(o.get("kind")),
+                _text(o.get("name")),
+                _text(o.get("uid")),
+                bool(o.get("controller")),
+            )
+            for o in raw_owners
+            if type(o) is dict or isinstance(o, Mapping)
         )
-        for o in meta.get("ownerReferences") or []
-        if isinstance(o, Mapping)
+        if raw_owners
+        else ()
     )
     controller = next((o for o in owners if o.controller), None)
     kqos = kube_qos(spec, status)
@@ -172,17 +184,19 @@ def pod_facts(pod: PodInfo) -> PodFacts:
     raw_priority = spec.get("priority")
     pclass = priority_class_of(raw_priority)
     if not pclass:
-        if kqos_koord in (QoSClass.SYSTEM, QoSClass.LSE, QoSClass.LSR, QoSClass.LS):
+        if kqos_koord in _PROD_QOS:
             pclass = PRIORITY_PROD
-        elif kqos_koord == QoSClass.BE:
+        elif kqos_koord == QoSClass.BE.value:
             pclass = PRIORITY_BATCH
-    local, pvc = _volume_facts(spec)
+    local, pvc = _volume_facts(spec) if spec.get("volumes") else (False, False)
     annotations = pod.annotations
     source = annotations.get(ANNOTATION_CONFIG_SOURCE)
-    ready = any(
-        isinstance(c, Mapping) and c.get("type") == "Ready" and c.get("status") == "True"
-        for c in status.get("conditions") or []
-    )
+    ready = False
+    for c in status.get("conditions") or ():
+        if (type(c) is dict or isinstance(c, Mapping)) and c.get("type") == "Ready":
+            ready = c.get("status") == "True"
+            if ready:
+                break
     created = parse_time(meta.get("creationTimestamp"), pod.key, "metadata.creationTimestamp")
     return PodFacts(
         priority_class=pclass,
@@ -190,15 +204,15 @@ def pod_facts(pod: PodInfo) -> PodFacts:
         has_priority=isinstance(raw_priority, int),
         kube_qos=kqos,
         koord_qos=kqos_koord,
-        deletion_cost=_cost(annotations, ANNOTATION_POD_DELETION_COST),
-        eviction_cost=_cost(annotations, ANNOTATION_EVICTION_COST),
+        deletion_cost=_cost(annotations, ANNOTATION_POD_DELETION_COST) if annotations else 0,
+        eviction_cost=_cost(annotations, ANNOTATION_EVICTION_COST) if annotations else 0,
         created=created or 0.0,
         owners=owners,
         controller=controller,
         mirror=ANNOTATION_MIRROR_POD in annotations,
         static=source is not None and source != CONFIG_SOURCE_API,
         terminating=bool(meta.get("deletionTimestamp")),
-        daemonset=any(o.kind == KIND_DAEMON_SET for o in owners),
+        daemonset=bool(owners) and any(o.kind == KIND_DAEMON_SET for o in owners),
         local_storage=local,
         pvc=pvc,
         phase=str(status.get("phase") or ""),

@@ -32,6 +32,7 @@ from apis.kubernetes_keys import RESOURCE_PODS
 from descheduler.anomaly import ANOMALY, Detector, DetectorCache
 from descheduler.framework import EvictOptions, Handle, Migration, NodeReport, RoundReport
 from descheduler.loadaware.args import NAME, AnomalyCondition, LowNodeLoadArgs, NodePool
+from descheduler.loadaware.firstfit import FirstFit
 from descheduler.loadaware.nodefit import NodeFit
 from descheduler.loadaware.utilization import (
     BOTH_LOW,
@@ -80,6 +81,11 @@ class LowNodeLoad:
         processed: set[str] = set()
         for pool in self.args.node_pools:
             self._pool(handle, pool, nodes, processed)
+
+    @property
+    def fit_calls(self) -> int:
+        """Scheduler filter runs for ``nodeFit`` (benchmarks)."""
+        return 0 if self._fit is None else self._fit.calls
 
     def nodefit(self, handle: Handle) -> NodeFit:
         if self._fit is None or self._fit.snapshot is not handle.cluster.sched:
@@ -232,11 +238,13 @@ class LowNodeLoad:
         """``evictPodsFromSourceNodes``: node usage first, then prod usage."""
         names = th.resources
         total = _room(low, names, False)
-        prod_total = _room(prod_low, names, True)
         both_total = _room(both, names, False)
-        prod_both = _room(both, names, True)
         node_room = {n: total[n] + both_total[n] for n in names}
         self._balance(handle, pool, th, sources, [*low, *both], node_room, prod=False)
+        if not prod_sources:  # upstream sums the prod room too, for no source to use
+            return
+        prod_total = _room(prod_low, names, True)
+        prod_both = _room(both, names, True)
         for n in names:  # what node balancing left of the both-low nodes' room
             both_total[n] = min(both_total[n], node_room[n])
         prod_room = {n: prod_total[n] + min(prod_both[n], both_total[n]) for n in names}
@@ -258,6 +266,11 @@ class LowNodeLoad:
             return
         cluster = handle.cluster
         report = handle.report
+        placer = FirstFit(
+            [t.prod_usage if prod else t.usage for t in targets],
+            [t.prod_high if prod else t.high for t in targets],
+            th.resources,
+        )
         for src in sources:
             pods = [p for p in src.pods if p.key in src.prod_pod_keys] if prod else list(src.pods)
             removable: list[PodInfo] = []
@@ -268,7 +281,7 @@ class LowNodeLoad:
                     if metric is None:
                         reason = "no pod metric in the NodeMetric (nodeFit needs one)"
                     else:
-                        reason = self._fits_a_target(handle, pod, targets, metric, prod)
+                        reason = self._fits_a_target(handle, pod, targets, placer, metric, prod)
                 if reason is not None:
                     report.verdict(src.name, pod.key, NAME, "skip", reason)
                     continue
@@ -304,14 +317,25 @@ class LowNodeLoad:
         handle: Handle,
         pod: PodInfo,
         targets: list[NodeUsage],
+        placer: FirstFit,
         metric: Mapping[str, int],
         prod: bool,
     ) -> str | None:
         """``podFitsAnyNodeWithThreshold``: the first target that takes the pod (scheduler
         filters) and stays under its high thresholds with the pod's usage added carries it."""
         fit = self.nodefit(handle)
+        found = placer.first(metric, lambda i: fit.fits(pod, targets[i].node))
+        if found is not None:
+            placer.take(found, metric)
+            return None
+        if not handle.report.detailed:
+            return f"no target node fits: 0/{len(targets)} target(s)"
         why: Counter[str] = Counter()
         for t in targets:
+            reasons = fit.reasons(pod, t.node)
+            if reasons:
+                why.update(dict.fromkeys(reasons, 1))
+                continue
             usage = t.prod_usage if prod else t.usage
             limits = t.prod_high if prod else t.high
             exceeded = next(
@@ -322,17 +346,7 @@ class LowNodeLoad:
                 ),
                 None,
             )
-            if exceeded is not None:
-                why[f"{exceeded} would exceed its high threshold"] += 1
-                continue
-            reasons = fit.reasons(pod, t.node)
-            if reasons:
-                why.update(dict.fromkeys(reasons, 1))
-                continue
-            for n in limits:
-                if n in usage:
-                    usage[n] += metric.get(n, 0)
-            return None
+            why[f"{exceeded} would exceed its high threshold"] += 1
         parts = ", ".join(f"{count} {reason}" for reason, count in sorted(why.items()))
         return f"no target node fits: 0/{len(targets)} target(s): {parts}"
 

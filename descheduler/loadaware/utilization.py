@@ -94,7 +94,9 @@ class NodeUsage:
     report: NodeUsageReport
     usage: dict[str, int]
     """Per resource of the pool, plus ``pods``."""
-    prod_pod_keys: set[str]
+    _prod_keys: set[str] | None = None
+    """``namespace/name`` of the koord-prod pods, found when first asked (:attr:`prod_pod_keys`)."""
+    _cluster: Cluster | None = None
     low: dict[str, int] = field(default_factory=dict)
     high: dict[str, int] = field(default_factory=dict)
     prod_low: dict[str, int] = field(default_factory=dict)
@@ -105,6 +107,16 @@ class NodeUsage:
     @property
     def name(self) -> str:
         return self.node.name
+
+    @property
+    def prod_pod_keys(self) -> set[str]:
+        """``namespace/name`` of the node's koord-prod pods."""
+        if self._prod_keys is None:
+            cluster = self._cluster
+            self._prod_keys = (
+                set() if cluster is None else {p.key for p in self.pods if is_prod(cluster, p)}
+            )
+        return self._prod_keys
 
     @property
     def prod_usage(self) -> dict[str, int]:
@@ -126,9 +138,11 @@ class NodeUsage:
         """A bound of prod usage without summing it: prod pods are some of the pods."""
         if self._prod_usage is not None:
             return self._prod_usage.get(name, 0)
+        if self._prod_keys is None:  # every pod may be prod
+            return len(self.pods) if name == RESOURCE_PODS else self.report.pods_total.get(name, 0)
         if name == RESOURCE_PODS:
-            return len(self.prod_pod_keys)
-        return self.report.pods_total.get(name, 0) if self.prod_pod_keys else 0
+            return len(self._prod_keys)
+        return self.report.pods_total.get(name, 0) if self._prod_keys else 0
 
     def percentages(self, prod: bool = False) -> dict[str, float]:
         """``resourceUsagePercentages``: ``100 * usage / allocatable`` per resource."""
@@ -172,7 +186,6 @@ def node_usages(
                 skipped[node.name] = f"NodeMetric expired (older than {expiration_s}s)"
             continue
         pods = list(node.pods.values())
-        prod_keys = {p.key for p in pods if is_prod(cluster, p)}
         usage = {
             name: report.system.get(name, 0) + report.pods_total.get(name, 0) for name in resources
         }
@@ -183,7 +196,7 @@ def node_usages(
             pods=pods,
             report=report,
             usage=usage,
-            prod_pod_keys=prod_keys,
+            _cluster=cluster,
             _resources=tuple(resources),
         )
     return out

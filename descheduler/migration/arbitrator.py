@@ -166,8 +166,7 @@ class Arbitrator:
                 if reason is not None:
                     out.held.append((job, reason))
                     continue
-            store.passed_uids.add(job.uid)
-            store.version += 1
+            store.mark_passed(job)
             out.passed.append(job)
             self.waiting.pop(job.name, None)
         return out

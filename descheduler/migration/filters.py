@@ -20,20 +20,22 @@ cluster, so a descheduling round's thousands of checks stay cheap.
 from __future__ import annotations
 
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from apis.podmigrationjob import MODE_RESERVATION_FIRST
+from apis.podmigrationjob import MODE_RESERVATION_FIRST, PodMigrationJob
 from descheduler.cluster import Cluster
 from descheduler.evictor import EvictorFilter, has_evict_annotation
 from descheduler.migration.args import LIMIT_NAMESPACE, LIMIT_WORKLOAD, MigrationControllerArgs
+from descheduler.migration.store import CHANGED
 from descheduler.migration.workloads import (
     RateLimiter,
     expected_scale,
     max_unavailable,
-    pods_for_ref,
+    owner_uids_for_ref,
 )
-from descheduler.podfacts import INT32_MAX
+from descheduler.podfacts import INT32_MAX, OwnerRef
 from scheduler_plugins.snapshot import PodInfo
 
 
@@ -41,16 +43,29 @@ from scheduler_plugins.snapshot import PodInfo
 class _Counts:
     """Migrating jobs, indexed (see the module docstring)."""
 
+    names: set[str] = field(default_factory=set)
+    """The jobs counted."""
     by_node: dict[str, set[str]] = field(default_factory=dict)
     """Node → uids of its pods with a migrating job."""
-    by_namespace: dict[str, list[str]] = field(default_factory=dict)
-    """Namespace → the pod uid of each migrating job there."""
+    by_namespace: dict[str, Counter[str]] = field(default_factory=dict)
+    """Namespace → the pod uid of each migrating job there, counted."""
+    namespace_total: Counter[str] = field(default_factory=Counter)
     by_owner: dict[str, set[str]] = field(default_factory=dict)
     """Controller uid → ``namespace/name`` of its pods with a migrating job."""
-    pod_uids: list[str] = field(default_factory=list)
-    """The pod uid of every migrating job."""
+    pod_uids: Counter[str] = field(default_factory=Counter)
+    """The pod uid of every migrating job, counted."""
+    total: int = 0
     pods: set[str] = field(default_factory=set)
     """uids and ``namespace/name`` of pods with a migrating job."""
+
+
+@dataclass(frozen=True, slots=True)
+class _WorkloadLimits:
+    uids: tuple[str, ...]
+    """Owners whose pods are the workload's (a Deployment's ReplicaSets)."""
+    replicas: int
+    max_migrating: int
+    max_unavailable: int
 
 
 class MigrationFilter:
@@ -71,34 +86,77 @@ class MigrationFilter:
         self.limiters: dict[str, dict[str, RateLimiter]] = {LIMIT_WORKLOAD: {}, LIMIT_NAMESPACE: {}}
         """Object type → object (owner uid, namespace) → its limiter, once it evicted."""
         self._counts: dict[bool, tuple[tuple[int, int], _Counts]] = {}
+        self._workloads: dict[tuple[str, str, str], _WorkloadLimits] = {}
+        self._workloads_version = -1
+        self._lasting_cache: dict[str, tuple[PodInfo, str | None]] = {}
+        self._lasting_token: tuple[int, ...] = ()
+
+    def workload(self, owner: OwnerRef, namespace: str) -> _WorkloadLimits:
+        """The owner's replicas and limits (cached until the workloads change)."""
+        if self._workloads_version != self.cluster.workloads_version:
+            self._workloads.clear()
+            self._workloads_version = self.cluster.workloads_version
+        key = (owner.kind, namespace, owner.name)
+        hit = self._workloads.get(key)
+        if hit is None:
+            uids, replicas = owner_uids_for_ref(self.cluster, owner, namespace)
+            hit = _WorkloadLimits(
+                tuple(uids),
+                replicas,
+                max_unavailable(replicas, self.args.max_migrating_per_workload),
+                max_unavailable(replicas, self.args.max_unavailable_per_workload),
+            )
+            self._workloads[key] = hit
+        return hit
 
     # -- the counting index ---------------------------------------------------------------------
     def counts(self, *, arbitrating: bool) -> _Counts:
-        token = (self.cluster.jobs.version, self.cluster.sched.generation)
+        """The index, brought up to date: new jobs and passed ones are added as they come; any
+        other change (or a change of the cluster) rebuilds it from the jobs."""
+        store = self.cluster.jobs
+        generation = self.cluster.sched.generation
         cached = self._counts.get(arbitrating)
-        if cached is not None and cached[0] == token:
+        if cached is not None and cached[0] == (store.version, generation):
             return cached[1]
-        c = _Counts()
-        by_uid = {}
-        by_name = {}
-        for job in self.cluster.jobs.migrating(arbitrating=arbitrating):
-            ref = job.spec.pod_ref
-            c.pod_uids.append(ref.uid)
-            c.by_namespace.setdefault(ref.namespace, []).append(ref.uid)
-            if ref.uid:
-                by_uid[ref.uid] = job
-            by_name[f"{ref.namespace}/{ref.name}"] = job
-        if by_uid or by_name:
-            for pod in self.cluster.sched.all_pods():
-                if pod.uid in by_uid or pod.key in by_name:
-                    c.pods.update((pod.uid, pod.key))
-                    if pod.node_name:
-                        c.by_node.setdefault(pod.node_name, set()).add(pod.uid)
-                    owner = self.cluster.facts(pod).controller
-                    if owner is not None:
-                        c.by_owner.setdefault(owner.uid, set()).add(pod.key)
-        self._counts[arbitrating] = (token, c)
+        changes = None
+        if cached is not None and cached[0][1] == generation:
+            changes = store.changes_since(cached[0][0])
+        if changes is not None and all(kind != CHANGED for kind, _ in changes):
+            assert cached is not None
+            c = cached[1]
+            for _, name in changes:
+                job = store.jobs.get(name)
+                if job is not None and name not in c.names and store.counts(job, arbitrating):
+                    self._add(c, job)
+        else:
+            c = _Counts()
+            for job in store.migrating(arbitrating=arbitrating):
+                self._add(c, job)
+        self._counts[arbitrating] = ((store.version, generation), c)
         return c
+
+    def _add(self, c: _Counts, job: PodMigrationJob) -> None:
+        ref = job.spec.pod_ref
+        c.names.add(job.name)
+        c.total += 1
+        c.pod_uids[ref.uid] += 1
+        c.by_namespace.setdefault(ref.namespace, Counter())[ref.uid] += 1
+        c.namespace_total[ref.namespace] += 1
+        found = {
+            p.uid: p
+            for p in (
+                self.cluster.pod_by_uid(ref.uid) if ref.uid else None,
+                self.cluster.pod(ref.namespace, ref.name),
+            )
+            if p is not None
+        }
+        for pod in found.values():
+            c.pods.update((pod.uid, pod.key))
+            if pod.node_name:
+                c.by_node.setdefault(pod.node_name, set()).add(pod.uid)
+            owner = self.cluster.facts(pod).controller
+            if owner is not None:
+                c.by_owner.setdefault(owner.uid, set()).add(pod.key)
 
     # -- single rules -----------------------------------------------------------------------------
     def existing_job(self, pod: PodInfo) -> str | None:
@@ -124,11 +182,10 @@ class MigrationFilter:
         owner = self.cluster.facts(pod).controller
         if owner is None:
             return None
-        _, replicas = pods_for_ref(self.cluster, owner, pod.namespace)
-        max_migrating = max_unavailable(replicas, self.args.max_migrating_per_workload)
-        max_unavail = max_unavailable(replicas, self.args.max_unavailable_per_workload)
         if self.args.skip_check_expected_replicas:
             return None
+        w = self.workload(owner, pod.namespace)
+        replicas, max_migrating, max_unavail = w.replicas, w.max_migrating, w.max_unavailable
         if replicas in (1, max_migrating, max_unavail):
             return (
                 f"workload {owner.kind}/{owner.name} has {replicas} expected replica(s): "
@@ -172,7 +229,8 @@ class MigrationFilter:
         limit = self.args.max_migrating_per_node
         if not pod.node_name or limit <= 0:
             return None
-        count = len(c.by_node.get(pod.node_name, set()) - {pod.uid})
+        on_node = c.by_node.get(pod.node_name)
+        count = len(on_node) - (pod.uid in on_node) if on_node else 0
         if count >= limit:
             return (
                 f"maxMigratingPerNode: node {pod.node_name} has {count} migrating pod(s), "
@@ -184,7 +242,8 @@ class MigrationFilter:
         limit = self.args.max_migrating_per_namespace
         if limit <= 0:
             return None
-        count = sum(1 for uid in c.by_namespace.get(pod.namespace, ()) if uid != pod.uid)
+        own = c.by_namespace.get(pod.namespace)
+        count = c.namespace_total[pod.namespace] - (own[pod.uid] if own else 0)
         if count >= limit:
             return (
                 f"maxMigratingPerNamespace: namespace {pod.namespace} has {count} migrating "
@@ -196,7 +255,7 @@ class MigrationFilter:
         limit = self.args.max_migrating_globally
         if limit <= 0:
             return None
-        count = sum(1 for uid in c.pod_uids if uid != pod.uid)
+        count = c.total - c.pod_uids[pod.uid]
         if count >= limit:
             return f"maxMigratingGlobally: {count} pod(s) are migrating, the limit is {limit}"
         return None
@@ -205,23 +264,22 @@ class MigrationFilter:
         owner = self.cluster.facts(pod).controller
         if owner is None:
             return None
-        pods, replicas = pods_for_ref(self.cluster, owner, pod.namespace)
-        if replicas == 0:
+        w = self.workload(owner, pod.namespace)
+        if w.replicas == 0:
             return f"workload {owner.kind}/{owner.name} is unknown or has no replicas"
-        max_migrating = max_unavailable(replicas, self.args.max_migrating_per_workload)
-        max_unavail = max_unavailable(replicas, self.args.max_unavailable_per_workload)
-        migrating = c.by_owner.get(owner.uid, set()) - {pod.key}
+        max_migrating, max_unavail = w.max_migrating, w.max_unavailable
+        if len(w.uids) == 1:
+            down = self.cluster.unavailable_of_owner(w.uids[0])
+        else:
+            down = set().union(*(self.cluster.unavailable_of_owner(u) for u in w.uids))
+        of_owner = c.by_owner.get(owner.uid)
+        migrating = of_owner - {pod.key} if of_owner else set()
         if migrating and len(migrating) >= max_migrating:
             return (
                 f"maxMigratingPerWorkload: workload {owner.kind}/{owner.name} has "
                 f"{len(migrating)} migrating pod(s), the limit is {max_migrating}"
             )
-        unavailable = {
-            p.key
-            for p in pods
-            if self.cluster.facts(p).terminating or not self.cluster.facts(p).ready
-        }
-        unavailable |= migrating
+        unavailable = down | migrating if migrating else down
         if len(unavailable) >= max_unavail:
             return (
                 f"maxUnavailablePerWorkload: workload {owner.kind}/{owner.name} has "
@@ -245,11 +303,29 @@ class MigrationFilter:
     def filter(self, pod: PodInfo) -> str | None:
         """``arbitratorImpl.Filter``: whether a descheduling plugin may ask to move the pod."""
         return (
-            self.existing_job(pod)
-            or self.reservation(pod)
-            or self.non_retryable(pod)
-            or self.retryable(pod, arbitrating=False)
+            self.existing_job(pod) or self._lasting(pod) or self.retryable(pod, arbitrating=False)
         )
+
+    def _lasting(self, pod: PodInfo) -> str | None:
+        """:meth:`reservation` then :meth:`non_retryable`, remembered per pod until the cluster,
+        the workloads, the budgets or (when there are budgets) the jobs change: a round asks
+        again for every pod of a source after each move."""
+        c = self.cluster
+        token = (
+            c.sched.generation,
+            c.workloads_version,
+            c.pdbs_version,
+            c.jobs.version if c.pdbs else -1,
+        )
+        if token != self._lasting_token:
+            self._lasting_cache.clear()
+            self._lasting_token = token
+        hit = self._lasting_cache.get(pod.uid)
+        if hit is not None and hit[0] is pod:
+            return hit[1]
+        reason = self.reservation(pod) or self.non_retryable(pod)
+        self._lasting_cache[pod.uid] = (pod, reason)
+        return reason
 
     # -- object limiters --------------------------------------------------------------------------
     def exceeds_object_limiter(self, pod: PodInfo) -> bool:

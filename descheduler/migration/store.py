@@ -18,6 +18,15 @@ from dataclasses import dataclass, field
 from apis.descheduler_keys import ANNOTATION_PASSED_ARBITRATION
 from apis.podmigrationjob import PHASE_PENDING, PHASE_RUNNING, PodMigrationJob
 
+LOG_LIMIT = 4096
+"""Changes kept for incremental readers; one further behind rebuilds from :attr:`JobStore.jobs`."""
+
+ADDED = "added"
+PASSED = "passed"
+CHANGED = "changed"
+"""Kinds of change in :attr:`JobStore.log`: a new job, a job that passed arbitration, anything
+else (an update, a removal)."""
+
 
 @dataclass(slots=True)
 class JobStore:
@@ -29,34 +38,59 @@ class JobStore:
     """Names of jobs decided this round and not yet seen from the API server."""
     passed_uids: set[str] = field(default_factory=set)
     """Jobs this process let through arbitration (upstream's ``arbitratedPodMigrationJobs``)."""
-    version: int = 0
-    """Bumped on every change (caches key on it)."""
+    log: list[tuple[str, str]] = field(default_factory=list)
+    """The latest changes, ``(kind, job name)``, oldest first (see :meth:`changes_since`)."""
+    _base: int = 0
+
+    @property
+    def version(self) -> int:
+        """Bumped on every change (caches key on it)."""
+        return self._base + len(self.log)
+
+    def _record(self, kind: str, name: str) -> None:
+        if len(self.log) >= LOG_LIMIT:
+            self._base += len(self.log)
+            self.log.clear()
+        self.log.append((kind, name))
+
+    def changes_since(self, version: int) -> list[tuple[str, str]] | None:
+        """The changes after ``version``, or ``None`` when they are no longer kept."""
+        if version < self._base or version > self.version:
+            return None
+        return self.log[version - self._base :]
 
     def put(self, job: PodMigrationJob) -> None:
+        known = job.name in self.jobs
         self.jobs[job.name] = job
         self.assumed.discard(job.name)
-        self.version += 1
+        self._record(CHANGED if known else ADDED, job.name)
 
     def assume(self, job: PodMigrationJob) -> None:
         """A job decided now, counted until :meth:`put` (the API's copy) or :meth:`forget`."""
+        known = job.name in self.jobs
         self.jobs[job.name] = job
         self.assumed.add(job.name)
-        self.version += 1
+        self._record(CHANGED if known else ADDED, job.name)
 
     def forget(self, name: str) -> None:
         """Drop an assumed job whose create failed."""
         if name in self.assumed:
             self.assumed.discard(name)
             self.jobs.pop(name, None)
-            self.version += 1
+            self._record(CHANGED, name)
 
     def remove(self, name: str) -> PodMigrationJob | None:
         job = self.jobs.pop(name, None)
         self.assumed.discard(name)
         if job is not None:
             self.passed_uids.discard(job.uid)
-            self.version += 1
+            self._record(CHANGED, name)
         return job
+
+    def mark_passed(self, job: PodMigrationJob) -> None:
+        """This process let ``job`` through arbitration."""
+        self.passed_uids.add(job.uid)
+        self._record(PASSED, job.name)
 
     def get(self, name: str) -> PodMigrationJob | None:
         return self.jobs.get(name)
@@ -67,13 +101,17 @@ class JobStore:
             job.uid in self.passed_uids
         )
 
+    def counts(self, job: PodMigrationJob, arbitrating: bool) -> bool:
+        """Whether ``job`` counts as migrating (see the module docstring)."""
+        phase = job.effective_phase
+        return phase == PHASE_RUNNING or (
+            phase == PHASE_PENDING and (not arbitrating or self.passed(job))
+        )
+
     def migrating(self, *, arbitrating: bool = False) -> Iterator[PodMigrationJob]:
         """Jobs that count as migrating (see the module docstring)."""
         for job in self.jobs.values():
-            phase = job.effective_phase
-            if phase == PHASE_RUNNING or (
-                phase == PHASE_PENDING and (not arbitrating or self.passed(job))
-            ):
+            if self.counts(job, arbitrating):
                 yield job
 
     def migrating_for(

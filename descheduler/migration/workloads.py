@@ -16,6 +16,7 @@ limiters use it: ``maxMigrating`` tokens per ``duration``, one taken per evictio
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 
@@ -37,6 +38,7 @@ def scaled(value: int | str, total: int) -> int:
     return math.floor(int(value.rstrip("%")) * total / 100)
 
 
+@functools.lru_cache(maxsize=4096)
 def max_unavailable(replicas: int, value: int | str | None) -> int:
     """See the module docstring."""
     if value is None or value == 0:
@@ -51,24 +53,43 @@ def workload_of(cluster: Cluster, kind: str, namespace: str, name: str) -> Workl
     return cluster.workloads.get((kind, namespace, name))
 
 
-def pods_for_ref(cluster: Cluster, ref: OwnerRef, namespace: str) -> tuple[list[PodInfo], int]:
-    """See the module docstring."""
+def owner_uids_for_ref(cluster: Cluster, ref: OwnerRef, namespace: str) -> tuple[list[str], int]:
+    """The uids whose pods are the workload's, and its replicas (see the module docstring)."""
     w = workload_of(cluster, ref.kind, namespace, ref.name)
     if w is None:
         return [], 0
     if ref.kind in (KIND_REPLICA_SET, KIND_STATEFUL_SET, KIND_REPLICATION_CONTROLLER):
-        return cluster.pods_of_owner(w.uid), w.replicas
-    sets = [
-        rs
-        for rs in cluster.workloads.values()
-        if rs.kind == KIND_REPLICA_SET and rs.namespace == namespace and rs.controller_uid == w.uid
-    ]
+        return [w.uid], w.replicas
+    sets = [rs for rs in cluster.replica_sets_of(w.uid) if rs.namespace == namespace]
     if not sets:
-        return cluster.pods_of_owner(w.uid), w.replicas
+        return [w.uid], w.replicas
+    return [rs.uid for rs in sets], w.replicas
+
+
+def pods_for_ref(cluster: Cluster, ref: OwnerRef, namespace: str) -> tuple[list[PodInfo], int]:
+    """See the module docstring."""
+    uids, replicas = owner_uids_for_ref(cluster, ref, namespace)
     pods: list[PodInfo] = []
-    for rs in sets:
-        pods.extend(cluster.pods_of_owner(rs.uid))
-    return pods, w.replicas
+    for uid in uids:
+        pods.extend(cluster.pods_of_owner(uid))
+    return pods, replicas
+
+
+def replicas_for_ref(cluster: Cluster, ref: OwnerRef, namespace: str) -> int:
+    """The replicas :func:`pods_for_ref` gives, without listing the pods."""
+    return owner_uids_for_ref(cluster, ref, namespace)[1]
+
+
+def unavailable_for_ref(cluster: Cluster, ref: OwnerRef, namespace: str) -> tuple[set[str], int]:
+    """``namespace/name`` of the workload's pods that are terminating or not Ready, and its
+    replicas."""
+    uids, replicas = owner_uids_for_ref(cluster, ref, namespace)
+    if len(uids) == 1:
+        return cluster.unavailable_of_owner(uids[0]), replicas
+    out: set[str] = set()
+    for uid in uids:
+        out |= cluster.unavailable_of_owner(uid)
+    return out, replicas
 
 
 def expected_scale(cluster: Cluster, ref: OwnerRef, namespace: str) -> int:

@@ -2,7 +2,8 @@
 (``TestSortJobsByPod``, ``TestSortJobsByCreationTime``, ``TestSortJobsByController``,
 ``TestSortJobsByMigratingNum``) and the filters of ``filter.go`` (``maxMigratingPerNode``,
 ``maxMigratingPerNamespace``, ``maxMigratingPerWorkload``, ``maxUnavailablePerWorkload``,
-``maxMigratingGlobally``, expected replicas, object limiters), each held-back job with its reason."""
+``maxMigratingGlobally``, expected replicas, object limiters), each held-back job with its
+reason."""
 
 from __future__ import annotations
 

@@ -22,7 +22,13 @@ import aiohttp
 import pytest
 import yaml
 
-from tests.descheduler.builders import build_node, build_pod, low_node_load_config, node_metric, replica_set
+from tests.descheduler.builders import (
+    build_node,
+    build_pod,
+    low_node_load_config,
+    node_metric,
+    replica_set,
+)
 from tests.descheduler.fake import DeschedulerFakeApiServer
 from tests.kubefake.fixtures import eventually, write_kubeconfig
 
@@ -82,9 +88,15 @@ async def process(
     port = free_port()
     log = (tmp_path / "descheduler.log").open("wb")
     proc = await asyncio.create_subprocess_exec(
-        str(SCRIPT), "run", f"--kubeconfig={kc}", f"--config={cfg}",
-        f"--metrics-addr=127.0.0.1:{port}", *flags,
-        stdout=log, stderr=log, env={**os.environ, "POD_NAME": "desched-a"},
+        str(SCRIPT),
+        "run",
+        f"--kubeconfig={kc}",
+        f"--config={cfg}",
+        f"--metrics-addr=127.0.0.1:{port}",
+        *flags,
+        stdout=log,
+        stderr=log,
+        env={**os.environ, "POD_NAME": "desched-a"},
     )
     log.close()
     try:
@@ -139,7 +151,9 @@ async def test_dry_run_creates_nothing_and_counts_what_it_would_do(
         text = await scrape_until(port, 'result="dry-run"')
         assert 'strategy="LowNodeLoad"' in text
         assert server.jobs() == []
-        assert not [r for r in server.writes() if "/reservations" in r.path or "/eviction" in r.path]
+        assert not [
+            r for r in server.writes() if "/reservations" in r.path or "/eviction" in r.path
+        ]
         assert server.get("leases", "koord-descheduler", "koordinator-system") is None
         proc.send_signal(signal.SIGTERM)
         assert await asyncio.wait_for(proc.wait(), 30) == 0
@@ -153,7 +167,10 @@ async def test_a_bad_config_exits_2_before_touching_the_cluster(
     cfg = tmp_path / "bad.yaml"
     cfg.write_text("deschedulingInterval: soon\n")
     proc = await asyncio.create_subprocess_exec(
-        str(SCRIPT), "run", f"--config={cfg}", stdout=asyncio.subprocess.PIPE,
+        str(SCRIPT),
+        "run",
+        f"--config={cfg}",
+        stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
     )
     _, err = await asyncio.wait_for(proc.communicate(), 30)
