@@ -3,7 +3,8 @@
 Builds (untimed) a cluster of ``--nodes`` nodes (default 5,000; 32 cores, 128 GiB, 110 pods
 each) with ``--pods-per-node`` pods each (default 110; 250m and 1 GiB requested, owned by 1,000
 ReplicaSets of 550 replicas) and a NodeMetric per node whose pod entries put ``--hot`` of the
-nodes (default 10 %) at about 82 % cpu, a fifth at about 10 % and the rest at about 51 %. The
+nodes (default 10 %) at about 84 % cpu and 44 % memory, a fifth at about 10 % and 14 %, and the
+rest at about 52 % and 27 % (a hot node's pods use about 240m each). The
 configuration is LowNodeLoad with low thresholds cpu 30 %, memory 30 %, high cpu 65 %,
 memory 70 %, ``consecutiveAbnormalities: 1`` and the MigrationController's defaults (at most 2
 migrating pods per node, workloads' limits, object limiters).
@@ -34,6 +35,7 @@ import time
 from datetime import UTC, datetime
 from typing import Any
 
+from apis.groups import SLO_API_VERSION
 from apis.podmigrationjob import parse_job
 from descheduler.cluster import Cluster, build_cluster
 from descheduler.config import parse_config
@@ -41,6 +43,7 @@ from descheduler.migration.arbitrator import Arbitrator
 from descheduler.rounds import Descheduler
 
 RS_COUNT = 1000
+"""ReplicaSets at full size (fewer on a small cluster: at least 55 replicas each)."""
 NOW = 1_800_000_000.0
 
 
@@ -50,14 +53,15 @@ def _ts(epoch: float) -> str:
 
 def build(nodes: int, per_node: int, hot: float, rng: random.Random) -> Cluster:
     """The synthetic cluster (see the module docstring)."""
+    sets = max(1, min(RS_COUNT, nodes * per_node // 55))
     objects: list[dict[str, Any]] = [
         {
             "apiVersion": "apps/v1",
             "kind": "ReplicaSet",
             "metadata": {"name": f"rs-{r}", "namespace": "default", "uid": f"uid-rs-{r}"},
-            "spec": {"replicas": max(nodes * per_node // RS_COUNT, 1)},
+            "spec": {"replicas": max(nodes * per_node // sets, 1)},
         }
-        for r in range(RS_COUNT)
+        for r in range(sets)
     ]
     containers = [{"name": "main", "resources": {"requests": {"cpu": "250m", "memory": "1Gi"}}}]
     created = _ts(NOW - 86400)
@@ -74,13 +78,20 @@ def build(nodes: int, per_node: int, hot: float, rng: random.Random) -> Cluster:
             }
         )
         frac = n / nodes
-        per_pod, mem = (
-            (240, 500) if frac < hot else (30, 150) if frac < hot + cold_share else (150, 300)
+        cpu_pct, mem_pct = (
+            (0.84, 0.44)
+            if frac < hot
+            else (0.10, 0.14)
+            if frac < hot + cold_share
+            else (0.52, 0.27)
         )
+        per_pod = int((cpu_pct * 32000 - 500) / per_node)  # milli-cores, less the system's
+        mem = int((mem_pct * 128 - 2) * 1024 / per_node)  # MiB, less the system's 2 GiB
+        jitter = max(per_pod // 12, 1)
         entries = []
         for i in range(per_node):
             pname = f"{name}-p{i}"
-            r = (n * per_node + i) % RS_COUNT
+            r = (n * per_node + i) % sets
             objects.append(
                 {
                     "apiVersion": "v1",
@@ -113,7 +124,7 @@ def build(nodes: int, per_node: int, hot: float, rng: random.Random) -> Cluster:
                     },
                 }
             )
-            cpu = per_pod + rng.randint(-20, 20)
+            cpu = per_pod + rng.randint(-jitter, jitter)
             entries.append(
                 {
                     "namespace": "default",
@@ -123,7 +134,7 @@ def build(nodes: int, per_node: int, hot: float, rng: random.Random) -> Cluster:
             )
         objects.append(
             {
-                "apiVersion": "slo.koordinator.sh/v1alpha1",
+                "apiVersion": SLO_API_VERSION,
                 "kind": "NodeMetric",
                 "metadata": {"name": name},
                 "status": {

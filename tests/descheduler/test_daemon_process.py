@@ -30,6 +30,7 @@ from tests.descheduler.builders import (
     replica_set,
 )
 from tests.descheduler.fake import DeschedulerFakeApiServer
+from tests.descheduler.test_packaging import not_allowed, permission
 from tests.kubefake.fixtures import eventually, write_kubeconfig
 
 pytestmark = pytest.mark.daemon
@@ -74,12 +75,16 @@ def holder(server: DeschedulerFakeApiServer) -> str:
 
 @asynccontextmanager
 async def process(
-    server: DeschedulerFakeApiServer, tmp_path: Path, *flags: str
+    server: DeschedulerFakeApiServer,
+    tmp_path: Path,
+    *flags: str,
+    migration: dict[str, Any] | None = None,
 ) -> AsyncIterator[tuple[asyncio.subprocess.Process, int]]:
     doc: dict[str, Any] = low_node_load_config(
         lowThresholds={"cpu": 30},
         highThresholds={"cpu": 60},
         anomalyCondition={"consecutiveAbnormalities": 1},
+        migration=migration,
     )
     doc["leaderElection"] = {"leaseDuration": "3s", "renewDeadline": "2s", "retryPeriod": "250ms"}
     cfg = tmp_path / "descheduler.yaml"
@@ -159,6 +164,29 @@ async def test_dry_run_creates_nothing_and_counts_what_it_would_do(
         assert await asyncio.wait_for(proc.wait(), 30) == 0
     log = (tmp_path / "descheduler.log").read_text()
     assert "dry run: would migrate default/web-" in log
+
+
+async def test_every_request_of_a_whole_migration_is_allowed_by_the_packaged_roles(
+    server: DeschedulerFakeApiServer, tmp_path: Path
+) -> None:
+    hot_cluster(server)
+    evict_directly = {"defaultJobMode": "EvictDirectly"}
+    async with process(server, tmp_path, migration=evict_directly) as (proc, _port):
+        await eventually(
+            lambda: [(j.get("status") or {}).get("phase") for j in server.jobs()] == ["Succeeded"],
+            within=60,
+        )
+        proc.send_signal(signal.SIGTERM)
+        assert await asyncio.wait_for(proc.wait(), 30) == 0
+    used = {permission(r) for r in server.requests}
+    assert {
+        ("scheduling.koordinator.sh", "podmigrationjobs", "create"),
+        ("scheduling.koordinator.sh", "podmigrationjobs", "patch"),
+        ("scheduling.koordinator.sh", "podmigrationjobs/status", "update"),
+        ("", "pods/eviction", "create"),
+        ("coordination.k8s.io", "leases", "update"),
+    } <= used
+    assert not_allowed(server.requests) == []
 
 
 async def test_a_bad_config_exits_2_before_touching_the_cluster(
