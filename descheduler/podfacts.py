@@ -71,6 +71,22 @@ class PodFacts:
     scheduler_name: str
 
 
+_TIMES: dict[str, float | None] = {}
+"""Parsed creation timestamps: pods created in the same second share one."""
+
+
+def _created(text: Any, key: str) -> float | None:
+    if type(text) is str:
+        hit = _TIMES.get(text, -1.0)
+        if hit != -1.0:
+            return hit
+        if len(_TIMES) > 100_000:
+            _TIMES.clear()
+        value = _TIMES[text] = parse_time(text, key, "metadata.creationTimestamp")
+        return value
+    return parse_time(text, key, "metadata.creationTimestamp")
+
+
 def _text(value: Any) -> str:
     return value if type(value) is str else "" if value is None else str(value)
 
@@ -197,7 +213,7 @@ def pod_facts(pod: PodInfo) -> PodFacts:
             ready = c.get("status") == "True"
             if ready:
                 break
-    created = parse_time(meta.get("creationTimestamp"), pod.key, "metadata.creationTimestamp")
+    created = _created(meta.get("creationTimestamp"), pod.key)
     return PodFacts(
         priority_class=pclass,
         priority=raw_priority if isinstance(raw_priority, int) else 0,

@@ -66,16 +66,11 @@ class FirstFit:
         trees = [self.trees[r] for r in self.resources]
         amounts = [need.get(r, 0) for r in self.resources]
         if len(trees) == 2:  # cpu and memory: the common case, unrolled
-            t0, t1 = trees
-            n0, n1 = amounts
+            return self._first2(trees[0], trees[1], amounts[0], amounts[1], accept)
+        pairs = list(zip(trees, amounts, strict=True))
 
-            def covers(k: int) -> bool:
-                return t0[k] >= n0 and t1[k] >= n1
-        else:
-            pairs = list(zip(trees, amounts, strict=True))
-
-            def covers(k: int) -> bool:
-                return all(tree[k] >= amount for tree, amount in pairs)
+        def covers(k: int) -> bool:
+            return all(tree[k] >= amount for tree, amount in pairs)
 
         if not covers(1):
             return None
@@ -97,6 +92,41 @@ class FirstFit:
                     continue
                 if covers(left + 1):
                     k = left + 1
+                    continue
+            if not pending:
+                return None
+            k = pending.pop()
+
+    def _first2(
+        self,
+        t0: list[float],
+        t1: list[float],
+        n0: int,
+        n1: int,
+        accept: Callable[[int], bool],
+    ) -> int | None:
+        """:meth:`first` over two resources."""
+        if t0[1] < n0 or t1[1] < n1:
+            return None
+        size = self.size
+        count = self.count
+        pending: list[int] = []
+        k = 1
+        while True:
+            if k >= size:
+                i = k - size
+                if i < count and accept(i):
+                    return i
+            else:
+                left = 2 * k
+                right = left + 1
+                if t0[left] >= n0 and t1[left] >= n1:
+                    if t0[right] >= n0 and t1[right] >= n1:
+                        pending.append(right)
+                    k = left
+                    continue
+                if t0[right] >= n0 and t1[right] >= n1:
+                    k = right
                     continue
             if not pending:
                 return None

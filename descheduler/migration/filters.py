@@ -159,8 +159,9 @@ class MigrationFilter:
                 c.by_owner.setdefault(owner.uid, set()).add(pod.key)
 
     # -- single rules -----------------------------------------------------------------------------
-    def existing_job(self, pod: PodInfo) -> str | None:
-        c = self.counts(arbitrating=False)
+    def existing_job(self, pod: PodInfo, c: _Counts | None = None) -> str | None:
+        if c is None:
+            c = self.counts(arbitrating=False)
         if pod.uid in c.pods or pod.key in c.pods:
             return "pod already has a migrating PodMigrationJob"
         return None
@@ -287,11 +288,13 @@ class MigrationFilter:
             )
         return None
 
-    def retryable(self, pod: PodInfo, *, arbitrating: bool) -> str | None:
+    def retryable(
+        self, pod: PodInfo, *, arbitrating: bool, counts: _Counts | None = None
+    ) -> str | None:
         """The first reason a job for this pod must wait, or ``None``."""
         if has_evict_annotation(pod):
             return None
-        c = self.counts(arbitrating=arbitrating)
+        c = self.counts(arbitrating=arbitrating) if counts is None else counts
         return (
             self.limited_object(pod)
             or self.per_node(pod, c)
@@ -302,8 +305,11 @@ class MigrationFilter:
 
     def filter(self, pod: PodInfo) -> str | None:
         """``arbitratorImpl.Filter``: whether a descheduling plugin may ask to move the pod."""
+        c = self.counts(arbitrating=False)
         return (
-            self.existing_job(pod) or self._lasting(pod) or self.retryable(pod, arbitrating=False)
+            self.existing_job(pod, c)
+            or self._lasting(pod)
+            or self.retryable(pod, arbitrating=False, counts=c)
         )
 
     def _lasting(self, pod: PodInfo) -> str | None:
