@@ -16,7 +16,8 @@ ANNOTATION_EVICT = "descheduler.alpha.kubernetes.io/evict"
 """Pod annotation (any value): evictable whatever the filter's checks say
 (``evictions.EvictPodAnnotationKey``)."""
 ANNOTATION_EVICTION_COST = SCHEDULING_DOMAIN_PREFIX + "eviction-cost"
-"""Pod annotation: an int32, lower evicted first; ``MaxInt32`` never (``AnnotationEvictionCost``)."""
+"""Pod annotation: an int32, lower evicted first; ``MaxInt32`` never
+(``AnnotationEvictionCost``)."""
 ANNOTATION_POD_DELETION_COST = "controller.kubernetes.io/pod-deletion-cost"
 """Pod annotation: the ReplicaSet controller's deletion cost, an int32
 (``core.PodDeletionCost``)."""

@@ -308,16 +308,14 @@ def parse_job(obj: Mapping[str, Any], source: str = "") -> PodMigrationJob:
 
 def status_json(status: JobStatus) -> dict[str, Any]:
     """``status`` as the Go type marshals it (``omitempty`` fields left out)."""
-    out: dict[str, Any] = {}
-    for key, value in (
+    fields = (
         ("phase", status.phase),
         ("status", status.status),
         ("reason", status.reason),
         ("message", status.message),
         ("nodeName", status.node_name),
-    ):
-        if value:
-            out[key] = value
+    )
+    out: dict[str, Any] = {key: value for key, value in fields if value}
     if status.conditions:
         out["conditions"] = [c.as_json() for c in status.conditions]
     if status.pod_ref is not None:

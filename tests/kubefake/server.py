@@ -528,7 +528,7 @@ class FakeApiServer:
         if method == "GET":
             return copy.deepcopy(current)
         if method == "DELETE":
-            want_uid = (((body or {}) if isinstance(body, dict) else {}).get("preconditions") or {})
+            want_uid = ((body or {}) if isinstance(body, dict) else {}).get("preconditions") or {}
             want_uid = want_uid.get("uid")
             if want_uid and want_uid != current["metadata"].get("uid"):
                 raise ApiStatusError(
