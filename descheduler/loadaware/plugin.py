@@ -190,7 +190,7 @@ class LowNodeLoad:
             pool=pool.name,
             node_class=display_class(cls),
             detail_class=cls,
-            usage={n: round(v, 2) for n, v in u.percentages().items() if n in th.low},
+            usage={n: v for n, v in u.percentages().items() if n in th.low},
             low={n: 100.0 * u.low[n] / alloc[n] if alloc.get(n) else th.low[n] for n in u.low},
             high={n: 100.0 * u.high[n] / alloc[n] if alloc.get(n) else th.high[n] for n in u.high},
         )

@@ -145,13 +145,15 @@ class NodeUsage:
         return self.report.pods_total.get(name, 0) if self._prod_keys else 0
 
     def percentages(self, prod: bool = False) -> dict[str, float]:
-        """``resourceUsagePercentages``: ``100 * usage / allocatable`` per resource."""
+        """``resourceUsagePercentages``: ``100 * usage / allocatable`` per resource, in Go's
+        float64 steps over ``MilliValue`` (cpu is in milli-cores already)."""
         usage = self.prod_usage if prod else self.usage
         out: dict[str, float] = {}
         for name, used in usage.items():
             cap = self.allocatable.get(name, 0)
             if cap:
-                out[name] = 100.0 * used / cap
+                scale = 1 if name == RESOURCE_CPU else 1000
+                out[name] = 100 * float(used * scale) / float(cap * scale)
         return out
 
 

@@ -15,6 +15,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
+from apis.crdschema import validate
 from descheduler.config import parse_config
 from descheduler.metrics import Metrics
 from descheduler.runtime import Term
@@ -216,6 +217,15 @@ async def test_a_hot_nodes_pod_moves_through_a_reservation_to_the_cold_node(api)
         "Complete",
     } <= reasons
     assert not server.writes("DELETE", "/pods/")  # an eviction, never a delete
+    # What was written would pass a real API server's validation of the CRDs.
+    bodies = [
+        r.body
+        for r in server.writes()
+        if r.method in ("POST", "PUT")
+        and ("/podmigrationjobs" in r.path or "/reservations" in r.path)
+    ]
+    assert len(bodies) >= 3  # the job, its Reservation, status writes
+    assert [v for b in bodies for v in validate(b)] == []
 
 
 async def test_a_job_whose_pod_is_gone_ends_failed_with_the_reason(api) -> None:
