@@ -147,6 +147,8 @@ def kube_qos(spec: Mapping[str, Any], status: Mapping[str, Any]) -> str:
 
 _KOORD_QOS = frozenset(q.value for q in QoSClass if q.value)
 _KUBE_TO_KOORD = {k.value: v.value for k, v in KUBE_QOS_TO_QOS.items()}
+_NONE = QoSClass.NONE.value
+_BE = QoSClass.BE.value
 _PROD_QOS = frozenset(
     (QoSClass.SYSTEM.value, QoSClass.LSE.value, QoSClass.LSR.value, QoSClass.LS.value)
 )
@@ -157,7 +159,7 @@ def koord_qos(labels: Mapping[str, str], kube: str) -> str:
     label = labels.get(LABEL_POD_QOS, "")
     if label in _KOORD_QOS:
         return label
-    return _KUBE_TO_KOORD.get(kube, QoSClass.NONE.value)
+    return _KUBE_TO_KOORD.get(kube, _NONE)
 
 
 def _volume_facts(spec: Mapping[str, Any]) -> tuple[bool, bool]:
@@ -202,7 +204,7 @@ def pod_facts(pod: PodInfo) -> PodFacts:
     if not pclass:
         if kqos_koord in _PROD_QOS:
             pclass = PRIORITY_PROD
-        elif kqos_koord == QoSClass.BE.value:
+        elif kqos_koord == _BE:
             pclass = PRIORITY_BATCH
     local, pvc = _volume_facts(spec) if spec.get("volumes") else (False, False)
     annotations = pod.annotations
