@@ -45,8 +45,10 @@ setup() {
     local ver; ver=$("$py" -c 'import sys; print(f"{sys.version_info[0]}.{sys.version_info[1]}")')
     apt_install "python${ver}-venv" || apt_install python3-venv
   fi
+  # The stamp is the lock plus pyproject.toml: a new console script or package reinstalls too.
   local stamp=$VENV/.lock-stamp
-  if [ -x "$VENV/bin/python" ] && [ -f "$stamp" ] && cmp -s "$stamp" requirements/lock.txt; then
+  if [ -x "$VENV/bin/python" ] && [ -f "$stamp" ] &&
+     cat requirements/lock.txt pyproject.toml | cmp -s "$stamp" -; then
     return 0
   fi
   log "creating $VENV with $py"
@@ -54,7 +56,7 @@ setup() {
   "$VENV/bin/python" -m pip install -q --disable-pip-version-check --upgrade pip </dev/null
   "$VENV/bin/python" -m pip install -q --disable-pip-version-check -r requirements/lock.txt </dev/null
   "$VENV/bin/python" -m pip install -q --disable-pip-version-check --no-deps --no-build-isolation -e . </dev/null
-  cp requirements/lock.txt "$stamp"
+  cat requirements/lock.txt pyproject.toml >"$stamp"
 }
 
 test_tools() {
