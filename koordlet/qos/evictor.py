@@ -88,6 +88,9 @@ def label_priority(pod: PodInfo, default: int) -> int:
 
 REASON_MEMORY = "EvictPodByNodeMemoryUsage"
 """Reason of memory eviction (Koordinator's ``resourceexecutor.EvictPodByNodeMemoryUsage``)."""
+REASON_MEMORY_DISTRESS = "EvictPodByNodeMemoryDistress"
+"""Reason of memory eviction by the distress trigger (ours: memory PSI or reclaim rate while
+usage is below the threshold)."""
 REASON_BE_CPU_SATISFACTION = "EvictPodByBECPUSatisfaction"
 """Reason of CPU eviction by BE satisfaction."""
 EVICT_REASON_PREFIX = "trigger by koordlet feature "

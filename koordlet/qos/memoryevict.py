@@ -32,9 +32,17 @@ the Node is known); standalone, with no Node, ``MemTotal`` of ``/proc/meminfo``
 nobody (``ctx.stale``). **Pressure events** wake a round between ticks: on cgroup v1 a memcg
 threshold on the kubepods memory cgroup at the kubepods usage that puts the node at the
 threshold (re-armed when that value moves by more than 1% of capacity); on cgroup v2, or where the
-threshold cannot be armed, a PSI trigger on the node's memory pressure. An event round reads the
-node's memory now (``ctx.read_now(NODE_MEMORY)``) instead of the cache, whose newest sample may be
-a whole interval old.
+threshold cannot be armed, a PSI trigger on the node's memory pressure (only where the start-up
+probe found PSI triggers supported). An event round reads the node's memory now
+(``ctx.read_now(NODE_MEMORY)``) instead of the cache, whose newest sample may be a whole interval
+old.
+
+**Memory distress** (ours, off by default): with ``--memory-distress-psi-full-percent`` or
+``--memory-distress-reclaim-pages-per-second`` set, :class:`~koordlet.qos.distress.DistressMonitor`
+samples the node's memory PSI ``full`` and reclaim counters every
+``--memory-distress-interval``; while either signal is on (hysteresis), the ``BEMemoryEvict``
+task evicts at least one BE pod a round even below the usage threshold, with the reason
+``EvictPodByNodeMemoryDistress``, and the trigger turning on wakes a round at once.
 """
 
 from __future__ import annotations
@@ -43,18 +51,25 @@ import asyncio
 import functools
 import logging
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from apis.extension import QoSClass
 from apis.priority import PRIORITY_MID_VALUE_MAX
 from apis.slo_strategies import ResourceThresholdStrategy
-from koordlet.collectors.noderesource import NODE_MEMORY
+from koordlet.collectors.noderesource import MEMORY_DISTRESS, NODE_MEMORY, DistressReading
 from koordlet.events.watches import PressureEvent
 from koordlet.features import gate_enabled
 from koordlet.metriccache import series
-from koordlet.qos.evictor import EVICT_REASON_PREFIX, REASON_MEMORY, Outcome, Victim
+from koordlet.qos.distress import DistressConfig, DistressMonitor
+from koordlet.qos.evictor import (
+    EVICT_REASON_PREFIX,
+    REASON_MEMORY,
+    REASON_MEMORY_DISTRESS,
+    Outcome,
+    Victim,
+)
 from koordlet.qos.evicttask import (
     TARGET_REQUEST,
     TARGET_USED,
@@ -246,6 +261,7 @@ class MemoryEvict:
     :param watch_dir: the memory cgroup folder to arm the threshold on; None: the kubepods root.
     :param allocatable: the node's allocatable by resource name (bytes) for the allocatable task;
         None: the Node's ``status.allocatable``.
+    :param distress: the distress counters read now; None: ``ctx.read_now(MEMORY_DISTRESS)``.
     """
 
     name = NAME
@@ -259,6 +275,7 @@ class MemoryEvict:
         fresh_usage: Callable[[], tuple[int, int]] | None = None,
         watch_dir: str | None = None,
         allocatable: Callable[[], Mapping[str, int] | None] | None = None,
+        distress: Callable[[], Awaitable[DistressReading]] | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.ctx = ctx
@@ -279,17 +296,32 @@ class MemoryEvict:
         self._near = False
         self._memcg_refused = False
         self.event_rounds = 0
-        """Rounds run on a pressure event."""
+        """Rounds run on a pressure event or on the distress trigger turning on."""
+        self._read_distress = distress
+        config = DistressConfig.of(ctx.config.qos)
+        self.distress: DistressMonitor | None = None
+        """The distress trigger's sampler; None when no signal is configured."""
+        self._distress_note = ""
+        if config.enabled:
+            if gate_enabled(ctx.config, FEATURE_GATE):
+                self.distress = DistressMonitor(config, self._distress_now, self._on_distress)
+            else:
+                self._distress_note = f"configured but feature gate {FEATURE_GATE} is off"
+        self._psi_watch_note = ""
 
     # Rounds ----------------------------------------------------------------------------------
 
     async def reconcile(self) -> None:
-        """One tick: (re-)arm the pressure watch, then one round on the cached inputs."""
+        """One tick: (re-)arm the pressure watch and start the distress sampler, then one round
+        on the cached inputs."""
         await self._arm()
+        if self.distress is not None:
+            self.distress.start()
         await self.round("tick")
 
     async def round(self, trigger: str) -> list[Outcome]:
-        """One round; ``trigger`` is ``tick`` or ``event`` (reads the node's usage now)."""
+        """One round; ``trigger`` is ``tick``, or ``event`` or ``distress`` (these read the
+        node's usage now)."""
         async with self._lock:
             return await self._round(trigger)
 
@@ -306,7 +338,7 @@ class MemoryEvict:
             ctx.report(name, StrategyReport({"trigger": trigger}, "disabled in NodeSLO"))
             return []
         inputs: dict[str, Any] = {"trigger": trigger}
-        if trigger == "event":
+        if trigger != "tick":
             used_now, total = await self._usage_now()
             self._last_total = total
             used: float = used_now
@@ -349,7 +381,8 @@ class MemoryEvict:
             decision = "nothing to do" if not tasks else "no victim left to evict"
             ctx.report(name, StrategyReport(inputs, decision, detail=detail))
             return []
-        outcomes = await self._evict(victims)
+        reason = REASON_MEMORY_DISTRESS if "distress" in inputs else REASON_MEMORY
+        outcomes = await self._evict(victims, reason)
         if any(o.status in ("evicted", "dry_run") for o in outcomes):
             self._last_evict = self._clock()
         counts: dict[str, int] = {}
@@ -431,6 +464,14 @@ class MemoryEvict:
         if feature == FEATURE_MEMORY_EVICT:
             prio_max = priority_threshold(s)
         need = release_by_used(used, capacity, threshold, lower)
+        distress = self.distress
+        if need <= 0 and feature == FEATURE_GATE and distress is not None and distress.active:
+            # Below the usage threshold but the kernel is in distress: one victim a round (the
+            # first BE pod in order releases at least a byte), until the trigger turns off.
+            why = distress.why()
+            inputs["distress"] = why
+            need = 1
+            reason = f"{reason} on memory distress ({why})"
         if need <= 0:
             return None
         if feature == FEATURE_GATE:
@@ -458,7 +499,7 @@ class MemoryEvict:
                 out[p.uid] = int(value)
         return out
 
-    async def _evict(self, picks: list[Pick]) -> list[Outcome]:
+    async def _evict(self, picks: list[Pick], reason: str) -> list[Outcome]:
         ctx = self.ctx
         evictor = ctx.evictor
         victims = []
@@ -479,7 +520,7 @@ class MemoryEvict:
             logger.warning("%s: no evictor; %d victims not evicted", self.name, len(victims))
             return []
         outcomes: list[Outcome] = await evictor.evict(
-            victims, strategy=self.name, reason=REASON_MEMORY, dry_run=ctx.dry_run(self.name)
+            victims, strategy=self.name, reason=reason, dry_run=ctx.dry_run(self.name)
         )
         return outcomes
 
@@ -554,6 +595,12 @@ class MemoryEvict:
         if not settings.enabled:
             return None
         if host.layout.version is CgroupVersion.V2 or self._memcg_refused:
+            caps = ctx.capabilities
+            if caps is not None and "psi_trigger" in caps and not caps.supported("psi_trigger"):
+                # Arm only what the start-up probe found working (on a fake tree the write
+                # lands in a plain file, which epoll then refuses every round).
+                self._psi_watch_note = f"psi_trigger unsupported: {caps['psi_trigger'].reason}"
+                return None
             return ("psi", host.paths.proc("pressure", "memory"), PSI_STALL_US)
         try:
             threshold, _ = used_thresholds(settings.threshold, settings.lower)
@@ -607,13 +654,28 @@ class MemoryEvict:
     def _on_event(self, event: PressureEvent) -> None:
         if event.name != WATCH_NAME:
             return
+        self._spawn_round("event")
+
+    def _on_distress(self) -> None:
+        """The distress trigger turned on: a round now, not at the next tick."""
+        self._spawn_round("distress")
+
+    async def _distress_now(self) -> DistressReading:
+        if self._read_distress is not None:
+            return await self._read_distress()
+        read_now = self.ctx.read_now
+        if read_now is None:
+            raise RuntimeError(f"{NAME}: the distress trigger needs ctx.read_now or distress")
+        return await read_now(MEMORY_DISTRESS)
+
+    def _spawn_round(self, trigger: str) -> None:
         task = asyncio.get_running_loop().create_task(
-            self._event_round(), name="qos/memoryevict-event"
+            self._event_round(trigger), name=f"qos/memoryevict-{trigger}"
         )
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def _event_round(self) -> None:
+    async def _event_round(self, trigger: str = "event") -> None:
         if self._event_waiting:
             return  # an event round is already waiting for the lock: it will see this pressure
         self._event_waiting = True
@@ -622,7 +684,7 @@ class MemoryEvict:
                 async with self._lock:
                     self._event_waiting = False
                     self.event_rounds += 1
-                    outcomes = await self._round("event")
+                    outcomes = await self._round(trigger)
                 if outcomes or not self._near:
                     return
                 # Just under the threshold: the kernel signalled a crossing of a usage that
@@ -639,8 +701,11 @@ class MemoryEvict:
             await asyncio.wait(list(self._tasks), timeout=timeout)
 
     async def close(self, timeout: float = 5.0) -> None:  # noqa: ASYNC109 (see settle)
-        """Disarm the watch, unsubscribe, let event rounds in flight finish (an eviction is not
-        left half done) for up to ``timeout`` seconds, then cancel what remains."""
+        """Stop the distress sampler, disarm the watch, unsubscribe, let event rounds in flight
+        finish (an eviction is not left half done) for up to ``timeout`` seconds, then cancel
+        what remains."""
+        if self.distress is not None:
+            await self.distress.close()
         if self._unsubscribe is not None:
             self._unsubscribe()
             self._unsubscribe = None
@@ -655,8 +720,13 @@ class MemoryEvict:
 
     def describe(self) -> dict[str, Any]:
         """Plain data for ``/debug/qos``."""
+        distress: dict[str, Any] | str = (
+            self.distress.describe() if self.distress is not None else self._distress_note or "off"
+        )
         return {
             "armed": None if self._armed is None else list(self._armed),
+            "watch_unsupported": self._psi_watch_note,
+            "distress": distress,
             "event_rounds": self.event_rounds,
             "last_evict": self._last_evict,
             "cool_time": self.cool_time,
