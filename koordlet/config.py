@@ -175,6 +175,10 @@ class QoSConfig:
     memory_distress_interval: float = 0.1
     """Seconds between two readings of the distress counters while the trigger is on;
     ``--memory-distress-interval``, ours (default 0.1)."""
+    be_eviction_condition_cool_down: float = 300.0
+    """Cluster mode, gate ``BEEvictionCondition``: seconds after the last BE eviction before the
+    Node condition ``koordinator.sh/BEEvictionPressure`` is lifted;
+    ``--be-eviction-condition-cool-down``, ours (default 5 min)."""
     only_evict_by_api: bool = False
     """In cluster mode, evict only through the Eviction API, never by killing the cgroup's
     processes when the API refuses or fails; Koordinator's ``--only-evict-by-api`` (default
@@ -768,6 +772,9 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("qos.memoryDistressInterval", "qos.memory_distress_interval",
             ("--memory-distress-interval",), _positive_duration,
             "seconds between two readings of the distress counters"),
+    Setting("qos.beEvictionConditionCoolDown", "qos.be_eviction_condition_cool_down",
+            ("--be-eviction-condition-cool-down",), _positive_duration,
+            "lift the BE eviction Node condition this long after the last eviction"),
     Setting("qos.onlyEvictByAPI", "qos.only_evict_by_api", ("--only-evict-by-api",), _bool,
             "cluster mode: never kill when the Eviction API fails", "--only-evict-by-api",
             is_bool=True),

@@ -89,6 +89,7 @@ from koordlet.system.psi import has_cap_sys_resource
 from kubeclient.signals import StopSignals
 
 if TYPE_CHECKING:  # cluster mode only: imported when used (kubernetes_asyncio costs ~60 MiB)
+    from koordlet.reporter.evictioncondition import EvictionCondition
     from koordlet.reporter.nodemetric import NodeMetricReporter
     from koordlet.runtimehooks.stage import RuntimeHooks
     from koordlet.statesinformer.kube import KubeStatesSource
@@ -200,6 +201,7 @@ class Daemon:
         self.kube_states: KubeStatesSource | None = None
         self.kubelet_pods: KubeletPodsSource | None = None
         self.reporter: NodeMetricReporter | None = None
+        self.eviction_condition: EvictionCondition | None = None
         self.events: PressureEventSource | None = None
         self.qos: QoSManager | None = None
         self.server: ServerHandle | None = None
@@ -528,9 +530,35 @@ class Daemon:
         self._on_stop("qos", qos.stop)
         self.qos = qos
         qos.start()
+        if self.kube is not None and self.kube_states is not None:
+            self._start_eviction_condition(supervisor, self.evictor, self.kube_states)
         for name, strategy in qos.exporting().items():  # its own koordlet_* families
             self.registry.register(cast(Collector, strategy))
             logger.debug("strategy %s exports its metrics", name)
+
+    def _start_eviction_condition(
+        self, supervisor: Supervisor, evictor: Evictor, states: KubeStatesSource
+    ) -> None:
+        """Cluster mode: the Node condition ``koordinator.sh/BEEvictionPressure`` while evicting
+        BE pods (gate ``BEEvictionCondition``); with the gate off, only a stale one is lifted."""
+        from koordlet.reporter.evictioncondition import FEATURE_GATE, EvictionCondition
+
+        condition = EvictionCondition(
+            self._need(self.kube),
+            self.cfg.node_name,
+            states.node,
+            enabled=self.cfg.feature_gates.enabled(FEATURE_GATE),
+            cool_down=self.cfg.qos.be_eviction_condition_cool_down,
+        )
+        self.eviction_condition = condition
+        evictor.add_listener(condition.on_evictions)
+        supervisor.spawn("be-eviction-condition", condition.run, component="reporter")
+
+    def _describe_qos(self) -> dict[str, Any]:
+        out = self._need(self.qos).describe()
+        if self.eviction_condition is not None:
+            out["be_eviction_condition"] = self.eviction_condition.describe()
+        return out
 
     async def _start_runtimehooks(self) -> None:
         from koordlet.runtimehooks.stage import start_runtime_hooks
@@ -592,7 +620,7 @@ class Daemon:
             config=lambda: config_as_dict(self.cfg),
             tasks=lambda: [t for s in self._supervisors for t in s.describe()],
             audit=self._describe_audit,
-            qos=lambda: self._need(self.qos).describe(),
+            qos=self._describe_qos,
             debug_allow_remote=self.cfg.server.debug_allow_remote,
         )
         ui = UiDeps(

@@ -274,6 +274,8 @@ class NodeInfo:
     """``status.allocatable`` (``capacity`` where allocatable is absent)."""
     unschedulable: bool
     """``spec.unschedulable``."""
+    conditions: dict[str, str] = field(default_factory=dict)
+    """``status.conditions``: type → status (``"True"``, ``"False"``, ``"Unknown"``)."""
     pods: dict[str, PodInfo] = field(default_factory=dict)
     """Assigned pods by uid."""
     requested: ResourceList = field(default_factory=dict)
@@ -413,6 +415,11 @@ def parse_node(obj: Mapping[str, Any], source: str, where: str) -> NodeInfo:
             status.get(alloc_key), source, f"{where}.status.{alloc_key}"
         ),
         unschedulable=bool(spec.get("unschedulable", False)),
+        conditions={
+            str(c["type"]): str(c.get("status", ""))
+            for c in _list(status.get("conditions"), source, where + ".status.conditions")
+            if isinstance(c, Mapping) and "type" in c
+        },
     )
 
 

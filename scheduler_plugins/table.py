@@ -11,6 +11,7 @@ from typing import Any
 
 from scheduler_plugins.framework import Framework, Plugin
 from scheduler_plugins.plugins import (
+    beevictionpressure,
     coscheduling,
     deviceshare,
     elasticquota,
@@ -32,6 +33,7 @@ PLUGINS: dict[str, PluginFactory] = {
     nodenumaresource.NAME: nodenumaresource.build,
     reservation.NAME: reservation.build,
     deviceshare.NAME: deviceshare.build,
+    beevictionpressure.NAME: beevictionpressure.build,
 }
 """Every plugin, in run order."""
 

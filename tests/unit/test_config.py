@@ -94,6 +94,7 @@ SAMPLES: dict[str, tuple[str, Any, Any, Any]] = {
     "qos.memoryDistressWindow": ("1s", 1.0, "500ms", 0.5),
     "qos.memoryDistressSustain": ("0", 0.0, "200ms", 0.2),
     "qos.memoryDistressInterval": ("100ms", 0.1, 0.25, 0.25),
+    "qos.beEvictionConditionCoolDown": ("10m", 600.0, 60, 60.0),
     "qos.onlyEvictByAPI": ("true", True, True, True),
     "qos.evictMaxPerRound": ("3", 3, 10, 10),
     "qos.evictDedupeWindow": ("5m", 300.0, 60, 60.0),
