@@ -58,7 +58,6 @@ from koordlet.collectors.noderesource import MEMORY_DISTRESS
 from koordlet.collectors.runner import CollectorRunner
 from koordlet.config import QoSConfig
 from koordlet.metriccache.store import MetricCache
-from koordlet.qos.framework import StrategyContext
 from koordlet.qos.memoryevict import MemoryEvict
 from koordlet.statesinformer.model import PodInfo, WorkloadSnapshot
 
@@ -179,7 +178,8 @@ class DistressRig:
 
     def go(self) -> None:
         """Let the hog drop its file's cache and start reading."""
-        assert self.hog is not None and self.hog.proc.stdin is not None
+        assert self.hog is not None
+        assert self.hog.proc.stdin is not None
         self.hog.proc.stdin.write(b"go\n")
         self.hog.proc.stdin.flush()
 
@@ -194,14 +194,14 @@ class DistressRig:
         if distress.active:
             raise RuntimeError(f"memory distress already on before the storm: {distress.why()}")
 
-    async def wait_evicted(self, pod: PodInfo, timeout: float = WAIT) -> float:
+    async def wait_evicted(self, pod: PodInfo, within: float = WAIT) -> float:
         """Monotonic seconds when the backend emptied ``pod``'s cgroup."""
         key = f"pod/{pod.uid}"
-        deadline = time.monotonic() + timeout
+        deadline = time.monotonic() + within
         while key not in self.backend.done:
             if time.monotonic() > deadline:
                 raise RuntimeError(
-                    f"the BE pod was not evicted within {timeout:g}s: "
+                    f"the BE pod was not evicted within {within:g}s: "
                     f"{self.strategy.describe()} {self.ctx.book.describe(self.strategy.name)}"
                 )
             await asyncio.sleep(0.005)

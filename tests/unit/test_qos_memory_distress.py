@@ -30,7 +30,7 @@ from koordlet.system.cgroups import CgroupVersion
 from koordlet.system.probe import Capabilities, Capability
 from koordlet.system.procfs import VmStat, parse_vmstat
 from tests.fakehost import FakeHost, golden
-from tests.unit.test_qos_memoryevict import BE_AND_LS, GiB, Gates, make_rig
+from tests.unit.test_qos_memoryevict import BE_AND_LS, Gates, GiB, make_rig
 
 # /proc/vmstat -----------------------------------------------------------------------------------
 
@@ -112,13 +112,15 @@ def test_hysteresis_turns_on_at_on_after_sustain_and_off_only_below_off() -> Non
     assert h.update(8.0, 0.1) is False  # dipped under on: the sustain starts over
     assert h.update(12.0, 0.2) is False
     assert h.update(11.0, 0.4) is True
-    assert h.active and h.since == 0.4
+    assert h.active
+    assert h.since == 0.4
     assert h.update(5.0, 0.5) is False  # between off and on: stays on
     assert h.active
     assert h.update(3.9, 0.6) is False
     assert not h.active
     assert h.update(12.0, 0.7) is False  # needs the sustain again
-    assert h.update(None, 1.0) is False and not h.active  # no reading: off
+    assert h.update(None, 1.0) is False
+    assert not h.active
 
 
 def reading(at: float, full_us: int | None, pgscan: int = 0) -> DistressReading:
@@ -138,7 +140,8 @@ def test_the_monitor_turns_on_for_psi_full_over_the_window_and_says_why() -> Non
     assert not m.observe(reading(1.0, 90_000))  # 6% since 0.5 s: still on (above off)
     assert m.active
     assert not m.observe(reading(1.5, 100_000))  # 2%: off
-    assert not m.active and m.why() == ""
+    assert not m.active
+    assert m.why() == ""
 
 
 def test_the_reclaim_signal_reads_pages_scanned_per_second() -> None:
@@ -176,7 +179,8 @@ async def test_a_failing_read_is_logged_once_and_turns_the_signals_off(
     m.signals[PSI_FULL].active = True
     await m.step()
     await m.step()
-    assert not m.active and m.errors == 2
+    assert not m.active
+    assert m.errors == 2
     assert caplog.text.count("reading the counters failed") == 1
 
 

@@ -48,8 +48,8 @@ from koordlet.qos.memoryevict import (
 from koordlet.statesinformer.model import PodInfo, WorkloadSnapshot
 from koordlet.system.cgroups import CgroupDriver, CgroupLayout, CgroupVersion
 from koordlet.system.host import Host
-from koordlet.system.probe import Capabilities
 from koordlet.system.paths import HostPaths
+from koordlet.system.probe import Capabilities
 from tests.strategyrig import config, in_force
 
 GiB = 1 << 30
