@@ -70,6 +70,7 @@ from koordlet.metriccache.store import MetricCache
 from koordlet.qos.evictor import CgroupKillEvictor, EvictionBackend, Evictor
 from koordlet.qos.framework import QoSBook, StrategyContext, StrategySpec
 from koordlet.qos.manager import QoSManager
+from koordlet.qos.podwarnings import KubeEventSink, PodAnnotationWarnings, PodWarningSink
 from koordlet.qos.table import STRATEGIES
 from koordlet.sdnotify import Notifier, Watchdog
 from koordlet.selfmetrics import NodeSLOSections, Readiness, SelfMetrics
@@ -525,6 +526,7 @@ class Daemon:
             dry_run_all=self.cfg.qos.dry_run,
             dry_run_strategies=self.cfg.qos.dry_run_strategies,
             book=QoSBook(on_stale=self.metrics.stale_inputs),
+            pod_warnings=self._pod_warnings(),
         )
         qos = QoSManager(ctx, self._strategy_table, supervisor)
         self._on_stop("qos", qos.stop)
@@ -535,6 +537,18 @@ class Daemon:
         for name, strategy in qos.exporting().items():  # its own koordlet_* families
             self.registry.register(cast(Collector, strategy))
             logger.debug("strategy %s exports its metrics", name)
+
+    def _pod_warnings(self) -> PodAnnotationWarnings:
+        """Malformed pod annotations: Warning Events on the pod in cluster mode, log lines
+        standalone; registered for ``koordlet_pod_annotation_rejected_total``."""
+        sink: PodWarningSink | None = None
+        if self.kube is not None:
+            kube_sink = KubeEventSink(self.kube, self.cfg.node_name)
+            self._on_stop("qos", lambda _t: kube_sink.close())
+            sink = kube_sink
+        warnings = PodAnnotationWarnings(sink)
+        self.registry.register(warnings)
+        return warnings
 
     def _start_eviction_condition(
         self, supervisor: Supervisor, evictor: Evictor, states: KubeStatesSource

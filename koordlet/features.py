@@ -99,6 +99,10 @@ KOORDLET_FEATURES: Mapping[str, FeatureSpec] = MappingProxyType(
         "BlkIOReconcile": FeatureSpec(False, _A, True, "block I/O QoS (blkio/io cgroup files)"),
         "ColdPageCollector": FeatureSpec(False, _A, True, "collect cold page (kidled) memory"),
         "HugePageReport": FeatureSpec(False, _A, False, "report hugepages per NUMA node"),
+        # Koordinator HEAD's runtime hook gate of the oom_score_adj hot update (PR #3139).
+        "OOMScoreAdj": FeatureSpec(
+            False, _A, True, "set oom_score_adj of pods' processes from their annotations"
+        ),
         # Ours, not Koordinator's (docs/configuration.md marks it so).
         "BEEvictionCondition": FeatureSpec(
             False,

@@ -147,6 +147,7 @@ class QoSManager:
             },
             "disabled": dict(self._disabled),
             "evictor": _describe(ctx.evictor),
+            "pod_annotations": ctx.pod_warnings.describe(),
         }
 
     async def stop(self, timeout: float) -> tuple[str, ...]:  # noqa: ASYNC109 (see LoopSpawner)
