@@ -331,7 +331,7 @@ async def test_per_cache_entries_win_for_their_domain_and_unnamed_resources_stay
     kernel_group(rig.root, group)
     await ResctrlReconcile(rig.ctx).reconcile()  # no resourceQOSStrategy: pod groups only
     assert _schemata(rig.root, group) == {
-        "L3": {0: "3f", 1: "7e0"},  # 11 ways: [0, 6) and [6, 11)
+        "L3": {0: "3f", 1: "7c0"},  # 11 ways: [0, 6) and [6, 11)
         "MB": {0: "100", 1: "100"},
     }
     assert _tasks(rig.root, group) == [200, 201]
