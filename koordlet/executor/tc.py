@@ -69,6 +69,9 @@ class TreePlan:
     link: Link
     classes: tuple[ClassPlan, ...]
     default_minor: int
+    owned_minors: range = range(0)
+    """Minors the koordlet allocates itself (the pods' own classes): a class there that the
+    plan does not hold is deleted."""
 
 
 @dataclass(slots=True)
@@ -108,8 +111,12 @@ class TCWriter:
         *,
         on_change: Callable[[WriteResult], None] | None = None,
         is_dry_run: Callable[[str], bool] | None = None,
+        record_original: object = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
+        """``record_original`` is accepted with the executor's other hooks
+        (:func:`~koordlet.executor.sysctl.executor_hooks`) and not used: the tree carries its
+        own signature, the ``koord_classid`` filter, by which it is found and removed."""
         self.on_change = on_change
         """The audit hook (the cgroup writer's)."""
         self.is_dry_run = is_dry_run or (lambda strategy: False)
@@ -162,6 +169,12 @@ class TCWriter:
                     what = f"class {format_handle(cp.handle)} ({cp.name})"
                     setter = partial(_set_class, index=link.index, cls=want, exists=cur is not None)
                     ops.append((what, old, describe(want), setter))
+            wanted = {cp.handle for cp in plan.classes}
+            for handle, cur in sorted(have.items()):
+                if (handle & 0xFFFF) in plan.owned_minors and handle not in wanted:
+                    what = f"class {format_handle(handle)} (a pod's, no longer wanted)"
+                    deleter = partial(tc.delete_class, index=link.index, handle=handle)
+                    ops.append((what, describe(cur), "none", deleter))
             present = mine and any(
                 f.kind == "bpf" and f.name == BPF_PROG_NAME
                 for f in tc.filters(ipr, link.index, QDISC_HANDLE)
