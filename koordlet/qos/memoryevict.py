@@ -24,6 +24,8 @@ not evicted again, and no extra victim is picked for it (``evicttask.plan``). Af
 evicted (or decided, in dry run), rounds wait ``memory_evict_cool_time`` seconds
 (``--memory-evict-cool-time-seconds``, 4). NodeSLO ``enable: false`` disables every task.
 
+The settings, config checks, arithmetic and BE order are in :mod:`koordlet.qos.memoryrules`.
+
 **Capacity**: in cluster mode the Node's ``status.capacity.memory``, as upstream (no round until
 the Node is known); standalone, with no Node, ``MemTotal`` of ``/proc/meminfo``
 (``node_memory_total``), never the sum of the NUMA nodes (which leaves out memory outside them).
@@ -48,16 +50,12 @@ task evicts at least one BE pod a round even below the usage threshold, with the
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from apis.extension import QoSClass
-from apis.priority import PRIORITY_MID_VALUE_MAX
-from apis.slo_strategies import ResourceThresholdStrategy
 from koordlet.collectors.noderesource import MEMORY_DISTRESS, NODE_MEMORY, DistressReading
 from koordlet.events.watches import PressureEvent
 from koordlet.features import gate_enabled
@@ -87,6 +85,18 @@ from koordlet.qos.evicttask import (
     request_of,
 )
 from koordlet.qos.framework import StrategyContext, StrategyReport
+from koordlet.qos.memoryrules import (
+    MEMORY_RELEASE_BUFFER_PERCENT,
+    MemoryEvictSettings,
+    allocatable_thresholds,
+    order_be,
+    priority_threshold,
+    release_by_used,
+    settings_of,
+    usage_percent,
+    used_release,
+    used_thresholds,
+)
 from koordlet.qos.shared import InvalidThreshold, eviction_policy_allowed, node_resources
 from koordlet.statesinformer.model import PodInfo
 from koordlet.system.cgroups import CgroupVersion
@@ -100,8 +110,6 @@ FEATURE_MEMORY_EVICT = "MemoryEvict"
 """Upstream gate of the priority-based task (runs when this koordlet's gates know and enable it)."""
 FEATURE_ALLOCATABLE_EVICT = "MemoryAllocatableEvict"
 """Upstream gate of the allocatable-based task."""
-MEMORY_RELEASE_BUFFER_PERCENT = 2
-"""``memoryEvictLowerPercent`` when unset: the threshold minus this (upstream's constant)."""
 DEFAULT_INTERVAL = 1.0
 """Seconds between rounds (``--memory-evict-interval-seconds``)."""
 WATCH_NAME = "memoryevict"
@@ -117,136 +125,6 @@ FOLLOW_UP_ROUNDS = 50
 buffer), look again every 20 ms for up to 1 s (then the tick carries on): the memcg threshold
 counts charges a little differently from the node usage the round compares."""
 """Re-arm the memcg threshold when its target moves by more than this fraction of capacity."""
-
-
-# Settings ------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class MemoryEvictSettings:
-    """The ``resourceUsedThresholdWithBE`` fields memory eviction reads, merged over defaults."""
-
-    enabled: bool
-    """``enable``: false disables every task (upstream's ``IsFeatureDisabled``)."""
-    threshold: int | None
-    """``memoryEvictThresholdPercent`` (default 70)."""
-    lower: int | None
-    """``memoryEvictLowerPercent``; None: threshold - 2."""
-    evict_enabled_priority_threshold: int | None
-    """``evictEnabledPriorityThreshold`` (the MemoryEvict task)."""
-    allocatable_threshold: int | None
-    """``memoryAllocatableEvictThresholdPercent``."""
-    allocatable_lower: int | None
-    """``memoryAllocatableEvictLowerPercent``; required by the allocatable task."""
-    allocatable_priority_threshold: int | None
-    """``allocatableEvictPriorityThreshold``."""
-
-
-def settings_of(t: ResourceThresholdStrategy) -> MemoryEvictSettings:
-    """The fields memory eviction reads of ``resourceUsedThresholdWithBE`` in force."""
-    return MemoryEvictSettings(
-        enabled=t.enable,
-        threshold=t.memory_evict_threshold_percent,
-        lower=t.memory_evict_lower_percent,
-        evict_enabled_priority_threshold=t.evict_enabled_priority_threshold,
-        allocatable_threshold=t.memory_allocatable_evict_threshold_percent,
-        allocatable_lower=t.memory_allocatable_evict_lower_percent,
-        allocatable_priority_threshold=t.allocatable_evict_priority_threshold,
-    )
-
-
-def used_thresholds(threshold: int | None, lower: int | None) -> tuple[int, int]:
-    """``(threshold, lower)`` percent, upstream's ``generateConfigCheck``: the threshold is set
-    and not negative; the lower bound defaults to threshold - 2 and must stay below it."""
-    if threshold is None:
-        raise InvalidThreshold("threshold percent is nil")
-    if threshold < 0:
-        raise InvalidThreshold(f"threshold percent({threshold}) should equal or greater than 0")
-    low = threshold - MEMORY_RELEASE_BUFFER_PERCENT if lower is None else lower
-    if low >= threshold:
-        raise InvalidThreshold(
-            f"lower percent({low}) should less than threshold percent({threshold})"
-        )
-    return threshold, low
-
-
-def priority_threshold(s: MemoryEvictSettings) -> int:
-    """``evictEnabledPriorityThreshold``, required by the MemoryEvict task."""
-    if s.evict_enabled_priority_threshold is None:
-        raise InvalidThreshold("EvictEnabledPriorityThreshold not config")
-    return s.evict_enabled_priority_threshold
-
-
-def allocatable_thresholds(s: MemoryEvictSettings) -> tuple[int, int, int]:
-    """``(threshold, lower, priority threshold)`` of the allocatable task, validated as upstream's
-    ``isAllocatableThresholdConfigValid``. A missing ``memoryAllocatableEvictLowerPercent`` is
-    refused: upstream's task dereferences it (a missing one stops upstream's koordlet), so it is
-    no config a cluster can run with."""
-    if s.allocatable_threshold is None:
-        raise InvalidThreshold("MemoryAllocatableEvictThresholdPercent not config")
-    if s.allocatable_threshold < 0:
-        raise InvalidThreshold(
-            f"threshold percent({s.allocatable_threshold}) should greater than 0"
-        )
-    if s.allocatable_lower is None:
-        raise InvalidThreshold("MemoryAllocatableEvictLowerPercent not config")
-    if s.allocatable_lower >= s.allocatable_threshold:
-        raise InvalidThreshold(
-            f"lower percent({s.allocatable_lower}) should less than threshold "
-            f"percent({s.allocatable_threshold})"
-        )
-    if s.allocatable_priority_threshold is None:
-        raise InvalidThreshold("AllocatableEvictPriorityThreshold not config")
-    if s.allocatable_priority_threshold > PRIORITY_MID_VALUE_MAX:
-        raise InvalidThreshold(
-            f"priorityThresholdPercent({s.allocatable_priority_threshold}) should less than "
-            f"{PRIORITY_MID_VALUE_MAX}, koor-prod pods should not be killed"
-        )
-    return s.allocatable_threshold, s.allocatable_lower, s.allocatable_priority_threshold
-
-
-# Arithmetic ----------------------------------------------------------------------------------
-
-
-def usage_percent(used: float, capacity: int) -> int:
-    """Node usage as upstream computes it: ``int64(used) * 100 / capacity``, floored."""
-    return int(used) * 100 // capacity
-
-
-def release_by_used(used: float, capacity: int, threshold: int, lower: int) -> int:
-    """Bytes to release: 0 below the threshold, else ``capacity * (usage% - lower%) // 100``."""
-    if capacity <= 0:
-        return 0
-    pct = usage_percent(used, capacity)
-    if pct < threshold:
-        return 0
-    return capacity * (pct - lower) // 100
-
-
-# Candidates and their order ------------------------------------------------------------------
-
-
-def _compare_be(a: Candidate, b: Candidate) -> int:
-    """Upstream's BE order: lower ``spec.priority`` first when both have one and they differ;
-    then larger usage first when both are known; both unknown: name descending; a known usage
-    before an unknown one."""
-    pa, pb = a.pod.priority, b.pod.priority
-    if pa is not None and pb is not None and pa != pb:
-        return -1 if pa < pb else 1
-    if a.used and b.used:
-        return (a.used < b.used) - (a.used > b.used)
-    if not a.used and not b.used:
-        return (a.pod.name < b.pod.name) - (a.pod.name > b.pod.name)
-    return -1 if a.used else 1
-
-
-def order_be(candidates: Iterable[Candidate]) -> list[Candidate]:
-    """BE pods in Koordinator's memory-eviction order (see :func:`_compare_be`)."""
-    return sorted(candidates, key=functools.cmp_to_key(_compare_be))
-
-
-def _used(c: Candidate) -> ResourceList:
-    return {"memory": c.used}
 
 
 # The strategy --------------------------------------------------------------------------------
@@ -488,7 +366,7 @@ class MemoryEvict:
                 return Candidate(p, usage[p.uid], value, res)
 
             ordered = by_priority(pods, feature, prio_max, make_used, "used")
-        return EvictTask(feature, reason, TARGET_USED, {"memory": need}, ordered, _used)
+        return EvictTask(feature, reason, TARGET_USED, {"memory": need}, ordered, used_release)
 
     def _pod_usage(self, pods: Iterable[PodInfo]) -> dict[str, int]:
         """Fresh ``pod_memory_usage`` by UID (pods without a fresh sample are left out)."""

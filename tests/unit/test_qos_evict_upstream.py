@@ -46,8 +46,8 @@ from koordlet.qos.evicttask import (
 )
 from koordlet.qos.evicttask import Candidate as EvictCandidate
 from koordlet.qos.framework import QoSBook, StrategyContext
-from koordlet.qos.memoryevict import (
-    MemoryEvict,
+from koordlet.qos.memoryevict import MemoryEvict
+from koordlet.qos.memoryrules import (
     MemoryEvictSettings,
     allocatable_thresholds,
     priority_threshold,
