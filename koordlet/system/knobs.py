@@ -534,6 +534,10 @@ MEMORY_OOM_GROUP: Knob[int] = Knob(
     "memory_oom_group", "memory", "memory.oom.group", "memory.oom.group", INT, Range(0, 1),
     "1 makes the OOM killer kill the whole cgroup at once",
     v1_anolis_only=True, requires="cgroup v2 (Linux >= 4.19), or an Anolis kernel on cgroup v1")
+NET_CLS_CLASSID: Knob[int] = Knob(
+    "net_cls_classid", "net_cls", "net_cls.classid", None, INT, Range(0, 0xFFFFFFFF),
+    "tc class id (major << 16 | minor) of the cgroup's sockets, for tc's cgroup filter",
+    requires="the cgroup v1 net_cls controller mounted")
 MEMORY_IDLE_PAGE_STATS: Knob[str] = Knob(
     "memory_idle_page_stats", "memory", "memory.idle_page_stats", "memory.idle_page_stats",
     Codec(RawTextCodec(), RawTextCodec()), AnyText(),
@@ -543,7 +547,7 @@ KNOBS: Mapping[str, Knob[Any]] = MappingProxyType({k.name: k for k in (
     CPU_SHARES, CPU_WEIGHT, CPU_CFS_QUOTA, CPU_CFS_PERIOD, CPU_BURST, CPU_IDLE, CPU_BVT_WARP_NS,
     CPUSET_CPUS, CPUSET_MEMS, MEMORY_LIMIT, MEMORY_MIN, MEMORY_LOW, MEMORY_HIGH,
     MEMORY_WMARK_RATIO, MEMORY_WMARK_SCALE_FACTOR, MEMORY_WMARK_MIN_ADJ, MEMORY_PRIORITY,
-    MEMORY_USE_PRIORITY_OOM, MEMORY_OOM_GROUP, MEMORY_IDLE_PAGE_STATS,
+    MEMORY_USE_PRIORITY_OOM, MEMORY_OOM_GROUP, NET_CLS_CLASSID, MEMORY_IDLE_PAGE_STATS,
 )})
 # fmt: on
 """Every knob by logical name."""
