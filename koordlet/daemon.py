@@ -85,6 +85,8 @@ from kubeclient.signals import StopSignals
 
 if TYPE_CHECKING:  # cluster mode only: imported when used (kubernetes_asyncio costs ~60 MiB)
     from koordlet.reporter.nodemetric import NodeMetricReporter
+    from koordlet.reporter.topology import KubeletTopology
+    from koordlet.runtimehooks.cpuset import CPUSetRule
     from koordlet.runtimehooks.stage import RuntimeHooks
     from koordlet.statesinformer.kube import KubeStatesSource
     from koordlet.statesinformer.kubelet import KubeletPodsSource
@@ -198,6 +200,9 @@ class Daemon:
         self.qos: QoSManager | None = None
         self.server: ServerHandle | None = None
         self.runtime_hooks: RuntimeHooks | None = None
+        self.kubelet_topology: KubeletTopology | None = None
+        """Cluster mode with ``NodeTopologyReport``: the kubelet's reserved CPUs and CPU manager
+        policy, for the share pools of the NRT and of the cpuset hook alike."""
         self._driver_watch: _DriverWatch | None = None
 
     # Start -------------------------------------------------------------------------------------
@@ -455,6 +460,7 @@ class Daemon:
                 scope=kube_cfg.kubelet_topology_scope or None,
             )
             topology = TopologyReporter(kube, cache, states.node, pods, kubelet)
+            self.kubelet_topology = kubelet
             supervisor.spawn("nrt-report", topology.run, component="reporter")
 
     async def _start_qos(self) -> None:
@@ -506,16 +512,36 @@ class Daemon:
 
         hooks = await start_runtime_hooks(
             self.cfg,
-            HookContext(node_slo=self._node_slo, host=lambda: self.host),
+            HookContext(
+                node_slo=self._node_slo,
+                host=lambda: self.host,
+                capabilities=lambda: self.capabilities,
+                cpuset_rule=self._cpuset_rule,
+            ),
             registry=self.registry,
             writer=self._need(self.writer),
             audit=self._need(self.audit),
             supervisor=self._supervisor("runtimehooks"),
             kube=self.kube,
             enabled=self.cfg.feature_gates.enabled,
+            workloads=self._snapshot,
         )
         self.runtime_hooks = hooks
         self._on_stop("runtimehooks", hooks.stop)
+
+    def _cpuset_rule(self) -> CPUSetRule:
+        """The cpuset hook's view of the node: the share pools as the NRT reports them (online
+        CPUs per NUMA node less the kubelet's reserved ones and LSE/LSR pods' CPUs) and the
+        kubelet's CPU manager policy when its config file told it."""
+        from koordlet.collectors.nodeinfo import INFO_KEY
+        from koordlet.runtimehooks.cpuset import CPUSetRule
+        from koordlet.runtimehooks.sharepool import share_pools_of
+
+        info = self.cache.get_info(INFO_KEY) if self.cache is not None else None
+        kubelet = self.kubelet_topology
+        reserved = kubelet.reserved_cpus if kubelet is not None else frozenset[int]()
+        pools = share_pools_of(info, self._snapshot().pods.values(), reserved)
+        return CPUSetRule(pools, kubelet.cpu_manager_policy if kubelet is not None else None)
 
     def _build_evictor(self, audit: AuditLog) -> Evictor:
         """The evictor every strategy evicts through. Its backend empties the victim's cgroup

@@ -306,7 +306,11 @@ class HookDispatcher:
         for warning in outcome.warnings:
             self._warn(pod, warning, point, mode)
 
-    def _warn(self, pod: PodMeta, warning: HookWarning, point: HookPoint, mode: str) -> None:
+    def warn(self, pod: PodMeta, warning: HookWarning, mode: str) -> None:
+        """Record ``warning`` on the pod (an Event, the audit log): the reconciler's way."""
+        self._warn(pod, warning, None, mode)
+
+    def _warn(self, pod: PodMeta, warning: HookWarning, point: HookPoint | None, mode: str) -> None:
         try:
             self._events.warn(pod, warning.reason, warning.message)
         except Exception:  # a broken event sink must not fail the request
@@ -315,7 +319,7 @@ class HookDispatcher:
             AUDIT_PREFIX + warning.hook,
             f"{warning.reason}: {warning.message}",
             path=str(pod),
-            detail={"mode": mode, "stage": point.value, "left": "unchanged"},
+            detail={"mode": mode, "stage": point.value if point else "", "left": "unchanged"},
         )
 
     def _audit_failures(self, pod: PodMeta, point: HookPoint, outcome: Outcome, mode: str) -> None:

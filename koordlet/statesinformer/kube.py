@@ -51,6 +51,7 @@ from apis.extension import (
     KubeQOS,
     QoSClass,
 )
+from apis.manager_keys import EXTENDED_RESOURCES
 from apis.priority import PriorityClass, priority_class_of
 from apis.quantity import int_value, milli_value
 from apis.slo import API_VERSION as NODESLO_API_VERSION
@@ -196,6 +197,26 @@ def _created_at(meta: Obj) -> float | None:
         return None
 
 
+def extended_resources(containers: list[Obj]) -> dict[str, Mapping[str, Mapping[str, str]]]:
+    """Container name -> the batch and mid resources of its ``requests`` and ``limits`` (the
+    quantities as written), for containers that have any (upstream
+    ``util.GetPodExtendedResources``)."""
+    out: dict[str, Mapping[str, Mapping[str, str]]] = {}
+    for c in containers:
+        resources = c.get("resources") or {}
+        kinds = {
+            kind: {
+                name: str(value)
+                for name, value in (resources.get(kind) or {}).items()
+                if name in EXTENDED_RESOURCES
+            }
+            for kind in ("requests", "limits")
+        }
+        if kinds["requests"] or kinds["limits"]:
+            out[str(c.get("name", ""))] = MappingProxyType(kinds)
+    return out
+
+
 def pod_info(pod: Obj, layout: CgroupLayout) -> PodInfo:
     """A Kubernetes pod as the inventory describes it. Raises ``ValueError`` on a pod whose UID
     or resources cannot be read (the caller skips it)."""
@@ -248,6 +269,7 @@ def pod_info(pod: Obj, layout: CgroupLayout) -> PodInfo:
         cpu_limit_milli=_sum(spec_containers, "limits", "cpu", milli_value),
         memory_limit_bytes=_sum(spec_containers, "limits", "memory", int_value),
         created_at=_created_at(meta),
+        extended_resources=MappingProxyType(extended_resources(spec_containers)),
     )
 
 

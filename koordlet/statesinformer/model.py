@@ -68,6 +68,10 @@ class PodInfo:
     """Sum of container memory limits in bytes; None when unknown or unlimited."""
     created_at: float | None = None
     """``metadata.creationTimestamp`` in Unix seconds; None when unknown."""
+    extended_resources: Mapping[str, Mapping[str, Mapping[str, str]]] = field(default_factory=dict)
+    """Container name -> ``{"requests": {...}, "limits": {...}}`` of its batch and mid resources
+    (``kubernetes.io/batch-cpu``...) as the spec writes them, for containers that have any;
+    empty when none or when the source has no spec (the runtime hooks' reconciler)."""
 
 
 @dataclass(frozen=True, slots=True)
