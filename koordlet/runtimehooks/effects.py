@@ -227,9 +227,9 @@ def build_effects(
 ) -> ContainerEffects:
     """The effects for the enabled hooks, each probed once (``resctrl``: the mount;
     ``core_sched``: ``prctl``)."""
-    from koordlet.executor.resctrl import ResctrlWriter  # noqa: PLC0415 (only with the hook)
-    from koordlet.executor.sysctl import executor_hooks  # noqa: PLC0415
-    from koordlet.system.resctrl import is_mounted, resctrl_root  # noqa: PLC0415
+    from koordlet.executor.resctrl import ResctrlWriter
+    from koordlet.executor.sysctl import executor_hooks
+    from koordlet.system.resctrl import is_mounted, resctrl_root
 
     unsupported: dict[str, str] = {}
     writer = None

@@ -35,9 +35,9 @@ from koordlet.runtimehooks.errors import BadPodInput
 from koordlet.runtimehooks.events import EventSink, LogEventSink
 from koordlet.runtimehooks.metrics import HookMetrics
 from koordlet.runtimehooks.model import (
+    KOORDLET_FIELDS,
     NO_CHANGE,
     Change,
-    KOORDLET_FIELDS,
     ContainerRequest,
     HookPoint,
     HookWarning,
@@ -62,8 +62,8 @@ from koordlet.system.knobs import (
 
 if TYPE_CHECKING:
     from koordlet.executor.audit import AuditLog
-    from koordlet.runtimehooks.effects import ContainerEffects
     from koordlet.executor.writer import CgroupWriter, WriteResult
+    from koordlet.runtimehooks.effects import ContainerEffects
 
 logger = logging.getLogger(__name__)
 

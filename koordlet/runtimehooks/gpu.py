@@ -43,7 +43,7 @@ ENV_SM_LIMIT = "CUDA_DEVICE_SM_LIMIT"
 ENV_PRELOAD = "LD_PRELOAD"
 HAMI_CORE_LIBRARY = "/usr/local/vgpu/libvgpu.so"
 """Upstream's default ``HAMICoreLibraryDirectoryPath``."""
-HAMI_LOCK_DIR = "/tmp/vgpulock"  # noqa: S108 (the path HAMi-core uses, on host and container)
+HAMI_LOCK_DIR = "/tmp/vgpulock"
 
 
 def gpu_allocations(annotations: Mapping[str, str]) -> list[Mapping[str, object]]:

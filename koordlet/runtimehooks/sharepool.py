@@ -7,7 +7,7 @@ reserved CPUs and less the cpusets of LSE and LSR pods (``[{"socket": 0, "node":
 (``hooks/cpuset/rule.go``: ``parseRule``). Here :func:`share_pools_of` computes the same pools
 from the node-info collector's value and the pods on the node, as the topology reporter computes
 the annotation (``koordlet.reporter.topology.build_nrt``), so that standalone nodes, which have no
-NodeResourceTopology, get them too; :func:`parse_share_pools` reads the annotation's JSON.
+NodeResourceTopology, get them too.
 
 **Allocation.** The scheduler writes a pod's CPUs into ``scheduling.koordinator.sh/
 resource-status``: ``{"cpuset": "0-3"}`` for LSE and LSR pods, ``{"numaNodeResources": [{"node":
@@ -55,28 +55,6 @@ class ResourceStatus:
     """``cpuset``: the pod's own CPUs (LSE, LSR); empty when none."""
     numa_nodes: tuple[int, ...]
     """``numaNodeResources[].node``: the NUMA nodes an LS pod is bound to; empty when none."""
-
-
-def parse_share_pools(text: str) -> tuple[CPUSharedPool, ...]:
-    """The pools of a ``cpu-shared-pools`` annotation; ``ValueError`` naming what is wrong."""
-    doc = json.loads(text)
-    if not isinstance(doc, list):
-        raise ValueError("cpu-shared-pools must be a JSON list")
-    pools = []
-    for i, item in enumerate(doc):
-        if not isinstance(item, Mapping):
-            raise ValueError(f"cpu-shared-pools[{i}] must be an object")
-        try:
-            pools.append(
-                CPUSharedPool(
-                    int(item.get("socket", 0)),
-                    int(item.get("node", 0)),
-                    parse_cpulist(str(item.get("cpuset", ""))),
-                )
-            )
-        except (TypeError, ValueError) as err:
-            raise ValueError(f"cpu-shared-pools[{i}]: {err}") from err
-    return tuple(pools)
 
 
 def share_pools_of(
