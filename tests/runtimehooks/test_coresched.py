@@ -16,6 +16,7 @@ from apis.extension import (
     LABEL_POD_QOS,
     KubeQOS,
 )
+from apis.slo_strategies import ResourceQOSStrategy
 from koordlet.errors import HostError
 from koordlet.runtimehooks import cookies
 from koordlet.runtimehooks.coresched import target
