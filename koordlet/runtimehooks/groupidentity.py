@@ -13,10 +13,11 @@ kubepods root 0 (upstream: "until the kernel supports it").
 
 **cpu.idle** (mainline Linux >= 5.15, where ``cpu.bvt_warp_ns`` is absent, or with ``cpuPolicy:
 coreSched``): a pod is SCHED_IDLE (``cpu.idle = 1``) when its class's CPU QoS is on and asks for
-it: ``schedIdle: 1`` (upstream's CoreSched rule), or for BE the best-effort identity
-``groupIdentity: -1``; otherwise 0. Only pods: the QoS-class root cgroups are never made idle,
-because the kernel refuses ``cpu.shares`` on an idle group and the kubelet writes the QoS
-cgroups' shares (koordinator#2732).
+it with ``schedIdle: 1`` (upstream's CoreSched rule, ``IsPodQOSCPUIdle``); otherwise 0. Only
+pods: the QoS-class root cgroups are never made idle here, because the kernel refuses
+``cpu.shares`` on an idle group and the kubelet writes the QoS cgroups' shares (koordinator#2732;
+the besteffort cgroup's ``cpu.idle`` for the best-effort identity -1 stays the cgroup reconcile
+strategy's). An idle pod has no weight, so its ``cpu.shares`` (BatchResource's) is not written.
 
 Neither file: nothing is changed, and ``/debug/capabilities`` names the knobs' reasons. The pod
 value is written at ``PreRunPodSandbox`` (the framework writes the pod cgroup) and by the
@@ -82,9 +83,7 @@ def pod_idle(strategy: ResourceQOSStrategy, qos: str, kube_qos: KubeQOS) -> int:
     if cls is None:
         return 0  # SYSTEM, or a label value Koordinator does not define
     cfg = by_class[QoSClass(cls)]
-    if not cfg.enable:
-        return 0
-    return int(cfg.sched_idle == 1 or (cls == QoSClass.BE and cfg.group_identity == -1))
+    return int(cfg.enable and cfg.sched_idle == 1)
 
 
 def mechanism(policy: CPUQOSPolicy, supported: Callable[[str], bool]) -> str | None:

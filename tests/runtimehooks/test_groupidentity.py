@@ -93,6 +93,7 @@ def test_without_group_identity_the_pod_gets_cpu_idle_by_its_class() -> None:
     raw = {
         **classes((True, 2), (True, 2), (True, -1)),
         "lsClass": {"cpuQOS": {"enable": True, "groupIdentity": 2, "schedIdle": 1}},
+        "beClass": {"cpuQOS": {"enable": True, "groupIdentity": -1, "schedIdle": 1}},
     }
     h = hook(raw, MECH_IDLE)  # a mainline kernel: cpu.idle, no cpu.bvt_warp_ns
 
@@ -103,7 +104,7 @@ def test_without_group_identity_the_pod_gets_cpu_idle_by_its_class() -> None:
         assert change is None or change.resources.cpu_bvt_warp_ns is None
         return None if change is None else change.resources.cpu_idle
 
-    assert idle("BE", KubeQOS.BESTEFFORT) == 1  # the best-effort identity -1
+    assert idle("BE", KubeQOS.BESTEFFORT) == 1  # schedIdle 1
     assert idle("", KubeQOS.BESTEFFORT) == 1
     assert idle("LS", KubeQOS.BURSTABLE) == 1  # schedIdle 1
     assert idle("LSR", KubeQOS.GUARANTEED) == 0
@@ -121,7 +122,8 @@ def test_without_group_identity_the_pod_gets_cpu_idle_by_its_class() -> None:
 def test_with_neither_knob_nothing_is_changed_and_core_sched_policy_never_writes_bvt() -> None:
     raw = classes((True, 2), (True, 2), (True, -1))
     assert bvt_of(hook(raw), "LS", KubeQOS.BURSTABLE) is None
-    core = hook({**raw, "policies": {"cpuPolicy": "coreSched"}}, MECH_BVT, MECH_IDLE)
+    be_idle = {"beClass": {"cpuQOS": {"enable": True, "schedIdle": 1}}}
+    core = hook({**raw, **be_idle, "policies": {"cpuPolicy": "coreSched"}}, MECH_BVT, MECH_IDLE)
     change = core.pod(PodRequest(HookPoint.PRE_RUN_POD_SANDBOX, POD, {LABEL_POD_QOS: "BE"}, {},
                                  PARENTS[KubeQOS.BESTEFFORT]))  # fmt: skip
     assert change is not None
