@@ -130,11 +130,11 @@ async def test_a_be_pod_started_before_the_koordlet_gets_its_batch_cgroups_from_
         await daemon.stop()
 
 
-def tree_write(tree: Tree, controller: str, rel: str, name: str, value: str) -> None:
-    with open(tree.host.layout.file(controller, rel, name), "w") as f:
+def tree_write(made: Tree, controller: str, rel: str, name: str, value: str) -> None:
+    with open(made.host.layout.file(controller, rel, name), "w") as f:
         f.write(value)
 
 
-def tree_read(tree: Tree, controller: str, rel: str, name: str) -> str:
-    with open(tree.host.layout.file(controller, rel, name)) as f:
+def tree_read(made: Tree, controller: str, rel: str, name: str) -> str:
+    with open(made.host.layout.file(controller, rel, name)) as f:
         return f.read().strip()
