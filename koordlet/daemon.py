@@ -203,6 +203,7 @@ class Daemon:
         self.kubelet_topology: KubeletTopology | None = None
         """Cluster mode with ``NodeTopologyReport``: the kubelet's reserved CPUs and CPU manager
         policy, for the share pools of the NRT and of the cpuset hook alike."""
+        self._cpuset_rule_cache: tuple[tuple[object, ...], CPUSetRule] | None = None
         self._driver_watch: _DriverWatch | None = None
 
     # Start -------------------------------------------------------------------------------------
@@ -539,9 +540,16 @@ class Daemon:
 
         info = self.cache.get_info(INFO_KEY) if self.cache is not None else None
         kubelet = self.kubelet_topology
+        snapshot = self._snapshot()
+        key = (snapshot, info, kubelet)
+        cached = self._cpuset_rule_cache
+        if cached is not None and all(a is b for a, b in zip(cached[0], key, strict=True)):
+            return cached[1]  # the same pods and node: a reconcile round asks once per container
         reserved = kubelet.reserved_cpus if kubelet is not None else frozenset[int]()
-        pools = share_pools_of(info, self._snapshot().pods.values(), reserved)
-        return CPUSetRule(pools, kubelet.cpu_manager_policy if kubelet is not None else None)
+        pools = share_pools_of(info, snapshot.pods.values(), reserved)
+        rule = CPUSetRule(pools, kubelet.cpu_manager_policy if kubelet is not None else None)
+        self._cpuset_rule_cache = (key, rule)
+        return rule
 
     def _build_evictor(self, audit: AuditLog) -> Evictor:
         """The evictor every strategy evicts through. Its backend empties the victim's cgroup

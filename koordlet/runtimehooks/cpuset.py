@@ -75,6 +75,10 @@ class CPUSetAllocator:
                 resources=Resources(cpuset_cpus=format_cpulist(status.cpus), cfs_quota=UNLIMITED),
                 reason=f"resource-status cpuset {format_cpulist(status.cpus)}; quota unset",
             )
+        qos = req.pod_labels.get(LABEL_POD_QOS, "")
+        unclassed = qos == "" and kube_qos_of(req.pod_cgroup_parent) is not KubeQOS.BESTEFFORT
+        if not (status.numa_nodes or qos == QoSClass.LS or unclassed):
+            return None
         rule = self._rule()
         pools = rule.share_pools
         if pools is None:
@@ -82,11 +86,9 @@ class CPUSetAllocator:
         if status.numa_nodes:
             cpus = _union(p.cpus for p in pools if p.node in status.numa_nodes)
             return _pool_change(cpus, f"share pools of NUMA nodes {list(status.numa_nodes)}")
-        qos = req.pod_labels.get(LABEL_POD_QOS, "")
         if qos == QoSClass.LS:
             return _pool_change(_union(p.cpus for p in pools), "LS: every share pool")
-        besteffort = kube_qos_of(req.pod_cgroup_parent) is KubeQOS.BESTEFFORT
-        if qos == "" and not besteffort and rule.kubelet_policy == POLICY_NONE:
+        if rule.kubelet_policy == POLICY_NONE:
             return _pool_change(
                 _union(p.cpus for p in pools), "no QoS class, kubelet policy none: share pools"
             )
