@@ -18,6 +18,13 @@ rules, the same for every mode (docs/runtimehooks.md):
   ``--dry-run``; container-level changes are applied by the runtime, and each changed value is
   audited here as a ``decision`` (``dry_run`` when the change was withheld);
 - with ``dry_run`` the outcome's ``change`` is empty: the request goes on as it came.
+- a container's change keeps only what a runtime applies at creation: the koordlet-written
+  resources (``cpu.bvt_warp_ns``, ``cpu.idle``, ``net_cls.classid``) are left to the pod's cgroup
+  and the reconciler; at ``PostStartContainer`` a resctrl group or core scheduling target goes to
+  the :class:`~koordlet.runtimehooks.effects.ContainerEffects`.
+
+The reconciler (:mod:`koordlet.runtimehooks.reconciler`) runs the same hooks through
+:meth:`HookDispatcher.compute` with the hooks of a cgroup level (:attr:`HookDispatcher.by_level`).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The request/response model every hook mode shares (docs/runtimehooks.md).
 
-A mode (the hook server that koord-runtime-proxy calls, the NRI plugin, later the reconciler)
+A mode (the hook server that koord-runtime-proxy calls, the NRI plugin, the reconciler)
 turns what it received into a :class:`PodRequest` or :class:`ContainerRequest`, the framework
 runs the enabled hooks of that :class:`HookPoint` and merges their :class:`Change` objects into
 one, and the mode turns the merged change back into its own response. Hooks never see a protocol

@@ -4,13 +4,15 @@ Nothing registers itself: the daemon passes :data:`HOOKS` to the dispatcher, tes
 own table. A row holds everything about a hook: its name (upstream's plugin name, the ``hook``
 label of ``koordlet_runtime_hook_invoked_duration_milliseconds``), its gate (upstream
 ``pkg/koordlet/runtimehooks/config.go``: ``defaultRuntimeHooksFG``; the gates themselves are
-declared with the koordlet's in :mod:`koordlet.features`), the points it runs at, and the
-factory that builds it from the :class:`HookContext`.
+declared with the koordlet's in :mod:`koordlet.features`), the points it runs at, the factory
+that builds it from the :class:`HookContext`, and the cgroup levels the reconciler applies it to
+(:class:`Level`; upstream's ``RegisterCgroupReconciler`` calls).
 
 A hook implements :class:`Hook`: ``pod()`` for the pod-level points of its row, ``container()``
-for the container-level ones; each returns a :class:`~koordlet.runtimehooks.model.Change` or
-None, raises :class:`~koordlet.runtimehooks.errors.BadPodInput` for malformed pod data, and never
-does I/O (the framework writes, audits and records events).
+for the container-level ones (and ``kube_qos()`` for a row with ``Level.KUBE_QOS``); each returns
+a :class:`~koordlet.runtimehooks.model.Change` or None, raises
+:class:`~koordlet.runtimehooks.errors.BadPodInput` for malformed pod data, and never does I/O (the
+framework writes, audits and records events).
 """
 
 from __future__ import annotations
