@@ -1,23 +1,33 @@
-"""Network QoS by tc: the HTB class ids of the QoS classes, which both sides must agree on.
+"""Network QoS: the HTB class ids, the net_cls class id of each QoS class, and the bandwidth units.
 
-The koordlet's network QoS strategy builds an HTB tree on the node's NIC and the runtime hooks
-put each pod's cgroup into the class of its QoS class (``net_cls.classid``, which tc's cgroup
-filter matches). Both take the ids from here. The scheme is Koordinator's
-(``pkg/koordlet/runtimehooks/hooks/tc/tc_linux.go``: ``MAJOR_ID``, ``*_CLASS_MINOR_ID``,
-``*_CLASS_PRIO``; ``netqos_tc.go``: ``GetPodNetQoSClassByName``):
+Koordinator's ``tc`` network QoS (``pkg/koordlet/runtimehooks/hooks/tc``, ``tc_linux.go`` and
+``netqos_tc.go``; ``apis/extension/netqos.go``) shapes a node's egress with one HTB tree on the
+node's interface and puts each pod's sockets in a class through the pod cgroup's
+``net_cls.classid``::
 
-==========  =========  ========  ====================================
-handle      minor      prio      holds
-==========  =========  ========  ====================================
-``1:0``     0          -         the HTB qdisc (default class ``1:2``)
-``1:1``     1          -         the root class
-``1:2``     2          1         SYSTEM pods, and traffic of no pod
-``1:3``     3          2         LSE, LSR and LS pods
-``1:4``     4          3         BE pods
-==========  =========  ========  ====================================
+    qdisc htb 1:  default 2
+    └── class 1:1  root    rate = ceil = total
+        ├── class 1:2  SYSTEM  prio 1  rate = total - LS request - BE request  ceil = total
+        ├── class 1:3  LS      prio 2  rate = LS egressRequest   ceil = LS egressLimit
+        └── class 1:4  BE      prio 3  rate = BE egressRequest   ceil = BE egressLimit
 
-A class id is ``major << 16 | minor`` (``TC_H_MAKE``); ``net_cls.classid`` holds it as a decimal
-number (``1:3`` is 65539), tc prints it as ``1:3`` and Koordinator's hex form is ``0x10003``.
+A class id is ``major << 16 | minor`` (``1:4`` is ``0x10004`` = 65540); the same number is what
+``net_cls.classid`` holds (the kernel shows it in decimal), so the classifier maps a socket's
+cgroup straight to its class. Unclassified traffic (no ``net_cls.classid``) falls into the
+default class, SYSTEM. The runtime hook that sets ``net_cls.classid`` at container creation and
+the netqos strategy that keeps it on running pods both take the value from :func:`class_id_of`.
+
+Which class a pod belongs to is decided by its ``koordinator.sh/qosClass`` label only, as
+upstream's ``GetNetQoSClassByAttrs``: SYSTEM → SYSTEM; LSE, LSR, LS → LS; BE → BE; a pod without
+the label is left alone (its traffic goes to the default class).
+
+Bandwidths are bits per second. ``networkQOS`` requests and limits are an int (percent of the
+node's total, 0..100) or a quantity string (``"50M"``: 50 Mbit/s); upstream's tc plugin turns the
+quantity's value into an HTB rate in bits (``NewHtbClass`` divides it by 8 for the kernel's
+bytes), whatever the CRD's description says about bytes. The node's total is, in order: the Node
+annotation ``node.koordinator.sh/network-bandwidth`` (a quantity in bit/s, upstream's
+``AnnotationNodeBandwidth``), the NodeSLO's ``systemStrategy.totalNetworkBandwidth`` when not 0,
+else the interface's link speed (``/sys/class/net/<if>/speed``, Mbit/s).
 """
 
 from __future__ import annotations
@@ -25,38 +35,43 @@ from __future__ import annotations
 from collections.abc import Mapping
 from enum import StrEnum
 from types import MappingProxyType
-from typing import TYPE_CHECKING
 
-from apis.extension import QoSClass
-from apis.slo_qos import NetQOSPolicy
+from apis.extension import LABEL_POD_QOS, NODE_DOMAIN_PREFIX, QoSClass
+from apis.quantity import parse_quantity
 
-if TYPE_CHECKING:
-    from apis.slo_strategies import ResourceQOSStrategy
+ANNOTATION_NODE_NETWORK_BANDWIDTH = NODE_DOMAIN_PREFIX + "network-bandwidth"
+"""Node annotation: the node's total network bandwidth, a quantity in bit/s (``1000M``);
+upstream's ``AnnotationNodeBandwidth`` (``apis/extension/node_qos.go``). It wins over the
+NodeSLO's ``totalNetworkBandwidth``."""
 
-MAJOR_ID = 1
-"""The HTB qdisc's major number."""
-QDISC_MINOR_ID = 0
-ROOT_CLASS_MINOR_ID = 1
-SYSTEM_CLASS_MINOR_ID = 2
-LS_CLASS_MINOR_ID = 3
-BE_CLASS_MINOR_ID = 4
-
-SYSTEM_CLASS_PRIO = 1
-LS_CLASS_PRIO = 2
-BE_CLASS_PRIO = 3
-"""HTB priorities (lower is served first)."""
+HTB_MAJOR = 1
+"""Major number of the koordlet's HTB qdisc and of every class in it (``MAJOR_ID``)."""
+QDISC_HANDLE = HTB_MAJOR << 16
+"""The HTB root qdisc, ``1:`` (``0x10000``)."""
+ROOT_CLASS_MINOR = 1
+"""``1:1``: the class every QoS class borrows from; rate = ceil = the node's total."""
 
 
 class NetQoSClass(StrEnum):
-    """Koordinator's network QoS classes (upstream ``NetQoSClass``; the ipset names)."""
+    """The three classes of the HTB tree (upstream's ``NetQoSClass`` names)."""
 
     SYSTEM = "system_class"
     LS = "ls_class"
     BE = "be_class"
-    NONE = ""
 
 
-NET_CLASS_OF_QOS: Mapping[QoSClass, NetQoSClass] = MappingProxyType(
+CLASS_MINOR: Mapping[NetQoSClass, int] = MappingProxyType(
+    {NetQoSClass.SYSTEM: 2, NetQoSClass.LS: 3, NetQoSClass.BE: 4}
+)
+"""Minor number of each class (``SYSTEM_CLASS_MINOR_ID``, ``LS_...``, ``BE_...``)."""
+CLASS_PRIO: Mapping[NetQoSClass, int] = MappingProxyType(
+    {NetQoSClass.SYSTEM: 1, NetQoSClass.LS: 2, NetQoSClass.BE: 3}
+)
+"""HTB priority of each class: a lower one is offered spare bandwidth first (``*_CLASS_PRIO``)."""
+DEFAULT_CLASS = NetQoSClass.SYSTEM
+"""Where unclassified traffic goes (the qdisc's ``default``)."""
+
+NET_QOS_OF_CLASS: Mapping[QoSClass, NetQoSClass] = MappingProxyType(
     {
         QoSClass.SYSTEM: NetQoSClass.SYSTEM,
         QoSClass.LSE: NetQoSClass.LS,
@@ -65,41 +80,75 @@ NET_CLASS_OF_QOS: Mapping[QoSClass, NetQoSClass] = MappingProxyType(
         QoSClass.BE: NetQoSClass.BE,
     }
 )
-"""A pod's network class by its ``koordinator.sh/qosClass`` label; a pod without the label has
-none (upstream ``GetNetQoSClassByAttrs``) and is left to the qdisc's default class."""
-
-MINOR_OF_NET_CLASS: Mapping[NetQoSClass, int] = MappingProxyType(
-    {
-        NetQoSClass.SYSTEM: SYSTEM_CLASS_MINOR_ID,
-        NetQoSClass.LS: LS_CLASS_MINOR_ID,
-        NetQoSClass.BE: BE_CLASS_MINOR_ID,
-    }
-)
-"""The HTB class of each network class."""
+"""Koordinator QoS class → network class (``GetPodNetQoSClassByName``)."""
 
 
-def handle(major: int, minor: int) -> int:
-    """``TC_H_MAKE(major << 16, minor)``: the 32-bit class id."""
-    if not (0 <= major <= 0xFFFF and 0 <= minor <= 0xFFFF):
-        raise ValueError(f"tc handle {major}:{minor} outside 16 bits each")
-    return major << 16 | minor
+def class_handle(minor: int) -> int:
+    """The tc handle ``1:<minor>`` as a number (``major << 16 | minor``)."""
+    if not 0 <= minor <= 0xFFFF:
+        raise ValueError(f"class minor {minor} outside 0..65535")
+    return QDISC_HANDLE | minor
 
 
-def hex_class_id(major: int, minor: int) -> str:
-    """Koordinator's hex spelling of a class id (``convertToHexClassId``: ``0x10003``)."""
-    return f"0x{handle(major, minor):x}"
+def class_id_of(net_class: NetQoSClass) -> int:
+    """The class id of ``net_class``: its HTB handle and the ``net_cls.classid`` its pods get
+    (``1:4`` → 65540)."""
+    return class_handle(CLASS_MINOR[net_class])
 
 
-def class_id_of(qos: QoSClass) -> int | None:
-    """The ``net_cls.classid`` of a pod of class ``qos``; None for a pod without a class."""
-    net = NET_CLASS_OF_QOS.get(qos)
-    return None if net is None else handle(MAJOR_ID, MINOR_OF_NET_CLASS[net])
+def format_handle(handle: int) -> str:
+    """``0x10004`` → ``"1:4"``, as tc prints a class id (hex minor)."""
+    return f"{handle >> 16:x}:{handle & 0xFFFF:x}"
 
 
-def tc_enabled(strategy: ResourceQOSStrategy) -> bool:
-    """Whether network QoS by tc is on: ``policies.netQOSPolicy`` is ``tc`` and a class (LS or
-    BE, the two the HTB tree limits) has ``networkQOS.enable`` (upstream ``loadConfigFromNodeSlo``
-    reads those two classes only)."""
-    if strategy.policies.net_qos_policy is not NetQOSPolicy.TC:
-        return False
-    return strategy.ls_class.network_qos.enable or strategy.be_class.network_qos.enable
+def net_qos_class(qos: QoSClass) -> NetQoSClass | None:
+    """The network class of a Koordinator QoS class; None for ``QoSClass.NONE``."""
+    return NET_QOS_OF_CLASS.get(qos)
+
+
+def pod_net_qos_class(labels: Mapping[str, str]) -> NetQoSClass | None:
+    """The network class of a pod from its labels: ``koordinator.sh/qosClass`` only; None when
+    absent or not a class (upstream's ``GetNetQoSClassByAttrs``)."""
+    value = labels.get(LABEL_POD_QOS)
+    if value is None:
+        return None
+    try:
+        return net_qos_class(QoSClass(value))
+    except ValueError:
+        return None
+
+
+def bandwidth_bps(value: int | str, total_bps: int, *, field: str = "") -> int:
+    """A ``networkQOS`` request or limit in bit/s: an int is a percent of ``total_bps``
+    (0..100), a string a quantity in bit/s. ``ValueError`` naming ``field`` otherwise."""
+    where = f"{field}: " if field else ""
+    if isinstance(value, bool):
+        raise ValueError(f"{where}{value!r} is not a percent or a quantity")  # noqa: TRY004
+    if isinstance(value, int):
+        if not 0 <= value <= 100:
+            raise ValueError(f"{where}percent {value} outside 0..100")
+        return total_bps * value // 100
+    try:
+        bps = parse_quantity(value).int_value
+    except ValueError as err:
+        raise ValueError(f"{where}{value!r} is not a quantity such as '50M': {err}") from err
+    if bps < 0:
+        raise ValueError(f"{where}{value!r} is negative")
+    return bps
+
+
+def node_bandwidth_bps(annotations: Mapping[str, str]) -> int | None:
+    """The node's ``node.koordinator.sh/network-bandwidth`` in bit/s; None when absent.
+    ``ValueError`` naming the annotation when it is not a positive quantity."""
+    text = annotations.get(ANNOTATION_NODE_NETWORK_BANDWIDTH)
+    if text is None:
+        return None
+    try:
+        bps = parse_quantity(text).int_value
+    except ValueError as err:
+        raise ValueError(
+            f"annotation {ANNOTATION_NODE_NETWORK_BANDWIDTH}={text!r} is not a quantity: {err}"
+        ) from err
+    if bps <= 0:
+        raise ValueError(f"annotation {ANNOTATION_NODE_NETWORK_BANDWIDTH}={text!r} is not > 0")
+    return bps

@@ -1,7 +1,7 @@
 """The ``koordlet`` command: parse the configuration, set up logging, run the daemon on uvloop.
 
 ``koordlet [FLAGS]`` runs the daemon; ``koordlet COMMAND ...`` runs one of :data:`COMMANDS`
-instead (``host-app``), and ``koordlet --help`` lists them after the flags.
+instead (``host-app``, ``status``), and ``koordlet --help`` lists them after the flags.
 
 Exit codes: 0 after a clean stop (Ctrl-C included), 2 for a bad flag, config file or NodeSLO
 file (with ``koordlet: <file or flag>: <field>: <reason>`` on stderr), otherwise what
@@ -44,6 +44,10 @@ COMMANDS: Mapping[str, Command] = {
     "host-app": Command(
         "koordlet.hostapp",
         "start a host application in its reserved cgroup (run), or list the declared ones",
+    ),
+    "status": Command(
+        "koordlet.status",
+        "summarize the running koordlet: mode, usage, BE allowance, strategies, capabilities",
     ),
 }
 """Every subcommand, by the name it is called with."""

@@ -53,7 +53,9 @@ from prometheus_client.registry import Collector
 
 from apis.slo_inforce import NodeSLOInForce
 from koordlet import __version__
+from koordlet.collectors import gpu as gpu_collector
 from koordlet.collectors.framework import CollectorContext, CollectorSpec, OnDemand
+from koordlet.collectors.nodeinfo import INFO_KEY as NODE_INFO_KEY
 from koordlet.collectors.runner import CollectorRunner, TickReport
 from koordlet.collectors.table import COLLECTORS, build_collectors, export_max_ages
 from koordlet.config import KoordletConfig, config_as_dict
@@ -71,6 +73,7 @@ from koordlet.sdnotify import Notifier, Watchdog
 from koordlet.selfmetrics import NodeSLOSections, Readiness, SelfMetrics
 from koordlet.server.app import ServerDeps, ServerHandle, build_app, start_server
 from koordlet.server.exporter import KoordletExporter
+from koordlet.server.summary import UiDeps, thresholds_of
 from koordlet.statesinformer.hostapps import NodeSLOFileSource
 from koordlet.statesinformer.inventory import InventoryChange, WorkloadInventory
 from koordlet.statesinformer.kubepods import KubepodsSource
@@ -435,7 +438,8 @@ class Daemon:
 
     async def _start_reporters(self, supervisor: Supervisor, states: KubeStatesSource) -> None:
         """Cluster mode: the peak predictor and the NodeMetric status (``--enable-node-metric-
-        report``), and the NodeResourceTopology (gate ``NodeTopologyReport``)."""
+        report``), the NodeResourceTopology (gate ``NodeTopologyReport``) and the Device (gate
+        ``Accelerators``)."""
         from koordlet.reporter.nodemetric import NodeMetricReporter
         from koordlet.reporter.predictor import PeakPredictor, PredictorConfig
         from koordlet.reporter.topology import KubeletTopology, TopologyReporter
@@ -463,6 +467,11 @@ class Daemon:
             topology = TopologyReporter(kube, cache, states.node, pods, kubelet)
             self.kubelet_topology = kubelet
             supervisor.spawn("nrt-report", topology.run, component="reporter")
+        if self.cfg.feature_gates.enabled(gpu_collector.FEATURE_GATE):
+            from koordlet.reporter.device import DeviceReporter
+
+            devices = DeviceReporter(kube, cache, states.node)
+            supervisor.spawn("device-report", devices.run, component="reporter")
 
     async def _start_qos(self) -> None:
         names = {spec.name for spec in self._strategy_table}
@@ -532,21 +541,33 @@ class Daemon:
 
     def _cpuset_rule(self) -> CPUSetRule:
         """The cpuset hook's view of the node: the share pools as the NRT reports them (online
-        CPUs per NUMA node less the kubelet's reserved ones and LSE/LSR pods' CPUs) and the
-        kubelet's CPU manager policy when its config file told it."""
+        CPUs per NUMA node less the kubelet's reserved ones, the Node's reservation and SYSTEM
+        QoS CPUs, and LSE/LSR pods' CPUs) and the kubelet's CPU manager policy when its config
+        file told it."""
         from koordlet.collectors.nodeinfo import INFO_KEY
         from koordlet.runtimehooks.cpuset import CPUSetRule
         from koordlet.runtimehooks.sharepool import share_pools_of
+        from koordlet.statesinformer.nodetopo import (
+            cpus_of_node_info,
+            node_annotations,
+            reserved_cpus,
+            system_qos_exclusive_cpus,
+        )
 
         info = self.cache.get_info(INFO_KEY) if self.cache is not None else None
         kubelet = self.kubelet_topology
         snapshot = self._snapshot()
-        key = (snapshot, info, kubelet)
+        node = self._kube_node()
+        key = (snapshot, info, kubelet, node)
         cached = self._cpuset_rule_cache
         if cached is not None and all(a is b for a, b in zip(cached[0], key, strict=True)):
             return cached[1]  # the same pods and node: a reconcile round asks once per container
-        reserved = kubelet.reserved_cpus if kubelet is not None else frozenset[int]()
-        pools = share_pools_of(info, snapshot.pods.values(), reserved)
+        reserved = set(kubelet.reserved_cpus if kubelet is not None else ())
+        if node is not None:
+            annotations = node_annotations(node)
+            reserved |= reserved_cpus(annotations, cpus_of_node_info(info))
+            reserved |= system_qos_exclusive_cpus(annotations)
+        pools = share_pools_of(info, snapshot.pods.values(), frozenset(reserved))
         rule = CPUSetRule(pools, kubelet.cpu_manager_policy if kubelet is not None else None)
         self._cpuset_rule_cache = (key, rule)
         return rule
@@ -597,9 +618,15 @@ class Daemon:
             qos=lambda: self._need(self.qos).describe(),
             debug_allow_remote=self.cfg.server.debug_allow_remote,
         )
+        ui = UiDeps(
+            config=self.cfg,
+            thresholds=thresholds_of(self._node_slo),
+            node_info=lambda: cache.get_info(NODE_INFO_KEY),
+            points=cache.points,
+        )
         server = self.cfg.server
         handle = await start_server(
-            build_app(deps), server.host, server.port, shutdown_timeout=SERVER_SHUTDOWN_TIMEOUT
+            build_app(deps, ui), server.host, server.port, shutdown_timeout=SERVER_SHUTDOWN_TIMEOUT
         )
         self.server = handle
         self._on_stop("server", lambda t: handle.stop())

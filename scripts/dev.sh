@@ -60,7 +60,8 @@ setup() {
 test_tools() {
   # The packaging tests build an .rpm (rpmbuild) and verify the units (systemd-analyze); the
   # runtime hook tests run a real containerd (its CRI plugin, runc) on images built from a static
-  # busybox (tests/runtimehooks/containerd.py).
+  # busybox (tests/runtimehooks/containerd.py); the /debug/ui test renders the page in a headless
+  # Chromium (Debian's chromium).
   local need=()
   command -v rpmbuild >/dev/null || need+=(rpm)
   command -v systemd-analyze >/dev/null || need+=(systemd)
@@ -68,8 +69,10 @@ test_tools() {
   command -v containerd >/dev/null || need+=(containerd)
   command -v runc >/dev/null || need+=(runc)
   dpkg -s busybox-static >/dev/null 2>&1 || need+=(busybox-static)
+  command -v chromium >/dev/null || need+=(chromium)
+  command -v gcc >/dev/null || need+=(gcc libc6-dev)  # the GPU tests build a fake NVML library
   [ ${#need[@]} -eq 0 ] || apt_install "${need[@]}" ||
-    log "without ${need[*]}: the .rpm is not built and those packaging tests skip with the reason"
+    log "without ${need[*]}: the tests that need them skip with the reason"
 }
 
 cmd=${1:-}

@@ -9,10 +9,10 @@ through a hook; nor does a value the kubelet or anyone else wrote back later. Ev
    .KUBE_QOS` (``GroupIdentity``'s bvt) for the guaranteed (kubepods root), burstable and
    besteffort cgroups;
 2. **pods**: for each pod of the inventory, the rows with ``Level.POD`` (``GroupIdentity``,
-   ``CPUSetAllocator``, ``BatchResource``, ``TCNetworkQoS``) compute a pod request as at
+   ``CPUSetAllocator``, ``BatchResource``) compute a pod request as at
    ``PreRunPodSandbox`` and the result goes into the pod's cgroup;
 3. **containers**: for each of its running containers, the rows with ``Level.CONTAINER``
-   (``CPUSetAllocator``, ``BatchResource``, ``TCNetworkQoS``, ``CoreSched``) as at
+   (``CPUSetAllocator``, ``BatchResource``, ``CoreSched``) as at
    ``PreCreateContainer``, into the container's cgroup; a core scheduling target goes to the
    cookie manager (:mod:`koordlet.runtimehooks.effects`).
 

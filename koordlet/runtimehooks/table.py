@@ -167,7 +167,6 @@ HOOKS: Mapping[str, HookSpec] = MappingProxyType(
             description="set the pod's net_cls class id for network QoS by tc",
             points=frozenset({HookPoint.PRE_RUN_POD_SANDBOX}),
             factory=lambda ctx: tc.TCNetworkQoS(ctx.node_slo, ctx.supported),
-            reconcile=_POD_AND_CONTAINERS,
         ),
         "Resctrl": HookSpec(
             name="Resctrl",

@@ -361,4 +361,5 @@ def test_version_and_help_print_and_exit_0(script: bool) -> None:
     assert "--feature-gates" in help_.stdout
     commands = help_.stdout.split("commands (koordlet COMMAND --help", 1)[1]
     assert re.search(r"^  host-app  start a host application", commands, re.MULTILINE)
-    assert "koordlet {host-app} ..." in help_.stdout  # the usage line names it too
+    assert re.search(r"^  status    summarize the running koordlet", commands, re.MULTILINE)
+    assert "koordlet {host-app,status} ..." in help_.stdout  # the usage line names them too
