@@ -267,9 +267,7 @@ def remove_tree_step(step: Step, dry: bool, on_change: Any) -> Outcome:
     if not tree.changes:
         return Outcome(step, skipped="no koordlet tree left")
     old, new = "htb 1:", "the kernel's default"
-    return Outcome(
-        step, WriteResult(step.path, old, new, not dry, "tc_htb", STRATEGY, reason, dry)
-    )
+    return Outcome(step, WriteResult(step.path, old, new, not dry, "tc_htb", STRATEGY, reason, dry))
 
 
 def apply(
