@@ -6,19 +6,36 @@ a Node written by our manager reads the same to the Go scheduler and koordlet.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from types import MappingProxyType
+
+from apis.quantity import Format, format_quantity
+
 NODE_DOMAIN_PREFIX = "node.koordinator.sh"
 
 # Extended resources on Node.status (capacity and allocatable) -------------------------------
 BATCH_CPU = "kubernetes.io/batch-cpu"
-"""Batch CPU in milli-cores, written as a plain integer (``"12000"`` is 12 cores)."""
+"""Batch CPU in milli-cores, as an integer count (``"12k"`` is 12 cores)."""
 BATCH_MEMORY = "kubernetes.io/batch-memory"
 """Batch memory in bytes."""
 MID_CPU = "kubernetes.io/mid-cpu"
-"""Mid-tier CPU in milli-cores, written as a plain integer."""
+"""Mid-tier CPU in milli-cores, as an integer count."""
 MID_MEMORY = "kubernetes.io/mid-memory"
 """Mid-tier memory in bytes."""
 EXTENDED_RESOURCES = (BATCH_CPU, BATCH_MEMORY, MID_CPU, MID_MEMORY)
 """The four resources the node resource controller owns, in the order explain prints them."""
+EXTENDED_RESOURCE_FORMATS: Mapping[str, Format] = MappingProxyType(
+    {
+        BATCH_CPU: Format.DECIMAL_SI,
+        BATCH_MEMORY: Format.BINARY_SI,
+        MID_CPU: Format.DECIMAL_SI,
+        MID_MEMORY: Format.BINARY_SI,
+    }
+)
+"""How each is written: upstream's batch and mid plugins build ``resource.NewQuantity(milli,
+DecimalSI)`` for the CPUs and ``NewQuantity(bytes, BinarySI)`` for the memories
+(``pkg/slo-controller/noderesource/plugins/batchresource``, ``midresource``), so the Node carries
+``String()`` of those (``"12k"``, ``"1500"``, ``"16Gi"``), which :func:`format_extended` gives."""
 
 # Node metadata the calculation reads ----------------------------------------------------------
 ANNOTATION_NODE_RESERVATION = NODE_DOMAIN_PREFIX + "/reservation"
@@ -54,3 +71,9 @@ SLO_CONFIG_NAMESPACE = "koordinator-system"
 """Default namespace of the slo-controller-config ConfigMap (``--config-namespace``)."""
 SLO_CONFIG_NAME = "slo-controller-config"
 """Default name of the ConfigMap (``--slo-config-name``)."""
+
+
+def format_extended(name: str, value: int) -> str:
+    """``value`` of extended resource ``name`` as Kubernetes prints it (its ``String()`` in the
+    format of :data:`EXTENDED_RESOURCE_FORMATS`)."""
+    return format_quantity(value, EXTENDED_RESOURCE_FORMATS[name])

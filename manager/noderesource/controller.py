@@ -32,6 +32,7 @@ from apis.manager_keys import (
     ANNOTATION_CPU_NORMALIZATION_RATIO,
     ANNOTATION_NODE_RESOURCE_AMPLIFICATION_RATIO,
     EXTENDED_RESOURCES,
+    format_extended,
 )
 from apis.slo import SchemaError
 from kubeclient.backoff import Backoff
@@ -338,6 +339,6 @@ def _status_with(current: Obj, result: NodeResourceResult) -> Obj:
             if value is None:
                 lst.pop(name, None)
             else:
-                lst[name] = str(value)
+                lst[name] = format_extended(name, value)
         status[field] = lst
     return status
