@@ -196,6 +196,18 @@ async def test_a_bad_configmap_keeps_the_last_good_one_and_posts_an_event(
     assert post.body["type"] == "Warning"
     assert post.body["involvedObject"]["name"] == "slo-controller-config"
     assert "cpuReclaimThresholdPercent" in post.body["message"]
+    # the one event writer (kubeclient.events.core_event): client-go's recorder's shape
+    stamp = NOW.strftime("%Y-%m-%dT%H:%M:%SZ")
+    assert post.body["metadata"] == {
+        "name": f"slo-controller-config.{int(NOW.timestamp() * 1e9):x}",
+        "namespace": "koordinator-system",
+    }
+    assert post.body["involvedObject"]["kind"] == "ConfigMap"
+    assert post.body["involvedObject"]["namespace"] == "koordinator-system"
+    assert post.body["source"] == {"component": "koord-manager"}
+    assert (post.body["firstTimestamp"], post.body["lastTimestamp"]) == (stamp, stamp)
+    assert post.body["count"] == 1
+    assert post.path == "/api/v1/namespaces/koordinator-system/events"
     assert ctrl.writes == 1
 
 
