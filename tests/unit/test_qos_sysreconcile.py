@@ -207,6 +207,19 @@ async def test_a_round_sets_min_free_kbytes_from_node_memory(rig: SimpleNamespac
     assert "vm.min_free_kbytes=167772" in report.decision
 
 
+async def test_the_default_nodeslo_writes_no_kernel_setting(rig: SimpleNamespace) -> None:
+    """Upstream's DefaultSystemStrategy (at the version of our CRDs) leaves every knob unset: a
+    node whose NodeSLO has no systemStrategy keeps its kernel values."""
+    rig.box["slo"] = in_force()
+    strategy = SystemConfigStrategy(rig.ctx)
+    await strategy.reconcile()
+    assert (_read(rig.files["min"]), _read(rig.files["wsf"])) == (67584, 10)
+    assert rig.audit == []
+    report = rig.book.last_report("sysreconcile")
+    assert report is not None
+    assert report.decision == "nothing to do: no setting asked"
+
+
 async def test_unsetting_a_field_restores_the_host_value(rig: SimpleNamespace) -> None:
     strategy = SystemConfigStrategy(rig.ctx)
     rig.box["slo"] = in_force(
