@@ -26,7 +26,7 @@ from apis.manager_keys import SLO_CONFIG_NAME, SLO_CONFIG_NAMESPACE
 from kubeclient.client import KubeClient, Obj
 from kubeclient.errors import ApiError
 from kubeclient.events import core_event
-from kubeclient.informer import Informer
+from kubeclient.informer import Informer, name_of
 from kubeclient.resources import CONFIGMAPS, EVENTS, NODES
 from manager.workqueue import WorkQueue
 
@@ -34,11 +34,6 @@ EVENT_COMPONENT = "koord-manager"
 """The ``source.component`` of the manager's Events."""
 REASON_INVALID_CONFIG = "InvalidConfig"
 """The reason of the Warning Event on a refused ``slo-controller-config``."""
-
-
-def name_of(obj: Obj) -> str:
-    """``metadata.name`` of ``obj`` ("" when absent)."""
-    return str((obj.get("metadata") or {}).get("name") or "")
 
 
 class Options(TypedDict, total=False):

@@ -13,6 +13,7 @@ import pytest
 from apis.configuration import CPUNormalizationConfig, CPUNormalizationStrategy, ModelRatio
 from apis.crdschema import validate
 from apis.extension import KubeQOS, QoSClass
+from apis.nodetopo import parse_cpu_basic_info
 from koordlet.collectors.nodeinfo import INFO_KEY, node_info_dict
 from koordlet.metriccache import MetricCache
 from koordlet.reporter.topology import (
@@ -27,7 +28,7 @@ from koordlet.reporter.topology import (
 from koordlet.statesinformer.model import PodInfo
 from koordlet.system.topology import CpuInfo, NodeCpuTopology
 from kubeclient.client import KubeClient, Obj
-from manager.cpunormalization import normalization_ratio, parse_cpu_basic_info
+from manager.cpunormalization import normalization_ratio
 from tests.kubefake import FakeApiServer
 
 GiB = 2**30
