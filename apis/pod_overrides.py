@@ -50,6 +50,9 @@ OOM_SCORE_ADJ_MIN, OOM_SCORE_ADJ_MAX = -1000, 1000
 """The kernel's range of ``/proc/<pid>/oom_score_adj``."""
 GROUP_IDENTITY_MIN, GROUP_IDENTITY_MAX = -1, 2
 """Anolis' group identity values (``cpu.bvt_warp_ns``)."""
+INVALID_ANNOTATION_REASON = "InvalidPodAnnotation"
+"""The reason of the koordlet's Warning Event on a pod whose override it cannot apply (ours:
+upstream only logs); the QoS strategies and the runtime hooks record the same."""
 
 __all__ = [
     "ANNOTATION_OOM_SCORE_ADJ",
@@ -57,6 +60,7 @@ __all__ = [
     "ANNOTATION_POD_CPU_QOS",
     "ANNOTATION_POD_NETWORK_QOS",
     "ANNOTATION_POD_RESCTRL",
+    "INVALID_ANNOTATION_REASON",
     "AnnotationError",
     "PodCPUQoS",
     "PodNetworkQoS",

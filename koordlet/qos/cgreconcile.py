@@ -37,12 +37,14 @@ the kernel has them):
 - ``cpu.shares`` where neither exists: BE cgroups get the minimum shares (2) while BE CPU QoS is
   on, and are left to the kubelet when it is off.
 
-An LS pod's ``koordinator.sh/cpuQOS`` annotation (``{"enable": true, "groupIdentity": -1}``)
-overrides its class's CPU QoS, as upstream's ``groupidentity`` hook does for LS pods only: with
-``enable`` its ``groupIdentity`` (else the class's), without it 0; on ``cpu.idle`` kernels the pod
-is made idle for the best-effort identity (-1) or ``schedIdle: 1``, and not idle otherwise. A
-malformed value keeps the class's and is reported once (``ctx.pod_warnings``); the shares
-fallback has no per-pod identity (reported in the round's detail).
+While the gate ``GroupIdentity`` is off (with it on, pods' CPU QoS is the runtime hook's, which
+applies the same rule), an LS pod's ``koordinator.sh/cpuQOS`` annotation (``{"enable": true,
+"groupIdentity": -1}``) overrides its class's CPU QoS, as upstream's ``groupidentity`` hook does
+for LS pods only: with ``enable`` its ``groupIdentity`` (else the class's), without it 0; on
+``cpu.idle`` kernels the pod is made idle for the best-effort identity (-1) or ``schedIdle: 1``,
+and not idle otherwise. A malformed value keeps the class's and is reported once
+(``ctx.pod_warnings``); the shares fallback has no per-pod identity (reported in the round's
+detail).
 
 **Cpusets** (``cpuset.cpus``) for LSR and LSE pods and their containers from the CPUs of their
 ``scheduling.koordinator.sh/resource-status`` annotation; for LS pods, and LS/LSR/LSE host

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from prometheus_client.core import CounterMetricFamily
 
+from apis.pod_overrides import INVALID_ANNOTATION_REASON
 from kubeclient.errors import ApiError
 from kubeclient.resources import EVENTS
 
@@ -36,7 +37,7 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-EVENT_REASON = "InvalidPodAnnotation"
+EVENT_REASON = INVALID_ANNOTATION_REASON
 """The Warning Event's ``reason``."""
 COMPONENT = "koordlet"
 """The Event's ``source.component``."""

@@ -589,3 +589,20 @@ async def test_with_the_hook_gates_on_pods_group_identity_and_cpusets_are_left_t
     skipped = _report(rig).detail["skipped"]
     assert "GroupIdentity" in skipped["pod_cpu_qos"]
     assert "CPUSetAllocator" in skipped["pod_cpusets"]
+
+
+async def test_with_group_identity_on_the_cpu_qos_annotation_is_the_hooks_not_ours(
+    rig: SimpleNamespace,
+) -> None:
+    """One writer per knob: with the GroupIdentity gate on (its default) the runtime hook applies
+    koordinator.sh/cpuQOS and reports a bad one; this strategy neither writes the pod's identity
+    nor warns about its annotation."""
+    fake: FakeHost = rig.fake
+    add_anolis_files(fake, ["", *_rels(rig)])
+    rig.box["raw"] = {**ALL_ON, "lsClass": {"cpuQOS": {"enable": True}}}
+    for value in ('{"enable":true,"groupIdentity":-1}', "not json"):
+        run = _annotated(rig, rig.ls, value)
+        await CgroupReconcile(replace(run.ctx, config=config())).reconcile()
+        assert fake.read("cpu", rig.ls.cgroup_dir, "cpu.bvt_warp_ns").strip() == "0"
+        assert run.sink.warnings == []
+        assert run.ctx.pod_warnings.describe() == []
