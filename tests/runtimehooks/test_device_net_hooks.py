@@ -152,6 +152,23 @@ def test_a_started_container_goes_to_its_classes_group_while_its_resctrl_qos_is_
     assert group({}, "/kubepods/besteffort/p") == "BE"  # BestEffort: BE's group
     assert group({LABEL_POD_QOS: "LS"}, "/kubepods/burstable/p") is None  # LS's is off
     assert group({LABEL_POD_QOS: "SYSTEM"}, "/kubepods/p") is None
-    assert group({LABEL_POD_QOS: "BE"}, "/kubepods/p", {ANNOTATION_POD_RESCTRL: "{}"}) is None
     # no resourceQOSStrategy in the NodeSLO: nothing (the strategy does nothing either)
     assert Resctrl(lambda: in_force()).container(creq({LABEL_POD_QOS: "BE"}, {})) is None
+
+
+def test_a_pod_with_its_own_resctrl_group_has_its_new_containers_go_there() -> None:
+    """node.koordinator.sh/resctrl: upstream's SetContainerResctrlResources gives the container
+    the closid koordlet-<uid>, whatever its class and whether the NodeSLO has a
+    resourceQOSStrategy (the pod-level groups are the strategy's with or without one)."""
+    own = {ANNOTATION_POD_RESCTRL: '{"llc": {"schemata": {"range": [0, 30]}}}'}
+    for slo in (in_force(), in_force(resourceQOSStrategy={"lsClass": {"resctrlQOS": {}}})):
+        for labels in ({LABEL_POD_QOS: "LS"}, {LABEL_POD_QOS: "SYSTEM"}, {}):
+            change = Resctrl(lambda slo=slo: slo).container(creq(labels, own))
+            assert change is not None
+            assert change.resctrl_group == f"koordlet-{POD.uid}"
+    # a value that does not parse: the class's group (the strategy reports the value once)
+    slo = in_force(resourceQOSStrategy={"beClass": {"resctrlQOS": {"enable": True}}})
+    bad = {ANNOTATION_POD_RESCTRL: '{"llc": {"schemata": {"range": [30, 0]}}}'}
+    change = Resctrl(lambda: slo).container(creq({LABEL_POD_QOS: "BE"}, bad))
+    assert change is not None
+    assert change.resctrl_group == "BE"
