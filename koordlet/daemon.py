@@ -214,6 +214,7 @@ class Daemon:
         """Cluster mode with ``NodeTopologyReport``: the kubelet's reserved CPUs and CPU manager
         policy, for the share pools of the NRT and of the cpuset hook alike."""
         self._cpuset_rule_cache: tuple[tuple[object, ...], CPUSetRule] | None = None
+        self._net_class_ids_cache: tuple[object, Mapping[str, int]] | None = None
         self._driver_watch: _DriverWatch | None = None
 
     # Start -------------------------------------------------------------------------------------
@@ -593,6 +594,7 @@ class Daemon:
                 host=lambda: self.host,
                 capabilities=lambda: self.capabilities,
                 cpuset_rule=self._cpuset_rule,
+                pod_net_class_ids=self._pod_net_class_ids,
             ),
             registry=self.registry,
             writer=self._need(self.writer),
@@ -604,6 +606,19 @@ class Daemon:
         )
         self.runtime_hooks = hooks
         self._on_stop("runtimehooks", hooks.stop)
+
+    def _pod_net_class_ids(self) -> Mapping[str, int]:
+        """The TCNetworkQoS hook's view of the pods' own HTB classes: the network QoS strategy's
+        rule over the current inventory, computed once per snapshot."""
+        from koordlet.qos.netqos import own_class_ids
+
+        snapshot = self._snapshot()
+        cached = self._net_class_ids_cache
+        if cached is not None and cached[0] is snapshot:
+            return cached[1]
+        ids = own_class_ids(snapshot.pods.values())
+        self._net_class_ids_cache = (snapshot, ids)
+        return ids
 
     def _cpuset_rule(self) -> CPUSetRule:
         """The cpuset hook's view of the node: the share pools as the NRT reports them (online

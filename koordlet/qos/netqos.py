@@ -41,7 +41,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -69,6 +69,8 @@ from koordlet.errors import CgroupGoneError, HostError, InvalidValueError, Unsup
 from koordlet.executor.sysctl import call_on_writer, executor_hooks
 from koordlet.executor.tc import ClassPlan, TCWriter, TreePlan, TreeResult
 from koordlet.qos.framework import StrategyContext, StrategyReport
+from koordlet.qos.podwarnings import PodAnnotationWarnings
+from koordlet.statesinformer.model import PodInfo
 from koordlet.system.knobs import NET_CLS_CLASSID
 from koordlet.system.tc import link_speed_bps
 
@@ -212,6 +214,49 @@ def pod_classes(
     return plans, ids, notes
 
 
+def pod_limits(
+    pods: Iterable[PodInfo],
+    warnings: PodAnnotationWarnings | None = None,
+    *,
+    note: Callable[[str], None] = lambda _message: None,
+) -> list[PodLimit]:
+    """The classified pods with a valid ``koordinator.sh/networkQOS`` egress limit, the pods that
+    get an HTB class of their own; a malformed value is told to ``warnings`` (once a pod and
+    value) and the pod stays in its QoS class; an ingress-only value is told to ``note``."""
+    out = []
+    for pod in pods:
+        text = pod.annotations.get(ANNOTATION_POD_NETWORK_QOS)
+        net_class = net_qos_class(pod.qos)
+        if text is None or net_class is None:
+            if warnings is not None:
+                warnings.valid(pod, ANNOTATION_POD_NETWORK_QOS)
+            continue
+        try:
+            value = parse_pod_network_qos(text)
+        except AnnotationError as err:
+            if warnings is not None:
+                warnings.report(NAME, pod, err.annotation, err.why)
+            continue
+        if warnings is not None:
+            warnings.valid(pod, ANNOTATION_POD_NETWORK_QOS)
+        if value.egress_limit_bps or value.ingress_limit_bps:
+            name = f"{pod.namespace}/{pod.name}"
+            egress = value.egress_limit_bps
+            if not egress:  # ingress only: nothing HTB can do, but say so
+                note(f"pod {name}: {ANNOTATION_POD_NETWORK_QOS} ingressLimit only")
+                continue
+            out.append(PodLimit(pod.uid, name, net_class, egress, value.ingress_limit_bps))
+    return out
+
+
+def own_class_ids(pods: Iterable[PodInfo]) -> dict[str, int]:
+    """The class id (``net_cls.classid``) of each pod's own class, by UID, as
+    :func:`pod_classes` allots them: what the ``TCNetworkQoS`` runtime hook gives such a pod's
+    cgroup at its creation."""
+    minors = pod_class_minors(p.uid for p in pod_limits(pods))
+    return {uid: class_handle(minor) for uid, minor in minors.items()}
+
+
 def _ingress_set(cfg: NetworkQOSConfig) -> bool:
     return cfg.ingress_request not in (0, "0") or cfg.ingress_limit not in (100, 0, "0")
 
@@ -328,30 +373,10 @@ class NetQoS:
         return out
 
     def _pod_limits(self) -> list[PodLimit]:
-        """The classified pods with a valid ``koordinator.sh/networkQOS`` egress limit; a
-        malformed value is reported once and the pod stays in its QoS class."""
-        warnings = self._ctx.pod_warnings
-        out = []
-        for pod in self._ctx.workloads().pods.values():
-            text = pod.annotations.get(ANNOTATION_POD_NETWORK_QOS)
-            net_class = net_qos_class(pod.qos)
-            if text is None or net_class is None:
-                warnings.valid(pod, ANNOTATION_POD_NETWORK_QOS)
-                continue
-            try:
-                value = parse_pod_network_qos(text)
-            except AnnotationError as err:
-                warnings.report(NAME, pod, err.annotation, err.why)
-                continue
-            warnings.valid(pod, ANNOTATION_POD_NETWORK_QOS)
-            if value.egress_limit_bps or value.ingress_limit_bps:
-                name = f"{pod.namespace}/{pod.name}"
-                egress = value.egress_limit_bps
-                if not egress:  # ingress only: nothing HTB can do, but say so
-                    self._log_once(f"pod {name}: {ANNOTATION_POD_NETWORK_QOS} ingressLimit only")
-                    continue
-                out.append(PodLimit(pod.uid, name, net_class, egress, value.ingress_limit_bps))
-        return out
+        """The pods that get a class of their own; a malformed value is reported once."""
+        return pod_limits(
+            self._ctx.workloads().pods.values(), self._ctx.pod_warnings, note=self._log_once
+        )
 
     async def _classify_pods(self, own: Mapping[str, int]) -> dict[str, str]:
         """``net_cls.classid`` of every classified pod and its containers: its own class when it

@@ -80,6 +80,9 @@ class HookContext:
     unsupported for the hooks that choose a mechanism by it)."""
     cpuset_rule: Callable[[], cpuset.CPUSetRule] = cpuset.CPUSetRule
     """The node's CPU share pools and the kubelet's CPU manager policy, when known."""
+    pod_net_class_ids: Callable[[], Mapping[str, int]] = dict
+    """The class ids of the pods' own HTB classes (``koordinator.sh/networkQOS``), by UID, as
+    the network QoS strategy allots them to the inventory's pods; empty when none."""
 
     def supported(self, knob: str) -> bool:
         """Whether the probe found ``knob`` usable."""
@@ -166,7 +169,7 @@ HOOKS: Mapping[str, HookSpec] = MappingProxyType(
             gate="TCNetworkQoS",
             description="set the pod's net_cls class id for network QoS by tc",
             points=frozenset({HookPoint.PRE_RUN_POD_SANDBOX}),
-            factory=lambda ctx: tc.TCNetworkQoS(ctx.node_slo, ctx.supported),
+            factory=lambda ctx: tc.TCNetworkQoS(ctx.node_slo, ctx.supported, ctx.pod_net_class_ids),
         ),
         "Resctrl": HookSpec(
             name="Resctrl",

@@ -8,14 +8,17 @@ from typing import Any
 
 import pytest
 
-from apis.extension import ANNOTATION_POD_RESCTRL, LABEL_POD_QOS
-from apis.netqos import NetQoSClass, class_id_of
+from apis.extension import ANNOTATION_POD_RESCTRL, LABEL_POD_QOS, KubeQOS, QoSClass
+from apis.netqos import POD_CLASS_MINORS, NetQoSClass, class_id_of
+from apis.pod_overrides import ANNOTATION_POD_NETWORK_QOS
 from apis.scheduling_keys import ANNOTATION_DEVICE_ALLOCATED, LABEL_GPU_ISOLATION_PROVIDER
+from koordlet.qos.netqos import own_class_ids, pod_classes, pod_limits, tree_classes
 from koordlet.runtimehooks.errors import BadPodInput
 from koordlet.runtimehooks.gpu import GPUEnvInject
 from koordlet.runtimehooks.model import ContainerRequest, HookPoint, Mount, PodMeta, PodRequest
 from koordlet.runtimehooks.resctrl import Resctrl
 from koordlet.runtimehooks.tc import TCNetworkQoS
+from koordlet.statesinformer.model import PodInfo
 from tests.strategyrig import in_force
 
 POD = PodMeta("p", "default", "11111111-2222-3333-4444-555555555555")
@@ -129,6 +132,39 @@ def test_a_new_pod_gets_its_classes_net_cls_classid_while_tc_network_qos_is_on(
     assert (None if change is None else change.resources.net_cls_classid) == want
     # its containers inherit it from the pod's cgroup; running ones are the strategy's
     assert hook.container(creq(labels, {})) is None
+
+
+def test_a_pod_with_its_own_htb_class_gets_that_classes_id_at_creation() -> None:
+    """koordinator.sh/networkQOS: the id the network QoS strategy allots the pod (its rule over
+    the inventory, through HookContext.pod_net_class_ids), written once; a pod the inventory
+    does not list yet gets its QoS class's, which the strategy's next round moves."""
+    pods = [
+        PodInfo(uid, name, "ns", QoSClass.BE, KubeQOS.BESTEFFORT, f"kubepods/pod{uid}",
+                labels={LABEL_POD_QOS: "BE"},
+                annotations={ANNOTATION_POD_NETWORK_QOS: '{"egressLimit": "20M"}'})
+        for uid, name in ((POD.uid, POD.name), ("99999999-2222-3333-4444-555555555555", "q"))
+    ]  # fmt: skip
+    ids = own_class_ids(pods)
+    # the strategy's own allotment, for the same pods
+    slo = in_force(resourceQOSStrategy=TC_ON)
+    classes, _notes = tree_classes(slo.resource_qos_strategy, 1_000_000_000)
+    _plans, strategy_ids, _notes = pod_classes(pod_limits(pods), classes)
+    assert ids == strategy_ids
+    assert all((i & 0xFFFF) in POD_CLASS_MINORS for i in ids.values())
+    hook = TCNetworkQoS(lambda: slo, lambda knob: True, lambda: ids)
+    req = PodRequest(HookPoint.PRE_RUN_POD_SANDBOX, POD, {LABEL_POD_QOS: "BE"}, {}, "/kubepods/p")
+    change = hook.pod(req)
+    assert change is not None
+    assert change.resources.net_cls_classid == ids[POD.uid] != class_id_of(NetQoSClass.BE)
+    # not in the inventory yet: its QoS class
+    change = TCNetworkQoS(lambda: slo, lambda knob: True, dict).pod(req)
+    assert change is not None
+    assert change.resources.net_cls_classid == class_id_of(NetQoSClass.BE)
+    # network QoS off, or no class label: nothing, own class or not
+    off = in_force()
+    assert TCNetworkQoS(lambda: off, lambda knob: True, lambda: ids).pod(req) is None
+    bare = PodRequest(HookPoint.PRE_RUN_POD_SANDBOX, POD, {}, {}, "/kubepods/p")
+    assert hook.pod(bare) is None
 
 
 # resctrl ---------------------------------------------------------------------------------------
