@@ -304,7 +304,7 @@ class HookDispatcher:
                 strategy,
                 outcome.proposed.reason,
                 path=where,
-                knob=_KNOBS[attr].name,
+                knob=_KNOBS[attr].name if attr in _KNOBS else attr,  # oom_score_adj: no knob
                 old=_text(before.get(attr)),
                 new=_text(value),
                 dry_run=outcome.dry_run,

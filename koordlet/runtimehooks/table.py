@@ -31,6 +31,7 @@ from koordlet.runtimehooks import (
     cpuset,
     gpu,
     groupidentity,
+    oomscoreadj,
     resctrl,
     tc,
 )
@@ -178,9 +179,16 @@ HOOKS: Mapping[str, HookSpec] = MappingProxyType(
             points=frozenset({HookPoint.POST_START_CONTAINER}),
             factory=lambda ctx: resctrl.Resctrl(ctx.node_slo),
         ),
+        "OOMScoreAdj": HookSpec(
+            name="OOMScoreAdj",
+            gate="OOMScoreAdj",
+            description="start a new container with the oom_score_adj of its pod's annotations",
+            points=frozenset({HookPoint.PRE_CREATE_CONTAINER}),
+            factory=lambda _ctx: oomscoreadj.OOMScoreAdj(),
+        ),
     }
 )
 """Every runtime hook this koordlet implements, in call order (upstream's registration order:
 ``GroupIdentity``, ``CPUSetAllocator``, ``GPUEnvInject``, ``BatchResource``; then the
-``CoreSched``, ``TCNetworkQoS`` and ``Resctrl`` plugins). ``BatchResource`` after
+``CoreSched``, ``TCNetworkQoS``, ``Resctrl`` and ``OOMScoreAdj`` plugins). ``BatchResource`` after
 ``CPUSetAllocator``: a BE pod's quota is the batch one."""
