@@ -56,6 +56,7 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any
 
 from apis.extension import QoSClass
+from apis.priority import pod_priority_class_raw
 from koordlet.collectors.noderesource import MEMORY_DISTRESS, NODE_MEMORY, DistressReading
 from koordlet.events.watches import PressureEvent
 from koordlet.features import gate_enabled
@@ -78,7 +79,6 @@ from koordlet.qos.evicttask import (
     allocatable_release,
     by_priority,
     plan,
-    priority_class_raw,
     priority_value_with_default,
     qos_raw,
     released_classes,
@@ -326,7 +326,7 @@ class MemoryEvict:
             classes = released_classes(release)
 
             def by_request(c: Candidate) -> ResourceList:
-                if priority_class_raw(c.pod) not in classes:
+                if pod_priority_class_raw(c.pod.labels, c.pod.priority) not in classes:
                     return {}
                 return {c.request_name: c.request}
 
