@@ -58,7 +58,7 @@ from scheduler_plugins.extender import Extender, make_app
 from scheduler_plugins.framework import num_feasible_nodes_to_find
 from scheduler_plugins.snapshot import PodInfo, build_snapshot, parse_pod
 from scheduler_plugins.standalone import EventRecorder, Scheduler, tune_gc
-from scheduler_plugins.table import build_framework
+from scheduler_plugins.table import EXTENDER_PLUGINS, build_framework
 
 
 def _ts(epoch: float) -> str:
@@ -352,7 +352,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     subset = num_feasible_nodes_to_find(args.percentage_of_nodes_to_score, args.nodes)
     t0 = time.perf_counter()
     snapshot = build_snapshot(cluster(args.nodes, args.pods_per_node), "synthetic")
-    ext = Extender(build_framework(), snapshot, tune_gc=True)  # as `koord-scheduler extender`
+    # as `koord-scheduler extender`: kube-scheduler ran its in-tree plugins before calling it
+    ext = Extender(build_framework(EXTENDER_PLUGINS), snapshot, tune_gc=True)
     build_s = time.perf_counter() - t0
     names = list(snapshot.nodes)
     figures: dict[str, Any] = {"nodes": args.nodes, "pods": args.pods, "build_s": round(build_s, 2)}

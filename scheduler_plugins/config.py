@@ -5,7 +5,8 @@ Accepted shapes (YAML or JSON):
 - a ``KubeSchedulerConfiguration``: the profile whose ``schedulerName`` is ``koord-scheduler``
   (else the first profile) gives ``pluginConfig`` (``[{name, args}]``), score weights
   (``plugins.score.enabled[].weight``, ``plugins.multiPoint.enabled[].weight``) and disabled
-  plugins (``plugins.<point>.disabled[].name``; ``"*"`` is ignored);
+  plugins (``plugins.filter.disabled[].name`` and ``multiPoint``: the plugin does not run;
+  ``plugins.score.disabled``: it filters but does not score; ``"*"`` is ignored);
 - a bare plugin args file: ``{"pluginConfig": [{name, args}]}``.
 
 ``percentageOfNodesToScore`` (top level, or in the chosen profile, which wins) is read for the
@@ -120,8 +121,12 @@ def parse_config(doc: Any, source: str) -> SchedulerConfig:
         for i, item in enumerate(sets.get("disabled") or []):
             if not isinstance(item, Mapping) or not isinstance(item.get("name"), str):
                 raise InputError(source, f"{pwhere}.disabled[{i}]", "needs a name")
-            if item["name"] != "*" and point in ("filter", "multiPoint"):
+            if item["name"] == "*":
+                continue
+            if point in ("filter", "multiPoint"):
                 disabled.append(item["name"])
+            elif point == "score":  # still filters, no longer scores
+                weights[item["name"]] = 0
     percentage = 0
     for holder, pwhere in ((doc, ""), (profile, where)):
         value = holder.get("percentageOfNodesToScore")

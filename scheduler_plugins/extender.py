@@ -54,6 +54,7 @@ from scheduler_plugins.snapshot import (
     parse_node,
     parse_pod,
 )
+from scheduler_plugins.table import EXTENDER_PLUGINS
 
 logger = logging.getLogger(__name__)
 
@@ -430,7 +431,9 @@ async def serve(
                 return 1
             snapshot = informed.snapshot
         binder: Binder | None = KubeBinder(client) if bind else None
-        extender = Extender(cfg.framework(), snapshot, source=source, binder=binder, tune_gc=True)
+        extender = Extender(
+            cfg.framework(EXTENDER_PLUGINS), snapshot, source=source, binder=binder, tune_gc=True
+        )
         runner = web.AppRunner(make_app(extender), access_log=None)
         await runner.setup()
         try:

@@ -7,7 +7,9 @@ milli-cores for ``kubernetes.io/batch-cpu`` and ``kubernetes.io/mid-cpu`` (which
 writes as plain integers of milli-cores), counts for ``pods`` and devices.
 
 Kinds read: Node, Pod, NodeMetric, NodeResourceTopology, ElasticQuota, ElasticQuotaProfile,
-PodGroup, Reservation, Device; any other kind is ignored (a ``kubectl get all`` dump works).
+PodGroup, Reservation, Device, Namespace, PersistentVolumeClaim, PersistentVolume,
+PodDisruptionBudget; any other kind is ignored (a ``kubectl get all`` dump works). A pod's and a
+node's placement fields (selectors, affinity, taints...) are parsed by ``constraints.py``.
 Pods in phase Succeeded or Failed hold nothing and are dropped. A Pod with ``spec.nodeName`` is
 assigned to that node.
 
@@ -30,7 +32,25 @@ import yaml
 
 from apis.extension import LABEL_POD_PRIORITY_CLASS, LABEL_POD_QOS
 from apis.manager_keys import PRIORITY_BANDS
+from apis.wellknown import DEFAULT_MEMORY_REQUEST, DEFAULT_MILLI_CPU_REQUEST
 from kubeclient.units import cpu_milli, memory_bytes, parse_duration
+from scheduler_plugins.clusterobjects import (
+    ClaimInfo,
+    DisruptionBudget,
+    VolumeInfo,
+    parse_budget,
+    parse_claim,
+    parse_namespace_labels,
+    parse_volume,
+)
+from scheduler_plugins.constraints import (
+    EMPTY,
+    PodConstraints,
+    Taint,
+    parse_images,
+    parse_pod_constraints,
+    parse_taints,
+)
 from scheduler_plugins.cpuset import parse_cpuset
 from scheduler_plugins.errors import InputError
 
@@ -173,6 +193,11 @@ class PodInfo:
     """Kinds of ``metadata.ownerReferences`` (``DaemonSet`` exempts a pod from load-aware)."""
     raw: dict[str, Any] = field(repr=False)
     """The object as read."""
+    constraints: PodConstraints = EMPTY
+    """Its placement fields (node selector, affinity, tolerations...)."""
+    non_zero: tuple[int, int] = (0, 0)
+    """cpu (milli) and memory requests with kube-scheduler's defaults for containers that
+    request none (100m, 200 MiB): what its scores count (``NonZeroRequested``)."""
 
     @property
     def key(self) -> str:
@@ -219,6 +244,7 @@ def parse_pod(obj: Mapping[str, Any], source: str, where: str = "") -> PodInfo:
     init_containers = _list(spec.get("initContainers"), source, prefix + "spec.initContainers")
     requests: ResourceList = {}
     limits: ResourceList = {}
+    nz_cpu = nz_mem = 0
     for i, c in enumerate(containers):
         cwhere = f"{prefix}spec.containers[{i}].resources"
         res = _map(
@@ -230,6 +256,8 @@ def parse_pod(obj: Mapping[str, Any], source: str, where: str = "") -> PodInfo:
             req.setdefault(rname, value)
         add_into(requests, req)
         add_into(limits, lim)
+        nz_cpu += req.get("cpu", DEFAULT_MILLI_CPU_REQUEST)
+        nz_mem += req.get("memory", DEFAULT_MEMORY_REQUEST)
     for i, c in enumerate(init_containers):
         cwhere = f"{prefix}spec.initContainers[{i}].resources"
         res = _map(
@@ -242,7 +270,12 @@ def parse_pod(obj: Mapping[str, Any], source: str, where: str = "") -> PodInfo:
         for rname, value in req.items():
             if value > requests.get(rname, 0):
                 requests[rname] = value
-    add_into(requests, parse_resource_list(spec.get("overhead"), source, prefix + "spec.overhead"))
+        nz_cpu = max(nz_cpu, req.get("cpu", DEFAULT_MILLI_CPU_REQUEST))
+        nz_mem = max(nz_mem, req.get("memory", DEFAULT_MEMORY_REQUEST))
+    overhead = parse_resource_list(spec.get("overhead"), source, prefix + "spec.overhead")
+    add_into(requests, overhead)
+    nz_cpu += overhead.get("cpu", 0)
+    nz_mem += overhead.get("memory", 0)
     raw_priority = spec.get("priority")
     if raw_priority is not None and not isinstance(raw_priority, int):
         raise InputError(
@@ -290,6 +323,8 @@ def parse_pod(obj: Mapping[str, Any], source: str, where: str = "") -> PodInfo:
         scheduled_at=scheduled_at,
         owner_kinds=owners,
         raw=dict(obj),
+        constraints=parse_pod_constraints(obj, namespace, name, labels, source, prefix),
+        non_zero=(nz_cpu, nz_mem),
     )
 
 
@@ -307,18 +342,27 @@ class NodeInfo:
     """``status.allocatable`` (``capacity`` where allocatable is absent)."""
     unschedulable: bool
     """``spec.unschedulable``."""
+    taints: tuple[Taint, ...] = ()
+    """``spec.taints``."""
+    images: dict[str, int] = field(default_factory=dict)
+    """``status.images``: every image name → its size in bytes."""
     pods: dict[str, PodInfo] = field(default_factory=dict)
     """Assigned pods by uid."""
     requested: ResourceList = field(default_factory=dict)
     """Sum of the assigned pods' requests, plus ``pods`` (their count)."""
     generation: int = 0
     """Bumped on every assume/forget, so per-node caches know when to rebuild."""
+    non_zero_requested: list[int] = field(default_factory=lambda: [0, 0])
+    """Sum of the assigned pods' :attr:`PodInfo.non_zero` (cpu, memory)."""
 
     def add_pod(self, pod: PodInfo) -> None:
         """Account an assigned pod."""
         self.pods[pod.uid] = pod
         add_into(self.requested, pod.requests)
         self.requested["pods"] = self.requested.get("pods", 0) + 1
+        nz = self.non_zero_requested
+        nz[0] += pod.non_zero[0]
+        nz[1] += pod.non_zero[1]
         self.generation += 1
 
     def remove_pod(self, uid: str) -> PodInfo | None:
@@ -327,6 +371,9 @@ class NodeInfo:
         if pod is not None:
             add_into(self.requested, pod.requests, -1)
             self.requested["pods"] = self.requested.get("pods", 0) - 1
+            nz = self.non_zero_requested
+            nz[0] -= pod.non_zero[0]
+            nz[1] -= pod.non_zero[1]
             self.generation += 1
         return pod
 
@@ -476,6 +523,8 @@ def parse_node(obj: Mapping[str, Any], source: str, where: str) -> NodeInfo:
             status.get(alloc_key), source, f"{where}.status.{alloc_key}"
         ),
         unschedulable=bool(spec.get("unschedulable", False)),
+        taints=parse_taints(spec.get("taints"), source, where + ".spec.taints"),
+        images=parse_images(status.get("images"), source, where + ".status.images"),
     )
 
 
@@ -577,6 +626,14 @@ class Snapshot:
     """ElasticQuotaProfiles (raw objects) by ``namespace/name``."""
     devices: dict[str, dict[str, Any]] = field(default_factory=dict)
     """Devices (raw objects) by node name."""
+    namespaces: dict[str, dict[str, str]] = field(default_factory=dict)
+    """Namespaces' labels by name (affinity terms' ``namespaceSelector``)."""
+    claims: dict[str, ClaimInfo] = field(default_factory=dict)
+    """PersistentVolumeClaims by ``namespace/name``."""
+    volumes: dict[str, VolumeInfo] = field(default_factory=dict)
+    """PersistentVolumes by name."""
+    budgets: dict[str, DisruptionBudget] = field(default_factory=dict)
+    """PodDisruptionBudgets by ``namespace/name``."""
     orphans: dict[str, dict[str, PodInfo]] = field(default_factory=dict)
     """Pods bound to nodes the snapshot does not have (yet), by node name then uid."""
     generation: int = 0
@@ -737,6 +794,10 @@ def build_snapshot(objects: Sequence[Mapping[str, Any]], source: str = "<snapsho
                 "PodGroup",
                 "Reservation",
                 "Device",
+                "Namespace",
+                "PersistentVolumeClaim",
+                "PersistentVolume",
+                "PodDisruptionBudget",
             )
             and not name
         ):
@@ -762,6 +823,16 @@ def build_snapshot(objects: Sequence[Mapping[str, Any]], source: str = "<snapsho
             snap.quota_profiles[f"{meta.get('namespace') or 'default'}/{name}"] = dict(obj)
         elif kind == "Device":
             snap.devices[name] = dict(obj)
+        elif kind == "Namespace":
+            snap.namespaces[name] = parse_namespace_labels(obj, source, where)
+        elif kind == "PersistentVolumeClaim":
+            claim = parse_claim(obj, source, where)
+            snap.claims[claim.key] = claim
+        elif kind == "PersistentVolume":
+            snap.volumes[name] = parse_volume(obj, source, where)
+        elif kind == "PodDisruptionBudget":
+            budget = parse_budget(obj, source, where)
+            snap.budgets[f"{budget.namespace}/{budget.name}"] = budget
     for pod in pods:
         node = snap.nodes.get(pod.node_name)
         if node is not None:

@@ -371,12 +371,7 @@ class Scheduler:
             await self.events.warn(pod, "FailedScheduling", failure_message(len(nodes), reasons))
             self._backoff(pod)
             return None
-        _, totals = self.framework.score_nodes(cycle, pod, feasible)
-        best = feasible[0].name
-        top = totals.get(best, 0)
-        for n in feasible:
-            if totals.get(n.name, 0) > top:
-                best, top = n.name, totals[n.name]
+        best = self.framework.best_node(cycle, pod, feasible)
         try:
             annotations = self.framework.reserve(cycle, pod, best)
         except ReserveError as err:

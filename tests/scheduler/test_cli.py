@@ -9,6 +9,7 @@ from pathlib import Path
 
 import yaml
 
+from scheduler_plugins.table import DEFAULT_WEIGHTS
 from tests.scheduler.builders import NOW, as_list, node, node_metric, nrt, pod, ts
 
 NOW_TEXT = ts(NOW)
@@ -60,7 +61,11 @@ def test_explain_json_last_line_reports_verdicts_reasons_and_scores_per_node(tmp
     assert cool["reasons"] == []
     assert set(cool) == {"feasible", "reasons", "scores", "score"}
     assert 0 < cool["scores"]["LoadAwareScheduling"] <= 100
-    assert cool["score"] == cool["scores"]["LoadAwareScheduling"]  # the only plugin that scored
+    # kube-scheduler's scores take part beside Koordinator's, with the default profile's weights
+    weights = {"LoadAwareScheduling": 1, "NodeResourcesFit": 1, "TaintToleration": 3}
+    assert set(weights) <= set(cool["scores"])
+    total = sum(DEFAULT_WEIGHTS[p] * s for p, s in cool["scores"].items())
+    assert cool["score"] == total // sum(DEFAULT_WEIGHTS[p] for p in cool["scores"])
     assert last["nodes"]["numa"]["scores"]["LoadAwareScheduling"] == 0  # no NodeMetric
     assert "result: cool" in done.stdout
 

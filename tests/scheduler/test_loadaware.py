@@ -5,14 +5,14 @@ from __future__ import annotations
 import pytest
 
 from scheduler_plugins.errors import PluginArgsError
-from scheduler_plugins.plugins.loadaware import (
+from scheduler_plugins.plugins.loadargs import (
     DEFAULT_MEMORY_REQUEST,
     DEFAULT_MILLI_CPU_REQUEST,
     LoadAwareArgs,
-    LoadAwareScheduling,
     estimate_pod,
     parse_args,
 )
+from scheduler_plugins.plugins.loadaware import LoadAwareScheduling
 from scheduler_plugins.snapshot import parse_pod
 from tests.scheduler.builders import NOW, node, node_metric, pod
 from tests.scheduler.helpers import evaluate

@@ -1,0 +1,57 @@
+"""NodeAffinity: ``nodeSelector`` and node affinity (kube-scheduler's in-tree plugin,
+``pkg/scheduler/framework/plugins/nodeaffinity``).
+
+- **Filter.** The node must carry every ``spec.nodeSelector`` label and match one of the
+  ``requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms`` (a term ANDs its
+  ``matchExpressions``: ``In``, ``NotIn``, ``Exists``, ``DoesNotExist``, ``Gt``, ``Lt``; and its
+  ``matchFields``: ``metadata.name``), else ``node(s) didn't match Pod's node affinity/selector``.
+  Evicting pods cannot cure it.
+- **Score.** The sum of the weights of the ``preferredDuringSchedulingIgnoredDuringExecution``
+  terms the node matches, normalized so the best node gets 100 (``DefaultNormalizeScore``); a
+  pod without preferred terms is not scored (``Skip``). Default weight 2.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from scheduler_plugins.framework import Cycle, Plugin, default_normalize
+from scheduler_plugins.snapshot import NodeInfo, PodInfo
+
+NAME = "NodeAffinity"
+ERR_NODE_AFFINITY = "node(s) didn't match Pod's node affinity/selector"
+"""``ErrReasonPod``."""
+
+
+class NodeAffinity(Plugin):
+    """See the module docstring."""
+
+    name = NAME
+
+    def filter_nodes(self, cycle: Cycle, pod: PodInfo, nodes: Sequence[NodeInfo]) -> dict[str, str]:
+        c = pod.constraints
+        if not c.node_selector and c.required is None:
+            return {}
+        return {n.name: ERR_NODE_AFFINITY for n in nodes if not c.matches_node(n.name, n.labels)}
+
+    def score_nodes(
+        self, cycle: Cycle, pod: PodInfo, nodes: Sequence[NodeInfo]
+    ) -> dict[str, int] | None:
+        preferred = pod.constraints.preferred
+        if not preferred:
+            return None
+        return {
+            n.name: sum(w for w, term in preferred if term.matches(n.name, n.labels)) for n in nodes
+        }
+
+    def normalize(self, scores: dict[str, int]) -> dict[str, int]:
+        return default_normalize(scores)
+
+    def unresolvable(self, reason: str) -> bool:
+        return True
+
+
+def build(args: Mapping[str, Any] | None, source: str) -> NodeAffinity:
+    """Factory for the plugin table (no args)."""
+    return NodeAffinity()

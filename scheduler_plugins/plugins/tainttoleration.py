@@ -1,0 +1,82 @@
+"""TaintToleration: a pod goes only where it tolerates the taints (kube-scheduler's in-tree
+plugin, ``pkg/scheduler/framework/plugins/tainttoleration``).
+
+- **Filter.** The node's first ``NoSchedule`` or ``NoExecute`` taint that none of the pod's
+  tolerations tolerates rejects it: ``node(s) had untolerated taint {key: value}``. A toleration
+  tolerates a taint when its effect is empty or the taint's, its key is empty or the taint's, and
+  its operator is ``Exists`` or (``Equal``, the default) its value is the taint's. Evicting pods
+  cannot cure it.
+- **Score.** The number of ``PreferNoSchedule`` taints the pod does not tolerate (counting only
+  its tolerations with an empty or ``PreferNoSchedule`` effect), normalized in reverse: the node
+  with the most gets 0, a node with none 100 (``DefaultNormalizeScore(100, reverse=true)``).
+  Default weight 3.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from apis.wellknown import (
+    TAINT_EFFECT_NO_EXECUTE,
+    TAINT_EFFECT_NO_SCHEDULE,
+    TAINT_EFFECT_PREFER_NO_SCHEDULE,
+)
+from scheduler_plugins.constraints import first_untolerated, tolerated
+from scheduler_plugins.framework import MAX_NODE_SCORE, Cycle, Plugin
+from scheduler_plugins.snapshot import NodeInfo, PodInfo
+
+NAME = "TaintToleration"
+ERR_UNTOLERATED = "node(s) had untolerated taint {%s: %s}"
+"""kube-scheduler's reason, with the taint's key and value."""
+_FILTER_EFFECTS = (TAINT_EFFECT_NO_SCHEDULE, TAINT_EFFECT_NO_EXECUTE)
+
+
+def reverse_normalize(scores: dict[str, int]) -> dict[str, int]:
+    """``DefaultNormalizeScore(MaxNodeScore, reverse=true)``: the highest raw score gets 0."""
+    top = max(scores.values(), default=0)
+    if top <= 0:
+        return dict.fromkeys(scores, MAX_NODE_SCORE)
+    return {n: MAX_NODE_SCORE - s * MAX_NODE_SCORE // top for n, s in scores.items()}
+
+
+class TaintToleration(Plugin):
+    """See the module docstring."""
+
+    name = NAME
+
+    def filter_nodes(self, cycle: Cycle, pod: PodInfo, nodes: Sequence[NodeInfo]) -> dict[str, str]:
+        out: dict[str, str] = {}
+        tolerations = pod.constraints.tolerations
+        for n in nodes:
+            if n.taints:
+                taint = first_untolerated(n.taints, tolerations, _FILTER_EFFECTS)
+                if taint is not None:
+                    out[n.name] = ERR_UNTOLERATED % (taint.key, taint.value)
+        return out
+
+    def score_nodes(self, cycle: Cycle, pod: PodInfo, nodes: Sequence[NodeInfo]) -> dict[str, int]:
+        prefer = tuple(
+            t
+            for t in pod.constraints.tolerations
+            if not t.effect or t.effect == TAINT_EFFECT_PREFER_NO_SCHEDULE
+        )
+        out: dict[str, int] = {}
+        for n in nodes:
+            count = 0
+            for taint in n.taints:
+                if taint.effect == TAINT_EFFECT_PREFER_NO_SCHEDULE and not tolerated(taint, prefer):
+                    count += 1
+            out[n.name] = count
+        return out
+
+    def normalize(self, scores: dict[str, int]) -> dict[str, int]:
+        return reverse_normalize(scores)
+
+    def unresolvable(self, reason: str) -> bool:
+        return True
+
+
+def build(args: Mapping[str, Any] | None, source: str) -> TaintToleration:
+    """Factory for the plugin table (no args)."""
+    return TaintToleration()
