@@ -429,10 +429,19 @@ class Framework:
             weighted.append((self.weights[plugin.name], scores))
         weight_sum = sum(w for w, _ in weighted)
         totals = dict.fromkeys((n.name for n in nodes), 0)
+        uniform = 0  # plugins giving every node the same score shift all totals alike
         for w, scores in weighted:
-            if w:
-                for name, s in scores.items():
-                    totals[name] += w * s
+            if not w or not scores:
+                continue
+            values = scores.values()
+            low = min(values)
+            if low == max(values):
+                uniform += w * low
+            else:
+                get = scores.get
+                totals = {name: t + w * get(name, 0) for name, t in totals.items()}
+        if uniform:
+            totals = {name: t + uniform for name, t in totals.items()}
         return per_plugin, totals, weight_sum
 
     def score_nodes(

@@ -16,6 +16,7 @@ from typing import Any
 
 from scheduler_plugins.args import ArgsReader
 from scheduler_plugins.framework import MAX_NODE_SCORE, Cycle, Plugin
+from scheduler_plugins.plugins.nodecache import NodeMemo
 from scheduler_plugins.snapshot import NodeInfo, PodInfo
 
 NAME = "NodeResourcesBalancedAllocation"
@@ -40,19 +41,32 @@ class BalancedAllocation(Plugin):
 
     def __init__(self, resources: Sequence[str] = ("cpu", "memory")) -> None:
         self.resources = tuple(resources)
+        self._scores: NodeMemo[int] = NodeMemo()
+        """Scores per pod shape (its requests of the resources)."""
 
     def score_nodes(
         self, cycle: Cycle, pod: PodInfo, nodes: Sequence[NodeInfo]
     ) -> dict[str, int] | None:
         res = self.resources
-        want = [pod.requests.get(r, 0) for r in res]
+        want = tuple(pod.requests.get(r, 0) for r in res)
         if not any(want):
             return None
+        table = self._scores.table(want)
         out: dict[str, int] = {}
         for node in nodes:
-            alloc = [node.allocatable.get(r, 0) for r in res]
-            req = [node.requested.get(r, 0) + w for r, w in zip(res, want, strict=True)]
-            out[node.name] = balanced_score(req, alloc)
+            name = node.name
+            hit = table.get(name)
+            if hit is not None and hit[0] is node and hit[1] == node.generation:
+                out[name] = hit[2]
+                continue
+            alloc = node.allocatable
+            requested = node.requested
+            s = balanced_score(
+                [requested.get(r, 0) + w for r, w in zip(res, want, strict=True)],
+                [alloc.get(r, 0) for r in res],
+            )
+            table[name] = (node, node.generation, s)
+            out[name] = s
         return out
 
 

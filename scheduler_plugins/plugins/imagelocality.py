@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from scheduler_plugins.framework import MAX_NODE_SCORE, Cycle, Plugin
-from scheduler_plugins.plugins.changes import Changes
+from scheduler_plugins.plugins.nodecache import Changes
 from scheduler_plugins.snapshot import NodeInfo, PodInfo
 
 NAME = "ImageLocality"

@@ -35,7 +35,7 @@ from typing import Any
 from scheduler_plugins.args import ArgsReader
 from scheduler_plugins.constraints import AffinityTerm
 from scheduler_plugins.framework import MAX_NODE_SCORE, Cycle, Plugin
-from scheduler_plugins.plugins.changes import Changes
+from scheduler_plugins.plugins.nodecache import Changes
 from scheduler_plugins.snapshot import NodeInfo, PodInfo, Snapshot
 
 NAME = "InterPodAffinity"

@@ -66,6 +66,12 @@ NAME = "NodeNUMAResource"
 ERR_NOT_MATCH_NUMA = "node(s) NUMA Topology policy not match"
 ERR_INVALID_REQUESTED_CPUS = "the requested CPUs must be integer"
 ERR_INVALID_CPU_TOPOLOGY = "node(s) invalid CPU Topology"
+HINT_NO_NRT = " (the node has no NodeResourceTopology: is the koordlet running there?)"
+"""Said after :data:`ERR_INVALID_CPU_TOPOLOGY` when the snapshot has no NRT for the node."""
+HINT_NO_CPU_TOPOLOGY = (
+    " (its NodeResourceTopology has no node.koordinator.sh/cpu-topology annotation)"
+)
+"""Said after :data:`ERR_INVALID_CPU_TOPOLOGY` when the NRT lacks the CPU topology."""
 ERR_SMT_ALIGNMENT = "node(s) requested cpus not multiple cpus per core"
 ERR_BIND_POLICY_CONFLICT = "node(s) cpu bind policy conflicts with pod's required cpu bind policy"
 ERR_NOT_ENOUGH_CPUS = "not enough cpus available to satisfy request"
@@ -395,7 +401,7 @@ class NodeNUMAResource(Plugin):
         topo = state.topo
         if need.bind:
             if topo is None or not topo.valid:
-                return ERR_INVALID_CPU_TOPOLOGY
+                return ERR_INVALID_CPU_TOPOLOGY + HINT_NO_CPU_TOPOLOGY
             if state.bind_policy == "FullPCPUsOnly":
                 if need.required and need.required != FULL_PCPUS:
                     return ERR_BIND_POLICY_CONFLICT
@@ -529,11 +535,13 @@ class NodeNUMAResource(Plugin):
         bind = need.bind
         # a pod that binds cpus fails at once on a node without a valid CPU topology
         bindable = self._bindable_nodes if bind else frozenset()
+        topologies = cycle.snapshot.topologies
         for node in nodes:
             name = node.name
             if bind:
                 if name not in bindable:
-                    placements[name] = out[name] = ERR_INVALID_CPU_TOPOLOGY
+                    hint = HINT_NO_CPU_TOPOLOGY if name in topologies else HINT_NO_NRT
+                    placements[name] = out[name] = ERR_INVALID_CPU_TOPOLOGY + hint
                     continue
             elif name not in policy_nodes:
                 continue

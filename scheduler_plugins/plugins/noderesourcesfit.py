@@ -28,6 +28,7 @@ from typing import Any
 
 from scheduler_plugins.args import ArgsReader
 from scheduler_plugins.framework import MAX_NODE_SCORE, Cycle, Plugin
+from scheduler_plugins.plugins.nodecache import NodeMemo
 from scheduler_plugins.snapshot import NodeInfo, PodInfo
 
 NAME = "NodeResourcesFit"
@@ -65,6 +66,8 @@ class NodeResourcesFit(Plugin):
         """``scoringStrategy.type``; ``None``: filter only (the extender)."""
         self.weights = dict(weights or {"cpu": 1, "memory": 1})
         """``scoringStrategy.resources``: resource → weight."""
+        self._scores: NodeMemo[int] = NodeMemo()
+        """Scores per pod shape (what it requests of the weighted resources)."""
         self._token: tuple[int, int] | None = None
         self._free: dict[str, tuple[list[int], list[str]]] = {}
         self._free_of: dict[str, dict[str, int]] = {}
@@ -164,31 +167,48 @@ class NodeResourcesFit(Plugin):
     ) -> dict[str, int] | None:
         if self.strategy is None:
             return None
-        most = self.strategy == MOST_ALLOCATED
         weights = [(r, w) for r, w in self.weights.items() if w > 0]
         nz_cpu, nz_mem = pod.non_zero
+        want = tuple(
+            nz_cpu if r == "cpu" else nz_mem if r == "memory" else pod.requests.get(r, 0)
+            for r, _ in weights
+        )
+        table = self._scores.table(want)
         out: dict[str, int] = {}
         for node in nodes:
-            alloc = node.allocatable
-            total = wsum = 0
-            for r, w in weights:
-                a = alloc.get(r, 0)
-                if a <= 0:
-                    continue
-                if r == "cpu":
-                    req = node.non_zero_requested[0] + nz_cpu
-                elif r == "memory":
-                    req = node.non_zero_requested[1] + nz_mem
-                else:
-                    req = node.requested.get(r, 0) + pod.requests.get(r, 0)
-                if most:
-                    s = min(req, a) * MAX_NODE_SCORE // a
-                else:
-                    s = (a - req) * MAX_NODE_SCORE // a if req <= a else 0
-                total += s * w
-                wsum += w
-            out[node.name] = total // wsum if wsum else 0
+            name = node.name
+            hit = table.get(name)
+            if hit is not None and hit[0] is node and hit[1] == node.generation:
+                out[name] = hit[2]
+                continue
+            s = self._score(node, weights, want)
+            table[name] = (node, node.generation, s)
+            out[name] = s
         return out
+
+    def _score(
+        self, node: NodeInfo, weights: Sequence[tuple[str, int]], want: Sequence[int]
+    ) -> int:
+        most = self.strategy == MOST_ALLOCATED
+        alloc = node.allocatable
+        total = wsum = 0
+        for (r, w), v in zip(weights, want, strict=True):
+            a = alloc.get(r, 0)
+            if a <= 0:
+                continue
+            if r == "cpu":
+                req = node.non_zero_requested[0] + v
+            elif r == "memory":
+                req = node.non_zero_requested[1] + v
+            else:
+                req = node.requested.get(r, 0) + v
+            if most:
+                s = min(req, a) * MAX_NODE_SCORE // a
+            else:
+                s = (a - req) * MAX_NODE_SCORE // a if req <= a else 0
+            total += s * w
+            wsum += w
+        return total // wsum if wsum else 0
 
 
 def _insufficient(resource: str) -> str:

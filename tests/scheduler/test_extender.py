@@ -99,7 +99,9 @@ async def test_filter_by_node_names_fails_hot_nodes_with_koordinators_reason(htt
         {"pod": pod("p", requests={"cpu": "1"}), "nodenames": ["hot", "cool", "numa"]},
     )
     assert result["nodenames"] == ["cool", "numa"]
-    assert result["failedNodes"] == {"hot": "node(s) cpu usage exceed threshold"}
+    assert result["failedNodes"] == {
+        "hot": "node(s) cpu usage exceed threshold, cpu usage 78% > threshold 65%"
+    }
     assert result["error"] == ""
 
 
@@ -151,7 +153,9 @@ async def test_bind_writes_the_cpuset_and_assumes_the_pod_for_the_next_one(http,
 
 async def test_a_failed_bind_is_reported_and_unreserved(snapshot_file):
     source = SnapshotFile(snapshot_file)
-    ext = Extender(build_framework(EXTENDER_PLUGINS), source.load(), binder=RecordingBinder(fail=True))
+    ext = Extender(
+        build_framework(EXTENDER_PLUGINS), source.load(), binder=RecordingBinder(fail=True)
+    )
     p = lsr("a")
     ext.filter({"pod": p, "nodenames": ["numa"]})
     result = await ext.bind(

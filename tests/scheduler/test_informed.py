@@ -57,7 +57,10 @@ async def test_informer_events_change_the_verdicts(cluster):
     api, informed, ext = cluster
     p = pod("p", requests={"cpu": "2"})
     await eventually(lambda: "hot" in informed.snapshot.node_metrics)
-    assert filter_names(ext, p) == (["cool"], {"hot": "node(s) cpu usage exceed threshold"})
+    assert filter_names(ext, p) == (
+        ["cool"],
+        {"hot": "node(s) cpu usage exceed threshold, cpu usage 80% > threshold 65%"},
+    )
     # the koordlet reports the hot node cooled down
     api.put("nodemetrics", fresh_metric("hot", "2"))
     await eventually(lambda: filter_names(ext, p)[0] == ["hot", "cool"])
