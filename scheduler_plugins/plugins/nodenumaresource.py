@@ -413,8 +413,10 @@ class NodeNUMAResource(Plugin):
                     return ERR_BIND_POLICY_CONFLICT
                 policy = SPREAD_BY_PCPUS
         numa_ids = sorted(state.numa_alloc) or (sorted(topo.numa_cpus) if topo else [])
+        # a NUMANodeLevel-exclusive pod prefers NUMA nodes no other such pod holds
+        preferred_ids = numa_ids
         if need.bind and need.exclusive == NUMA_NODE_LEVEL:
-            numa_ids = [n for n in numa_ids if n not in state.numa_exclusive_nodes]
+            preferred_ids = [n for n in numa_ids if n not in state.numa_exclusive_nodes]
         request = {r: pod.requests.get(r, 0) for r in _NUMA_RESOURCES}
 
         def free_of(nid: int, r: str) -> int:
@@ -450,7 +452,13 @@ class NodeNUMAResource(Plugin):
             for width in range(1, widest + 1):
                 hints = [m for m in combinations(numa_ids, width) if fits(m, free_of)]
                 if hints:
-                    hints.sort(key=lambda m: (free_total(m) if most else -free_total(m), m))
+                    hints.sort(
+                        key=lambda m: (
+                            any(n not in preferred_ids for n in m),
+                            free_total(m) if most else -free_total(m),
+                            m,
+                        )
+                    )
                     chosen = hints[0]
                     break
             if state.numa_policy == SINGLE_NUMA_NODE and (chosen is None or len(chosen) != 1):
@@ -461,23 +469,19 @@ class NodeNUMAResource(Plugin):
                 chosen = tuple(numa_ids)
         cpus: list[int] = []
         if need.bind and topo is not None:
-            order = list(chosen) if chosen is not None else numa_ids
-            if chosen is None:
-                # no NUMA policy: still prefer one NUMA node that holds the whole pod
-                most = state.numa_strategy == MOST_ALLOCATED
-                single = [n for n in order if free_of(n, "cpu") >= count * 1000]
-                single.sort(key=lambda n: (free_of(n, "cpu") if most else -free_of(n, "cpu"), n))
-                order = single + [n for n in order if n not in single]
+            available = state.free_cpus
+            if chosen is not None:  # the NUMA nodes the topology policy chose
+                allowed = frozenset().union(*(topo.numa_cpus.get(n, frozenset()) for n in chosen))
+                available = available & allowed
             got = take_cpus(
                 topo,
-                state.free_cpus,
-                order,
+                available,
                 count,
                 policy,
-                exclusive_cores=state.pcpu_exclusive_cores
-                if need.exclusive == PCPU_LEVEL
-                else frozenset(),
-                pcpu_exclusive=need.exclusive == PCPU_LEVEL,
+                exclusive_policy=need.exclusive,
+                exclusive_cores=state.pcpu_exclusive_cores,
+                exclusive_numa=state.numa_exclusive_nodes,
+                strategy=state.numa_strategy,
             )
             if got is None:
                 return ERR_NOT_ENOUGH_CPUS

@@ -172,8 +172,10 @@ def test_pcpu_level_exclusive_spread_pods_take_one_thread_of_unshared_cores():
     other = lsr_pod("other", 4, node_name="n1", spec=spec, status={"cpuset": "0-3"})
     _, status = place([node("n1", cpu="16"), nrt("n1"), other], lsr_pod("p", 4, spec=spec))
     assert (status or {}).get("cpuset") == "4-7"
-    reasons, _ = place([node("n1", cpu="16"), nrt("n1"), other], lsr_pod("p", 5, spec=spec))
-    assert reasons == ["not enough cpus available to satisfy request"]
+    # PCPULevel is a preference: with no fifth unshared core the pod shares one, spread
+    reasons, status = place([node("n1", cpu="16"), nrt("n1"), other], lsr_pod("p", 5, spec=spec))
+    assert reasons == []
+    assert (status or {}).get("cpuset") == "4-7,12"
 
 
 def test_ls_pods_on_nodes_without_numa_policy_are_not_scored():
