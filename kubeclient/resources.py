@@ -63,6 +63,14 @@ RESERVATIONS = Resource(
     "scheduling.koordinator.sh", "v1alpha1", "reservations", "Reservation", namespaced=False
 )
 DEVICES = Resource("scheduling.koordinator.sh", "v1alpha1", "devices", "Device", False)
+NAMESPACES = Resource("", "v1", "namespaces", "Namespace", namespaced=False)
+PERSISTENT_VOLUME_CLAIMS = Resource(
+    "", "v1", "persistentvolumeclaims", "PersistentVolumeClaim", namespaced=True
+)
+PERSISTENT_VOLUMES = Resource("", "v1", "persistentvolumes", "PersistentVolume", namespaced=False)
+POD_DISRUPTION_BUDGETS = Resource(
+    "policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget", namespaced=True
+)
 ELASTIC_QUOTA_PROFILES = Resource(
     "quota.koordinator.sh", "v1alpha1", "elasticquotaprofiles", "ElasticQuotaProfile", True
 )

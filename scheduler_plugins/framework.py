@@ -307,6 +307,14 @@ class Framework:
             candidates = [n for n in nodes if n.name not in failures]
         return candidates
 
+    def first_failure(self, cycle: Cycle, pod: PodInfo, node: NodeInfo) -> str | None:
+        """The node filters (no pre-filter) on one node: the first reason it fails, or
+        ``None`` when it passes (preemption's dry run)."""
+        failures: dict[str, list[tuple[str, str]]] = {}
+        self._run_filters(cycle, pod, [node], failures)
+        failed = failures.get(node.name)
+        return failed[0][1] if failed else None
+
     def find_feasible(
         self,
         cycle: Cycle,

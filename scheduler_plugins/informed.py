@@ -2,7 +2,9 @@
 
 :class:`InformedSnapshot` runs one :class:`~kubeclient.informer.Informer` per kind the plugins
 read: Nodes, Pods, NodeMetrics, NodeResourceTopologies, ElasticQuotas, ElasticQuotaProfiles,
-PodGroups, Reservations and Devices, and applies every event to one
+PodGroups, Reservations, Devices, and for kube-scheduler's in-tree plugins and preemption
+Namespaces, PersistentVolumeClaims, PersistentVolumes and PodDisruptionBudgets, and applies
+every event to one
 :class:`~scheduler_plugins.snapshot.Snapshot` on the event loop (where the extender's handlers
 run too, so there is no lock). A pod the scheduler assumed is replaced by the API server's
 version once its binding is seen. Kinds the cluster does not serve (a CRD not installed) keep
@@ -28,13 +30,23 @@ from kubeclient.resources import (
     DEVICES,
     ELASTIC_QUOTA_PROFILES,
     ELASTIC_QUOTAS,
+    NAMESPACES,
     NODE_METRICS,
     NODE_RESOURCE_TOPOLOGIES,
     NODES,
+    PERSISTENT_VOLUME_CLAIMS,
+    PERSISTENT_VOLUMES,
+    POD_DISRUPTION_BUDGETS,
     POD_GROUPS,
     PODS,
     RESERVATIONS,
     Resource,
+)
+from scheduler_plugins.clusterobjects import (
+    parse_budget,
+    parse_claim,
+    parse_namespace_labels,
+    parse_volume,
 )
 from scheduler_plugins.errors import InputError
 from scheduler_plugins.plugins.quotaprofile import parse_profile
@@ -63,6 +75,10 @@ KINDS: tuple[Resource, ...] = (
     POD_GROUPS,
     RESERVATIONS,
     DEVICES,
+    NAMESPACES,
+    PERSISTENT_VOLUME_CLAIMS,
+    PERSISTENT_VOLUMES,
+    POD_DISRUPTION_BUDGETS,
 )
 """What the plugins read, in the order the informers start."""
 REQUIRED = (NODES, PODS)
@@ -173,6 +189,22 @@ class InformedSnapshot:
             return keyed(snap.pod_groups, _ns_name, dict)
         if res is RESERVATIONS:
             return keyed(snap.reservations, _name, dict)
+        if res is NAMESPACES:
+            return keyed(
+                snap.namespaces, _name, lambda o: parse_namespace_labels(o, "Namespace", _name(o))
+            )
+        if res is PERSISTENT_VOLUME_CLAIMS:
+            return keyed(
+                snap.claims, _ns_name, lambda o: parse_claim(o, "PersistentVolumeClaim", _name(o))
+            )
+        if res is PERSISTENT_VOLUMES:
+            return keyed(
+                snap.volumes, _name, lambda o: parse_volume(o, "PersistentVolume", _name(o))
+            )
+        if res is POD_DISRUPTION_BUDGETS:
+            return keyed(
+                snap.budgets, _ns_name, lambda o: parse_budget(o, "PodDisruptionBudget", _name(o))
+            )
         return keyed(snap.devices, _name, dict)
 
     async def run(self) -> None:

@@ -21,7 +21,13 @@ One asyncio task, fed by the informer snapshot (``informed.py``):
 5. **Events.** An unschedulable pod gets a ``FailedScheduling`` Warning Event in kube-scheduler's
    form, ``0/3 nodes are available: 1 Insufficient cpu, 2 node(s) cpu usage exceed
    threshold.`` (reasons counted over nodes, sorted), at most one per attempt.
-6. **Reservations.** A Pending Reservation whose ``spec.template.spec.schedulerName`` is ours
+6. **Preemption** (``preemption.py``, with an :class:`~scheduler_plugins.preemption.Evictor`):
+   a pod that fits nowhere may evict lower-priority pods (kube-scheduler's DefaultPreemption with
+   Koordinator's ElasticQuota rules); the victims are evicted through the API, the pod's
+   ``nominatedNodeName`` set, and the node held for it (lower-priority pods see it there) until it
+   is bound; its next attempt tries that node first. The FailedScheduling Event then says
+   ``preemption: ...`` when preemption did not help.
+7. **Reservations.** A Pending Reservation whose ``spec.template.spec.schedulerName`` is ours
    (``reservations.py``) is queued with the pods (priority: the template's ``spec.priority``)
    and scheduled as its reserve pod through the same plugins. On the chosen node the plugins
    reserve it and the snapshot takes the Reservation as placed (so the next pod sees what it
@@ -53,6 +59,7 @@ from scheduler_plugins.errors import InputError
 from scheduler_plugins.extender import GC_GEN0_THRESHOLD, Binder
 from scheduler_plugins.framework import Cycle, Framework, ReserveError
 from scheduler_plugins.plugins.coscheduling import DEFAULT_WAIT_S, gang_of
+from scheduler_plugins.preemption import Evictor, Nominations, Preemption
 from scheduler_plugins.reservations import (
     ANNOTATION_RESERVATION_NAME,
     ANNOTATION_RESERVATION_NODE,
@@ -223,6 +230,7 @@ class Scheduler:
         clock: Callable[[], float] = time.time,
         percentage_of_nodes_to_score: int = 0,
         reservations: ReservationWriter | None = None,
+        evictor: Evictor | None = None,
     ) -> None:
         if not 0 <= percentage_of_nodes_to_score <= 100:
             raise ValueError(
@@ -253,6 +261,11 @@ class Scheduler:
         """Queued Reservations: uid → name (their reserve pods are built when popped)."""
         self.placed = 0
         """Reservations placed so far."""
+        self.evictor = evictor
+        """Carries out preemptions; ``None``: pods never preempt."""
+        self.preemption = Preemption(framework, snapshot) if evictor is not None else None
+        self.nominations = Nominations()
+        """Pods that preempted and the nodes held for them."""
 
     # -- queue --------------------------------------------------------------------------------
 
@@ -354,21 +367,44 @@ class Scheduler:
     async def schedule_one(self, pod: PodInfo) -> str | None:
         """Schedule ``pod``: the node it was bound (or assumed, for a waiting gang member) to,
         or ``None`` (requeued with backoff)."""
+        if not self.nominations.pods:
+            return await self._schedule(pod)
+        with self.nominations.held(self.snapshot, pod):
+            return await self._schedule(pod)
+
+    def _nominated_fits(self, cycle: Cycle, pod: PodInfo) -> NodeInfo | None:
+        """The node this pod was nominated for, when it now passes every filter there."""
+        name = self.nominations.node_of(pod.uid) or pod.constraints.nominated_node
+        node = self.snapshot.nodes.get(name) if name else None
+        if node is None or self.framework.pre_filter(cycle, pod) is not None:
+            return None
+        feasible, _ = self.framework.filter_nodes(cycle, pod, [node])
+        return node if feasible else None
+
+    async def _schedule(self, pod: PodInfo) -> str | None:
         cycle = self.framework.new_cycle(self.snapshot, self.clock())
         nodes = list(self.snapshot.nodes.values())
-        found = self.framework.find_feasible(
-            cycle,
-            pod,
-            nodes,
-            percentage=self.percentage_of_nodes_to_score,
-            start=self.next_start,
-        )
-        feasible, failures = found.feasible, found.failures
-        if nodes:
-            self.next_start = (self.next_start + found.processed) % len(nodes)
+        nominated = self._nominated_fits(cycle, pod)
+        failures: dict[str, list[tuple[str, str]]] = {}
+        if nominated is not None:
+            feasible: list[NodeInfo] = [nominated]
+        else:
+            found = self.framework.find_feasible(
+                cycle,
+                pod,
+                nodes,
+                percentage=self.percentage_of_nodes_to_score,
+                start=self.next_start,
+            )
+            feasible, failures = found.feasible, found.failures
+            if nodes:
+                self.next_start = (self.next_start + found.processed) % len(nodes)
         if not feasible:
             reasons = {n: [r for _, r in f] for n, f in failures.items()}
-            await self.events.warn(pod, "FailedScheduling", failure_message(len(nodes), reasons))
+            message = failure_message(len(nodes), reasons)
+            if self.preemption is not None:
+                message = await self._preempt(cycle, pod, failures, message)
+            await self.events.warn(pod, "FailedScheduling", message)
             self._backoff(pod)
             return None
         best = self.framework.best_node(cycle, pod, feasible)
@@ -404,6 +440,34 @@ class Scheduler:
         await self._bind(pod, best, cycle, annotations)
         return best
 
+    async def _preempt(
+        self,
+        cycle: Cycle,
+        pod: PodInfo,
+        failures: dict[str, list[tuple[str, str]]],
+        message: str,
+    ) -> str:
+        """Try preemption for ``pod``; the FailedScheduling message (with kube-scheduler's
+        ``preemption: ...`` when it did not help)."""
+        assert self.preemption is not None
+        assert self.evictor is not None
+        outcome = self.preemption.find(
+            cycle, pod, failures, self.nominations.victims.get(pod.uid, ())
+        )
+        if outcome.candidate is None:
+            return f"{message} preemption: {outcome.message}"
+        refused = await self.evictor.preempt(pod, outcome.candidate)
+        if refused is not None:
+            return f"{message} preemption: {refused}"
+        self.nominations.add(pod, outcome.candidate.node, outcome.candidate.victims)
+        logger.info(
+            "%s nominated to %s, %d victim(s) evicted",
+            pod.key,
+            outcome.candidate.node,
+            len(outcome.candidate.victims),
+        )
+        return message
+
     async def _bind(
         self, pod: PodInfo, node: str, cycle: Cycle, annotations: dict[str, str]
     ) -> None:
@@ -416,6 +480,7 @@ class Scheduler:
             self._backoff(pod)
             return
         self.bound += 1
+        self.nominations.drop(pod.uid)
         self._attempts.pop(pod.uid, None)
         self._not_before.pop(pod.uid, None)
         logger.info("bound %s to %s", pod.key, node)
@@ -561,6 +626,7 @@ def build_scheduler(
         scheduler_name=scheduler_name,
         percentage_of_nodes_to_score=cfg.percentage_of_nodes_to_score,
         reservations=ReservationWriter(client),
+        evictor=Evictor(client),
     )
     connect(informed, scheduler)
     return informed, scheduler

@@ -52,7 +52,9 @@ from typing import Any, TypeVar
 
 from scheduler_plugins.framework import Cycle, Plugin
 from scheduler_plugins.plugins.loadargs import (
-    NAME,
+    NAME as NAME,
+)
+from scheduler_plugins.plugins.loadargs import (
     LoadAwareArgs,
     aggregated_usage,
     estimate_pod,

@@ -222,8 +222,9 @@ def test_every_kind_the_informers_watch_is_readable_by_both_packaged_scheduler_r
 
 
 def test_the_standalone_role_may_do_every_write_the_standalone_scheduler_makes() -> None:
-    # Writes of `koord-scheduler run`: pod patches (reserve annotations), bindings, Events, and
-    # Reservation status (placed or Unschedulable) through the status subresource (PUT: update).
+    # Writes of `koord-scheduler run`: pod patches (reserve annotations), bindings, Events,
+    # Reservation status (placed or Unschedulable) through the status subresource (PUT: update),
+    # and preemption's evictions and nominatedNodeName.
     rbac = Path(__file__).resolve().parents[2] / "packaging/kubernetes/scheduler/rbac.yaml"
     (role,) = [
         d
@@ -242,5 +243,7 @@ def test_the_standalone_role_may_do_every_write_the_standalone_scheduler_makes()
         ("", "pods/binding", "create"),
         ("", "events", "create"),
         (RESERVATIONS.group, f"{RESERVATIONS.plural}/status", "update"),
+        ("", "pods/eviction", "create"),  # preemption's victims
+        ("", "pods/status", "patch"),  # the preemptor's nominatedNodeName
     }
     assert needed <= allowed
