@@ -6,6 +6,8 @@ import json
 
 import pytest
 
+from scheduler_plugins.config import SchedulerConfig, parse_feature_gates
+from scheduler_plugins.errors import InputError
 from scheduler_plugins.framework import Framework
 from scheduler_plugins.plugins.elasticquota import ElasticQuota, build
 from scheduler_plugins.plugins.quotaprofile import parse_profiles
@@ -364,3 +366,17 @@ def test_profiles_in_the_snapshot_itself_make_their_trees():
     result = evaluate(objects, member("p", "tb", 1), plugins=[ElasticQuota()])
     assert result.nodes["b1"].feasible
     assert result.nodes["a1"].reasons == ["node(s) didn't match Pod's node affinity/selector"]
+
+
+def test_the_guarantee_usage_feature_gate_switches_the_plugin():
+    gates = parse_feature_gates("ElasticQuotaGuaranteeUsage=true")
+    plugin = SchedulerConfig(feature_gates=gates).framework().plugin("ElasticQuota")
+    assert isinstance(plugin, ElasticQuota)
+    assert plugin.guarantee_usage
+    default = SchedulerConfig().framework().plugin("ElasticQuota")
+    assert isinstance(default, ElasticQuota)
+    assert not default.guarantee_usage
+    with pytest.raises(InputError, match="NoSuchGate.*unknown feature gate"):
+        parse_feature_gates("NoSuchGate=true")
+    with pytest.raises(InputError, match="must be true or false"):
+        parse_feature_gates("ElasticQuotaGuaranteeUsage=maybe")
