@@ -376,7 +376,7 @@ def test_the_guarantee_usage_feature_gate_switches_the_plugin():
     default = SchedulerConfig().framework().plugin("ElasticQuota")
     assert isinstance(default, ElasticQuota)
     assert not default.guarantee_usage
-    with pytest.raises(InputError, match="NoSuchGate.*unknown feature gate"):
+    with pytest.raises(InputError, match=r"NoSuchGate.*unknown feature gate"):
         parse_feature_gates("NoSuchGate=true")
     with pytest.raises(InputError, match="must be true or false"):
         parse_feature_gates("ElasticQuotaGuaranteeUsage=maybe")
