@@ -32,6 +32,8 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from itertools import repeat
+from operator import add, mul
 from typing import Any, ClassVar
 
 from scheduler_plugins.errors import SchedulerError
@@ -436,8 +438,8 @@ class Framework:
             per_plugin[plugin.name] = scores
             weighted.append((self.weights[plugin.name], scores))
         weight_sum = sum(w for w, _ in weighted)
-        totals = dict.fromkeys((n.name for n in nodes), 0)
         uniform = 0  # plugins giving every node the same score shift all totals alike
+        varying: list[tuple[int, dict[str, int]]] = []
         for w, scores in weighted:
             if not w or not scores:
                 continue
@@ -446,8 +448,21 @@ class Framework:
             if low == max(values):
                 uniform += w * low
             else:
-                get = scores.get
-                totals = {name: t + w * get(name, 0) for name, t in totals.items()}
+                varying.append((w, scores))
+        totals: dict[str, int]
+        if len(varying) == 1 and varying[0][0] == 1 and len(varying[0][1]) == len(nodes):
+            totals = dict(varying[0][1])  # the usual extender case: one plugin scored
+        else:
+            names = [n.name for n in nodes]
+            acc: list[int] = [uniform] * len(names)
+            uniform = 0
+            for w, scores in varying:
+                if list(scores) == names:  # in node order, as plugins build them: add in C
+                    acc = list(map(add, acc, map(mul, scores.values(), repeat(w))))
+                else:
+                    get = scores.get
+                    acc = [t + w * get(name, 0) for name, t in zip(names, acc, strict=True)]
+            totals = dict(zip(names, acc, strict=True))
         if uniform:
             totals = {name: t + uniform for name, t in totals.items()}
         return per_plugin, totals, weight_sum
@@ -460,6 +475,8 @@ class Framework:
         per_plugin, totals, weight_sum = self.weighted_scores(cycle, pod, nodes)
         if weight_sum <= 0:
             return per_plugin, dict.fromkeys(totals, 0)
+        if weight_sum == 1:
+            return per_plugin, totals
         return per_plugin, {name: t // weight_sum for name, t in totals.items()}
 
     def best_node(self, cycle: Cycle, pod: PodInfo, nodes: Sequence[NodeInfo]) -> str:

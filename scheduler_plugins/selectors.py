@@ -11,7 +11,9 @@ matches them.
   with no terms (``k8s.io/component-helpers/scheduling/corev1/nodeaffinity``).
 
 Parsing raises :class:`~scheduler_plugins.errors.InputError` naming the field, where the API
-server's validation would have rejected the object.
+server's validation would have rejected the object. Label selectors are interned
+(:func:`label_selector`): equal selectors are one object, compared and hashed by identity, so
+plugins key their per-selector caches on them at no cost.
 """
 
 from __future__ import annotations
@@ -66,9 +68,10 @@ class Requirement:
         return n > self.number if op == GT else n < self.number
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, eq=False)
 class LabelSelector:
-    """``metav1.LabelSelector`` (``matchLabels`` folded into ``In`` requirements)."""
+    """``metav1.LabelSelector`` (``matchLabels`` folded into ``In`` requirements); made by
+    :func:`label_selector` only, so equal ones are the same object."""
 
     requirements: tuple[Requirement, ...] = ()
     nothing: bool = False
@@ -84,12 +87,26 @@ class LabelSelector:
         """This selector ANDed with ``extra`` (``matchLabelKeys`` and the like)."""
         if self.nothing or not extra:
             return self
-        return LabelSelector(self.requirements + extra)
+        return label_selector(self.requirements + extra)
 
 
-NOTHING = LabelSelector(nothing=True)
+_INTERNED: dict[tuple[tuple[Requirement, ...], bool], LabelSelector] = {}
+
+
+def label_selector(
+    requirements: tuple[Requirement, ...] = (), nothing: bool = False
+) -> LabelSelector:
+    """The one :class:`LabelSelector` with these requirements."""
+    key = (requirements, nothing)
+    found = _INTERNED.get(key)
+    if found is None:
+        found = _INTERNED[key] = LabelSelector(requirements, nothing)
+    return found
+
+
+NOTHING = label_selector(nothing=True)
 """The absent selector."""
-EVERYTHING = LabelSelector()
+EVERYTHING = label_selector()
 """The empty selector ``{}``."""
 
 
@@ -145,7 +162,7 @@ def parse_label_selector(raw: Any, source: str, where: str) -> LabelSelector:
         raise InputError(source, where + ".matchExpressions", "must be a list")
     for i, e in enumerate(exprs):
         reqs.append(_requirement(e, source, f"{where}.matchExpressions[{i}]"))
-    return LabelSelector(tuple(reqs))
+    return label_selector(tuple(reqs))
 
 
 @dataclass(frozen=True, slots=True)

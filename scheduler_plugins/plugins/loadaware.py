@@ -456,42 +456,29 @@ class LoadAwareScheduling(Plugin):
         prod = pod.priority_class == PRIORITY_PROD
         index = self._prod_index if prod else self._normal_index
         kind = "prod" if prod else "normal"
-        if 2 * len(nodes) < len(cycle.snapshot.nodes):
-            # a few nodes (percentageOfNodesToScore's chunks): the memoized failing nodes
-            fails = self._verdicts.get((kind, tuple(est)))
-            if fails is None:
-                fails = {}
-                for i, name, _ in index.failing(est):
-                    if name not in fails:
-                        fails[name] = self._message(kind, name, i, est)
-                self._memo(self._verdicts, (kind, tuple(est)), fails)
+        # the failing nodes with their reasons, memoized per estimate (see the module docstring)
+        fails = self._verdicts.get((kind, tuple(est)))
+        if fails is None:
+            fails = {}
+            for i, name, _ in index.failing(est):
+                if name not in fails:
+                    fails[name] = self._message(kind, name, i, est)
+            self._memo(self._verdicts, (kind, tuple(est)), fails)
+        every = len(nodes) == len(cycle.snapshot.nodes)
+        if every:
+            out = dict(fails)
+        else:
             get = fails.get
             out = {n.name: r for n in nodes if (r := get(n.name)) is not None}
-            if a.filter_expired_node_metrics and self._expiry.count_expired(cycle.now):
-                asked = {n.name for n in nodes}
-                reject = not a.enable_schedule_when_node_metrics_expired
-                for name in self._expiry.expired(cycle.now):
-                    if name in asked:
-                        if reject:
-                            out[name] = ERR_EXPIRED
-                        else:
-                            out.pop(name, None)
-            return out
-        candidates: set[str] | None = None
-        if len(nodes) != len(cycle.snapshot.nodes):
-            candidates = {n.name for n in nodes}
-        skip: set[str] = set()
-        if a.filter_expired_node_metrics:
-            expired = self._expiry.expired(cycle.now)
-            skip.update(expired)
-            if not a.enable_schedule_when_node_metrics_expired:
-                for name in expired:
-                    if candidates is None or name in candidates:
+        if a.filter_expired_node_metrics and self._expiry.count_expired(cycle.now):
+            asked = None if every else {n.name for n in nodes}
+            reject = not a.enable_schedule_when_node_metrics_expired
+            for name in self._expiry.expired(cycle.now):
+                if asked is None or name in asked:
+                    if reject:
                         out[name] = ERR_EXPIRED
-        for i, name, _ in index.failing(est):
-            if name in out or name in skip or (candidates is not None and name not in candidates):
-                continue
-            out[name] = self._message(kind, name, i, est)
+                    else:
+                        out.pop(name, None)
         return out
 
     def score_nodes(self, cycle: Cycle, pod: PodInfo, nodes: Sequence[NodeInfo]) -> dict[str, int]:

@@ -20,6 +20,8 @@ from scheduler_plugins.framework import Cycle, Plugin, default_normalize
 from scheduler_plugins.snapshot import NodeInfo, PodInfo
 
 NAME = "NodeAffinity"
+MEMO_SHAPES = 32
+"""Sets of preferred terms whose per-node sums are kept."""
 ERR_NODE_AFFINITY = "node(s) didn't match Pod's node affinity/selector"
 """``ErrReasonPod``."""
 

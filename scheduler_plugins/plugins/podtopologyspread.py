@@ -25,9 +25,11 @@ Not done: the cluster-level default constraints (``defaultConstraints``, ``defau
 System``): a pod without constraints is not spread. Each constraint counts its own matching pods
 (as kube-scheduler does since 1.30), and matching pods are counted by selector, not by owner.
 
-Cost: the per-pod counts need every node once; how many pods of a (namespace, selector) a node
-holds is kept per node until that node changes, so replicas of one workload pay a dict lookup a
-node.
+Cost: the counts per domain over every node are kept per *aggregate* (namespace, selector,
+topology key, the keys a node must carry, and the pod's node affinity and tolerations where the
+inclusion policies read them) and updated for the nodes that change, so replicas of one workload
+pay for the nodes changed since the last one; how many matching pods a node holds is kept per
+node until it changes.
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ from typing import Any
 from apis.wellknown import LABEL_HOSTNAME, TAINT_EFFECT_NO_EXECUTE, TAINT_EFFECT_NO_SCHEDULE
 from scheduler_plugins.constraints import SpreadConstraint, first_untolerated
 from scheduler_plugins.framework import MAX_NODE_SCORE, Cycle, Plugin
+from scheduler_plugins.plugins.nodecache import Changes, NodeMemo
 from scheduler_plugins.selectors import LabelSelector
 from scheduler_plugins.snapshot import NodeInfo, PodInfo
 
@@ -55,14 +58,12 @@ _TAINT_EFFECTS = (TAINT_EFFECT_NO_SCHEDULE, TAINT_EFFECT_NO_EXECUTE)
 MEMO_SELECTORS = 64
 """(namespace, selector) pairs whose per-node counts are kept."""
 
-_CountKey = tuple[str, LabelSelector]
-
 
 @dataclass(slots=True)
 class _FilterState:
     constraints: tuple[SpreadConstraint, ...]
     counts: list[dict[str, int]]
-    """Per constraint: domain value → matching pods."""
+    """Per constraint: domain value → matching pods (a copy the dry run of preemption edits)."""
     included: list[set[str]]
     """Per constraint: the nodes counted."""
     mins: list[int] = field(default_factory=list)
@@ -76,9 +77,40 @@ class _FilterState:
                 self.mins.append(min(counts.values(), default=0))
 
 
-def has_keys(labels: Mapping[str, str], constraints: Sequence[SpreadConstraint]) -> bool:
-    """``nodeLabelsMatchSpreadConstraints``."""
-    return all(c.topology_key in labels for c in constraints)
+@dataclass(slots=True)
+class _Aggregate:
+    """Matching pods per domain of one topology key, over the nodes a pod of one shape counts."""
+
+    changes: Changes = field(default_factory=Changes)
+    per_node: dict[str, tuple[str, int]] = field(default_factory=dict)
+    """Node counted → (its domain, its matching pods)."""
+    values: dict[str, int] = field(default_factory=dict)
+    """Domain → matching pods."""
+    nodes_in: dict[str, int] = field(default_factory=dict)
+    """Domain → nodes counted."""
+
+    def drop(self, name: str) -> None:
+        old = self.per_node.pop(name, None)
+        if old is None:
+            return
+        value, n = old
+        self.values[value] -= n
+        left = self.nodes_in[value] - 1
+        if left:
+            self.nodes_in[value] = left
+        else:
+            del self.nodes_in[value]
+            del self.values[value]
+
+    def put(self, name: str, value: str, n: int) -> None:
+        self.per_node[name] = (value, n)
+        self.values[value] = self.values.get(value, 0) + n
+        self.nodes_in[value] = self.nodes_in.get(value, 0) + 1
+
+
+def has_keys(labels: Mapping[str, str], keys: Sequence[str]) -> bool:
+    """``nodeLabelsMatchSpreadConstraints``: the node carries every key."""
+    return all(k in labels for k in keys)
 
 
 class PodTopologySpread(Plugin):
@@ -87,30 +119,24 @@ class PodTopologySpread(Plugin):
     name = NAME
 
     def __init__(self) -> None:
-        self._counts: dict[_CountKey, dict[str, tuple[NodeInfo, int, int]]] = {}
+        self._counts: NodeMemo[int] = NodeMemo(MEMO_SELECTORS)
+        self._aggregates: dict[tuple[Any, ...], _Aggregate] = {}
 
     # -- counting -------------------------------------------------------------------------
 
     def count(self, node: NodeInfo, namespace: str, selector: LabelSelector) -> int:
         """Matching pods on ``node`` (``countPodsMatchSelector``), kept until the node changes."""
-        key = (namespace, selector)
-        memo = self._counts.get(key)
-        if memo is None:
-            if len(self._counts) >= MEMO_SELECTORS:
-                del self._counts[next(iter(self._counts))]
-            memo = self._counts[key] = {}
-        hit = memo.get(node.name)
-        if hit is not None and hit[0] is node and hit[1] == node.generation:
-            return hit[2]
-        n = sum(
-            1
-            for p in node.pods.values()
-            if p.namespace == namespace
-            and not p.constraints.terminating
-            and selector.matches(p.labels)
-        )
-        memo[node.name] = (node, node.generation, n)
-        return n
+
+        def compute(n: NodeInfo) -> int:
+            return sum(
+                1
+                for p in n.pods.values()
+                if p.namespace == namespace
+                and not p.constraints.terminating
+                and selector.matches(p.labels)
+            )
+
+        return self._counts.get((namespace, selector), node, compute)
 
     @staticmethod
     def _included(pod: PodInfo, node: NodeInfo, c: SpreadConstraint) -> bool:
@@ -122,6 +148,40 @@ class PodTopologySpread(Plugin):
             c.honor_taints and first_untolerated(node.taints, pc.tolerations, _TAINT_EFFECTS)
         )
 
+    def _aggregate(
+        self, cycle: Cycle, pod: PodInfo, c: SpreadConstraint, keys: tuple[str, ...]
+    ) -> _Aggregate:
+        """The counts per domain of ``c`` over the nodes carrying ``keys`` that ``pod``
+        counts, brought up to date."""
+        pc = pod.constraints
+        key = (
+            pod.namespace,
+            c.selector,
+            c.topology_key,
+            keys,
+            (pc.node_selector, pc.required) if c.honor_affinity else None,
+            pc.tolerations if c.honor_taints else None,
+        )
+        agg = self._aggregates.get(key)
+        if agg is None:
+            if len(self._aggregates) >= MEMO_SELECTORS:
+                del self._aggregates[next(iter(self._aggregates))]
+            agg = self._aggregates[key] = _Aggregate()
+        snap = cycle.snapshot
+        names = agg.changes.poll(snap)
+        if names is None:
+            agg.per_node.clear()
+            agg.values.clear()
+            agg.nodes_in.clear()
+            names = set(snap.nodes)
+        for name in names:
+            agg.drop(name)
+            node = snap.nodes.get(name)
+            if node is None or not has_keys(node.labels, keys) or not self._included(pod, node, c):
+                continue
+            agg.put(name, node.labels[c.topology_key], self.count(node, pod.namespace, c.selector))
+        return agg
+
     def _filter_state(self, cycle: Cycle, pod: PodInfo) -> _FilterState | None:
         key = f"{NAME}/filter/{pod.uid}"
         if key in cycle.data:
@@ -130,20 +190,11 @@ class PodTopologySpread(Plugin):
         hard = tuple(c for c in pod.constraints.spread if c.hard)
         state = None
         if hard:
-            state = _FilterState(hard, [{} for _ in hard], [set() for _ in hard])
-            for node in cycle.snapshot.nodes.values():
-                labels = node.labels
-                if not has_keys(labels, hard):
-                    continue
-                for i, c in enumerate(hard):
-                    if not self._included(pod, node, c):
-                        continue
-                    value = labels[c.topology_key]
-                    counts = state.counts[i]
-                    counts[value] = counts.get(value, 0) + self.count(
-                        node, pod.namespace, c.selector
-                    )
-                    state.included[i].add(node.name)
+            keys = tuple(c.topology_key for c in hard)
+            aggs = [self._aggregate(cycle, pod, c, keys) for c in hard]
+            state = _FilterState(
+                hard, [dict(a.values) for a in aggs], [set(a.per_node) for a in aggs]
+            )
             state.refresh_mins()
         cycle.data[key] = state
         return state
@@ -198,7 +249,8 @@ class PodTopologySpread(Plugin):
         soft = tuple(c for c in pod.constraints.spread if not c.hard)
         if not soft or not nodes:
             return None
-        ignored = {n.name for n in nodes if not has_keys(n.labels, soft)}
+        soft_keys = tuple(c.topology_key for c in soft)
+        ignored = {n.name for n in nodes if not has_keys(n.labels, soft_keys)}
         scored = [n for n in nodes if n.name not in ignored]
         wanted: list[set[str]] = [set() for _ in soft]
         for n in scored:
@@ -209,17 +261,12 @@ class PodTopologySpread(Plugin):
             math.log((len(scored) if c.topology_key == LABEL_HOSTNAME else len(wanted[i])) + 2)
             for i, c in enumerate(soft)
         ]
-        counts: list[dict[str, int]] = [dict.fromkeys(w, 0) for w in wanted]
-        if any(wanted):
-            for node in cycle.snapshot.nodes.values():
-                if not has_keys(node.labels, soft):
-                    continue
-                for i, c in enumerate(soft):
-                    if c.topology_key == LABEL_HOSTNAME:
-                        continue
-                    value = node.labels[c.topology_key]
-                    if value in counts[i] and self._included(pod, node, c):
-                        counts[i][value] += self.count(node, pod.namespace, c.selector)
+        counts: list[Mapping[str, int]] = [
+            {}
+            if c.topology_key == LABEL_HOSTNAME
+            else self._aggregate(cycle, pod, c, soft_keys).values
+            for c in soft
+        ]
         raw: dict[str, int] = {}
         for n in scored:
             total = 0.0
@@ -227,7 +274,7 @@ class PodTopologySpread(Plugin):
                 if c.topology_key == LABEL_HOSTNAME:
                     cnt = self.count(n, pod.namespace, c.selector)
                 else:
-                    cnt = counts[i][n.labels[c.topology_key]]
+                    cnt = counts[i].get(n.labels[c.topology_key], 0)
                 total += cnt * weights[i] + (c.max_skew - 1)
             raw[n.name] = _go_round(total)
         out = dict.fromkeys((n.name for n in nodes), 0)

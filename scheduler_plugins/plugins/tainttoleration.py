@@ -63,6 +63,9 @@ class TaintToleration(Plugin):
         )
         out: dict[str, int] = {}
         for n in nodes:
+            if not n.taints:
+                out[n.name] = 0
+                continue
             count = 0
             for taint in n.taints:
                 if taint.effect == TAINT_EFFECT_PREFER_NO_SCHEDULE and not tolerated(taint, prefer):
