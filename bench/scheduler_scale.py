@@ -10,9 +10,9 @@ affinity), one in ten spreads its app over the zones (ScheduleAnyway), so kube-s
 in-tree plugins filter and score for real in the standalone part. The extender is served on
 127.0.0.1 as in production, with the extender's plugin table (kube-scheduler ran its in-tree
 plugins before calling it) and Koordinator's default args. Each measured pod (``--pods``,
-default 300, after 20 for warm-up) is one ``/filter`` then one ``/prioritize`` request carrying every node name
-(``nodeCacheCapable``), timed from the first request sent to the second answer read. A pod in
-ten is an LSR pod that needs a cpuset (NodeNUMAResource places it on every candidate node).
+default 300, after 20 for warm-up) is one ``/filter`` then one ``/prioritize`` request carrying
+every node name (``nodeCacheCapable``), timed from the first request sent to the second answer
+read. A pod in ten is an LSR pod that needs a cpuset (NodeNUMAResource places it on every candidate node).
 
 Each measured pod is also sent as kube-scheduler really sends it: ``nodeCacheCapable`` with
 only the nodes its own filters found feasible, at most ``percentageOfNodesToScore`` of the
