@@ -12,7 +12,8 @@ in-tree plugins filter and score for real in the standalone part. The extender i
 plugins before calling it) and Koordinator's default args. Each measured pod (``--pods``,
 default 300, after 20 for warm-up) is one ``/filter`` then one ``/prioritize`` request carrying
 every node name (``nodeCacheCapable``), timed from the first request sent to the second answer
-read. A pod in ten is an LSR pod that needs a cpuset (NodeNUMAResource places it on every candidate node).
+read. A pod in ten is an LSR pod that needs a cpuset (NodeNUMAResource places it on every
+candidate node).
 
 Each measured pod is also sent as kube-scheduler really sends it: ``nodeCacheCapable`` with
 only the nodes its own filters found feasible, at most ``percentageOfNodesToScore`` of the
