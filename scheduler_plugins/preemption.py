@@ -335,8 +335,9 @@ class Nominations:
         """Put the nominated pods of at least ``pod``'s priority on their nodes for one
         cycle (``RunFilterPluginsWithNominatedPods``)."""
         placed: list[PodInfo] = []
-        for uid, (other, node) in list(self.pods.items()):
-            if uid not in snapshot.pending_pods:  # bound or deleted meanwhile
+        for uid, (_, node) in list(self.pods.items()):
+            other = snapshot.pending_pods.get(uid)  # the informer's latest copy
+            if other is None:  # bound or deleted meanwhile
                 self.drop(uid)
                 continue
             if uid == pod.uid or other.priority < pod.priority or node not in snapshot.nodes:

@@ -220,3 +220,22 @@ def test_failure_message_counts_reasons_over_nodes_as_kube_scheduler_does():
     assert failure_message(3, reasons) == (
         "0/3 nodes are available: 2 Insufficient cpu, 1 node(s) cpu usage exceed threshold."
     )
+
+
+def test_per_node_numbers_do_not_split_the_failure_message():
+    la = "node(s) cpu usage exceed threshold"
+    reasons = {
+        "a": [f"{la}, cpu usage 70% > threshold 65%"],
+        "b": [f"{la}, cpu usage 80% > threshold 65%"],
+        "c": [f"{la}, cpu usage 70% > threshold 65%"],
+        "d": ["Insufficient quotas, quotaName: q, runtime: {cpu: 1}"],
+    }
+    assert failure_message(4, reasons) == (
+        "0/4 nodes are available: 1 Insufficient quotas, quotaName: q, runtime: {cpu: 1}, "
+        f"3 {la} (e.g. cpu usage 70% > threshold 65%)."
+    )
+    # the same numbers everywhere: the reason as it is
+    same = {"a": [f"{la}, cpu usage 70% > threshold 65%"]}
+    assert failure_message(1, same) == (
+        f"0/1 nodes are available: 1 {la}, cpu usage 70% > threshold 65%."
+    )
