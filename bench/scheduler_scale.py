@@ -128,12 +128,13 @@ def cluster(nodes: int, pods_per_node: int, seed: int = 7) -> list[dict[str, Any
             },
         }
         # kube-scheduler's in-tree plugins have something to do: dedicated nodes that only
-        # tolerating pods may use, and nodes pods would rather avoid
-        if i % 50 == 0:
+        # tolerating pods may use, and nodes pods would rather avoid (never a node with an NRT:
+        # those are the LSR pods')
+        if i % 50 == 5:
             node["spec"]["taints"] = [
                 {"key": "dedicated", "value": "infra", "effect": "NoSchedule"}
             ]
-        elif i % 25 == 0:
+        elif i % 50 == 35:
             node["spec"]["taints"] = [{"key": "noisy", "effect": "PreferNoSchedule"}]
         objects.append(node)
         pods_metric = []
