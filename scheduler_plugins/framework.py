@@ -165,6 +165,13 @@ class Plugin:
         nodes. The default: evicting may help."""
         return False
 
+    def might_help(
+        self, cycle: Cycle, pod: PodInfo, node: NodeInfo, victims: Sequence[PodInfo]
+    ) -> bool:
+        """Whether this plugin could accept ``pod`` on ``node`` once ``victims`` are taken off
+        it; a cheap check before preemption's dry run of the node. The default: perhaps."""
+        return True
+
     def remove_pod(self, cycle: Cycle, pod: PodInfo, victim: PodInfo, node: NodeInfo) -> None:
         """``victim`` was taken off ``node`` while preemption tries it: update what
         :meth:`pre_filter` computed for ``pod``."""
@@ -259,6 +266,13 @@ class Framework:
         """Whether ``plugin``'s ``reason`` is one evicting pods cannot cure."""
         p = self.plugin(plugin)
         return p is not None and p.unresolvable(reason)
+
+    def might_help(
+        self, cycle: Cycle, pod: PodInfo, node: NodeInfo, victims: Sequence[PodInfo]
+    ) -> bool:
+        """Whether every plugin could accept ``pod`` on ``node`` once ``victims`` are gone, as
+        far as their cheap checks tell (:meth:`Plugin.might_help`)."""
+        return all(p.might_help(cycle, pod, node, victims) for p in self.plugins)
 
     def filter_nodes(
         self,

@@ -9,8 +9,11 @@ When a pod fits nowhere:
    nominated node are still terminating (it waits for them).
 2. **Where might it help?** Nodes whose only failures evicting pods can cure
    (:meth:`Framework.unresolvable`: a selector, a taint, a missing topology label, an unbound
-   claim cannot). A pod its ElasticQuota rejected (quota full) may preempt only lower-priority pods
-   of its own quota, and the quota must have room once they are gone.
+   claim, an expired NodeMetric cannot), and, by a cheap check before the dry run
+   (:meth:`Framework.might_help`), where the lower-priority pods free enough resources, or, on a
+   node too loaded for LoadAwareScheduling, are counted by their estimates (reported usage stays
+   until the next report). A pod its ElasticQuota rejected (quota full) may preempt only
+   lower-priority pods of its own quota, and the quota must have room once they are gone.
 3. **Victims per node** (``SelectVictimsOnNode``): take every pod it may preempt off the node (lower
    priority; never a non-preemptible pod, ``quota.scheduling.koordinator.sh/preemptible:
    "false"``; from another quota only while that quota *borrows*, using more than its min); if the
@@ -207,7 +210,7 @@ class Preemption:
         for n in potential:
             if len(candidates) >= want:
                 break
-            found = self._victims_on(cycle, pod, n, rules, budgets)
+            found = self._victims_on(cycle, pod, n, rules, budgets, failures.get(n.name, ()))
             if isinstance(found, str):
                 verdicts[n.name] = found
             else:
@@ -237,22 +240,30 @@ class Preemption:
         off: list[PodInfo] = []
         try:
             for v in victims:
-                self._take(cycle, pod, node, v)
+                self._take(cycle, pod, node, v, touch=False)
                 off.append(v)
+            self.snapshot.touch(node.name)  # once for the lot: the plugins re-index the node
             yield off
         finally:
             for v in off:
-                self._put(cycle, pod, node, v)
+                self._put(cycle, pod, node, v, touch=False)
+            self.snapshot.touch(node.name)
 
-    def _take(self, cycle: Cycle, pod: PodInfo, node: NodeInfo, v: PodInfo) -> None:
+    def _take(
+        self, cycle: Cycle, pod: PodInfo, node: NodeInfo, v: PodInfo, *, touch: bool = True
+    ) -> None:
         node.remove_pod(v.uid)
-        self.snapshot.touch(node.name)
+        if touch:
+            self.snapshot.touch(node.name)
         for plugin in self.framework.plugins:
             plugin.remove_pod(cycle, pod, v, node)
 
-    def _put(self, cycle: Cycle, pod: PodInfo, node: NodeInfo, v: PodInfo) -> None:
+    def _put(
+        self, cycle: Cycle, pod: PodInfo, node: NodeInfo, v: PodInfo, *, touch: bool = True
+    ) -> None:
         node.add_pod(v)
-        self.snapshot.touch(node.name)
+        if touch:
+            self.snapshot.touch(node.name)
         for plugin in self.framework.plugins:
             plugin.add_pod(cycle, pod, v, node)
 
@@ -263,6 +274,7 @@ class Preemption:
         node: NodeInfo,
         rules: _QuotaRules,
         budgets: Sequence[Any],
+        failed: Sequence[tuple[str, str]] = (),
     ) -> Candidate | str:
         potential = [
             p
@@ -274,6 +286,8 @@ class Preemption:
         ]
         if not potential:
             return MSG_NO_VICTIMS
+        if not self.framework.might_help(cycle, pod, node, potential):
+            return failed[0][1] if failed else MSG_NO_VICTIMS
         with self._off(cycle, pod, node, potential) as off:
             reason = self._fits(cycle, pod, node)
             if reason is None and not rules.room_after(pod, off):

@@ -481,6 +481,20 @@ class LoadAwareScheduling(Plugin):
                         out.pop(name, None)
         return out
 
+    def unresolvable(self, reason: str) -> bool:
+        return reason == ERR_EXPIRED  # evicting pods does not refresh a NodeMetric
+
+    def might_help(
+        self, cycle: Cycle, pod: PodInfo, node: NodeInfo, victims: Sequence[PodInfo]
+    ) -> bool:
+        """A node this plugin accepts stays accepted; on one it rejects, the reported usage
+        stays until the next report, so only victims counted by their estimate (too recent
+        for the report) can lower it now."""
+        if not self.filter_nodes(cycle, pod, [node]):
+            return True
+        metric = cycle.snapshot.node_metrics.get(node.name)
+        return metric is None or any(_recent(v, metric) for v in victims)
+
     def score_nodes(self, cycle: Cycle, pod: PodInfo, nodes: Sequence[NodeInfo]) -> dict[str, int]:
         a = self.args
         self._prepare(cycle)
@@ -518,6 +532,14 @@ class LoadAwareScheduling(Plugin):
                 if name in out:
                     out[name] = 0
         return out
+
+
+def _recent(pod: PodInfo, metric: NodeMetricInfo) -> bool:
+    """Whether ``pod`` is counted by its estimate (too recent for the report)."""
+    pm = metric.pods.get(pod.key)
+    if pm is None or not pm.usage or metric.update_time is None or pod.scheduled_at is None:
+        return True
+    return pod.scheduled_at > metric.update_time - metric.report_interval_s
 
 
 def _score(

@@ -134,13 +134,20 @@ class NodeResourcesFit(Plugin):
         wanted = [(r, v) for r, v in pod.requests.items() if v > 0 and r not in self.ignored]
         wanted.append(("pods", 1))
         adjust: Mapping[str, Mapping[str, int]] = cycle.data.get(RESERVATION_ADJUST_KEY, {})
+        prefixes = []
+        for r, v in wanted:
+            keys, names = self._index(cycle, r)
+            prefixes.append((r, names, bisect_left(keys, v)))
+        if sum(k for _, _, k in prefixes) > 2 * len(nodes):
+            # more nodes fail somewhere than are asked about (a few nodes, a big pod): check
+            # the nodes asked about one by one
+            return self._check_each(nodes, wanted, adjust)
         candidates: set[str] | None = None
         if len(nodes) != len(cycle.snapshot.nodes):
             candidates = {n.name for n in nodes}
         out: dict[str, str] = {}
-        for r, v in wanted:
-            keys, names = self._index(cycle, r)
-            for name in names[: bisect_left(keys, v)]:
+        for r, names, k in prefixes:
+            for name in names[:k]:
                 if (
                     name in out
                     or name in adjust
@@ -161,6 +168,40 @@ class NodeResourcesFit(Plugin):
                     out[name] = _insufficient(r)
                     break
         return out
+
+    @staticmethod
+    def _check_each(
+        nodes: Sequence[NodeInfo],
+        wanted: Sequence[tuple[str, int]],
+        adjust: Mapping[str, Mapping[str, int]],
+    ) -> dict[str, str]:
+        out: dict[str, str] = {}
+        for node in nodes:
+            extra = adjust.get(node.name, {})
+            alloc, requested = node.allocatable, node.requested
+            for r, v in wanted:
+                if r == "pods" and r not in alloc:
+                    continue
+                if v > alloc.get(r, 0) - requested.get(r, 0) + extra.get(r, 0):
+                    out[node.name] = _insufficient(r)
+                    break
+        return out
+
+    def might_help(
+        self, cycle: Cycle, pod: PodInfo, node: NodeInfo, victims: Sequence[PodInfo]
+    ) -> bool:
+        """Whether the node's allocatable holds the pod once ``victims`` are gone."""
+        extra: Mapping[str, int] = cycle.data.get(RESERVATION_ADJUST_KEY, {}).get(node.name, {})
+        wanted = [(r, v) for r, v in pod.requests.items() if v > 0 and r not in self.ignored]
+        wanted.append(("pods", 1))
+        for r, v in wanted:
+            if r == "pods" and r not in node.allocatable:
+                continue
+            freed = len(victims) if r == "pods" else sum(p.requests.get(r, 0) for p in victims)
+            free = node.allocatable.get(r, 0) - node.requested.get(r, 0) + extra.get(r, 0)
+            if v > free + freed:
+                return False
+        return True
 
     def score_nodes(
         self, cycle: Cycle, pod: PodInfo, nodes: Sequence[NodeInfo]

@@ -28,7 +28,7 @@ from scheduler_plugins.standalone import EventRecorder, Scheduler
 from scheduler_plugins.table import build_framework
 from tests.kubefake.fixtures import eventually
 from tests.scheduler.bindingfake import BindingFakeApiServer
-from tests.scheduler.builders import NOW, node, pod, ts
+from tests.scheduler.builders import NOW, node, node_metric, pod, ts
 from tests.scheduler.helpers import snapshot_of
 
 QUOTA = "quota.scheduling.koordinator.sh/name"
@@ -202,6 +202,45 @@ def test_a_full_quota_preempts_its_own_lower_priority_pods():
     assert next(iter(found.failures.values()))[0][0] == "ElasticQuota"
     outcome = Preemption(fw, snap).find(cycle, p, found.failures)
     assert victims_of(outcome) == ("n1", ["a-low"])  # not the other quota-less pod
+
+
+def test_a_node_too_loaded_is_a_candidate_only_when_victims_are_counted_by_estimate():
+    # LoadAwareScheduling rejects n1 at 72 % cpu (16 reported + 8 x 0.85 estimated, the pod
+    # bound after the last report): evicting that pod takes its estimate off
+    recent = running("recent", "n1", "8", 10, scheduled_at=NOW - 10)
+    objects = [node("n1"), node_metric("n1", cpu="16"), recent]
+    assert victims_of(decide(objects, incoming("100m"))) == ("n1", ["recent"])
+    # the reported usage (22 cores of 32) stays until the next report whatever is evicted:
+    # no dry run, the node keeps LoadAware's reason
+    old = running("old", "n1", "8", 10)
+    objects = [node("n1"), node_metric("n1", cpu="22", pods=[("old", "6", "1Gi")]), old]
+    outcome = decide(objects, incoming("100m"))
+    assert outcome.candidate is None
+    assert outcome.message == (
+        "0/1 nodes are available: 1 node(s) cpu usage exceed threshold, "
+        "cpu usage 69% > threshold 65%."
+    )
+
+
+def test_an_expired_node_metric_is_not_cured_by_preemption():
+    objects = [node("n1"), node_metric("n1", cpu="1", age=181), running("low", "n1", "1", 10)]
+    outcome = decide(objects, incoming("1"))
+    assert outcome.candidate is None
+    assert outcome.message == f"0/1 nodes are available: 1 {MSG_NOT_HELPFUL}."
+
+
+def test_victims_that_free_too_little_are_not_dry_run():
+    # 4 cores free once both lower-priority pods go; the pod wants 6: the cheap check says no
+    objects = [
+        node("n1", cpu="8"),
+        running("high", "n1", "4", 5000),
+        running("low1", "n1", "2", 10),
+        running("low2", "n1", "2", 10),
+    ]
+    outcome = decide(objects, incoming("6"))
+    assert outcome.candidate is None
+    assert outcome.message == "0/1 nodes are available: 1 Insufficient cpu."
+    assert victims_of(decide(objects, incoming("4"))) == ("n1", ["low1", "low2"])
 
 
 # -- end to end on the fake API server ---------------------------------------------------------
