@@ -67,7 +67,7 @@ class ImageLocality(Plugin):
         self._prepare(cycle)
         images = [i for i in pod.constraints.images if i in self._spread]
         if not images:
-            return dict.fromkeys((n.name for n in nodes), 0)
+            return dict(cycle.names_of(nodes)[1])
         containers = max(len(pod.constraints.images), 1)
         total = len(cycle.snapshot.nodes) or 1
         out: dict[str, int] = {}

@@ -17,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from scheduler_plugins.framework import Cycle, Plugin, default_normalize
+from scheduler_plugins.selectors import NodeSelectorTerm
 from scheduler_plugins.snapshot import NodeInfo, PodInfo
 
 NAME = "NodeAffinity"
@@ -31,6 +32,11 @@ class NodeAffinity(Plugin):
 
     name = NAME
 
+    def __init__(self) -> None:
+        self._memo: dict[tuple[tuple[int, NodeSelectorTerm], ...], dict[str, tuple[NodeInfo, int]]]
+        self._memo = {}
+        """Per set of preferred terms, each node's sum of the weights it matches."""
+
     def filter_nodes(self, cycle: Cycle, pod: PodInfo, nodes: Sequence[NodeInfo]) -> dict[str, str]:
         c = pod.constraints
         if not c.node_selector and c.required is None:
@@ -43,9 +49,22 @@ class NodeAffinity(Plugin):
         preferred = pod.constraints.preferred
         if not preferred:
             return None
-        return {
-            n.name: sum(w for w, term in preferred if term.matches(n.name, n.labels)) for n in nodes
-        }
+        memo = self._memo.get(preferred)
+        if memo is None:
+            if len(self._memo) >= MEMO_SHAPES:
+                del self._memo[next(iter(self._memo))]
+            memo = self._memo[preferred] = {}
+        get = memo.get
+        out: dict[str, int] = {}
+        for n in nodes:
+            hit = get(n.name)
+            if hit is not None and hit[0] is n:  # the sum depends on the Node object only
+                out[n.name] = hit[1]
+            else:
+                s = sum(w for w, term in preferred if term.matches(n.name, n.labels))
+                memo[n.name] = (n, s)
+                out[n.name] = s
+        return out
 
     def normalize(self, scores: dict[str, int]) -> dict[str, int]:
         return default_normalize(scores)

@@ -11,7 +11,7 @@ index or memoize per node.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Sequence
 from typing import Generic, TypeVar
 
 from scheduler_plugins.snapshot import NodeInfo, Snapshot
@@ -67,3 +67,33 @@ class NodeMemo(Generic[_V]):
     def clear(self) -> None:
         """Forget everything."""
         self._tables.clear()
+
+
+class NodeSubset:
+    """The snapshot's nodes that satisfy ``wanted`` (a few: tainted, cordoned), kept up to date
+    from the change log, so a plugin that concerns only them need not look at every node."""
+
+    def __init__(self, wanted: Callable[[NodeInfo], bool]) -> None:
+        self.wanted = wanted
+        self._changes = Changes()
+        self._nodes: dict[str, NodeInfo] = {}
+
+    def of(self, snap: Snapshot) -> dict[str, NodeInfo]:
+        """The wanted nodes of ``snap`` by name."""
+        names = self._changes.poll(snap)
+        if names is None:
+            self._nodes = {name: n for name, n in snap.nodes.items() if self.wanted(n)}
+        else:
+            for name in names:
+                node = snap.nodes.get(name)
+                if node is not None and self.wanted(node):
+                    self._nodes[name] = node
+                else:
+                    self._nodes.pop(name, None)
+        return self._nodes
+
+    @staticmethod
+    def covers(snap: Snapshot, nodes: Sequence[NodeInfo]) -> bool:
+        """Whether ``nodes`` are every node of ``snap`` (the framework's first filters and a
+        search over all nodes pass them so): then the subset can be walked instead."""
+        return len(nodes) == len(snap.nodes)

@@ -13,6 +13,7 @@ from typing import Any
 from apis.wellknown import TAINT_EFFECT_NO_SCHEDULE, TAINT_NODE_UNSCHEDULABLE
 from scheduler_plugins.constraints import Taint, tolerated
 from scheduler_plugins.framework import Cycle, Plugin
+from scheduler_plugins.plugins.nodecache import NodeSubset
 from scheduler_plugins.snapshot import NodeInfo, PodInfo
 
 NAME = "NodeUnschedulable"
@@ -26,8 +27,14 @@ class NodeUnschedulable(Plugin):
 
     name = NAME
 
+    def __init__(self) -> None:
+        self._cordoned = NodeSubset(lambda n: n.unschedulable)
+
     def filter_nodes(self, cycle: Cycle, pod: PodInfo, nodes: Sequence[NodeInfo]) -> dict[str, str]:
-        out = {n.name: ERR_UNSCHEDULABLE for n in nodes if n.unschedulable}
+        if NodeSubset.covers(cycle.snapshot, nodes):
+            out = dict.fromkeys(self._cordoned.of(cycle.snapshot), ERR_UNSCHEDULABLE)
+        else:
+            out = {n.name: ERR_UNSCHEDULABLE for n in nodes if n.unschedulable}
         if out and tolerated(_TAINT, pod.constraints.tolerations):
             return {}
         return out

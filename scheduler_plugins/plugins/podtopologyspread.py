@@ -250,6 +250,8 @@ class PodTopologySpread(Plugin):
         if not soft or not nodes:
             return None
         soft_keys = tuple(c.topology_key for c in soft)
+        if LABEL_HOSTNAME not in soft_keys:
+            return self._score_by_domain(cycle, pod, soft, soft_keys, nodes)
         ignored = {n.name for n in nodes if not has_keys(n.labels, soft_keys)}
         scored = [n for n in nodes if n.name not in ignored]
         wanted: list[set[str]] = [set() for _ in soft]
@@ -277,7 +279,7 @@ class PodTopologySpread(Plugin):
                     cnt = counts[i].get(n.labels[c.topology_key], 0)
                 total += cnt * weights[i] + (c.max_skew - 1)
             raw[n.name] = _go_round(total)
-        out = dict.fromkeys((n.name for n in nodes), 0)
+        out = dict(cycle.names_of(nodes)[1])
         if raw:
             low, high = min(raw.values()), max(raw.values())
             for name, s in raw.items():
@@ -285,6 +287,39 @@ class PodTopologySpread(Plugin):
                     MAX_NODE_SCORE if high == 0 else MAX_NODE_SCORE * (high + low - s) // high
                 )
         return out
+
+    def _score_by_domain(
+        self,
+        cycle: Cycle,
+        pod: PodInfo,
+        soft: Sequence[SpreadConstraint],
+        keys: tuple[str, ...],
+        nodes: Sequence[NodeInfo],
+    ) -> dict[str, int]:
+        """:meth:`score_nodes` when no constraint spreads over hostnames: a node's score
+        depends on its domains only, so it is computed once per domain (tuple of the nodes'
+        values of ``keys``; ``None`` in it: the node lacks a key, is not scored and gets 0)."""
+        if len(keys) == 1:
+            key = keys[0]
+            doms: list[Any] = [(n.labels.get(key),) for n in nodes]
+        else:
+            doms = [tuple(map(n.labels.get, keys)) for n in nodes]
+        present = {d for d in set(doms) if None not in d}
+        norm: dict[Any, int] = {d: 0 for d in set(doms) if None in d}
+        if present:
+            weights = [math.log(len({d[i] for d in present}) + 2) for i in range(len(soft))]
+            counts = [self._aggregate(cycle, pod, c, keys).values for c in soft]
+            raw: dict[Any, int] = {}
+            for d in present:
+                total = 0.0
+                for i, c in enumerate(soft):
+                    total += counts[i].get(d[i], 0) * weights[i] + (c.max_skew - 1)
+                raw[d] = _go_round(total)
+            low, high = min(raw.values()), max(raw.values())
+            for d, s in raw.items():
+                norm[d] = MAX_NODE_SCORE if high == 0 else MAX_NODE_SCORE * (high + low - s) // high
+        names, _ = cycle.names_of(nodes)
+        return dict(zip(names, map(norm.__getitem__, doms), strict=True))
 
 
 def _go_round(x: float) -> int:

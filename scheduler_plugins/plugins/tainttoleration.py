@@ -14,7 +14,7 @@ plugin, ``pkg/scheduler/framework/plugins/tainttoleration``).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from apis.wellknown import (
@@ -24,6 +24,7 @@ from apis.wellknown import (
 )
 from scheduler_plugins.constraints import first_untolerated, tolerated
 from scheduler_plugins.framework import MAX_NODE_SCORE, Cycle, Plugin
+from scheduler_plugins.plugins.nodecache import NodeSubset
 from scheduler_plugins.snapshot import NodeInfo, PodInfo
 
 NAME = "TaintToleration"
@@ -45,9 +46,19 @@ class TaintToleration(Plugin):
 
     name = NAME
 
+    def __init__(self) -> None:
+        self._hard = NodeSubset(lambda n: any(t.effect in _FILTER_EFFECTS for t in n.taints))
+        self._soft = NodeSubset(
+            lambda n: any(t.effect == TAINT_EFFECT_PREFER_NO_SCHEDULE for t in n.taints)
+        )
+        self._last: tuple[dict[str, int], list[str]] | None = None
+        """The last raw scores and their non-zero nodes, for :meth:`normalize`."""
+
     def filter_nodes(self, cycle: Cycle, pod: PodInfo, nodes: Sequence[NodeInfo]) -> dict[str, str]:
         out: dict[str, str] = {}
         tolerations = pod.constraints.tolerations
+        if NodeSubset.covers(cycle.snapshot, nodes):
+            nodes = list(self._hard.of(cycle.snapshot).values())
         for n in nodes:
             if n.taints:
                 taint = first_untolerated(n.taints, tolerations, _FILTER_EFFECTS)
@@ -61,20 +72,35 @@ class TaintToleration(Plugin):
             for t in pod.constraints.tolerations
             if not t.effect or t.effect == TAINT_EFFECT_PREFER_NO_SCHEDULE
         )
-        out: dict[str, int] = {}
-        for n in nodes:
-            if not n.taints:
-                out[n.name] = 0
-                continue
+        out = dict(cycle.names_of(nodes)[1])
+        tainted = self._soft.of(cycle.snapshot)
+        if NodeSubset.covers(cycle.snapshot, nodes):
+            some: Iterable[NodeInfo] = tainted.values()
+        else:
+            some = (n for n in nodes if n.name in tainted)
+        counted = []
+        for n in some:
             count = 0
             for taint in n.taints:
                 if taint.effect == TAINT_EFFECT_PREFER_NO_SCHEDULE and not tolerated(taint, prefer):
                     count += 1
-            out[n.name] = count
+            if count:
+                out[n.name] = count
+                counted.append(n.name)
+        self._last = (out, counted)
         return out
 
     def normalize(self, scores: dict[str, int]) -> dict[str, int]:
-        return reverse_normalize(scores)
+        last = self._last
+        self._last = None
+        if last is None or last[0] is not scores:
+            return reverse_normalize(scores)
+        # only the nodes counted differ from the rest (0 untolerated taints: the best)
+        top = max(map(scores.__getitem__, last[1]), default=0)
+        out = dict.fromkeys(scores, MAX_NODE_SCORE)
+        for name in last[1]:
+            out[name] = MAX_NODE_SCORE - scores[name] * MAX_NODE_SCORE // top
+        return out
 
     def unresolvable(self, reason: str) -> bool:
         return True

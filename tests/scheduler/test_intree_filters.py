@@ -9,15 +9,16 @@ from typing import Any
 import pytest
 
 from scheduler_plugins.errors import InputError
+from scheduler_plugins.framework import Framework
 from scheduler_plugins.plugins.nodeaffinity import ERR_NODE_AFFINITY, NodeAffinity
 from scheduler_plugins.plugins.nodename import ERR_NODE_NAME, NodeName
 from scheduler_plugins.plugins.nodeports import ERR_PORTS, NodePorts
 from scheduler_plugins.plugins.nodeunschedulable import ERR_UNSCHEDULABLE, NodeUnschedulable
 from scheduler_plugins.plugins.tainttoleration import TaintToleration
 from scheduler_plugins.plugins.volumebinding import VolumeBinding
-from scheduler_plugins.snapshot import parse_pod
+from scheduler_plugins.snapshot import parse_node, parse_pod
 from scheduler_plugins.table import build_framework
-from tests.scheduler.builders import node, pod
+from tests.scheduler.builders import NOW, node, pod
 from tests.scheduler.helpers import evaluate, snapshot_of
 
 ZONE = "topology.kubernetes.io/zone"
@@ -300,3 +301,35 @@ def test_every_in_tree_filter_runs_in_the_default_table_with_its_reason():
     assert result.nodes["cordoned"].rejected_by["NodeUnschedulable"] == ERR_UNSCHEDULABLE
     assert result.nodes["elsewhere"].rejected_by == {"NodeAffinity": ERR_NODE_AFFINITY}
     assert result.best() == "ok"
+
+
+def test_taint_and_cordon_verdicts_follow_node_updates_on_one_snapshot():
+    # the plugins keep the tainted and cordoned nodes from the snapshot's change log: a Node
+    # update must reach them, and a check of a few nodes must agree with one over all of them
+    fw = Framework([NodeUnschedulable(), TaintToleration()])
+    snap = snapshot_of(node("n1"), node("n2"))
+    p = parse_pod(pod("p"), "pod")
+
+    def verdicts(names: list[str] | None = None) -> dict[str, list[str]]:
+        result = fw.evaluate(snap, p, node_names=names, now=NOW, all_verdicts=True)
+        return {n: r.reasons for n, r in result.nodes.items()}
+
+    def scores() -> dict[str, int]:
+        result = fw.evaluate(snap, p, now=NOW)
+        return {n: r.scores.get("TaintToleration", -1) for n, r in result.nodes.items()}
+
+    assert verdicts() == {"n1": [], "n2": []}
+    assert scores() == {"n1": 100, "n2": 100}
+    snap.upsert_node(parse_node(node("n1", taints=[{"key": "k", "effect": "NoExecute"}]), "t", "n"))
+    snap.upsert_node(parse_node(node("n2", unschedulable=True), "t", "n"))
+    want = {"n1": ["node(s) had untolerated taint {k: }"], "n2": [ERR_UNSCHEDULABLE]}
+    assert verdicts() == want
+    assert verdicts(["n2"]) == {"n2": want["n2"]}
+    snap.upsert_node(parse_node(node("n1"), "t", "n"))
+    snap.upsert_node(
+        parse_node(node("n2", taints=[{"key": "k", "effect": "PreferNoSchedule"}]), "t", "n")
+    )
+    assert verdicts() == {"n1": [], "n2": []}
+    assert scores() == {"n1": 100, "n2": 0}
+    snap.upsert_node(parse_node(node("n2"), "t", "n"))
+    assert scores() == {"n1": 100, "n2": 100}
