@@ -37,3 +37,32 @@ DEFAULT_MILLI_CPU_REQUEST = 100
 when kube-scheduler scores (not when it filters)."""
 DEFAULT_MEMORY_REQUEST = 200 * 1024 * 1024
 """``schedutil.DefaultMemoryRequest`` (200 MiB), as above for memory."""
+
+
+# -- Koordinator keys the scheduler's LoadAware and ElasticQuota plugins read ------------------
+# (named as main's apis.scheduling_keys / apis.manager_keys name them, to fold into those)
+
+ANNOTATION_CUSTOM_USAGE_THRESHOLDS = "scheduling.koordinator.sh/usage-thresholds"
+"""Node annotation overriding LoadAware's thresholds for that node
+(``extension.AnnotationCustomUsageThresholds``)."""
+ANNOTATION_CUSTOM_ESTIMATED_SCALING_FACTORS = (
+    "scheduling.koordinator.sh/load-estimated-scaling-factors"
+)
+"""Pod annotation overriding LoadAware's estimator factors
+(``extension.AnnotationCustomEstimatedScalingFactors``)."""
+ANNOTATION_NODE_RAW_ALLOCATABLE = "node.koordinator.sh/raw-allocatable"
+"""Node annotation: the allocatable before Koordinator's amplification
+(``extension.AnnotationNodeRawAllocatable``)."""
+BATCH_CPU = "kubernetes.io/batch-cpu"
+BATCH_MEMORY = "kubernetes.io/batch-memory"
+MID_CPU = "kubernetes.io/mid-cpu"
+MID_MEMORY = "kubernetes.io/mid-memory"
+"""Koordinator's batch and mid resources (``extension.BatchCPU``...)."""
+
+LABEL_QUOTA_PARENT = "quota.scheduling.koordinator.sh/parent"
+LABEL_QUOTA_IS_PARENT = "quota.scheduling.koordinator.sh/is-parent"
+LABEL_QUOTA_TREE_ID = "quota.scheduling.koordinator.sh/tree-id"
+LABEL_QUOTA_ALLOW_LENT = "quota.scheduling.koordinator.sh/allow-lent-resource"
+ANNOTATION_QUOTA_SHARED_WEIGHT = "quota.scheduling.koordinator.sh/shared-weight"
+ANNOTATION_QUOTA_NAMESPACES = "quota.scheduling.koordinator.sh/namespaces"
+"""ElasticQuota tree labels and annotations (``extension.LabelQuotaParent``...)."""

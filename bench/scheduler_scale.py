@@ -61,13 +61,14 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
+from apis.wellknown import LABEL_TOPOLOGY_ZONE
 from scheduler_plugins.extender import Extender, make_app
 from scheduler_plugins.framework import num_feasible_nodes_to_find
 from scheduler_plugins.snapshot import PodInfo, build_snapshot, parse_pod
 from scheduler_plugins.standalone import EventRecorder, Scheduler, tune_gc
 from scheduler_plugins.table import EXTENDER_PLUGINS, build_framework
 
-ZONE = "topology.kubernetes.io/zone"
+ZONE = LABEL_TOPOLOGY_ZONE
 ZONES = 10
 APPS = 20
 

@@ -30,6 +30,15 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from apis.wellknown import (
+    ANNOTATION_CUSTOM_ESTIMATED_SCALING_FACTORS,
+    ANNOTATION_CUSTOM_USAGE_THRESHOLDS,
+    ANNOTATION_NODE_RAW_ALLOCATABLE,
+    BATCH_CPU,
+    BATCH_MEMORY,
+    MID_CPU,
+    MID_MEMORY,
+)
 from kubeclient.units import parse_duration
 from scheduler_plugins.args import ArgsReader
 from scheduler_plugins.errors import InputError
@@ -44,17 +53,6 @@ from scheduler_plugins.snapshot import (
 )
 
 NAME = "LoadAwareScheduling"
-ANNOTATION_CUSTOM_USAGE_THRESHOLDS = "scheduling.koordinator.sh/usage-thresholds"
-"""Node annotation overriding the thresholds for that node (``AnnotationCustomUsageThresholds``)."""
-ANNOTATION_CUSTOM_ESTIMATED_SCALING_FACTORS = (
-    "scheduling.koordinator.sh/load-estimated-scaling-factors"
-)
-"""Pod annotation overriding the estimator's factors (``AnnotationCustomEstimatedScalingFactors``),
-honoured with ``allowCustomizeEstimation``."""
-ANNOTATION_NODE_RAW_ALLOCATABLE = "node.koordinator.sh/raw-allocatable"
-"""Node annotation: the allocatable before Koordinator's amplification
-(``AnnotationNodeRawAllocatable``)."""
-
 DEFAULT_MILLI_CPU_REQUEST = 250
 """Estimate of a pod that requests no CPU (milli-cores)."""
 DEFAULT_MEMORY_REQUEST = 200 * 1024 * 1024
@@ -62,8 +60,8 @@ DEFAULT_MEMORY_REQUEST = 200 * 1024 * 1024
 AGGREGATION_TYPES = ("avg", "p50", "p90", "p95", "p99")
 
 _TRANSLATE = {
-    PRIORITY_BATCH: {"cpu": "kubernetes.io/batch-cpu", "memory": "kubernetes.io/batch-memory"},
-    PRIORITY_MID: {"cpu": "kubernetes.io/mid-cpu", "memory": "kubernetes.io/mid-memory"},
+    PRIORITY_BATCH: {"cpu": BATCH_CPU, "memory": BATCH_MEMORY},
+    PRIORITY_MID: {"cpu": MID_CPU, "memory": MID_MEMORY},
 }
 
 
@@ -204,9 +202,9 @@ def estimate_pod(
         limit = pod.limits.get(real, 0)
         quantity = limit if limit > request else request
         if quantity == 0:
-            if real in ("cpu", "kubernetes.io/batch-cpu"):
+            if real in ("cpu", BATCH_CPU):
                 out.append(DEFAULT_MILLI_CPU_REQUEST)
-            elif real in ("memory", "kubernetes.io/batch-memory"):
+            elif real in ("memory", BATCH_MEMORY):
                 out.append(DEFAULT_MEMORY_REQUEST)
             else:
                 out.append(0)

@@ -28,6 +28,14 @@ import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from apis.wellknown import (
+    ANNOTATION_QUOTA_NAMESPACES,
+    ANNOTATION_QUOTA_SHARED_WEIGHT,
+    LABEL_QUOTA_ALLOW_LENT,
+    LABEL_QUOTA_IS_PARENT,
+    LABEL_QUOTA_PARENT,
+    LABEL_QUOTA_TREE_ID,
+)
 from scheduler_plugins.errors import InputError
 from scheduler_plugins.plugins.quotaprofile import (
     ANNOTATION_TOTAL_RESOURCE,
@@ -43,12 +51,12 @@ from scheduler_plugins.snapshot import (
     parse_resource_list,
 )
 
-LABEL_PARENT = "quota.scheduling.koordinator.sh/parent"
-LABEL_IS_PARENT = "quota.scheduling.koordinator.sh/is-parent"
-LABEL_TREE_ID = "quota.scheduling.koordinator.sh/tree-id"
-LABEL_ALLOW_LENT = "quota.scheduling.koordinator.sh/allow-lent-resource"
-ANNOTATION_SHARED_WEIGHT = "quota.scheduling.koordinator.sh/shared-weight"
-ANNOTATION_NAMESPACES = "quota.scheduling.koordinator.sh/namespaces"
+LABEL_PARENT = LABEL_QUOTA_PARENT
+LABEL_IS_PARENT = LABEL_QUOTA_IS_PARENT
+LABEL_TREE_ID = LABEL_QUOTA_TREE_ID
+LABEL_ALLOW_LENT = LABEL_QUOTA_ALLOW_LENT
+ANNOTATION_SHARED_WEIGHT = ANNOTATION_QUOTA_SHARED_WEIGHT
+ANNOTATION_NAMESPACES = ANNOTATION_QUOTA_NAMESPACES
 ROOT = "koordinator-root-quota"
 
 
