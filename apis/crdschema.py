@@ -3,7 +3,7 @@ dependency.
 
 :func:`load_crds` reads the CustomResourceDefinitions of a directory (by default the repository's
 ``packaging/kubernetes/crds``, the CRDs we install); :meth:`CRDSet.validate` picks the version of
-the object's ``apiVersion`` and ``kind`` and returns every :class:`FieldError` with its JSON path
+the object's ``apiVersion`` and ``kind`` and returns every :class:`Violation` with its JSON path
 (``spec.resourceUsedThresholdWithBE.cpuSuppressThresholdPercent``, ``spec.items[2].name``);
 :meth:`CRDSet.validate_or_raise` raises one :class:`apis.slo.SchemaError` listing them all.
 
@@ -40,7 +40,7 @@ _SIMPLE_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]*$")
 
 
 @dataclass(frozen=True, slots=True)
-class FieldError:
+class Violation:
     """One violation: where (a JSON path, empty for the whole object) and what."""
 
     path: str
@@ -109,18 +109,18 @@ class CRDSet:
             raise SchemaError(f"no single CRD for kind {kind!r} (apiVersion {api_version!r})")
         return candidates[0]
 
-    def validate(self, obj: object, *, strict: bool = True) -> list[FieldError]:
+    def validate(self, obj: object, *, strict: bool = True) -> list[Violation]:
         """Every violation of ``obj`` (a whole object with ``apiVersion`` and ``kind``) against
         its CRD version's schema; empty when it is valid."""
         if not isinstance(obj, Mapping):
-            return [FieldError("", f"must be an object, got {_short(obj)}")]
+            return [Violation("", f"must be an object, got {_short(obj)}")]
         api_version, kind = obj.get("apiVersion"), obj.get("kind")
         if not isinstance(api_version, str) or not isinstance(kind, str):
-            return [FieldError("", "apiVersion and kind must be strings")]
+            return [Violation("", "apiVersion and kind must be strings")]
         try:
             version = self.version_for(kind, api_version)
         except SchemaError as err:
-            return [FieldError("apiVersion", str(err))]
+            return [Violation("apiVersion", str(err))]
         return validate_value(version.schema, obj, strict=strict, is_root=True)
 
     def validate_or_raise(self, obj: object, *, source: str = "", strict: bool = True) -> None:
@@ -169,7 +169,7 @@ def _load(directory: str) -> CRDSet:
     return CRDSet(versions)
 
 
-def validate(obj: object, *, crds: CRDSet | None = None, strict: bool = True) -> list[FieldError]:
+def validate(obj: object, *, crds: CRDSet | None = None, strict: bool = True) -> list[Violation]:
     """:meth:`CRDSet.validate` with the repository's CRDs unless ``crds`` is given."""
     return (crds or load_crds()).validate(obj, strict=strict)
 
@@ -189,9 +189,9 @@ def validate_value(
     path: str = "",
     strict: bool = True,
     is_root: bool = False,
-) -> list[FieldError]:
+) -> list[Violation]:
     """Every violation of ``value`` against one OpenAPI v3 (structural) schema."""
-    errors: list[FieldError] = []
+    errors: list[Violation] = []
     _Walker(strict, errors).check(schema, value, path, is_root)
     return errors
 
@@ -242,10 +242,10 @@ def _date_time(text: str) -> bool:
 @dataclass(slots=True)
 class _Walker:
     strict: bool
-    errors: list[FieldError]
+    errors: list[Violation]
 
     def fail(self, path: str, message: str) -> None:
-        self.errors.append(FieldError(path, message))
+        self.errors.append(Violation(path, message))
 
     def check(self, schema: Mapping[str, Any], value: object, path: str, is_root: bool) -> None:
         if value is None:

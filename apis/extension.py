@@ -54,6 +54,9 @@ names (``AnnotationPodEvictPolicy``); absent: no restriction."""
 ANNOTATION_EVICTION_PRIORITY = DOMAIN_PREFIX + "eviction-priority"
 """Pod annotation ordering victims before anything else, lower first (an int32; absent or
 invalid: 0) (``AnnotationPodEvictionPriority``)."""
+ANNOTATION_POD_CPU_BURST = DOMAIN_PREFIX + "cpuBurst"
+"""Pod annotation: a JSON ``cpuBurstStrategy`` merged over the node's
+(``AnnotationPodCPUBurst``)."""
 
 SCHEDULING_DOMAIN_PREFIX = "scheduling.koordinator.sh/"
 ANNOTATION_RESOURCE_STATUS = SCHEDULING_DOMAIN_PREFIX + "resource-status"
@@ -61,6 +64,12 @@ ANNOTATION_RESOURCE_STATUS = SCHEDULING_DOMAIN_PREFIX + "resource-status"
 the koordlet applies the cpuset to LSR and LSE pods."""
 
 NODE_DOMAIN_PREFIX = "node.koordinator.sh/"
+ANNOTATION_POD_RESCTRL = NODE_DOMAIN_PREFIX + "resctrl"
+"""Pod annotation: the pod's own resctrl (LLC and memory bandwidth) schema (JSON)."""
+ANNOTATION_EXTENDED_RESOURCE_SPEC = NODE_DOMAIN_PREFIX + "extended-resource-spec"
+"""Pod annotation koord-manager's webhook writes: the extended-resource requests and limits of
+each container as JSON (``{"containers": {NAME: {"requests": {...}, "limits": {...}}}}``), for
+the runtime hooks, which see CRI requests, not pod specs (``AnnotationExtendedResourceSpec``)."""
 ANNOTATION_CPU_TOPOLOGY = NODE_DOMAIN_PREFIX + "cpu-topology"
 """NodeResourceTopology annotation: every CPU with its core, socket and NUMA node."""
 ANNOTATION_CPU_SHARED_POOLS = NODE_DOMAIN_PREFIX + "cpu-shared-pools"

@@ -47,20 +47,3 @@ SLO_CONFIG_NAMESPACE = "koordinator-system"
 """Default namespace of the slo-controller-config ConfigMap (``--config-namespace``)."""
 SLO_CONFIG_NAME = "slo-controller-config"
 """Default name of the ConfigMap (``--slo-config-name``)."""
-
-# Koordinator priority bands (pod.spec.priority) ------------------------------------------------
-PRIORITY_BANDS: tuple[tuple[str, int, int], ...] = (
-    ("koord-prod", 9000, 9999),
-    ("koord-mid", 7000, 7999),
-    ("koord-batch", 5000, 5999),
-    ("koord-free", 3000, 3999),
-)
-"""(priority class, lowest value, highest value): a pod's class follows from its priority."""
-PRIORITY_DEFAULT_VALUES = {
-    "koord-prod": 9500,
-    "koord-mid": 7500,
-    "koord-batch": 5500,
-    "koord-free": 3500,
-    "": 0,
-}
-"""Koordinator's default priority value of each class (used to rank host applications)."""

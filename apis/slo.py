@@ -7,8 +7,9 @@ Modelled: ``spec.hostApplications`` (Koordinator's ``HostApplicationSpec``). Kep
 read-only mappings: ``resourceUsedThresholdWithBE``, ``resourceQOSStrategy``,
 ``cpuBurstStrategy``, ``systemStrategy`` and ``extensions``; their top-level field names are
 checked against the CRD. :func:`apis.slo_strategies.strategies_of` turns the four strategy
-sections into typed dataclasses merged over Koordinator's defaults, checking every value.
-``DEFAULT_*`` here are the raw JSON form of three of those defaults (``pkg/util/sloconfig``).
+sections into typed dataclasses merged over Koordinator's defaults, checking every value, and
+:mod:`apis.slo_inforce` is what the koordlet holds: each section parsed once, over the defaults,
+with the last good value kept per section.
 
 Errors are :class:`SchemaError` (``apis`` imports no binary); the koordlet re-raises them as its
 ``ConfigError``.
@@ -27,7 +28,9 @@ from typing import Any, NotRequired, TypedDict, TypeVar
 
 import yaml
 
+from apis.errors import FieldError
 from apis.extension import QoSClass
+from apis.priority import PriorityClass
 
 logger = logging.getLogger(__name__)
 
@@ -35,25 +38,8 @@ API_VERSION = "slo.koordinator.sh/v1alpha1"
 KIND = "NodeSLO"
 
 
-class SchemaError(ValueError):
+class SchemaError(FieldError, ValueError):
     """A document that does not fit its schema; the message names the source and the field."""
-
-    def __init__(self, message: str, *, source: str = "", field: str = "") -> None:
-        self.message = message
-        self.source = source
-        self.field = field
-        where = ": ".join(p for p in (source, field) if p)
-        super().__init__(f"{where}: {message}" if where else message)
-
-
-class PriorityClass(StrEnum):
-    """Koordinator's priority classes (``apis/extension`` upstream)."""
-
-    PROD = "koord-prod"
-    MID = "koord-mid"
-    BATCH = "koord-batch"
-    FREE = "koord-free"
-    NONE = ""
 
 
 class CgroupBaseType(StrEnum):
@@ -183,30 +169,6 @@ def thaw(value: Any) -> Any:
     return value
 
 
-DEFAULT_RESOURCE_USED_THRESHOLD_WITH_BE: Mapping[str, Any] = freeze(
-    {
-        "enable": False,
-        "cpuSuppressThresholdPercent": 65,
-        "cpuSuppressPolicy": "cpuset",
-        "memoryEvictThresholdPercent": 70,
-        "cpuEvictPolicy": "evictByRealLimit",
-    }
-)
-"""Koordinator's ``DefaultResourceThresholdStrategy``."""
-DEFAULT_CPU_BURST_STRATEGY: Mapping[str, Any] = freeze(
-    {
-        "policy": "none",
-        "cpuBurstPercent": 100,
-        "cfsQuotaBurstPercent": 300,
-        "cfsQuotaBurstPeriodSeconds": -1,
-        "sharePoolThresholdPercent": 50,
-    }
-)
-"""Koordinator's ``DefaultCPUBurstStrategy``."""
-DEFAULT_SYSTEM_STRATEGY: Mapping[str, Any] = freeze({"totalNetworkBandwidth": "0"})
-"""Koordinator's ``DefaultSystemStrategy``."""
-
-
 # Parsed forms --------------------------------------------------------------------------------
 @dataclass(frozen=True, slots=True)
 class HostCgroupPath:
@@ -243,8 +205,9 @@ class HostApplication:
 
 @dataclass(frozen=True, slots=True)
 class NodeSLOSpec:
-    """A NodeSLO's spec. Raw sections are read-only mappings, None when the NodeSLO omits them
-    (merge them over the ``DEFAULT_*`` values)."""
+    """A NodeSLO's spec as written (the manager renders it, the persisted copy keeps it). Raw
+    sections are read-only mappings, None when the NodeSLO omits them; what the koordlet works
+    with is :class:`apis.slo_inforce.NodeSLOInForce`, each section parsed over the defaults."""
 
     host_applications: tuple[HostApplication, ...] = ()
     """``spec.hostApplications``, in order."""
@@ -444,20 +407,39 @@ def _parse_spec(ctx: _Ctx, spec: Mapping[str, Any], prefix: str) -> NodeSLOSpec:
     return NodeSLOSpec(host_applications=tuple(apps), **raw)
 
 
+def spec_of(obj: object, source: str, *, strict: bool = True) -> tuple[Mapping[str, Any], str]:
+    """The raw ``spec`` of a NodeSLO given as a whole object (``apiVersion``/``kind``/``spec``)
+    or as just its spec, and the field-path prefix of its sections (``spec.`` or empty). Checks
+    the object's own fields and the spec's section names (``strict``: unknown names are errors),
+    not what the sections hold. Raises :class:`SchemaError`."""
+    ctx = _Ctx(source, strict)
+    top = ctx.mapping(obj, "")
+    if not any(key in top for key in _OBJECT_KEYS):
+        spec, prefix = top, ""
+    else:
+        ctx.check_keys(top, _OBJECT_KEYS, "")
+        for key, want in (("apiVersion", API_VERSION), ("kind", KIND)):
+            if key in top and top[key] != want:
+                raise ctx.fail(key, f"must be {want!r}, got {top[key]!r}")
+        spec, prefix = ctx.mapping(top.get("spec"), "spec"), "spec."
+    ctx.check_keys(spec, _SPEC_KEYS, prefix.rstrip("."))
+    return spec, prefix
+
+
 def parse_node_slo(obj: Mapping[str, Any], source: str, *, strict: bool = True) -> NodeSLOSpec:
     """The spec of a NodeSLO given as a whole object (``apiVersion``/``kind``/``spec``) or as just
     its spec. ``strict`` (for local files) rejects unknown field names, which are typos there;
     without it (objects from the API server, possibly from a newer CRD) they are logged and
     ignored. Raises :class:`SchemaError` naming ``source`` and the field path."""
-    ctx = _Ctx(source, strict)
-    top = ctx.mapping(obj, "")
-    if not any(key in top for key in _OBJECT_KEYS):
-        return _parse_spec(ctx, top, "")
-    ctx.check_keys(top, _OBJECT_KEYS, "")
-    for key, want in (("apiVersion", API_VERSION), ("kind", KIND)):
-        if key in top and top[key] != want:
-            raise ctx.fail(key, f"must be {want!r}, got {top[key]!r}")
-    return _parse_spec(ctx, ctx.mapping(top.get("spec"), "spec"), "spec.")
+    spec, prefix = spec_of(obj, source, strict=strict)
+    return parse_spec(spec, source, prefix=prefix, strict=strict)
+
+
+def parse_spec(
+    spec: Mapping[str, Any], source: str, *, prefix: str = "spec.", strict: bool = True
+) -> NodeSLOSpec:
+    """:func:`parse_node_slo` of a raw spec whose sections sit at ``prefix``."""
+    return _parse_spec(_Ctx(source, strict), spec, prefix)
 
 
 # Files ---------------------------------------------------------------------------------------
@@ -505,14 +487,3 @@ def _unique_json_object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
             raise ValueError(f"duplicate key {key!r}")
         out[key] = value
     return out
-
-
-def load_node_slo_file(path: str) -> NodeSLOSpec:
-    """The NodeSLO spec in a local YAML or JSON file (a whole object or just a spec; an empty
-    file is an empty spec). Strict: unknown fields are errors. Raises :class:`SchemaError`."""
-    doc = read_document(path)
-    if doc is None:
-        return NodeSLOSpec()
-    if not isinstance(doc, Mapping):
-        raise SchemaError(f"must be a NodeSLO object or spec, got {_kind(doc)}", source=path)
-    return parse_node_slo(doc, path)

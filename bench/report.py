@@ -35,6 +35,7 @@ import time
 import uuid
 
 from apis.extension import KubeQOS, QoSClass
+from apis.priority import PRIORITY_BATCH, PRIORITY_PROD
 from apis.slo import parse_node_slo
 from koordlet.metriccache import MetricCache, Sample, SeriesKey
 from koordlet.metriccache import series as s
@@ -60,7 +61,7 @@ def _pods(n: int) -> list[PodInfo]:
                 qos=qos,
                 kube_qos=KubeQOS.BURSTABLE,
                 cgroup_dir=f"kubepods/burstable/pod{uid}",
-                priority_class="koord-batch" if qos is QoSClass.BE else "koord-prod",
+                priority_class=PRIORITY_BATCH if qos is QoSClass.BE else PRIORITY_PROD,
                 cpu_request_milli=2000,
                 memory_request_bytes=4 * GiB,
                 created_at=1_000_000_000.0,

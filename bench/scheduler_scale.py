@@ -12,8 +12,9 @@ in-tree plugins filter and score for real in the standalone part. The extender i
 plugins before calling it) and Koordinator's default args. Each measured pod (``--pods``,
 default 300, after 20 for warm-up) is one ``/filter`` then one ``/prioritize`` request carrying
 every node name (``nodeCacheCapable``), timed from the first request sent to the second answer
-read. A pod in ten is an LSR pod that needs a cpuset (NodeNUMAResource places it on every
-candidate node).
+read. Bodies are in the wire format kube-scheduler writes (``ExtenderArgs`` with Go field names,
+the pod as the API server returns it, managed fields and defaults included). A pod in ten is an
+LSR pod that needs a cpuset (NodeNUMAResource places it on every candidate node).
 
 Each measured pod is also sent as kube-scheduler really sends it: ``nodeCacheCapable`` with
 only the nodes its own filters found feasible, at most ``percentageOfNodesToScore`` of the
@@ -61,7 +62,9 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
-from apis.wellknown import LABEL_TOPOLOGY_ZONE
+from apis.extension import ANNOTATION_CPU_TOPOLOGY, LABEL_POD_QOS
+from apis.kubernetes_keys import LABEL_HOSTNAME, LABEL_TOPOLOGY_ZONE
+from apis.manager_keys import BATCH_CPU, BATCH_MEMORY
 from scheduler_plugins.extender import Extender, make_app
 from scheduler_plugins.framework import num_feasible_nodes_to_find
 from scheduler_plugins.snapshot import PodInfo, build_snapshot, parse_pod
@@ -87,7 +90,7 @@ def _topology(name: str) -> dict[str, Any]:
         "kind": "NodeResourceTopology",
         "metadata": {
             "name": name,
-            "annotations": {"node.koordinator.sh/cpu-topology": json.dumps({"detail": detail})},
+            "annotations": {ANNOTATION_CPU_TOPOLOGY: json.dumps({"detail": detail})},
         },
         "topologyPolicies": ["None"],
         "zones": [
@@ -115,7 +118,7 @@ def cluster(nodes: int, pods_per_node: int, seed: int = 7) -> list[dict[str, Any
             "kind": "Node",
             "metadata": {
                 "name": name,
-                "labels": {"kubernetes.io/hostname": name, ZONE: f"zone-{i % ZONES}"},
+                "labels": {LABEL_HOSTNAME: name, ZONE: f"zone-{i % ZONES}"},
             },
             "spec": {},
             "status": {
@@ -123,8 +126,8 @@ def cluster(nodes: int, pods_per_node: int, seed: int = 7) -> list[dict[str, Any
                     "cpu": "32",
                     "memory": "128Gi",
                     "pods": "110",
-                    "kubernetes.io/batch-cpu": "20000",
-                    "kubernetes.io/batch-memory": "60Gi",
+                    BATCH_CPU: "20000",
+                    BATCH_MEMORY: "60Gi",
                 }
             },
         }
@@ -211,7 +214,7 @@ def _pod(i: int) -> dict[str, Any]:
                 "name": f"lsr-{i}",
                 "namespace": "bench",
                 "uid": f"new-{i}",
-                "labels": {"koordinator.sh/qosClass": "LSR"},
+                "labels": {LABEL_POD_QOS: "LSR"},
             },
             "spec": {
                 "priority": 9500,
@@ -226,11 +229,7 @@ def _pod(i: int) -> dict[str, Any]:
                 ],
             },
         }
-    requests = (
-        {"cpu": "2", "memory": "4Gi"}
-        if i % 2
-        else {"kubernetes.io/batch-cpu": "2000", "kubernetes.io/batch-memory": "4Gi"}
-    )
+    requests = {"cpu": "2", "memory": "4Gi"} if i % 2 else {BATCH_CPU: "2000", BATCH_MEMORY: "4Gi"}
     app = f"app-{i % APPS}"
     spec: dict[str, Any] = {
         "priority": 9500 if i % 2 else 5500,
@@ -273,6 +272,85 @@ def _pod(i: int) -> dict[str, Any]:
     }
 
 
+def _as_sent(obj: dict[str, Any]) -> dict[str, Any]:
+    """A pod as kube-scheduler serializes it into ``ExtenderArgs.Pod``: what the API server
+    defaulted and recorded (managed fields, container defaults, status), in the shape of
+    ``tests/golden/captures/``, so the extender parses bodies of the real size."""
+    meta = obj["metadata"]
+    spec = obj["spec"]
+    for c in spec["containers"]:
+        c.update(
+            {
+                "image": "registry.invalid/bench:1",
+                "terminationMessagePath": "/dev/termination-log",
+                "terminationMessagePolicy": "File",
+                "imagePullPolicy": "IfNotPresent",
+            }
+        )
+    meta.update(
+        {
+            "resourceVersion": "1001",
+            "creationTimestamp": "2026-11-25T20:46:54Z",
+            "managedFields": [
+                {
+                    "manager": "kube-controller-manager",
+                    "operation": "Update",
+                    "apiVersion": "v1",
+                    "time": "2026-11-25T20:46:54Z",
+                    "fieldsType": "FieldsV1",
+                    "fieldsV1": {
+                        "f:metadata": {"f:labels": {".": {}}},
+                        "f:spec": {
+                            "f:containers": {
+                                'k:{"name":"c"}': {
+                                    ".": {},
+                                    "f:image": {},
+                                    "f:name": {},
+                                    "f:resources": {".": {}, "f:requests": {".": {}}},
+                                }
+                            },
+                            "f:dnsPolicy": {},
+                            "f:restartPolicy": {},
+                            "f:schedulerName": {},
+                        },
+                    },
+                }
+            ],
+        }
+    )
+    spec.update(
+        {
+            "restartPolicy": "Always",
+            "terminationGracePeriodSeconds": 30,
+            "dnsPolicy": "ClusterFirst",
+            "serviceAccountName": "default",
+            "serviceAccount": "default",
+            "securityContext": {},
+            "schedulerName": "default-scheduler",
+            "enableServiceLinks": True,
+            "preemptionPolicy": "PreemptLowerPriority",
+        }
+    )
+    res = spec["containers"][0]["resources"]
+    requests = res.get("requests") or {}
+    if res.get("limits"):
+        qos = "Guaranteed"  # the LSR pods: limits equal requests
+    elif "cpu" in requests or "memory" in requests:
+        qos = "Burstable"
+    else:
+        qos = "BestEffort"  # batch resources only
+    obj["status"] = {"phase": "Pending", "qosClass": qos}
+    return obj
+
+
+def _args(pod: dict[str, Any], names: list[str]) -> bytes:
+    """``ExtenderArgs`` as kube-scheduler marshals it with ``nodeCacheCapable``: Go field
+    names, ``Nodes`` an explicit null, compact separators."""
+    return json.dumps(
+        {"Pod": pod, "Nodes": None, "NodeNames": names}, separators=(",", ":")
+    ).encode()
+
+
 def _pct(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
@@ -295,13 +373,14 @@ async def _measure(
         async with aiohttp.ClientSession() as session:
 
             async def verbs(i: int, sent: list[str]) -> tuple[float, int]:
-                body = json.dumps({"pod": _pod(i), "nodenames": sent})
+                pod = _as_sent(_pod(i))
                 t0 = time.perf_counter()
-                async with session.post(base + "/filter", data=body) as resp:
+                async with session.post(base + "/filter", data=_args(pod, sent)) as resp:
                     result = json.loads(await resp.read())
-                passing = result["nodenames"]
-                body2 = json.dumps({"pod": _pod(i), "nodenames": passing})
-                async with session.post(base + "/prioritize", data=body2) as resp:
+                passing = result["NodeNames"]
+                if result["Error"]:
+                    raise RuntimeError(f"filter: {result['Error']}")
+                async with session.post(base + "/prioritize", data=_args(pod, passing)) as resp:
                     await resp.read()
                 return (time.perf_counter() - t0) * 1000, len(passing)
 
@@ -320,10 +399,10 @@ async def _measure(
         await runner.cleanup()
     direct_ms: list[float] = []
     for i in range(warmup + pods):
-        p = _pod(10_000 + i)
+        p = _as_sent(_pod(10_000 + i))
         t0 = time.perf_counter()
-        result = ext.filter({"pod": p, "nodenames": names})
-        ext.prioritize({"pod": p, "nodenames": result["nodenames"]})
+        result = ext.filter({"Pod": p, "Nodes": None, "NodeNames": names})
+        ext.prioritize({"Pod": p, "Nodes": None, "NodeNames": result["NodeNames"]})
         if i >= warmup:
             direct_ms.append((time.perf_counter() - t0) * 1000)
     return {

@@ -1,5 +1,8 @@
 """The ``koordlet`` command: parse the configuration, set up logging, run the daemon on uvloop.
 
+``koordlet [FLAGS]`` runs the daemon; ``koordlet COMMAND ...`` runs one of :data:`COMMANDS`
+instead (``host-app``, ``status``), and ``koordlet --help`` lists them after the flags.
+
 Exit codes: 0 after a clean stop (Ctrl-C included), 2 for a bad flag, config file or NodeSLO
 file (with ``koordlet: <file or flag>: <field>: <reason>`` on stderr), otherwise what
 ``koordlet.daemon.run`` returns. uvloop is installed here and nowhere else.
@@ -10,7 +13,8 @@ from __future__ import annotations
 import importlib
 import logging
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 import uvloop
 
@@ -24,6 +28,29 @@ EXIT_CONFIG = 2
 
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 """One line per record; newlines inside a message or traceback are written as ``\\n``."""
+
+
+@dataclass(frozen=True, slots=True)
+class Command:
+    """A subcommand: a module whose ``main(argv) -> int`` takes the words after its name."""
+
+    module: str
+    """The module, imported only when the command runs."""
+    help: str
+    """Its line in ``koordlet --help``."""
+
+
+COMMANDS: Mapping[str, Command] = {
+    "host-app": Command(
+        "koordlet.hostapp",
+        "start a host application in its reserved cgroup (run), or list the declared ones",
+    ),
+    "status": Command(
+        "koordlet.status",
+        "summarize the running koordlet: mode, usage, BE allowance, strategies, capabilities",
+    ),
+}
+"""Every subcommand, by the name it is called with."""
 
 
 class _OneLineFormatter(logging.Formatter):
@@ -44,7 +71,7 @@ def _install_logging(level: str) -> logging.Handler:
 
 def _load(argv: Sequence[str]) -> KoordletConfig:
     """The configuration, with the NodeSLO file checked before anything starts."""
-    cfg = load_config(argv)
+    cfg = load_config(argv, commands={name: c.help for name, c in COMMANDS.items()})
     if cfg.nodeslo_file is not None:
         load_node_slo(cfg.nodeslo_file)
     return cfg
@@ -53,11 +80,12 @@ def _load(argv: Sequence[str]) -> KoordletConfig:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the koordlet with ``argv`` (default ``sys.argv[1:]``); returns the exit code.
 
-    ``koordlet host-app ...`` is the host-application launcher (``koordlet.hostapp``).
+    ``koordlet COMMAND ...`` runs that command of :data:`COMMANDS` instead.
     """
     args = sys.argv[1:] if argv is None else argv
-    if len(args) > 0 and args[0] == "host-app":
-        return importlib.import_module("koordlet.hostapp").main(args[1:])  # type: ignore[no-any-return]
+    if len(args) > 0 and args[0] in COMMANDS:
+        command = importlib.import_module(COMMANDS[args[0]].module)
+        return command.main(args[1:])  # type: ignore[no-any-return]
     try:
         cfg = _load(args)
     except ConfigError as err:

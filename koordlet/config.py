@@ -22,15 +22,20 @@ import math
 import os
 import re
 import socket
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, NoReturn
 
-from apis.slo import NodeSLOSpec, SchemaError, load_node_slo_file, read_document
+from apis.duration import parse_duration
+from apis.gobool import parse_go_bool
+from apis.kubernetes_keys import SERVICE_ACCOUNT_TOKEN_PATH
+from apis.slo import SchemaError, read_document
+from apis.slo_inforce import ALL_SECTIONS, NodeSLOInForce, read_node_slo_file
 from koordlet import __version__
 from koordlet.errors import ConfigError
 from koordlet.features import FLAG as FEATURE_GATES_FLAG
-from koordlet.features import FeatureGates, help_lines, parse_bool, parse_overrides
+from koordlet.features import FeatureGates, help_lines, parse_overrides
 from koordlet.system.paths import HostPaths
 
 DEFAULT_NODESLO_FILE = "/etc/koordinator/nodeslo.yaml"
@@ -193,7 +198,7 @@ class KubeConfig:
     false)."""
     kubelet_read_only_port: int = 10255
     """Koordinator's ``--kubelet-read-only-port`` (default 10255)."""
-    kubelet_token_file: str = "/var/run/secrets/kubernetes.io/serviceaccount/token"
+    kubelet_token_file: str = SERVICE_ACCOUNT_TOKEN_PATH
     """Bearer token for the kubelet, re-read when it changes; ``--kubelet-token-file``, ours."""
     kubelet_ca_file: str = ""
     """CA of the kubelet's serving certificate; empty: not verified (as Koordinator).
@@ -214,6 +219,76 @@ class AuditConfig:
     max_disk_space_mb: int = 16
     """MiB the audit files may take on disk, in four files; Koordinator's
     ``--audit-max-disk-space-mb`` (default 16)."""
+
+
+RUNTIME_HOOK_POINTS = (
+    "PreRunPodSandbox",
+    "PostStopPodSandbox",
+    "PreRemoveRunPodSandbox",
+    "PreCreateContainer",
+    "PreStartContainer",
+    "PostStartContainer",
+    "PreUpdateContainerResources",
+    "PostStopContainer",
+)
+"""Koordinator's runtime hook stage names (``RuntimeHookType``), for
+``--runtime-hooks-disable-stages`` (koordlet.runtimehooks.model.HookPoint holds the same)."""
+
+
+@dataclass(frozen=True, slots=True)
+class RuntimeHooksConfig:
+    """The runtime hooks: the hook server koord-runtime-proxy calls, and the NRI plugin
+    (docs/runtimehooks.md). Paths default to the host's, as the other path settings do; the
+    DaemonSet passes the in-container ones upstream uses as defaults."""
+
+    addr: str = "/var/run/koordlet/koordlet.sock"
+    """Unix socket the hook server listens on; empty disables it. Koordinator's
+    ``--runtime-hooks-addr`` (upstream default ``/host-var-run-koordlet/koordlet.sock``, the
+    DaemonSet's mount of the host's ``/var/run/koordlet``). The folder must exist: it is not
+    created (the systemd unit's ``RuntimeDirectory``, the DaemonSet's mount)."""
+    host_endpoint: str = "/var/run/koordlet/koordlet.sock"
+    """The same socket as the host sees it, written for koord-runtime-proxy into
+    ``<config_path>/koordlet.json``; Koordinator's ``--runtime-hooks-host-endpoint``."""
+    config_path: str = "/etc/runtime/hookserver.d"
+    """Folder of the runtime proxy's hook-server files, where ``koordlet.json`` is written when
+    the folder exists; Koordinator's ``--runtime-hooks-config-path`` (upstream default the
+    DaemonSet's ``/host-etc-hookserver/``)."""
+    disable_stages: frozenset[str] = frozenset()
+    """Stages where no hook runs (``PreCreateContainer,...``); Koordinator's
+    ``--runtime-hooks-disable-stages``."""
+    timeout: float = 1.0
+    """Seconds one request's hooks (pod-level cgroup writes included) may take before the
+    request goes on unchanged; ``--runtime-hooks-timeout``, ours."""
+    nri: bool = True
+    """Register as an NRI plugin with the runtime; Koordinator's ``--enable-nri-runtime-hook``
+    (default true)."""
+    var_run_root: str = "/var/run"
+    """The host's ``/var/run``; Koordinator's ``--var-run-root-dir`` (DaemonSet:
+    ``/host-var-run/``)."""
+    nri_socket_path: str = "nri/nri.sock"
+    """The runtime's NRI socket, relative to ``var_run_root`` unless absolute; Koordinator's
+    ``--runtime-hooks-nri-socket-path`` (default ``nri/nri.sock``)."""
+    nri_plugin_name: str = "koordlet_nri"
+    """Name the plugin registers with; Koordinator's ``--runtime-hooks-nri-plugin-name``."""
+    nri_plugin_index: str = "00"
+    """Two-digit invocation index (lower runs first); Koordinator's
+    ``--runtime-hooks-nri-plugin-index``."""
+    nri_connect_timeout: float = 6.0
+    """Seconds to connect, register and get configured; Koordinator's
+    ``--runtime-hooks-nri-connect-timeout`` (6 s, a little over the runtime's 5 s registration
+    timeout)."""
+    nri_backoff_duration: float = 1.0
+    """First reconnect delay in seconds; Koordinator's ``--runtime-hooks-nri-backoff-duration``."""
+    nri_backoff_factor: float = 2.0
+    """Reconnect delay multiplier; Koordinator's ``--runtime-hooks-nri-backoff-factor``."""
+    nri_backoff_cap: float = 30.0
+    """Longest reconnect delay in seconds; ``--runtime-hooks-nri-backoff-cap`` (upstream's
+    default is unbounded; ours retries at least every 30 s so a restarted runtime is found)."""
+
+    @property
+    def nri_socket(self) -> str:
+        """The NRI socket's absolute path."""
+        return os.path.join(self.var_run_root, self.nri_socket_path)
 
 
 def default_node_name(environ: Mapping[str, str] | None = None) -> str:
@@ -245,6 +320,8 @@ class KoordletConfig:
     """The audit log."""
     kube: KubeConfig = field(default_factory=KubeConfig)
     """The API server connection and NodeMetric reporting (ignored with ``--standalone``)."""
+    runtime_hooks: RuntimeHooksConfig = field(default_factory=RuntimeHooksConfig)
+    """The runtime hooks' server and NRI plugin."""
     standalone: bool = False
     """Run without the Kubernetes API server: pods from the kubepods hierarchy, the NodeSLO from
     a local file; ``--standalone``, ours (default false)."""
@@ -293,7 +370,7 @@ def _abs_path(value: object) -> str:
 def _bool(value: object) -> bool:
     if isinstance(value, bool):
         return value
-    return parse_bool(_string(value).strip())
+    return parse_go_bool(_string(value).strip())
 
 
 def _choice(*choices: str) -> Callable[[object], str]:
@@ -306,41 +383,27 @@ def _choice(*choices: str) -> Callable[[object], str]:
     return convert
 
 
-_GO_DURATION_UNITS = {
-    "ns": 1e-9,
-    "us": 1e-6,
-    "µs": 1e-6,
-    "μs": 1e-6,
-    "ms": 1e-3,
-    "s": 1.0,
-    "m": 60.0,
-    "h": 3600.0,
-}
-_NUMBER = r"(?:[0-9]+\.?[0-9]*|\.[0-9]+)"
-_GO_DURATION = re.compile(rf"([+-]?)((?:{_NUMBER}(?:ns|us|µs|μs|ms|s|m|h))+)")
-_GO_DURATION_PART = re.compile(rf"({_NUMBER})(ns|us|µs|μs|ms|s|m|h)")
+_PLAIN_SECONDS = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)")
 
 
-def parse_duration(text: str) -> float:
-    """Seconds from Go's ``time.ParseDuration`` syntax (``300ms``, ``1m30s``, ``-1.5h``) or from
-    a plain number of seconds (``1.5``); ValueError otherwise."""
+def duration_seconds(text: str) -> float:
+    """Seconds from a Go duration (:func:`apis.duration.parse_duration`: ``300ms``, ``1m30s``,
+    ``-1.5h``) or, as our flags also take, a plain number of seconds (``1.5``); ValueError."""
     text = text.strip()
-    if re.fullmatch(rf"[+-]?{_NUMBER}", text):
+    if _PLAIN_SECONDS.fullmatch(text):
         return float(text)
-    match = _GO_DURATION.fullmatch(text)
-    if not match:
-        raise ValueError(f"invalid duration {text!r} (want e.g. 1s, 500ms, 1m30s or seconds)")
-    total = sum(
-        float(num) * _GO_DURATION_UNITS[unit]
-        for num, unit in _GO_DURATION_PART.findall(match.group(2))
-    )
-    return -total if match.group(1) == "-" else total
+    try:
+        return parse_duration(text)
+    except ValueError:
+        raise ValueError(
+            f"invalid duration {text!r} (want e.g. 1s, 500ms, 1m30s or seconds)"
+        ) from None
 
 
 def _positive_duration(value: object) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float | str):
         raise TypeError(f"must be a duration, got {value!r}")
-    seconds = parse_duration(value) if isinstance(value, str) else float(value)
+    seconds = duration_seconds(value) if isinstance(value, str) else float(value)
     if not (math.isfinite(seconds) and seconds > 0):
         raise ValueError(f"must be a positive duration, got {value!r}")
     return seconds
@@ -444,6 +507,52 @@ def _port(allow_zero: bool) -> Callable[[object], int]:
         return int(text)
 
     return convert
+
+
+def _hook_stages(value: object) -> frozenset[str]:
+    """``A,B`` (flag or YAML string) or a YAML list of Koordinator's runtime hook stage names."""
+    if isinstance(value, str):
+        items = [part.strip() for part in value.split(",")]
+    elif isinstance(value, list | tuple | frozenset | set):
+        items = [_string(item).strip() for item in value]
+    else:
+        raise TypeError(f"must be a comma-separated string or a list of stages, got {value!r}")
+    stages = frozenset(item for item in items if item)
+    bad = sorted(stages - set(RUNTIME_HOOK_POINTS))
+    if bad:
+        raise ValueError(f"unknown stages {bad}; known: {', '.join(RUNTIME_HOOK_POINTS)}")
+    return stages
+
+
+def _optional_socket(value: object) -> str:
+    text = _string(value).strip()
+    return _abs_path(text) if text else ""
+
+
+def _factor(value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        raise TypeError(f"must be a number, got {value!r}")
+    try:
+        number = float(value)
+    except ValueError as err:
+        raise ValueError(f"must be a number, got {value!r}") from err
+    if not (math.isfinite(number) and number >= 1.0):
+        raise ValueError(f"must be a number >= 1, got {value!r}")
+    return number
+
+
+def _plugin_index(value: object) -> str:
+    text = _string(value).strip()
+    if not re.fullmatch(r"[0-9]{2}", text):
+        raise ValueError(f"must be two digits (NRI's plugin index), got {value!r}")
+    return text
+
+
+def _plugin_name(value: object) -> str:
+    text = _nonempty(value)
+    if not re.fullmatch(r"[A-Za-z0-9_.-]+", text):
+        raise ValueError(f"must be letters, digits, '_', '.', '-', got {value!r}")
+    return text
 
 
 def _evictions(value: object) -> int:
@@ -600,6 +709,46 @@ SETTINGS: tuple[Setting, ...] = (
             "--kubelet-sync-interval"),
     Setting("kube.kubeletSyncTimeout", "kube.kubelet_sync_timeout", ("--kubelet-sync-timeout",),
             _positive_duration, "time one kubelet request may take", "--kubelet-sync-timeout"),
+    Setting("runtimeHooks.addr", "runtime_hooks.addr", ("--runtime-hooks-addr",),
+            _optional_socket, "hook server unix socket ('' disables it)", "--runtime-hooks-addr"),
+    Setting("runtimeHooks.hostEndpoint", "runtime_hooks.host_endpoint",
+            ("--runtime-hooks-host-endpoint",), _abs_path,
+            "the hook socket as the host sees it (for koord-runtime-proxy)",
+            "--runtime-hooks-host-endpoint"),
+    Setting("runtimeHooks.configPath", "runtime_hooks.config_path",
+            ("--runtime-hooks-config-path",), _abs_path,
+            "folder of koord-runtime-proxy's hook-server files", "--runtime-hooks-config-path"),
+    Setting("runtimeHooks.disableStages", "runtime_hooks.disable_stages",
+            ("--runtime-hooks-disable-stages",), _hook_stages,
+            "runtime hook stages where no hook runs", "--runtime-hooks-disable-stages"),
+    Setting("runtimeHooks.timeout", "runtime_hooks.timeout", ("--runtime-hooks-timeout",),
+            _positive_duration, "time one request's hooks may take before it goes on unchanged"),
+    Setting("runtimeHooks.nri", "runtime_hooks.nri", ("--enable-nri-runtime-hook",), _bool,
+            "register as an NRI plugin with the runtime", "--enable-nri-runtime-hook",
+            is_bool=True),
+    Setting("runtimeHooks.varRunRootDir", "runtime_hooks.var_run_root", ("--var-run-root-dir",),
+            _abs_path, "the host's /var/run", "--var-run-root-dir"),
+    Setting("runtimeHooks.nriSocketPath", "runtime_hooks.nri_socket_path",
+            ("--runtime-hooks-nri-socket-path",), _nonempty,
+            "NRI socket (relative to --var-run-root-dir)", "--runtime-hooks-nri-socket-path"),
+    Setting("runtimeHooks.nriPluginName", "runtime_hooks.nri_plugin_name",
+            ("--runtime-hooks-nri-plugin-name",), _plugin_name, "NRI plugin name",
+            "--runtime-hooks-nri-plugin-name"),
+    Setting("runtimeHooks.nriPluginIndex", "runtime_hooks.nri_plugin_index",
+            ("--runtime-hooks-nri-plugin-index",), _plugin_index, "NRI plugin index",
+            "--runtime-hooks-nri-plugin-index"),
+    Setting("runtimeHooks.nriConnectTimeout", "runtime_hooks.nri_connect_timeout",
+            ("--runtime-hooks-nri-connect-timeout",), _positive_duration,
+            "time to connect and register with NRI", "--runtime-hooks-nri-connect-timeout"),
+    Setting("runtimeHooks.nriBackoffDuration", "runtime_hooks.nri_backoff_duration",
+            ("--runtime-hooks-nri-backoff-duration",), _positive_duration,
+            "first NRI reconnect delay", "--runtime-hooks-nri-backoff-duration"),
+    Setting("runtimeHooks.nriBackoffFactor", "runtime_hooks.nri_backoff_factor",
+            ("--runtime-hooks-nri-backoff-factor",), _factor, "NRI reconnect delay multiplier",
+            "--runtime-hooks-nri-backoff-factor"),
+    Setting("runtimeHooks.nriBackoffCap", "runtime_hooks.nri_backoff_cap",
+            ("--runtime-hooks-nri-backoff-cap",), _positive_duration,
+            "longest NRI reconnect delay", "--runtime-hooks-nri-backoff-cap"),
     Setting("audit.logDir", "audit.log_dir", ("--audit-log-dir",), _optional_abs_path,
             "audit log directory ('' for <state-dir>/audit)", "--audit-log-dir"),
     Setting("audit.maxDiskSpaceMB", "audit.max_disk_space_mb", ("--audit-max-disk-space-mb",),
@@ -612,7 +761,7 @@ FEATURE_GATES_KEY = "featureGates"
 """The YAML key of the feature gates: a mapping of gate → bool, or a ``--feature-gates`` string."""
 
 _BY_KEY = {s.key: s for s in SETTINGS}
-_SECTIONS = ("paths", "cgroup", "collect", "server", "qos", "audit", "kube")
+_SECTIONS = ("paths", "cgroup", "collect", "server", "qos", "audit", "kube", "runtimeHooks")
 _LONG_FLAGS = {f[2:] for s in SETTINGS for f in s.flags}
 _LONG_FLAGS |= {"config", "feature-gates", "version", "help"}
 _METAVARS: Mapping[Callable[[object], Any], str] = {
@@ -624,6 +773,8 @@ _METAVARS: Mapping[Callable[[object], Any], str] = {
     _optional_abs_path: "DIR",
     _strategy_names: "A,B",
     _disk_mb: "MIB",
+    _hook_stages: "A,B",
+    _optional_socket: "SOCKET",
 }
 _DEFAULT_TEXT = {
     "nodeName": "$NODE_NAME, else the host name",
@@ -655,13 +806,23 @@ def _default_text(setting: Setting) -> str:
     return str(value)
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(commands: Mapping[str, str] | None = None) -> argparse.ArgumentParser:
     """The command-line parser; ``--help`` lists every flag with its default and Koordinator's
-    name for it, then the feature gates."""
+    name for it, then the feature gates, then ``commands`` (name → one line), the subcommands
+    the entry point takes instead of flags."""
+    epilog = "feature gates (--feature-gates):\n  " + "\n  ".join(help_lines())
+    usage = None
+    if commands:
+        width = max(len(name) for name in commands)
+        epilog += "\n\ncommands (koordlet COMMAND --help for their options):\n" + "\n".join(
+            f"  {name:<{width}}  {text}" for name, text in commands.items()
+        )
+        usage = "koordlet [FLAGS]\n       koordlet {" + ",".join(commands) + "} ..."
     parser = _Parser(
         prog="koordlet",
+        usage=usage,
         description="koordinator-py's koordlet: Koordinator's node agent, in Python.",
-        epilog="feature gates (--feature-gates):\n  " + "\n  ".join(help_lines()),
+        epilog=epilog,
         formatter_class=argparse.RawDescriptionHelpFormatter,
         allow_abbrev=False,
     )
@@ -806,13 +967,14 @@ def load_config(
     *,
     environ: Mapping[str, str] | None = None,
     default_nodeslo_file: str = DEFAULT_NODESLO_FILE,
+    commands: Mapping[str, str] | None = None,
 ) -> KoordletConfig:
     """The configuration from command-line arguments (without the program name), the config file
     they name and ``environ`` (``os.environ`` by default; ``NODE_NAME``). Raises ConfigError
-    naming the flag or file and the field. ``--help`` and ``--version`` print and raise
-    SystemExit(0), as argparse does."""
+    naming the flag or file and the field. ``--help`` (which lists ``commands`` too) and
+    ``--version`` print and raise SystemExit(0), as argparse does."""
     env = os.environ if environ is None else environ
-    args = vars(build_parser().parse_args(_go_style(argv)))
+    args = vars(build_parser(commands).parse_args(_go_style(argv)))
     values: dict[str, Any] = {}
     sources: dict[str, tuple[str, str]] = {}
     config_file: str | None = args.pop("config", None)
@@ -826,7 +988,8 @@ def load_config(
         sources[key] = (flag, "")
 
     top: dict[str, Any] = {}
-    sections: dict[str, dict[str, Any]] = {name: {} for name in _SECTIONS}
+    # keyed by KoordletConfig attribute (the YAML section names but runtimeHooks)
+    sections: dict[str, dict[str, Any]] = {name: {} for name in (*_SECTIONS, "runtime_hooks")}
     for key, value in values.items():
         section, _, attr = _BY_KEY[key].attr.rpartition(".")
         (sections[section] if section else top)[attr] = value
@@ -855,6 +1018,7 @@ def load_config(
         qos=QoSConfig(**sections["qos"]),
         audit=AuditConfig(**sections["audit"]),
         kube=KubeConfig(**sections["kube"]),
+        runtime_hooks=RuntimeHooksConfig(**sections["runtime_hooks"]),
         feature_gates=gates,
         config_file=config_file,
         **top,
@@ -876,10 +1040,19 @@ def config_as_dict(cfg: KoordletConfig) -> dict[str, Any]:
     return out
 
 
-def load_node_slo(path: str) -> NodeSLOSpec:
-    """:func:`apis.slo.load_node_slo_file`, with its errors as ConfigError naming file and
-    field."""
+def load_node_slo(path: str) -> NodeSLOInForce:
+    """The local NodeSLO file, every section checked: what the koordlet's start (and ``koordlet
+    host-app``) accepts. Raises ConfigError naming the file and the field of the first bad value
+    (a bad section at start is a configuration error; on reload it keeps its last good value,
+    ``koordlet.statesinformer.hostapps``)."""
     try:
-        return load_node_slo_file(path)
+        in_force = read_node_slo_file(path, now=time.time())
     except SchemaError as err:
         raise _config_error(err) from err
+    for section in ALL_SECTIONS:
+        rejection = in_force.rejected.get(section)
+        if rejection is not None:
+            raise ConfigError(
+                rejection.error.message, source=rejection.error.source, field=rejection.error.field
+            )
+    return in_force

@@ -17,12 +17,16 @@ Start, one stage after the other, each logged with its duration (``docs/architec
                    then the QoS manager, one supervised loop per strategy of the table, with
                    the dry-run settings (an unknown name in --qos-dry-run-strategies is a
                    configuration error)
-    6 server       /metrics, /healthz, /readyz and /debug (with /debug/audit and /debug/qos);
+    6 runtimehooks the runtime hooks' dispatcher (the hook plugin table under the feature gates),
+                   the hook server koord-runtime-proxy calls and the NRI plugin's loop
+                   (docs/runtimehooks.md)
+    7 server       /metrics, /healthz, /readyz and /debug (with /debug/audit and /debug/qos);
                    then ready
 
 SIGTERM or SIGINT stops the stages that started, in reverse order, within :data:`STOP_TIMEOUT`
-seconds, and :func:`run` returns 0. A stage that fails to start is logged, what started is
-stopped, and :func:`run` returns 2 for a configuration error (a bad NodeSLO file), else 1.
+seconds, and :func:`run` returns 0; a second one exits at once (:mod:`kubeclient.signals`). A
+stage that fails to start is logged, what started is stopped, and :func:`run` returns 2 for a
+configuration error (a bad NodeSLO file), else 1.
 SIGHUP re-reads the NodeSLO file; it is also re-read whenever its modification time changes, and
 a bad version keeps the last good one (logged with file and field, counted in
 ``koordlet_nodeslo_reload_errors_total``).
@@ -41,18 +45,18 @@ import os
 import resource
 import signal
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from prometheus_client import CollectorRegistry, Counter
 from prometheus_client.registry import Collector
 
-from apis.slo import NodeSLOSpec
+from apis.slo_inforce import NodeSLOInForce
 from koordlet import __version__
-from koordlet.collectors import cpi
-from koordlet.collectors.framework import CollectorContext, CollectorFactory
+from koordlet.collectors.framework import CollectorContext, CollectorSpec, OnDemand
+from koordlet.collectors.nodeinfo import INFO_KEY as NODE_INFO_KEY
 from koordlet.collectors.runner import CollectorRunner, TickReport
-from koordlet.collectors.table import COLLECTORS, build_collectors
+from koordlet.collectors.table import COLLECTORS, build_collectors, export_max_ages
 from koordlet.config import KoordletConfig, config_as_dict
 from koordlet.errors import ConfigError
 from koordlet.events.source import PressureEventSource
@@ -61,13 +65,14 @@ from koordlet.executor.writer import CgroupWriter
 from koordlet.metriccache.series import container_entity, host_app_entity, pod_entity
 from koordlet.metriccache.store import MetricCache
 from koordlet.qos.evictor import CgroupKillEvictor, EvictionBackend, Evictor
-from koordlet.qos.manager import QoSBook, QoSManager, StrategyContext, StrategyFactory
-from koordlet.qos.table import FEATURE_GATES as QOS_FEATURE_GATES
+from koordlet.qos.framework import QoSBook, StrategyContext, StrategySpec
+from koordlet.qos.manager import QoSManager
 from koordlet.qos.table import STRATEGIES
 from koordlet.sdnotify import Notifier, Watchdog
-from koordlet.selfmetrics import Readiness, SelfMetrics
+from koordlet.selfmetrics import NodeSLOSections, Readiness, SelfMetrics
 from koordlet.server.app import ServerDeps, ServerHandle, build_app, start_server
 from koordlet.server.exporter import KoordletExporter
+from koordlet.server.summary import UiDeps, thresholds_of
 from koordlet.statesinformer.hostapps import NodeSLOFileSource
 from koordlet.statesinformer.inventory import InventoryChange, WorkloadInventory
 from koordlet.statesinformer.kubepods import KubepodsSource
@@ -78,16 +83,18 @@ from koordlet.system.cgroups import CgroupDriver, CgroupVersion, kube_root_for
 from koordlet.system.host import Host
 from koordlet.system.probe import Capabilities, probe_capabilities
 from koordlet.system.psi import has_cap_sys_resource
+from kubeclient.signals import StopSignals
 
 if TYPE_CHECKING:  # cluster mode only: imported when used (kubernetes_asyncio costs ~60 MiB)
     from koordlet.reporter.nodemetric import NodeMetricReporter
+    from koordlet.runtimehooks.stage import RuntimeHooks
     from koordlet.statesinformer.kube import KubeStatesSource
     from koordlet.statesinformer.kubelet import KubeletPodsSource
     from kubeclient.client import KubeClient
 
 logger = logging.getLogger(__name__)
 
-STAGES = ("executor", "metriccache", "states", "collectors", "qos", "server")
+STAGES = ("executor", "metriccache", "states", "collectors", "qos", "runtimehooks", "server")
 """Start-up stages, in start order; they stop in the reverse order. Also the readiness stages."""
 STOP_TIMEOUT = 5.0
 """Seconds within which every started stage must have stopped."""
@@ -96,34 +103,8 @@ SERVER_SHUTDOWN_TIMEOUT = 2.0
 EXIT_OK, EXIT_FAILED, EXIT_CONFIG = 0, 1, 2
 
 _Stop = Callable[[float], Awaitable[object]]
+_DEFAULT_NODE_SLO = NodeSLOInForce()
 _T = TypeVar("_T")
-
-_PSI_FAMILIES = ("koordlet_node_psi", "koordlet_pod_psi", "koordlet_container_psi")
-_COLD_FAMILIES = tuple(
-    f"koordlet_{scope}_{name}"
-    for scope in ("node", "pod", "container", "host_application")
-    for name in ("memory_cold_page_bytes", "used_memory_with_hot_page_cache_bytes")
-)
-_RESCTRL_FAMILIES = (
-    "koordlet_resctrl_llc_occupancy",
-    "koordlet_resctrl_memory_bandwidth",
-    "koordlet_resctrl_memory_bandwidth_bytes_per_second",
-)
-_EXPORT_INTERVALS = 3
-"""A slow collector's sample stays exported for this many of its own intervals."""
-
-
-def export_max_ages(cfg: KoordletConfig) -> dict[str, float]:
-    """Family → seconds its samples stay in ``/metrics``, for the collectors slower than the base
-    tick: one of their intervals plus slack (PSI, CPI), or a few intervals (cold memory, resctrl).
-    The others use the exporter's default, a few base ticks."""
-    c = cfg.collect
-    base = c.res_used_interval
-    ages: dict[str, float] = dict.fromkeys(_PSI_FAMILIES, c.psi_interval + 2 * base)
-    ages["koordlet_container_cpi"] = cpi.export_max_age(c.cpi_interval, base)
-    ages.update(dict.fromkeys(_COLD_FAMILIES, _EXPORT_INTERVALS * max(c.cold_page_interval, base)))
-    ages.update(dict.fromkeys(_RESCTRL_FAMILIES, _EXPORT_INTERVALS * max(c.resctrl_interval, base)))
-    return ages
 
 
 def raise_nofile_limit() -> tuple[int, int]:
@@ -178,8 +159,8 @@ class Daemon:
         self,
         cfg: KoordletConfig,
         *,
-        collectors: Mapping[str, CollectorFactory] = COLLECTORS,
-        strategies: Mapping[str, StrategyFactory] = STRATEGIES,
+        collectors: Sequence[CollectorSpec] = COLLECTORS,
+        strategies: Sequence[StrategySpec] = STRATEGIES,
         settle_gc_when_ready: bool = False,
     ) -> None:
         self.cfg = cfg
@@ -196,6 +177,7 @@ class Daemon:
             "Reloads of the local NodeSLO file that failed; the last good version stays.",
             registry=self.registry,
         )
+        self.registry.register(NodeSLOSections(self._node_slo))
         self.notifier = Notifier()
         """systemd's notify socket (``Type=notify``); does nothing without ``$NOTIFY_SOCKET``."""
         self._stops: list[tuple[str, _Stop]] = []
@@ -217,6 +199,7 @@ class Daemon:
         self.events: PressureEventSource | None = None
         self.qos: QoSManager | None = None
         self.server: ServerHandle | None = None
+        self.runtime_hooks: RuntimeHooks | None = None
         self._driver_watch: _DriverWatch | None = None
 
     # Start -------------------------------------------------------------------------------------
@@ -231,6 +214,7 @@ class Daemon:
             self._start_states,
             self._start_collectors,
             self._start_qos,
+            self._start_runtimehooks,
             self._start_server,
         )
         for number, (name, step) in enumerate(zip(STAGES, steps, strict=True), 1):
@@ -476,11 +460,11 @@ class Daemon:
             supervisor.spawn("nrt-report", topology.run, component="reporter")
 
     async def _start_qos(self) -> None:
-        unknown = sorted(self.cfg.qos.dry_run_strategies - set(self._strategy_table))
+        names = {spec.name for spec in self._strategy_table}
+        unknown = sorted(self.cfg.qos.dry_run_strategies - names)
         if unknown:
             raise ConfigError(
-                f"unknown strategies {unknown}; the strategy table has "
-                f"{sorted(self._strategy_table) or 'none'}",
+                f"unknown strategies {unknown}; the strategy table has {sorted(names) or 'none'}",
                 source="--qos-dry-run-strategies",
             )
         host = self._need(self.host)
@@ -502,6 +486,7 @@ class Daemon:
             node_slo=self._node_slo,
             capabilities=self.capabilities,
             evictor=self.evictor,
+            read_now=self.read_now,
             node=self._kube_node,
             events=events,
             audit=audit,
@@ -509,14 +494,30 @@ class Daemon:
             dry_run_strategies=self.cfg.qos.dry_run_strategies,
             book=QoSBook(on_stale=self.metrics.stale_inputs),
         )
-        qos = QoSManager(ctx, self._strategy_table, supervisor, gates=QOS_FEATURE_GATES)
+        qos = QoSManager(ctx, self._strategy_table, supervisor)
         self._on_stop("qos", qos.stop)
         self.qos = qos
         qos.start()
-        for name, strategy in qos.running().items():
-            if callable(getattr(strategy, "collect", None)):  # its own koordlet_* families
-                self.registry.register(cast(Collector, strategy))
-                logger.debug("strategy %s exports its metrics", name)
+        for name, strategy in qos.exporting().items():  # its own koordlet_* families
+            self.registry.register(cast(Collector, strategy))
+            logger.debug("strategy %s exports its metrics", name)
+
+    async def _start_runtimehooks(self) -> None:
+        from koordlet.runtimehooks.stage import start_runtime_hooks
+        from koordlet.runtimehooks.table import HookContext
+
+        hooks = await start_runtime_hooks(
+            self.cfg,
+            HookContext(node_slo=self._node_slo, host=lambda: self.host),
+            registry=self.registry,
+            writer=self._need(self.writer),
+            audit=self._need(self.audit),
+            supervisor=self._supervisor("runtimehooks"),
+            kube=self.kube,
+            enabled=self.cfg.feature_gates.enabled,
+        )
+        self.runtime_hooks = hooks
+        self._on_stop("runtimehooks", hooks.stop)
 
     def _build_evictor(self, audit: AuditLog) -> Evictor:
         """The evictor every strategy evicts through. Its backend empties the victim's cgroup
@@ -549,7 +550,7 @@ class Daemon:
                 self._snapshot,
                 node_name=self.cfg.node_name,
                 collect_interval=self.cfg.collect.res_used_interval,
-                max_ages=export_max_ages(self.cfg),
+                max_ages=export_max_ages(self._collector_table, self.cfg.collect),
             )
         )
         deps = ServerDeps(
@@ -564,9 +565,15 @@ class Daemon:
             qos=lambda: self._need(self.qos).describe(),
             debug_allow_remote=self.cfg.server.debug_allow_remote,
         )
+        ui = UiDeps(
+            config=self.cfg,
+            thresholds=thresholds_of(self._node_slo),
+            node_info=lambda: cache.get_info(NODE_INFO_KEY),
+            points=cache.points,
+        )
         server = self.cfg.server
         handle = await start_server(
-            build_app(deps), server.host, server.port, shutdown_timeout=SERVER_SHUTDOWN_TIMEOUT
+            build_app(deps, ui), server.host, server.port, shutdown_timeout=SERVER_SHUTDOWN_TIMEOUT
         )
         self.server = handle
         self._on_stop("server", lambda t: handle.stop())
@@ -634,7 +641,14 @@ class Daemon:
             self._snapshot,
             base_interval=self.cfg.collect.res_used_interval,
             recorder=self.metrics,
+            host=host,
         )
+
+    async def read_now(self, what: OnDemand[_T]) -> _T:
+        """An on-demand read through the current collector runner (it is rebuilt when the
+        cgroup layout is re-detected): what an event handler awaits for data fresher than the
+        last tick; see ``CollectorRunner.read_now``."""
+        return await self._need(self.runner).read_now(what)
 
     def _close_runner(self) -> None:
         if self.runner is not None:
@@ -651,6 +665,9 @@ class Daemon:
         if self.events is not None:
             for key, reason in sorted(self.events.unsupported.items()):
                 out[f"events/{key}"] = {"supported": False, "reason": reason, "runtime": True}
+        if self.runtime_hooks is not None:
+            for key, reason in sorted(self.runtime_hooks.unsupported.items()):
+                out[f"runtimehooks/{key}"] = {"supported": False, "reason": reason}
         return out
 
     def _describe_audit(self, limit: int, strategy: str | None, kind: str | None) -> dict[str, Any]:
@@ -664,10 +681,12 @@ class Daemon:
     def _snapshot(self) -> WorkloadSnapshot:
         return self._need(self.inventory).snapshot()
 
-    def _node_slo(self) -> NodeSLOSpec:
+    def _node_slo(self) -> NodeSLOInForce:
+        """The NodeSLO in force: the API server's in cluster mode, the local file's in standalone
+        mode with one, else Koordinator's defaults."""
         if self.kube_states is not None:
             return self.kube_states.node_slo
-        return self.nodeslo.spec if self.nodeslo is not None else NodeSLOSpec()
+        return self.nodeslo.in_force if self.nodeslo is not None else _DEFAULT_NODE_SLO
 
     def _supervisor(self, stage: str) -> Supervisor:
         supervisor = Supervisor(self.metrics)
@@ -730,8 +749,8 @@ class Daemon:
 async def run(
     cfg: KoordletConfig,
     *,
-    collectors: Mapping[str, CollectorFactory] = COLLECTORS,
-    strategies: Mapping[str, StrategyFactory] = STRATEGIES,
+    collectors: Sequence[CollectorSpec] = COLLECTORS,
+    strategies: Sequence[StrategySpec] = STRATEGIES,
     stop: asyncio.Event | None = None,
     own_process: bool = False,
 ) -> int:
@@ -744,27 +763,25 @@ async def run(
         cfg, collectors=collectors, strategies=strategies, settle_gc_when_ready=own_process
     )
     stop_event = stop if stop is not None else asyncio.Event()
-    loop = asyncio.get_running_loop()
-    installed = _install_signals(loop, stop_event, daemon.reload_node_slo)
-    start = asyncio.ensure_future(daemon.start())
-    stopped = asyncio.ensure_future(stop_event.wait())
-    try:
-        await asyncio.wait((start, stopped), return_when=asyncio.FIRST_COMPLETED)
-        if not start.done():
-            logger.info("stop requested during start-up")
-            return EXIT_OK
-        code = start.result()
-        if code == EXIT_OK:
-            await stopped
-        return code
-    finally:
-        # Also when run() itself is cancelled: nothing started may outlive it.
-        for task in (start, stopped):
-            task.cancel()
-        await asyncio.wait((start, stopped))
-        await daemon.stop()
-        for sig in installed:
-            loop.remove_signal_handler(sig)
+    # SIGTERM and SIGINT stop (a second one at once), SIGHUP re-reads the NodeSLO file.
+    with StopSignals(stop_event, also={signal.SIGHUP: daemon.reload_node_slo}):
+        start = asyncio.ensure_future(daemon.start())
+        stopped = asyncio.ensure_future(stop_event.wait())
+        try:
+            await asyncio.wait((start, stopped), return_when=asyncio.FIRST_COMPLETED)
+            if not start.done():
+                logger.info("stop requested during start-up")
+                return EXIT_OK
+            code = start.result()
+            if code == EXIT_OK:
+                await stopped
+            return code
+        finally:
+            # Also when run() itself is cancelled: nothing started may outlive it.
+            for task in (start, stopped):
+                task.cancel()
+            await asyncio.wait((start, stopped))
+            await daemon.stop()
 
 
 def build_audit_log(cfg: KoordletConfig) -> AuditLog:
@@ -780,26 +797,6 @@ def build_audit_log(cfg: KoordletConfig) -> AuditLog:
 
 async def _close_events(events: PressureEventSource) -> None:
     events.close()
-
-
-def _install_signals(
-    loop: asyncio.AbstractEventLoop, stop: asyncio.Event, reload: Callable[[], None]
-) -> list[signal.Signals]:
-    """SIGTERM and SIGINT set ``stop``, SIGHUP calls ``reload``; returns what was installed."""
-    handlers: dict[signal.Signals, Callable[[], None]] = {
-        signal.SIGTERM: stop.set,
-        signal.SIGINT: stop.set,
-        signal.SIGHUP: reload,
-    }
-    installed = []
-    for sig, handler in handlers.items():
-        try:
-            loop.add_signal_handler(sig, handler)
-        except (NotImplementedError, RuntimeError, ValueError) as err:  # not the main thread
-            logger.warning("cannot handle %s here (%s); use the stop event", sig.name, err)
-            continue
-        installed.append(sig)
-    return installed
 
 
 GC_GEN0_THRESHOLD = 20_000

@@ -3,7 +3,7 @@
 ::
 
     KoordletError
-    ├── ConfigError            bad flags, config file or NodeSLO file (names file and field)
+    ├── ConfigError            bad flags, config file or NodeSLO file (an apis FieldError)
     ├── HostError              the host refused or lacks something
     │   ├── UnsupportedError   a knob or source this host cannot provide (with the reason)
     │   ├── CgroupGoneError    the cgroup vanished (ENOENT); a race with deletion, not a fault
@@ -15,19 +15,15 @@ Host code translates ``OSError`` into these at the boundary and chains the cause
 
 from __future__ import annotations
 
+from apis.errors import FieldError
+
 
 class KoordletError(Exception):
     """Base of every error the koordlet raises on purpose."""
 
 
-class ConfigError(KoordletError):
+class ConfigError(KoordletError, FieldError):
     """Bad configuration; the message names the file (or flag) and the field."""
-
-    def __init__(self, message: str, *, source: str = "", field: str = "") -> None:
-        self.source = source
-        self.field = field
-        where = ": ".join(p for p in (source, field) if p)
-        super().__init__(f"{where}: {message}" if where else message)
 
 
 class HostError(KoordletError):

@@ -18,6 +18,7 @@ from enum import StrEnum
 from types import MappingProxyType
 from typing import Any
 
+from apis.gobool import parse_go_bool
 from koordlet.errors import ConfigError
 
 FLAG = "--feature-gates"
@@ -86,27 +87,34 @@ KOORDLET_FEATURES: Mapping[str, FeatureSpec] = MappingProxyType(
         "BlkIOReconcile": FeatureSpec(False, _A, False, "block I/O QoS"),
         "ColdPageCollector": FeatureSpec(False, _A, True, "collect cold page (kidled) memory"),
         "HugePageReport": FeatureSpec(False, _A, False, "report hugepages per NUMA node"),
+        # The runtime hooks' gates, which upstream adds to the koordlet's
+        # (pkg/koordlet/runtimehooks/config.go: defaultRuntimeHooksFG).
+        "GroupIdentity": FeatureSpec(True, _B, False, "runtime hook: group identity (bvt)"),
+        "CPUSetAllocator": FeatureSpec(
+            True, _B, False, "runtime hook: cpuset of LSR/LSE pods from the scheduler"
+        ),
+        "GPUEnvInject": FeatureSpec(False, _A, False, "runtime hook: allocated GPUs' env"),
+        "RDMADeviceInject": FeatureSpec(False, _A, False, "runtime hook: allocated RDMA devices"),
+        "BatchResource": FeatureSpec(
+            True, _B, True, "runtime hook: cgroups of batch and mid pods from their resources"
+        ),
+        "CPUNormalization": FeatureSpec(
+            False, _A, False, "runtime hook: cpu cgroups of CPU-normalized LS pods"
+        ),
+        "CoreSched": FeatureSpec(False, _A, False, "runtime hook: core scheduling cookies"),
+        "TerwayQoS": FeatureSpec(False, _A, False, "runtime hook: Terway network QoS"),
+        "TCNetworkQoS": FeatureSpec(False, _A, False, "runtime hook: network QoS by tc"),
+        "Resctrl": FeatureSpec(False, _A, False, "runtime hook: LLC and memory bandwidth per pod"),
     }
 )
 """Every koordlet gate Koordinator defines (upstream ``defaultKoordletFeatureGates``, commit
-1366c7d), with whether this implementation acts on it."""
+1366c7d, and the runtime hooks' ``defaultRuntimeHooksFG``), with whether this implementation acts
+on it."""
 
 DEFAULTS: Mapping[str, bool] = MappingProxyType(
     {name: spec.default for name, spec in KOORDLET_FEATURES.items()}
 )
 """Koordinator's default value of each gate."""
-
-_TRUE = frozenset({"1", "t", "T", "TRUE", "true", "True"})
-_FALSE = frozenset({"0", "f", "F", "FALSE", "false", "False"})
-
-
-def parse_bool(text: str) -> bool:
-    """A boolean as Go's ``strconv.ParseBool`` reads it; ValueError otherwise."""
-    if text in _TRUE:
-        return True
-    if text in _FALSE:
-        return False
-    raise ValueError(f"invalid bool value {text!r} (want true or false)")
 
 
 def _check(overrides: Mapping[str, object], source: str) -> None:
@@ -196,7 +204,7 @@ def parse_overrides(text: str, *, source: str = FLAG) -> dict[str, bool]:
                 "missing bool value (want Name=true|false)", source=source, field=name
             )
         try:
-            result[name] = parse_bool(raw.strip())
+            result[name] = parse_go_bool(raw.strip())
         except ValueError as err:
             raise ConfigError(str(err), source=source, field=name) from err
     _check(result, source)

@@ -41,7 +41,8 @@ import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from apis.slo import HostApplication, NodeSLOSpec
+from apis.slo import HostApplication
+from apis.slo_inforce import NodeSLOInForce
 from koordlet.config import DEFAULT_NODESLO_FILE, load_config, load_node_slo
 from koordlet.errors import ConfigError, HostError, KoordletError
 from koordlet.statesinformer.hostapps import cgroup_present, host_app_cgroup_dir
@@ -90,7 +91,7 @@ class Placement:
         return tuple(os.path.join(root, self.rel) for root in self.roots)
 
 
-def find_app(spec: NodeSLOSpec, name: str, source: str) -> HostApplication:
+def find_app(spec: NodeSLOInForce, name: str, source: str) -> HostApplication:
     """The application called ``name``; ConfigError listing the declared ones otherwise."""
     for app in spec.host_applications:
         if app.name == name:
@@ -249,7 +250,7 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _host_and_spec(args: argparse.Namespace) -> tuple[Host, NodeSLOSpec, str]:
+def _host_and_spec(args: argparse.Namespace) -> tuple[Host, NodeSLOInForce, str]:
     flags = ["--config", args.config] if args.config else []
     for flag in ("cgroup_root_dir", "cgroup_version", "cgroup_driver", "cgroup_kube_dir"):
         value = getattr(args, flag)

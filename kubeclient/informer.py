@@ -8,13 +8,17 @@ The loop, as client-go's reflector runs it:
    the resourceVersion on (bookmarks only that); when the server ends the stream (its
    ``timeoutSeconds``) the watch resumes from the last resourceVersion, without a list;
 3. **410 Gone** (an HTTP 410 or an ``ERROR`` event with code 410: the resourceVersion fell out of
-   the server's window) means the store may have missed events: relist at once;
+   the server's window) means the store may have missed events: relist at once; ``relisting``
+   is true from the 410 until that list has been applied;
 4. any other failure (5xx, a dropped connection, a refused connection) waits an exponential
    backoff with jitter (:class:`~kubeclient.backoff.Backoff`), then resumes the watch, or the
-   list if none succeeded yet; a **429** waits at least its ``Retry-After``.
+   list if none succeeded yet; a **429** waits at least its ``Retry-After``. A **404** on the
+   list means the server does not serve the resource (a CRD not installed): ``absent`` until a
+   list succeeds, the list retried on the same backoff. ``last_error`` says what failed last.
 
 The store keeps serving its last content while the API server is away; ``wait_synced(timeout)``
-lets a start-up wait a bounded time for the first list.
+lets a start-up wait a bounded time for the first list, ``wait_settled(timeout)`` for the first
+list or the first 404.
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ from typing import Any, NoReturn
 
 from kubeclient.backoff import Backoff
 from kubeclient.client import KubeClient, Obj, WatchEvent
-from kubeclient.errors import ApiError, Gone, TooManyRequests, error_for
+from kubeclient.errors import ApiError, Gone, NotFound, TooManyRequests, error_for
 from kubeclient.resources import Resource
 
 logger = logging.getLogger(__name__)
@@ -98,10 +102,19 @@ class Informer:
         self._store: dict[str, Obj] = {}
         self._rv = ""
         self._synced = asyncio.Event()
+        self._settled = asyncio.Event()
         self._handlers: list[_Handlers] = []
         self.stats = InformerStats()
         self.connected = False
         """True after a successful list or watch event, False after a failure."""
+        self.relisting = False
+        """A watch answered 410 and the relist has not been applied yet: the store may have
+        missed events."""
+        self.absent = False
+        """The last list answered 404: the server does not serve the resource (a CRD not
+        installed); cleared by a list that succeeds."""
+        self.last_error = ""
+        """The last failure (``403 Forbidden: ...``); cleared by a list or an event."""
 
     @property
     def name(self) -> str:
@@ -141,6 +154,15 @@ class Informer:
             return False
         return True
 
+    async def wait_settled(self, timeout: float) -> bool:  # noqa: ASYNC109 - a bounded wait is the API
+        """Wait up to ``timeout`` seconds for the first list or the first 404 on it (see
+        ``absent``); whether either came."""
+        try:
+            await asyncio.wait_for(self._settled.wait(), timeout)
+        except TimeoutError:
+            return False
+        return True
+
     # The loop ---------------------------------------------------------------------------------
     async def run(self) -> NoReturn:
         """List, then watch, forever (cancel to stop)."""
@@ -154,11 +176,18 @@ class Informer:
                     await self._wait(None)
             except Gone:
                 self.stats.gone += 1
+                self.relisting = True
                 logger.info("%s: resourceVersion %s expired (410); relisting", self.name, self._rv)
                 need_list = True
             except ApiError as err:
                 self.stats.errors += 1
                 self.connected = False
+                self.last_error = str(err)
+                if need_list and isinstance(err, NotFound):
+                    if not self.absent:
+                        logger.warning("%s: not served by the API server (404)", self.name)
+                    self.absent = True
+                    self._settled.set()
                 retry_after = err.retry_after if isinstance(err, TooManyRequests) else None
                 delay = await self._wait(retry_after)
                 log = logger.warning if self._backoff.failures <= 1 else logger.debug
@@ -195,7 +224,11 @@ class Informer:
                 self._fire_delete(obj)
         if not self._synced.is_set():
             logger.info("%s: synced, %d objects at %s", self.name, len(new), self._rv)
+        self.relisting = False
+        self.absent = False
+        self.last_error = ""
         self._synced.set()
+        self._settled.set()
 
     async def _watch_once(self) -> bool:
         """One watch stream; whether it carried at least one event (an empty, ended stream is
@@ -214,6 +247,7 @@ class Informer:
             events += 1
             self._apply(event)
             self.connected = True
+            self.last_error = ""
             self._backoff.reset()
         return events > 0
 

@@ -6,21 +6,26 @@ the record change for ``lease_duration`` by its *own* clock (the observed-time r
 different machines are never compared). Every write is a compare-and-swap on the Lease's
 ``resourceVersion``, so two candidates racing for it cannot both win: the loser gets a 409 and
 stays a follower. A leader that cannot renew for ``renew_deadline`` steps down (``on_change``
-with False) before anyone else may take over (``renew_deadline < lease_duration``). On
-cancellation a leader releases the Lease (empty holder) so a successor need not wait.
+with False) before anyone else may take over (``renew_deadline < lease_duration``).
+:meth:`LeaderElector.release` empties the holder so a successor need not wait for it to expire.
 
-Defaults are client-go's and Koordinator's manager's: 15 s lease, 10 s renew deadline, 2 s retry.
+This module is the Lease alone; what runs while holding it, and the order of stopping, is
+:mod:`kubeclient.elected`'s. Defaults are client-go's (``tools/leaderelection``) and
+Koordinator's manager's: 15 s lease, 10 s renew deadline, 2 s retry.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import socket
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, NoReturn
+from typing import Any
 
 from kubeclient.client import KubeClient, Obj
 from kubeclient.errors import ApiError, KubeError, NotFound
@@ -38,7 +43,7 @@ class LeaderElectionConfig:
     name: str
     """Name of the Lease (``koord-manager``)."""
     identity: str
-    """This candidate's identity (host name and a unique suffix)."""
+    """This candidate's identity (:func:`identity`: host name and a unique suffix)."""
     lease_duration: float = 15.0
     """Seconds a follower waits, after the last change it saw, before taking over."""
     renew_deadline: float = 10.0
@@ -49,6 +54,13 @@ class LeaderElectionConfig:
     def __post_init__(self) -> None:
         if not 0 < self.retry_period < self.renew_deadline < self.lease_duration:
             raise ValueError("need 0 < retry_period < renew_deadline < lease_duration")
+
+
+def identity() -> str:
+    """A candidate identity as client-go's users build it: the host (in a pod, the pod's name:
+    ``$POD_NAME`` when set), ``_`` and a UUID, so a restarted replica is a new candidate."""
+    host = os.environ.get("POD_NAME") or socket.gethostname()
+    return f"{host}_{uuid.uuid4()}"
 
 
 def micro_time(ts: float) -> str:
@@ -165,7 +177,7 @@ class LeaderElector:
         try:
             async with asyncio.timeout(budget):
                 held = await self.try_acquire_or_renew()
-        except ApiError as err:
+        except KubeError as err:
             logger.warning("lease %s: %s", cfg.name, err)
             held = False
         except TimeoutError:
@@ -178,19 +190,22 @@ class LeaderElector:
         elif self.is_leader and now - self._last_renew >= self.config.renew_deadline:
             self._set_leader(False)
 
-    async def release(self) -> None:
-        """Give the Lease up (empty holder) if this candidate leads."""
-        if not self.is_leader:
-            return
-        await self.give_up()
-        self._set_leader(False)
+    def pause(self) -> float:
+        """Seconds to the next :meth:`step`: the retry period, shortened for a leader so that
+        it notices its renew deadline passing on time."""
+        wait = self.config.retry_period
+        if self.is_leader:
+            wait = min(wait, max(self._last_renew + self.config.renew_deadline - self._mono(), 0))
+        return wait
 
-    async def give_up(self) -> bool:
+    async def release(self) -> bool:
         """Empty the Lease's holder (1 s duration, so a successor need not wait for it to
-        expire) if it names this candidate, whatever :attr:`is_leader` says (a caller that
-        drives :meth:`try_acquire_or_renew` itself keeps its own state). Whether it did; a
-        failure is logged, not raised."""
+        expire) if it names this candidate, whatever :attr:`is_leader` says (a create or
+        renewal whose answer was lost may have made us the holder unknowingly); this candidate
+        no longer leads afterwards (``on_change`` is not called: the caller is stopping).
+        Whether the Lease was emptied; a failure is logged, not raised."""
         cfg = self.config
+        self.is_leader = False
         try:
             lease = await self._client.get(LEASES, cfg.name, cfg.namespace)
             spec = lease.get("spec") or {}
@@ -203,13 +218,5 @@ class LeaderElector:
         except KubeError as err:
             logger.warning("lease %s: release failed: %s", cfg.name, err)
             return False
+        logger.info("%s released lease %s/%s", cfg.identity, cfg.namespace, cfg.name)
         return True
-
-    async def run(self) -> NoReturn:
-        """Acquire, then renew, every ``retry_period`` until cancelled (then release)."""
-        try:
-            while True:
-                await self.step()
-                await asyncio.sleep(self.config.retry_period)
-        finally:
-            await asyncio.shield(self.release())

@@ -10,6 +10,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from urllib.parse import quote
 
+from apis.groups import (
+    QUOTA_GROUP,
+    SCHEDULING_GROUP,
+    SIGS_SCHEDULING_GROUP,
+    SLO_GROUP,
+    TOPOLOGY_GROUP,
+    V1ALPHA1,
+)
+
 
 @dataclass(frozen=True, slots=True)
 class Resource:
@@ -50,19 +59,17 @@ PODS = Resource("", "v1", "pods", "Pod", namespaced=True)
 CONFIGMAPS = Resource("", "v1", "configmaps", "ConfigMap", namespaced=True)
 EVENTS = Resource("", "v1", "events", "Event", namespaced=True)
 LEASES = Resource("coordination.k8s.io", "v1", "leases", "Lease", namespaced=True)
-NODE_METRICS = Resource("slo.koordinator.sh", "v1alpha1", "nodemetrics", "NodeMetric", False)
-NODE_SLOS = Resource("slo.koordinator.sh", "v1alpha1", "nodeslos", "NodeSLO", False)
+NODE_METRICS = Resource(SLO_GROUP, V1ALPHA1, "nodemetrics", "NodeMetric", False)
+NODE_SLOS = Resource(SLO_GROUP, V1ALPHA1, "nodeslos", "NodeSLO", False)
 NODE_RESOURCE_TOPOLOGIES = Resource(
-    "topology.node.k8s.io", "v1alpha1", "noderesourcetopologies", "NodeResourceTopology", False
+    TOPOLOGY_GROUP, V1ALPHA1, "noderesourcetopologies", "NodeResourceTopology", False
 )
 ELASTIC_QUOTAS = Resource(
-    "scheduling.sigs.k8s.io", "v1alpha1", "elasticquotas", "ElasticQuota", namespaced=True
+    SIGS_SCHEDULING_GROUP, V1ALPHA1, "elasticquotas", "ElasticQuota", namespaced=True
 )
-POD_GROUPS = Resource("scheduling.sigs.k8s.io", "v1alpha1", "podgroups", "PodGroup", True)
-RESERVATIONS = Resource(
-    "scheduling.koordinator.sh", "v1alpha1", "reservations", "Reservation", namespaced=False
-)
-DEVICES = Resource("scheduling.koordinator.sh", "v1alpha1", "devices", "Device", False)
+POD_GROUPS = Resource(SIGS_SCHEDULING_GROUP, V1ALPHA1, "podgroups", "PodGroup", True)
+RESERVATIONS = Resource(SCHEDULING_GROUP, V1ALPHA1, "reservations", "Reservation", namespaced=False)
+DEVICES = Resource(SCHEDULING_GROUP, V1ALPHA1, "devices", "Device", False)
 NAMESPACES = Resource("", "v1", "namespaces", "Namespace", namespaced=False)
 PERSISTENT_VOLUME_CLAIMS = Resource(
     "", "v1", "persistentvolumeclaims", "PersistentVolumeClaim", namespaced=True
@@ -72,5 +79,10 @@ POD_DISRUPTION_BUDGETS = Resource(
     "policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget", namespaced=True
 )
 ELASTIC_QUOTA_PROFILES = Resource(
-    "quota.koordinator.sh", "v1alpha1", "elasticquotaprofiles", "ElasticQuotaProfile", True
+    QUOTA_GROUP, V1ALPHA1, "elasticquotaprofiles", "ElasticQuotaProfile", True
 )
+PRIORITY_CLASSES = Resource(
+    "scheduling.k8s.io", "v1", "priorityclasses", "PriorityClass", namespaced=False
+)
+EVENTS_V1 = Resource("events.k8s.io", "v1", "events", "Event", namespaced=True)
+"""``events.k8s.io/v1`` Events (series aggregation), as kube-scheduler records them."""

@@ -1,32 +1,32 @@
-"""The ``koord-manager`` entry point.
+"""The ``koord-manager`` entry point: one table of subcommands, each with its own parser.
 
-``koord-manager run [--kubeconfig PATH] ...`` runs the controllers against the API server
-(under leader election on the ``koordinator-manager`` Lease unless disabled).
+``koord-manager run [--kubeconfig PATH] [--controllers NAMES] ...`` runs the controllers against
+the API server, under leader election on the ``koordinator-manager`` Lease unless disabled
+(:mod:`manager.runtime`).
 
 ``koord-manager explain --node FILE --node-metric FILE --pods FILE --config FILE [--json]``
 prints the batch and mid resources the node resource controller would write for one node, with
 every term of the formula. Files are YAML or JSON (JSON when the name ends in ``.json``): a
 Node, its NodeMetric, a v1 PodList and the slo-controller-config ConfigMap. Bad input exits 2
 with a message naming the file and the field.
+
+``koord-manager webhook [--self-signed] ...`` serves the colocation-profile admission webhooks
+(:mod:`manager.webhook`).
+
+``koord-manager --help`` lists :data:`COMMANDS`; ``koord-manager COMMAND --help`` its options.
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
-import contextlib
 import json
-import logging
-import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from apis.configuration import parse_slo_controller_config
 from apis.slo import SchemaError, read_document
-from kubeclient.client import KubeClient
-from kubeclient.errors import KubeError
-from kubeclient.units import parse_go_bool
 from manager.errors import InputError
 from manager.explain import to_json, to_text
 from manager.noderesource.calculator import calculate, decide_update
@@ -36,20 +36,35 @@ from manager.noderesource.inputs import (
     parse_pod_list,
     parse_time,
 )
-from manager.runner import ManagerSettings, run_controllers
 
 EXIT_BAD_INPUT = 2
 
 
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="koord-manager",
-        description="Koordinator's manager: node resources from NodeMetrics and the SLO config.",
-    )
-    sub = parser.add_subparsers(dest="command", required=True)
-    ex = sub.add_parser(
-        "explain",
-        help="show the batch and mid resources of one node and how they were computed",
+@dataclass(frozen=True, slots=True)
+class Command:
+    """One subcommand of ``koord-manager``."""
+
+    help: str
+    """Its line in ``koord-manager --help``."""
+    main: Callable[[Sequence[str]], int]
+    """Runs it on the words after its name; returns the exit status."""
+
+
+def _run_main(argv: Sequence[str]) -> int:
+    from manager.runtime import main  # the controllers and the Kubernetes client, when running
+
+    return main(argv)
+
+
+def _webhook_main(argv: Sequence[str]) -> int:
+    from manager.webhook import main  # aiohttp's TLS server, when serving
+
+    return main(argv)
+
+
+def _explain_parser() -> argparse.ArgumentParser:
+    ex = argparse.ArgumentParser(
+        prog="koord-manager explain",
         description="Compute kubernetes.io/batch-cpu, batch-memory, mid-cpu and mid-memory for "
         "one node exactly as the node resource controller does, and show every term.",
     )
@@ -72,50 +87,16 @@ def _parser() -> argparse.ArgumentParser:
         metavar="TIME",
         help="RFC 3339 time of the controller's last write of this Node (default: unknown)",
     )
-    run = sub.add_parser("run", help="run the controllers against the API server")
-    run.add_argument("--kubeconfig", help="kubeconfig path (default: $KUBECONFIG or in-cluster)")
-    run.add_argument("--config-namespace", default="koordinator-system")
-    run.add_argument("--slo-config-name", default="slo-controller-config")
-    run.add_argument(
-        "--enable-leader-election",
-        type=_go_bool,
-        default=True,
-        metavar="BOOL",
-        help="run controllers only while holding the koordinator-manager Lease (default true)",
-    )
-    run.add_argument("--leader-election-namespace", default="koordinator-system")
-    run.add_argument(
-        "--sync-period",
-        type=float,
-        default=60.0,
-        metavar="SECONDS",
-        help="recompute every node at least this often (default 60)",
-    )
-    return parser
+    return ex
 
 
-def _go_bool(text: str) -> bool:
+def _explain_main(argv: Sequence[str]) -> int:
+    args = _explain_parser().parse_args(argv)
     try:
-        return parse_go_bool(text)
-    except ValueError as err:
-        raise argparse.ArgumentTypeError(str(err)) from None
-
-
-async def _run(settings: ManagerSettings) -> int:
-    client = await KubeClient.connect(settings.kubeconfig)
-    main_task = asyncio.current_task()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        if main_task is not None:
-            loop.add_signal_handler(sig, main_task.cancel)
-    try:
-        await run_controllers(client, settings)
-    except asyncio.CancelledError:
-        return 0
-    finally:
-        with contextlib.suppress(Exception):
-            await client.close()
-    return 1  # pragma: no cover - run_controllers never returns
+        return _explain(args)
+    except (SchemaError, InputError) as err:
+        sys.stderr.write(f"koord-manager: error: {err}\n")
+        return EXIT_BAD_INPUT
 
 
 def _explain(args: argparse.Namespace) -> int:
@@ -138,41 +119,37 @@ def _explain(args: argparse.Namespace) -> int:
     return 0
 
 
+COMMANDS: Mapping[str, Command] = {
+    "run": Command("run the controllers against the API server, under leader election", _run_main),
+    "explain": Command(
+        "show the batch and mid resources of one node and how they were computed", _explain_main
+    ),
+    "webhook": Command("serve the colocation-profile admission webhooks over TLS", _webhook_main),
+}
+"""Every subcommand, by the name it is called with."""
+
+
+def _parser() -> argparse.ArgumentParser:
+    """The top level: lists :data:`COMMANDS` (each parses its own options)."""
+    parser = argparse.ArgumentParser(
+        prog="koord-manager",
+        description="Koordinator's manager: node resources, NodeSLOs and NodeMetrics from the "
+        "SLO config, and the colocation-profile webhooks.",
+        epilog="'koord-manager COMMAND --help' lists a command's options.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for name, command in COMMANDS.items():
+        sub.add_parser(name, help=command.help, add_help=False)
+    return parser
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; returns the exit status."""
     words = list(sys.argv[1:] if argv is None else argv)
-    if words[:1] == ["run"]:  # every controller, under leader election (manager/runtime.py)
-        from manager.runtime import main as run_main
-
-        return run_main(words[1:])
-    if words[:1] == ["webhook"]:  # the colocation-profile admission webhooks
-        from manager.webhook import main as webhook_main
-
-        return webhook_main(words[1:])
-    args = _parser().parse_args(argv)
-    try:
-        if args.command == "explain":
-            return _explain(args)
-        if args.command == "run":
-            logging.basicConfig(
-                level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-            )
-            settings = ManagerSettings(
-                kubeconfig=args.kubeconfig,
-                config_namespace=args.config_namespace,
-                slo_config_name=args.slo_config_name,
-                enable_leader_election=args.enable_leader_election,
-                leader_election_namespace=args.leader_election_namespace,
-                resync_seconds=args.sync_period,
-            )
-            return asyncio.run(_run(settings))
-    except KubeError as err:
-        sys.stderr.write(f"koord-manager: error: {err}\n")
-        return 1
-    except (SchemaError, InputError) as err:
-        sys.stderr.write(f"koord-manager: error: {err}\n")
-        return EXIT_BAD_INPUT
-    return EXIT_BAD_INPUT  # pragma: no cover - argparse requires a known command
+    if words and words[0] in COMMANDS:
+        return COMMANDS[words[0]].main(words[1:])
+    _parser().parse_args(words)  # --help, or a usage error naming the commands (exit 2)
+    return EXIT_BAD_INPUT  # pragma: no cover - argparse exits without a known command
 
 
 if __name__ == "__main__":

@@ -27,12 +27,11 @@ from apis.configuration import (
     CPUNormalizationConfig,
     ResourceAmplificationConfig,
 )
+from apis.gobool import parse_go_bool
 from apis.manager_keys import ANNOTATION_CPU_BASIC_INFO, LABEL_CPU_NORMALIZATION_ENABLED
 
 DEFAULT_RATIO_TEXT = "1.00"
 """The annotation value written when normalization is off."""
-_GO_TRUE = frozenset({"1", "t", "T", "TRUE", "true", "True"})
-_GO_FALSE = frozenset({"0", "f", "F", "FALSE", "false", "False"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,11 +80,12 @@ def _label_enabled(labels: Mapping[str, str]) -> bool | None:
     raw = labels.get(LABEL_CPU_NORMALIZATION_ENABLED)
     if raw is None:
         return None
-    if raw in _GO_TRUE:
-        return True
-    if raw in _GO_FALSE:
-        return False
-    raise ValueError(f"label {LABEL_CPU_NORMALIZATION_ENABLED}={raw!r} is not a boolean")
+    try:
+        return parse_go_bool(raw)
+    except ValueError:
+        raise ValueError(
+            f"label {LABEL_CPU_NORMALIZATION_ENABLED}={raw!r} is not a boolean"
+        ) from None
 
 
 def normalization_ratio(

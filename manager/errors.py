@@ -4,6 +4,7 @@
 
     ManagerError
     └── InputError      a Node, NodeMetric, pod list or file that does not fit its schema
+                        (also an apis.errors.FieldError and a ValueError)
 
 Configuration errors are :class:`apis.slo.SchemaError` (raised by ``apis.configuration``); the
 CLI reports both kinds the same way (exit 2, naming the file and the field).
@@ -11,17 +12,15 @@ CLI reports both kinds the same way (exit 2, naming the file and the field).
 
 from __future__ import annotations
 
+from apis.errors import FieldError
+
 
 class ManagerError(Exception):
     """Base of every error koord-manager raises on purpose."""
 
 
-class InputError(ManagerError, ValueError):
+class InputError(ManagerError, FieldError, ValueError):
     """An input object that does not fit its schema; names its source and the field path."""
 
     def __init__(self, source: str, field: str, message: str) -> None:
-        self.source = source
-        self.field = field
-        self.message = message
-        where = ": ".join(p for p in (source, field) if p)
-        super().__init__(f"{where}: {message}" if where else message)
+        super().__init__(message, source=source, field=field)

@@ -2,12 +2,14 @@
 
 :data:`CONTROLLERS` is the explicit table (name → factory) of what ``koord-manager run`` runs:
 the node resource controller (batch and mid resources), the NodeSLO controller and the
-NodeMetric controller. :func:`run_manager` competes for the ``koordinator-system/
-koordinator-manager`` Lease (:mod:`kubeclient.leaderelection`); on gaining it, a fresh instance of
-each selected controller starts (own informers, queues and write history) under one TaskGroup;
-on losing it they are all cancelled, and on shutdown they are stopped *before* the Lease is
-released, so a successor never writes beside us. A controller that fails takes the others of
-its term down with it, and they start afresh at the next gain of leadership.
+NodeMetric controller. :func:`run_manager` hands one *term* to the shared elected lifecycle
+(:class:`kubeclient.elected.ElectedRunner`) on the ``koordinator-system/koordinator-manager``
+Lease: a fresh instance of each selected controller (own informers, queues and write history),
+all under one TaskGroup, started on gaining the Lease, cancelled at once on losing it, and on
+shutdown stopped *before* the Lease is released, so a successor never writes beside us. A
+controller that fails takes the others of its term down with it and the process exits 1,
+releasing the Lease (the lifecycle's one rule for a failed term); the Deployment restarts it.
+SIGTERM and SIGINT: :mod:`kubeclient.signals`.
 """
 
 from __future__ import annotations
@@ -16,22 +18,52 @@ import argparse
 import asyncio
 import contextlib
 import logging
-import signal
 import sys
 from collections.abc import Callable, Coroutine, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, NoReturn, Protocol
 
+from apis.gobool import parse_go_bool
 from kubeclient.client import KubeClient
+from kubeclient.elected import ElectedRunner
 from kubeclient.errors import KubeError
-from kubeclient.leaderelection import LeaderElectionConfig, LeaderElector
-from kubeclient.units import parse_go_bool
+from kubeclient.leaderelection import LeaderElectionConfig, identity
+from kubeclient.signals import StopSignals
 from manager.nodekeyed import Options
 from manager.nodemetric.controller import NodeMetricController
 from manager.noderesource.controller import NodeResourceController
-from manager.runner import LEASE_NAME, LeaderGate, ManagerSettings, identity
 from manager.slo.controller import NodeSLOController
 
 logger = logging.getLogger(__name__)
+
+LEASE_NAME = "koordinator-manager"
+"""The Lease the replicas compete for: upstream's ``LeaderElectionID`` (``cmd/koord-manager``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ManagerSettings:
+    """Command-line settings of ``koord-manager run``."""
+
+    kubeconfig: str | None = None
+    """``--kubeconfig``: path; None for in-cluster (or ``$KUBECONFIG``)."""
+    config_namespace: str = "koordinator-system"
+    """``--config-namespace``: namespace of the slo-controller-config ConfigMap."""
+    slo_config_name: str = "slo-controller-config"
+    """``--slo-config-name``: name of the ConfigMap."""
+    enable_leader_election: bool = True
+    """``--enable-leader-election``: run controllers only while holding the Lease."""
+    leader_election_namespace: str = "koordinator-system"
+    """``--leader-election-namespace``: namespace of the Lease."""
+    resync_seconds: float = 60.0
+    """``--sync-period`` in seconds: every node is recomputed at least this often."""
+
+    def election(self) -> LeaderElectionConfig | None:
+        """The Lease to hold (client-go's timings); None with leader election off."""
+        if not self.enable_leader_election:
+            return None
+        return LeaderElectionConfig(
+            namespace=self.leader_election_namespace, name=LEASE_NAME, identity=identity()
+        )
 
 
 class Controller(Protocol):
@@ -87,9 +119,12 @@ async def run_manager(
     controllers: Sequence[str] = tuple(CONTROLLERS),
     table: Mapping[str, ControllerFactory] = CONTROLLERS,
     election: LeaderElectionConfig | None = None,
-) -> NoReturn:
-    """Run the named controllers of ``table``, under leader election unless
-    ``settings.enable_leader_election`` is off. Fresh instances start at each gain of leadership."""
+    stop: asyncio.Event | None = None,
+) -> int:
+    """Run the named controllers of ``table`` until ``stop`` is set (0) or a controller fails
+    (1), under leader election (``election``, default from ``settings``) unless
+    ``settings.enable_leader_election`` is off. Fresh instances start at each gain of
+    leadership."""
     unknown = [name for name in controllers if name not in table]
     if unknown:
         raise ValueError(f"unknown controllers {unknown} (known: {', '.join(table)})")
@@ -99,19 +134,11 @@ async def run_manager(
         return run_all([table[name](client, settings) for name in controllers])
 
     if not settings.enable_leader_election:
-        await term()
-    gate = LeaderGate(term, "controllers")
-    cfg = election or LeaderElectionConfig(
-        namespace=settings.leader_election_namespace, name=LEASE_NAME, identity=identity()
-    )
-    elector = LeaderElector(client, cfg, on_change=gate.on_change)
-    try:
-        while True:
-            await elector.step()
-            await asyncio.sleep(cfg.retry_period)
-    finally:
-        await gate.stop()  # stop writing before the Lease goes, so no successor overlaps us
-        await asyncio.shield(elector.release())
+        election = None
+    elif election is None:
+        election = settings.election()
+    runner = ElectedRunner(client, election, term, name="controllers")
+    return await runner.run(stop)
 
 
 def _go_bool(text: str) -> bool:
@@ -133,13 +160,30 @@ def _controllers(text: str) -> tuple[str, ...]:
 
 def parser() -> argparse.ArgumentParser:
     """The options of ``koord-manager run``."""
-    p = argparse.ArgumentParser(prog="koord-manager run", description=__doc__)
+    p = argparse.ArgumentParser(
+        prog="koord-manager run",
+        description="Run the controllers against the API server, only while holding the "
+        f"{LEASE_NAME} Lease unless leader election is off. SIGTERM or SIGINT stops them and "
+        "releases the Lease (a second one exits at once); exit 1 when a controller fails.",
+    )
     p.add_argument("--kubeconfig", help="kubeconfig path (default: $KUBECONFIG or in-cluster)")
     p.add_argument("--config-namespace", default="koordinator-system")
     p.add_argument("--slo-config-name", default="slo-controller-config")
-    p.add_argument("--enable-leader-election", type=_go_bool, default=True, metavar="BOOL")
+    p.add_argument(
+        "--enable-leader-election",
+        type=_go_bool,
+        default=True,
+        metavar="BOOL",
+        help=f"run controllers only while holding the {LEASE_NAME} Lease (default true)",
+    )
     p.add_argument("--leader-election-namespace", default="koordinator-system")
-    p.add_argument("--sync-period", type=float, default=60.0, metavar="SECONDS")
+    p.add_argument(
+        "--sync-period",
+        type=float,
+        default=60.0,
+        metavar="SECONDS",
+        help="recompute every node at least this often (default 60)",
+    )
     p.add_argument(
         "--controllers",
         type=_controllers,
@@ -152,19 +196,12 @@ def parser() -> argparse.ArgumentParser:
 
 async def _serve(settings: ManagerSettings, controllers: Sequence[str]) -> int:
     client = await KubeClient.connect(settings.kubeconfig)
-    main_task = asyncio.current_task()
-    loop = asyncio.get_running_loop()
-    if main_task is not None:
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, main_task.cancel)
     try:
-        await run_manager(client, settings, controllers=controllers)
-    except asyncio.CancelledError:
-        return 0
+        with StopSignals() as signals:
+            return await run_manager(client, settings, controllers=controllers, stop=signals.stop)
     finally:
         with contextlib.suppress(Exception):
             await client.close()
-    return 1  # pragma: no cover - run_manager never returns
 
 
 def main(argv: Sequence[str] | None = None) -> int:

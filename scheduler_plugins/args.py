@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from kubeclient.units import parse_duration
+from apis.duration import parse_duration
 from scheduler_plugins.errors import PluginArgsError
 
 

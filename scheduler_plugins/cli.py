@@ -14,7 +14,8 @@ file, or, without ``--snapshot``, over informers of the API server.
 [--leader-elect-retry-period D] [--leader-elect-resource-name NAME]
 [--leader-elect-resource-namespace NS]`` schedules and binds the pods whose ``schedulerName`` is
 ``koord-scheduler`` (see ``standalone.py``), only while holding the
-``koordinator-system/koord-scheduler`` Lease unless ``--leader-elect=false`` (see ``leader.py``).
+``koordinator-system/koord-scheduler`` Lease unless ``--leader-elect=false`` (see ``leader.py``;
+SIGTERM or SIGINT stops it, a second one at once).
 The election settings come from the ``--config`` file's ``leaderElection`` stanza, each flag
 given on the command line overriding its field (as kube-scheduler does); durations are Go
 durations (``15s``).
@@ -36,7 +37,8 @@ from pathlib import Path
 
 import yaml
 
-from kubeclient.units import parse_duration, parse_go_bool
+from apis.duration import parse_duration
+from apis.gobool import parse_go_bool
 from scheduler_plugins.config import SchedulerConfig, load_config, parse_feature_gates
 from scheduler_plugins.errors import InputError
 from scheduler_plugins.framework import Evaluation, Framework
@@ -247,13 +249,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "run":
             cfg = _config(args.config, args.feature_gates)
             election = leader_election(args)
-            if election.leader_elect:
-                from scheduler_plugins.leader import run_elected
+            from scheduler_plugins.leader import run_elected  # the Kubernetes client, when running
 
-                return uvloop.run(run_elected(cfg, args.kubeconfig, election, args.scheduler_name))
-            from scheduler_plugins.standalone import run_standalone
-
-            return uvloop.run(run_standalone(cfg, args.kubeconfig, args.scheduler_name))
+            return uvloop.run(run_elected(cfg, args.kubeconfig, election, args.scheduler_name))
         from scheduler_plugins.extender import serve  # aiohttp only for the server
 
         cfg = _config(args.config, args.feature_gates)

@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from apis.wellknown import (
+from apis.kubernetes_keys import (
     PREEMPT_LOWER_PRIORITY,
     PREEMPT_NEVER,
     TAINT_EFFECTS,

@@ -1,22 +1,32 @@
 """The kube-scheduler extender: the same plugins behind the stock kube-scheduler, over HTTP.
 
-Verbs (``POST``, JSON, the types of ``k8s.io/kube-scheduler/extender/v1``):
+Verbs (``POST``, JSON; the wire types of ``k8s.io/kube-scheduler/extender/v1``, Go-cased keys,
+are read and written by ``extenderapi.py``):
 
-- ``/filter``: ``ExtenderArgs`` (``pod`` plus ``nodes.items`` or, with ``nodeCacheCapable``,
-  ``nodenames``) → ``ExtenderFilterResult`` (``nodes`` or ``nodenames`` that pass,
-  ``failedNodes`` name → reasons joined by ``"; "``, ``error``).
-- ``/prioritize``: ``ExtenderArgs`` → ``HostPriorityList`` ``[{"host", "score"}]``. The
+- ``/filter``: ``ExtenderArgs`` (``Pod`` plus ``NodeNames`` with ``nodeCacheCapable``, else
+  ``Nodes``, a NodeList) → ``ExtenderFilterResult``: the passing nodes in the form they came
+  (``NodeNames``, or the request's own Node objects in ``Nodes``), ``FailedNodes`` name →
+  reasons joined by ``"; "``, ``FailedAndUnresolvableNodes`` (names the snapshot does not know),
+  ``Error`` (a bad request, or informers not synced yet).
+- ``/prioritize``: ``ExtenderArgs`` → ``HostPriorityList`` ``[{"Host", "Score"}]``. The
   extender scale is 0..10 (``MaxExtenderPriority``): the framework's 0..100 total divided by 10;
   kube-scheduler multiplies it by the extender's ``weight`` and by 10.
-- ``/bind``: ``ExtenderBindingArgs`` (``podName``, ``podNamespace``, ``podUID``, ``node``) →
-  ``ExtenderBindingResult`` (``error``). Reserves in the plugins (NodeNUMAResource's cpuset),
+- ``/bind``: ``ExtenderBindingArgs`` (``PodName``, ``PodNamespace``, ``PodUID``, ``Node``) →
+  ``ExtenderBindingResult`` (``Error``). Reserves in the plugins (NodeNUMAResource's cpuset),
   assumes the pod in the snapshot and, with ``--bind``, patches the reserve annotations on the
   pod and creates its ``binding`` subresource through the API server. Configure ``bindVerb`` only
-  with ``--bind``: without it nothing reaches the API server.
+  with ``--bind``: without it nothing reaches the API server. A pod whose filter this process did
+  not see (another replica, a restart) is filtered again on the node if the informers know it.
 - ``/preempt``: ``ExtenderPreemptionArgs`` → ``ExtenderPreemptionResult``: of the candidate
   nodes, those where the pod passes every filter once its victims are gone, victims as
-  ``nodeNameToMetaVictims`` (``pods[].uid``, ``numPDBViolations``).
-- ``GET /healthz``.
+  ``NodeNameToMetaVictims`` (UIDs) whichever form the request used.
+- ``GET /healthz`` (alive), ``GET /readyz`` (503 naming the informers not synced or relisting).
+
+A request the types do not describe gets a clear error: ``Error`` in the answer of ``/filter`` and
+``/bind``, HTTP 400 with ``{"Error": ...}`` for ``/prioritize`` and ``/preempt`` (their answer
+types have no error field), and for a body that is not JSON. Before every informer has listed
+(and while one relists after a 410) every verb answers "not ready: waiting for ..." (503 for
+prioritize and preempt).
 
 The snapshot is read from ``--snapshot`` and re-read (in a worker thread) when the file's
 mtime or size changes, or, without ``--snapshot``, kept current by informers
@@ -34,18 +44,41 @@ import logging
 import os
 import signal
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from aiohttp import web
 
 from kubeclient.errors import KubeError
 from kubeclient.resources import PODS
 from scheduler_plugins.config import SchedulerConfig
-from scheduler_plugins.errors import InputError
-from scheduler_plugins.framework import ERR_NODE_NOT_FOUND, Cycle, Framework, ReserveError
+from scheduler_plugins.errors import InputError, NotReady
+from scheduler_plugins.extenderapi import (
+    EXTENDER_ARGS,
+    MAX_EXTENDER_PRIORITY,
+    PREEMPTION_ARGS,
+    BindingArgs,
+    ExtenderArgs,
+    Victims,
+    binding_result,
+    error_body,
+    filter_result,
+    host_priority_list,
+    parse_binding_args,
+    parse_extender_args,
+    parse_preemption_args,
+    preemption_result,
+)
+from scheduler_plugins.framework import (
+    ERR_NODE_NOT_FOUND,
+    MAX_NODE_SCORE,
+    Cycle,
+    Framework,
+    ReserveError,
+)
+from scheduler_plugins.reservationstatus import OwnerSync
 from scheduler_plugins.snapshot import (
     NodeInfo,
     PodInfo,
@@ -56,10 +89,11 @@ from scheduler_plugins.snapshot import (
 )
 from scheduler_plugins.table import EXTENDER_PLUGINS
 
+if TYPE_CHECKING:
+    from scheduler_plugins.informed import InformedSnapshot
+
 logger = logging.getLogger(__name__)
 
-MAX_EXTENDER_PRIORITY = 10
-"""``extenderv1.MaxExtenderPriority``."""
 GC_GEN0_THRESHOLD = 50_000
 """Allocations between young-generation collections in the extender process (CPython's
 default is 700)."""
@@ -137,6 +171,7 @@ class Extender:
         source: SnapshotFile | None = None,
         binder: Binder | None = None,
         tune_gc: bool = False,
+        gate: Callable[[], list[str]] | None = None,
     ) -> None:
         self.tune_gc = tune_gc
         """Freeze the heap and collect less often after each (re)load: for the server process
@@ -145,6 +180,9 @@ class Extender:
         self.snapshot = snapshot
         self.source = source
         self.binder = binder
+        self.gate = gate
+        """What a decision still waits for (informers not synced, a watch relisting after
+        410), as :meth:`InformedSnapshot.not_ready` says it; ``None``: nothing (a file)."""
         self._cycles: OrderedDict[str, _Cached] = OrderedDict()
         self.warm()
 
@@ -181,27 +219,27 @@ class Extender:
 
     # -- helpers --------------------------------------------------------------------------
 
-    def _pod_and_nodes(self, body: Mapping[str, Any]) -> tuple[PodInfo, list[str], bool]:
-        raw_pod = body.get("pod")
-        if not isinstance(raw_pod, Mapping):
-            raise InputError("request", "pod", "missing")
-        pod = parse_pod(raw_pod, "request", "pod")
-        full = False
+    def not_ready(self) -> str:
+        """Why no decision can be made now (informers not synced, a watch relisting), or
+        ``""``."""
+        if self.gate is None:
+            return ""
+        missing = self.gate()
+        return f"not ready: waiting for {', '.join(missing)}" if missing else ""
+
+    def _pod_and_nodes(self, args: ExtenderArgs) -> tuple[PodInfo, list[str]]:
+        """The pod, and the candidate names; nodes sent in full that the snapshot lacks are
+        added to it."""
+        pod = parse_pod(args.pod, EXTENDER_ARGS, "Pod")
+        if args.nodes is None:
+            return pod, args.names
         names: list[str] = []
-        nodes = body.get("nodes")
-        if isinstance(nodes, Mapping) and nodes.get("items") is not None:
-            full = True
-            for i, obj in enumerate(nodes.get("items") or []):
-                info = parse_node(obj, "request", f"nodes.items[{i}]")
-                if info.name not in self.snapshot.nodes:
-                    self.snapshot.upsert_node(info)
-                names.append(info.name)
-        else:
-            raw_names = body.get("nodenames") or []
-            if not isinstance(raw_names, list):
-                raise InputError("request", "nodenames", "must be a list")
-            names = raw_names
-        return pod, names, full
+        for i, obj in enumerate(args.nodes):
+            info = parse_node(obj, EXTENDER_ARGS, f"Nodes.items[{i}]")
+            if info.name not in self.snapshot.nodes:
+                self.snapshot.upsert_node(info)
+            names.append(info.name)
+        return pod, names
 
     def _cycle(self, pod: PodInfo) -> _Cached:
         """The pod's cycle: the one its filter used while the snapshot is unchanged."""
@@ -217,12 +255,18 @@ class Extender:
 
     # -- verbs ----------------------------------------------------------------------------
 
-    def filter(self, body: Mapping[str, Any]) -> dict[str, Any]:
-        """``ExtenderFilterResult`` for ``ExtenderArgs``."""
+    def filter(self, body: Any) -> dict[str, Any]:
+        """``ExtenderFilterResult`` for ``ExtenderArgs`` (a bad request: its ``Error``)."""
+        args: ExtenderArgs | None = None
         try:
-            pod, names, full = self._pod_and_nodes(body)
+            args = parse_extender_args(body)
+            pod, names = self._pod_and_nodes(args)
         except InputError as err:
-            return {"error": str(err)}
+            logger.warning("filter: %s", err)
+            return filter_result(args, [], {}, {}, str(err))
+        waiting = self.not_ready()
+        if waiting:
+            return filter_result(args, [], {}, {}, waiting)
         cached = self._cycle(pod)
         nodes, missing = self.framework.resolve(self.snapshot, names)
         feasible, failures = self.framework.filter_nodes(cached.cycle, pod, nodes)
@@ -230,32 +274,21 @@ class Extender:
             name: f[0][1] if len(f) == 1 else "; ".join(r for _, r in f)
             for name, f in failures.items()
         }
-        for name in missing:
-            failed[name] = ERR_NODE_NOT_FOUND
-        result: dict[str, Any] = {"failedNodes": failed, "error": ""}
-        if full:
-            keep = {n.name for n in feasible}
-            result["nodes"] = {
-                "items": [
-                    o
-                    for o in body["nodes"]["items"]
-                    if (o.get("metadata") or {}).get("name") in keep
-                ]
-            }
+        # a node the snapshot does not know: preempting there cannot help
+        unresolvable = dict.fromkeys(missing, ERR_NODE_NOT_FOUND)
         passing = [n.name for n in feasible]
-        if not full:
-            result["nodenames"] = passing
         cached.passing = passing
         cached.passing_nodes = feasible
-        return result
+        return filter_result(args, passing, failed, unresolvable)
 
-    def prioritize(self, body: Mapping[str, Any]) -> list[dict[str, Any]]:
-        """``HostPriorityList`` for ``ExtenderArgs`` (0..10)."""
-        try:
-            pod, names, _ = self._pod_and_nodes(body)
-        except InputError as err:
-            logger.warning("prioritize: %s", err)
-            return []
+    def prioritize(self, body: Any) -> list[dict[str, Any]]:
+        """``HostPriorityList`` for ``ExtenderArgs`` (0..10). Raises :class:`InputError` for a
+        bad request, :class:`NotReady` before the informers are synced."""
+        args = parse_extender_args(body)
+        pod, names = self._pod_and_nodes(args)
+        waiting = self.not_ready()
+        if waiting:
+            raise NotReady(waiting)
         cached = self._cycle(pod)
         if (
             cached.passing is not None
@@ -266,65 +299,75 @@ class Extender:
         else:
             nodes, _ = self.framework.resolve(self.snapshot, names)
         _, totals = self.framework.score_nodes(cached.cycle, pod, nodes)
-        get = totals.get
-        return [{"host": n, "score": get(n, 0) // MAX_EXTENDER_PRIORITY} for n in names]
+        # the framework's 0..100 on the extender's 0..10 (MaxExtenderPriority)
+        return host_priority_list(names, totals, MAX_NODE_SCORE // MAX_EXTENDER_PRIORITY)
 
-    async def bind(self, body: Mapping[str, Any]) -> dict[str, Any]:
+    def _find(self, args: BindingArgs) -> _Cached | None:
+        """The cycle the pod's filter ran in; else, for a pending pod the informers know (its
+        filter ran in another replica, or before a restart), a fresh one."""
+        cached = self._cycles.get(args.pod_uid)
+        if cached is None:
+            cached = next((c for c in self._cycles.values() if c.pod.key == args.key), None)
+        if cached is not None:
+            return cached
+        pod = self.snapshot.pending_pods.get(args.pod_uid)
+        if pod is None:
+            return None
+        return _Cached(self.snapshot.generation, pod, self.framework.new_cycle(self.snapshot))
+
+    async def bind(self, body: Any) -> dict[str, Any]:
         """``ExtenderBindingResult`` for ``ExtenderBindingArgs``."""
-        uid = str(body.get("podUID") or "")
-        node = str(body.get("node") or "")
-        cached = self._cycles.get(uid)
+        try:
+            args = parse_binding_args(body)
+        except InputError as err:
+            logger.warning("bind: %s", err)
+            return binding_result(str(err))
+        waiting = self.not_ready()
+        if waiting:
+            return binding_result(waiting)
+        node = args.node
+        cached = self._find(args)
         if cached is None:
-            key = f"{body.get('podNamespace') or 'default'}/{body.get('podName') or ''}"
-            cached = next((c for c in self._cycles.values() if c.pod.key == key), None)
-        if cached is None:
-            pod_key = f"{body.get('podNamespace')}/{body.get('podName')}"
-            return {"error": f"pod {pod_key} was not filtered here"}
+            return binding_result(f"pod {args.key} was not filtered here")
         if node not in self.snapshot.nodes:
-            return {"error": f"node {node!r} is not in the snapshot"}
+            return binding_result(f"node {node!r} is not in the snapshot")
         cycle = cached.cycle
         if cached.generation != self.snapshot.generation:
+            # the cluster changed since the filter: check the node again before reserving
             cycle = self.framework.new_cycle(self.snapshot)
+            verdict = self.framework.filter(cycle, cached.pod, [self.snapshot.nodes[node]])
+            if not verdict[node].feasible:
+                reasons = "; ".join(verdict[node].reasons)
+                return binding_result(f"pod {args.key} no longer fits {node}: {reasons}")
         try:
             annotations = self.framework.reserve(cycle, cached.pod, node)
         except ReserveError as err:
-            return {"error": str(err)}
+            return binding_result(str(err))
         if self.binder is not None:
             try:
                 await self.binder.bind(cached.pod, node, annotations)
             except (KubeError, OSError) as err:  # the API said no: undo the reservation
                 self.framework.unreserve(cycle, cached.pod, node)
-                return {"error": f"bind {cached.pod.key} to {node}: {err}"}
+                return binding_result(f"bind {cached.pod.key} to {node}: {err}")
         self._cycles.pop(cached.pod.uid, None)
         logger.info("bound %s to %s %s", cached.pod.key, node, annotations or "")
-        return {"error": ""}
+        return binding_result()
 
-    def preempt(self, body: Mapping[str, Any]) -> dict[str, Any]:
-        """``ExtenderPreemptionResult`` for ``ExtenderPreemptionArgs``."""
-        raw_pod = body.get("pod")
-        if not isinstance(raw_pod, Mapping):
-            return {"nodeNameToMetaVictims": {}}
-        try:
-            pod = parse_pod(raw_pod, "request", "pod")
-        except InputError as err:
-            logger.warning("preempt: %s", err)
-            return {"nodeNameToMetaVictims": {}}
-        candidates: dict[str, tuple[list[str], int]] = {}
-        for name, v in (body.get("nodeNameToMetaVictims") or {}).items():
-            uids = [str(p.get("uid") or "") for p in (v or {}).get("pods") or []]
-            candidates[name] = (uids, int((v or {}).get("numPDBViolations") or 0))
-        for name, v in (body.get("nodeNameToVictims") or {}).items():
-            uids = [
-                str(((p or {}).get("metadata") or {}).get("uid") or "")
-                for p in (v or {}).get("pods") or []
-            ]
-            candidates.setdefault(name, (uids, int((v or {}).get("numPDBViolations") or 0)))
-        out: dict[str, Any] = {}
-        for name, (uids, pdb) in candidates.items():
+    def preempt(self, body: Any) -> dict[str, Any]:
+        """``ExtenderPreemptionResult`` for ``ExtenderPreemptionArgs``: of the candidate nodes,
+        those where the pod passes every filter once its victims are gone, with the same
+        victims. Raises :class:`InputError` for a bad request, :class:`NotReady`."""
+        args = parse_preemption_args(body)
+        pod = parse_pod(args.pod, PREEMPTION_ARGS, "Pod")
+        waiting = self.not_ready()
+        if waiting:
+            raise NotReady(waiting)
+        out: dict[str, Victims] = {}
+        for name, victims in args.victims.items():
             node = self.snapshot.nodes.get(name)
             if node is None:
                 continue
-            removed = [p for p in (node.remove_pod(u) for u in uids) if p is not None]
+            removed = [p for p in (node.remove_pod(u) for u in victims.uids) if p is not None]
             self.snapshot.touch(name)  # plugins re-index the node without its victims
             try:
                 cycle = self.framework.new_cycle(self.snapshot)
@@ -334,26 +377,29 @@ class Extender:
                     node.add_pod(p)
                 self.snapshot.touch(name)
             if verdict[name].feasible:
-                out[name] = {"pods": [{"uid": u} for u in uids], "numPDBViolations": pdb}
-        return {"nodeNameToMetaVictims": out}
+                out[name] = victims
+        return preemption_result(out)
 
 
 EXTENDER_KEY = web.AppKey("extender", Extender)
 
 
-async def _json(request: web.Request) -> Mapping[str, Any]:
+async def _json(request: web.Request) -> Any:
+    """The decoded body; a body that is not JSON is a 400 with an ``Error``."""
     try:
-        body = json.loads(await request.read())
+        return json.loads(await request.read())
     except ValueError as err:
-        raise web.HTTPBadRequest(text=json.dumps({"error": f"bad JSON: {err}"})) from err
-    if not isinstance(body, Mapping):
-        raise web.HTTPBadRequest(text=json.dumps({"error": "body must be an object"}))
-    return body
+        raise web.HTTPBadRequest(
+            text=json.dumps(error_body(f"body is not JSON: {err}")),
+            content_type="application/json",
+        ) from err
 
 
-def _dump(obj: Any) -> web.Response:
+def _dump(obj: Any, status: int = 200) -> web.Response:
     return web.Response(
-        body=json.dumps(obj, separators=(",", ":")), content_type="application/json"
+        body=json.dumps(obj, separators=(",", ":")),
+        status=status,
+        content_type="application/json",
     )
 
 
@@ -366,7 +412,14 @@ async def _filter(request: web.Request) -> web.Response:
 async def _prioritize(request: web.Request) -> web.Response:
     ext = request.app[EXTENDER_KEY]
     await ext.refresh()
-    return _dump(ext.prioritize(await _json(request)))
+    body = await _json(request)
+    try:
+        return _dump(ext.prioritize(body))
+    except InputError as err:
+        logger.warning("prioritize: %s", err)
+        return _dump(error_body(str(err)), 400)
+    except NotReady as err:
+        return _dump(error_body(str(err)), 503)
 
 
 async def _bind(request: web.Request) -> web.Response:
@@ -377,10 +430,24 @@ async def _bind(request: web.Request) -> web.Response:
 async def _preempt(request: web.Request) -> web.Response:
     ext = request.app[EXTENDER_KEY]
     await ext.refresh()
-    return _dump(ext.preempt(await _json(request)))
+    body = await _json(request)
+    try:
+        return _dump(ext.preempt(body))
+    except InputError as err:
+        logger.warning("preempt: %s", err)
+        return _dump(error_body(str(err)), 400)
+    except NotReady as err:
+        return _dump(error_body(str(err)), 503)
 
 
 async def _healthz(request: web.Request) -> web.Response:
+    return web.Response(text="ok")
+
+
+async def _readyz(request: web.Request) -> web.Response:
+    waiting = request.app[EXTENDER_KEY].not_ready()
+    if waiting:
+        return web.Response(status=503, text=waiting)
     return web.Response(text="ok")
 
 
@@ -393,6 +460,7 @@ def make_app(extender: Extender) -> web.Application:
     app.router.add_post("/bind", _bind)
     app.router.add_post("/preempt", _preempt)
     app.router.add_get("/healthz", _healthz)
+    app.router.add_get("/readyz", _readyz)
     return app
 
 
@@ -406,17 +474,18 @@ async def serve(
     kubeconfig: str | None = None,
     sync_timeout: float = 60.0,
 ) -> int:
-    """Serve until SIGTERM or SIGINT; 0 on a clean stop, 1 when the informers never synced.
-    ``snapshot_path`` None: the snapshot comes from informers through ``kubeconfig``."""
+    """Serve until SIGTERM or SIGINT; 0 on a clean stop, 1 when the informers did not all
+    list within ``sync_timeout`` seconds. ``snapshot_path`` None: the snapshot comes from
+    informers through ``kubeconfig``; the server answers at once, every verb with a "not
+    ready" error (``/readyz`` 503 naming the kinds) until they have."""
     client = None
-    informed = None
-    informer_task: asyncio.Task[None] | None = None
     try:
         if bind or snapshot_path is None:
             from kubeclient.client import KubeClient
 
             client = await KubeClient.connect(kubeconfig)
         source: SnapshotFile | None = None
+        informed: InformedSnapshot | None = None
         if snapshot_path is not None:
             source = SnapshotFile(snapshot_path)
             snapshot = await asyncio.to_thread(source.load)
@@ -425,32 +494,67 @@ async def serve(
 
             assert client is not None
             informed = InformedSnapshot(client)
-            informer_task = asyncio.create_task(informed.run(), name="scheduler-informers")
-            if not await informed.wait_synced(sync_timeout):
-                logger.error("nodes and pods not listed within %.0fs; giving up", sync_timeout)
-                return 1
             snapshot = informed.snapshot
         binder: Binder | None = KubeBinder(client) if bind else None
         extender = Extender(
-            cfg.framework(EXTENDER_PLUGINS), snapshot, source=source, binder=binder, tune_gc=True
+            cfg.framework(EXTENDER_PLUGINS),
+            snapshot,
+            source=source,
+            binder=binder,
+            tune_gc=True,
+            gate=informed.not_ready if informed is not None else None,
         )
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
         runner = web.AppRunner(make_app(extender), access_log=None)
         await runner.setup()
         try:
-            site = web.TCPSite(runner, host, port)
-            await site.start()
-            logger.info("extender serving on %s:%d, %d nodes", host, port, len(snapshot.nodes))
-            stop = asyncio.Event()
-            loop = asyncio.get_running_loop()
-            for sig in (signal.SIGTERM, signal.SIGINT):
-                loop.add_signal_handler(sig, stop.set)
-            await stop.wait()
+            await web.TCPSite(runner, host, port).start()
+            logger.info("extender serving on %s:%d", host, port)
+            if informed is None:
+                await stop.wait()
+                return 0
+            sync = OwnerSync(client, informed.snapshot) if bind else None
+            return await _serve_informed(informed, extender, stop, sync_timeout, sync)
         finally:
             await runner.cleanup()
-        return 0
     finally:
-        if informer_task is not None:
-            informer_task.cancel()
-            await asyncio.gather(informer_task, return_exceptions=True)
         if client is not None:
             await client.close()
+
+
+async def _serve_informed(
+    informed: InformedSnapshot,
+    extender: Extender,
+    stop: asyncio.Event,
+    sync_timeout: float,
+    owner_sync: OwnerSync | None,
+) -> int:
+    """Run the informers under ``extender`` (and the Reservations' owner sync, with
+    ``--bind``) until ``stop``; 1 when they do not all list in time."""
+    async with asyncio.TaskGroup() as group:
+        tasks = [group.create_task(informed.run(), name="scheduler-informers")]
+        if owner_sync is not None:
+            informed.watch_owners(owner_sync)
+            tasks.append(
+                group.create_task(
+                    owner_sync.run(informed.not_ready), name="scheduler-reservation-owners"
+                )
+            )
+        try:
+            if not await informed.wait_synced(sync_timeout):
+                logger.error(
+                    "informers not synced within %.0fs, giving up: waiting for %s",
+                    sync_timeout,
+                    ", ".join(informed.not_ready()),
+                )
+                return 1
+            extender.warm()  # index and freeze what the lists brought
+            logger.info("informers synced: %d nodes", len(informed.snapshot.nodes))
+            await stop.wait()
+            return 0
+        finally:
+            for task in tasks:
+                task.cancel()

@@ -1,14 +1,21 @@
 """A snapshot kept current by informers (list-then-watch through ``kubeclient``).
 
-:class:`InformedSnapshot` runs one :class:`~kubeclient.informer.Informer` per kind the plugins
-read: Nodes, Pods, NodeMetrics, NodeResourceTopologies, ElasticQuotas, ElasticQuotaProfiles,
-PodGroups, Reservations, Devices, and for kube-scheduler's in-tree plugins and preemption
-Namespaces, PersistentVolumeClaims, PersistentVolumes and PodDisruptionBudgets, and applies
-every event to one
+:class:`InformedSnapshot` runs one :class:`~kubeclient.informer.Informer` per kind a decision
+reads: Nodes, Pods, NodeMetrics, NodeResourceTopologies, ElasticQuotas, ElasticQuotaProfiles,
+PodGroups, Reservations, Devices, PriorityClasses, and for kube-scheduler's in-tree plugins and
+preemption Namespaces, PersistentVolumeClaims, PersistentVolumes and PodDisruptionBudgets, and
+applies every event to one
 :class:`~scheduler_plugins.snapshot.Snapshot` on the event loop (where the extender's handlers
 run too, so there is no lock). A pod the scheduler assumed is replaced by the API server's
-version once its binding is seen. Kinds the cluster does not serve (a CRD not installed) keep
-failing their list with a backoff and stay empty; the others are unaffected.
+version once its binding is seen.
+
+**Readiness.** No decision (a term's scheduling loop, an extender verb) is made until every kind
+has been listed once: an ElasticQuota not listed yet is a quota without a max, and pods bound
+against it overrun it. :meth:`InformedSnapshot.not_ready` names the kinds still missing, with
+the last error (``403 Forbidden``...); a kind whose watch fell behind (410 Gone) holds every
+decision again until its relist is applied. A kind the cluster does not serve (404 on the list:
+a CRD not installed) counts as listed and empty, with a warning; its list is retried on the
+informer's backoff, so installing the CRD later brings its objects in.
 
 An ElasticQuotaProfile (``quota.koordinator.sh/v1alpha1``, namespaced) is checked as it arrives
 (a profile the ElasticQuota plugin could not read is logged, counted in ``rejected`` and left
@@ -22,7 +29,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kubeclient.client import KubeClient, Obj
 from kubeclient.informer import Informer
@@ -39,6 +46,7 @@ from kubeclient.resources import (
     POD_DISRUPTION_BUDGETS,
     POD_GROUPS,
     PODS,
+    PRIORITY_CLASSES,
     RESERVATIONS,
     Resource,
 )
@@ -60,6 +68,9 @@ from scheduler_plugins.snapshot import (
     parse_pod,
 )
 
+if TYPE_CHECKING:
+    from scheduler_plugins.reservationstatus import OwnerSync
+
 logger = logging.getLogger(__name__)
 
 Apply = Callable[[Obj, bool], None]
@@ -75,14 +86,13 @@ KINDS: tuple[Resource, ...] = (
     POD_GROUPS,
     RESERVATIONS,
     DEVICES,
+    PRIORITY_CLASSES,
     NAMESPACES,
     PERSISTENT_VOLUME_CLAIMS,
     PERSISTENT_VOLUMES,
     POD_DISRUPTION_BUDGETS,
 )
-"""What the plugins read, in the order the informers start."""
-REQUIRED = (NODES, PODS)
-"""Kinds the snapshot waits for at start; the CRDs are optional."""
+"""What a decision reads, in the order the informers start; every one is waited for."""
 
 
 def _name(obj: Obj) -> str:
@@ -189,6 +199,8 @@ class InformedSnapshot:
             return keyed(snap.pod_groups, _ns_name, dict)
         if res is RESERVATIONS:
             return keyed(snap.reservations, _name, dict)
+        if res is PRIORITY_CLASSES:
+            return keyed(snap.priority_classes, _name, dict)
         if res is NAMESPACES:
             return keyed(
                 snap.namespaces, _name, lambda o: parse_namespace_labels(o, "Namespace", _name(o))
@@ -213,8 +225,35 @@ class InformedSnapshot:
             for informer in self.informers:
                 group.create_task(informer.run(), name=f"scheduler-informer-{informer.name}")
 
+    def watch_owners(self, sync: OwnerSync) -> None:
+        """Tell ``sync`` of every pod and Reservation added, changed or deleted."""
+        for informer in self.informers:
+            if informer.resource is RESERVATIONS:
+                informer.add_handler(
+                    on_add=sync.reservation_changed,
+                    on_update=lambda _old, new: sync.reservation_changed(new),
+                )
+            elif informer.resource is PODS:
+                informer.add_handler(
+                    on_add=sync.pod_changed,
+                    on_update=lambda _old, new: sync.pod_changed(new),
+                    on_delete=sync.pod_changed,
+                )
+
+    def not_ready(self) -> list[str]:
+        """What a decision waits for: each kind not listed yet (with its last error) or
+        relisting after a 410; empty when every kind is current (see the module docstring)."""
+        waiting: list[str] = []
+        for informer in self.informers:
+            if informer.relisting:
+                waiting.append(f"{informer.name} (relisting after 410 Gone)")
+            elif not (informer.synced or informer.absent):
+                why = f": {informer.last_error}" if informer.last_error else ""
+                waiting.append(f"{informer.name} (not listed yet{why})")
+        return waiting
+
     async def wait_synced(self, timeout: float) -> bool:  # noqa: ASYNC109 - a bounded wait is the API
-        """Wait up to ``timeout`` seconds for the required kinds' first lists."""
-        required = [i for i in self.informers if i.resource in REQUIRED]
-        results = await asyncio.gather(*(i.wait_synced(timeout) for i in required))
-        return all(results)
+        """Wait up to ``timeout`` seconds for every kind's first list (or its 404: not
+        served); whether all came. :meth:`not_ready` then says what is missing."""
+        results = await asyncio.gather(*(i.wait_settled(timeout) for i in self.informers))
+        return all(results) and not self.not_ready()

@@ -29,7 +29,9 @@ When a pod fits nowhere:
    (``minCandidateNodesPercentage``, ``minCandidateNodesAbsolute``).
 5. **Preempt** (:class:`Evictor`): each victim is evicted through the API (policy/v1 Eviction,
    so the API server enforces PodDisruptionBudgets: a refusal stops this preemption and the pod
-   retries), gets a ``Preempted`` Event, and the pod's ``status.nominatedNodeName`` is set. While
+   retries), gets a ``Preempted`` Event (``reporting.py``'s recorder, as kube-scheduler writes
+   it), and the pod's ``status.nominatedNodeName`` is set. An informer that stops being current
+   (the scheduler's gate) stops the preemption before the next eviction or the nomination. While
    nominated, the pod's node is held for it: lower-priority pods are filtered as if it were
    already there, and its next attempt tries that node first.
 
@@ -40,20 +42,20 @@ per-node indexes follow) and restores every node before returning.
 from __future__ import annotations
 
 import logging
-import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Any
 
-from apis.wellknown import PREEMPT_NEVER
+from apis.kubernetes_keys import PREEMPT_NEVER
+from apis.scheduling_keys import LABEL_PREEMPTIBLE
 from kubeclient.errors import KubeError, NotFound, TooManyRequests
-from kubeclient.resources import EVENTS, PODS
+from kubeclient.resources import PODS
 from scheduler_plugins.framework import Cycle, Framework
 from scheduler_plugins.plugins.elasticquota import ElasticQuota
 from scheduler_plugins.plugins.quotatree import Quota, quota_of
-from scheduler_plugins.snapshot import LABEL_PREEMPTIBLE, NodeInfo, PodInfo, Snapshot
+from scheduler_plugins.reporting import EventRecorder
+from scheduler_plugins.snapshot import NodeInfo, PodInfo, Snapshot
 
 logger = logging.getLogger(__name__)
 
@@ -366,22 +368,30 @@ class Nominations:
                 snapshot.pending_pods[other.uid] = other
 
 
-def _now() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
 class Evictor:
     """Carries out a preemption through the API server (``client`` ``None``: logs only)."""
 
-    def __init__(self, client: Any, component: str = "koord-scheduler") -> None:
+    def __init__(self, client: Any) -> None:
         self.client = client
-        self.component = component
         self.evicted = 0
         """Victims evicted so far."""
 
-    async def preempt(self, pod: PodInfo, candidate: Candidate) -> str | None:
-        """Evict the victims, then nominate the node; ``None`` when done, else why not."""
+    async def preempt(
+        self,
+        pod: PodInfo,
+        candidate: Candidate,
+        *,
+        events: EventRecorder | None = None,
+        gate: Callable[[], list[str]] | None = None,
+    ) -> str | None:
+        """Evict the victims (each with a ``Preempted`` Event through ``events``), then
+        nominate the node; ``None`` when done, else why not. ``gate`` is the scheduler's
+        (:meth:`InformedSnapshot.not_ready`): while it names an informer that is not current,
+        no further eviction and no nomination is made (the pod retries with its backoff)."""
         for v in candidate.victims:
+            held = _held(gate)
+            if held is not None:
+                return held
             try:
                 if self.client is not None:
                     await self.client.evict(v.namespace, v.name, uid=v.uid)
@@ -393,7 +403,11 @@ class Evictor:
                 return f"eviction of {v.key} failed: {err}"
             self.evicted += 1
             logger.info("preempted %s on %s for %s", v.key, candidate.node, pod.key)
-            await self._event(v, pod, candidate.node)
+            if events is not None:
+                await events.preempted(v, pod, candidate.node)
+        held = _held(gate)
+        if held is not None:
+            return held
         if self.client is not None:
             try:
                 await self.client.patch(
@@ -407,34 +421,8 @@ class Evictor:
                 logger.warning("nominatedNodeName of %s not written: %s", pod.key, err)
         return None
 
-    async def _event(self, victim: PodInfo, pod: PodInfo, node: str) -> None:
-        if self.client is None:
-            return
-        now = _now()
-        event = {
-            "apiVersion": "v1",
-            "kind": "Event",
-            "metadata": {
-                "name": f"{victim.name}.{time.time_ns():x}",
-                "namespace": victim.namespace,
-            },
-            "involvedObject": {
-                "apiVersion": "v1",
-                "kind": "Pod",
-                "name": victim.name,
-                "namespace": victim.namespace,
-                "uid": victim.uid,
-            },
-            "reason": "Preempted",
-            "message": f"Preempted by pod {pod.key} on node {node}",
-            "type": "Normal",
-            "source": {"component": self.component},
-            "reportingComponent": self.component,
-            "firstTimestamp": now,
-            "lastTimestamp": now,
-            "count": 1,
-        }
-        try:
-            await self.client.create(EVENTS, event)
-        except KubeError as err:
-            logger.warning("Preempted event for %s not written: %s", victim.key, err)
+
+def _held(gate: Callable[[], list[str]] | None) -> str | None:
+    """Why a preemption stops here (informers not current), or ``None``."""
+    waiting = gate() if gate is not None else []
+    return f"held: waiting for {', '.join(waiting)}" if waiting else None

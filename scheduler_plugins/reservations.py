@@ -31,16 +31,16 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from kubeclient.units import format_bytes, format_cpu, parse_duration
+from apis.duration import parse_duration
+from apis.quantity import format_bytes, format_cpu
+from apis.scheduling_keys import (
+    ANNOTATION_RESERVATION_NAME,
+    ANNOTATION_RESERVATION_NODE,
+    ANNOTATION_RESERVE_POD,
+)
 from scheduler_plugins.errors import InputError
 from scheduler_plugins.snapshot import PodInfo, ResourceList, parse_pod, parse_time
 
-ANNOTATION_RESERVE_POD = "scheduling.koordinator.sh/reserve-pod"
-"""Reserve pod annotation, ``"true"`` (upstream ``AnnotationReservePod``)."""
-ANNOTATION_RESERVATION_NAME = "scheduling.koordinator.sh/reservation-name"
-"""Reserve pod annotation: the Reservation's name."""
-ANNOTATION_RESERVATION_NODE = "scheduling.koordinator.sh/reservation-node"
-"""Reserve pod annotation: the node ``spec.template.spec.nodeName`` asks for."""
 DEFAULT_SCHEDULER_NAME = "default-scheduler"
 """``corev1.DefaultSchedulerName``: the template's scheduler when it names none."""
 DEFAULT_TTL_S = 24 * 3600.0

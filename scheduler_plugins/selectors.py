@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from apis.wellknown import FIELD_METADATA_NAME
+from apis.kubernetes_keys import FIELD_METADATA_NAME
 from scheduler_plugins.errors import InputError
 
 IN = "In"

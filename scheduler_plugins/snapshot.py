@@ -30,10 +30,14 @@ from typing import Any
 
 import yaml
 
-from apis.extension import LABEL_POD_PRIORITY_CLASS, LABEL_POD_QOS
-from apis.manager_keys import PRIORITY_BANDS
-from apis.wellknown import DEFAULT_MEMORY_REQUEST, DEFAULT_MILLI_CPU_REQUEST
-from kubeclient.units import cpu_milli, memory_bytes, parse_duration
+from apis import nodemetric
+from apis.cpulist import parse_cpulist
+from apis.extension import ANNOTATION_CPU_TOPOLOGY, LABEL_POD_PRIORITY_CLASS, LABEL_POD_QOS
+from apis.kubernetes_keys import DEFAULT_MEMORY_REQUEST, DEFAULT_MILLI_CPU_REQUEST
+from apis.priority import PRIORITY_BATCH, PRIORITY_PROD, priority_class_of
+from apis.quantity import resource_value
+from apis.scheduling_keys import ANNOTATION_KUBELET_CPU_MANAGER_POLICY, ANNOTATION_POD_CPU_ALLOCS
+from apis.slo import SchemaError
 from scheduler_plugins.clusterobjects import (
     ClaimInfo,
     DisruptionBudget,
@@ -51,23 +55,7 @@ from scheduler_plugins.constraints import (
     parse_pod_constraints,
     parse_taints,
 )
-from scheduler_plugins.cpuset import parse_cpuset
 from scheduler_plugins.errors import InputError
-
-ANNOTATION_RESOURCE_SPEC = "scheduling.koordinator.sh/resource-spec"
-"""Pod annotation: ``{"requiredCPUBindPolicy", "preferredCPUBindPolicy",
-"preferredCPUExclusivePolicy"}``."""
-ANNOTATION_RESOURCE_STATUS = "scheduling.koordinator.sh/resource-status"
-"""Pod annotation the scheduler writes: ``{"cpuset": "0-3", "numaNodeResources": [...]}``."""
-ANNOTATION_DEVICE_ALLOCATED = "scheduling.koordinator.sh/device-allocated"
-"""Pod annotation the scheduler writes: ``{"gpu": [{"minor": 0, "resources": {...}}]}``."""
-ANNOTATION_RESERVATION_ALLOCATED = "scheduling.koordinator.sh/reservation-allocated"
-"""Pod annotation the scheduler writes: ``{"name": ..., "uid": ...}`` of the consumed
-Reservation."""
-LABEL_QUOTA_NAME = "quota.scheduling.koordinator.sh/name"
-"""Pod label naming its ElasticQuota."""
-LABEL_PREEMPTIBLE = "quota.scheduling.koordinator.sh/preemptible"
-"""Pod label; ``"false"`` makes the pod non-preemptible: it must fit within its quota's min."""
 
 ALL = "*"
 """A change that is not one node's (see :meth:`Snapshot.touch`)."""
@@ -79,19 +67,8 @@ MAX_CHANGES = 4096
 DEFAULT_REPORT_INTERVAL_S = 60.0
 """``NodeMetric.spec.metricCollectPolicy.reportIntervalSeconds`` when unset (Koordinator: 60)."""
 
-PRIORITY_PROD = "koord-prod"
-PRIORITY_MID = "koord-mid"
-PRIORITY_BATCH = "koord-batch"
-PRIORITY_FREE = "koord-free"
 
 ResourceList = dict[str, int]
-
-
-def resource_value(name: str, quantity: Any) -> int:
-    """One quantity in Koordinator's units: milli-cores for ``cpu``, ``Value()`` for the rest."""
-    if name == "cpu":
-        return cpu_milli(quantity)
-    return memory_bytes(quantity)
 
 
 def parse_resource_list(raw: Any, source: str, where: str) -> ResourceList:
@@ -145,16 +122,6 @@ def _list(raw: Any, source: str, where: str) -> list[Any]:
 
 def _str_map(raw: Any, source: str, where: str) -> dict[str, str]:
     return {str(k): str(v) for k, v in _map(raw, source, where).items()}
-
-
-def priority_class_of(priority: int | None) -> str:
-    """Koordinator's priority class of a ``spec.priority`` value; ``""`` outside the bands."""
-    if priority is None:
-        return ""
-    for name, low, high in PRIORITY_BANDS:
-        if low <= priority <= high:
-            return name
-    return ""
 
 
 @dataclass(slots=True)
@@ -409,63 +376,33 @@ class NodeMetricInfo:
 
 
 def parse_node_metric(obj: Mapping[str, Any], source: str, where: str) -> NodeMetricInfo:
-    meta = _map(obj.get("metadata"), source, where + ".metadata")
-    spec = _map(obj.get("spec"), source, where + ".spec")
-    status = _map(obj.get("status"), source, where + ".status")
-    policy = _map(spec.get("metricCollectPolicy"), source, where + ".spec.metricCollectPolicy")
-    interval = policy.get("reportIntervalSeconds")
-    if interval is not None and not isinstance(interval, int | float):
+    """What load-aware scheduling reads of a NodeMetric, derived from the typed model
+    (:func:`apis.nodemetric.parse_node_metric`). Raises :class:`InputError` naming the field."""
+    try:
+        metric = nodemetric.parse_node_metric(obj, source)
+    except SchemaError as err:
         raise InputError(
-            source, where + ".spec.metricCollectPolicy.reportIntervalSeconds", "must be a number"
-        )
-    nm_where = where + ".status.nodeMetric"
-    node_metric = status.get("nodeMetric")
-    usage: ResourceList | None = None
-    aggregated: dict[float, dict[str, ResourceList]] = {}
-    if node_metric is not None:
-        nm = _map(node_metric, source, nm_where)
-        usage = parse_resource_list(
-            _map(nm.get("nodeUsage"), source, nm_where + ".nodeUsage").get("resources"),
-            source,
-            nm_where + ".nodeUsage.resources",
-        )
-        for i, agg in enumerate(
-            _list(nm.get("aggregatedNodeUsages"), source, nm_where + ".aggregatedNodeUsages")
-        ):
-            awhere = f"{nm_where}.aggregatedNodeUsages[{i}]"
-            a = _map(agg, source, awhere)
-            try:
-                duration = parse_duration(str(a.get("duration") or "0"))
-            except ValueError as err:
-                raise InputError(source, awhere + ".duration", str(err)) from err
-            by_type: dict[str, ResourceList] = {}
-            for kind, ru in _map(a.get("usage"), source, awhere + ".usage").items():
-                by_type[str(kind)] = parse_resource_list(
-                    _map(ru, source, f"{awhere}.usage.{kind}").get("resources"),
-                    source,
-                    f"{awhere}.usage.{kind}.resources",
-                )
-            aggregated[duration] = by_type
+            source, f"{where}.{err.field}" if err.field else where, err.message
+        ) from err
+    status = metric.status
+    nm = status.node_metric
+    policy = metric.collect_policy
+    interval = policy.report_interval_seconds if policy is not None else None
     pods: dict[str, PodMetric] = {}
-    for i, pm in enumerate(_list(status.get("podsMetric"), source, where + ".status.podsMetric")):
-        pwhere = f"{where}.status.podsMetric[{i}]"
-        p = _map(pm, source, pwhere)
-        key = f"{p.get('namespace') or 'default'}/{p.get('name') or ''}"
-        pods[key] = PodMetric(
-            key=key,
-            usage=parse_resource_list(
-                _map(p.get("podUsage"), source, pwhere + ".podUsage").get("resources"),
-                source,
-                pwhere + ".podUsage.resources",
-            ),
-            priority=str(p.get("priority") or ""),
-        )
+    for pm in status.pods_metric or ():
+        key = f"{pm.namespace or 'default'}/{pm.name}"
+        pods[key] = PodMetric(key, dict(pm.pod_usage.resources), pm.priority)
     return NodeMetricInfo(
-        name=str(meta.get("name") or ""),
-        update_time=parse_time(status.get("updateTime"), source, where + ".status.updateTime"),
+        name=metric.name,
+        update_time=None if status.update_time is None else status.update_time.timestamp(),
         report_interval_s=float(interval) if interval else DEFAULT_REPORT_INTERVAL_S,
-        node_usage=usage,
-        aggregated=aggregated,
+        node_usage=None if nm is None else dict(nm.node_usage.resources),
+        aggregated={}
+        if nm is None
+        else {
+            a.duration_seconds: {kind: dict(rm.resources) for kind, rm in a.usage.items()}
+            for a in nm.aggregated_node_usages
+        },
         pods=pods,
     )
 
@@ -532,7 +469,7 @@ def _parse_nrt(obj: Mapping[str, Any], source: str, where: str) -> NRTInfo:
     meta = _map(obj.get("metadata"), source, where + ".metadata")
     ann = _str_map(meta.get("annotations"), source, where + ".metadata.annotations")
     cpus: list[CPUInfo] = []
-    topo_key = "node.koordinator.sh/cpu-topology"
+    topo_key = ANNOTATION_CPU_TOPOLOGY
     if topo_key in ann:
         try:
             detail = json.loads(ann[topo_key]).get("detail") or []
@@ -570,11 +507,11 @@ def _parse_nrt(obj: Mapping[str, Any], source: str, where: str) -> NRTInfo:
         zones.append(NUMAZone(node_id, alloc))
     reserved: frozenset[int] = frozenset()
     full_only = False
-    kpol_key = "kubelet.koordinator.sh/cpu-manager-policy"
+    kpol_key = ANNOTATION_KUBELET_CPU_MANAGER_POLICY
     if kpol_key in ann:
         try:
             kpol = json.loads(ann[kpol_key])
-            reserved = parse_cpuset(str(kpol.get("reservedCPUs") or ""))
+            reserved = parse_cpulist(str(kpol.get("reservedCPUs") or ""))
             full_only = (
                 kpol.get("policy") == "static"
                 and str((kpol.get("options") or {}).get("full-pcpus-only")) == "true"
@@ -582,11 +519,11 @@ def _parse_nrt(obj: Mapping[str, Any], source: str, where: str) -> NRTInfo:
         except (ValueError, AttributeError) as err:
             raise InputError(source, f"{where}.metadata.annotations[{kpol_key}]", str(err)) from err
     kubelet_alloc: set[int] = set()
-    allocs_key = "node.koordinator.sh/pod-cpu-allocs"
+    allocs_key = ANNOTATION_POD_CPU_ALLOCS
     if allocs_key in ann:
         try:
             for a in json.loads(ann[allocs_key]) or []:
-                kubelet_alloc |= parse_cpuset(str(a.get("cpuset") or ""))
+                kubelet_alloc |= parse_cpulist(str(a.get("cpuset") or ""))
         except (ValueError, AttributeError, TypeError) as err:
             raise InputError(
                 source, f"{where}.metadata.annotations[{allocs_key}]", str(err)
@@ -626,6 +563,8 @@ class Snapshot:
     """ElasticQuotaProfiles (raw objects) by ``namespace/name``."""
     devices: dict[str, dict[str, Any]] = field(default_factory=dict)
     """Devices (raw objects) by node name."""
+    priority_classes: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """PriorityClasses (``scheduling.k8s.io/v1``, raw objects) by name."""
     namespaces: dict[str, dict[str, str]] = field(default_factory=dict)
     """Namespaces' labels by name (affinity terms' ``namespaceSelector``)."""
     claims: dict[str, ClaimInfo] = field(default_factory=dict)

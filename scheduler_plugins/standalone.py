@@ -18,15 +18,23 @@ One asyncio task, fed by the informer snapshot (``informed.py``):
 4. **Bind.** The reserve annotations (NodeNUMAResource's ``scheduling.koordinator.sh/resource-
    status``, Reservation's and DeviceShare's) are patched on the pod, then its ``binding``
    subresource is created. A failure unreserves the pod and requeues it.
-5. **Events.** An unschedulable pod gets a ``FailedScheduling`` Warning Event in kube-scheduler's
-   form, ``0/3 nodes are available: 1 Insufficient cpu, 2 node(s) cpu usage exceed
-   threshold.`` (reasons counted over nodes, sorted), at most one per attempt.
+5. **Events and conditions** (``reporting.py``), as kube-scheduler writes them: an
+   unschedulable pod gets a ``FailedScheduling`` Warning Event in kube-scheduler's form,
+   ``0/3 nodes are available: 1 Insufficient cpu, 2 node(s) cpu usage exceed threshold.``
+   (reasons counted over nodes, sorted; a reason with per-node numbers counted under its
+   wording with an example, ``2 node(s) cpu usage exceed threshold (e.g. cpu usage 91% >
+   threshold 65%)``), aggregated over attempts into one ``events.k8s.io/v1`` series with a
+   count, and its ``PodScheduled`` condition set False with reason ``Unschedulable``
+   (``SchedulerError`` when reserve or bind failed); a bound pod gets a ``Scheduled`` Event.
+   Before any decision the informers must be current (``gate``).
 6. **Preemption** (``preemption.py``, with an :class:`~scheduler_plugins.preemption.Evictor`):
    a pod that fits nowhere may evict lower-priority pods (kube-scheduler's DefaultPreemption with
-   Koordinator's ElasticQuota rules); the victims are evicted through the API, the pod's
-   ``nominatedNodeName`` set, and the node held for it (lower-priority pods see it there) until it
-   is bound; its next attempt tries that node first. The FailedScheduling Event then says
-   ``preemption: ...`` when preemption did not help.
+   Koordinator's ElasticQuota rules); the victims are evicted through the API (each gets a
+   ``Preempted`` Event through the same recorder), the pod's ``nominatedNodeName`` set, and the
+   node held for it (lower-priority pods see it there) until it is bound; its next attempt tries
+   that node first. The FailedScheduling Event and condition then say ``preemption: ...`` when
+   preemption did not help. Preemption follows the gate too: no dry run, eviction or
+   nomination while an informer is not current.
 7. **Reservations.** A Pending Reservation whose ``spec.template.spec.schedulerName`` is ours
    (``reservations.py``) is queued with the pods (priority: the template's ``spec.priority``)
    and scheduled as its reserve pod through the same plugins. On the chosen node the plugins
@@ -35,7 +43,9 @@ One asyncio task, fed by the informer snapshot (``informed.py``):
    ``Available``, ``nodeName``, ``allocatable``, conditions ``Scheduled`` and ``Ready``), a
    write that fails undoing the placement. A Reservation no node takes gets a
    ``FailedScheduling`` Event, its ``Scheduled`` condition False with reason
-   ``Unschedulable`` and the same message, and is retried with the pods' backoff.
+   ``Unschedulable`` and the same message, and is retried with the pods' backoff. Owners
+   landing on an Available Reservation are written to its ``status.currentOwners``
+   (``reservationstatus.py``).
 """
 
 from __future__ import annotations
@@ -49,27 +59,38 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+from apis.groups import SCHEDULING_API_VERSION as RESERVATION_API_VERSION
+from apis.scheduling_keys import (
+    ANNOTATION_GANG_NAME,
+    ANNOTATION_RESERVATION_NAME,
+    ANNOTATION_RESERVATION_NODE,
+    LABEL_POD_GROUP,
+)
 from kubeclient.errors import KubeError
-from kubeclient.resources import EVENTS, RESERVATIONS
-from kubeclient.writes import update_status
+from kubeclient.resources import RESERVATIONS
 from scheduler_plugins.errors import InputError
 from scheduler_plugins.extender import GC_GEN0_THRESHOLD, Binder
 from scheduler_plugins.framework import Cycle, Framework, ReserveError
 from scheduler_plugins.plugins.coscheduling import DEFAULT_WAIT_S, gang_of
 from scheduler_plugins.preemption import Evictor, Nominations, Preemption
+from scheduler_plugins.reporting import (
+    FAILED_SCHEDULING,
+    NAMESPACE_CLUSTER_SCOPED,
+    REASON_SCHEDULER_ERROR,
+    REASON_UNSCHEDULABLE,
+    EventRecorder,
+    PodConditions,
+)
 from scheduler_plugins.reservations import (
-    ANNOTATION_RESERVATION_NAME,
-    ANNOTATION_RESERVATION_NODE,
     available_status,
     is_pending,
     reserve_pod,
     scheduler_name_of_reservation,
     uid_of_reservation,
-    unschedulable_status,
 )
+from scheduler_plugins.reservationstatus import OwnerSync, ReservationWriter
 from scheduler_plugins.snapshot import NodeInfo, PodInfo, Snapshot
 
 if TYPE_CHECKING:
@@ -82,9 +103,10 @@ INITIAL_BACKOFF_S = 1.0
 MAX_BACKOFF_S = 10.0
 ERR_NODE_NAME = "node(s) didn't match the requested node name"
 """kube-scheduler's NodeName reason (a reservation pinned by ``spec.template.spec.nodeName``)."""
-RESERVATION_API_VERSION = "scheduling.koordinator.sh/v1alpha1"
-EVENT_NAMESPACE_CLUSTER_SCOPED = "default"
-"""Where Events about cluster-scoped objects (Reservations) go, as client-go records them."""
+GATE_POLL_S = 0.1
+"""How often a held loop checks whether the informers are current again."""
+
+__all__ = ["EventRecorder", "PodConditions", "ReservationWriter", "Scheduler", "build_scheduler"]
 
 
 def scheduler_name_of(pod: PodInfo) -> str:
@@ -134,104 +156,6 @@ class _Waiting:
     deadline: float
 
 
-class EventRecorder:
-    """Writes core/v1 Events through a client (``None``: only logs)."""
-
-    def __init__(self, client: Any, component: str = SCHEDULER_NAME) -> None:
-        self.client = client
-        self.component = component
-        self.sent = 0
-
-    async def warn(self, pod: PodInfo, reason: str, message: str) -> None:
-        """A Warning Event about a pod."""
-        involved = {
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "name": pod.name,
-            "namespace": pod.namespace,
-            "uid": pod.uid,
-        }
-        await self.warn_about(involved, pod.namespace, pod.key, reason, message)
-
-    async def warn_about(
-        self, involved: dict[str, str], namespace: str, key: str, reason: str, message: str
-    ) -> None:
-        """A Warning Event about ``involved`` (an ``involvedObject``) in ``namespace``."""
-        logger.info("%s %s: %s", reason, key, message)
-        if self.client is None:
-            return
-        now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-        event = {
-            "apiVersion": "v1",
-            "kind": "Event",
-            "metadata": {
-                "name": f"{involved['name']}.{time.time_ns():x}",
-                "namespace": namespace,
-            },
-            "involvedObject": involved,
-            "reason": reason,
-            "message": message,
-            "type": "Warning",
-            "source": {"component": self.component},
-            "reportingComponent": self.component,
-            "firstTimestamp": now,
-            "lastTimestamp": now,
-            "count": 1,
-        }
-        try:
-            await self.client.create(EVENTS, event)
-            self.sent += 1
-        except KubeError as err:
-            logger.warning("event for %s not written: %s", key, err)
-
-
-class ReservationWriter:
-    """Writes Reservations' status through the ``status`` subresource (re-read and retried
-    on conflict); ``client`` ``None``: only logs, and a placement counts as written."""
-
-    def __init__(self, client: Any) -> None:
-        self.client = client
-        self.written = 0
-        """Status writes made so far."""
-
-    async def placed(
-        self, name: str, node: str, requests: dict[str, int], now: float
-    ) -> dict[str, Any] | None:
-        """Mark ``name`` Available on ``node``; the written object, or ``None`` when it is no
-        longer Pending (someone else placed it, or it expired meanwhile). Raises
-        :class:`KubeError` (NotFound when it was deleted)."""
-
-        def build(current: dict[str, Any]) -> dict[str, Any] | None:
-            if not is_pending(current, now):
-                return None
-            return available_status(current, node, requests, now)
-
-        if self.client is None:
-            return {"metadata": {"name": name}}
-        obj: dict[str, Any] | None = await update_status(self.client, RESERVATIONS, name, build)
-        if obj is not None:
-            self.written += 1
-        return obj
-
-    async def unschedulable(self, name: str, message: str, now: float) -> None:
-        """Set the ``Scheduled`` condition of ``name`` False/``Unschedulable`` with
-        ``message`` (errors logged: the reservation is retried anyway)."""
-
-        def build(current: dict[str, Any]) -> dict[str, Any] | None:
-            if not is_pending(current, now):
-                return None
-            status = unschedulable_status(current, message, now)
-            return None if status == current.get("status") else status
-
-        if self.client is None:
-            return
-        try:
-            if await update_status(self.client, RESERVATIONS, name, build) is not None:
-                self.written += 1
-        except (KubeError, InputError) as err:
-            logger.warning("status of Reservation %s not written: %s", name, err)
-
-
 class Scheduler:
     """The loop; :meth:`enqueue` is the informer's hook for pending pods."""
 
@@ -247,6 +171,9 @@ class Scheduler:
         percentage_of_nodes_to_score: int = 0,
         reservations: ReservationWriter | None = None,
         evictor: Evictor | None = None,
+        gate: Callable[[], list[str]] | None = None,
+        conditions: PodConditions | None = None,
+        owner_sync: OwnerSync | None = None,
     ) -> None:
         if not 0 <= percentage_of_nodes_to_score <= 100:
             raise ValueError(
@@ -282,6 +209,14 @@ class Scheduler:
         self.preemption = Preemption(framework, snapshot) if evictor is not None else None
         self.nominations = Nominations()
         """Pods that preempted and the nodes held for them."""
+        self.gate = gate
+        """What decisions wait for (:meth:`InformedSnapshot.not_ready`): while it names
+        anything, :meth:`run` schedules nothing."""
+        self._held: list[str] = []
+        self.conditions = conditions
+        """Writes ``PodScheduled`` False after a failed attempt; ``None``: nothing."""
+        self.owner_sync = owner_sync
+        """Writes Reservations' ``currentOwners``; ``None``: nothing."""
 
     # -- queue --------------------------------------------------------------------------------
 
@@ -420,15 +355,13 @@ class Scheduler:
             message = failure_message(len(nodes), reasons)
             if self.preemption is not None:
                 message = await self._preempt(cycle, pod, failures, message)
-            await self.events.warn(pod, "FailedScheduling", message)
-            self._backoff(pod)
+            await self._failed(pod, message, REASON_UNSCHEDULABLE)
             return None
         best = self.framework.best_node(cycle, pod, feasible)
         try:
             annotations = self.framework.reserve(cycle, pod, best)
         except ReserveError as err:
-            await self.events.warn(pod, "FailedScheduling", str(err))
-            self._backoff(pod)
+            await self._failed(pod, str(err), REASON_SCHEDULER_ERROR)
             return None
         gang = gang_of(pod, cycle, DEFAULT_WAIT_S)
         if gang is not None and not isinstance(gang, str) and gang.min_member > 1:
@@ -467,12 +400,17 @@ class Scheduler:
         ``preemption: ...`` when it did not help)."""
         assert self.preemption is not None
         assert self.evictor is not None
+        waiting = self.gate() if self.gate is not None else []
+        if waiting:  # an informer fell behind since the loop looked: no dry run on stale state
+            return f"{message} preemption: held: waiting for {', '.join(waiting)}"
         outcome = self.preemption.find(
             cycle, pod, failures, self.nominations.victims.get(pod.uid, ())
         )
         if outcome.candidate is None:
             return f"{message} preemption: {outcome.message}"
-        refused = await self.evictor.preempt(pod, outcome.candidate)
+        refused = await self.evictor.preempt(
+            pod, outcome.candidate, events=self.events, gate=self.gate
+        )
         if refused is not None:
             return f"{message} preemption: {refused}"
         self.nominations.add(pod, outcome.candidate.node, outcome.candidate.victims)
@@ -492,14 +430,22 @@ class Scheduler:
         except (KubeError, OSError) as err:
             self.framework.unreserve(cycle, pod, node)
             self.snapshot.pending_pods[pod.uid] = pod
-            await self.events.warn(pod, "FailedScheduling", f"binding rejected: {err}")
-            self._backoff(pod)
+            await self._failed(pod, f"binding rejected: {err}", REASON_SCHEDULER_ERROR)
             return
         self.bound += 1
         self.nominations.drop(pod.uid)
         self._attempts.pop(pod.uid, None)
         self._not_before.pop(pod.uid, None)
         logger.info("bound %s to %s", pod.key, node)
+        await self.events.scheduled(pod, node)
+
+    async def _failed(self, pod: PodInfo, message: str, reason: str) -> None:
+        """A failed attempt, reported as kube-scheduler reports it (``reporting.py``), then
+        the backoff."""
+        await self.events.warn(pod, FAILED_SCHEDULING, message)
+        if self.conditions is not None:
+            await self.conditions.unschedulable(pod, reason, message)
+        self._backoff(pod)
 
     # -- one reservation ----------------------------------------------------------------------
 
@@ -576,9 +522,7 @@ class Scheduler:
             "name": name,
             "uid": pod.uid,
         }
-        await self.events.warn_about(
-            involved, EVENT_NAMESPACE_CLUSTER_SCOPED, name, "FailedScheduling", message
-        )
+        await self.events.warn_about(involved, NAMESPACE_CLUSTER_SCOPED, FAILED_SCHEDULING, message)
         await self.reservations.unschedulable(name, message, now)
         self._backoff(pod)
 
@@ -598,10 +542,29 @@ class Scheduler:
 
     # -- the loop -------------------------------------------------------------------------------
 
+    def _hold(self) -> bool:
+        """Whether decisions wait for informers (logged when that changes)."""
+        waiting = self.gate() if self.gate is not None else []
+        if waiting != self._held:
+            if waiting:
+                logger.warning("holding scheduling decisions: waiting for %s", ", ".join(waiting))
+            else:
+                logger.info("informers current: scheduling")
+            self._held = waiting
+        return bool(waiting)
+
     async def run(self) -> None:
         """Schedule forever (cancel to stop)."""
         self.enqueue_all()
         while True:
+            if self._hold():
+                self._wake.clear()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._wake.wait(), GATE_POLL_S)
+                continue
+            await self.events.tick()
+            if self.owner_sync is not None:
+                await self.owner_sync.flush(self.clock())
             self.expire_gangs()
             pod, wait = self._pop_ready()
             if pod is None:
@@ -620,8 +583,7 @@ class Scheduler:
 def _same_gang(pod: PodInfo, key: str) -> bool:
     ns, _, name = key.partition("/")
     return pod.namespace == ns and (
-        pod.labels.get("pod-group.scheduling.sigs.k8s.io") == name
-        or pod.annotations.get("gang.scheduling.koordinator.sh/name") == name
+        pod.labels.get(LABEL_POD_GROUP) == name or pod.annotations.get(ANNOTATION_GANG_NAME) == name
     )
 
 
@@ -638,11 +600,14 @@ def build_scheduler(
         cfg.framework(),
         informed.snapshot,
         KubeBinder(client),
-        EventRecorder(client),
+        EventRecorder(client, scheduler_name),
         scheduler_name=scheduler_name,
         percentage_of_nodes_to_score=cfg.percentage_of_nodes_to_score,
         reservations=ReservationWriter(client),
         evictor=Evictor(client),
+        gate=informed.not_ready,
+        conditions=PodConditions(client),
+        owner_sync=OwnerSync(client, informed.snapshot),
     )
     connect(informed, scheduler)
     return informed, scheduler
@@ -650,7 +615,8 @@ def build_scheduler(
 
 def connect(informed: InformedSnapshot, scheduler: Scheduler) -> None:
     """Feed ``scheduler``'s queue from ``informed``: pending pods, and Reservations added or
-    changed (after the snapshot has taken them)."""
+    changed (after the snapshot has taken them); and its owner sync, with pods and Reservations
+    that changed."""
     informed.on_pending = scheduler.enqueue
     for informer in informed.informers:
         if informer.resource is RESERVATIONS:
@@ -658,6 +624,8 @@ def connect(informed: InformedSnapshot, scheduler: Scheduler) -> None:
                 on_add=scheduler.enqueue_reservation,
                 on_update=lambda _old, new: scheduler.enqueue_reservation(new),
             )
+    if scheduler.owner_sync is not None:
+        informed.watch_owners(scheduler.owner_sync)
 
 
 def tune_gc() -> None:
@@ -667,37 +635,3 @@ def tune_gc() -> None:
     gc.freeze()
     gen0, gen1, gen2 = gc.get_threshold()
     gc.set_threshold(max(gen0, GC_GEN0_THRESHOLD), gen1, gen2)
-
-
-async def run_standalone(
-    cfg: Any,
-    kubeconfig: str | None,
-    scheduler_name: str = SCHEDULER_NAME,
-    sync_timeout: float = 60.0,
-) -> int:
-    """``koord-scheduler run``: informers, the loop, until SIGTERM or SIGINT."""
-    import signal
-
-    from kubeclient.client import KubeClient
-
-    client = await KubeClient.connect(kubeconfig)
-    try:
-        informed, scheduler = build_scheduler(client, cfg, scheduler_name)
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, stop.set)
-        async with asyncio.TaskGroup() as group:
-            informers = group.create_task(informed.run(), name="scheduler-informers")
-            if not await informed.wait_synced(sync_timeout):
-                logger.error("nodes and pods not listed within %.0fs; giving up", sync_timeout)
-                informers.cancel()
-                return 1
-            tune_gc()
-            loop_task = group.create_task(scheduler.run(), name="scheduler-loop")
-            await stop.wait()
-            loop_task.cancel()
-            informers.cancel()
-        return 0
-    finally:
-        await client.close()

@@ -58,13 +58,20 @@ setup() {
 }
 
 test_tools() {
-  # The packaging tests build an .rpm (rpmbuild) and verify the units (systemd-analyze).
+  # The packaging tests build an .rpm (rpmbuild) and verify the units (systemd-analyze); the
+  # runtime hook tests run a real containerd (its CRI plugin, runc) on images built from a static
+  # busybox (tests/runtimehooks/containerd.py); the /debug/ui test renders the page in a headless
+  # Chromium (Debian's chromium).
   local need=()
   command -v rpmbuild >/dev/null || need+=(rpm)
   command -v systemd-analyze >/dev/null || need+=(systemd)
   command -v dpkg-deb >/dev/null || need+=(dpkg)
+  command -v containerd >/dev/null || need+=(containerd)
+  command -v runc >/dev/null || need+=(runc)
+  dpkg -s busybox-static >/dev/null 2>&1 || need+=(busybox-static)
+  command -v chromium >/dev/null || need+=(chromium)
   [ ${#need[@]} -eq 0 ] || apt_install "${need[@]}" ||
-    log "without ${need[*]}: the .rpm is not built and those packaging tests skip with the reason"
+    log "without ${need[*]}: the tests that need them skip with the reason"
 }
 
 cmd=${1:-}

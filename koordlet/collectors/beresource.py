@@ -28,8 +28,8 @@ from __future__ import annotations
 import logging
 
 from apis.extension import KubeQOS, QoSClass
-from koordlet.collectors.framework import CollectResult, Tick
-from koordlet.collectors.podresource import CpuCounters, cpu_usage_reader
+from koordlet.collectors.framework import CollectorContext, CollectResult, Tick
+from koordlet.collectors.shared import CpuCounters
 from koordlet.errors import CgroupGoneError, ParseError
 from koordlet.metriccache.series import (
     BE,
@@ -40,9 +40,15 @@ from koordlet.metriccache.series import (
     SeriesKey,
 )
 from koordlet.statesinformer.model import WorkloadSnapshot
-from koordlet.system.cgroups import CgroupVersion
 from koordlet.system.host import Host
-from koordlet.system.topology import parse_cpulist
+from koordlet.system.stats import (
+    CPU_CFS_PERIOD,
+    CPU_CFS_QUOTA,
+    CPU_ONLINE,
+    CPU_USAGE,
+    CPUSET_EFFECTIVE_CPUS,
+)
+from koordlet.system.topology import read_cpulist
 
 logger = logging.getLogger(__name__)
 
@@ -54,27 +60,13 @@ _REQUEST_KEY = SeriesKey(BE_CPU_REQUEST, BE)
 _USAGE_KEY = SeriesKey(BE_CPU_USAGE, BE)
 
 
-def parse_cfs_quota(version: CgroupVersion, quota: bytes, period: bytes, path: str) -> float | None:
-    """Cores allowed by a CFS quota; None when unlimited. v1: ``quota`` and ``period`` are the
-    two files; v2: ``quota`` is ``cpu.max`` (``"<quota|max> <period>"``) and ``period`` unused."""
-    if version is CgroupVersion.V2:
-        fields = quota.split()
-        if len(fields) != 2:
-            raise ParseError(f"{path}: expected '<quota|max> <period>', got {quota[:64]!r}")
-        if fields[0] == b"max":
-            return None
-        raw_quota, raw_period = fields
-    else:
-        raw_quota, raw_period = quota, period
-    try:
-        q, p = int(raw_quota), int(raw_period)
-    except ValueError:
-        raise ParseError(f"{path}: bad CFS quota {quota[:64]!r} / {period[:64]!r}") from None
-    if q < 0:
-        return None  # v1: -1 means no quota
-    if p <= 0:
-        raise ParseError(f"{path}: CFS period {p} is not positive")
-    return q / p
+def cfs_cores(quota: int | None, period: int, path: str) -> float | None:
+    """Cores allowed by a CFS ``quota`` per ``period`` (both µs); None when unlimited."""
+    if quota is None:
+        return None
+    if period <= 0:
+        raise ParseError(f"{path}: CFS period {period} is not positive")
+    return quota / period
 
 
 class BEResourceCollector:
@@ -84,22 +76,17 @@ class BEResourceCollector:
         self.name = NAME
         self.interval = interval
         layout = host.layout
-        self._layout = layout
-        self._v2 = layout.version is CgroupVersion.V2
         be_dir = layout.qos_dir(KubeQOS.BESTEFFORT)
         self._be_dir = be_dir
-        controller, filename, self._cpu_usage = cpu_usage_reader(layout)
-        self._usage_path = layout.file(controller, be_dir, filename)
-        self._cpuset_file = "cpuset.cpus.effective" if self._v2 else "cpuset.cpus"
-        self._be_cpuset_path = layout.file("cpuset", be_dir, self._cpuset_file)
-        if self._v2:
-            self._quota_paths = (layout.file("cpu", be_dir, "cpu.max"), "")
-        else:
-            self._quota_paths = (
-                layout.file("cpu", be_dir, "cpu.cfs_quota_us"),
-                layout.file("cpu", be_dir, "cpu.cfs_period_us"),
-            )
-        self._online_path = host.paths.sys("devices", "system", "cpu", "online")
+        self._cpu = CPU_USAGE.bind(layout)
+        self._usage_path = self._cpu.path(be_dir)
+        self._cpuset = CPUSET_EFFECTIVE_CPUS.bind(layout)
+        self._be_cpuset_path = self._cpuset.path(be_dir)
+        self._quota = CPU_CFS_QUOTA.bind(layout)
+        self._period = CPU_CFS_PERIOD.bind(layout)
+        self._quota_path = self._quota.path(be_dir)
+        self._period_path = self._period.path(be_dir)
+        self._online_path = CPU_ONLINE.path(host.paths)
         self._snapshot: WorkloadSnapshot | None = None
         self._container_cpusets: tuple[str, ...] = ()
         self._request_cores = 0.0
@@ -112,7 +99,7 @@ class BEResourceCollector:
         if count is None:
             if len(self._cpu_counts) > 256:
                 self._cpu_counts.clear()
-            count = self._cpu_counts[data] = len(parse_cpulist(data, path))
+            count = self._cpu_counts[data] = len(read_cpulist(data, path))
         return count
 
     def _replan(self, snapshot: WorkloadSnapshot) -> None:
@@ -128,10 +115,7 @@ class BEResourceCollector:
                 else:
                     milli += max(0, pod.cpu_request_milli)
             if pod.cgroup_dir.startswith(prefix):
-                paths.extend(
-                    self._layout.file("cpuset", c.cgroup_dir, self._cpuset_file)
-                    for c in pod.containers
-                )
+                paths.extend(self._cpuset.path(c.cgroup_dir) for c in pod.containers)
         self._container_cpusets = tuple(paths)
         self._request_cores = milli / 1000
         if unknown:
@@ -142,15 +126,12 @@ class BEResourceCollector:
             self._replan(tick.workloads)
         samples = [Sample(_REQUEST_KEY, self._request_cores)]
         unsupported: dict[str, str] = {}
-        read = tick.read
         try:
-            usage_ns = self._cpu_usage(tick, self._usage_path)
-            quota_path, period_path = self._quota_paths
-            quota = parse_cfs_quota(
-                self._layout.version,
-                read(quota_path),
-                read(period_path) if period_path else b"",
-                quota_path,
+            usage_ns = self._cpu.get(tick, self._usage_path)
+            quota = cfs_cores(
+                self._quota.get(tick, self._quota_path),
+                self._period.get(tick, self._period_path),
+                self._quota_path,
             )
         except CgroupGoneError:
             self._counters.forget(BE)
@@ -168,23 +149,26 @@ class BEResourceCollector:
     def _cpuset_cores(self, tick: Tick, unsupported: dict[str, str]) -> int:
         """Fewest CPUs among the BE QoS cgroup's cpuset and its containers' (empty ones aside)."""
         try:
-            data = tick.read(self._be_cpuset_path)
+            data = self._cpuset.get(tick, self._be_cpuset_path)
         except CgroupGoneError:
-            online = parse_cpulist(tick.read(self._online_path), self._online_path)
             unsupported["be_cpuset"] = (
-                f"no {self._cpuset_file} for {self._be_dir}: the cpuset controller is not "
+                f"no {self._cpuset.file} for {self._be_dir}: the cpuset controller is not "
                 "available there, so BE may use every online CPU"
             )
-            return len(online)
+            return len(CPU_ONLINE.get(tick, self._online_path))
         fewest = self._count(data, self._be_cpuset_path) or None
         for path in self._container_cpusets:
             try:
-                count = self._count(tick.read(path), path)
+                count = self._count(self._cpuset.get(tick, path), path)
             except CgroupGoneError:
                 continue
             if count and (fewest is None or count < fewest):
                 fewest = count
         if fewest is None:
-            online = parse_cpulist(tick.read(self._online_path), self._online_path)
-            return len(online)
+            return len(CPU_ONLINE.get(tick, self._online_path))
         return fewest
+
+
+def build(ctx: CollectorContext, interval: float) -> BEResourceCollector:
+    """The table's factory."""
+    return BEResourceCollector(ctx.host, interval)

@@ -25,12 +25,10 @@ Cgroups that vanished mid-step are skipped (debug log with the count).
 from __future__ import annotations
 
 import logging
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 from koordlet.collectors.framework import CollectorContext, CollectResult, Tick
-from koordlet.collectors.noderesource import read_node_file
-from koordlet.collectors.podresource import TargetCache, memory_stat_parser
-from koordlet.collectors.runner import parse_file
+from koordlet.collectors.shared import TargetCache
 from koordlet.errors import CgroupGoneError, UnsupportedError
 from koordlet.metriccache.series import (
     CONTAINER_MEMORY_COLD_PAGE,
@@ -49,7 +47,7 @@ from koordlet.metriccache.series import (
 from koordlet.statesinformer.model import HostAppInfo
 from koordlet.system.host import Host
 from koordlet.system.kidled import ColdPageSource, KidledColdPageSource
-from koordlet.system.procfs import parse_meminfo
+from koordlet.system.stats import MEMINFO, MEMORY_STAT
 
 logger = logging.getLogger(__name__)
 
@@ -85,10 +83,9 @@ class ColdMemoryCollector:
     ) -> None:
         self.name = NAME
         self.interval = interval
-        self._layout = host.layout
-        self._meminfo_path = host.paths.proc("meminfo")
+        self._meminfo_path = MEMINFO.path(host.paths)
         self._source: ColdPageSource = source or KidledColdPageSource(host.layout, host.paths)
-        self._parse_memory = memory_stat_parser(host.layout)
+        self._memory = MEMORY_STAT.bind(host.layout)
         self._targets = TargetCache()
         self._pod_plan: tuple[_Plan, ...] = ()
         self._apps: tuple[HostAppInfo, ...] | None = None
@@ -97,7 +94,7 @@ class ColdMemoryCollector:
     def _plan(self, rel: str, cold_metric: str, hot_metric: str, entity: str) -> _Plan:
         return _Plan(
             rel,
-            self._layout.file("memory", rel, "memory.stat"),
+            self._memory.path(rel),
             SeriesKey(cold_metric, entity),
             SeriesKey(hot_metric, entity),
         )
@@ -137,7 +134,7 @@ class ColdMemoryCollector:
             return CollectResult(
                 unsupported={source.name: f"the root memory cgroup has no cold-page file ({err})"}
             )
-        meminfo = parse_meminfo(read_node_file(tick, self._meminfo_path), self._meminfo_path)
+        meminfo = MEMINFO.get(tick, self._meminfo_path)
         samples = [
             Sample(_NODE_COLD, float(node_cold)),
             Sample(_NODE_HOT, float(max(0, meminfo.used_with_page_cache - node_cold))),
@@ -147,12 +144,13 @@ class ColdMemoryCollector:
         apps = tick.workloads.host_apps
         if apps is not self._apps:
             self._replan_apps(apps)
+        memory_stat = self._memory.get
         gone = 0
         skipped: list[str] = []
         for plan in (*self._pod_plan, *self._app_plan):
             try:
                 cold = source.cold_bytes(read, plan.rel)
-                memory = parse_file(tick, plan.stat_path, self._parse_memory)
+                memory = memory_stat(tick, plan.stat_path)
             except CgroupGoneError:
                 gone += 1
                 continue
@@ -170,14 +168,6 @@ class ColdMemoryCollector:
         return CollectResult(samples=samples, info={INFO_KEY: dict(facts)}, unsupported=unsupported)
 
 
-def _collect_setting(config: Any, name: str, default: float) -> float:
-    collect = getattr(config, "collect", None)
-    return float(getattr(collect, name, default)) if collect is not None else default
-
-
-def build(ctx: CollectorContext) -> ColdMemoryCollector:
-    """The table's factory: interval ``collect.cold_page_interval`` (5 s when the configuration
-    has none)."""
-    return ColdMemoryCollector(
-        ctx.host, _collect_setting(ctx.config, "cold_page_interval", DEFAULT_INTERVAL)
-    )
+def build(ctx: CollectorContext, interval: float) -> ColdMemoryCollector:
+    """The table's factory (interval ``collect.cold_page_interval``)."""
+    return ColdMemoryCollector(ctx.host, interval)

@@ -33,13 +33,11 @@ from __future__ import annotations
 
 import errno
 import logging
-import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from koordlet.collectors.framework import CollectorContext, CollectResult, Tick
-from koordlet.collectors.podresource import TargetCache
+from koordlet.collectors.shared import TargetCache
 from koordlet.errors import CgroupGoneError, ConfigError, HostError
 from koordlet.metriccache.series import (
     CONTAINER_CPI_CYCLES,
@@ -47,8 +45,8 @@ from koordlet.metriccache.series import (
     Sample,
     SeriesKey,
 )
-from koordlet.system.cgroups import CgroupVersion
 from koordlet.system.host import Host
+from koordlet.system.oserrors import errno_of
 from koordlet.system.perf import (
     CYCLES,
     INSTRUCTIONS,
@@ -57,11 +55,11 @@ from koordlet.system.perf import (
     PerfOpener,
     PerfSupport,
     SyscallOpener,
-    errno_of,
+    cgroup_mode_unsupported,
     probe_events,
 )
 from koordlet.system.procfs import read_host_file
-from koordlet.system.topology import parse_cpulist
+from koordlet.system.topology import read_cpulist
 
 logger = logging.getLogger(__name__)
 
@@ -86,7 +84,7 @@ def online_cpus_reader(host: Host) -> OnlineCpus:
     path = host.paths.sys("devices", "system", "cpu", "online")
 
     def read() -> tuple[int, ...]:
-        cpus = parse_cpulist(read_host_file(path), path)
+        cpus = read_cpulist(read_host_file(path), path)
         if not cpus:
             raise HostError(f"{path}: no online CPU")
         return cpus
@@ -206,10 +204,9 @@ class CPICollector:
         return "" if support.supported else support.reason
 
     def _probe(self) -> PerfSupport:
-        layout = self._host.layout
-        root = layout.abs_dir("perf_event", "")
-        if layout.version is CgroupVersion.V1 and not os.path.isdir(root):
-            return PerfSupport(False, f"cgroup v1 controller perf_event not mounted at {root}")
+        why = cgroup_mode_unsupported(self._host.layout)
+        if why:
+            return PerfSupport(False, why)
         if self._opener is None:
             try:
                 self._opener = SyscallOpener()
@@ -327,17 +324,10 @@ def export_max_age(period: float = DEFAULT_PERIOD, step: float = 1.0) -> float:
     return period + 2 * step
 
 
-def _collect_setting(config: Any, name: str, default: float) -> float:
-    collect = getattr(config, "collect", None)
-    return float(getattr(collect, name, default)) if collect is not None else default
-
-
-def build(ctx: CollectorContext) -> CPICollector:
-    """The table's factory: intervals from ``ctx.config.collect`` (``res_used_interval``,
-    ``cpi_interval``, ``cpi_window``), Koordinator's defaults where the config has none."""
+def build(ctx: CollectorContext, interval: float) -> CPICollector:
+    """The table's factory: steps every base tick (``interval``, ``collect.res_used_interval``),
+    windows from ``collect.cpi_interval`` and ``collect.cpi_window``."""
+    collect = ctx.config.collect
     return CPICollector(
-        ctx.host,
-        step=_collect_setting(ctx.config, "res_used_interval", 1.0),
-        period=_collect_setting(ctx.config, "cpi_interval", DEFAULT_PERIOD),
-        window=_collect_setting(ctx.config, "cpi_window", DEFAULT_WINDOW),
+        ctx.host, step=interval, period=collect.cpi_interval, window=collect.cpi_window
     )

@@ -14,17 +14,23 @@ same tick produced, so derived collectors (system usage = node - pods - host app
 values of one instant.
 
 Collectors are built from one explicit table (``koordlet.collectors.table.COLLECTORS``) passed
-to the daemon: name → factory taking a :class:`CollectorContext`.
+to the daemon: one :class:`CollectorSpec` row per collector holds everything about it (factory,
+feature gate, configuration switch, interval, the ``/metrics`` families it feeds and how long their
+samples stay exported). A factory takes a :class:`CollectorContext`, typed with the real classes,
+and the interval its row computed.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
+from koordlet.config import CollectConfig, KoordletConfig
 from koordlet.metriccache.series import Sample
 from koordlet.statesinformer.model import WorkloadSnapshot
+from koordlet.system.host import Host
+from koordlet.system.probe import Capabilities
 
 T = TypeVar("T")
 
@@ -92,12 +98,73 @@ class Collector(Protocol):
 class CollectorContext:
     """Everything a collector factory may use."""
 
-    host: Any
-    """``koordlet.system.host.Host``: paths plus the cgroup layout."""
-    config: Any
-    """The koordlet's frozen configuration (``koordlet.config.KoordletConfig``)."""
-    capabilities: Any = None
-    """``koordlet.system.probe.Capabilities`` from start-up probing, or None in tests."""
+    host: Host
+    """Paths plus the detected cgroup layout."""
+    config: KoordletConfig
+    """The koordlet's frozen configuration; tests pass ``KoordletConfig(node_name=...)`` for
+    Koordinator's defaults."""
+    capabilities: Capabilities | None = None
+    """Start-up probing's results, or None where nothing was probed (tests, benchmarks)."""
 
 
-CollectorFactory = Callable[[CollectorContext], Collector]
+@dataclass(frozen=True, slots=True)
+class Fresh(Generic[T]):
+    """What an on-demand read found: its value, and the samples it stores in the metric cache."""
+
+    value: T
+    """The typed value the caller asked for (``MemInfo``...)."""
+    samples: Sequence[Sample] = ()
+    """Series values at the read's timestamp; the runner appends them to the metric cache."""
+
+
+@dataclass(frozen=True, slots=True)
+class OnDemand(Generic[T]):
+    """A read a strategy may ask the runner for between ticks (an event handler that needs data
+    fresher than the last tick): ``await runner.read_now(NODE_MEMORY)``.
+
+    ``read`` runs in a worker thread, possibly while a tick runs in another: it is stateless and
+    reads through the stat table and the tick it is given, never through a collector's state.
+    The collector module that owns the formula declares it, beside its ``collect``.
+    """
+
+    name: str
+    """For logs and errors (``node_memory``)."""
+    read: Callable[[Host, Tick], Fresh[T]]
+    """``(host, tick) -> Fresh``: the read itself."""
+    doc: str
+    """What it reads and which series it refreshes."""
+
+
+CollectorFactory = Callable[[CollectorContext, float], Collector]
+"""``(context, interval seconds) -> collector``: builds one collector; the interval is its row's."""
+
+
+@dataclass(frozen=True, slots=True)
+class CollectorSpec:
+    """One row of the collector table: everything about one collector."""
+
+    name: str
+    """Table name: the collector's ``name``, in logs, self-metrics and ``/debug``."""
+    factory: CollectorFactory
+    """Builds the collector (each module's ``build``)."""
+    interval: Callable[[CollectConfig], float]
+    """Seconds between its steps, from the ``collect`` configuration (Koordinator's flag)."""
+    upstream: str
+    """Koordinator's collector it mirrors (``NodeResourceCollector``), for the docs."""
+    gate: str = ""
+    """The koordlet feature gate that must be on for it to run; empty: none (Koordinator's gate
+    names, ``koordlet.features``)."""
+    switch: Callable[[CollectConfig], bool] | None = None
+    """A ``collect`` setting that must be true for it to run (``--enable-resctrl-collector``);
+    None: none."""
+    families: tuple[str, ...] = ()
+    """The ``/metrics`` families built from its series (``koordlet.server.exporter.FAMILIES``)."""
+    max_age: Callable[[CollectConfig], float] | None = None
+    """Seconds its families' samples stay exported; None: the exporter's default, a few base
+    ticks. A collector slower than the base tick needs one of its own intervals and some."""
+
+    def enabled(self, config: KoordletConfig) -> bool:
+        """Whether its gate and its switch let it run under ``config``."""
+        if self.gate and not config.feature_gates.enabled(self.gate):
+            return False
+        return self.switch is None or self.switch(config.collect)

@@ -20,10 +20,9 @@ from __future__ import annotations
 import logging
 from typing import NamedTuple
 
-from koordlet.collectors.framework import CollectResult, Tick
-from koordlet.collectors.podresource import CpuCounters, cpu_usage_reader, memory_stat_parser
-from koordlet.collectors.runner import parse_file
-from koordlet.errors import CgroupGoneError, ParseError
+from koordlet.collectors.framework import CollectorContext, CollectResult, Tick
+from koordlet.collectors.shared import CpuCounters
+from koordlet.errors import CgroupGoneError
 from koordlet.metriccache.series import (
     HOST_APP_CPU_USAGE,
     HOST_APP_MEMORY_USAGE,
@@ -33,8 +32,8 @@ from koordlet.metriccache.series import (
     host_app_entity,
 )
 from koordlet.statesinformer.model import HostAppInfo
-from koordlet.system.cgroups import CgroupVersion
 from koordlet.system.host import Host
+from koordlet.system.stats import CPU_USAGE, MEMORY_CHARGE, MEMORY_STAT
 
 logger = logging.getLogger(__name__)
 
@@ -61,19 +60,15 @@ class HostApplicationCollector:
     def __init__(self, host: Host, interval: float = 1.0) -> None:
         self.name = NAME
         self.interval = interval
-        self._layout = host.layout
-        self._cpu_controller, self._cpu_file, self._cpu_usage = cpu_usage_reader(host.layout)
-        self._parse_memory = memory_stat_parser(host.layout)
-        self._usage_file = (
-            "memory.current" if host.layout.version is CgroupVersion.V2 else "memory.usage_in_bytes"
-        )
+        self._cpu = CPU_USAGE.bind(host.layout)
+        self._memory = MEMORY_STAT.bind(host.layout)
+        self._charge = MEMORY_CHARGE.bind(host.layout)
         self._apps: tuple[HostAppInfo, ...] | None = None
         self._plan: tuple[_Plan, ...] = ()
         self._declared_absent: tuple[str, ...] = ()
         self._counters = CpuCounters()
 
     def _replan(self, apps: tuple[HostAppInfo, ...]) -> None:
-        layout = self._layout
         plan = []
         for app in apps:
             if not app.present:
@@ -83,9 +78,9 @@ class HostApplicationCollector:
                 _Plan(
                     app.name,
                     entity,
-                    layout.file(self._cpu_controller, app.cgroup_dir, self._cpu_file),
-                    layout.file("memory", app.cgroup_dir, "memory.stat"),
-                    layout.file("memory", app.cgroup_dir, self._usage_file),
+                    self._cpu.path(app.cgroup_dir),
+                    self._memory.path(app.cgroup_dir),
+                    self._charge.path(app.cgroup_dir),
                     SeriesKey(HOST_APP_CPU_USAGE, entity),
                     SeriesKey(HOST_APP_MEMORY_USAGE, entity),
                     SeriesKey(HOST_APP_MEMORY_WITH_PAGE_CACHE, entity),
@@ -100,22 +95,23 @@ class HostApplicationCollector:
         apps = tick.workloads.host_apps
         if apps is not self._apps:
             self._replan(apps)
-        read, now = tick.read, tick.now
+        now = tick.now
+        cpu_usage, memory_stat, charge = self._cpu.get, self._memory.get, self._charge.get
         samples: list[Sample] = []
         present: list[str] = []
         absent = list(self._declared_absent)
         for p in self._plan:
             try:
-                usage_ns = self._cpu_usage(tick, p.cpu_path)
-                memory = parse_file(tick, p.stat_path, self._parse_memory)
-                usage_data = read(p.usage_path)
+                usage_ns = cpu_usage(tick, p.cpu_path)
+                memory = memory_stat(tick, p.stat_path)
+                with_page_cache = charge(tick, p.usage_path)
             except CgroupGoneError:
                 self._counters.forget(p.entity)
                 absent.append(p.name)
                 continue
             present.append(p.name)
             samples.append(Sample(p.mem_key, float(memory.usage)))
-            samples.append(Sample(p.mem_pc_key, float(_int(usage_data, p.usage_path))))
+            samples.append(Sample(p.mem_pc_key, float(with_page_cache)))
             rate = self._counters.rate(p.entity, usage_ns, now)
             if rate is not None:
                 samples.append(Sample(p.cpu_key, rate / NS_PER_SECOND))
@@ -124,8 +120,6 @@ class HostApplicationCollector:
         )
 
 
-def _int(data: bytes, path: str) -> int:
-    try:
-        return int(data)
-    except ValueError:
-        raise ParseError(f"{path}: not an integer: {data[:64]!r}") from None
+def build(ctx: CollectorContext, interval: float) -> HostApplicationCollector:
+    """The table's factory."""
+    return HostApplicationCollector(ctx.host, interval)

@@ -20,10 +20,11 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from koordlet.collectors.framework import CollectResult, Tick
+from apis.cpulist import format_cpulist
+from koordlet.collectors.framework import CollectorContext, CollectResult, Tick
 from koordlet.system.host import Host
 from koordlet.system.paths import HostPaths
-from koordlet.system.topology import NodeCpuTopology, format_cpulist, read_cpu_topology
+from koordlet.system.topology import NodeCpuTopology, read_cpu_topology
 
 logger = logging.getLogger(__name__)
 
@@ -87,3 +88,8 @@ class NodeInfoCollector:
             )
             self._last = info
         return CollectResult(info={INFO_KEY: info})
+
+
+def build(ctx: CollectorContext, interval: float) -> NodeInfoCollector:
+    """The table's factory."""
+    return NodeInfoCollector(ctx.host, interval)

@@ -20,8 +20,7 @@ from __future__ import annotations
 
 import logging
 
-from koordlet.collectors.framework import CollectResult, Tick
-from koordlet.errors import CgroupGoneError, HostError
+from koordlet.collectors.framework import CollectorContext, CollectResult, Fresh, OnDemand, Tick
 from koordlet.metriccache.series import (
     NODE,
     NODE_CPU_USAGE,
@@ -34,13 +33,8 @@ from koordlet.metriccache.series import (
     numa_entity,
 )
 from koordlet.system.host import Host
-from koordlet.system.procfs import (
-    USER_HZ,
-    numa_node_ids,
-    parse_meminfo,
-    parse_numa_meminfo,
-    parse_proc_stat_cpu,
-)
+from koordlet.system.procfs import USER_HZ, MemInfo, numa_node_ids
+from koordlet.system.stats import MEMINFO, NUMA_MEMINFO, PROC_STAT_CPU
 
 logger = logging.getLogger(__name__)
 
@@ -51,12 +45,27 @@ _MEM_KEY = SeriesKey(NODE_MEMORY_USAGE, NODE)
 _MEM_PC_KEY = SeriesKey(NODE_MEMORY_WITH_PAGE_CACHE, NODE)
 
 
-def read_node_file(tick: Tick, path: str) -> bytes:
-    """A system file through the tick; a missing one is a host fault, not a cgroup race."""
-    try:
-        return tick.read(path)
-    except CgroupGoneError as err:
-        raise HostError(f"{path}: missing") from err
+def memory_samples(meminfo: MemInfo) -> list[Sample]:
+    """The node's memory series from one ``/proc/meminfo``."""
+    return [
+        Sample(_MEM_KEY, float(meminfo.used)),
+        Sample(_MEM_PC_KEY, float(meminfo.used_with_page_cache)),
+    ]
+
+
+def read_node_memory(host: Host, tick: Tick) -> Fresh[MemInfo]:
+    """:data:`NODE_MEMORY`'s read: ``/proc/meminfo`` now, and the node memory series from it."""
+    meminfo = MEMINFO.get(tick, MEMINFO.path(host.paths))
+    return Fresh(meminfo, memory_samples(meminfo))
+
+
+NODE_MEMORY: OnDemand[MemInfo] = OnDemand(
+    "node_memory",
+    read_node_memory,
+    "/proc/meminfo now: the MemInfo (used, total...) and fresh node_memory_usage and "
+    "node_memory_with_page_cache samples; what a memory pressure event needs",
+)
+"""The node's memory, read on demand (``CollectorRunner.read_now(NODE_MEMORY)``)."""
 
 
 class NodeResourceCollector:
@@ -66,21 +75,20 @@ class NodeResourceCollector:
         self.name = NAME
         self.interval = interval
         self._paths = host.paths
-        self._stat_path = host.paths.proc("stat")
-        self._meminfo_path = host.paths.proc("meminfo")
+        self._stat_path = PROC_STAT_CPU.path(host.paths)
+        self._meminfo_path = MEMINFO.path(host.paths)
         self._user_hz = float(user_hz)
         self._last: tuple[int, float] | None = None
-        self._numa: tuple[tuple[int, str, SeriesKey, SeriesKey], ...] | None = None
+        self._numa: tuple[tuple[str, SeriesKey, SeriesKey], ...] | None = None
 
-    def _numa_plan(self) -> tuple[tuple[int, str, SeriesKey, SeriesKey], ...]:
+    def _numa_plan(self) -> tuple[tuple[str, SeriesKey, SeriesKey], ...]:
         if self._numa is None:
             plan = []
             for node in numa_node_ids(self._paths):
                 entity = numa_entity(node)
                 plan.append(
                     (
-                        node,
-                        self._paths.sys("devices", "system", "node", f"node{node}", "meminfo"),
+                        NUMA_MEMINFO.path(self._paths, node=node),
                         SeriesKey(NUMA_MEMORY_USAGE, entity),
                         SeriesKey(NUMA_MEMORY_TOTAL, entity),
                     )
@@ -92,12 +100,8 @@ class NodeResourceCollector:
 
     def collect(self, tick: Tick) -> CollectResult:
         now = tick.now
-        busy = parse_proc_stat_cpu(read_node_file(tick, self._stat_path), self._stat_path).busy
-        meminfo = parse_meminfo(read_node_file(tick, self._meminfo_path), self._meminfo_path)
-        samples = [
-            Sample(_MEM_KEY, float(meminfo.used)),
-            Sample(_MEM_PC_KEY, float(meminfo.used_with_page_cache)),
-        ]
+        busy = PROC_STAT_CPU.get(tick, self._stat_path).busy
+        samples = memory_samples(MEMINFO.get(tick, self._meminfo_path))
         last, self._last = self._last, (busy, now)
         if last is not None:
             delta, elapsed = busy - last[0], now - last[1]
@@ -108,8 +112,13 @@ class NodeResourceCollector:
         if not numa:
             where = self._paths.sys("devices", "system", "node")
             unsupported["numa"] = f"no node<N> folders under {where} (kernel without NUMA)"
-        for node, path, usage_key, total_key in numa:
-            info = parse_numa_meminfo(read_node_file(tick, path), path, node)
+        for path, usage_key, total_key in numa:
+            info = NUMA_MEMINFO.get(tick, path)
             samples.append(Sample(usage_key, float(info.used)))
             samples.append(Sample(total_key, float(info.mem_total)))
         return CollectResult(samples=samples, unsupported=unsupported)
+
+
+def build(ctx: CollectorContext, interval: float) -> NodeResourceCollector:
+    """The table's factory."""
+    return NodeResourceCollector(ctx.host, interval)

@@ -16,9 +16,8 @@ from __future__ import annotations
 import logging
 from typing import NamedTuple
 
-from koordlet.collectors.framework import CollectResult, Tick
-from koordlet.collectors.podresource import TargetCache
-from koordlet.collectors.runner import parse_file
+from koordlet.collectors.framework import CollectorContext, CollectResult, Tick
+from koordlet.collectors.shared import TargetCache
 from koordlet.errors import CgroupGoneError
 from koordlet.metriccache.series import (
     CONTAINER_CPU_THROTTLED_RATIO,
@@ -26,9 +25,8 @@ from koordlet.metriccache.series import (
     Sample,
     SeriesKey,
 )
-from koordlet.system.cgroups import CgroupVersion
-from koordlet.system.cgroupstats import parse_cpu_stat, parse_cpu_throttling
 from koordlet.system.host import Host
+from koordlet.system.stats import CPU_THROTTLING
 
 logger = logging.getLogger(__name__)
 
@@ -47,10 +45,9 @@ class PodThrottledCollector:
     def __init__(self, host: Host, interval: float = 1.0) -> None:
         self.name = NAME
         self.interval = interval
-        self._layout = host.layout
-        # v2: the usage collector parses the same cpu.stat; share its parse through the tick.
+        # v2: the usage collector parses the same cpu.stat, shared through the tick's memo;
         # v1: nobody else parses cpu.stat, and a memo would cost more than it saves.
-        self._shared_parse = host.layout.version is CgroupVersion.V2
+        self._stat = CPU_THROTTLING.bind(host.layout)
         self._targets = TargetCache()
         self._plan: tuple[_Plan, ...] = ()
         self._last: dict[str, tuple[int, int]] = {}
@@ -59,7 +56,7 @@ class PodThrottledCollector:
         self._plan = tuple(
             _Plan(
                 t.entity,
-                self._layout.file("cpu", t.rel, "cpu.stat"),
+                self._stat.path(t.rel),
                 SeriesKey(
                     POD_CPU_THROTTLED_RATIO if t.is_pod else CONTAINER_CPU_THROTTLED_RATIO,
                     t.entity,
@@ -74,19 +71,17 @@ class PodThrottledCollector:
         if self._targets.refresh(tick.workloads):
             self._replan()
         last = self._last
-        shared = self._shared_parse
-        read = tick.read
+        stat = self._stat  # BoundStat.get inlined: a call less per file
+        parse, pick, shared = stat.parse, stat.pick, stat.shared
+        read, parsed = tick.read, tick.parsed
         samples: list[Sample] = []
         append = samples.append
         new = tuple.__new__  # Sample's own __new__ is Python code; this skips it
         gone = 0
         for entity, path, key in self._plan:
             try:
-                if shared:
-                    stat = parse_file(tick, path, parse_cpu_stat)
-                    periods, throttled = stat.nr_periods, stat.nr_throttled
-                else:
-                    periods, throttled = parse_cpu_throttling(read(path), path)
+                value = parsed(path, parse) if shared else parse(read(path), path)
+                periods, throttled = value if pick is None else pick(value, path)
             except CgroupGoneError:
                 gone += 1
                 last.pop(entity, None)
@@ -102,3 +97,8 @@ class PodThrottledCollector:
         if gone:
             logger.debug("%s: %d cgroups vanished during the tick, skipped", NAME, gone)
         return CollectResult(samples=samples)
+
+
+def build(ctx: CollectorContext, interval: float) -> PodThrottledCollector:
+    """The table's factory."""
+    return PodThrottledCollector(ctx.host, interval)

@@ -31,8 +31,8 @@ import logging
 import os
 from typing import NamedTuple
 
-from koordlet.collectors.framework import Collector, CollectorContext, CollectResult, Tick
-from koordlet.collectors.podresource import TargetCache
+from koordlet.collectors.framework import CollectorContext, CollectResult, Tick
+from koordlet.collectors.shared import TargetCache
 from koordlet.errors import CgroupGoneError, HostError
 from koordlet.metriccache.series import (
     NODE,
@@ -42,10 +42,11 @@ from koordlet.metriccache.series import (
     psi_full_supported_series,
     psi_series,
 )
-from koordlet.system.cgroups import CgroupLayout, CgroupVersion
 from koordlet.system.host import Host
+from koordlet.system.oserrors import refused_errno
 from koordlet.system.probe import Capabilities
-from koordlet.system.psi import PSIStats, parse_psi, unsupported_cause
+from koordlet.system.psi import PSIStats
+from koordlet.system.stats import CPU_PRESSURE, IO_PRESSURE, MEMORY_PRESSURE, PRESSURE
 
 logger = logging.getLogger(__name__)
 
@@ -54,8 +55,12 @@ FEATURE_GATE = "PSICollector"
 """Koordinator's feature gate for this collector."""
 DEFAULT_INTERVAL = 10.0
 """Seconds; Koordinator's ``--psi-collector-interval-seconds`` default."""
-RESOURCES = (("cpu", "cpu"), ("mem", "memory"), ("io", "io"))
-"""(Koordinator's resource type, the kernel's file stem)."""
+RESOURCES = (
+    ("cpu", "cpu", CPU_PRESSURE),
+    ("mem", "memory", MEMORY_PRESSURE),
+    ("io", "io", IO_PRESSURE),
+)
+"""(Koordinator's resource type, the kernel's file stem, the cgroup's pressure stat)."""
 SOURCE_NODE = "node"
 SOURCE_CGROUP = "cgroup"
 PROBE_CGROUP = "psi_cgroup"
@@ -75,7 +80,7 @@ def _keys(entity: str) -> tuple[_ResourceKeys, ...]:
             tuple(SeriesKey(psi_series(res, "full", w), entity) for w in PSI_WINDOWS),
             SeriesKey(psi_full_supported_series(res), entity),
         )
-        for res, _ in RESOURCES
+        for res, _, _ in RESOURCES
     )
 
 
@@ -99,11 +104,6 @@ def _samples(stats: list[PSIStats], keys: tuple[_ResourceKeys, ...], out: list[S
         out += (Sample(k.full[2], full.avg300), Sample(k.flag, 1.0))
 
 
-def cgroup_pressure_controller(layout: CgroupLayout) -> str:
-    """The controller whose folders hold the pressure files (v1: cpuacct, as on Anolis)."""
-    return "cpu" if layout.version is CgroupVersion.V2 else "cpuacct"
-
-
 class PSICollector:
     """See the module docstring.
 
@@ -121,22 +121,22 @@ class PSICollector:
     ) -> None:
         self.name = NAME
         self.interval = interval
-        self._layout = host.layout
-        self._controller = cgroup_pressure_controller(host.layout)
-        node_files = tuple(host.paths.proc("pressure", stem) for _, stem in RESOURCES)
+        self._stats = tuple(stat.bind(host.layout) for _, _, stat in RESOURCES)
+        self._kernel_wide = self._stats[0].kernel_wide
+        node_files = tuple(PRESSURE.path(host.paths, resource=stem) for _, stem, _ in RESOURCES)
         self._node = _Plan(NODE, host.paths.proc("pressure"), node_files, _keys(NODE))
         self._cgroup_unsupported = _probe_reason(capabilities)
         self._targets = TargetCache()
         self._plan: tuple[_Plan, ...] = ()
 
     def _replan(self) -> None:
-        layout, controller = self._layout, self._controller
-        plan = []
-        for t in self._targets.plan:
-            directory = layout.abs_dir(controller, t.rel)
-            files = tuple(os.path.join(directory, f"{stem}.pressure") for _, stem in RESOURCES)
-            plan.append(_Plan(t.entity, directory, files, _keys(t.entity)))
-        self._plan = tuple(plan)
+        stats = self._stats
+        self._plan = tuple(
+            _Plan(
+                t.entity, stats[0].dir(t.rel), tuple(s.path(t.rel) for s in stats), _keys(t.entity)
+            )
+            for t in self._targets.plan
+        )
 
     def collect(self, tick: Tick) -> CollectResult:
         samples: list[Sample] = []
@@ -157,11 +157,11 @@ class PSICollector:
     def _collect_node(self, tick: Tick, out: list[Sample]) -> str:
         node = self._node
         try:
-            stats = [tick.parsed(path, parse_psi) for path in node.files]
+            stats = [PRESSURE.get(tick, path) for path in node.files]
         except CgroupGoneError:  # read_file_bytes' name for ENOENT
             return f"{node.directory} absent: kernel without PSI (CONFIG_PSI) or booted with psi=0"
         except HostError as err:
-            code = unsupported_cause(err)
+            code = refused_errno(err)
             if code is None:
                 raise
             return f"{err} (errno {code}): PSI is built in but disabled (booted with psi=0)"
@@ -172,9 +172,10 @@ class PSICollector:
         """Read every pod and container; the reason cgroup PSI is unsupported, or empty."""
         why = ""
         gone = 0
+        readers = tuple(s.get for s in self._stats)
         for plan in self._plan:
             try:
-                stats = [tick.parsed(path, parse_psi) for path in plan.files]
+                stats = [get(tick, path) for get, path in zip(readers, plan.files, strict=True)]
             except CgroupGoneError:
                 if not os.path.isdir(plan.directory):
                     gone += 1
@@ -183,11 +184,11 @@ class PSICollector:
                     f"no pressure files in {plan.directory}: cgroup v1 without Anolis psi_v1=1, "
                     "a kernel without PSI, or cgroup.pressure set to 0"
                 )
-                if self._layout.version is CgroupVersion.V1:
-                    break  # a kernel-wide property on v1: every other cgroup lacks them too
+                if self._kernel_wide:
+                    break  # a boot-time switch (v1 psi_v1): every other cgroup lacks them too
                 continue
             except HostError as err:
-                code = unsupported_cause(err)
+                code = refused_errno(err)
                 if code is None:
                     raise
                 why = f"{err} (errno {code}): PSI is built in but disabled (booted with psi=0)"
@@ -206,8 +207,6 @@ def _probe_reason(capabilities: Capabilities | None) -> str:
     return f"start-up probe: {cap.reason}"
 
 
-def build(ctx: CollectorContext) -> Collector:
+def build(ctx: CollectorContext, interval: float) -> PSICollector:
     """The table's factory: interval ``collect.psi_interval``, the start-up probe's results."""
-    collect = getattr(ctx.config, "collect", None)
-    interval = DEFAULT_INTERVAL if collect is None else float(collect.psi_interval)
     return PSICollector(ctx.host, interval, ctx.capabilities)

@@ -27,11 +27,9 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Sequence
-from typing import Any
 
 from koordlet.collectors.framework import CollectorContext, CollectResult, Tick
-from koordlet.collectors.noderesource import read_node_file
-from koordlet.collectors.podresource import CpuCounters
+from koordlet.collectors.shared import CpuCounters
 from koordlet.errors import CgroupGoneError, UnsupportedError
 from koordlet.metriccache.series import (
     RESCTRL_DOMAIN_LLC_OCCUPANCY,
@@ -55,10 +53,10 @@ from koordlet.system.resctrl import (
     RESCTRL_GROUPS,
     mon_domains,
     monitoring_support,
-    parse_cpu_flags,
     parse_mon_value,
     resctrl_root,
 )
+from koordlet.system.stats import CPUINFO_FLAGS
 
 logger = logging.getLogger(__name__)
 
@@ -106,8 +104,7 @@ class ResctrlMonCollector:
 
     def _cpu_flags(self, tick: Tick) -> frozenset[str]:
         if self._flags is None:  # CPU features do not change while the host runs
-            path = self._paths.proc("cpuinfo")
-            self._flags = parse_cpu_flags(read_node_file(tick, path), path)
+            self._flags = CPUINFO_FLAGS.get(tick, CPUINFO_FLAGS.path(self._paths))
         return self._flags
 
     def collect(self, tick: Tick) -> CollectResult:
@@ -178,11 +175,6 @@ class ResctrlMonCollector:
         return samples
 
 
-def _collect_setting(config: Any, name: str, default: float) -> float:
-    collect = getattr(config, "collect", None)
-    return float(getattr(collect, name, default)) if collect is not None else default
-
-
-def build(ctx: CollectorContext) -> ResctrlMonCollector:
-    """The table's factory: interval ``collect.resctrl_interval`` (Koordinator's default 1 s)."""
-    return ResctrlMonCollector(ctx.host, _collect_setting(ctx.config, "resctrl_interval", 1.0))
+def build(ctx: CollectorContext, interval: float) -> ResctrlMonCollector:
+    """The table's factory (interval ``collect.resctrl_interval``)."""
+    return ResctrlMonCollector(ctx.host, interval)

@@ -19,24 +19,36 @@ a late tick does not push it a whole period back).
 
 Threading: ``run_tick`` reads the metric cache (``Tick.last`` falls back on it) while the event loop
 waits for it; the daemon never runs ``apply`` or drops series while a ``run_tick`` is in flight.
+
+On demand: an event handler that needs data fresher than the last tick awaits
+:meth:`CollectorRunner.read_now` with an :class:`~koordlet.collectors.framework.OnDemand` read
+(``noderesource.NODE_MEMORY``). The read runs in a worker thread on a tick of its own, stateless,
+and its samples go to the metric cache at once, unless a tick is between ``run_tick`` and its
+``apply``: then they wait for that ``apply``, which stores them after the tick's own samples
+(those older than the tick are dropped: the tick saw newer values), so the cache is never written
+while ``run_tick`` reads it.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import math
 import os
+import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
-from koordlet.collectors.framework import Collector, CollectResult, Tick
+from koordlet.collectors.framework import Collector, CollectResult, Fresh, OnDemand
 from koordlet.errors import ConfigError, HostError
 from koordlet.metriccache.series import Sample
 from koordlet.statesinformer.model import WorkloadSnapshot
-from koordlet.system.cgroupstats import READ_BUFFER, os_error, read_file_bytes
+from koordlet.system.cgroupstats import READ_BUFFER, read_file_bytes
+from koordlet.system.host import Host
 from koordlet.system.openfiles import OpenFiles, default_limit
+from koordlet.system.oserrors import read_error
 
 logger = logging.getLogger(__name__)
 
@@ -45,6 +57,8 @@ COMPONENT = "collector"
 
 FRESH_INTERVALS = 2.0
 """``Tick.last`` falls back on cache values younger than this many base intervals."""
+MAX_DEFERRED = 64
+"""On-demand sample batches kept for the next ``apply`` at most (oldest dropped first)."""
 
 T = TypeVar("T")
 
@@ -185,7 +199,7 @@ class TickState:
                     finally:
                         _close(fd)
                 except OSError as err:
-                    got = os_error(path, err)
+                    got = read_error(path, err)
                 else:
                     if len(got) >= READ_BUFFER:
                         try:
@@ -236,11 +250,6 @@ class TickState:
         return self._store.last(metric, entity, max_age=self._max_age)
 
 
-def parse_file(tick: Tick, path: str, parser: Parser[T]) -> T:
-    """``parser`` applied to ``path`` as read through ``tick``, once per tick."""
-    return tick.parsed(path, parser)
-
-
 class _Schedule:
     """When one collector is due."""
 
@@ -271,10 +280,13 @@ class CollectorRunner:
         recorder: StepRecorder | None = None,
         read: Callable[[str], bytes] = read_file_bytes,
         keep_open: int | None = None,
+        host: Host | None = None,
+        clock: Callable[[], float] = time.time,
     ) -> None:
         """``keep_open``: how many kernel files stay open between ticks (re-read with ``pread``;
         ``koordlet.system.openfiles``); None: half the soft open-file limit; 0: none. Only with
-        the default reader."""
+        the default reader. ``host``: what on-demand reads (:meth:`read_now`) read; None: they
+        are refused. ``clock``: their timestamps (``time.time``)."""
         if not base_interval > 0:
             raise ConfigError(
                 f"must be a positive duration, got {base_interval!r}",
@@ -296,6 +308,13 @@ class CollectorRunner:
         }
         self._failing: set[str] = set()
         self._unsupported: dict[str, str] = {}
+        self._host = host
+        self._clock = clock
+        self._store_lock = threading.Lock()
+        """Guards ``_in_flight`` and ``_deferred``, and on-demand appends to the cache."""
+        self._in_flight = False
+        """True from a ``run_tick``'s start until its ``apply``."""
+        self._deferred: list[tuple[float, Sequence[Sample]]] = []
 
     @property
     def base_interval(self) -> float:
@@ -315,6 +334,8 @@ class CollectorRunner:
 
     def run_tick(self, now: float) -> TickReport:
         """Run every due collector once on one shared tick; synchronous, for one worker thread."""
+        with self._store_lock:
+            self._in_flight = True
         cpu0 = time.thread_time()
         wall0 = time.perf_counter()
         tick = TickState(
@@ -362,7 +383,8 @@ class CollectorRunner:
         )
 
     def apply(self, report: TickReport) -> None:
-        """Store a tick's results (event loop side): samples, info, self-metrics, logs."""
+        """Store a tick's results (event loop side): samples, info, self-metrics, logs; then
+        the on-demand samples that waited for it."""
         cache = self._cache
         for step in report.steps:
             result = step.result
@@ -377,6 +399,45 @@ class CollectorRunner:
                     COMPONENT, step.name, step.wall_seconds, failed=step.error is not None
                 )
         self._note_unsupported(report)
+        with self._store_lock:
+            self._in_flight = False
+            deferred, self._deferred = self._deferred, []
+        for ts, samples in deferred:
+            if ts > report.now:  # older than the tick: the tick's values are newer
+                cache.append(ts, samples)
+
+    # On demand ---------------------------------------------------------------------------------
+
+    async def read_now(self, what: OnDemand[T]) -> T:
+        """Read ``what`` now, in a worker thread, store its samples in the metric cache at the
+        read's timestamp (see the module docstring for a tick in flight) and return its value.
+
+        Raises what the read raises (``HostError``, ``ParseError``...); nothing is stored then.
+        ``RuntimeError`` when the runner was built without a host.
+        """
+        host = self._host
+        if host is None:
+            raise RuntimeError(f"CollectorRunner.read_now({what.name}) without a host")
+        now, fresh = await asyncio.to_thread(self._read_now, what, host)
+        self._store_now(now, fresh.samples)
+        return fresh.value
+
+    def _read_now(self, what: OnDemand[T], host: Host) -> tuple[float, Fresh[T]]:
+        """In the worker thread: a tick of its own (plain reads: the kept-open files belong to
+        the collect loop's thread), stamped after the thread hop, as ``run_tick`` is."""
+        now = self._clock()
+        tick = TickState(now, self._workloads())
+        return now, what.read(host, tick)
+
+    def _store_now(self, now: float, samples: Sequence[Sample]) -> None:
+        if not samples:
+            return
+        with self._store_lock:
+            if self._in_flight:
+                self._deferred.append((now, samples))
+                del self._deferred[:-MAX_DEFERRED]
+                return
+            self._cache.append(now, samples)  # under the lock: a run_tick starting now waits
 
     def _note_outcome(self, step: StepOutcome) -> None:
         if step.error is None:

@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
-from koordlet.collectors.framework import CollectResult, Tick
+from koordlet.collectors.framework import CollectorContext, CollectResult, Tick
 from koordlet.metriccache.series import (
     HOST_APP_CPU_USAGE,
     HOST_APP_MEMORY_USAGE,
@@ -89,3 +89,8 @@ class SystemResourceCollector:
             apps = _sum(last, app_metric, self._host_apps)
             samples.append(Sample(key, max(node - pods - apps, 0.0)))
         return CollectResult(samples=samples)
+
+
+def build(ctx: CollectorContext, interval: float) -> SystemResourceCollector:
+    """The table's factory."""
+    return SystemResourceCollector(ctx.host, interval)

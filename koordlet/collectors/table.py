@@ -1,157 +1,215 @@
-"""The collector table: name → factory, in execution order. Nothing registers itself.
+"""The collector table: one :class:`~koordlet.collectors.framework.CollectorSpec` row per
+collector, in execution order. Nothing registers itself.
+
+A row holds everything about its collector: the factory (each module's ``build``), Koordinator's
+feature gate or ``collect`` switch when it has one, its interval from the ``collect``
+configuration, and the ``/metrics`` families built from its series with how long their samples
+stay exported. The daemon takes the table as an argument; tests pass their own.
 
 The order matters: every collector of a tick sees, through ``Tick.last``, the samples of those
 before it, and the system collector (node - pods - host applications) must come after the node,
 pod and host-application collectors. ``docs/collectors.md`` describes each one.
-
-=================  =============================================  ======================
-name               Koordinator collector                          interval
-=================  =============================================  ======================
-noderesource       NodeResourceCollector                          collect.res_used_interval
-nodeinfo           NodeInfoCollector                              collect.node_cpu_info_interval
-podresource        PodResourceCollector                           collect.res_used_interval
-podthrottled       PodThrottledCollector                          collect.res_used_interval
-pagecache          PageCacheCollector                             collect.res_used_interval
-hostapplication    HostApplicationCollector                       collect.res_used_interval
-beresource         BEResourceCollector                            collect.res_used_interval
-coldmemory         ColdMemoryCollector (gate ColdPageCollector)   collect.cold_page_interval
-resctrlmon         ResctrlCollector (--enable-resctrl-collector)  collect.resctrl_interval
-sysresource        SystemResourceCollector                        collect.res_used_interval
-cpi                CPICollector (gate CPICollector)               collect.cpi_interval
-psi                performanceCollector, PSI (gate PSICollector)  collect.psi_interval
-=================  =============================================  ======================
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
-from types import MappingProxyType
-from typing import Any
+from collections.abc import Collection, Sequence
 
-from koordlet.collectors import coldmemory, cpi, psi, resctrlmon
-from koordlet.collectors.beresource import BEResourceCollector
-from koordlet.collectors.framework import Collector, CollectorContext, CollectorFactory
-from koordlet.collectors.hostapplication import HostApplicationCollector
-from koordlet.collectors.nodeinfo import NodeInfoCollector
-from koordlet.collectors.noderesource import NodeResourceCollector
-from koordlet.collectors.pagecache import PageCacheCollector
-from koordlet.collectors.podresource import PodResourceCollector
-from koordlet.collectors.podthrottled import PodThrottledCollector
-from koordlet.collectors.sysresource import SystemResourceCollector
+from koordlet.collectors import (
+    beresource,
+    coldmemory,
+    cpi,
+    hostapplication,
+    nodeinfo,
+    noderesource,
+    pagecache,
+    podresource,
+    podthrottled,
+    psi,
+    resctrlmon,
+    sysresource,
+)
+from koordlet.collectors.framework import Collector, CollectorContext, CollectorSpec
+from koordlet.config import CollectConfig
 from koordlet.errors import ConfigError
 
-DEFAULT_RES_USED_INTERVAL = 1.0
-"""Seconds; Koordinator's ``--collect-res-used-interval-seconds`` default."""
-DEFAULT_NODE_CPU_INFO_INTERVAL = 60.0
-"""Seconds; Koordinator's ``--collect-node-cpu-info-interval-seconds`` default."""
+EXPORT_INTERVALS = 3
+"""A slow collector's samples stay exported for this many of its own intervals."""
 
 
-def _collect_setting(config: Any, name: str, default: float) -> float:
-    """``config.collect.<name>``, or ``default`` when the context carries no configuration."""
-    collect = getattr(config, "collect", None)
-    if collect is None:
-        return default
-    return float(getattr(collect, name))
+def _base(c: CollectConfig) -> float:
+    """The base tick: ``collect.res_used_interval`` (``--collect-res-used-interval-seconds``)."""
+    return c.res_used_interval
 
 
-def res_used_interval(ctx: CollectorContext) -> float:
-    """The usage collectors' interval (``collect.res_used_interval``)."""
-    return _collect_setting(ctx.config, "res_used_interval", DEFAULT_RES_USED_INTERVAL)
-
-
-def node_cpu_info_interval(ctx: CollectorContext) -> float:
-    """The node info collector's interval (``collect.node_cpu_info_interval``)."""
-    return _collect_setting(ctx.config, "node_cpu_info_interval", DEFAULT_NODE_CPU_INFO_INTERVAL)
-
-
-def _noderesource(ctx: CollectorContext) -> Collector:
-    return NodeResourceCollector(ctx.host, res_used_interval(ctx))
-
-
-def _nodeinfo(ctx: CollectorContext) -> Collector:
-    return NodeInfoCollector(ctx.host, node_cpu_info_interval(ctx))
-
-
-def _podresource(ctx: CollectorContext) -> Collector:
-    return PodResourceCollector(ctx.host, res_used_interval(ctx))
-
-
-def _podthrottled(ctx: CollectorContext) -> Collector:
-    return PodThrottledCollector(ctx.host, res_used_interval(ctx))
-
-
-def _pagecache(ctx: CollectorContext) -> Collector:
-    return PageCacheCollector(ctx.host, res_used_interval(ctx))
-
-
-def _hostapplication(ctx: CollectorContext) -> Collector:
-    return HostApplicationCollector(ctx.host, res_used_interval(ctx))
-
-
-def _beresource(ctx: CollectorContext) -> Collector:
-    return BEResourceCollector(ctx.host, res_used_interval(ctx))
-
-
-def _sysresource(ctx: CollectorContext) -> Collector:
-    return SystemResourceCollector(ctx.host, res_used_interval(ctx))
-
-
-COLLECTORS: Mapping[str, CollectorFactory] = MappingProxyType(
-    {
-        "noderesource": _noderesource,
-        "nodeinfo": _nodeinfo,
-        "podresource": _podresource,
-        "podthrottled": _podthrottled,
-        "pagecache": _pagecache,
-        "hostapplication": _hostapplication,
-        "beresource": _beresource,
-        "coldmemory": coldmemory.build,
-        "resctrlmon": resctrlmon.build,
-        "sysresource": _sysresource,
-        "cpi": cpi.build,
-        "psi": psi.build,
-    }
+COLLECTORS: tuple[CollectorSpec, ...] = (
+    CollectorSpec(
+        noderesource.NAME,
+        noderesource.build,
+        _base,
+        "NodeResourceCollector",
+        families=(
+            "koordlet_node_used_cpu_cores",
+            "koordlet_node_used_memory_bytes",
+            "koordlet_node_used_memory_with_page_cache_bytes",
+            "koordlet_numa_node_used_memory_bytes",
+            "koordlet_numa_node_memory_total_bytes",
+        ),
+    ),
+    CollectorSpec(
+        nodeinfo.NAME,
+        nodeinfo.build,
+        lambda c: c.node_cpu_info_interval,
+        "NodeInfoCollector",
+    ),
+    CollectorSpec(
+        podresource.NAME,
+        podresource.build,
+        _base,
+        "PodResourceCollector",
+        families=(
+            "koordlet_pod_used_cpu_cores",
+            "koordlet_pod_used_memory_bytes",
+            "koordlet_container_used_cpu_cores",
+            "koordlet_container_used_memory_bytes",
+        ),
+    ),
+    CollectorSpec(
+        podthrottled.NAME,
+        podthrottled.build,
+        _base,
+        "PodThrottledCollector",
+        families=("koordlet_pod_cpu_throttled_ratio", "koordlet_container_cpu_throttled_ratio"),
+    ),
+    CollectorSpec(
+        pagecache.NAME,
+        pagecache.build,
+        _base,
+        "PageCacheCollector",
+        families=(
+            "koordlet_pod_used_memory_with_page_cache_bytes",
+            "koordlet_container_used_memory_with_page_cache_bytes",
+        ),
+    ),
+    CollectorSpec(
+        hostapplication.NAME,
+        hostapplication.build,
+        _base,
+        "HostApplicationCollector",
+        families=(
+            "koordlet_host_application_resource_usage",
+            "koordlet_host_application_memory_with_page_cache_bytes",
+        ),
+    ),
+    CollectorSpec(
+        beresource.NAME,
+        beresource.build,
+        _base,
+        "BEResourceCollector",
+        families=(
+            "koordlet_be_suppress_be_used_cpu_cores",
+            "koordlet_be_cpu_real_limit_cores",
+            "koordlet_be_cpu_request_cores",
+        ),
+    ),
+    CollectorSpec(
+        coldmemory.NAME,
+        coldmemory.build,
+        lambda c: c.cold_page_interval,
+        "ColdMemoryCollector",
+        gate=coldmemory.FEATURE_GATE,
+        families=(
+            "koordlet_node_memory_cold_page_bytes",
+            "koordlet_node_used_memory_with_hot_page_cache_bytes",
+            "koordlet_pod_memory_cold_page_bytes",
+            "koordlet_pod_used_memory_with_hot_page_cache_bytes",
+            "koordlet_container_memory_cold_page_bytes",
+            "koordlet_container_used_memory_with_hot_page_cache_bytes",
+            "koordlet_host_application_memory_cold_page_bytes",
+            "koordlet_host_application_memory_with_hot_page_cache_bytes",
+        ),
+        max_age=lambda c: EXPORT_INTERVALS * max(c.cold_page_interval, c.res_used_interval),
+    ),
+    CollectorSpec(
+        resctrlmon.NAME,
+        resctrlmon.build,
+        lambda c: c.resctrl_interval,
+        "resctrlCollector",
+        switch=lambda c: c.enable_resctrl_collector,
+        families=(
+            "koordlet_resctrl_llc_occupancy",
+            "koordlet_resctrl_memory_bandwidth",
+            "koordlet_resctrl_memory_bandwidth_bytes_per_second",
+        ),
+        max_age=lambda c: EXPORT_INTERVALS * max(c.resctrl_interval, c.res_used_interval),
+    ),
+    CollectorSpec(
+        sysresource.NAME,
+        sysresource.build,
+        _base,
+        "SystemResourceCollector",
+        families=("koordlet_system_used_cpu_cores", "koordlet_system_used_memory_bytes"),
+    ),
+    CollectorSpec(
+        cpi.NAME,
+        cpi.build,
+        _base,  # it steps every base tick; its windows start every collect.cpi_interval
+        "CPICollector",
+        gate=cpi.FEATURE_GATE,
+        families=("koordlet_container_cpi",),
+        max_age=lambda c: cpi.export_max_age(c.cpi_interval, c.res_used_interval),
+    ),
+    CollectorSpec(
+        psi.NAME,
+        psi.build,
+        lambda c: c.psi_interval,
+        "performanceCollector (PSI)",
+        gate=psi.FEATURE_GATE,
+        families=("koordlet_node_psi", "koordlet_pod_psi", "koordlet_container_psi"),
+        max_age=lambda c: c.psi_interval + 2 * c.res_used_interval,
+    ),
 )
 """Every collector, in execution order."""
-
-FEATURE_GATES: Mapping[str, str] = MappingProxyType(
-    {"cpi": cpi.FEATURE_GATE, "coldmemory": coldmemory.FEATURE_GATE, "psi": psi.FEATURE_GATE}
-)
-"""Collector → the koordlet feature gate that must be on for it to run (Koordinator's gates)."""
-
-SWITCHES: Mapping[str, str] = MappingProxyType({"resctrlmon": "enable_resctrl_collector"})
-"""Collector → the ``collect`` setting that must be true for it to run (Koordinator's
-``--enable-resctrl-collector``, off by default)."""
 
 
 def build_collectors(
     ctx: CollectorContext,
-    table: Mapping[str, CollectorFactory] = COLLECTORS,
+    table: Sequence[CollectorSpec] = COLLECTORS,
     *,
     disabled: Collection[str] = (),
-    gates: Mapping[str, str] = FEATURE_GATES,
-    switches: Mapping[str, str] = SWITCHES,
 ) -> list[Collector]:
     """Instantiate the collectors of ``table`` in its order, leaving out those named in
-    ``disabled``, those whose feature gate (``gates``) is off in ``ctx.config`` and those whose
-    ``collect`` switch (``switches``) is false or absent.
+    ``disabled`` and those whose feature gate or ``collect`` switch is off in ``ctx.config``.
 
-    A name in ``disabled`` that the table does not hold is a :class:`ConfigError`.
+    A name in ``disabled`` that the table does not hold, a name the table holds twice, or a
+    factory that builds a collector of another name is a :class:`ConfigError`.
     """
-    unknown = sorted(set(disabled) - set(table))
+    names = [spec.name for spec in table]
+    if len(set(names)) != len(names):
+        raise ConfigError(f"duplicate collector names in {names}", field="collectors")
+    unknown = sorted(set(disabled) - set(names))
     if unknown:
-        raise ConfigError(f"unknown collectors {unknown}; known: {list(table)}", field="collectors")
-    feature_gates = getattr(ctx.config, "feature_gates", None)
-    collect = getattr(ctx.config, "collect", None)
+        raise ConfigError(f"unknown collectors {unknown}; known: {names}", field="collectors")
+    collect = ctx.config.collect
     collectors: list[Collector] = []
-    for name, factory in table.items():
-        if name in disabled:
+    for spec in table:
+        if spec.name in disabled or not spec.enabled(ctx.config):
             continue
-        gate = gates.get(name)
-        if gate is not None and (feature_gates is None or not feature_gates.enabled(gate)):
-            continue
-        switch = switches.get(name)
-        if switch is not None and not getattr(collect, switch, False):
-            continue
-        collectors.append(factory(ctx))
+        collector = spec.factory(ctx, spec.interval(collect))
+        if collector.name != spec.name:
+            raise ConfigError(
+                f"row {spec.name!r} built a collector named {collector.name!r}", field="collectors"
+            )
+        collectors.append(collector)
     return collectors
+
+
+def export_max_ages(table: Sequence[CollectorSpec], collect: CollectConfig) -> dict[str, float]:
+    """Family → seconds its samples stay in ``/metrics``, for the rows that set a ``max_age``
+    (the collectors slower than the base tick); the exporter's default covers the others."""
+    return {
+        family: spec.max_age(collect)
+        for spec in table
+        if spec.max_age is not None
+        for family in spec.families
+    }

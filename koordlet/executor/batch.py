@@ -36,10 +36,10 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 from koordlet.errors import CgroupGoneError, HostError, InvalidValueError
-from koordlet.system.knobs import knob
+from koordlet.system.knobs import Knob
 
 if TYPE_CHECKING:
     from koordlet.executor.writer import WriteResult
@@ -47,20 +47,29 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True, slots=True)
-class BatchWrite:
-    """One write of a batch."""
+_V = TypeVar("_V")
 
-    knob: str
-    """The logical knob name (``cpuset_cpus``, ``cpu_cfs_quota``, ``memory_high``...)."""
+
+@dataclass(frozen=True, slots=True)
+class BatchWrite(Generic[_V]):
+    """One write of a batch: ``BatchWrite(CPUSET_CPUS, rel_dir, frozenset({0, 1}))``; mypy
+    checks the value against the knob's type."""
+
+    knob: Knob[_V]
+    """The knob (``koordlet.system.knobs.CPUSET_CPUS``...)."""
     rel_dir: str
     """The cgroup, relative to the hierarchy roots (``kubepods/besteffort/pod<uid>``)."""
-    value: object
+    value: _V
     """The target value, as :meth:`CgroupWriter.write` takes it."""
     strategy: str = ""
     """Who asks, for the audit log and the dry-run rule."""
     reason: str = ""
     """Why, for the audit log."""
+
+    @property
+    def knob_name(self) -> str:
+        """The knob's logical name (``cpuset_cpus``)."""
+        return self.knob.name
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,7 +82,7 @@ class BatchResult:
     gone: tuple[str, ...]
     """Cgroups found removed during the batch; their writes (and their descendants') were
     skipped."""
-    errors: tuple[tuple[BatchWrite, str], ...]
+    errors: tuple[tuple[BatchWrite[Any], str], ...]
     """Writes that failed for another reason, with the error."""
 
     @property
@@ -91,10 +100,16 @@ class BatchTarget(Protocol):
     """The part of :class:`~koordlet.executor.writer.CgroupWriter` a batch uses."""
 
     def write(
-        self, knob_name: str, rel_dir: str, value: object, *, strategy: str = "", reason: str = ""
+        self,
+        knob: Knob[Any],
+        rel_dir: str,
+        value: object,
+        *,
+        strategy: str = "",
+        reason: str = "",
     ) -> WriteResult: ...
 
-    def read(self, knob_name: str, rel_dir: str) -> Any: ...
+    def read(self, knob: Knob[Any], rel_dir: str) -> Any: ...
 
     def is_dry_run(self, strategy: str) -> bool: ...
 
@@ -118,7 +133,7 @@ MERGE: dict[str, Callable[[Any, Any], Any]] = {
     "memory_low": _larger_or_unlimited,
     "memory_high": _larger_or_unlimited,
 }
-"""Knob → how pass 1 combines the current and the target value into one that allows both."""
+"""Knob name → how pass 1 combines the current and the target value into one that allows both."""
 
 _GROW_ORDER = {"cpuset_mems": 0, "cpuset_cpus": 1}
 """Within one cgroup, pass 1 writes the memory nodes before the CPUs; pass 2 the reverse."""
@@ -135,39 +150,40 @@ def _under(rel_dir: str, gone: set[str]) -> bool:
     return any(path == g or path.startswith(g + "/") for g in gone)
 
 
-def plan(writes: Sequence[BatchWrite]) -> tuple[list[BatchWrite], list[BatchWrite]]:
+def plan(
+    writes: Sequence[BatchWrite[Any]],
+) -> tuple[list[BatchWrite[Any]], list[BatchWrite[Any]]]:
     """The two passes: (grow top-down over the mergeable writes, shrink bottom-up over all).
 
     Stable: writes at the same depth and of the same order class keep the caller's order.
     A knob asked twice for the same cgroup keeps the last value asked.
     """
-    last: dict[tuple[str, str], BatchWrite] = {}
+    last: dict[tuple[str, str], BatchWrite[Any]] = {}
     for w in writes:
-        knob(w.knob)  # unknown names fail the whole batch before anything is written
-        last.pop((w.knob, w.rel_dir.strip("/")), None)
-        last[(w.knob, w.rel_dir.strip("/"))] = w
+        key = (w.knob_name, w.rel_dir.strip("/"))
+        last.pop(key, None)
+        last[key] = w
     unique = list(last.values())
     grow = sorted(
-        (w for w in unique if w.knob in MERGE),
-        key=lambda w: (depth(w.rel_dir), _GROW_ORDER.get(w.knob, 2)),
+        (w for w in unique if w.knob_name in MERGE),
+        key=lambda w: (depth(w.rel_dir), _GROW_ORDER.get(w.knob_name, 2)),
     )
-    shrink = sorted(unique, key=lambda w: (-depth(w.rel_dir), -_GROW_ORDER.get(w.knob, -1)))
+    shrink = sorted(unique, key=lambda w: (-depth(w.rel_dir), -_GROW_ORDER.get(w.knob_name, -1)))
     return grow, shrink
 
 
-def apply_batch(target: BatchTarget, writes: Sequence[BatchWrite]) -> BatchResult:
+def apply_batch(target: BatchTarget, writes: Sequence[BatchWrite[Any]]) -> BatchResult:
     """Apply ``writes`` in the leveled order, on the calling thread (the writer thread).
 
-    Raises only for a knob name not in the table (before any write); every other failure is
-    in the result.
+    Raises nothing: every failure is in the result.
     """
     grow, shrink = plan(writes)
     results: list[WriteResult] = []
     gone: set[str] = set()
-    errors: list[tuple[BatchWrite, str]] = []
+    errors: list[tuple[BatchWrite[Any], str]] = []
     failed: set[tuple[str, str]] = set()
 
-    def attempt(w: BatchWrite, value: object, reason: str) -> None:
+    def attempt(w: BatchWrite[Any], value: object, reason: str) -> None:
         try:
             results.append(
                 target.write(w.knob, w.rel_dir, value, strategy=w.strategy, reason=reason)
@@ -176,7 +192,7 @@ def apply_batch(target: BatchTarget, writes: Sequence[BatchWrite]) -> BatchResul
             gone.add(w.rel_dir.strip("/"))
             logger.debug("batch: %s is gone, skipping its writes (%s)", w.rel_dir, err)
         except (HostError, InvalidValueError) as err:
-            failed.add((w.knob, w.rel_dir))
+            failed.add((w.knob_name, w.rel_dir))
             errors.append((w, str(err)))
 
     for w in grow:
@@ -184,19 +200,19 @@ def apply_batch(target: BatchTarget, writes: Sequence[BatchWrite]) -> BatchResul
             continue
         try:
             current = target.read(w.knob, w.rel_dir)
-            merged = MERGE[w.knob](current, knob(w.knob).validate(w.value))
+            merged = MERGE[w.knob_name](current, w.knob.validate(w.value))
         except CgroupGoneError as err:
             gone.add(w.rel_dir.strip("/"))
             logger.debug("batch: %s is gone, skipping its writes (%s)", w.rel_dir, err)
             continue
         except (HostError, InvalidValueError) as err:
-            failed.add((w.knob, w.rel_dir))
+            failed.add((w.knob_name, w.rel_dir))
             errors.append((w, str(err)))
             continue
         if merged != current:
             attempt(w, merged, f"{w.reason} (leveled: grow step)" if w.reason else "leveled")
     for w in shrink:
-        if _under(w.rel_dir, gone) or (w.knob, w.rel_dir) in failed:
+        if _under(w.rel_dir, gone) or (w.knob_name, w.rel_dir) in failed:
             continue
         attempt(w, w.value, w.reason)
     result = BatchResult(tuple(results), tuple(sorted(gone)), tuple(errors))

@@ -32,7 +32,6 @@ through ``signaller`` so that unit tests on a fake tree never signal real proces
 
 from __future__ import annotations
 
-import errno
 import logging
 import os
 import posixpath
@@ -42,8 +41,9 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from apis.extension import KubeQOS
-from koordlet.errors import CgroupGoneError, HostError, InvalidValueError
+from koordlet.errors import CgroupGoneError, InvalidValueError
 from koordlet.system.cgroups import CgroupLayout, CgroupVersion
+from koordlet.system.oserrors import host_file_error, is_gone
 
 logger = logging.getLogger(__name__)
 
@@ -115,12 +115,10 @@ def _read_pids(path: str) -> list[int]:
     try:
         with open(path, "rb") as f:
             data = f.read()
-    except FileNotFoundError:
-        return []
     except OSError as err:
-        if err.errno in (errno.ENODEV, errno.ENOENT):
+        if is_gone(err, reading=False):
             return []
-        raise HostError(f"{path}: reading failed: {err.strerror}") from err
+        raise host_file_error(path, err, "reading") from err
     return [int(tok) for tok in data.split() if tok.isdigit()]
 
 
@@ -209,9 +207,9 @@ def _kill_v2(
     try:
         _write(kill_file, "1")
     except OSError as err:
-        if err.errno in (errno.ENOENT, errno.ENODEV):
+        if is_gone(err, reading=False):
             return KillResult(rel, "cgroup.kill", 0, 1, True, gone=True)
-        raise HostError(f"{kill_file}: writing 1 failed: {err.strerror}") from err
+        raise host_file_error(kill_file, err, "writing 1") from err
     while True:
         populated = _populated_v2(top)
         if populated is None:  # no cgroup.events (a fake tree, or the cgroup went away)
@@ -235,9 +233,9 @@ def _freeze(state: str, clock: Callable[[], float], sleep: Callable[[float], Non
                 return False
             sleep(0.001)
     except OSError as err:
-        if err.errno in (errno.ENOENT, errno.ENODEV):
+        if is_gone(err, reading=False):
             raise CgroupGoneError(f"{state}: cgroup gone") from err
-        raise HostError(f"{state}: freezing failed: {err.strerror}") from err
+        raise host_file_error(state, err, "freezing") from err
     return True
 
 
@@ -245,7 +243,7 @@ def _thaw(state: str) -> None:
     try:
         _write(state, "THAWED")
     except OSError as err:
-        if err.errno not in (errno.ENOENT, errno.ENODEV):
+        if not is_gone(err, reading=False):
             logger.exception("%s: thawing failed; the cgroup stays frozen", state)
 
 

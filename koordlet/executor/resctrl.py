@@ -36,10 +36,13 @@ from koordlet.errors import CgroupGoneError, HostError, ParseError, UnsupportedE
 from koordlet.executor.sysctl import notify
 from koordlet.executor.writer import WriteResult
 from koordlet.system.cgroups import CgroupLayout, CgroupVersion
+from koordlet.system.oserrors import absent_error, host_file_error
 from koordlet.system.paths import HostPaths
-from koordlet.system.resctrl import is_mounted, read_cpu_flags, resctrl_root
+from koordlet.system.resctrl import RESCTRL_GROUPS, is_mounted, read_cpu_flags, resctrl_root
 
 logger = logging.getLogger(__name__)
+
+__all__ = ["L3", "MB", "RESCTRL_GROUPS", "AllocInfo", "ResctrlWriter", "read_alloc_info"]
 
 L3 = "L3"
 MB = "MB"
@@ -132,10 +135,8 @@ def _read_text(path: str) -> str:
     try:
         with open(path, encoding="ascii", errors="replace") as f:
             return f.read()
-    except FileNotFoundError as err:
-        raise CgroupGoneError(f"{path}: absent") from err
     except OSError as err:
-        raise HostError(f"{path}: reading failed: {err.strerror}") from err
+        raise absent_error(path, err, "reading") from err
 
 
 def _read_int(path: str, base: int = 10) -> int:
@@ -247,10 +248,21 @@ class ResctrlWriter:
         have (the audit log)."""
         self.is_dry_run = is_dry_run or (lambda strategy: False)
         """Whether writes asked for by a strategy are only computed and audited."""
+        self._flags: frozenset[str] | None = None
 
     @property
     def root(self) -> str:
         return resctrl_root(self.paths)
+
+    def alloc_info(self, groups: Iterable[str] = ()) -> AllocInfo:
+        """:func:`read_alloc_info` now, the CPU flags read once (they never change)."""
+        if self._flags is None:
+            try:
+                self._flags = read_cpu_flags(self.paths)
+            except (HostError, ParseError) as err:
+                why = f"cannot read CPU flags: {err}"
+                return AllocInfo(self.root, l3_reason=why, mb_reason=why)
+        return read_alloc_info(self.paths, groups, flags=self._flags)
 
     def ensure_group(self, group: str, *, strategy: str = "", reason: str = "") -> bool:
         """Make control group ``group`` when it does not exist; True when it was made."""
@@ -267,7 +279,7 @@ class ResctrlWriter:
         except OSError as err:
             if err.errno == errno.ENOSPC:
                 raise HostError(f"{path}: no free CLOSID for a new control group") from err
-            raise HostError(f"{path}: mkdir failed: {err.strerror}") from err
+            raise host_file_error(path, err, "mkdir") from err
         self._notify(WriteResult(path, "", "created", True, "resctrl_group", strategy, reason))
         return True
 
@@ -354,7 +366,7 @@ class ResctrlWriter:
         try:
             fd = os.open(tasks_path, os.O_WRONLY | os.O_CLOEXEC)
         except OSError as err:
-            raise HostError(f"{tasks_path}: open failed: {err.strerror}") from err
+            raise host_file_error(tasks_path, err, "open") from err
         try:
             for tid in todo:
                 try:
@@ -363,7 +375,7 @@ class ResctrlWriter:
                     if err.errno in (errno.ESRCH, errno.ENOENT):
                         gone += 1
                         continue
-                    raise HostError(f"{tasks_path}: writing {tid} failed: {err.strerror}") from err
+                    raise host_file_error(tasks_path, err, f"writing {tid}") from err
                 added += 1
         finally:
             os.close(fd)

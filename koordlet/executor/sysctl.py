@@ -21,7 +21,6 @@ of this module, so that two node-wide writes never interleave.
 from __future__ import annotations
 
 import asyncio
-import errno
 import logging
 import os
 import threading
@@ -30,9 +29,10 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, TypeVar
 
-from koordlet.errors import HostError, InvalidValueError, ParseError, UnsupportedError
+from koordlet.errors import InvalidValueError, ParseError, UnsupportedError
 from koordlet.executor.writer import WriteResult
 from koordlet.system.knobs import Range
+from koordlet.system.oserrors import host_file_error, system_file_error
 from koordlet.system.paths import HostPaths
 
 logger = logging.getLogger(__name__)
@@ -176,7 +176,7 @@ class SystemFileWriter:
             finally:
                 os.close(fd)
         except OSError as err:
-            raise HostError(f"{path}: writing {new!r} failed: {err.strerror}") from err
+            raise host_file_error(path, err, f"writing {new!r}") from err
         logger.info("wrote %s: %s -> %s (%s)", path, current, new, reason or strategy)
         notify(self.on_change, result)
         return result
@@ -187,10 +187,7 @@ class SystemFileWriter:
             with open(path, encoding="ascii", errors="replace") as fh:
                 return fh.read()
         except OSError as err:
-            if err.errno == errno.ENOENT:
-                why = f" ({f.requires})" if f.requires else ""
-                raise UnsupportedError(f.name, f"{path} absent{why}") from err
-            raise HostError(f"{path}: reading failed: {err.strerror}") from err
+            raise system_file_error(path, err, f.name, f.requires) from err
 
 
 def notify(hook: Callable[[WriteResult], None] | None, result: WriteResult) -> None:

@@ -3,6 +3,9 @@
 Like Koordinator's ``ResourceUpdateExecutor``, it owns one writer thread, so writes never race
 each other and never block the event loop, and it skips writes that would change nothing:
 
+Writes name the knob by its :class:`~koordlet.system.knobs.Knob` object (``write(CPU_SHARES,
+rel_dir, 512)``), so mypy checks the value against the knob's type. Then:
+
 1. the knob table validates the value (out of range → ``InvalidValueError``, nothing written);
 2. the knob's file is resolved through the cgroup layout (a knob this version or this host lacks
    → ``UnsupportedError`` with the probed reason);
@@ -29,7 +32,6 @@ The cache starts empty, so after a start every knob is read from the file before
 
 from __future__ import annotations
 
-import errno
 import logging
 import os
 import threading
@@ -39,9 +41,10 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from koordlet.errors import CgroupGoneError, HostError, ParseError, UnsupportedError
+from koordlet.errors import ParseError, UnsupportedError
 from koordlet.executor.batch import BatchResult, BatchWrite, apply_batch
-from koordlet.system.knobs import KNOBS, Knob, knob
+from koordlet.system.knobs import KNOBS, Knob
+from koordlet.system.oserrors import knob_error
 
 if TYPE_CHECKING:
     from koordlet.system.host import Host
@@ -50,12 +53,11 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 _R = TypeVar("_R")
+_V = TypeVar("_V")
 
 DEFAULT_CACHE_TTL = 60.0
 """Seconds a written value is trusted before the file is read again (Koordinator's
 ``ResourceForceUpdateSeconds``)."""
-
-_GONE = (errno.ENOENT, errno.ENODEV)
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,24 +161,32 @@ class CgroupWriter:
     # Writes --------------------------------------------------------------------------------------
 
     def submit(
-        self, knob_name: str, rel_dir: str, value: object, *, strategy: str = "", reason: str = ""
+        self, knob: Knob[_V], rel_dir: str, value: _V, *, strategy: str = "", reason: str = ""
     ) -> Future[WriteResult]:
-        """Queue :meth:`write` on the writer thread; the future carries its result or error."""
+        """Queue :meth:`write` on the writer thread; the future carries its result or error.
+
+        ``knob`` is a :class:`~koordlet.system.knobs.Knob` of the table, so that mypy checks the
+        value against the knob's type.
+        """
         pool = self._pool
         if pool is None:
             raise RuntimeError("CgroupWriter.submit() before start() or after stop()")
-        return pool.submit(self.write, knob_name, rel_dir, value, strategy=strategy, reason=reason)
+        return pool.submit(self._apply, knob, rel_dir, value, strategy, reason)
 
     def write(
-        self, knob_name: str, rel_dir: str, value: object, *, strategy: str = "", reason: str = ""
+        self, knob: Knob[_V], rel_dir: str, value: _V, *, strategy: str = "", reason: str = ""
     ) -> WriteResult:
-        """Write ``value`` to knob ``knob_name`` of cgroup ``rel_dir`` now, on this thread.
+        """Write ``value`` to ``knob`` of cgroup ``rel_dir`` now, on this thread.
 
-        For the writer thread itself (and tests); everyone else uses :meth:`submit`.
-        Raises ``InvalidValueError``, ``UnsupportedError``, ``CgroupGoneError``, ``ParseError``
-        or ``HostError``; the file is untouched in every case but the last.
+        For the writer thread itself (and tests); everyone else uses :meth:`submit`. Raises
+        ``InvalidValueError``, ``UnsupportedError``, ``CgroupGoneError``, ``ParseError`` or
+        ``HostError``; the file is untouched in every case but the last.
         """
-        k = knob(knob_name)
+        return self._apply(knob, rel_dir, value, strategy, reason)
+
+    def _apply(
+        self, k: Knob[Any], rel_dir: str, value: object, strategy: str, reason: str
+    ) -> WriteResult:
         version = self.host.layout.version
         filename = k.file_for(version)
         if filename is None:
@@ -229,7 +239,7 @@ class CgroupWriter:
         self._notify(result)
         return result
 
-    def submit_batch(self, writes: Sequence[BatchWrite]) -> Future[BatchResult]:
+    def submit_batch(self, writes: Sequence[BatchWrite[Any]]) -> Future[BatchResult]:
         """Queue a leveled batch (:mod:`koordlet.executor.batch`) as one job on the writer
         thread; the future carries its :class:`BatchResult`."""
         pool = self._pool
@@ -237,13 +247,13 @@ class CgroupWriter:
             raise RuntimeError("CgroupWriter.submit_batch() before start() or after stop()")
         return pool.submit(apply_batch, self, tuple(writes))
 
-    def read(self, knob_name: str, rel_dir: str) -> Any:
-        """The logical value of knob ``knob_name`` of cgroup ``rel_dir``, read from the file now.
+    def read(self, knob: Knob[_V], rel_dir: str) -> _V:
+        """The logical value of ``knob`` of cgroup ``rel_dir``, read from the file now.
 
         For the writer thread (batches) and tests. A cached value that disagrees with the file
         is dropped, so the next write reads again. Raises like :meth:`write`.
         """
-        k = knob(knob_name)
+        k = knob
         version = self.host.layout.version
         filename = k.file_for(version)
         if filename is None:
@@ -302,7 +312,7 @@ class CgroupWriter:
             with open(path, encoding="ascii", errors="replace") as f:
                 return f.read()
         except OSError as err:
-            raise self._translate(err, path, k, "reading") from err
+            raise knob_error(path, err, k.name, "reading") from err
 
     def _timed_write(self, path: str, text: str, k: Knob[Any], filename: str) -> None:
         observe = self.observe
@@ -330,15 +340,7 @@ class CgroupWriter:
                 os.close(fd)
         except OSError as err:
             self._drop((path, k.name))
-            raise self._translate(err, path, k, f"writing {text!r}") from err
-
-    @staticmethod
-    def _translate(err: OSError, path: str, k: Knob[Any], doing: str) -> HostError:
-        if err.errno == errno.ENOENT and os.path.isdir(os.path.dirname(path)):
-            return UnsupportedError(k.name, f"file {path} absent")
-        if err.errno in _GONE:  # ENODEV: the cgroup was removed while the file was open
-            return CgroupGoneError(f"{path}: cgroup gone ({doing})")
-        return HostError(f"{path}: {doing} failed: {err.strerror}")
+            raise knob_error(path, err, k.name, f"writing {text!r}") from err
 
     def _notify(self, result: WriteResult) -> None:
         hook = self.on_change

@@ -22,9 +22,9 @@ containers with a CPU limit, are touched. ``cpuBurstStrategy.policy`` picks the 
 The pod's quota moves by the same delta as its container's; scale-ups write pod quota, container
 quota, container burst, pod burst, scale-downs the reverse, so a child never exceeds its parent.
 Each container's own CPU limit (``ContainerInfo.cpu_limit_milli``) is its base; a pod with an
-unlimited container has no pod quota and gets no pod write. The settings are the NodeSLO's
-strategies as the Kubernetes source merges them (``apis.slo_strategies.strategies_of``; a NodeSLO
-that fails to parse keeps the last good ones), a pod's annotation merged over them. The strategy
+unlimited container has no pod quota and gets no pod write. The settings are ``cpuBurstStrategy``
+of the NodeSLO in force (``ctx.node_slo()``, typed; its last good value when the NodeSLO's was
+rejected), a pod's annotation merged over them. The strategy
 opens no file: every round it reads the current quotas of the pods and containers it may touch
 through the executor, in one job on the writer thread, as upstream reads them.
 """
@@ -43,22 +43,21 @@ from typing import Any
 
 from prometheus_client.core import GaugeMetricFamily, Metric
 
+from apis.extension import ANNOTATION_POD_CPU_BURST as POD_BURST_ANNOTATION
 from apis.extension import QoSClass
 from apis.slo import SchemaError
 from apis.slo_strategies import CPUBurstPolicy, CPUBurstStrategy, parse_cpu_burst_strategy
 from koordlet.errors import CgroupGoneError, HostError, UnsupportedError
 from koordlet.metriccache import series
-from koordlet.qos.cpusuppress import LastGoodStrategies
-from koordlet.qos.manager import StrategyContext, StrategyReport
+from koordlet.qos.framework import StrategyContext, StrategyReport
 from koordlet.statesinformer.model import ContainerInfo, PodInfo
+from koordlet.system.knobs import CPU_BURST, CPU_CFS_QUOTA, Knob
 
 logger = logging.getLogger(__name__)
 
 NAME = "cpuburst"
 FEATURE_GATE = "CPUBurst"
 NODE_INFO_KEY = "node_info"
-POD_BURST_ANNOTATION = "koordinator.sh/cpuBurst"
-"""A pod's own ``CPUBurstConfig`` (JSON), merged over the NodeSLO's."""
 
 CFS_PERIOD_US = 100_000
 """Koordinator's ``CFSBasePeriodValue``."""
@@ -291,10 +290,8 @@ def container_limit_milli(pod: PodInfo, container: ContainerInfo) -> int | None:
     return None
 
 
-def _qos_setting(config: Any, name: str, default: float) -> float:
-    qos = getattr(config, "qos", None)
-    value = getattr(qos, name, None) if qos is not None else None
-    return float(value) if isinstance(value, int | float) and value > 0 else default
+_Step = tuple[Knob[Any], str, int]
+"""One quota or burst write of a scaling: ``(knob, cgroup, value)``."""
 
 
 @dataclass(slots=True)
@@ -318,13 +315,18 @@ class CPUBurst:
 
     name = NAME
 
-    def __init__(self, ctx: StrategyContext, *, rng: Callable[[], float] = random.random) -> None:
+    def __init__(
+        self,
+        ctx: StrategyContext,
+        interval: float = 1.0,
+        *,
+        rng: Callable[[], float] = random.random,
+    ) -> None:
         self._ctx = ctx
         self._rng = rng
-        self.interval = _qos_setting(ctx.config, "reconcile_interval", 1.0)
+        self.interval = interval
         """Seconds between rounds: Koordinator's ``--reconcile-interval-seconds`` (1)."""
-        self._node_name = str(getattr(ctx.config, "node_name", ""))
-        self._slo = LastGoodStrategies(NAME)
+        self._node_name = ctx.config.node_name
         self._limiters: dict[str, BurstLimiter] = {}
         self._gauges = _Gauges()
         self._unsupported: set[str] = set()
@@ -405,7 +407,7 @@ class CPUBurst:
             out: dict[str, int | None] = {}
             for rel in dirs:
                 try:
-                    out[rel] = executor.read("cpu_cfs_quota", rel)
+                    out[rel] = executor.read(CPU_CFS_QUOTA, rel)
                 except CgroupGoneError:
                     continue
                 except HostError as err:
@@ -418,10 +420,8 @@ class CPUBurst:
 
     async def reconcile(self) -> None:
         ctx = self._ctx
-        node_settings = self._slo.of(ctx.node_slo()).cpu_burst_strategy
+        node_settings = ctx.node_slo().cpu_burst_strategy
         inputs: dict[str, Any] = {"policy": str(node_settings.policy)}
-        if self._slo.rejected:
-            inputs["nodeslo_rejected"] = self._slo.rejected
         state = (
             self._node_state(node_settings, inputs)
             if cfs_quota_burst_enabled(node_settings)
@@ -460,7 +460,7 @@ class CPUBurst:
             out.append(
                 (
                     container.cgroup_dir,
-                    submit("cpu_burst", container.cgroup_dir, burst, strategy=NAME, reason=reason),
+                    submit(CPU_BURST, container.cgroup_dir, burst, strategy=NAME, reason=reason),
                 )
             )
             key = (pod.namespace, pod.name, container.id, container.name)
@@ -474,7 +474,7 @@ class CPUBurst:
         out.append(
             (
                 pod.cgroup_dir,
-                submit("cpu_burst", pod.cgroup_dir, pod_burst, strategy=NAME, reason=reason),
+                submit(CPU_BURST, pod.cgroup_dir, pod_burst, strategy=NAME, reason=reason),
             )
         )
         return out
@@ -538,25 +538,25 @@ class CPUBurst:
         pod_new = None if pod_current is None else pod_current + delta
         burst = safe_burst_us(limit, settings, new)
         reason = f"CFSQuotaBurst: {op.value}, node {state.value}, throttled {throttled}"
-        quota_c = ("cpu_cfs_quota", c_dir, new)
-        burst_c = ("cpu_burst", c_dir, burst)
-        pod_steps = []
+        quota_c: _Step = (CPU_CFS_QUOTA, c_dir, new)
+        burst_c: _Step = (CPU_BURST, c_dir, burst)
+        pod_steps: list[_Step] = []
         if pod_new is not None:
-            pod_steps = [("cpu_cfs_quota", p_dir, pod_new), ("cpu_burst", p_dir, burst)]
+            pod_steps = [(CPU_CFS_QUOTA, p_dir, pod_new), (CPU_BURST, p_dir, burst)]
             # upstream: the pod takes its container's burst
         if delta > 0:  # grow: parent quota first, bursts after the quotas they must not exceed
             steps = [*pod_steps[:1], quota_c, burst_c, *pod_steps[1:]]
         else:  # shrink: bursts first, child before parent
             steps = [burst_c, quota_c, *pod_steps[::-1]]
         if not cpu_burst_enabled(settings):
-            steps = [s for s in steps if s[0] != "cpu_burst"]
+            steps = [s for s in steps if s[0] is not CPU_BURST]
         for knob, rel, value in steps:
             try:
                 await asyncio.wrap_future(
                     self._ctx.executor.submit(knob, rel, value, strategy=NAME, reason=reason)
                 )
             except UnsupportedError as err:
-                if knob == "cpu_burst":
+                if knob is CPU_BURST:
                     self._note_unsupported(err)
                     continue
                 raise
@@ -620,6 +620,6 @@ class CPUBurst:
                 del gauge[key]
 
 
-def new_cpu_burst(ctx: StrategyContext) -> CPUBurst:
+def build(ctx: StrategyContext, interval: float) -> CPUBurst:
     """Table factory."""
-    return CPUBurst(ctx)
+    return CPUBurst(ctx, interval)

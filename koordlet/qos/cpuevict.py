@@ -39,8 +39,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from apis.extension import QoSClass
-from apis.slo import SchemaError, thaw
-from apis.slo_strategies import CPUEvictPolicy, parse_resource_threshold_strategy
+from apis.priority import PRIORITY_MID_VALUE_MAX
+from apis.slo_strategies import CPUEvictPolicy, ResourceThresholdStrategy
 from koordlet.features import gate_enabled
 from koordlet.metriccache import series
 from koordlet.qos.evictor import (
@@ -52,18 +52,14 @@ from koordlet.qos.evictor import (
     order_by_priority,
 )
 from koordlet.qos.evictor import pick_victims as pick
-from koordlet.qos.manager import StrategyContext, StrategyReport
-from koordlet.qos.memoryevict import (
-    PRIORITY_MID_VALUE_MAX,
-    InvalidThreshold,
-    eviction_policy_allowed,
-)
+from koordlet.qos.framework import StrategyContext, StrategyReport
+from koordlet.qos.shared import InvalidThreshold, eviction_policy_allowed
 from koordlet.statesinformer.model import PodInfo
 
 logger = logging.getLogger(__name__)
 
 NAME = "cpuevict"
-GATE = "BECPUEvict"
+FEATURE_GATE = "BECPUEvict"
 """The table gate (Koordinator's ``BECPUEvict``)."""
 FEATURE_CPU_EVICT = "CPUEvict"
 FEATURE_ALLOCATABLE_EVICT = "CPUAllocatableEvict"
@@ -81,8 +77,6 @@ MIN_BATCH_ALLOCATABLE_MILLI = 1
 """A zero BE allocatable counts as this, so satisfaction can still be computed."""
 DEFAULT_INTERVAL = 1.0
 """Seconds between rounds (``--cpu-evict-interval-seconds``)."""
-DEFAULT_COOL_TIME = 20.0
-"""Seconds without eviction after one (``--cpu-evict-cool-time-seconds``)."""
 
 
 # Settings ------------------------------------------------------------------------------------
@@ -107,11 +101,8 @@ class CPUEvictSettings:
     allocatable_priority_threshold: int | None
 
 
-def settings_of(raw: Mapping[str, Any] | None) -> CPUEvictSettings:
-    """Settings from the raw ``resourceUsedThresholdWithBE``, parsed and merged over upstream's
-    defaults by ``apis.slo_strategies``. Raises :class:`apis.slo.SchemaError` for a value
-    outside the CRD's ranges."""
-    t = parse_resource_threshold_strategy(thaw(raw), strict=False)
+def settings_of(t: ResourceThresholdStrategy) -> CPUEvictSettings:
+    """The fields CPU eviction reads of ``resourceUsedThresholdWithBE`` in force."""
     return CPUEvictSettings(
         enabled=t.enable,
         satisfaction_lower=t.cpu_evict_be_satisfaction_lower_percent,
@@ -276,6 +267,7 @@ class CPUEvict:
     def __init__(
         self,
         ctx: StrategyContext,
+        interval: float = DEFAULT_INTERVAL,
         *,
         capacity_milli: Callable[[], int | None] | None = None,
         be_allocatable_milli: Callable[[], int | None] | None = None,
@@ -283,16 +275,15 @@ class CPUEvict:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.ctx = ctx
-        qos = getattr(ctx.config, "qos", None)
-        self.interval = float(getattr(qos, "cpu_evict_interval", DEFAULT_INTERVAL))
-        self.cool_time = float(getattr(qos, "cpu_evict_cool_time", DEFAULT_COOL_TIME))
+        self.interval = interval
+        self.cool_time = ctx.config.qos.cpu_evict_cool_time
         self._capacity_fn = capacity_milli
         self._be_allocatable_fn = be_allocatable_milli
         self._allocatable_fn = allocatable_milli
         self._clock = clock
         self._last_evict = clock()  # upstream starts the cool-down at start-up
         self._lock = asyncio.Lock()
-        self._parsed: tuple[object, CPUEvictSettings] | None = None
+        self._settings_of: tuple[ResourceThresholdStrategy, CPUEvictSettings] | None = None
 
     async def reconcile(self) -> None:
         async with self._lock:
@@ -305,21 +296,17 @@ class CPUEvict:
             left = self.cool_time - (now - self._last_evict)
             ctx.report(name, StrategyReport({}, f"cool-down, {left:.1f}s left"))
             return []
-        raw = ctx.node_slo().resource_used_threshold_with_be
-        try:
-            if self._parsed is None or self._parsed[0] is not raw:
-                self._parsed = (raw, settings_of(raw))
-            s = self._parsed[1]
-        except SchemaError as err:
-            ctx.report(name, StrategyReport({}, f"skip: invalid NodeSLO: {err}"))
-            return []
+        section = ctx.node_slo().resource_used_threshold_with_be
+        if self._settings_of is None or self._settings_of[0] is not section:
+            self._settings_of = (section, settings_of(section))
+        s = self._settings_of[1]
         if not s.enabled:
             ctx.report(name, StrategyReport({}, "disabled in NodeSLO"))
             return []
         inputs: dict[str, Any] = {}
         pending = ctx.evictor.recent_keys() if ctx.evictor is not None else frozenset()
         pods = list(ctx.workloads().pods.values())
-        features = [GATE] + [
+        features = [FEATURE_GATE] + [
             f for f in (FEATURE_ALLOCATABLE_EVICT, FEATURE_CPU_EVICT) if gate_enabled(ctx.config, f)
         ]
         tasks: list[_Task] = []
@@ -388,7 +375,7 @@ class CPUEvict:
         taken: frozenset[str],
         inputs: dict[str, Any],
     ) -> _Task | None:
-        if feature == GATE:
+        if feature == FEATURE_GATE:
             need = self._be_satisfaction_release(s, inputs)
             if need <= 0:
                 return None
@@ -472,7 +459,7 @@ class CPUEvict:
             raw = self._be_allocatable_fn() if self._be_allocatable_fn is not None else None
             be_allocatable = -1 if raw is None or raw < 0 else max(raw, MIN_BATCH_ALLOCATABLE_MILLI)
             avg_limit = cur_limit = be_allocatable
-        inputs[GATE] = {
+        inputs[FEATURE_GATE] = {
             "window": window,
             "samples": count,
             "avg_milli": {"usage": avg_usage, "request": avg_request, "limit": avg_limit},
@@ -480,7 +467,7 @@ class CPUEvict:
             "be_allocatable_milli": be_allocatable,
         }
         if not window_covered(window, ctx.collect_interval, count):
-            inputs[GATE]["skipped"] = "window not covered"
+            inputs[FEATURE_GATE]["skipped"] = "window not covered"
             return 0
         if not be_usage_high_enough(avg_usage, avg_limit, s.be_usage_threshold):
             return 0
@@ -523,6 +510,6 @@ def _opted_in(pods: Iterable[PodInfo], feature: str) -> list[PodInfo]:
     ]
 
 
-def cpuevict(ctx: StrategyContext) -> CPUEvict:
+def build(ctx: StrategyContext, interval: float) -> CPUEvict:
     """Table factory."""
-    return CPUEvict(ctx)
+    return CPUEvict(ctx, interval)

@@ -22,9 +22,9 @@ documented semantics (``docs/qos-cpu.md`` has the formulas and the differences):
 * **Stale inputs**: when the node's CPU usage is older than twice the collection interval (or
   the CPU topology is unknown) the round holds the state last applied and counts it.
 
-The settings are the NodeSLO's strategies as the Kubernetes source merges them
-(:func:`apis.slo_strategies.strategies_of`; a NodeSLO that fails to parse keeps the last good
-ones). The node's reservation (the larger of the kubelet's ``capacity - allocatable`` and the
+The settings are ``resourceUsedThresholdWithBE`` of the NodeSLO in force (``ctx.node_slo()``:
+typed, over Koordinator's defaults, its last good value when the NodeSLO's was rejected). The
+node's reservation (the larger of the kubelet's ``capacity - allocatable`` and the
 ``node.koordinator.sh/reservation`` annotation) is the floor of the system usage when the
 context gives the Node object, else 0. A strategy never opens a file: the besteffort cgroup's
 current cpuset and quota are read through the executor
@@ -44,15 +44,11 @@ from typing import Any, TypeVar
 
 from prometheus_client.core import GaugeMetricFamily, Metric
 
+from apis.cpulist import format_cpulist, parse_cpulist
 from apis.extension import KubeQOS, QoSClass
 from apis.manager_keys import ANNOTATION_NODE_RESERVATION
-from apis.slo import NodeSLOSpec, SchemaError
-from apis.slo_strategies import (
-    CPUSuppressPolicy,
-    NodeSLOStrategies,
-    ResourceThresholdStrategy,
-    strategies_of,
-)
+from apis.quantity import milli_value
+from apis.slo_strategies import CPUSuppressPolicy, ResourceThresholdStrategy
 from koordlet.errors import CgroupGoneError, HostError, UnsupportedError
 from koordlet.executor.batch import BatchResult, BatchWrite
 from koordlet.metriccache import series
@@ -63,11 +59,10 @@ from koordlet.qos.cpupicker import (
     pick_be_cpus,
     processors_from_node_info,
 )
-from koordlet.qos.manager import StrategyContext, StrategyReport
+from koordlet.qos.framework import StrategyContext, StrategyReport
+from koordlet.qos.shared import cpus_of_annotation
 from koordlet.statesinformer.model import HostAppInfo, PodInfo, WorkloadSnapshot
-from koordlet.system.knobs import parse_cpulist
-from koordlet.system.topology import format_cpulist
-from kubeclient.units import cpu_milli
+from koordlet.system.knobs import CPU_CFS_QUOTA, CPUSET_CPUS, Knob
 
 logger = logging.getLogger(__name__)
 
@@ -84,49 +79,9 @@ QUOTA_DEAD_BAND_RATIO = 0.01
 """Koordinator's ``suppressBypassQuotaDeltaRatio``: quota changes under 1 % of the node skip."""
 POLICY_CPUSET = "cpuset"
 POLICY_CFS_QUOTA = "cfsQuota"
-RESOURCE_STATUS_ANNOTATION = "scheduling.koordinator.sh/resource-status"
-"""Where the scheduler records a pod's exclusive cpuset (``{"cpuset": "0-3"}``)."""
 
 
 # Settings ---------------------------------------------------------------------------------------
-
-
-class LastGoodStrategies:
-    """The NodeSLO's strategy groups, merged over Koordinator's defaults exactly as the
-    Kubernetes states source merges them (``strategies_of(spec, strict=False)``), so that the
-    standalone and the cluster mode agree. A NodeSLO that fails to parse keeps the last good
-    strategies (Koordinator's defaults before the first good one); each rejected field is logged
-    once. Parsing is skipped while the spec object is the same."""
-
-    def __init__(self, strategy: str) -> None:
-        self._strategy = strategy
-        self._spec: NodeSLOSpec | None = None
-        self._value = NodeSLOStrategies()
-        self._logged: set[str] = set()
-        self.rejected = ""
-        """Why the spec in force was rejected; empty when it parsed."""
-
-    def of(self, spec: NodeSLOSpec) -> NodeSLOStrategies:
-        """The strategies of ``spec``, or the last good ones when it fails to parse."""
-        if spec is self._spec:
-            return self._value
-        self._spec = spec
-        try:
-            value = strategies_of(spec, source="NodeSLO", strict=False)
-        except SchemaError as err:
-            key = err.field or str(err)
-            self.rejected = str(err)
-            if key not in self._logged:
-                self._logged.add(key)
-                logger.warning(
-                    "%s: NodeSLO field %s rejected, keeping the last good settings: %s",
-                    self._strategy,
-                    err.field or "?",
-                    err,
-                )
-            return self._value
-        self._value, self.rejected = value, ""
-        return value
 
 
 # Node reservation -------------------------------------------------------------------------------
@@ -139,7 +94,7 @@ def _cpu_of(resources: object) -> int | None:
     if not isinstance(raw, str | int | float) or isinstance(raw, bool):
         return None
     try:
-        return cpu_milli(raw)
+        return milli_value(raw)
     except ValueError:
         return None
 
@@ -269,20 +224,6 @@ def cfs_quota_target(suppress_milli: int, current: int | None, capacity_cores: i
     return target
 
 
-def cpus_of_annotation(annotations: Mapping[str, str]) -> frozenset[int]:
-    """CPUs of a pod's ``scheduling.koordinator.sh/resource-status`` cpuset; empty when none or
-    malformed."""
-    raw = annotations.get(RESOURCE_STATUS_ANNOTATION)
-    if not raw:
-        return frozenset()
-    try:
-        status = json.loads(raw)
-        text = status.get("cpuset", "") if isinstance(status, dict) else ""
-        return parse_cpulist(text) if isinstance(text, str) else frozenset()
-    except ValueError:
-        return frozenset()
-
-
 def exclusive_cpus(pods: Iterable[PodInfo]) -> tuple[frozenset[int], frozenset[int]]:
     """``(LSR CPUs, LSE CPUs)`` from the pods' resource-status annotations."""
     lsr: set[int] = set()
@@ -314,6 +255,7 @@ def be_cgroup_dirs(snapshot: WorkloadSnapshot, be_dir: str) -> list[str]:
 # The strategy -----------------------------------------------------------------------------------
 
 _T = TypeVar("_T")
+_V = TypeVar("_V")
 NodeGetter = Callable[[], Mapping[str, Any] | None]
 """Returns the Node object (``metadata.annotations``, ``status.capacity``/``allocatable``) when
 the koordlet runs against a cluster, None in standalone mode."""
@@ -339,12 +281,6 @@ class _State:
     """Inputs, decision and result of the last round, for ``/debug/qos``."""
 
 
-def _qos_setting(config: Any, name: str, default: float) -> float:
-    qos = getattr(config, "qos", None)
-    value = getattr(qos, name, None) if qos is not None else None
-    return float(value) if isinstance(value, int | float) and value > 0 else default
-
-
 def _settings_dict(s: ResourceThresholdStrategy) -> dict[str, Any]:
     return {
         "enable": s.enable,
@@ -363,13 +299,14 @@ class CPUSuppress:
 
     name = NAME
 
-    def __init__(self, ctx: StrategyContext, *, node: NodeGetter | None = None) -> None:
+    def __init__(
+        self, ctx: StrategyContext, interval: float = 1.0, *, node: NodeGetter | None = None
+    ) -> None:
         self._ctx = ctx
-        self.interval = _qos_setting(ctx.config, "cpu_suppress_interval", 1.0)
+        self.interval = interval
         """Seconds between rounds: Koordinator's ``--cpu-suppress-interval-seconds`` (1)."""
-        self._node_name = str(getattr(ctx.config, "node_name", ""))
-        self._node: NodeGetter | None = node if node is not None else getattr(ctx, "node", None)
-        self._slo = LastGoodStrategies(NAME)
+        self._node_name = ctx.config.node_name
+        self._node: NodeGetter | None = node if node is not None else ctx.node
         self._state = _State()
 
     # Introspection ---------------------------------------------------------------------------
@@ -423,13 +360,11 @@ class CPUSuppress:
 
     async def reconcile(self) -> None:
         ctx = self._ctx
-        settings = self._slo.of(ctx.node_slo()).resource_used_threshold_with_be
+        settings = ctx.node_slo().resource_used_threshold_with_be
         snapshot = ctx.workloads()
         be_dir = ctx.host().layout.qos_dir(KubeQOS.BESTEFFORT)
         processors = processors_from_node_info(ctx.cache.get_info(NODE_INFO_KEY))
         last: dict[str, Any] = {"at": ctx.now(), "settings": _settings_dict(settings)}
-        if self._slo.rejected:
-            last["nodeslo_rejected"] = self._slo.rejected
         self._state.last = last
         inputs: dict[str, Any] = {"settings": last["settings"]}
 
@@ -509,18 +444,16 @@ class CPUSuppress:
 
     # Reading ---------------------------------------------------------------------------------
 
-    async def _read(self, knob_name: str, rel_dir: str, default: _T) -> Any | _T:
+    async def _read(self, knob: Knob[_V], rel_dir: str, default: _T) -> _V | _T:
         """The knob's current value, read from its file on the writer thread (in order with the
         queued writes); ``default`` when the cgroup is gone or the knob unsupported (logged)."""
         executor = self._ctx.executor
         try:
-            return await asyncio.wrap_future(
-                executor.call(lambda: executor.read(knob_name, rel_dir))
-            )
+            return await asyncio.wrap_future(executor.call(lambda: executor.read(knob, rel_dir)))
         except CgroupGoneError:
-            logger.debug("%s: %s gone while reading %s", NAME, rel_dir, knob_name)
+            logger.debug("%s: %s gone while reading %s", NAME, rel_dir, knob.name)
         except UnsupportedError as err:
-            logger.debug("%s: %s unreadable: %s", NAME, knob_name, err)
+            logger.debug("%s: %s unreadable: %s", NAME, knob.name, err)
         return default
 
     # cfsQuota -------------------------------------------------------------------------------
@@ -528,14 +461,14 @@ class CPUSuppress:
     async def _apply_quota(
         self, milli: int, capacity: int, be_dir: str, reason: str, last: dict[str, Any]
     ) -> None:
-        current: int | None = await self._read("cpu_cfs_quota", be_dir, None)
+        current = await self._read(CPU_CFS_QUOTA, be_dir, None)
         last["current_quota"] = current
         target = cfs_quota_target(milli, current, capacity)
         if target is None:
             last["decision"] = f"cfsQuota: keep {current} (change under the dead band)"
             return
         last["decision"] = f"cfsQuota: {target} us"
-        if not await self._write_one("cpu_cfs_quota", be_dir, target, reason):
+        if not await self._write_one(CPU_CFS_QUOTA, be_dir, target, reason):
             return
         self._state.quota_restored = False
         self._state.suppressed_cores[POLICY_CFS_QUOTA] = target / CFS_PERIOD_US
@@ -545,7 +478,7 @@ class CPUSuppress:
     async def _restore_quota(self, be_dir: str, why: str) -> None:
         if self._state.quota_restored:
             return
-        if await self._write_one("cpu_cfs_quota", be_dir, None, f"restore: {why}"):
+        if await self._write_one(CPU_CFS_QUOTA, be_dir, None, f"restore: {why}"):
             self._state.quota_restored = True
             self._state.suppressed_cores.pop(POLICY_CFS_QUOTA, None)
 
@@ -566,7 +499,8 @@ class CPUSuppress:
     ) -> None:
         lsr, lse = exclusive_cpus(snapshot.pods.values())
         allowed = frozenset(self._allowed(snapshot, processors))
-        old: frozenset[int] = frozenset(await self._read("cpuset_cpus", be_dir, allowed))
+        current: frozenset[int] = await self._read(CPUSET_CPUS, be_dir, allowed)
+        old = frozenset(current)
         last["current_cpuset"] = format_cpulist(old)
         count = be_cpuset_count(milli, len(old), len(processors))
         cpus = frozenset(pick_be_cpus(count, processors, lsr_cpus=lsr, excluded=lse))
@@ -607,7 +541,7 @@ class CPUSuppress:
         real and nothing failed; a cgroup removed meanwhile is a normal race, not a failure.
         Raises :class:`HostError` naming the first failure after the rest was written."""
         writes = [
-            BatchWrite("cpuset_cpus", d, cpus, strategy=NAME, reason=reason)
+            BatchWrite(CPUSET_CPUS, d, cpus, strategy=NAME, reason=reason)
             for d in sorted(dirs, key=lambda d: (d.count("/"), d))
         ]
         result: BatchResult = await asyncio.wrap_future(self._ctx.executor.submit_batch(writes))
@@ -624,23 +558,23 @@ class CPUSuppress:
 
     # Writing --------------------------------------------------------------------------------
 
-    async def _write_one(self, knob_name: str, rel_dir: str, value: object, reason: str) -> bool:
+    async def _write_one(self, knob: Knob[_V], rel_dir: str, value: _V, reason: str) -> bool:
         """One write through the single writer; True when it was real (not a dry run). A
         vanished cgroup or an unsupported knob is logged and False; other failures raise."""
         executor = self._ctx.executor
         try:
             await asyncio.wrap_future(
-                executor.submit(knob_name, rel_dir, value, strategy=NAME, reason=reason)
+                executor.submit(knob, rel_dir, value, strategy=NAME, reason=reason)
             )
         except CgroupGoneError:
             logger.debug("%s: %s gone", NAME, rel_dir)
             return False
         except UnsupportedError as err:
-            logger.warning("%s: %s not written: %s", NAME, knob_name, err)
+            logger.warning("%s: %s not written: %s", NAME, knob.name, err)
             return False
         return not self._ctx.dry_run(NAME)
 
 
-def new_cpu_suppress(ctx: StrategyContext) -> CPUSuppress:
+def build(ctx: StrategyContext, interval: float) -> CPUSuppress:
     """Table factory."""
-    return CPUSuppress(ctx)
+    return CPUSuppress(ctx, interval)

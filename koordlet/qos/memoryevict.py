@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import json
 import logging
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -42,13 +41,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from apis.extension import QoSClass
-from apis.slo import SchemaError, thaw
-from apis.slo_strategies import parse_resource_threshold_strategy
+from apis.priority import PRIORITY_MID_VALUE_MAX
+from apis.slo_strategies import ResourceThresholdStrategy
+from koordlet.collectors.noderesource import NODE_MEMORY
 from koordlet.events.watches import PressureEvent
 from koordlet.features import gate_enabled
 from koordlet.metriccache import series
 from koordlet.qos.evictor import (
-    ANNOTATION_EVICTION_POLICY,
     EVICT_REASON_PREFIX,
     LABEL_EVICTION_ENABLED,
     REASON_MEMORY,
@@ -57,15 +56,15 @@ from koordlet.qos.evictor import (
     order_by_priority,
 )
 from koordlet.qos.evictor import pick_victims as pick
-from koordlet.qos.manager import StrategyContext, StrategyReport
+from koordlet.qos.framework import StrategyContext, StrategyReport
+from koordlet.qos.shared import InvalidThreshold, eviction_policy_allowed
 from koordlet.statesinformer.model import PodInfo
 from koordlet.system.cgroups import CgroupVersion
-from koordlet.system.procfs import read_meminfo
 
 logger = logging.getLogger(__name__)
 
 NAME = "memoryevict"
-GATE = "BEMemoryEvict"
+FEATURE_GATE = "BEMemoryEvict"
 """The table gate (Koordinator's ``BEMemoryEvict``)."""
 FEATURE_MEMORY_EVICT = "MemoryEvict"
 """Upstream gate of the priority-based task (runs when this koordlet's gates know and enable it)."""
@@ -75,10 +74,6 @@ MEMORY_RELEASE_BUFFER_PERCENT = 2
 """``memoryEvictLowerPercent`` when unset: the threshold minus this (upstream's constant)."""
 DEFAULT_INTERVAL = 1.0
 """Seconds between rounds (``--memory-evict-interval-seconds``)."""
-DEFAULT_COOL_TIME = 4.0
-"""Seconds without rounds after an eviction (``--memory-evict-cool-time-seconds``)."""
-PRIORITY_MID_VALUE_MAX = 7999
-"""koord-mid's highest priority: the allocatable task never reaches koord-prod."""
 WATCH_NAME = "memoryevict"
 """Name of this strategy's pressure watch."""
 PSI_STALL_US = 100_000
@@ -92,10 +87,6 @@ FOLLOW_UP_ROUNDS = 50
 buffer), look again every 20 ms for up to 1 s (then the tick carries on): the memcg threshold
 counts charges a little differently from the node usage the round compares."""
 """Re-arm the memcg threshold when its target moves by more than this fraction of capacity."""
-
-
-class InvalidThreshold(ValueError):
-    """A NodeSLO threshold combination upstream refuses (the task is skipped, not failed)."""
 
 
 # Settings ------------------------------------------------------------------------------------
@@ -121,11 +112,8 @@ class MemoryEvictSettings:
     """``allocatableEvictPriorityThreshold``."""
 
 
-def settings_of(raw: Mapping[str, Any] | None) -> MemoryEvictSettings:
-    """Settings from the raw ``resourceUsedThresholdWithBE``, parsed and merged over upstream's
-    defaults by ``apis.slo_strategies`` (unknown fields ignored). Raises
-    :class:`apis.slo.SchemaError` for a value outside the CRD's ranges."""
-    t = parse_resource_threshold_strategy(thaw(raw), strict=False)
+def settings_of(t: ResourceThresholdStrategy) -> MemoryEvictSettings:
+    """The fields memory eviction reads of ``resourceUsedThresholdWithBE`` in force."""
     return MemoryEvictSettings(
         enabled=t.enable,
         threshold=t.memory_evict_threshold_percent,
@@ -200,19 +188,6 @@ def release_by_allocatable(requested: int, allocatable: int, threshold: int, low
 # Candidates and their order ------------------------------------------------------------------
 
 
-def eviction_policy_allowed(pod: PodInfo, feature: str) -> bool:
-    """``koordinator.sh/eviction-policy`` (a JSON list of features) allows ``feature``; absent:
-    allowed; unparsable: refused, as upstream."""
-    text = pod.annotations.get(ANNOTATION_EVICTION_POLICY)
-    if text is None:
-        return True
-    try:
-        policies = json.loads(text)
-    except ValueError:
-        return False
-    return isinstance(policies, list) and feature in policies
-
-
 @dataclass(frozen=True, slots=True)
 class Candidate:
     """A pod that may be evicted, with what ordering and accounting need."""
@@ -274,6 +249,7 @@ class MemoryEvict:
     def __init__(
         self,
         ctx: StrategyContext,
+        interval: float = DEFAULT_INTERVAL,
         *,
         capacity: Callable[[], int | None] | None = None,
         fresh_usage: Callable[[], tuple[int, int]] | None = None,
@@ -282,11 +258,10 @@ class MemoryEvict:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.ctx = ctx
-        qos = getattr(ctx.config, "qos", None)
-        self.interval = float(getattr(qos, "memory_evict_interval", DEFAULT_INTERVAL))
-        self.cool_time = float(getattr(qos, "memory_evict_cool_time", DEFAULT_COOL_TIME))
+        self.interval = interval
+        self.cool_time = ctx.config.qos.memory_evict_cool_time
         self._capacity_fn = capacity
-        self._fresh_usage = fresh_usage or self._read_meminfo
+        self._fresh_usage = fresh_usage
         self._watch_dir = watch_dir
         self._allocatable_fn = allocatable
         self._clock = clock
@@ -298,7 +273,7 @@ class MemoryEvict:
         self._tasks: set[asyncio.Task[None]] = set()
         self._event_waiting = False
         self._near = False
-        self._parsed: tuple[object, MemoryEvictSettings] | None = None
+        self._settings_of: tuple[ResourceThresholdStrategy, MemoryEvictSettings] | None = None
         self._memcg_refused = False
         self.event_rounds = 0
         """Rounds run on a pressure event."""
@@ -323,17 +298,13 @@ class MemoryEvict:
             left = self.cool_time - (now - self._last_evict)
             ctx.report(name, StrategyReport({"trigger": trigger}, f"cool-down, {left:.1f}s left"))
             return []
-        try:
-            settings = self._settings()
-        except SchemaError as err:
-            ctx.report(name, StrategyReport({"trigger": trigger}, f"skip: invalid NodeSLO: {err}"))
-            return []
+        settings = self._settings()
         if not settings.enabled:
             ctx.report(name, StrategyReport({"trigger": trigger}, "disabled in NodeSLO"))
             return []
         inputs: dict[str, Any] = {"trigger": trigger}
         if trigger == "event":
-            used_now, total = await asyncio.to_thread(self._fresh_usage)
+            used_now, total = await self._usage_now()
             self._last_total = total
             used: float = used_now
             inputs["node_memory_used"] = {"value": used_now, "age": 0.0, "fresh": True}
@@ -390,7 +361,7 @@ class MemoryEvict:
         usage = self._pod_usage(pods)
         tasks: list[_Task] = []
         taken: set[str] = set()
-        features = [GATE] + [
+        features = [FEATURE_GATE] + [
             f
             for f in (FEATURE_ALLOCATABLE_EVICT, FEATURE_MEMORY_EVICT)
             if gate_enabled(ctx.config, f)
@@ -437,7 +408,7 @@ class MemoryEvict:
         need = release_by_used(used, capacity, threshold, lower)
         if need <= 0:
             return None
-        if feature == GATE:
+        if feature == FEATURE_GATE:
             be = [p for p in pods if p.qos is QoSClass.BE and eviction_policy_allowed(p, feature)]
             ordered = order_be(Candidate(p, usage.get(p.uid, 0)) for p in be)
         else:
@@ -499,13 +470,13 @@ class MemoryEvict:
     # Inputs ----------------------------------------------------------------------------------
 
     def _settings(self) -> MemoryEvictSettings:
-        """The NodeSLO's settings, parsed again only when the NodeSLO section changes."""
-        raw = self.ctx.node_slo().resource_used_threshold_with_be
-        cached = self._parsed
-        if cached is not None and cached[0] is raw:
+        """The settings of the NodeSLO in force (picked again only when its section changes)."""
+        section = self.ctx.node_slo().resource_used_threshold_with_be
+        cached = self._settings_of
+        if cached is not None and cached[0] is section:
             return cached[1]
-        settings = settings_of(raw)
-        self._parsed = (raw, settings)
+        settings = settings_of(section)
+        self._settings_of = (section, settings)
         return settings
 
     def capacity(self) -> int | None:
@@ -522,8 +493,16 @@ class MemoryEvict:
             return int(total)
         return self._last_total
 
-    def _read_meminfo(self) -> tuple[int, int]:
-        info = read_meminfo(self.ctx.host().paths)
+    async def _usage_now(self) -> tuple[int, int]:
+        """The node's memory used and total now, for an event round: through the collector
+        runner's on-demand read (``noderesource.NODE_MEMORY``, which also refreshes the node
+        memory series), or the injected reader."""
+        if self._fresh_usage is not None:
+            return await asyncio.to_thread(self._fresh_usage)
+        read_now = self.ctx.read_now
+        if read_now is None:
+            raise RuntimeError(f"{NAME}: an event round needs ctx.read_now or fresh_usage")
+        info = await read_now(NODE_MEMORY)
         return info.used, info.mem_total
 
     # Pressure events -------------------------------------------------------------------------
@@ -534,10 +513,7 @@ class MemoryEvict:
         if ctx.events is None:
             return None
         host = ctx.host()
-        try:
-            settings = self._settings()
-        except SchemaError:
-            return None
+        settings = self._settings()
         if not settings.enabled:
             return None
         if host.layout.version is CgroupVersion.V2 or self._memcg_refused:
@@ -650,6 +626,6 @@ class MemoryEvict:
         }
 
 
-def memoryevict(ctx: StrategyContext) -> MemoryEvict:
+def build(ctx: StrategyContext, interval: float) -> MemoryEvict:
     """Table factory."""
-    return MemoryEvict(ctx)
+    return MemoryEvict(ctx, interval)

@@ -1,8 +1,8 @@
 """System config (Koordinator's ``sysreconcile``, gate ``SystemConfig``): node-wide memory
 watermarks from NodeSLO ``spec.systemStrategy``.
 
-Each round, with ``systemStrategy`` read over Koordinator's defaults (``apis.slo_strategies``;
-every field unset by default, and an unset field is left alone):
+Each round, with ``systemStrategy`` of the NodeSLO in force (``ctx.node_slo()``, over
+Koordinator's defaults: every field unset by default, and an unset field is left alone):
 
 - ``vm.min_free_kbytes = total memory (kB) * minFreeKbytesFactor / 10000`` (integer division, as
   upstream), written only inside its valid range 10240..10485760 kB;
@@ -28,8 +28,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 
-from apis.slo import SchemaError, thaw
-from apis.slo_strategies import SystemStrategy, parse_system_strategy
+from apis.slo_strategies import SystemStrategy, to_json
 from koordlet.errors import HostError, InvalidValueError, KoordletError, UnsupportedError
 from koordlet.executor.sysctl import (
     MEMCG_REAP_BACKGROUND,
@@ -40,13 +39,13 @@ from koordlet.executor.sysctl import (
     call_on_writer,
     executor_hooks,
 )
-from koordlet.qos.manager import StrategyContext, StrategyReport
+from koordlet.qos.framework import StrategyContext, StrategyReport
 
 logger = logging.getLogger(__name__)
 
 NAME = "sysreconcile"
 """Table name."""
-GATE = "SystemConfig"
+FEATURE_GATE = "SystemConfig"
 """Koordinator's feature gate."""
 DEFAULT_INTERVAL = 1.0
 """Seconds between rounds (Koordinator's ``--reconcile-interval-seconds``, 1)."""
@@ -111,15 +110,10 @@ class SystemConfigStrategy:
 
     async def reconcile(self) -> None:
         ctx = self._ctx
-        raw = ctx.node_slo().system_strategy
-        try:
-            strategy = parse_system_strategy(thaw(raw), source="NodeSLO", strict=False)
-        except SchemaError as err:
-            ctx.report(NAME, StrategyReport({"systemStrategy": thaw(raw)}, f"invalid: {err}"))
-            return
+        strategy = ctx.node_slo().system_strategy
         total = node_memory_total(ctx.cache.get_info(NODE_INFO_KEY))
         wanted = desired_settings(strategy, total)
-        inputs = {"systemStrategy": thaw(raw), "memory_total_bytes": total}
+        inputs = {"systemStrategy": to_json(strategy), "memory_total_bytes": total}
         if all(v is None for v in wanted.values()) and not self._originals:
             ctx.report(NAME, StrategyReport(inputs, "nothing to do: no setting asked"))
             return
@@ -184,9 +178,6 @@ class SystemConfigStrategy:
             logger.info("system config: %s not set: %s", name, why)
 
 
-def build(ctx: StrategyContext) -> SystemConfigStrategy:
-    """Table factory: the round interval is ``qos.reconcile_interval`` (Koordinator's
-    ``--reconcile-interval-seconds``), else 1 s."""
-    qos = getattr(ctx.config, "qos", None)
-    interval = float(getattr(qos, "reconcile_interval", DEFAULT_INTERVAL))
+def build(ctx: StrategyContext, interval: float) -> SystemConfigStrategy:
+    """Table factory."""
     return SystemConfigStrategy(ctx, interval=interval)

@@ -19,8 +19,8 @@ v1alpha1``), following the Go koordlet's NodeMetric informer field by field:
 Memory follows ``nodeMemoryCollectPolicy``: ``usageWithoutPageCache`` (default) reads the usage
 without page cache, ``usageWithPageCache`` the usage with it, ``usageWithHotPageCache`` the usage
 with hot page cache where the cold-page collector produced it (else the default). Quantities are
-printed as Kubernetes prints them (``kubeclient.units``): CPU in whole milli-cores (``"1250m"``),
-memory in bytes in canonical binary form.
+printed as Kubernetes prints them (:mod:`apis.nodemetric` writes the typed status): CPU in whole
+milli-cores (``"1250m"``), memory in bytes in canonical binary form.
 
 :class:`NodeMetricReporter` writes the status through the ``status`` subresource every
 ``reportIntervalSeconds`` (default 60, minimum 30) with conflict retry, behind a token bucket of
@@ -37,9 +37,23 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any, NoReturn, Protocol
 
-from apis.slo import HostApplication, NodeSLOSpec
+from apis.nodemetric import (
+    EMPTY_RESOURCE_MAP,
+    AggregatedUsage,
+    HostApplicationMetricInfo,
+    NodeMetricInfo,
+    NodeMetricStatus,
+    NUMAMetric,
+    PodMetricInfo,
+    ResourceMap,
+    node_metric_status_json,
+    parse_node_metric_status,
+)
+from apis.slo import HostApplication
+from apis.slo_inforce import NodeSLOInForce
 from koordlet.metriccache import MIN_VALID_COVERAGE, MetricCache
 from koordlet.metriccache import series as s
 from koordlet.metriccache.aggregate import Aggregate
@@ -49,7 +63,6 @@ from koordlet.statesinformer.model import PodInfo
 from kubeclient.client import KubeClient, Obj
 from kubeclient.errors import ApiError, NotFound
 from kubeclient.resources import NODE_METRICS
-from kubeclient.units import format_bytes, format_cpu, format_duration
 from kubeclient.writes import WriteRateLimiter, update_status
 
 logger = logging.getLogger(__name__)
@@ -88,19 +101,15 @@ _MEMORY_POLICY = {
 _DEFAULT_MEMORY = _MEMORY_POLICY["usageWithoutPageCache"]
 
 
-def format_time(ts: float) -> str:
-    """``metav1.Time`` as JSON: RFC 3339 in UTC, whole seconds."""
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(ts))
-
-
-def _resources(cpu: float | None, memory: float | None) -> Obj:
-    """A ``ResourceMap``: ``{"resources": {...}}``, or ``{}`` when nothing is known."""
-    res: dict[str, str] = {}
+def _resources(cpu: float | None, memory: float | None) -> ResourceMap:
+    """A ``ResourceMap`` of CPU (cores, truncated to the milli-core as the Go koordlet does) and
+    memory (bytes, truncated); empty when nothing is known."""
+    res: dict[str, int] = {}
     if cpu is not None:
-        res["cpu"] = format_cpu(cpu)
+        res["cpu"] = int(cpu * 1000)
     if memory is not None:
-        res["memory"] = format_bytes(memory)
-    return {"resources": res} if res else {}
+        res["memory"] = int(memory)
+    return ResourceMap(res) if res else EMPTY_RESOURCE_MAP
 
 
 class _Reader:
@@ -120,24 +129,26 @@ class _Reader:
         agg = self.cache.aggregate(metric, entity, self.start, self.end)
         return None if agg is None else agg.avg
 
-    def usage(self, cpu_metric: str, mem_metric: str, entity: str) -> Obj:
+    def usage(self, cpu_metric: str, mem_metric: str, entity: str) -> ResourceMap:
         return _resources(self.avg(cpu_metric, entity), self.avg(mem_metric, entity))
 
-    def aggregated(self, cpu_metric: str, mem_metric: str, entity: str) -> list[Obj]:
+    def aggregated(
+        self, cpu_metric: str, mem_metric: str, entity: str
+    ) -> tuple[AggregatedUsage, ...]:
         out = []
         for seconds in self.policy.node_aggregate_durations:
             start = self.end - seconds
             cpu = self.cache.aggregate(cpu_metric, entity, start, self.end)
             mem = self.cache.aggregate(mem_metric, entity, start, self.end)
-            usage: dict[str, Obj]
+            usage: dict[str, ResourceMap]
             if cpu is None or cpu.coverage(start, self.end) < MIN_VALID_COVERAGE:
-                usage = {kind: {} for kind in AGGREGATIONS}
+                usage = dict.fromkeys(AGGREGATIONS, EMPTY_RESOURCE_MAP)
             else:
                 usage = {
                     kind: _resources(_value(cpu, kind), _value(mem, kind)) for kind in AGGREGATIONS
                 }
-            out.append({"duration": format_duration(seconds), "usage": usage})
-        return out
+            out.append(AggregatedUsage(float(seconds), usage))
+        return tuple(out)
 
 
 def _value(agg: Aggregate | None, kind: str) -> float | None:
@@ -145,6 +156,68 @@ def _value(agg: Aggregate | None, kind: str) -> float | None:
         return None
     result: float = getattr(agg, kind)
     return result
+
+
+def build_metric_status(
+    cache: MetricCache,
+    policy: CollectPolicy,
+    pods: Iterable[PodInfo],
+    host_apps: Iterable[HostApplication],
+    now: float,
+    prod_reclaimable: ResourceMap | None = None,
+) -> NodeMetricStatus:
+    """The typed NodeMetric ``status`` for the window ending at ``now`` (see the module
+    docstring); ``prod_reclaimable`` is the predictor's ``prodReclaimableMetric.resource``."""
+    r = _Reader(cache, policy, now)
+    numa = []
+    for entity in cache.entities(s.NUMA_MEMORY_USAGE):
+        node_id = entity.rpartition("/")[2]
+        mem = r.avg(s.NUMA_MEMORY_USAGE, entity)
+        if node_id.isdigit() and mem is not None:
+            numa.append(NUMAMetric(int(node_id), _resources(None, mem)))
+    node_metric = NodeMetricInfo(
+        node_usage=r.usage(s.NODE_CPU_USAGE, r.memory.node, s.NODE),
+        system_usage=r.usage(s.SYSTEM_CPU_USAGE, s.SYSTEM_MEMORY_USAGE, s.SYSTEM),
+        aggregated_node_usages=r.aggregated(s.NODE_CPU_USAGE, r.memory.node, s.NODE),
+        aggregated_system_usages=r.aggregated(s.SYSTEM_CPU_USAGE, s.SYSTEM_MEMORY_USAGE, s.SYSTEM),
+        numa_usages=tuple(sorted(numa, key=lambda n: n.numa_node_id)),
+    )
+    pods_metric = []
+    for pod in sorted(pods, key=lambda p: (p.namespace, p.name)):
+        entity = s.pod_entity(pod.uid)
+        cpu = r.avg(s.POD_CPU_USAGE, entity)
+        if cpu is None:
+            continue  # no samples in the window: upstream skips the pod too
+        pods_metric.append(
+            PodMetricInfo(
+                namespace=pod.namespace,
+                name=pod.name,
+                pod_usage=_resources(cpu, r.avg(r.memory.pod, entity)),
+                priority=pod.priority_class,
+                qos=pod.qos.value,
+            )
+        )
+    apps_metric = []
+    for app in host_apps:
+        entity = s.host_app_entity(app.name)
+        cpu = r.avg(s.HOST_APP_CPU_USAGE, entity)
+        if cpu is None:
+            continue
+        apps_metric.append(
+            HostApplicationMetricInfo(
+                name=app.name,
+                usage=_resources(cpu, r.avg(r.memory.host_app, entity)),
+                priority=app.priority.value,
+                qos=app.qos.value,
+            )
+        )
+    return NodeMetricStatus(
+        update_time=datetime.fromtimestamp(int(now), UTC),
+        node_metric=node_metric,
+        pods_metric=tuple(pods_metric),
+        host_application_metric=tuple(apps_metric),
+        prod_reclaimable_metric=prod_reclaimable,
+    )
 
 
 def build_status(
@@ -155,61 +228,17 @@ def build_status(
     now: float,
     prod_reclaimable: Obj | None = None,
 ) -> Obj:
-    """The NodeMetric ``status`` for the window ending at ``now`` (see the module docstring);
-    ``prod_reclaimable`` is the predictor's ``prodReclaimableMetric`` (None: left out)."""
-    r = _Reader(cache, policy, now)
-    node_metric: Obj = {
-        "nodeUsage": r.usage(s.NODE_CPU_USAGE, r.memory.node, s.NODE),
-        "aggregatedNodeUsages": r.aggregated(s.NODE_CPU_USAGE, r.memory.node, s.NODE),
-        "systemUsage": r.usage(s.SYSTEM_CPU_USAGE, s.SYSTEM_MEMORY_USAGE, s.SYSTEM),
-        "aggregatedSystemUsages": r.aggregated(s.SYSTEM_CPU_USAGE, s.SYSTEM_MEMORY_USAGE, s.SYSTEM),
-    }
-    numa = []
-    for entity in cache.entities(s.NUMA_MEMORY_USAGE):
-        node_id = entity.rpartition("/")[2]
-        mem = r.avg(s.NUMA_MEMORY_USAGE, entity)
-        if node_id.isdigit() and mem is not None:
-            numa.append({"numaNodeID": int(node_id), "nodeUsage": _resources(None, mem)})
-    if numa:
-        node_metric["numaUsages"] = sorted(numa, key=lambda n: n["numaNodeID"])
-    pods_metric = []
-    for pod in sorted(pods, key=lambda p: (p.namespace, p.name)):
-        entity = s.pod_entity(pod.uid)
-        cpu = r.avg(s.POD_CPU_USAGE, entity)
-        if cpu is None:
-            continue  # no samples in the window: upstream skips the pod too
-        pods_metric.append(
-            {
-                "namespace": pod.namespace,
-                "name": pod.name,
-                "podUsage": _resources(cpu, r.avg(r.memory.pod, entity)),
-                "priority": pod.priority_class,
-                "qos": pod.qos.value,
-            }
-        )
-    apps_metric = []
-    for app in host_apps:
-        entity = s.host_app_entity(app.name)
-        cpu = r.avg(s.HOST_APP_CPU_USAGE, entity)
-        if cpu is None:
-            continue
-        apps_metric.append(
-            {
-                "name": app.name,
-                "usage": _resources(cpu, r.avg(r.memory.host_app, entity)),
-                "priority": app.priority.value,
-                "qos": app.qos.value,
-            }
-        )
-    status: Obj = {
-        "updateTime": format_time(now),
-        "nodeMetric": node_metric,
-        "podsMetric": pods_metric,
-        "hostApplicationMetric": apps_metric,
-    }
+    """The NodeMetric ``status`` JSON (:func:`build_metric_status` written by
+    :func:`apis.nodemetric.node_metric_status_json`); ``prod_reclaimable`` is the predictor's
+    ``prodReclaimableMetric`` JSON (None: left out)."""
+    reclaim = None
     if prod_reclaimable is not None:
-        status["prodReclaimableMetric"] = prod_reclaimable
-    return status
+        reclaim = parse_node_metric_status(
+            {"prodReclaimableMetric": prod_reclaimable}, "predictor"
+        ).prod_reclaimable_metric
+    return node_metric_status_json(
+        build_metric_status(cache, policy, pods, host_apps, now, reclaim)
+    )
 
 
 class StatesView(Protocol):
@@ -217,7 +246,7 @@ class StatesView(Protocol):
 
     node_name: str
     collect_policy: CollectPolicy
-    node_slo: NodeSLOSpec
+    node_slo: NodeSLOInForce
 
     def node_metric(self) -> Obj | None: ...
 

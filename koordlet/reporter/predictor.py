@@ -50,7 +50,8 @@ from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
-from apis.slo import PriorityClass
+from apis.priority import PriorityClass
+from apis.quantity import format_bytes, format_milli, int_value, milli_value
 from koordlet.metriccache import MetricCache
 from koordlet.metriccache import series as s
 from koordlet.reporter.histogram import (
@@ -61,7 +62,6 @@ from koordlet.reporter.histogram import (
 )
 from koordlet.statesinformer.model import PodInfo
 from kubeclient.client import Obj
-from kubeclient.units import cpu_milli, format_bytes, format_cpu, memory_bytes
 
 logger = logging.getLogger(__name__)
 
@@ -148,7 +148,7 @@ class Reclaimable:
         return {
             "resource": {
                 "resources": {
-                    "cpu": format_cpu(self.cpu_milli / 1000.0),
+                    "cpu": format_milli(self.cpu_milli),
                     "memory": format_bytes(self.memory_bytes),
                 }
             }
@@ -249,7 +249,7 @@ class PeakPredictor:
         node = self._node()
         capacity = ((node or {}).get("status") or {}).get("capacity") or {}
         try:
-            return cpu_milli(capacity["cpu"]), memory_bytes(capacity["memory"])
+            return milli_value(capacity["cpu"]), int_value(capacity["memory"])
         except (KeyError, ValueError):
             return None
 

@@ -45,17 +45,17 @@ from typing import Any, NoReturn
 
 import yaml
 
+from apis.cpulist import format_cpulist, parse_cpulist
 from apis.extension import ANNOTATION_CPU_SHARED_POOLS as ANNOTATION_CPU_SHARED_POOLS
 from apis.extension import ANNOTATION_CPU_TOPOLOGY as ANNOTATION_CPU_TOPOLOGY
 from apis.extension import ANNOTATION_RESOURCE_STATUS, LABEL_MANAGED_BY, QoSClass
+from apis.quantity import format_bytes, int_value
 from koordlet.metriccache import MetricCache
 from koordlet.metriccache import series as s
 from koordlet.statesinformer.model import PodInfo
-from koordlet.system.topology import format_cpulist, parse_cpulist
 from kubeclient.client import KubeClient, Obj
 from kubeclient.errors import ApiError, Conflict, NotFound
 from kubeclient.resources import NODE_RESOURCE_TOPOLOGIES
-from kubeclient.units import format_bytes, memory_bytes
 
 logger = logging.getLogger(__name__)
 
@@ -121,7 +121,7 @@ class KubeletTopology:
         memory: dict[int, int] = {}
         for item in doc.get("reservedMemory") or []:
             try:
-                memory[int(item["numaNode"])] = memory_bytes(item["limits"]["memory"])
+                memory[int(item["numaNode"])] = int_value(item["limits"]["memory"])
             except (KeyError, TypeError, ValueError):
                 logger.warning("kubelet reservedMemory entry %r ignored", item)
         return cls(

@@ -10,8 +10,9 @@ Routes (GET and HEAD only; anything else is 405):
   format the scraper's ``Accept`` header asks for, gzip'd when it accepts that.
 - ``/healthz``: 200 ``ok`` whenever the event loop answers.
 - ``/readyz``: 200 once every start-up stage is done, else 503 naming the stage still pending.
-- ``/debug/...``: JSON views (see :mod:`koordlet.server.debug`), answered to loopback clients
-  only unless ``deps.debug_allow_remote``; others get 403.
+- ``/debug/...``: JSON views (see :mod:`koordlet.server.debug`) and the ``/debug/ui`` page with
+  its views (:mod:`koordlet.server.ui`), answered to loopback clients only unless
+  ``deps.debug_allow_remote``; others get 403.
 
 Building the exposition is CPU work over in-memory data owned by the event loop, so it runs on
 the loop: moving it to a thread would race with the collectors appending to the cache.
@@ -32,6 +33,8 @@ from prometheus_client.registry import Collector
 
 from koordlet.server.debug import DebugHandlers, is_loopback_peer
 from koordlet.server.exporter import EXPORTED_SERIES, SampleReader
+from koordlet.server.summary import UiDeps
+from koordlet.server.ui import UiHandlers
 from koordlet.statesinformer.model import WorkloadSnapshot
 
 logger = logging.getLogger(__name__)
@@ -170,16 +173,18 @@ async def _readyz(request: web.Request) -> web.Response:
     )
 
 
-def build_app(deps: ServerDeps) -> web.Application:
-    """The aiohttp application serving the routes of the module docstring."""
+def build_app(deps: ServerDeps, ui: UiDeps | None = None) -> web.Application:
+    """The aiohttp application serving the routes of the module docstring; with ``ui``, also
+    ``/debug/ui`` and the views it polls (:mod:`koordlet.server.ui`)."""
     app = web.Application(middlewares=[_debug_guard])
     app[DEPS] = deps
-    debug = DebugHandlers(deps)
+    ui_routes = UiHandlers(deps, ui).routes() if ui is not None else []
+    debug = DebugHandlers(deps, extra=[path for path, _ in ui_routes])
     app.router.add_get("/metrics", _metrics)
     app.router.add_get("/healthz", _healthz)
     app.router.add_get("/readyz", _readyz)
     app.router.add_get("/debug", debug.index)
-    for path, handler in debug.routes():
+    for path, handler in [*debug.routes(), *ui_routes]:
         app.router.add_get(path, handler)
     return app
 

@@ -29,7 +29,7 @@ import ipaddress
 import json
 import math
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
@@ -190,8 +190,9 @@ def _json(data: Any, status: int = 200) -> web.Response:
 class DebugHandlers:
     """The ``/debug`` request handlers over the server's dependencies."""
 
-    def __init__(self, deps: ServerDeps) -> None:
+    def __init__(self, deps: ServerDeps, extra: Sequence[str] = ()) -> None:
         self._deps = deps
+        self._extra = tuple(extra)  # further /debug paths the index lists (the UI's)
 
     def routes(self) -> list[tuple[str, Handler]]:
         """``(path, handler)`` of every ``/debug/...`` endpoint."""
@@ -207,7 +208,7 @@ class DebugHandlers:
         ]
 
     async def index(self, request: web.Request) -> web.Response:
-        return _json({"endpoints": [path for path, _ in self.routes()]})
+        return _json({"endpoints": [*(path for path, _ in self.routes()), *self._extra]})
 
     async def capabilities(self, request: web.Request) -> web.Response:
         return _json(dict(self._deps.capabilities()))

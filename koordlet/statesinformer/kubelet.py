@@ -42,15 +42,15 @@ from typing import Any
 
 import aiohttp
 
+from apis.errors import FieldError
+from apis.kubernetes_keys import SERVICE_ACCOUNT_TOKEN_PATH as SERVICE_ACCOUNT_TOKEN
+from apis.quantity import parse_quantity
 from koordlet.statesinformer.kube import pod_info
 from koordlet.statesinformer.model import PodInfo
 from koordlet.system.cgroups import CgroupLayout
-from kubeclient.units import parse_quantity
 
 logger = logging.getLogger(__name__)
 
-SERVICE_ACCOUNT_TOKEN = "/var/run/secrets/kubernetes.io/serviceaccount/token"
-"""Where Kubernetes mounts the pod's service account token."""
 DEFAULT_KUBELET_PORT = 10250
 """The kubelet's authenticated port when the Node does not say."""
 ADDRESS_TYPES = ("Hostname", "ExternalIP", "InternalIP", "ExternalDNS", "InternalDNS")
@@ -68,12 +68,11 @@ class KubeletUnavailable(KubeletError):
     """No answer, a non-200 status, or no address to ask yet."""
 
 
-class KubeletResponseError(KubeletError):
+class KubeletResponseError(KubeletError, FieldError):
     """The kubelet answered something that is not a PodList; the message names the field."""
 
     def __init__(self, field: str, problem: str) -> None:
-        super().__init__(f"kubelet /pods: {field}: {problem}")
-        self.field = field
+        super().__init__(problem, source="kubelet /pods", field=field)
 
 
 @dataclass(frozen=True, slots=True)

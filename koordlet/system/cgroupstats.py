@@ -14,7 +14,8 @@ A collection tick reads three small files per cgroup (``cpuacct.usage`` or v2 ``
   layout, which measured cheaper for a file that small.
 
 Errors: a file or cgroup that vanished (``ENOENT``, ``ENODEV`` on a removed cgroup, ``ESRCH``)
-raises :class:`~koordlet.errors.CgroupGoneError`, chained to the ``OSError``; a file whose format
+raises :class:`~koordlet.errors.CgroupGoneError`, chained to the ``OSError``
+(``koordlet.system.oserrors.read_error``); a file whose format
 we do not understand raises :class:`~koordlet.errors.ParseError` naming the path and the key or
 line at fault.
 
@@ -26,32 +27,21 @@ excluded) and usage with page cache adds ``active_file + inactive_file``, on v1 
 
 from __future__ import annotations
 
-import errno
 import os
 from collections.abc import Sequence
 from typing import NamedTuple
 
-from koordlet.errors import CgroupGoneError, HostError, ParseError
+from koordlet.errors import ParseError
+from koordlet.system.oserrors import read_error
 
 READ_BUFFER = 16384
 """Bytes asked for by the first ``os.read``: v1 ``memory.stat`` is about 1 KiB, v2 about 1.5 KiB."""
-
-_GONE_ERRNOS = frozenset({errno.ENOENT, errno.ENODEV, errno.ESRCH})
-"""``ENODEV`` is what a read on an open file of a removed cgroup returns; ``ESRCH`` a dead pid's."""
 
 PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
 """Bytes per page; v1 ``memory.numa_stat`` counts pages."""
 
 _new = tuple.__new__
 """Builds a NamedTuple from a tuple without its ``__new__``, which is Python code."""
-
-
-def os_error(path: str, err: OSError) -> HostError:
-    """The host error for an ``OSError`` of ``path``: :class:`CgroupGoneError` when the file or
-    its cgroup vanished, else :class:`HostError`."""
-    if err.errno in _GONE_ERRNOS:
-        return CgroupGoneError(f"{path}: gone ({os.strerror(err.errno or 0)})")
-    return HostError(f"{path}: {err.strerror or err}")
 
 
 def read_file_bytes(path: str) -> bytes:
@@ -64,7 +54,7 @@ def read_file_bytes(path: str) -> bytes:
     try:
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     except OSError as err:
-        raise os_error(path, err) from err
+        raise read_error(path, err) from err
     try:
         data = os.read(fd, READ_BUFFER)
         if len(data) < READ_BUFFER:
@@ -78,7 +68,7 @@ def read_file_bytes(path: str) -> bytes:
                 return b"".join(chunks)
             chunks.append(chunk)
     except OSError as err:
-        raise os_error(path, err) from err
+        raise read_error(path, err) from err
     finally:
         os.close(fd)
 
@@ -194,13 +184,44 @@ def parse_int_file(data: bytes, path: str = "") -> int | None:
         raise ParseError(f"{path}: not an integer: {data[:64]!r}") from None
 
 
-def read_cpuacct_usage_ns(path: str) -> int:
-    """Total CPU time of a v1 cgroup in nanoseconds (``cpuacct.usage``)."""
-    data = read_file_bytes(path)
+def parse_integer(data: bytes, path: str) -> int:
+    """A file of one decimal integer (``cpuacct.usage``, ``memory.current``...)."""
     try:
         return int(data)
     except ValueError:
         raise ParseError(f"{path}: not an integer: {data[:64]!r}") from None
+
+
+def parse_raw(data: bytes, path: str) -> bytes:
+    """The file's bytes as they are, for a caller that parses them itself (a cpulist whose
+    parse the caller memoizes by content)."""
+    return data
+
+
+def read_cpuacct_usage_ns(path: str) -> int:
+    """Total CPU time of a v1 cgroup in nanoseconds (``cpuacct.usage``)."""
+    return parse_integer(read_file_bytes(path), path)
+
+
+# CFS bandwidth -------------------------------------------------------------------------------
+
+
+def parse_cfs_quota_v1(data: bytes, path: str) -> int | None:
+    """A v1 ``cpu.cfs_quota_us``: µs per period; None for ``-1`` (no quota)."""
+    quota = parse_integer(data, path)
+    return None if quota < 0 else quota
+
+
+def parse_cpu_max(data: bytes, path: str) -> tuple[int | None, int]:
+    """A v2 ``cpu.max``, ``"<quota|max> <period>"``: (quota µs or None when ``max``, period µs)."""
+    fields = data.split()
+    if len(fields) != 2:
+        raise ParseError(f"{path}: expected '<quota|max> <period>', got {data[:64]!r}")
+    try:
+        quota = None if fields[0] == b"max" else int(fields[0])
+        return quota, int(fields[1])
+    except ValueError:
+        raise ParseError(f"{path}: bad CFS quota {data[:64]!r}") from None
 
 
 def parse_cgroup_procs(data: bytes, path: str = "") -> list[int]:

@@ -52,6 +52,7 @@ from typing import Protocol
 from koordlet.errors import CgroupGoneError, HostError, ParseError, UnsupportedError
 from koordlet.system.cgroups import CgroupLayout
 from koordlet.system.cgroupstats import read_file_bytes
+from koordlet.system.oserrors import refused_errno
 from koordlet.system.paths import HostPaths
 
 IDLE_PAGE_STATS = "memory.idle_page_stats"
@@ -71,7 +72,6 @@ kidled scan period of 5 s)."""
 NO_BUCKETS = "no valid bucket available"
 """What the ``# buckets:`` line says when the memcg does not account idle pages."""
 _OPTIONAL_HEADERS = ("slab_scans", "use_hierarchy")
-_ENOTSUP = frozenset({errno.ENOTSUP, errno.EOPNOTSUPP})
 
 Reader = Callable[[str], bytes]
 """Reads a whole file: ``Tick.read`` or ``read_file_bytes`` (ENOENT → ``CgroupGoneError``)."""
@@ -214,11 +214,6 @@ def kidled_file(paths: HostPaths, name: str) -> str:
     return paths.sys(*KIDLED_DIR, name)
 
 
-def _errno(err: BaseException) -> int | None:
-    cause = err.__cause__
-    return cause.errno if isinstance(cause, OSError) else None
-
-
 def _knob(read: Reader, path: str) -> int:
     try:
         data = read(path)
@@ -227,8 +222,8 @@ def _knob(read: Reader, path: str) -> int:
             "kidled", f"{path} absent: kernel without kidled (Anolis kernels only)"
         ) from err
     except HostError as err:
-        code = _errno(err)
-        if code in _ENOTSUP:
+        code = refused_errno(err)
+        if code is not None:
             raise UnsupportedError(
                 "kidled",
                 f"{path}: the kernel refuses reads ({errno.errorcode[code]}, errno {code})",

@@ -26,13 +26,13 @@ use the exact inverse.) ``cpu_weight`` is the mirror image on v1.
 
 from __future__ import annotations
 
-import itertools
 import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, Generic, Protocol, TypeVar
 
+from apis.cpulist import MAX_CPU_ID, format_cpulist, parse_cpulist
 from koordlet.errors import InvalidValueError, ParseError, UnsupportedError
 from koordlet.system.cgroups import CgroupVersion
 
@@ -57,8 +57,6 @@ CFS_PERIOD_MAX_US = 1_000_000
 """kernel/sched ``min_cfs_quota_period`` (1 ms) and ``max_cfs_quota_period`` (1 s)."""
 CPU_BURST_MAX_US = 100 * 10 * 100_000
 """Koordinator's ``CPUBurstValidator`` bound (100 cores at 1000 % of one 100 ms period), µs."""
-CPULIST_MAX_ID = 65535
-"""Largest CPU or node id accepted in a cpulist (far above any kernel's ``NR_CPUS``)."""
 
 
 # Conversions ----------------------------------------------------------------------------------
@@ -76,39 +74,6 @@ def weight_to_shares(weight: int) -> int:
     return 2 + -((-(weight - 1) * 262142) // 9999)  # ceiling division
 
 
-def parse_cpulist(text: str) -> frozenset[int]:
-    """Parse a kernel cpulist (``0-3,8,10-11``; empty is the empty set).
-
-    Raises ``ValueError`` for negative ids, descending ranges or anything else malformed.
-    """
-    text = text.strip()
-    if not text:
-        return frozenset()
-    ids: set[int] = set()
-    for part in text.split(","):
-        m = _CPULIST_PART.fullmatch(part.strip())
-        if m is None:
-            raise ValueError(f"bad cpulist element {part!r}")
-        lo = int(m.group(1))
-        hi = int(m.group(2)) if m.group(2) is not None else lo
-        if hi < lo:
-            raise ValueError(f"descending range {part!r}")
-        if hi > CPULIST_MAX_ID:
-            raise ValueError(f"id {hi} above {CPULIST_MAX_ID}")
-        ids.update(range(lo, hi + 1))
-    return frozenset(ids)
-
-
-def format_cpulist(ids: Iterable[int]) -> str:
-    """The kernel's canonical cpulist of ``ids``: ascending, runs of two or more as ``a-b``."""
-    out: list[str] = []
-    for _, group in itertools.groupby(enumerate(sorted(set(ids))), key=lambda p: p[1] - p[0]):
-        run = [i for _, i in group]
-        out.append(str(run[0]) if len(run) == 1 else f"{run[0]}-{run[-1]}")
-    return ",".join(out)
-
-
-_CPULIST_PART = re.compile(r"(\d+)(?:-(\d+))?")
 _INT = re.compile(r"-?\d+")
 
 
@@ -194,13 +159,13 @@ class CpuList:
         if not isinstance(value, Iterable):
             raise TypeError(f"expected a set of ids or a cpulist, got {type(value).__name__}")
         ids = frozenset(_check_int(i) for i in value)
-        bad = [i for i in ids if not 0 <= i <= CPULIST_MAX_ID]
+        bad = [i for i in ids if not 0 <= i <= MAX_CPU_ID]
         if bad:
-            raise ValueError(f"ids {sorted(bad)} outside 0..{CPULIST_MAX_ID}")
+            raise ValueError(f"ids {sorted(bad)} outside 0..{MAX_CPU_ID}")
         return ids
 
     def describe(self) -> str:
-        return f"a set of ids in 0..{CPULIST_MAX_ID} or a cpulist"
+        return f"a set of ids in 0..{MAX_CPU_ID} or a cpulist"
 
 
 @dataclass(frozen=True, slots=True)

@@ -27,7 +27,8 @@ import os
 import resource
 
 from koordlet.system.cgroups import CGROUP2_SUPER_MAGIC, fd_fs_magic
-from koordlet.system.cgroupstats import READ_BUFFER, os_error
+from koordlet.system.cgroupstats import READ_BUFFER
+from koordlet.system.oserrors import read_error
 
 logger = logging.getLogger(__name__)
 
@@ -80,7 +81,7 @@ class OpenFiles:
                 data = _pread_all(fd, data)
         except OSError as err:
             self._forget(path)
-            raise os_error(path, err) from err
+            raise read_error(path, err) from err
         return data
 
     def end_tick(self) -> int:
@@ -102,7 +103,7 @@ class OpenFiles:
         try:
             fd = os.open(path, _FLAGS)
         except OSError as err:
-            raise os_error(path, err) from err
+            raise read_error(path, err) from err
         keep = False
         try:
             if not known_regular and len(self._fds) < self.limit:
@@ -117,7 +118,7 @@ class OpenFiles:
                 self._fds.pop(path, None)
                 self._last_read.pop(path, None)
             os.close(fd)
-            raise os_error(path, err) from err
+            raise read_error(path, err) from err
         if not keep:
             os.close(fd)
         return data

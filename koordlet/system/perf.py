@@ -21,9 +21,9 @@ a group's counts are then extrapolated as ``value * time_enabled / time_running`
 was enabled but never got onto the PMU (``time_running == 0``) has no estimate at all.
 
 **Errors.** ``OSError`` becomes a :class:`~koordlet.errors.HostError` naming the event, the CPU
-and the errno (the ``OSError`` is chained; :func:`errno_of` digs it out). ``ENOENT`` on the
-directory and, in cgroup mode, from ``perf_event_open`` (the cgroup went offline) is a
-:class:`~koordlet.errors.CgroupGoneError`. Since a missing hardware event also answers
+and the errno (the ``OSError`` is chained; ``koordlet.system.oserrors.errno_of`` digs it out).
+``ENOENT`` on the directory and, in cgroup mode, from ``perf_event_open`` (the cgroup went
+offline) is a :class:`~koordlet.errors.CgroupGoneError`. Since a missing hardware event also answers
 ``ENOENT``, whether the events exist is decided first by :func:`probe_events` (a CPU-wide group
 on one CPU), where ``ENOENT``, ``EOPNOTSUPP`` and ``ENODEV`` mean no such counter here.
 
@@ -48,6 +48,8 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from koordlet.errors import CgroupGoneError, HostError, ParseError, UnsupportedError
+from koordlet.system.cgroups import CgroupLayout, CgroupVersion
+from koordlet.system.oserrors import DENIED_ERRNOS, errno_name, errno_of
 
 logger = logging.getLogger(__name__)
 
@@ -233,25 +235,6 @@ class SyscallOpener:
 
     def close(self, fd: int) -> None:
         os.close(fd)
-
-
-def errno_name(code: int | None) -> str:
-    """``ENOENT`` for 2; ``errno 999`` for an unknown number; ``no errno`` for None."""
-    if code is None:
-        return "no errno"
-    if code == errno.EOPNOTSUPP:  # == ENOTSUP on Linux; the kernel's perf code says EOPNOTSUPP
-        return "EOPNOTSUPP"
-    return errno.errorcode.get(code, f"errno {code}")
-
-
-def errno_of(err: BaseException) -> int | None:
-    """The errno of ``err`` or of the ``OSError`` it was raised from."""
-    seen: BaseException | None = err
-    while seen is not None:
-        if isinstance(seen, OSError) and seen.errno is not None:
-            return seen.errno
-        seen = seen.__cause__
-    return None
 
 
 # Reading ---------------------------------------------------------------------------------------
@@ -560,7 +543,7 @@ class PerfSupport:
 def _meaning(code: int | None) -> str:
     if code in _ABSENT:
         return "this CPU or hypervisor exposes no such hardware counter"
-    if code in (errno.EACCES, errno.EPERM):
+    if code in DENIED_ERRNOS:
         return (
             "not permitted: CPU-wide counting needs CAP_PERFMON or CAP_SYS_ADMIN, "
             "or kernel.perf_event_paranoid <= 0"
@@ -596,3 +579,12 @@ def probe_events(
         return PerfSupport(False, f"{err}: {_meaning(code)}", code)
     group.close()
     return PerfSupport(True, f"opened {names} as a group on cpu {cpu}")
+
+
+def cgroup_mode_unsupported(layout: CgroupLayout) -> str:
+    """Why perf cannot count per cgroup on ``layout``, or empty: cgroup v1 needs the
+    ``perf_event`` controller mounted; v2 has it in the unified tree."""
+    root = layout.abs_dir("perf_event", "")
+    if layout.version is CgroupVersion.V1 and not os.path.isdir(root):
+        return f"cgroup v1 controller perf_event not mounted at {root}"
+    return ""

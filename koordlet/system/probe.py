@@ -12,7 +12,6 @@ for a file it did not see.
 
 from __future__ import annotations
 
-import errno
 import logging
 import os
 from collections.abc import Iterable, Iterator, Mapping
@@ -23,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from koordlet.system.cgroups import CgroupVersion
 from koordlet.system.kidled import probe_kidled
 from koordlet.system.knobs import KNOBS, Knob
+from koordlet.system.oserrors import refused_errno
 from koordlet.system.perf import CYCLES, INSTRUCTIONS, probe_events
 from koordlet.system.psi import probe_memcg_threshold, probe_psi_trigger
 from koordlet.system.resctrl import probe_resctrl
@@ -109,7 +109,7 @@ def _check_file(path: str, *, writable: bool, must_contain: str = "") -> str:
     except PermissionError:
         return f"permission denied reading {path}"
     except OSError as err:
-        if err.errno in (errno.EOPNOTSUPP, errno.ENOTSUP):
+        if refused_errno(err) is not None:
             return f"{path} exists but the kernel refuses reads (feature disabled at boot)"
         return f"cannot read {path}: {err.strerror}"
     if must_contain and must_contain.encode() not in content:

@@ -23,6 +23,7 @@ from typing import NamedTuple
 
 from koordlet.errors import CgroupGoneError, HostError, ParseError
 from koordlet.system.cgroupstats import read_file_bytes
+from koordlet.system.oserrors import read_error
 from koordlet.system.paths import HostPaths
 
 USER_HZ = os.sysconf("SC_CLK_TCK")
@@ -342,7 +343,7 @@ def numa_node_ids(paths: HostPaths) -> list[int]:
     except FileNotFoundError:
         return []
     except OSError as err:
-        raise HostError(f"{paths.sys('devices', 'system', 'node')}: {err.strerror}") from err
+        raise read_error(paths.sys("devices", "system", "node"), err) from err
     return sorted(int(m[1]) for name in names if (m := _NODE_DIR.fullmatch(name)))
 
 

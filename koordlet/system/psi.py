@@ -54,6 +54,13 @@ from koordlet.errors import (
     UnsupportedError,
 )
 from koordlet.system.cgroups import fs_magic
+from koordlet.system.oserrors import (
+    DENIED_ERRNOS,
+    GONE_ERRNOS,
+    REFUSED_ERRNOS,
+    describe,
+    is_gone,
+)
 from koordlet.system.paths import HostPaths
 
 DEGREES = ("some", "full")
@@ -69,7 +76,6 @@ CAP_SYS_RESOURCE = 24
 PROC_SUPER_MAGIC = 0x9FA0
 """``f_type`` of procfs (``include/uapi/linux/magic.h``)."""
 
-_UNSUPPORTED_ERRNOS = frozenset({errno.EOPNOTSUPP, errno.ENOTSUP})
 _KEYS = (b"avg10=", b"avg60=", b"avg300=", b"total=")
 
 
@@ -133,48 +139,34 @@ def parse_psi(data: bytes, path: str) -> PSIStats:
     return PSIStats(some, lines.get(b"full"))
 
 
-def _errno_name(err: OSError) -> str:
-    code = err.errno or 0
-    return f"{errno.errorcode.get(code, 'errno')} (errno {code})"
-
-
 def psi_error(path: str, err: OSError, *, cgroup: bool) -> HostError:
     """The tree's error for ``err`` on pressure file ``path`` (``cgroup``: a cgroup's file, not
     ``/proc/pressure``); see the module docstring."""
     code = err.errno
-    if code in _UNSUPPORTED_ERRNOS:
+    if code in REFUSED_ERRNOS:
         return UnsupportedError(
             path,
-            f"{_errno_name(err)}: PSI is built in but disabled (booted with psi=0, or cgroup v1 "
+            f"{describe(err)}: PSI is built in but disabled (booted with psi=0, or cgroup v1 "
             "without psi_v1=1)",
         )
     if code == errno.ENOENT:
         parent = os.path.dirname(path)
         if not cgroup:
             return UnsupportedError(
-                path, f"{_errno_name(err)}: kernel without PSI (CONFIG_PSI) or booted with psi=0"
+                path, f"{describe(err)}: kernel without PSI (CONFIG_PSI) or booted with psi=0"
             )
         if os.path.isdir(parent):
             return UnsupportedError(
                 path,
-                f"{_errno_name(err)}: no pressure files in {parent} (cgroup v1 without Anolis "
+                f"{describe(err)}: no pressure files in {parent} (cgroup v1 without Anolis "
                 "psi_v1=1, a kernel without PSI, or cgroup.pressure set to 0)",
             )
-        return CgroupGoneError(f"{path}: cgroup gone ({_errno_name(err)})")
-    if code in (errno.ENODEV, errno.ESRCH):
-        return CgroupGoneError(f"{path}: cgroup gone ({_errno_name(err)})")
-    if code in (errno.EACCES, errno.EPERM):
-        return UnsupportedError(path, f"{_errno_name(err)}: permission denied")
+        return CgroupGoneError(f"{path}: cgroup gone ({describe(err)})")
+    if code in GONE_ERRNOS:  # ENOENT was told apart above
+        return CgroupGoneError(f"{path}: cgroup gone ({describe(err)})")
+    if code in DENIED_ERRNOS:
+        return UnsupportedError(path, f"{describe(err)}: permission denied")
     return HostError(f"{path}: {err.strerror or err}")
-
-
-def unsupported_cause(err: HostError) -> int | None:
-    """The errno when ``err`` (from ``read_file_bytes``) was ``EOPNOTSUPP``/``ENOTSUP``: the kernel
-    refuses PSI reads. None for anything else."""
-    cause = err.__cause__
-    if isinstance(cause, OSError) and cause.errno in _UNSUPPORTED_ERRNOS:
-        return cause.errno
-    return None
 
 
 def read_psi(path: str, *, cgroup: bool) -> PSIStats:
@@ -349,18 +341,18 @@ def arm_memcg_threshold(cgroup_dir: str, threshold_bytes: int) -> int:
 
 
 def _memcg_error(cgroup_dir: str, path: str, err: OSError) -> HostError:
-    if err.errno in (errno.ENOENT, errno.ENODEV):
+    if is_gone(err, reading=False):
         if not os.path.isdir(cgroup_dir):
-            return CgroupGoneError(f"{cgroup_dir}: cgroup gone ({_errno_name(err)})")
+            return CgroupGoneError(f"{cgroup_dir}: cgroup gone ({describe(err)})")
         return UnsupportedError(
             path,
-            f"{_errno_name(err)}: not a cgroup v1 memory cgroup, or a kernel without memcg v1 "
+            f"{describe(err)}: not a cgroup v1 memory cgroup, or a kernel without memcg v1 "
             "event notification (CONFIG_MEMCG_V1)",
         )
-    if err.errno in (errno.EACCES, errno.EPERM):
-        return UnsupportedError(path, f"{_errno_name(err)}: permission denied")
+    if err.errno in DENIED_ERRNOS:
+        return UnsupportedError(path, f"{describe(err)}: permission denied")
     if err.errno in (errno.EINVAL, errno.EOPNOTSUPP, errno.EBADF):
-        return UnsupportedError(path, f"{_errno_name(err)}: the kernel refused the threshold")
+        return UnsupportedError(path, f"{describe(err)}: the kernel refused the threshold")
     return HostError(f"{path}: {err.strerror or err}")
 
 

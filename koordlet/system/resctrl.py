@@ -29,7 +29,9 @@ from dataclasses import dataclass, field
 
 from koordlet.errors import CgroupGoneError, HostError, ParseError, UnsupportedError
 from koordlet.system.cgroupstats import read_file_bytes
+from koordlet.system.oserrors import absent_error
 from koordlet.system.paths import HostPaths
+from koordlet.system.procfs import read_host_file
 
 RESCTRL_GROUPS = ("LSR", "LS", "BE")
 """Koordinator's resctrl control groups, one per QoS class, in priority order."""
@@ -81,10 +83,7 @@ def parse_cpu_flags(data: bytes, path: str) -> frozenset[str]:
 def read_cpu_flags(paths: HostPaths) -> frozenset[str]:
     """The CPU flags of the host; :class:`HostError` when ``/proc/cpuinfo`` cannot be read."""
     path = paths.proc("cpuinfo")
-    try:
-        return parse_cpu_flags(read_file_bytes(path), path)
-    except CgroupGoneError as err:
-        raise HostError(f"{path}: missing") from err
+    return parse_cpu_flags(read_host_file(path), path)
 
 
 def is_mounted(root: str) -> bool:
@@ -157,10 +156,8 @@ def mon_domains(root: str, group: str) -> list[tuple[int, str]]:
     try:
         with os.scandir(mon_data) as it:
             names = [e.name for e in it if e.is_dir(follow_symlinks=False)]
-    except FileNotFoundError as err:
-        raise CgroupGoneError(f"{mon_data}: absent") from err
     except OSError as err:
-        raise HostError(f"{mon_data}: {err.strerror or err}") from err
+        raise absent_error(mon_data, err) from err
     domains = []
     for name in names:
         if not name.startswith("mon_L3_"):

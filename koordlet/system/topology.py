@@ -17,9 +17,10 @@ are the kernel's ``physical_package_id``.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 
+from apis.cpulist import parse_cpulist
 from koordlet.errors import CgroupGoneError, HostError, ParseError
 from koordlet.system.cgroupstats import read_file_bytes
 from koordlet.system.paths import HostPaths
@@ -28,39 +29,13 @@ from koordlet.system.procfs import numa_node_ids, read_host_file, read_meminfo, 
 logger = logging.getLogger(__name__)
 
 
-def parse_cpulist(text: str | bytes, path: str = "") -> tuple[int, ...]:
-    """CPU ids of a kernel cpulist (``"0-3,8-11"``, ``"5"``, ``""``), ascending, no duplicates."""
-    if isinstance(text, bytes):
-        text = text.decode(errors="replace")
-    cpus: set[int] = set()
-    for part in text.strip().split(","):
-        if not part:
-            continue
-        first, sep, last = part.partition("-")
-        try:
-            low = int(first)
-            high = int(last) if sep else low
-        except ValueError:
-            raise ParseError(f"{path}: bad cpulist {text.strip()!r}") from None
-        if low < 0 or high < low:
-            raise ParseError(f"{path}: bad range {part!r} in cpulist {text.strip()!r}")
-        cpus.update(range(low, high + 1))
-    return tuple(sorted(cpus))
-
-
-def format_cpulist(cpus: Iterable[int]) -> str:
-    """The kernel's cpulist spelling of ``cpus``: ascending ranges, ``"0-3,8-11"``."""
-    ordered = sorted(set(cpus))
-    parts: list[str] = []
-    index = 0
-    while index < len(ordered):
-        start = end = ordered[index]
-        while index + 1 < len(ordered) and ordered[index + 1] == end + 1:
-            index += 1
-            end = ordered[index]
-        parts.append(str(start) if start == end else f"{start}-{end}")
-        index += 1
-    return ",".join(parts)
+def read_cpulist(text: str | bytes, path: str) -> tuple[int, ...]:
+    """CPU ids of the kernel cpulist file ``path`` holding ``text``, ascending
+    (:func:`apis.cpulist.parse_cpulist`); :class:`ParseError` naming the file when malformed."""
+    try:
+        return tuple(sorted(parse_cpulist(text)))
+    except ValueError as err:
+        raise ParseError(f"{path}: {err}") from None
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,7 +144,7 @@ def _numa_layout(
     cpus_of: dict[int, tuple[int, ...]] = {}
     for node in nodes:
         path = paths.sys("devices", "system", "node", f"node{node}", "cpulist")
-        listed = parse_cpulist(read_host_file(path), path)
+        listed = read_cpulist(read_host_file(path), path)
         cpus_of[node] = tuple(cpu for cpu in listed if cpu in online_set)
     memory = {node: info.mem_total for node, info in read_numa_meminfo(paths).items()}
     return cpus_of, memory
@@ -179,7 +154,7 @@ def read_cpu_topology(paths: HostPaths) -> NodeCpuTopology:
     """The host's CPU topology from sysfs; see the module docstring for the sources."""
     cpu_root = paths.sys("devices", "system", "cpu")
     online_path = f"{cpu_root}/online"
-    online = parse_cpulist(read_host_file(online_path), online_path)
+    online = read_cpulist(read_host_file(online_path), online_path)
     if not online:
         raise ParseError(f"{online_path}: no online CPU")
 
@@ -193,7 +168,7 @@ def read_cpu_topology(paths: HostPaths) -> NodeCpuTopology:
         topo = f"{cpu_root}/cpu{cpu}/topology"
         socket = _read_int(f"{topo}/physical_package_id")
         siblings_path = f"{topo}/thread_siblings_list"
-        siblings = parse_cpulist(read_host_file(siblings_path), siblings_path)
+        siblings = read_cpulist(read_host_file(siblings_path), siblings_path)
         if cpu not in siblings:
             raise ParseError(f"{siblings_path}: cpu {cpu} not among its siblings {siblings}")
         hyperthreading = hyperthreading or len(siblings) > 1

@@ -31,12 +31,12 @@ from apis.configuration import (
     ColocationStrategy,
     parse_slo_controller_config,
 )
+from apis.duration import format_duration, parse_duration
 from apis.slo import SchemaError
 from kubeclient.client import KubeClient, Obj
 from kubeclient.errors import Conflict, NotFound
 from kubeclient.informer import Informer
 from kubeclient.resources import NODE_METRICS
-from kubeclient.units import format_duration, parse_duration
 from manager.nodekeyed import NodeKeyedController, Options
 
 logger = logging.getLogger(__name__)

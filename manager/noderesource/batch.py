@@ -23,16 +23,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from apis.configuration import CalculatePolicy, ColocationStrategy
-from apis.manager_keys import PRIORITY_DEFAULT_VALUES
+from apis.priority import PRIORITY_BATCH, PRIORITY_DEFAULT_VALUES, PRIORITY_FREE
 from manager.noderesource.inputs import (
-    PRIORITY_BATCH,
-    PRIORITY_FREE,
     ZERO,
     NodeMetricView,
     NodeView,
     PodView,
     Resources,
     annotation_reserved,
+    usage_of,
 )
 
 _LOW_PRIORITY = frozenset({PRIORITY_BATCH, PRIORITY_FREE})
@@ -125,7 +124,7 @@ def hp_sums(
     node: NodeView, metric: NodeMetricView, pods: Sequence[PodView], *, record: bool
 ) -> HPSums:
     """HP.request, HP.used and HP.maxUsedRequest over ``pods`` and the NodeMetric."""
-    usage_by_pod = {pm.key: pm for pm in metric.pods}
+    usage_by_pod = {f"{pm.namespace}/{pm.name}": pm for pm in metric.pods}
     dangling = dict(usage_by_pod)
     req_cpu = req_mem = used_cpu = used_mem = mur_cpu = mur_mem = 0
     terms: list[PodTerm] = []
@@ -141,7 +140,7 @@ def hp_sums(
         pm = dangling.pop(pod.key, None)
         if pod.priority_class in _LOW_PRIORITY:
             if record:
-                usage = pm.usage if pm else None
+                usage = usage_of(pm.pod_usage) if pm else None
                 terms.append(
                     PodTerm(
                         pod.key, pod.priority_class, pod.qos, False,
@@ -156,7 +155,7 @@ def hp_sums(
             as_used = as_mur = r
             reason = "high priority, no metric: counted by request"
         else:
-            u = pm.usage
+            u = usage_of(pm.pod_usage)
             if pod.qos == "LSE":  # LSE CPUs are never reclaimed: CPU by request
                 as_used = Resources(r.cpu, u.memory)
                 reason = "high priority LSE: CPU by request, memory by usage"
@@ -172,17 +171,18 @@ def hp_sums(
             terms.append(
                 PodTerm(
                     pod.key, pod.priority_class, pod.qos, True, reason, r,
-                    pm.usage if pm else None, as_used, as_mur,
+                    usage_of(pm.pod_usage) if pm else None, as_used, as_mur,
                 )
             )  # fmt: skip
     dangling_used = ZERO
     dangling_terms: list[MetricTerm] = []
-    for pm in dangling.values():
+    for key, pm in dangling.items():
         counted = pm.priority not in _LOW_PRIORITY
+        usage = usage_of(pm.pod_usage)
         if counted:
-            dangling_used = dangling_used + pm.usage
+            dangling_used = dangling_used + usage
         if record:
-            dangling_terms.append(MetricTerm(pm.key, pm.priority, pm.usage, counted))
+            dangling_terms.append(MetricTerm(key, pm.priority, usage, counted))
     return HPSums(
         request=Resources(req_cpu, req_mem),
         used=Resources(used_cpu, used_mem) + dangling_used,

@@ -14,17 +14,18 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from apis import nodemetric
+from apis.cpulist import parse_cpulist
 from apis.extension import LABEL_POD_QOS
-from apis.manager_keys import ANNOTATION_NODE_RESERVATION, PRIORITY_BANDS
+from apis.manager_keys import ANNOTATION_NODE_RESERVATION
+from apis.nodemetric import NodeMetric, PodMetricInfo, ResourceMap
+from apis.priority import PRIORITY_BATCH, PRIORITY_PROD, priority_class_of
+from apis.quantity import int_value, milli_value, parse_quantity
+from apis.slo import SchemaError
 from manager.errors import InputError
-from manager.noderesource import quantity
 
 CPU = "cpu"
 MEMORY = "memory"
-PRIORITY_PROD = "koord-prod"
-PRIORITY_MID = "koord-mid"
-PRIORITY_BATCH = "koord-batch"
-PRIORITY_FREE = "koord-free"
 _QOS_NAMES = frozenset({"LSE", "LSR", "LS", "BE", "SYSTEM"})
 
 
@@ -77,18 +78,6 @@ class NodeView:
 
 
 @dataclass(frozen=True, slots=True)
-class PodMetricView:
-    """One ``status.podsMetric`` entry."""
-
-    key: str
-    """``namespace/name``."""
-    priority: str
-    """``priority`` (Koordinator priority class) as the koordlet reported it; may be empty."""
-    usage: Resources
-    """``podUsage.resources``."""
-
-
-@dataclass(frozen=True, slots=True)
 class HostAppMetricView:
     """One ``status.hostApplicationMetric`` entry."""
 
@@ -110,8 +99,8 @@ class NodeMetricView:
     """status.nodeMetric.nodeUsage.resources; None unless both cpu and memory are there."""
     system_usage: Resources
     """status.nodeMetric.systemUsage.resources (zero where absent)."""
-    pods: tuple[PodMetricView, ...]
-    """status.podsMetric."""
+    pods: tuple[PodMetricInfo, ...]
+    """status.podsMetric, as the model holds them (:func:`usage_of` reads their usage)."""
     prod_reclaimable: Resources | None
     """status.prodReclaimableMetric.resource.resources; None when absent."""
     host_apps: tuple[HostAppMetricView, ...]
@@ -163,11 +152,11 @@ def _resources(
         if need and name not in obj:
             raise InputError(source, f"{path}.{name}", "is required")
     try:
-        cpu = quantity.milli(obj[CPU]) if CPU in obj else 0
+        cpu = milli_value(obj[CPU]) if CPU in obj else 0
     except ValueError as err:
         raise InputError(source, f"{path}.{CPU}", str(err)) from None
     try:
-        mem = quantity.whole(obj[MEMORY]) if MEMORY in obj else 0
+        mem = int_value(obj[MEMORY]) if MEMORY in obj else 0
     except ValueError as err:
         raise InputError(source, f"{path}.{MEMORY}", str(err)) from None
     return Resources(cpu, mem), CPU in obj and MEMORY in obj
@@ -206,7 +195,7 @@ def parse_node(obj: object, source: str) -> NodeView:
         if res in (CPU, MEMORY):
             continue
         try:
-            extended[str(res)] = quantity.whole(q)
+            extended[str(res)] = int_value(q)
         except ValueError as err:
             raise InputError(source, f"status.allocatable.{res}", str(err)) from None
     return NodeView(
@@ -238,95 +227,49 @@ def _reservation(raw: str) -> Resources:
     res, _ = _resources(doc.get("resources"), "", "resources")
     cpus = doc.get("reservedCPUs") or ""
     if cpus:
-        res = Resources(_cpuset_size(str(cpus)) * 1000, res.memory)
+        res = Resources(len(parse_cpulist(str(cpus))) * 1000, res.memory)
     return res
 
 
-def _cpuset_size(text: str) -> int:
-    cpus: set[int] = set()
-    for part in text.split(","):
-        part = part.strip()
-        if not part:
-            continue
-        lo, _, hi = part.partition("-")
-        start, end = int(lo), int(hi or lo)
-        if end < start:
-            raise ValueError(f"bad cpuset range {part!r}")
-        cpus.update(range(start, end + 1))
-    return len(cpus)
+def usage_of(rm: ResourceMap) -> Resources:
+    """The CPU (milli-cores) and memory (bytes) of a NodeMetric ``ResourceMap``."""
+    res = rm.resources
+    return Resources(res.get(CPU, 0), res.get(MEMORY, 0))
+
+
+def node_metric_view(metric: NodeMetric) -> NodeMetricView:
+    """What the calculation reads of a NodeMetric, derived from the typed model."""
+    status = metric.status
+    nm = status.node_metric
+    node_usage: Resources | None = None
+    system_usage = ZERO
+    if nm is not None:
+        res = nm.node_usage.resources
+        if CPU in res and MEMORY in res:
+            node_usage = Resources(res[CPU], res[MEMORY])
+        system_usage = usage_of(nm.system_usage)
+    reclaim = status.prod_reclaimable_metric
+    return NodeMetricView(
+        update_time=status.update_time,
+        node_usage=node_usage,
+        system_usage=system_usage,
+        pods=status.pods_metric or (),
+        prod_reclaimable=None if reclaim is None else usage_of(reclaim),
+        host_apps=tuple(
+            HostAppMetricView(a.name, a.priority, usage_of(a.usage))
+            for a in status.host_application_metric or ()
+        ),
+    )
 
 
 def parse_node_metric(obj: object, source: str) -> NodeMetricView:
-    """A NodeMetric object. Raises :class:`InputError`."""
-    nm = _obj(obj, source, "")
-    if nm.get("kind", "NodeMetric") != "NodeMetric":
-        raise InputError(source, "kind", f"must be NodeMetric, got {nm.get('kind')!r}")
-    status = _obj(nm.get("status"), source, "status")
-    update = status.get("updateTime")
-    update_time = None if update is None else parse_time(update, source, "status.updateTime")
-    node_metric = _obj(status.get("nodeMetric"), source, "status.nodeMetric")
-    usage_path = "status.nodeMetric.nodeUsage.resources"
-    usage_obj = _obj(node_metric.get("nodeUsage"), source, "status.nodeMetric.nodeUsage")
-    node_usage, complete = _resources(usage_obj.get("resources"), source, usage_path)
-    sys_obj = _obj(node_metric.get("systemUsage"), source, "status.nodeMetric.systemUsage")
-    system_usage, _ = _resources(
-        sys_obj.get("resources"), source, "status.nodeMetric.systemUsage.resources"
-    )
-    pods = []
-    for i, item in enumerate(_list(status.get("podsMetric"), source, "status.podsMetric")):
-        try:
-            res = item["podUsage"]["resources"]
-            pods.append(
-                PodMetricView(
-                    f"{item.get('namespace') or ''}/{item.get('name') or ''}",
-                    str(item.get("priority") or ""),
-                    Resources(quantity.milli(res.get(CPU, 0)), quantity.whole(res.get(MEMORY, 0))),
-                )
-            )
-            continue
-        except (LookupError, AttributeError, TypeError, ValueError):
-            pass  # the checked path below names the field at fault
-        path = f"status.podsMetric[{i}]"
-        pm = _obj(item, source, path)
-        usage, _ = _resources(
-            _obj(pm.get("podUsage"), source, f"{path}.podUsage").get("resources"),
-            source,
-            f"{path}.podUsage.resources",
-        )
-        key = f"{pm.get('namespace') or ''}/{pm.get('name') or ''}"
-        pods.append(PodMetricView(key, str(pm.get("priority") or ""), usage))
-    reclaim = None
-    prm = status.get("prodReclaimableMetric")
-    if prm is not None:
-        res_obj = _obj(
-            _obj(prm, source, "status.prodReclaimableMetric").get("resource"), source, ""
-        )
-        if res_obj.get("resources") is not None:
-            reclaim, _ = _resources(
-                res_obj["resources"], source, "status.prodReclaimableMetric.resource.resources"
-            )
-    apps = []
-    for i, item in enumerate(
-        _list(status.get("hostApplicationMetric"), source, "status.hostApplicationMetric")
-    ):
-        path = f"status.hostApplicationMetric[{i}]"
-        am = _obj(item, source, path)
-        usage, _ = _resources(
-            _obj(am.get("usage"), source, f"{path}.usage").get("resources"),
-            source,
-            f"{path}.usage.resources",
-        )
-        apps.append(
-            HostAppMetricView(str(am.get("name") or ""), str(am.get("priority") or ""), usage)
-        )
-    return NodeMetricView(
-        update_time=update_time,
-        node_usage=node_usage if complete else None,
-        system_usage=system_usage,
-        pods=tuple(pods),
-        prod_reclaimable=reclaim,
-        host_apps=tuple(apps),
-    )
+    """A NodeMetric object (:func:`apis.nodemetric.parse_node_metric`). Raises
+    :class:`InputError`."""
+    try:
+        metric = nodemetric.parse_node_metric(obj, source)
+    except SchemaError as err:
+        raise InputError(err.source, err.field, err.message) from err
+    return node_metric_view(metric)
 
 
 def _list(value: object, source: str, path: str) -> Sequence[Any]:
@@ -360,19 +303,11 @@ def _kube_qos(spec: Mapping[str, Any], status: Mapping[str, Any]) -> str:
         if req or lim:
             any_set = True
         for k in (CPU, MEMORY):
-            if k not in lim or (k in req and quantity.parse(req[k]) != quantity.parse(lim[k])):
+            if k not in lim or (k in req and parse_quantity(req[k]) != parse_quantity(lim[k])):
                 guaranteed = False
     if not any_set:
         return "BestEffort"
     return "Guaranteed" if guaranteed else "Burstable"
-
-
-def _priority_class(priority: object) -> str:
-    if isinstance(priority, int) and not isinstance(priority, bool):
-        for name, low, high in PRIORITY_BANDS:
-            if low <= priority <= high:
-                return name
-    return ""
 
 
 _EMPTY: Mapping[str, Any] = {}
@@ -394,14 +329,14 @@ def _fast_pod(pod: Any) -> PodView:
         lim = res.get("limits") or _EMPTY
         q = req.get(CPU, lim.get(CPU))
         if q is not None:
-            cpu += quantity.milli(q)
+            cpu += milli_value(q)
         q = req.get(MEMORY, lim.get(MEMORY))
         if q is not None:
-            mem += quantity.whole(q)
+            mem += int_value(q)
     qos = (meta.get("labels") or _EMPTY).get(LABEL_POD_QOS, "")
     if qos not in _QOS_NAMES:
         qos = "BE" if _kube_qos(spec, status) == "BestEffort" else "LS"
-    priority_class = _priority_class(spec.get("priority"))
+    priority_class = priority_class_of(spec.get("priority"))
     if not priority_class:
         priority_class = PRIORITY_BATCH if qos == "BE" else PRIORITY_PROD
     return PodView(
@@ -444,7 +379,7 @@ def parse_pod(obj: object, source: str, path: str) -> PodView:
     qos = labels.get(LABEL_POD_QOS, "") if isinstance(labels, Mapping) else ""
     if qos not in _QOS_NAMES:
         qos = "BE" if _kube_qos(spec, status) == "BestEffort" else "LS"
-    priority_class = _priority_class(spec.get("priority"))
+    priority_class = priority_class_of(spec.get("priority"))
     if not priority_class:
         priority_class = PRIORITY_BATCH if qos == "BE" else PRIORITY_PROD
     return PodView(

@@ -22,17 +22,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from apis.configuration import ColocationStrategy
+from apis.priority import PRIORITY_BATCH, PRIORITY_FREE, PRIORITY_MID
 from manager.noderesource.batch import host_app_usage, node_reserved
-from manager.noderesource.inputs import (
-    PRIORITY_BATCH,
-    PRIORITY_FREE,
-    PRIORITY_MID,
-    ZERO,
-    NodeMetricView,
-    NodeView,
-    PodView,
-    Resources,
-)
+from manager.noderesource.inputs import ZERO, NodeMetricView, NodeView, PodView, Resources
 
 _NOT_PROD = frozenset({PRIORITY_MID, PRIORITY_BATCH, PRIORITY_FREE})
 _ACTIVE_PHASES = frozenset({"Running", "Pending"})

@@ -18,7 +18,6 @@ import argparse
 import asyncio
 import contextlib
 import logging
-import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -56,6 +55,7 @@ def _parser() -> argparse.ArgumentParser:
 
 async def _serve(args: argparse.Namespace) -> int:
     from kubeclient.client import KubeClient
+    from kubeclient.signals import StopSignals
     from manager.webhook.certs import ensure_certificates, inject_ca_bundle
     from manager.webhook.server import KubeLookups, make_app, start
 
@@ -85,12 +85,9 @@ async def _serve(args: argparse.Namespace) -> int:
             key=cert_dir / "tls.key",
         )
         logging.getLogger(__name__).info("webhook serving on port %d", port)
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, stop.set)
         try:
-            await stop.wait()
+            with StopSignals() as signals:  # SIGTERM or SIGINT; a second one exits at once
+                await signals.stop.wait()
         finally:
             await runner.cleanup()
             informer.cancel()

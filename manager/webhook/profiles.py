@@ -25,18 +25,17 @@ from types import MappingProxyType
 from typing import Any
 
 from apis.configuration import LabelSelector, SelectorRequirement
-from apis.extension import LABEL_POD_QOS, QoSClass
-from apis.manager_keys import BATCH_CPU, BATCH_MEMORY, MID_CPU, MID_MEMORY, PRIORITY_BANDS
-from manager.noderesource.quantity import milli, whole
+from apis.extension import LABEL_POD_PRIORITY, LABEL_POD_QOS, QoSClass
+from apis.manager_keys import BATCH_CPU, BATCH_MEMORY, MID_CPU, MID_MEMORY
+from apis.priority import PRIORITY_BATCH, PRIORITY_MID, priority_class_of
+from apis.quantity import int_value, milli_value
 
 logger = logging.getLogger(__name__)
 
-LABEL_POD_PRIORITY = "koordinator.sh/priority"
-"""Pod label carrying the Koordinator sub-priority (``koordinatorPriority``)."""
 
 TRANSLATED: Mapping[str, Mapping[str, str]] = {
-    "koord-batch": {"cpu": BATCH_CPU, "memory": BATCH_MEMORY},
-    "koord-mid": {"cpu": MID_CPU, "memory": MID_MEMORY},
+    PRIORITY_BATCH: {"cpu": BATCH_CPU, "memory": BATCH_MEMORY},
+    PRIORITY_MID: {"cpu": MID_CPU, "memory": MID_MEMORY},
 }
 """Priority class → native resource → the colocation resource it becomes."""
 
@@ -155,16 +154,6 @@ def parse_profiles(objs: Sequence[Mapping[str, Any]]) -> list[Profile]:
     return sorted(out, key=lambda p: p.name)
 
 
-def priority_class_of(priority: object) -> str:
-    """Koordinator's priority class of a ``spec.priority`` value ("" outside every band)."""
-    if isinstance(priority, bool) or not isinstance(priority, int):
-        return ""
-    for name, low, high in PRIORITY_BANDS:
-        if low <= priority <= high:
-            return name
-    return ""
-
-
 def strategic_merge(target: Any, patch: Any) -> Any:
     """A strategic merge patch subset: maps merge (null deletes), lists of objects with a
     ``name`` merge by name, other lists and scalars replace."""
@@ -224,7 +213,7 @@ def _translate_list(resources: dict[str, Any], names: Mapping[str, str]) -> None
         if native not in resources:
             continue
         value = resources.pop(native)
-        resources[extended] = str(milli(value) if native == "cpu" else whole(value))
+        resources[extended] = str(milli_value(value) if native == "cpu" else int_value(value))
 
 
 def translate_resources(pod: dict[str, Any]) -> None:

@@ -26,6 +26,7 @@ from typing import Any, Protocol
 
 from aiohttp import web
 
+from apis.groups import CONFIG_GROUP, V1ALPHA1
 from kubeclient.client import KubeClient
 from kubeclient.errors import ApiError
 from kubeclient.informer import Informer
@@ -36,8 +37,8 @@ from manager.webhook.validation import validate_pod
 logger = logging.getLogger(__name__)
 
 PROFILES = Resource(
-    "config.koordinator.sh",
-    "v1alpha1",
+    CONFIG_GROUP,
+    V1ALPHA1,
     "clustercolocationprofiles",
     "ClusterColocationProfile",
     namespaced=False,

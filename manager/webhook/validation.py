@@ -18,14 +18,20 @@ from collections.abc import Mapping
 from fractions import Fraction
 from typing import Any
 
-from apis.extension import LABEL_POD_QOS
+from apis.extension import LABEL_POD_PRIORITY, LABEL_POD_QOS
 from apis.manager_keys import BATCH_CPU, BATCH_MEMORY
-from manager.noderesource.quantity import parse
-from manager.webhook.profiles import LABEL_POD_PRIORITY, priority_class_of
+from apis.priority import (
+    PRIORITY_BATCH,
+    PRIORITY_FREE,
+    PRIORITY_MID,
+    PRIORITY_PROD,
+    priority_class_of,
+)
+from apis.quantity import parse_quantity
 
 FORBIDDEN: Mapping[str, frozenset[str]] = {
-    "BE": frozenset({"", "koord-prod"}),
-    "LSR": frozenset({"", "koord-mid", "koord-batch", "koord-free"}),
+    "BE": frozenset({"", PRIORITY_PROD}),
+    "LSR": frozenset({"", PRIORITY_MID, PRIORITY_BATCH, PRIORITY_FREE}),
 }
 """QoS class → the priority classes it may not be combined with ("" is no Koordinator class)."""
 
@@ -45,12 +51,14 @@ def pod_request(pod: Mapping[str, Any], resource: str) -> Fraction:
 
     def req(container: Mapping[str, Any]) -> Fraction:
         raw = ((container.get("resources") or {}).get("requests") or {}).get(resource)
-        return Fraction(0) if raw is None else parse(raw)
+        return Fraction(0) if raw is None else parse_quantity(raw).amount
 
     total = sum((req(c) for c in spec.get("containers") or ()), Fraction(0))
     init = max((req(c) for c in spec.get("initContainers") or ()), default=Fraction(0))
     overhead = (spec.get("overhead") or {}).get(resource)
-    return max(total, init) + (parse(overhead) if overhead is not None else Fraction(0))
+    return max(total, init) + (
+        parse_quantity(overhead).amount if overhead is not None else Fraction(0)
+    )
 
 
 def validate_pod(pod: Mapping[str, Any], old: Mapping[str, Any] | None = None) -> list[str]:

@@ -26,18 +26,20 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from kubeclient.units import parse_duration
+from apis.duration import parse_duration
+from apis.scheduling_keys import (
+    ANNOTATION_GANG_MIN,
+    ANNOTATION_GANG_MODE,
+    ANNOTATION_GANG_NAME,
+    ANNOTATION_GANG_TIMEOUT,
+    ANNOTATION_GANG_WAIT,
+    LABEL_POD_GROUP,
+)
 from scheduler_plugins.args import ArgsReader
 from scheduler_plugins.framework import Cycle, Plugin
 from scheduler_plugins.snapshot import PodInfo, parse_time
 
 NAME = "Coscheduling"
-LABEL_POD_GROUP = "pod-group.scheduling.sigs.k8s.io"
-ANNOTATION_GANG_NAME = "gang.scheduling.koordinator.sh/name"
-ANNOTATION_GANG_MIN = "gang.scheduling.koordinator.sh/min-available"
-ANNOTATION_GANG_WAIT = "gang.scheduling.koordinator.sh/waiting-time"
-ANNOTATION_GANG_MODE = "gang.scheduling.koordinator.sh/mode"
-ANNOTATION_GANG_TIMEOUT = "gang.scheduling.koordinator.sh/timeout"
 DEFAULT_WAIT_S = 600.0
 
 

@@ -29,20 +29,16 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from apis.scheduling_keys import ANNOTATION_DEVICE_ALLOCATED
+from apis.scheduling_keys import RESOURCE_GPU as GPU_SHARED
+from apis.scheduling_keys import RESOURCE_GPU_CORE as GPU_CORE
+from apis.scheduling_keys import RESOURCE_GPU_MEMORY as GPU_MEMORY
+from apis.scheduling_keys import RESOURCE_GPU_MEMORY_RATIO as GPU_MEMORY_RATIO
+from apis.scheduling_keys import RESOURCE_NVIDIA_GPU as NVIDIA_GPU
 from scheduler_plugins.framework import Cycle, Plugin, ReserveError
-from scheduler_plugins.snapshot import (
-    ANNOTATION_DEVICE_ALLOCATED,
-    NodeInfo,
-    PodInfo,
-    parse_resource_list,
-)
+from scheduler_plugins.snapshot import NodeInfo, PodInfo, parse_resource_list
 
 NAME = "DeviceShare"
-GPU_CORE = "koordinator.sh/gpu-core"
-GPU_MEMORY = "koordinator.sh/gpu-memory"
-GPU_MEMORY_RATIO = "koordinator.sh/gpu-memory-ratio"
-GPU_SHARED = "koordinator.sh/gpu"
-NVIDIA_GPU = "nvidia.com/gpu"
 ERR_INSUFFICIENT = "Insufficient gpu devices"
 ERR_INVALID = "invalid gpu request"
 

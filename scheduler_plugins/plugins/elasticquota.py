@@ -47,6 +47,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from apis.scheduling_keys import LABEL_PREEMPTIBLE
 from scheduler_plugins.args import ArgsReader
 from scheduler_plugins.framework import Cycle, Plugin
 from scheduler_plugins.plugins.quotaprofile import (
@@ -65,7 +66,6 @@ from scheduler_plugins.plugins.quotatree import (
     tally,
 )
 from scheduler_plugins.snapshot import (
-    LABEL_PREEMPTIBLE,
     NodeInfo,
     PodInfo,
     ResourceList,

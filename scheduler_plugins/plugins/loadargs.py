@@ -30,21 +30,17 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from apis.wellknown import (
+from apis.duration import parse_duration
+from apis.manager_keys import BATCH_CPU, BATCH_MEMORY, MID_CPU, MID_MEMORY
+from apis.priority import PRIORITY_BATCH, PRIORITY_MID
+from apis.scheduling_keys import (
     ANNOTATION_CUSTOM_ESTIMATED_SCALING_FACTORS,
     ANNOTATION_CUSTOM_USAGE_THRESHOLDS,
     ANNOTATION_NODE_RAW_ALLOCATABLE,
-    BATCH_CPU,
-    BATCH_MEMORY,
-    MID_CPU,
-    MID_MEMORY,
 )
-from kubeclient.units import parse_duration
 from scheduler_plugins.args import ArgsReader
 from scheduler_plugins.errors import InputError
 from scheduler_plugins.snapshot import (
-    PRIORITY_BATCH,
-    PRIORITY_MID,
     NodeInfo,
     NodeMetricInfo,
     PodInfo,

@@ -50,6 +50,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from apis.priority import PRIORITY_PROD
 from scheduler_plugins.framework import Cycle, Plugin
 from scheduler_plugins.plugins.loadargs import (
     NAME as NAME,
@@ -64,13 +65,7 @@ from scheduler_plugins.plugins.loadargs import (
     parse_args,
 )
 from scheduler_plugins.plugins.loadindex import ExpiryIndex, ThresholdIndex, headroom
-from scheduler_plugins.snapshot import (
-    PRIORITY_PROD,
-    NodeInfo,
-    NodeMetricInfo,
-    PodInfo,
-    ResourceList,
-)
+from scheduler_plugins.snapshot import NodeInfo, NodeMetricInfo, PodInfo, ResourceList
 
 ERR_USAGE = "node(s) %s usage exceed threshold"
 """Koordinator's reason (``ErrReasonUsageExceedThreshold``); ours goes on with the numbers:

@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from apis.scheduling_keys import ANNOTATION_RESERVATION_NODE
 from scheduler_plugins.framework import Cycle, Plugin
-from scheduler_plugins.reservations import ANNOTATION_RESERVATION_NODE
 from scheduler_plugins.snapshot import NodeInfo, PodInfo
 
 NAME = "NodeName"

@@ -41,9 +41,17 @@ from dataclasses import dataclass, field
 from itertools import combinations
 from typing import Any
 
-from kubeclient.units import format_bytes, format_cpu
+from apis.cpulist import format_cpulist, parse_cpulist
+from apis.extension import ANNOTATION_RESOURCE_STATUS
+from apis.priority import PRIORITY_PROD
+from apis.quantity import format_bytes, format_cpu
+from apis.scheduling_keys import (
+    ANNOTATION_RESOURCE_SPEC,
+    LABEL_NODE_CPU_BIND_POLICY,
+    LABEL_NUMA_ALLOCATE_STRATEGY,
+    LABEL_NUMA_TOPOLOGY_POLICY,
+)
 from scheduler_plugins.args import ArgsReader
-from scheduler_plugins.cpuset import format_cpuset, parse_cpuset
 from scheduler_plugins.errors import InputError
 from scheduler_plugins.framework import Cycle, Plugin, ReserveError
 from scheduler_plugins.plugins.cpuaccumulator import (
@@ -52,15 +60,7 @@ from scheduler_plugins.plugins.cpuaccumulator import (
     Topology,
     take_cpus,
 )
-from scheduler_plugins.snapshot import (
-    ANNOTATION_RESOURCE_SPEC,
-    ANNOTATION_RESOURCE_STATUS,
-    PRIORITY_PROD,
-    NodeInfo,
-    PodInfo,
-    ResourceList,
-    parse_resource_list,
-)
+from scheduler_plugins.snapshot import NodeInfo, PodInfo, ResourceList, parse_resource_list
 
 NAME = "NodeNUMAResource"
 ERR_NOT_MATCH_NUMA = "node(s) NUMA Topology policy not match"
@@ -76,9 +76,6 @@ ERR_SMT_ALIGNMENT = "node(s) requested cpus not multiple cpus per core"
 ERR_BIND_POLICY_CONFLICT = "node(s) cpu bind policy conflicts with pod's required cpu bind policy"
 ERR_NOT_ENOUGH_CPUS = "not enough cpus available to satisfy request"
 
-LABEL_NODE_CPU_BIND_POLICY = "node.koordinator.sh/cpu-bind-policy"
-LABEL_NUMA_TOPOLOGY_POLICY = "node.koordinator.sh/numa-topology-policy"
-LABEL_NUMA_ALLOCATE_STRATEGY = "node.koordinator.sh/numa-allocate-strategy"
 
 POLICY_NONE = ""
 BEST_EFFORT = "BestEffort"
@@ -311,7 +308,7 @@ class NodeNUMAResource(Plugin):
             status = _resource_status(pod)
             cpus: frozenset[int] = frozenset()
             try:
-                cpus = parse_cpuset(str(status.get("cpuset") or ""))
+                cpus = parse_cpulist(str(status.get("cpuset") or ""))
             except ValueError:
                 cpus = frozenset()
             used_cpus |= cpus
@@ -594,7 +591,7 @@ class NodeNUMAResource(Plugin):
             raise ReserveError(f"{NAME}: {placed}")
         status: dict[str, Any] = {}
         if placed.cpus:
-            status["cpuset"] = format_cpuset(placed.cpus)
+            status["cpuset"] = format_cpulist(placed.cpus)
         if placed.per_numa:
             status["numaNodeResources"] = [
                 {

@@ -26,6 +26,7 @@ from bisect import bisect_left, bisect_right
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from apis.scheduling_keys import DEVICE_RESOURCES
 from scheduler_plugins.args import ArgsReader
 from scheduler_plugins.framework import MAX_NODE_SCORE, Cycle, Plugin
 from scheduler_plugins.plugins.nodecache import NodeMemo
@@ -36,13 +37,6 @@ ERR_TOO_MANY_PODS = "Too many pods"
 """kube-scheduler's reason when the node's ``pods`` allocatable is full."""
 LEAST_ALLOCATED = "LeastAllocated"
 MOST_ALLOCATED = "MostAllocated"
-DEVICE_RESOURCES = (
-    "koordinator.sh/gpu",
-    "koordinator.sh/gpu-core",
-    "koordinator.sh/gpu-memory",
-    "koordinator.sh/gpu-memory-ratio",
-    "nvidia.com/gpu",
-)
 RESERVATION_ADJUST_KEY = "Reservation/adjust"
 """Cycle data: node name → resources to add to what is free there for this pod: what
 Reservations hold for others (negative) and what one of this pod's own holds (positive); set by

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from apis.wellknown import TAINT_EFFECT_NO_SCHEDULE, TAINT_NODE_UNSCHEDULABLE
+from apis.kubernetes_keys import TAINT_EFFECT_NO_SCHEDULE, TAINT_NODE_UNSCHEDULABLE
 from scheduler_plugins.constraints import Taint, tolerated
 from scheduler_plugins.framework import Cycle, Plugin
 from scheduler_plugins.plugins.nodecache import NodeSubset

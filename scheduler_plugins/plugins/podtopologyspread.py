@@ -40,7 +40,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from apis.wellknown import LABEL_HOSTNAME, TAINT_EFFECT_NO_EXECUTE, TAINT_EFFECT_NO_SCHEDULE
+from apis.kubernetes_keys import LABEL_HOSTNAME, TAINT_EFFECT_NO_EXECUTE, TAINT_EFFECT_NO_SCHEDULE
 from scheduler_plugins.constraints import SpreadConstraint, first_untolerated
 from scheduler_plugins.framework import MAX_NODE_SCORE, Cycle, Plugin
 from scheduler_plugins.plugins.nodecache import Changes, NodeMemo

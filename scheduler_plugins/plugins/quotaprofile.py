@@ -29,15 +29,11 @@ from decimal import Decimal, InvalidOperation
 from fractions import Fraction
 from typing import Any
 
+from apis.scheduling_keys import LABEL_QUOTA_TREE_ID as LABEL_TREE_ID
 from scheduler_plugins.errors import InputError
 from scheduler_plugins.snapshot import NodeInfo, ResourceList, Snapshot
 
 KIND = "ElasticQuotaProfile"
-LABEL_TREE_ID = "quota.scheduling.koordinator.sh/tree-id"
-LABEL_IS_ROOT = "quota.scheduling.koordinator.sh/is-root"
-LABEL_IS_PARENT = "quota.scheduling.koordinator.sh/is-parent"
-LABEL_PROFILE = "quota.scheduling.koordinator.sh/profile"
-ANNOTATION_TOTAL_RESOURCE = "quota.scheduling.koordinator.sh/total-resource"
 ERR_POOL = "node(s) didn't match Pod's node affinity/selector"
 """The reason a node outside the pod's quota tree's pool fails (Koordinator's webhook turns the
 profile's nodeSelector into required node affinity, which kube-scheduler reports so)."""

@@ -28,23 +28,20 @@ import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from apis.wellknown import (
+from apis.scheduling_keys import (
     ANNOTATION_QUOTA_NAMESPACES,
     ANNOTATION_QUOTA_SHARED_WEIGHT,
+    ANNOTATION_QUOTA_TOTAL_RESOURCE,
+    LABEL_PREEMPTIBLE,
     LABEL_QUOTA_ALLOW_LENT,
     LABEL_QUOTA_IS_PARENT,
+    LABEL_QUOTA_NAME,
     LABEL_QUOTA_PARENT,
     LABEL_QUOTA_TREE_ID,
 )
 from scheduler_plugins.errors import InputError
-from scheduler_plugins.plugins.quotaprofile import (
-    ANNOTATION_TOTAL_RESOURCE,
-    QuotaProfile,
-    pool_total,
-)
+from scheduler_plugins.plugins.quotaprofile import QuotaProfile, pool_total
 from scheduler_plugins.snapshot import (
-    LABEL_PREEMPTIBLE,
-    LABEL_QUOTA_NAME,
     PodInfo,
     ResourceList,
     Snapshot,
@@ -57,6 +54,7 @@ LABEL_TREE_ID = LABEL_QUOTA_TREE_ID
 LABEL_ALLOW_LENT = LABEL_QUOTA_ALLOW_LENT
 ANNOTATION_SHARED_WEIGHT = ANNOTATION_QUOTA_SHARED_WEIGHT
 ANNOTATION_NAMESPACES = ANNOTATION_QUOTA_NAMESPACES
+ANNOTATION_TOTAL_RESOURCE = ANNOTATION_QUOTA_TOTAL_RESOURCE
 ROOT = "koordinator-root-quota"
 
 

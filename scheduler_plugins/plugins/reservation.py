@@ -52,13 +52,17 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from kubeclient.units import parse_duration
+from apis.duration import parse_duration
+from apis.scheduling_keys import (
+    ANNOTATION_RESERVATION_AFFINITY,
+    ANNOTATION_RESERVATION_ALLOCATED,
+    ANNOTATION_RESTRICTED_OPTIONS,
+)
 from scheduler_plugins.errors import InputError
 from scheduler_plugins.framework import Cycle, Plugin
 from scheduler_plugins.plugins.noderesourcesfit import RESERVATION_ADJUST_KEY
 from scheduler_plugins.reservations import is_reserve_pod
 from scheduler_plugins.snapshot import (
-    ANNOTATION_RESERVATION_ALLOCATED,
     NodeInfo,
     PodInfo,
     ResourceList,
@@ -69,10 +73,6 @@ from scheduler_plugins.snapshot import (
 
 NAME = "Reservation"
 DEFAULT_TTL_S = 24 * 3600.0
-ANNOTATION_RESERVATION_AFFINITY = "scheduling.koordinator.sh/reservation-affinity"
-"""Pod annotation: which reservations the pod may (and must) use."""
-ANNOTATION_RESTRICTED_OPTIONS = "scheduling.koordinator.sh/reservation-restricted-options"
-"""Reservation annotation: ``{"resources": [...]}`` the Restricted policy applies to."""
 POLICY_DEFAULT = ""
 POLICY_ALIGNED = "Aligned"
 POLICY_RESTRICTED = "Restricted"

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from apis.wellknown import (
+from apis.kubernetes_keys import (
     TAINT_EFFECT_NO_EXECUTE,
     TAINT_EFFECT_NO_SCHEDULE,
     TAINT_EFFECT_PREFER_NO_SCHEDULE,

@@ -26,6 +26,7 @@ from apis.extension import KubeQOS
 from koordlet.collectors.framework import CollectorContext
 from koordlet.collectors.runner import CollectorRunner
 from koordlet.collectors.table import build_collectors
+from koordlet.config import KoordletConfig
 from koordlet.metriccache import MetricCache
 from koordlet.metriccache import series as s
 from koordlet.statesinformer.kubepods import KubepodsSource
@@ -150,7 +151,9 @@ def test_real_pod_cpu_and_memory_are_collected(tree: Tree) -> None:
     snap = WorkloadSnapshot(pods=pods, generation=1)
     cache = MetricCache()
     runner = CollectorRunner(
-        build_collectors(CollectorContext(host=tree.host, config=None)), cache, lambda: snap
+        build_collectors(CollectorContext(host=tree.host, config=KoordletConfig(node_name="test"))),
+        cache,
+        lambda: snap,
     )
     busy_proc = psutil.Process(busy.pid)
     cpu0, t0 = sum(busy_proc.cpu_times()[:2]), time.time()

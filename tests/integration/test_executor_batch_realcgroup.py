@@ -13,11 +13,12 @@ from collections.abc import Iterator
 
 import pytest
 
+from apis.cpulist import format_cpulist, parse_cpulist
 from koordlet.errors import HostError
 from koordlet.executor import AuditLog, BatchWrite, CgroupWriter, WriteResult
 from koordlet.system.cgroups import CgroupDriver, CgroupVersion, detect_layout
 from koordlet.system.host import Host
-from koordlet.system.knobs import format_cpulist, parse_cpulist
+from koordlet.system.knobs import CPU_CFS_QUOTA, CPUSET_CPUS, CPUSET_MEMS
 from koordlet.system.paths import HostPaths
 
 PATHS = HostPaths()
@@ -83,8 +84,8 @@ def write_raw(host: Host, controller: str, rel: str, name: str, text: str) -> No
 
 
 def set_cpus(writer: CgroupWriter, rels: list[str], cpus: list[set[int]], mems: set[int]) -> None:
-    batch = [BatchWrite("cpuset_mems", r, mems) for r in rels]
-    batch += [BatchWrite("cpuset_cpus", r, c) for r, c in zip(rels, cpus, strict=True)]
+    batch = [BatchWrite(CPUSET_MEMS, r, mems) for r in rels]
+    batch += [BatchWrite(CPUSET_CPUS, r, c) for r, c in zip(rels, cpus, strict=True)]
     result = writer.submit_batch(batch).result(timeout=30)
     assert result.ok, result.errors
 
@@ -124,13 +125,13 @@ def test_a_leveled_cfs_quota_shrink_and_grow_are_accepted(host: Host, tree: list
     with pytest.raises(OSError):  # a parent below its child's quota is refused
         write_raw(host, "cpu", tree[0], "cpu.cfs_quota_us", "20000")
     with CgroupWriter(host) as writer:
-        shrink = [BatchWrite("cpu_cfs_quota", r, 20000) for r in tree]
+        shrink = [BatchWrite(CPU_CFS_QUOTA, r, 20000) for r in tree]
         assert writer.submit_batch(shrink).result(timeout=30).ok
         assert {read(host, "cpu", r, "cpu.cfs_quota_us") for r in tree} == {"20000"}
-        grow = [BatchWrite("cpu_cfs_quota", r, 80000) for r in reversed(tree)]
+        grow = [BatchWrite(CPU_CFS_QUOTA, r, 80000) for r in reversed(tree)]
         assert writer.submit_batch(grow).result(timeout=30).ok
         assert {read(host, "cpu", r, "cpu.cfs_quota_us") for r in tree} == {"80000"}
-        unlimit = [BatchWrite("cpu_cfs_quota", r, None) for r in reversed(tree)]
+        unlimit = [BatchWrite(CPU_CFS_QUOTA, r, None) for r in reversed(tree)]
         assert writer.submit_batch(unlimit).result(timeout=30).ok
         assert {read(host, "cpu", r, "cpu.cfs_quota_us") for r in tree} == {"-1"}
 
@@ -154,7 +155,7 @@ def test_a_pod_cgroup_deleted_in_the_middle_of_a_batch_does_not_fail_it(
     with CgroupWriter(host, on_change=delete_pod1_after_the_first_change) as writer:
         both = {first, second}
         result = writer.submit_batch(
-            [BatchWrite("cpuset_cpus", r, both, "cpusuppress", "grow") for r in tree]
+            [BatchWrite(CPUSET_CPUS, r, both, "cpusuppress", "grow") for r in tree]
         ).result(timeout=30)
     assert result.ok, result.errors
     assert result.gone == (pod1,)
@@ -175,11 +176,11 @@ def test_a_failed_write_is_reported_per_write_not_raised(
     timed: list[tuple[str, str]] = []
     with CgroupWriter(host, observe=lambda kind, status, s: timed.append((kind, status))) as writer:
         result = writer.submit_batch(
-            [BatchWrite("cpuset_cpus", tree[1], {beyond})]  # no such CPU: the kernel refuses
+            [BatchWrite(CPUSET_CPUS, tree[1], {beyond})]  # no such CPU: the kernel refuses
         ).result(timeout=30)
     assert not result.ok
     assert "cpuset.cpus" in result.errors[0][1]
     assert timed == [("cpuset.cpus", "failed")]
     assert read(host, "cpuset", tree[1], "cpuset.cpus") == str(min(all_cpus))
     with pytest.raises(HostError):
-        CgroupWriter(host).write("cpuset_cpus", tree[1], {beyond})
+        CgroupWriter(host).write(CPUSET_CPUS, tree[1], {beyond})

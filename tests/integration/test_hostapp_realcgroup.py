@@ -200,7 +200,9 @@ def test_a_launched_be_host_app_is_measured_listed_and_suppressed_when_ls_load_r
         launch(prefix, slo, "ls-spin")
         slo.write_text(nodeslo(prefix.name, suppress=True))
         k.popen.send_signal(signal.SIGHUP)
-        settle("ls-spin CPU usage in /metrics", lambda: app_cpu(k, "ls-spin"), lambda v: v > 0.5)
+        # Measured, not a share: two spinning loops and the helpers' own work share two cores, so
+        # what the LS loop gets depends on the machine; the cap below is the behaviour checked.
+        settle("ls-spin CPU usage in /metrics", lambda: app_cpu(k, "ls-spin"), lambda v: v > 0.1)
         quota_file = Path(PATHS.cgroup("cpu", kube, "besteffort", "cpu.cfs_quota_us"))
 
         def quota() -> float:

@@ -24,7 +24,7 @@ from koordlet.collectors import cpi
 from koordlet.collectors.runner import TickState
 from koordlet.metriccache import series as s
 from koordlet.statesinformer.model import WorkloadSnapshot
-from koordlet.system import perf
+from koordlet.system import oserrors, perf
 
 SOFTWARE = (perf.TASK_CLOCK, perf.CPU_CLOCK)
 BUSY = "while :; do :; done"
@@ -166,6 +166,6 @@ def test_hardware_counters_absent_here_are_unsupported_with_the_errno(root: str)
         result = collector.collect(TickState(0.0, made.snapshot))
 
     assert support.errno in {errno.ENOENT, errno.EOPNOTSUPP, errno.ENODEV}
-    assert perf.errno_name(support.errno) in support.reason
+    assert oserrors.errno_name(support.errno) in support.reason
     assert result.unsupported == {cpi.SOURCE: support.reason}
     assert collector.fd_count == 0

@@ -16,6 +16,13 @@ from koordlet.errors import CgroupGoneError, HostError, InvalidValueError
 from koordlet.executor import CgroupWriter
 from koordlet.system.cgroups import CgroupDriver, CgroupVersion, detect_layout
 from koordlet.system.host import Host
+from koordlet.system.knobs import (
+    CPU_CFS_PERIOD,
+    CPU_CFS_QUOTA,
+    CPU_SHARES,
+    CPUSET_CPUS,
+    MEMORY_LIMIT,
+)
 from koordlet.system.paths import HostPaths
 from koordlet.system.probe import probe_capabilities
 
@@ -60,7 +67,7 @@ def read(host: Host, controller: str, rel: str, filename: str) -> str:
 
 
 def test_cpu_shares_are_written_and_read_back_by_the_kernel(host: Host, cgroup: str) -> None:
-    result = CgroupWriter(host).write("cpu_shares", cgroup, 512)
+    result = CgroupWriter(host).write(CPU_SHARES, cgroup, 512)
     assert result.changed
     assert read(host, "cpu", cgroup, "cpu.shares") == "512"
 
@@ -69,61 +76,61 @@ def test_cfs_quota_and_period_are_written_and_unlimited_is_restored(
     host: Host, cgroup: str
 ) -> None:
     writer = CgroupWriter(host)
-    writer.write("cpu_cfs_period", cgroup, 200000)
-    writer.write("cpu_cfs_quota", cgroup, 50000)
+    writer.write(CPU_CFS_PERIOD, cgroup, 200000)
+    writer.write(CPU_CFS_QUOTA, cgroup, 50000)
     assert read(host, "cpu", cgroup, "cpu.cfs_period_us") == "200000"
     assert read(host, "cpu", cgroup, "cpu.cfs_quota_us") == "50000"
-    writer.write("cpu_cfs_quota", cgroup, None)
+    writer.write(CPU_CFS_QUOTA, cgroup, None)
     assert read(host, "cpu", cgroup, "cpu.cfs_quota_us") == "-1"
 
 
 def test_an_unchanged_value_is_not_written_again(host: Host, cgroup: str) -> None:
     writes: list[str] = []
     writer = CgroupWriter(host, on_change=lambda r: writes.append(r.new))
-    assert writer.write("cpu_shares", cgroup, 1024).changed is False  # the kernel default
-    writer.write("cpu_shares", cgroup, 4096)
-    assert writer.write("cpu_shares", cgroup, 4096).changed is False
-    assert CgroupWriter(host).write("cpu_shares", cgroup, 4096).changed is False  # from the file
+    assert writer.write(CPU_SHARES, cgroup, 1024).changed is False  # the kernel default
+    writer.write(CPU_SHARES, cgroup, 4096)
+    assert writer.write(CPU_SHARES, cgroup, 4096).changed is False
+    assert CgroupWriter(host).write(CPU_SHARES, cgroup, 4096).changed is False  # from the file
     assert writes == ["4096"]
 
 
 def test_an_out_of_range_value_never_reaches_the_kernel(host: Host, cgroup: str) -> None:
     before = read(host, "cpu", cgroup, "cpu.shares")
     with pytest.raises(InvalidValueError, match="cpu_shares"):
-        CgroupWriter(host).write("cpu_shares", cgroup, 1)
+        CgroupWriter(host).write(CPU_SHARES, cgroup, 1)
     with pytest.raises(InvalidValueError, match="cpu_cfs_quota"):
-        CgroupWriter(host).write("cpu_cfs_quota", cgroup, 10)
+        CgroupWriter(host).write(CPU_CFS_QUOTA, cgroup, 10)
     assert read(host, "cpu", cgroup, "cpu.shares") == before
     assert read(host, "cpu", cgroup, "cpu.cfs_quota_us") == "-1"
 
 
 def test_a_removed_cgroup_gives_cgroup_gone(host: Host, cgroup: str) -> None:
     writer = CgroupWriter(host)
-    writer.write("cpu_shares", cgroup, 512)
+    writer.write(CPU_SHARES, cgroup, 512)
     os.rmdir(host.layout.abs_dir("cpu", cgroup))
     with pytest.raises(CgroupGoneError):
-        writer.write("cpu_shares", cgroup, 256)
+        writer.write(CPU_SHARES, cgroup, 256)
 
 
 def test_unlimited_memory_matches_the_kernel_page_counter_maximum(host: Host, cgroup: str) -> None:
     writer = CgroupWriter(host)
-    assert writer.write("memory_limit", cgroup, None).changed is False
-    writer.write("memory_limit", cgroup, 64 << 20)
+    assert writer.write(MEMORY_LIMIT, cgroup, None).changed is False
+    writer.write(MEMORY_LIMIT, cgroup, 64 << 20)
     assert read(host, "memory", cgroup, "memory.limit_in_bytes") == str(64 << 20)
-    assert writer.write("memory_limit", cgroup, None).changed
+    assert writer.write(MEMORY_LIMIT, cgroup, None).changed
     assert int(read(host, "memory", cgroup, "memory.limit_in_bytes")) >= (1 << 63) - (1 << 20)
 
 
 def test_cpuset_cpus_are_written_in_canonical_form(host: Host, cgroup: str) -> None:
     online = read(host, "cpuset", "", "cpuset.cpus")
     writer = CgroupWriter(host)
-    writer.write("cpuset_cpus", cgroup, online)
+    writer.write(CPUSET_CPUS, cgroup, online)
     assert read(host, "cpuset", cgroup, "cpuset.cpus") == online
 
 
 def test_a_value_the_kernel_refuses_is_a_host_error(host: Host, cgroup: str) -> None:
     with pytest.raises(HostError, match=r"cpuset\.cpus") as info:
-        CgroupWriter(host).write("cpuset_cpus", cgroup, {65000})  # no such CPU
+        CgroupWriter(host).write(CPUSET_CPUS, cgroup, {65000})  # no such CPU
     assert not isinstance(info.value, CgroupGoneError)
 
 

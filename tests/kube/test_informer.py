@@ -7,9 +7,10 @@ import random
 from kubeclient.backoff import Backoff
 from kubeclient.client import KubeClient, Obj
 from kubeclient.informer import Informer
-from kubeclient.resources import NODE_METRICS, PODS
+from kubeclient.resources import ELASTIC_QUOTAS, NODE_METRICS, PODS
 from tests.kube.conftest import eventually, running
 from tests.kubefake import FakeApiServer, Fault
+from tests.kubefake.server import Kind
 
 
 def _pod(name: str, node: str, labels: dict[str, str] | None = None) -> Obj:
@@ -171,3 +172,39 @@ async def test_wait_synced_gives_up_after_its_timeout_when_the_server_fails(
         assert not await informer.wait_synced(0.2)
     assert not informer.synced
     assert informer.stats.errors >= 1
+
+
+async def test_a_resource_the_server_does_not_serve_is_absent_until_it_lists(
+    kube_api: FakeApiServer, kube_client: KubeClient
+) -> None:
+    # the fake serves no ElasticQuotas until the CRD is "installed"
+    informer = Informer(kube_client, ELASTIC_QUOTAS, backoff=Backoff(base=0.01, cap=0.02))
+    async with running(informer):
+        assert await informer.wait_settled(5.0)
+        assert (informer.synced, informer.absent) == (False, True)
+        assert informer.last_error.startswith("404")
+        kube_api.register(Kind("scheduling.sigs.k8s.io", "v1alpha1", "elasticquotas", "EQ", True))
+        assert await informer.wait_synced(5.0)
+        assert (informer.absent, informer.last_error) == (False, "")
+
+
+async def test_relisting_is_true_from_a_410_until_the_relist_is_applied(
+    kube_api: FakeApiServer, kube_client: KubeClient
+) -> None:
+    kube_api.put("pods", _pod("a", "n1"))
+    informer = _informer(kube_client)
+    seen: list[bool] = []
+    informer.add_handler(on_add=lambda obj: seen.append(informer.relisting))
+    async with running(informer):
+        assert await informer.wait_synced(5.0)
+        await eventually(lambda: kube_api.open_watches == 1)
+        kube_api.faults.append(Fault(delay=0.3, method="GET", watch=False))
+        kube_api.compact()
+        kube_api.drop_watches()
+        await eventually(lambda: informer.relisting)
+        kube_api.put("pods", _pod("b", "n1"))  # during the (slow) relist
+        await eventually(lambda: informer.get("b", "default") is not None)
+        assert not informer.relisting
+    # the relist's callbacks ran while the store was still marked stale
+    assert seen == [False, True]
+    assert (informer.stats.gone, informer.stats.lists) == (1, 2)

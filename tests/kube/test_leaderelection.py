@@ -2,24 +2,16 @@
 
 from __future__ import annotations
 
-import asyncio
+import pytest
 
 from kubeclient.client import KubeClient
 from kubeclient.leaderelection import LeaderElectionConfig, LeaderElector
-from tests.kube.conftest import eventually
 from tests.kubefake import FakeApiServer, Fault
-
-
-class _Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
+from tests.kubefake.fixtures import Clock
 
 
 def _elector(
-    client: KubeClient, identity: str, clock: _Clock, log: list[tuple[str, bool]]
+    client: KubeClient, identity: str, clock: Clock, log: list[tuple[str, bool]]
 ) -> LeaderElector:
     cfg = LeaderElectionConfig("koordinator-system", "koord-manager", identity)
     return LeaderElector(
@@ -34,7 +26,7 @@ def _elector(
 async def test_one_candidate_leads_and_the_other_takes_over_only_after_expiry(
     kube_api: FakeApiServer, kube_client: KubeClient
 ) -> None:
-    clock_a, clock_b = _Clock(), _Clock()
+    clock_a, clock_b = Clock(), Clock()
     log: list[tuple[str, bool]] = []
     a = _elector(kube_client, "a", clock_a, log)
     b = _elector(kube_client, "b", clock_b, log)
@@ -65,7 +57,7 @@ async def test_one_candidate_leads_and_the_other_takes_over_only_after_expiry(
 async def test_a_leader_that_cannot_reach_the_server_steps_down_after_the_deadline(
     kube_api: FakeApiServer, kube_client: KubeClient
 ) -> None:
-    clock = _Clock()
+    clock = Clock()
     log: list[tuple[str, bool]] = []
     a = _elector(kube_client, "a", clock, log)
     await a.step()
@@ -78,36 +70,40 @@ async def test_a_leader_that_cannot_reach_the_server_steps_down_after_the_deadli
     assert not a.is_leader
 
 
-async def test_cancelling_a_leader_releases_the_lease(
+async def test_a_leader_waits_no_longer_than_what_is_left_of_its_renew_deadline(
     kube_api: FakeApiServer, kube_client: KubeClient
 ) -> None:
-    log: list[tuple[str, bool]] = []
-    a = _elector(kube_client, "a", _Clock(), log)
-    task = asyncio.create_task(a.run())
-    await eventually(lambda: a.is_leader)
-    task.cancel()
-    await asyncio.gather(task, return_exceptions=True)
-    lease = kube_api.get("leases", "koord-manager", "koordinator-system")
-    assert lease["spec"]["holderIdentity"] == ""  # type: ignore[index]
-    assert log == [("a", True), ("a", False)]
+    clock = Clock()
+    a = _elector(kube_client, "a", clock, [])
+    b = _elector(kube_client, "b", clock, [])
+    await a.step()
+    await b.step()
+    assert (a.pause(), b.pause()) == (2.0, 2.0)  # the retry period
+    clock.now += 9.5
+    assert a.pause() == pytest.approx(0.5)  # the leader looks again as its deadline ends
+    assert b.pause() == 2.0
 
 
-async def test_a_renewal_is_cut_off_at_what_is_left_of_the_renew_deadline(
+async def test_release_empties_the_holder_only_when_it_names_this_candidate(
     kube_api: FakeApiServer, kube_client: KubeClient
 ) -> None:
-    clock = _Clock()
+    clock = Clock()
     log: list[tuple[str, bool]] = []
     a = _elector(kube_client, "a", clock, log)
+    b = _elector(kube_client, "b", clock, log)
     await a.step()
-    assert a.is_leader
-    # 9.5 s after its last renewal the leader has 0.5 s left; the server holds the renewal for
-    # 2 s. The attempt is abandoned when the 0.5 s are up (before the server answers).
-    kube_api.faults.append(Fault(delay=2.0, method="PUT", path_contains="/leases/"))
-    clock.now += 9.5
-    await asyncio.wait_for(a.step(), 1.5)
-    assert a.is_leader  # by its own clock it is still within the deadline
-    # Past the deadline it steps down before trying again, then wins the free Lease anew.
-    clock.now += 0.6
-    await a.step()
-    assert log == [("a", True), ("a", False), ("a", True)]
-    await asyncio.sleep(2.0)  # the held request's handler ends on the server
+    assert not await b.release()  # b does not hold it: nothing written
+    assert (
+        kube_api.get("leases", "koord-manager", "koordinator-system")["spec"][  # type: ignore[index]
+            "holderIdentity"
+        ]
+        == "a"
+    )
+    assert await a.release()
+    assert not a.is_leader
+    lease = kube_api.get("leases", "koord-manager", "koordinator-system")
+    assert lease["spec"]["holderIdentity"] == ""  # type: ignore[index]
+    assert lease["spec"]["leaseDurationSeconds"] == 1  # type: ignore[index]
+    await b.step()  # the emptied Lease is free at once, whatever b's clock says
+    assert b.is_leader
+    assert log == [("a", True), ("b", True)]  # stopping is the caller's: no callback

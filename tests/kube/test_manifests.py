@@ -3,6 +3,7 @@ exactly what the code uses."""
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 from typing import Any
@@ -117,6 +118,12 @@ def test_the_host_is_mounted_where_the_args_point() -> None:
     assert host[cfg.state_dir.rstrip("/")] == "/var/lib/koordlet"
     assert host["/var/lib/kubelet"] == "/var/lib/kubelet"
     assert not any(m.get("readOnly") for m in container["volumeMounts"] if "cgroup" in m["name"])
+    # the runtime hooks: the hook socket and koordlet.json where the host's proxy finds them,
+    # the host's /var/run for the runtime's NRI socket
+    hooks = cfg.runtime_hooks
+    assert host[os.path.dirname(hooks.addr)] == os.path.dirname(hooks.host_endpoint)
+    assert host[hooks.config_path.rstrip("/")] == "/etc/runtime/hookserver.d"
+    assert host[hooks.var_run_root.rstrip("/")] == "/var/run"
 
 
 def _granted() -> set[tuple[str, str, str]]:

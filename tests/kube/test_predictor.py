@@ -13,6 +13,7 @@ import pytest
 
 from apis.crdschema import validate
 from apis.extension import KubeQOS, QoSClass
+from apis.quantity import int_value, milli_value
 from apis.slo import NodeSLOSpec
 from koordlet.metriccache import MetricCache, Sample, SeriesKey
 from koordlet.metriccache import series as s
@@ -27,7 +28,6 @@ from koordlet.reporter.predictor import PeakPredictor, PredictorConfig
 from koordlet.statesinformer.kube import CollectPolicy
 from koordlet.statesinformer.model import PodInfo
 from kubeclient.client import KubeClient, Obj
-from kubeclient.units import cpu_milli, memory_bytes
 from tests.kubefake import FakeApiServer
 
 NOW = 1_800_000_000.0
@@ -164,8 +164,8 @@ def test_prod_reclaimable_for_known_samples_is_the_smaller_of_both_estimates(
     )
     assert 600 < got.cpu_milli < 1500  # sanity: about 2 cores - 1.1 x (0.5 + 0.5)
     metric = got.to_metric()["resource"]["resources"]
-    assert cpu_milli(metric["cpu"]) == got.cpu_milli
-    assert memory_bytes(metric["memory"]) == got.memory_bytes
+    assert milli_value(metric["cpu"]) == got.cpu_milli
+    assert int_value(metric["memory"]) == got.memory_bytes
 
 
 def test_a_pod_in_cold_start_lends_nothing(tmp_path: Path) -> None:

@@ -3,7 +3,8 @@
 - ``kube_api``: a started :class:`~tests.kubefake.server.FakeApiServer` (stopped afterwards);
 - ``kubeconfig``: a kubeconfig file pointing at it (token auth, plain HTTP);
 - ``kube_client``: a :class:`~kubeclient.client.KubeClient` loaded from that kubeconfig;
-- :func:`eventually`: wait for state of the fake server (or of what talks to it).
+- :func:`eventually`: wait for state of the fake server (or of what talks to it);
+- :class:`Clock`: a monotonic clock that moves only when a test moves it.
 """
 
 from __future__ import annotations
@@ -26,6 +27,16 @@ async def eventually(check: Callable[[], bool], *, within: float = 10.0) -> None
     async with asyncio.timeout(within):
         while not check():  # noqa: ASYNC110 - see the docstring
             await asyncio.sleep(0.01)
+
+
+class Clock:
+    """A monotonic clock for leader election tests: ``clock.now += 11`` passes a deadline."""
+
+    def __init__(self, now: float = 1000.0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
 
 
 def write_kubeconfig(path: Path, url: str, token: str = "fake-token") -> Path:

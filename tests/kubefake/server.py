@@ -13,14 +13,16 @@ Faithful on:
   HTTP 410 with ``gone_as_http``);
 - **status subresource**: a PUT or PATCH of the object ignores ``status``; one of ``/status``
   changes only ``status``; ``metadata.generation`` moves on spec changes only;
-- JSON **merge patch** and a **strategic merge patch** subset (maps merge; lists of objects
-  with a ``name`` merge by name);
+- JSON **merge patch** and a **strategic merge patch** subset (maps merge, ``null`` deletes;
+  lists of objects merge by their patch merge key: ``name`` when every item has one, else
+  ``type``, as ``conditions`` do; ``$setElementOrder`` directives are ignored);
 - creation (409 AlreadyExists), deletion (a DELETED event), **policy/v1 evictions** (UID
   precondition, 429 while a pod's name is in ``eviction_blocked``).
 
 Fault injection (:class:`Fault`, matched in order, each for ``times`` requests): an HTTP status
 with an optional ``Retry-After``, a dropped connection, a delay; ``drop_watches()`` cuts every
-open watch stream mid-flight. Every request is recorded in ``requests``.
+open watch stream mid-flight. Every request is recorded in ``requests``; ``in_flight`` counts
+those not answered yet.
 """
 
 from __future__ import annotations
@@ -60,6 +62,9 @@ DEFAULT_KINDS = (
     Kind("", "v1", "pods", "Pod", True),
     Kind("", "v1", "configmaps", "ConfigMap", True, status_subresource=False),
     Kind("", "v1", "events", "Event", True, status_subresource=False),
+    # events.k8s.io/v1 Events: the same objects as core/v1 Events in the API server; the fake
+    # stores both under "events" and converts nothing (a test writes and reads one version)
+    Kind("events.k8s.io", "v1", "events", "Event", True, status_subresource=False),
     Kind("coordination.k8s.io", "v1", "leases", "Lease", True, status_subresource=False),
     Kind("slo.koordinator.sh", "v1alpha1", "nodemetrics", "NodeMetric", False),
     Kind("slo.koordinator.sh", "v1alpha1", "nodeslos", "NodeSLO", False),
@@ -194,23 +199,33 @@ def merge_patch(target: Any, patch: Any) -> Any:
     return out
 
 
+def _merge_key(items: list[Any]) -> str | None:
+    """The patch merge key of a list (``name`` for containers, ``type`` for conditions)."""
+    for key in ("name", "type"):
+        if all(isinstance(v, dict) and key in v for v in items):
+            return key
+    return None
+
+
 def strategic_merge_patch(target: Any, patch: Any) -> Any:
-    """The subset we need: maps merge (null deletes), lists of named objects merge by name,
-    other lists are replaced."""
+    """The subset we need: maps merge (null deletes), lists of objects with a merge key merge
+    by it, other lists are replaced."""
     if not isinstance(patch, dict):
         return copy.deepcopy(patch)
     out = dict(target) if isinstance(target, dict) else {}
     for key, value in patch.items():
+        if key.startswith("$setElementOrder/"):
+            continue
         if value is None:
             out.pop(key, None)
         elif (
             isinstance(value, list)
             and isinstance(out.get(key), list)
-            and all(isinstance(v, dict) and "name" in v for v in value + out[key])
+            and (mkey := _merge_key(value + out[key])) is not None
         ):
-            merged = {v["name"]: v for v in out[key]}
+            merged = {v[mkey]: v for v in out[key]}
             for item in value:
-                merged[item["name"]] = strategic_merge_patch(merged.get(item["name"]), item)
+                merged[item[mkey]] = strategic_merge_patch(merged.get(item[mkey]), item)
             out[key] = list(merged.values())
         else:
             out[key] = strategic_merge_patch(out.get(key), value)
@@ -232,6 +247,8 @@ class FakeApiServer:
         self.history: list[tuple[int, Kind, str, Obj]] = []
         self.faults: list[Fault] = []
         self.requests: list[RecordedRequest] = []
+        self.in_flight = 0
+        """Requests received and not yet answered (open watches included)."""
         self.eviction_blocked: set[str] = set()
         """Pod names whose eviction a disruption budget refuses (429)."""
         self.gone_as_http = False
@@ -386,6 +403,13 @@ class FakeApiServer:
         ]
 
     async def _handle(self, request: web.Request) -> web.StreamResponse:
+        self.in_flight += 1
+        try:
+            return await self._answer(request)
+        finally:
+            self.in_flight -= 1
+
+    async def _answer(self, request: web.Request) -> web.StreamResponse:
         query = dict(parse_qsl(request.query_string))
         raw = await request.read()
         try:
@@ -607,8 +631,8 @@ class FakeApiServer:
                         await send("BOOKMARK", self._bookmark(kind))
                     continue
                 if item is None:  # drop_watches(): cut the stream mid-flight
-                    assert request.transport is not None
-                    request.transport.close()
+                    if request.transport is not None:  # None: the client has gone already
+                        request.transport.close()
                     return resp
                 rv, event, obj = item
                 if event == "BOOKMARK":

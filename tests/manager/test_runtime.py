@@ -1,4 +1,8 @@
-"""The manager runtime: all controllers under one Lease, hand-over between two replicas."""
+"""The manager runtime: all controllers under one Lease, hand-over between two replicas, a
+failing controller ending the process, and ``koord-manager`` run as a user runs it.
+
+The lifecycle itself (terms, deadlines, release order) is tested once, in
+tests/kube/test_elected.py; these tests are about the manager's use of it."""
 
 from __future__ import annotations
 
@@ -12,11 +16,12 @@ import yaml
 
 from kubeclient.client import KubeClient
 from kubeclient.leaderelection import LeaderElectionConfig
-from manager.runner import LEASE_NAME, ManagerSettings
 from manager.runtime import (
     CONTROLLERS,
+    LEASE_NAME,
     Controller,
     ControllerFactory,
+    ManagerSettings,
     main,
     parser,
     run_manager,
@@ -33,7 +38,7 @@ class Replica:
         self.client = client
         self.name = name
         self.log = log
-        self.task: asyncio.Task[None] | None = None
+        self.task: asyncio.Task[int] | None = None
 
     def table(self) -> Mapping[str, ControllerFactory]:
         def logged(kind: str) -> ControllerFactory:
@@ -83,6 +88,11 @@ class Replica:
             await asyncio.gather(self.task, return_exceptions=True)
 
 
+def lease_requests(api: FakeApiServer, method: str) -> int:
+    """Requests of ``method`` for the manager's Lease so far."""
+    return sum(1 for r in api.requests if r.method == method and f"/leases/{LEASE_NAME}" in r.path)
+
+
 async def test_the_second_replica_takes_over_every_controller_when_the_leader_stops(
     kube_api: FakeApiServer, kube_client: KubeClient, kubeconfig: Path
 ) -> None:
@@ -100,7 +110,14 @@ async def test_the_second_replica_takes_over_every_controller_when_the_leader_st
             )
         )
         b.start()
-        await asyncio.sleep(3.5)  # longer than the lease: b must stay a follower
+        gets, puts = lease_requests(kube_api, "GET"), lease_requests(kube_api, "PUT")
+        # a renews (GET, then PUT), b only looks (GET): wait for three looks of b
+        await eventually(
+            lambda: (
+                (lease_requests(kube_api, "GET") - gets) - (lease_requests(kube_api, "PUT") - puts)
+                >= 3
+            )
+        )
         assert {who for _, who, _ in log} == {"a"}
         await a.stop()
         kube_api.put("nodes", node("n2"))  # only a leader can write n2's objects now
@@ -133,7 +150,8 @@ async def test_without_leader_election_the_controllers_run_at_once(
             kube_client,
             ManagerSettings(enable_leader_election=False, resync_seconds=3600),
             controllers=("nodemetric",),
-        )
+        ),
+        name="manager",
     )
     try:
         await eventually(lambda: kube_api.get("nodemetrics", "n1") is not None)
@@ -142,6 +160,49 @@ async def test_without_leader_election_the_controllers_run_at_once(
         await asyncio.gather(task, return_exceptions=True)
     assert kube_api.get("leases", LEASE_NAME, "koordinator-system") is None
     assert kube_api.get("nodeslos", "n1") is None  # not selected
+
+
+async def test_a_failing_controller_ends_the_manager_with_1_and_releases_the_lease(
+    kube_api: FakeApiServer, kube_client: KubeClient
+) -> None:
+    kube_api.put("nodes", node("n1"))
+    stopped: list[str] = []
+
+    def broken(client: KubeClient, settings: ManagerSettings) -> Controller:
+        class Broken:
+            async def run(self, *, sync_timeout: float = 5.0) -> NoReturn:
+                raise RuntimeError("informer cache corrupted")
+
+        return Broken()
+
+    def healthy(client: KubeClient, settings: ManagerSettings) -> Controller:
+        inner = CONTROLLERS["nodemetric"](client, settings)
+
+        class Logged:
+            async def run(self, *, sync_timeout: float = 5.0) -> NoReturn:
+                try:
+                    await inner.run(sync_timeout=sync_timeout)
+                finally:
+                    stopped.append("nodemetric")
+
+        return Logged()
+
+    election = LeaderElectionConfig("koordinator-system", LEASE_NAME, "a", retry_period=0.1)
+    code = await asyncio.wait_for(
+        run_manager(
+            kube_client,
+            ManagerSettings(resync_seconds=3600),
+            controllers=("nodemetric", "broken"),
+            table={"nodemetric": healthy, "broken": broken},
+            election=election,
+        ),
+        10,
+    )
+    assert code == 1
+    assert stopped == ["nodemetric"]  # the rest of the term stopped with it
+    lease = kube_api.get("leases", LEASE_NAME, "koordinator-system")
+    assert lease is not None
+    assert lease["spec"]["holderIdentity"] == ""
 
 
 def test_an_unknown_controller_name_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:

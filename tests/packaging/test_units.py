@@ -17,6 +17,7 @@ UNITS = (
     "koordlet.slice",
     "host-latency-sensitive.slice",
     "host-best-effort.slice",
+    "koord-runtime-proxy.service",
 )
 
 
@@ -34,9 +35,14 @@ def verifiable_units(tmp_path: Path) -> list[Path]:
     exe = tmp_path / "koordlet"
     exe.write_text("#!/bin/sh\n")
     exe.chmod(0o755)
+    proxy = tmp_path / "koord-runtime-proxy"
+    proxy.write_text("#!/bin/sh\n")
+    proxy.chmod(0o755)
     out = []
     for name in UNITS:
-        text = (REPO / "systemd" / name).read_text().replace("/usr/bin/koordlet", str(exe))
+        text = (REPO / "systemd" / name).read_text()
+        text = text.replace("/usr/bin/koordlet", str(exe))
+        text = text.replace("/usr/bin/koord-runtime-proxy", str(proxy))
         (tmp_path / name).write_text(text)
         out.append(tmp_path / name)
     return out

@@ -1,9 +1,11 @@
 """The in-repo fake API server plus the one thing the scheduler needs that it lacks: the pods'
-``binding`` subresource (sets ``spec.nodeName``; 409 when the pod is already bound)."""
+``binding`` subresource (sets ``spec.nodeName`` and, as the API server's ``assignPod`` does, the
+``PodScheduled`` condition True; 409 when the pod is already bound)."""
 
 from __future__ import annotations
 
 import copy
+import time
 from typing import Any
 
 from tests.kubefake.server import ApiStatusError, FakeApiServer, Kind, Obj
@@ -50,6 +52,15 @@ class BindingFakeApiServer(FakeApiServer):
                 raise ApiStatusError(400, "BadRequest", "binding without a target")
             new = copy.deepcopy(current)
             new.setdefault("spec", {})["nodeName"] = target
+            status = new.setdefault("status", {})
+            scheduled = {
+                "type": "PodScheduled",
+                "status": "True",
+                "lastTransitionTime": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            }
+            status["conditions"] = [
+                c for c in status.get("conditions") or [] if c.get("type") != "PodScheduled"
+            ] + [scheduled]
             self._commit(kind, (kind.plural, ns or "", name), new, "MODIFIED")
             return {"kind": "Status", "apiVersion": "v1", "status": "Success", "code": 201}
         return super()._dispatch(method, kind, ns, name, sub, query, body, ctype)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from scheduler_plugins.cpuset import parse_cpuset
+from apis.cpulist import parse_cpulist
 from scheduler_plugins.plugins.cpuaccumulator import (
     FULL_PCPUS,
     LEAST_ALLOCATED,
@@ -48,7 +48,7 @@ def choose(
     strategy: str = MOST_ALLOCATED,
     **kw,
 ) -> frozenset[int] | None:
-    taken = parse_cpuset(allocated)
+    taken = parse_cpulist(allocated)
     got = take_cpus(
         topo, [c for c in topo.cpus if c not in taken], count, policy, strategy=strategy, **kw
     )
@@ -83,8 +83,8 @@ FULL_PCPUS_CASES = [
 )
 def test_take_full_pcpus(shape, allocated, needed, most, least):
     topo = topology(*shape)
-    assert choose(topo, allocated, needed, FULL_PCPUS) == parse_cpuset(most)
-    assert choose(topo, allocated, needed, FULL_PCPUS, LEAST_ALLOCATED) == parse_cpuset(least)
+    assert choose(topo, allocated, needed, FULL_PCPUS) == parse_cpulist(most)
+    assert choose(topo, allocated, needed, FULL_PCPUS, LEAST_ALLOCATED) == parse_cpulist(least)
 
 
 @pytest.mark.parametrize(
@@ -103,7 +103,7 @@ def test_take_full_pcpus(shape, allocated, needed, most, least):
     ],
 )
 def test_take_full_pcpus_from_scattered_free_cpus(shape, allocated, needed, strategy, want):
-    assert choose(topology(*shape), allocated, needed, FULL_PCPUS, strategy) == parse_cpuset(want)
+    assert choose(topology(*shape), allocated, needed, FULL_PCPUS, strategy) == parse_cpulist(want)
 
 
 @pytest.mark.parametrize("strategy", [MOST_ALLOCATED, LEAST_ALLOCATED])
@@ -129,8 +129,8 @@ SPREAD_CASES = [
 )
 def test_take_spread_by_pcpus(shape, allocated, needed, most, least):
     topo = topology(*shape)
-    assert choose(topo, allocated, needed, SPREAD_BY_PCPUS) == parse_cpuset(most)
-    assert choose(topo, allocated, needed, SPREAD_BY_PCPUS, LEAST_ALLOCATED) == parse_cpuset(least)
+    assert choose(topo, allocated, needed, SPREAD_BY_PCPUS) == parse_cpulist(most)
+    assert choose(topo, allocated, needed, SPREAD_BY_PCPUS, LEAST_ALLOCATED) == parse_cpulist(least)
 
 
 EXCLUSIVE_CASES = [
@@ -216,7 +216,7 @@ EXCLUSIVE_CASES = [
 )
 def test_take_cpus_with_exclusive_policy(shape, held, held_policy, bind, own, needed, want):
     topo = topology(*shape)
-    taken = parse_cpuset(held)
+    taken = parse_cpulist(held)
     cores = {topo.core_of(c) for c in taken} if held_policy == PCPU_LEVEL else set()
     numa = {topo.cpus[c].node for c in taken} if held_policy == NUMA_NODE_LEVEL else set()
     got = take_cpus(
@@ -229,7 +229,7 @@ def test_take_cpus_with_exclusive_policy(shape, held, held_policy, bind, own, ne
         exclusive_numa=numa,
     )
     assert got is not None
-    assert frozenset(got) == parse_cpuset(want)
+    assert frozenset(got) == parse_cpulist(want)
 
 
 def test_too_few_free_cpus_is_a_failure():

@@ -96,30 +96,30 @@ async def test_filter_by_node_names_fails_hot_nodes_with_koordinators_reason(htt
     result = await post(
         session,
         base + "/filter",
-        {"pod": pod("p", requests={"cpu": "1"}), "nodenames": ["hot", "cool", "numa"]},
+        {"Pod": pod("p", requests={"cpu": "1"}), "NodeNames": ["hot", "cool", "numa"]},
     )
-    assert result["nodenames"] == ["cool", "numa"]
-    assert result["failedNodes"] == {
+    assert result["NodeNames"] == ["cool", "numa"]
+    assert result["FailedNodes"] == {
         "hot": "node(s) cpu usage exceed threshold, cpu usage 78% > threshold 65%"
     }
-    assert result["error"] == ""
+    assert result["Error"] == ""
 
 
 async def test_filter_with_full_node_objects_echoes_the_passing_nodes(http):
     session, base, _ = http
     nodes = {"items": [node("hot"), node("cool"), node("new-node")]}
     result = await post(
-        session, base + "/filter", {"pod": pod("p", requests={"cpu": "1"}), "nodes": nodes}
+        session, base + "/filter", {"Pod": pod("p", requests={"cpu": "1"}), "Nodes": nodes}
     )
-    assert [n["metadata"]["name"] for n in result["nodes"]["items"]] == ["cool", "new-node"]
-    assert list(result["failedNodes"]) == ["hot"]
+    assert [n["metadata"]["name"] for n in result["Nodes"]["items"]] == ["cool", "new-node"]
+    assert list(result["FailedNodes"]) == ["hot"]
 
 
 async def test_prioritize_scores_on_the_extender_scale_preferring_the_least_used_node(http):
     session, base, _ = http
-    body = {"pod": pod("p", requests={"cpu": "1"}), "nodenames": ["cool", "numa"]}
+    body = {"Pod": pod("p", requests={"cpu": "1"}), "NodeNames": ["cool", "numa"]}
     await post(session, base + "/filter", body)
-    scores = {h["host"]: h["score"] for h in await post(session, base + "/prioritize", body)}
+    scores = {h["Host"]: h["Score"] for h in await post(session, base + "/prioritize", body)}
     assert set(scores) == {"cool", "numa"}
     assert all(0 <= s <= 10 for s in scores.values())
     # cpu: numa (16 - 1 - 0.85) / 16 = 88 %, cool (32 - 12 - 0.85) / 32 = 59 %; memory 99 % free
@@ -131,20 +131,20 @@ async def test_bind_writes_the_cpuset_and_assumes_the_pod_for_the_next_one(http,
     for name in ("a", "b"):
         p = lsr(name)
         result = await post(
-            session, base + "/filter", {"pod": p, "nodenames": ["hot", "cool", "numa"]}
+            session, base + "/filter", {"Pod": p, "NodeNames": ["hot", "cool", "numa"]}
         )
-        assert result["nodenames"] == ["numa"]  # only numa has a CPU topology
+        assert result["NodeNames"] == ["numa"]  # only numa has a CPU topology
         bound = await post(
             session,
             base + "/bind",
             {
-                "podName": name,
-                "podNamespace": "default",
-                "podUID": p["metadata"]["uid"],
-                "node": "numa",
+                "PodName": name,
+                "PodNamespace": "default",
+                "PodUID": p["metadata"]["uid"],
+                "Node": "numa",
             },
         )
-        assert bound == {"error": ""}
+        assert bound == {"Error": ""}
     cpusets = [json.loads(ann[STATUS])["cpuset"] for _, _, ann in binder.bound]
     assert [(k, n) for k, n, _ in binder.bound] == [("default/a", "numa"), ("default/b", "numa")]
     assert cpusets == ["0,8", "1,9"]
@@ -157,11 +157,11 @@ async def test_a_failed_bind_is_reported_and_unreserved(snapshot_file):
         build_framework(EXTENDER_PLUGINS), source.load(), binder=RecordingBinder(fail=True)
     )
     p = lsr("a")
-    ext.filter({"pod": p, "nodenames": ["numa"]})
+    ext.filter({"Pod": p, "NodeNames": ["numa"]})
     result = await ext.bind(
-        {"podName": "a", "podNamespace": "default", "podUID": p["metadata"]["uid"], "node": "numa"}
+        {"PodName": "a", "PodNamespace": "default", "PodUID": p["metadata"]["uid"], "Node": "numa"}
     )
-    assert "already bound" in result["error"]
+    assert "already bound" in result["Error"]
     assert ext.snapshot.nodes["numa"].pods == {}
 
 
@@ -170,9 +170,9 @@ async def test_bind_of_a_pod_never_filtered_is_an_error(http):
     result = await post(
         session,
         base + "/bind",
-        {"podName": "x", "podNamespace": "default", "podUID": "u", "node": "cool"},
+        {"PodName": "x", "PodNamespace": "default", "PodUID": "u", "Node": "cool"},
     )
-    assert "was not filtered here" in result["error"]
+    assert "was not filtered here" in result["Error"]
 
 
 async def test_preempt_keeps_nodes_where_the_victims_make_room(tmp_path):
@@ -186,16 +186,16 @@ async def test_preempt_keeps_nodes_where_the_victims_make_room(tmp_path):
     path.write_text(yaml.safe_dump(as_list(*objects)))
     ext = Extender(build_framework(EXTENDER_PLUGINS), SnapshotFile(path).load())
     body = {
-        "pod": pod("big", requests={"cpu": "3"}),
-        "nodeNameToMetaVictims": {
-            "small": {"pods": [{"uid": "uid-default-victim"}], "numPDBViolations": 0},
-            "tiny": {"pods": [{"uid": "uid-default-other"}], "numPDBViolations": 1},
+        "Pod": pod("big", requests={"cpu": "3"}),
+        "NodeNameToMetaVictims": {
+            "small": {"Pods": [{"UID": "uid-default-victim"}], "NumPDBViolations": 0},
+            "tiny": {"Pods": [{"UID": "uid-default-other"}], "NumPDBViolations": 1},
         },
     }
     result = ext.preempt(body)
     assert result == {
-        "nodeNameToMetaVictims": {
-            "small": {"pods": [{"uid": "uid-default-victim"}], "numPDBViolations": 0}
+        "NodeNameToMetaVictims": {
+            "small": {"Pods": [{"UID": "uid-default-victim"}], "NumPDBViolations": 0}
         }
     }
     assert {p.name for p in ext.snapshot.nodes["small"].pods.values()} == {
@@ -205,10 +205,10 @@ async def test_preempt_keeps_nodes_where_the_victims_make_room(tmp_path):
 
 async def test_the_snapshot_file_is_reread_when_it_changes(http, snapshot_file):
     session, base, _ = http
-    body = {"pod": pod("p", requests={"cpu": "1"}), "nodenames": ["hot"]}
-    assert (await post(session, base + "/filter", body))["nodenames"] == []
+    body = {"Pod": pod("p", requests={"cpu": "1"}), "NodeNames": ["hot"]}
+    assert (await post(session, base + "/filter", body))["NodeNames"] == []
     snapshot_file.write_text(yaml.safe_dump(as_list(*cluster(hot_cpu="2"))))
-    assert (await post(session, base + "/filter", body))["nodenames"] == ["hot"]
+    assert (await post(session, base + "/filter", body))["NodeNames"] == ["hot"]
 
 
 async def test_bad_json_is_a_400(http):

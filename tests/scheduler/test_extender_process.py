@@ -51,11 +51,11 @@ async def test_the_extender_process_filters_over_http_and_exits_0_on_sigterm(tmp
                                 break
                     except aiohttp.ClientConnectionError:
                         await asyncio.sleep(0.1)
-            body = {"pod": pod("p", requests={"cpu": "1"}), "nodenames": ["hot", "cool"]}
+            body = {"Pod": pod("p", requests={"cpu": "1"}), "NodeNames": ["hot", "cool"]}
             async with session.post(base + "/filter", data=json.dumps(body)) as resp:
                 result = await resp.json()
-        assert result["nodenames"] == ["cool"]
-        assert result["failedNodes"] == {
+        assert result["NodeNames"] == ["cool"]
+        assert result["FailedNodes"] == {
             "hot": "node(s) cpu usage exceed threshold, cpu usage 96% > threshold 65%"
         }
         proc.send_signal(signal.SIGTERM)

@@ -49,8 +49,8 @@ async def cluster(kube_api: FakeApiServer, kube_client):
 
 
 def filter_names(ext: Extender, p: dict) -> tuple[list[str], dict[str, str]]:
-    result = ext.filter({"pod": p, "nodenames": ["hot", "cool"]})
-    return result["nodenames"], result["failedNodes"]
+    result = ext.filter({"Pod": p, "NodeNames": ["hot", "cool"]})
+    return result["NodeNames"], result["FailedNodes"] | result["FailedAndUnresolvableNodes"]
 
 
 async def test_informer_events_change_the_verdicts(cluster):
@@ -137,8 +137,8 @@ async def informed_pools(kube_api: FakeApiServer, kube_client, *, with_profiles:
 def pool_verdicts(ext: Extender, cpu: str) -> dict[str, str]:
     """Node name to failure reason ("" when it passes) for a pod of the quota ``team``."""
     p = pod("p", requests={"cpu": cpu}, labels={TREE: "team"})
-    result = ext.filter({"pod": p, "nodenames": ["a1", "b1"]})
-    return {n: result["failedNodes"].get(n, "") for n in ("a1", "b1")}
+    result = ext.filter({"Pod": p, "NodeNames": ["a1", "b1"]})
+    return {n: result["FailedNodes"].get(n, "") for n in ("a1", "b1")}
 
 
 async def test_a_profile_created_changed_and_deleted_through_the_api_moves_its_trees_pool(
@@ -222,9 +222,11 @@ def test_every_kind_the_informers_watch_is_readable_by_both_packaged_scheduler_r
 
 
 def test_the_standalone_role_may_do_every_write_the_standalone_scheduler_makes() -> None:
-    # Writes of `koord-scheduler run`: pod patches (reserve annotations), bindings, Events,
-    # Reservation status (placed or Unschedulable) through the status subresource (PUT: update),
-    # and preemption's evictions and nominatedNodeName.
+    # Writes of `koord-scheduler run`: pod patches (reserve annotations), bindings, Events
+    # (events.k8s.io/v1: created, then patched with their series), the PodScheduled condition
+    # and the preemptor's nominatedNodeName (pods/status patch), Reservation status (placed,
+    # Unschedulable, currentOwners) through the status subresource (PUT: update), and
+    # preemption's evictions.
     rbac = Path(__file__).resolve().parents[2] / "packaging/kubernetes/scheduler/rbac.yaml"
     (role,) = [
         d
@@ -241,9 +243,10 @@ def test_the_standalone_role_may_do_every_write_the_standalone_scheduler_makes()
     needed = {
         ("", "pods", "patch"),
         ("", "pods/binding", "create"),
-        ("", "events", "create"),
+        ("", "pods/status", "patch"),
+        ("events.k8s.io", "events", "create"),
+        ("events.k8s.io", "events", "patch"),
         (RESERVATIONS.group, f"{RESERVATIONS.plural}/status", "update"),
         ("", "pods/eviction", "create"),  # preemption's victims
-        ("", "pods/status", "patch"),  # the preemptor's nominatedNodeName
     }
     assert needed <= allowed

@@ -2,6 +2,8 @@
 
 Each candidate talks through its own kubeconfig token, so the fake server can say which one
 created each binding (the bindings are what matter: a pod bound twice would be a 409, or worse).
+The lifecycle under the Lease (deadlines, release order, a failing term) is tested once, for
+both binaries, in tests/kube/test_elected.py; these tests are about what it means for binding.
 """
 
 from __future__ import annotations
@@ -20,11 +22,12 @@ import pytest
 from aiohttp import web
 
 from kubeclient.client import KubeClient
+from kubeclient.elected import EXIT_TERM_FAILED, ElectedRunner
 from kubeclient.leaderelection import LeaderElectionConfig
 from scheduler_plugins.config import SchedulerConfig
-from scheduler_plugins.leader import ElectedRunner, scheduling_term
+from scheduler_plugins.leader import scheduling_term
+from tests.kubefake.fixtures import Clock, write_kubeconfig
 from tests.kubefake.fixtures import eventually as wait_for_state
-from tests.kubefake.fixtures import write_kubeconfig
 from tests.kubefake.server import Fault
 from tests.scheduler.bindingfake import BindingFakeApiServer
 from tests.scheduler.builders import node, pod, ts
@@ -43,22 +46,14 @@ class WhoBindsServer(BindingFakeApiServer):
         """(pod name, token) of every binding request, in arrival order."""
         self.lease_requests: list[tuple[str, str]] = []
         """(method, token) of every request for the Lease."""
-        self.lease_updates_in_flight = 0
-        """Lease updates (PUT) received and not yet answered."""
 
     async def _handle(self, request: web.Request) -> web.StreamResponse:
         token = request.headers.get("Authorization", "").removeprefix("Bearer ")
         if request.method == "POST" and request.path.endswith("/binding"):
             self.bindings.append((request.path.split("/")[-2], token))
-        if "/leases/" not in request.path:
-            return await super()._handle(request)
-        self.lease_requests.append((request.method, token))
-        update = request.method == "PUT"
-        self.lease_updates_in_flight += update
-        try:
-            return await super()._handle(request)
-        finally:
-            self.lease_updates_in_flight -= update
+        if "/leases/" in request.path:
+            self.lease_requests.append((request.method, token))
+        return await super()._handle(request)
 
     def holder(self) -> str:
         lease = self.get("leases", LEASE, NAMESPACE) or {}
@@ -99,8 +94,14 @@ class Candidate:
 
     def __init__(self, client: KubeClient, name: str) -> None:
         cfg = LeaderElectionConfig(namespace=NAMESPACE, name=LEASE, identity=name, **TIMING)
+        self.clock = Clock()
+        """This candidate's monotonic clock: only a test moves it past a deadline."""
         self.runner = ElectedRunner(
-            client, cfg, lambda: scheduling_term(client, SchedulerConfig(), "koord-scheduler", 10)
+            client,
+            cfg,
+            lambda: scheduling_term(client, SchedulerConfig(), "koord-scheduler", 10),
+            name=name,
+            monotonic=self.clock,
         )
         self.stop = asyncio.Event()
         self.task: asyncio.Task[int] = asyncio.create_task(self.runner.run(self.stop), name=name)
@@ -201,10 +202,11 @@ async def test_a_leader_that_cannot_renew_stops_binding_until_it_holds_the_lease
     await eventually(lambda: server.node_of("before") == "n1")
     refused = Fault(status=500, method="PUT", path_contains="/leases/", times=10**6)
     server.faults.append(refused)
+    a.clock.now += TIMING["renew_deadline"]  # no renewal gets through until the deadline
     await eventually(lambda: not a.runner.leading)
     assert a.runner.task is None
     server.put("pods", ours("during"))
-    # five more failed renewals later, the pod is still pending: nobody schedules
+    # five more failed attempts later, the pod is still pending: nobody schedules
     tries = sum(1 for m, _ in server.lease_requests if m == "PUT")
     await eventually(lambda: sum(1 for m, _ in server.lease_requests if m == "PUT") >= tries + 5)
     assert server.node_of("during") == ""
@@ -214,34 +216,25 @@ async def test_a_leader_that_cannot_renew_stops_binding_until_it_holds_the_lease
     assert_bound_once(server, ["before", "during"])
 
 
-async def test_a_renewal_that_hangs_is_cut_off_at_the_renew_deadline(server, candidates):
-    a = await candidates("a")
-    await eventually(lambda: a.runner.leading)
-    # the API server holds Lease updates for twice the lease duration (the client's own timeout
-    # is 60 s): the leader must stop while its renewal is still unanswered
-    hang = Fault(delay=6.0, method="PUT", path_contains="/leases/", times=10**6)
-    server.faults.append(hang)
-    await eventually(lambda: not a.runner.leading)
-    assert server.lease_updates_in_flight > 0  # the renewal has not been answered
-    assert a.runner.task is None
-    hang.times = 0
-    await a.finish()
-    await eventually(lambda: server.lease_updates_in_flight == 0)  # let held requests end
-
-
-async def test_a_failed_term_ends_the_run_with_1_and_releases_the_lease(server, tmp_path):
+async def test_a_term_whose_informers_cannot_list_ends_the_run_with_1_and_releases_the_lease(
+    server, tmp_path, caplog
+):
     kc = write_kubeconfig(tmp_path / "kc", server.url, token="a")
     client = await KubeClient.connect(str(kc), request_timeout=5.0)
-
-    async def broken_term() -> None:
-        raise RuntimeError("informers never synced")
-
+    server.faults.append(Fault(status=403, path_contains="/pods", times=10**6))
     cfg = LeaderElectionConfig(namespace=NAMESPACE, name=LEASE, identity="a", **TIMING)
     try:
-        runner = ElectedRunner(client, cfg, broken_term)
-        assert await asyncio.wait_for(runner.run(), 20) == 1
+        runner = ElectedRunner(
+            client,
+            cfg,
+            lambda: scheduling_term(client, SchedulerConfig(), "koord-scheduler", 0.5),
+            name="a",
+        )
+        assert await asyncio.wait_for(runner.run(), 20) == EXIT_TERM_FAILED
         assert runner.terms == 1
         assert server.holder() == ""
+        assert server.bindings == []
+        assert "TermError: informers not listed within 0.5s: waiting for pods" in caplog.text
     finally:
         await client.close()
 

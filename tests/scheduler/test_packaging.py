@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 import yaml
 
 from scheduler_plugins.config import parse_config
@@ -23,12 +24,21 @@ def test_the_packaged_plugin_config_parses_and_spells_out_koordinators_defaults(
     assert la.args.node_metric_expiration_seconds == 180
 
 
-def test_the_kube_scheduler_config_points_every_verb_at_the_extender_service():
+@pytest.mark.parametrize(
+    ("key", "api_version"),
+    [
+        ("kube-scheduler-config.yaml", "kubescheduler.config.k8s.io/v1"),
+        ("kube-scheduler-config-v1beta3.yaml", "kubescheduler.config.k8s.io/v1beta3"),
+    ],
+)
+def test_the_kube_scheduler_config_points_every_verb_at_the_extender_service(key, api_version):
     docs = list(yaml.safe_load_all((MANIFESTS / "config.yaml").read_text()))
     text = next(d for d in docs if d["metadata"]["name"] == "kube-scheduler-extender-config")[
         "data"
     ]
-    ext = yaml.safe_load(text["kube-scheduler-config.yaml"])["extenders"][0]
+    doc = yaml.safe_load(text[key])
+    assert (doc["apiVersion"], doc["kind"]) == (api_version, "KubeSchedulerConfiguration")
+    ext = doc["extenders"][0]
     assert ext["urlPrefix"].endswith("koord-scheduler-extender.koordinator-system.svc:10262")
     assert (ext["filterVerb"], ext["prioritizeVerb"], ext["bindVerb"], ext["preemptVerb"]) == (
         "filter",

@@ -20,6 +20,7 @@ from scheduler_plugins.preemption import (
     MSG_NO_VICTIMS,
     MSG_NOT_HELPFUL,
     MSG_POLICY_NEVER,
+    Candidate,
     Evictor,
     Preemption,
 )
@@ -285,7 +286,7 @@ def events(server: BindingFakeApiServer, name: str, reason: str) -> list[dict[st
     return [
         o
         for (plural, _, _), o in server.objects.items()
-        if plural == "events" and o["involvedObject"]["name"] == name and o["reason"] == reason
+        if plural == "events" and o["regarding"]["name"] == name and o["reason"] == reason
     ]
 
 
@@ -301,8 +302,11 @@ async def test_a_high_priority_pod_evicts_a_low_one_and_is_bound_in_its_place(lo
     assert [w.path.rsplit("/", 2)[-2] for w in evictions] == ["low"]
     assert evictions[0].body["deleteOptions"]["preconditions"]["uid"] == "uid-default-low"
     (preempted,) = events(server, "low", "Preempted")
+    assert preempted["apiVersion"] == "events.k8s.io/v1"
     assert preempted["type"] == "Normal"
-    assert preempted["message"] == "Preempted by pod default/urgent on node n1"
+    assert preempted["action"] == "Preempting"
+    assert preempted["note"] == "Preempted by default/urgent on node n1"
+    assert preempted["related"]["name"] == "urgent"
     nominated = [
         w
         for w in server.writes("PATCH", "/pods/urgent/status")
@@ -319,7 +323,7 @@ async def test_a_disruption_budget_refusal_stops_the_preemption(loop):
     server.eviction_blocked.add("guarded")
     server.put("pods", ours("urgent", requests={"cpu": "2"}, priority=1000))
     await eventually(lambda: bool(events(server, "urgent", "FailedScheduling")))
-    message = events(server, "urgent", "FailedScheduling")[0]["message"]
+    message = events(server, "urgent", "FailedScheduling")[0]["note"]
     assert message.startswith("0/1 nodes are available: 1 Insufficient cpu. preemption: ")
     assert "eviction of default/guarded refused" in message
     assert node_of(server, "guarded") == "n1"
@@ -335,7 +339,7 @@ async def test_a_pod_that_may_not_preempt_says_so_in_its_event(loop):
     never["spec"]["preemptionPolicy"] = "Never"
     server.put("pods", never)
     await eventually(lambda: bool(events(server, "polite", "FailedScheduling")))
-    assert events(server, "polite", "FailedScheduling")[0]["message"] == (
+    assert events(server, "polite", "FailedScheduling")[0]["note"] == (
         "0/1 nodes are available: 1 Insufficient cpu. "
         "preemption: not eligible due to preemptionPolicy=Never."
     )
@@ -405,3 +409,83 @@ async def test_the_nominated_node_is_held_for_the_preemptor_until_it_is_bound():
     assert await sched.schedule_one(urgent) == "n1"
     assert binder.bound == {"urgent": "n1"}
     assert not sched.nominations.pods
+
+
+class _Recorder(EventRecorder):
+    """Keeps what it would record: (regarding name, reason, note)."""
+
+    def __init__(self) -> None:
+        super().__init__(None)
+        self.notes: list[tuple[str, str, str]] = []
+
+    async def record(
+        self,
+        regarding: Mapping[str, str],
+        type_: str,
+        reason: str,
+        action: str,
+        note: str,
+        *,
+        namespace: str = "",
+        related: Mapping[str, str] | None = None,
+    ) -> None:
+        self.notes.append((regarding["name"], reason, note))
+
+
+async def test_no_preemption_while_an_informer_is_not_current():
+    snap: Snapshot = snapshot_of(node("n1", cpu="2"), running("low", "n1", "2", 10))
+    client = _Client()
+    events = _Recorder()
+    waiting: list[str] = []
+    sched = Scheduler(
+        build_framework(),
+        snap,
+        _Binder(),
+        events,
+        clock=lambda: NOW,
+        evictor=Evictor(client),
+        gate=lambda: waiting,
+    )
+    urgent = parse_pod(pod("urgent", requests={"cpu": "2"}, priority=1000), "pod")
+    snap.pending_pods[urgent.uid] = urgent
+    # the PDB watch fell behind after the loop looked: no dry run, no eviction, no nomination
+    waiting.append("poddisruptionbudgets (relisting after 410 Gone)")
+    assert await sched.schedule_one(urgent) is None
+    assert (client.evicted, client.patched) == ([], [])
+    assert events.notes == [
+        (
+            "urgent",
+            "FailedScheduling",
+            "0/1 nodes are available: 1 Insufficient cpu. preemption: held: waiting for "
+            "poddisruptionbudgets (relisting after 410 Gone)",
+        )
+    ]
+    # relisted: the next attempt preempts, the victim's Event through the same recorder
+    waiting.clear()
+    assert await sched.schedule_one(urgent) is None
+    assert client.evicted == ["low"]
+    assert events.notes[1:] == [
+        ("low", "Preempted", "Preempted by default/urgent on node n1"),
+        ("urgent", "FailedScheduling", "0/1 nodes are available: 1 Insufficient cpu."),
+    ]
+
+
+async def test_an_informer_falling_behind_mid_preemption_stops_evictions_and_nomination():
+    waiting: list[str] = []
+
+    class _FallsBehind(_Client):
+        async def evict(self, namespace: str, name: str, *, uid: str = "") -> dict[str, Any]:
+            done = await super().evict(namespace, name, uid=uid)
+            waiting.append("pods (relisting after 410 Gone)")
+            return done
+
+    client = _FallsBehind()
+    victims = [parse_pod(running(n, "n1", "1", 10), "pod") for n in ("a", "b")]
+    events = _Recorder()
+    why = await Evictor(client).preempt(
+        incoming(), Candidate("n1", victims, 0, 0), events=events, gate=lambda: waiting
+    )
+    assert why == "held: waiting for pods (relisting after 410 Gone)"
+    assert client.evicted == ["a"]
+    assert client.patched == []  # no nominatedNodeName
+    assert events.notes == [("a", "Preempted", "Preempted by default/urgent on node n1")]

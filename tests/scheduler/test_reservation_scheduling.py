@@ -14,6 +14,11 @@ from typing import Any
 
 import pytest
 
+from apis.scheduling_keys import (
+    ANNOTATION_RESERVATION_NAME,
+    ANNOTATION_RESERVATION_NODE,
+    ANNOTATION_RESERVE_POD,
+)
 from kubeclient.client import KubeClient
 from scheduler_plugins.config import SchedulerConfig
 from scheduler_plugins.extender import KubeBinder
@@ -21,9 +26,6 @@ from scheduler_plugins.framework import Framework
 from scheduler_plugins.plugins.noderesourcesfit import NodeResourcesFit
 from scheduler_plugins.plugins.reservation import Reservation
 from scheduler_plugins.reservations import (
-    ANNOTATION_RESERVATION_NAME,
-    ANNOTATION_RESERVATION_NODE,
-    ANNOTATION_RESERVE_POD,
     available_status,
     format_resources,
     is_pending,
@@ -155,7 +157,7 @@ async def test_a_placed_reservation_is_available_and_its_resources_go_to_owners_
     # a pod that is no owner finds 1 core on each node: the 3 reserved are not free for it
     server.put("pods", ours("batch", requests={"cpu": "2"}))
     await eventually(lambda: bool(events_for(server, "batch")))
-    assert events_for(server, "batch")[0]["message"] == (
+    assert events_for(server, "batch")[0]["note"] == (
         "0/2 nodes are available: 2 Insufficient cpu. "
         "preemption: 0/2 nodes are available: 2 No preemption victims found for incoming pod.."
     )
@@ -186,10 +188,10 @@ async def test_an_unschedulable_reservation_gets_a_condition_and_an_event_and_is
     assert (scheduled["status"], scheduled["reason"]) == ("False", "Unschedulable")
     assert scheduled["message"] == "0/1 nodes are available: 1 Insufficient cpu."
     events = events_for(server, "big")
-    assert events[0]["involvedObject"]["kind"] == "Reservation"
+    assert events[0]["regarding"]["kind"] == "Reservation"
     assert events[0]["reason"] == "FailedScheduling"
     assert events[0]["type"] == "Warning"
-    assert events[0]["message"] == scheduled["message"]
+    assert events[0]["note"] == scheduled["message"]
     # room appears: the backoff retry places it
     server.put("nodes", node("n2", cpu="16"))
     await eventually(lambda: status_of(server, "big").get("phase") == "Available", within=30)
@@ -284,7 +286,7 @@ async def test_a_failed_status_write_never_leaves_the_reservation_half_placed(
     )
     server.put("reservations", reservation("r1", "3"))
     await eventually(lambda: status_of(server, "r1").get("phase") == "Available", within=30)
-    messages = [e["message"] for e in events_for(server, "r1")]
+    messages = [e["note"] for e in events_for(server, "r1")]
     if rejected:
         assert len(messages) == 1
         assert messages[0].startswith("status write rejected:")
@@ -428,7 +430,8 @@ def test_a_reserve_pod_never_uses_another_reservation_and_sees_what_it_holds():
         ({"cpu": 2000}, {"cpu": "2"}),
         ({"cpu": 1500}, {"cpu": "1500m"}),
         ({"memory": 3 << 29}, {"memory": "1536Mi"}),
-        ({"memory": 1000}, {"memory": "1000"}),
+        # NewQuantity(1000, BinarySI).String(): below 1024 Kubernetes prints DecimalSI
+        ({"memory": 1000}, {"memory": "1k"}),
         ({"kubernetes.io/batch-cpu": 2500}, {"kubernetes.io/batch-cpu": "2500"}),
         ({"kubernetes.io/batch-memory": 1 << 30}, {"kubernetes.io/batch-memory": "1Gi"}),
         ({"nvidia.com/gpu": 2}, {"nvidia.com/gpu": "2"}),

@@ -68,7 +68,7 @@ def events_for(server: BindingFakeApiServer, name: str) -> list[dict]:
     return [
         o
         for (plural, _, _), o in server.objects.items()
-        if plural == "events" and o["involvedObject"]["name"] == name
+        if plural == "events" and o["regarding"]["name"] == name
     ]
 
 
@@ -114,7 +114,7 @@ async def test_an_unschedulable_pod_gets_a_failed_scheduling_event_in_koordinato
     assert event["reason"] == "FailedScheduling"
     assert event["type"] == "Warning"
     # 15 of 16 cores used, and the pod's 1 core estimated at 85 %: 99 %
-    assert event["message"] == (
+    assert event["note"] == (
         "0/1 nodes are available: "
         "1 node(s) cpu usage exceed threshold, cpu usage 99% > threshold 65%."
     )
@@ -180,8 +180,7 @@ async def test_a_quota_tree_under_contention_admits_pods_up_to_the_runtime_quota
         assert bound == {"a": 2, "b": 2}
         waiting = [n for n in names if not node_of(server, n)]
         assert all(
-            any("Insufficient quotas" in e["message"] for e in events_for(server, w))
-            for w in waiting
+            any("Insufficient quotas" in e["note"] for e in events_for(server, w)) for w in waiting
         )
     finally:
         for t in tasks:
@@ -204,7 +203,7 @@ async def test_a_rejected_binding_is_retried(api):
         server.put("pods", ours("p", requests={"cpu": "1"}))
         tasks.append(asyncio.create_task(sched.run(), name="t-scheduler"))
         await eventually(lambda: node_of(server, "p") == "n1")
-        assert any("binding rejected" in e["message"] for e in events_for(server, "p"))
+        assert any("binding rejected" in e["note"] for e in events_for(server, "p"))
     finally:
         for t in tasks:
             t.cancel()

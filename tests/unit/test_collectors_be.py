@@ -8,7 +8,7 @@ import os
 import pytest
 
 from apis.extension import KubeQOS, QoSClass
-from koordlet.collectors.beresource import BEResourceCollector, parse_cfs_quota
+from koordlet.collectors.beresource import BEResourceCollector, cfs_cores
 from koordlet.collectors.framework import CollectResult
 from koordlet.collectors.runner import TickState
 from koordlet.errors import ParseError
@@ -153,30 +153,32 @@ def test_without_a_cpuset_file_the_limit_is_the_online_cpus_and_it_is_reported(
 
 
 @pytest.mark.parametrize(
-    ("version", "quota", "period", "cores"),
-    [
-        (CgroupVersion.V1, b"-1\n", b"100000\n", None),
-        (CgroupVersion.V1, b"50000\n", b"100000\n", 0.5),
-        (CgroupVersion.V2, b"max 100000\n", b"", None),
-        (CgroupVersion.V2, b"250000 100000\n", b"", 2.5),
-    ],
+    ("quota", "period", "cores"),
+    [(None, 100_000, None), (50_000, 100_000, 0.5), (250_000, 100_000, 2.5)],
 )
 def test_cfs_quota_reads_as_cores_or_unlimited(
-    version: CgroupVersion, quota: bytes, period: bytes, cores: float | None
+    quota: int | None, period: int, cores: float | None
 ) -> None:
-    assert parse_cfs_quota(version, quota, period, "cpu.max") == cores
+    assert cfs_cores(quota, period, "cpu.max") == cores
 
 
-@pytest.mark.parametrize(
-    ("version", "quota", "period"),
-    [
-        (CgroupVersion.V1, b"lots\n", b"100000\n"),
-        (CgroupVersion.V1, b"1000\n", b"0\n"),
-        (CgroupVersion.V2, b"100000\n", b""),
-    ],
-)
-def test_a_malformed_cfs_quota_raises_a_parse_error(
-    version: CgroupVersion, quota: bytes, period: bytes
+def test_a_cfs_period_that_is_not_positive_raises_a_parse_error() -> None:
+    with pytest.raises(ParseError, match=r"cpu\.cfs_quota_us: CFS period 0"):
+        cfs_cores(1000, 0, "cpu.cfs_quota_us")
+
+
+@pytest.mark.parametrize("quota", ["lots", "100000"])
+def test_a_malformed_cfs_quota_fails_the_step_naming_the_file(
+    fake_host: FakeHost, quota: str
 ) -> None:
-    with pytest.raises(ParseError, match=r"cpu\.max"):
-        parse_cfs_quota(version, quota, period, "cpu.max")
+    rel = be_dir(fake_host)
+    if fake_host.version is CgroupVersion.V2:
+        fake_host.write("cpu", rel, "cpu.max", quota)  # one field: not '<quota|max> <period>'
+    elif quota == "lots":
+        fake_host.write("cpu", rel, "cpu.cfs_quota_us", quota)
+    else:
+        set_quota(fake_host, rel, 1000, period_us=0)
+    collector = BEResourceCollector(fake_host.host)
+
+    with pytest.raises(ParseError, match=r"cpu\.(max|cfs_quota_us)"):
+        collector.collect(TickState(1.0, snapshot(fake_host)))

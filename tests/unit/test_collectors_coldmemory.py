@@ -4,6 +4,7 @@ applications, and what it says when kidled cannot measure."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -13,13 +14,14 @@ from koordlet.collectors.coldmemory import (
     DEFAULT_INTERVAL,
     FEATURE_GATE,
     INFO_KEY,
+    NAME,
     ColdMemoryCollector,
-    build,
 )
 from koordlet.collectors.framework import CollectorContext, CollectResult
 from koordlet.collectors.runner import TickState
+from koordlet.collectors.table import build_collectors
 from koordlet.config import CollectConfig, KoordletConfig
-from koordlet.features import KOORDLET_FEATURES
+from koordlet.features import KOORDLET_FEATURES, parse_feature_gates
 from koordlet.metriccache import series as s
 from koordlet.metriccache.store import MetricCache
 from koordlet.server.exporter import KoordletExporter
@@ -214,10 +216,18 @@ def test_absent_host_applications_are_not_read(
 def test_the_factory_takes_the_configured_interval_and_koordinators_gate(
     fake_host: FakeHost,
 ) -> None:
-    configured = KoordletConfig(node_name="n", collect=CollectConfig(res_used_interval=2.0))
+    gate = parse_feature_gates(f"{FEATURE_GATE}=true")
+    default = KoordletConfig(node_name="n", feature_gates=gate)
+    other_base = dataclasses.replace(default, collect=CollectConfig(res_used_interval=2.0))
+    own = dataclasses.replace(default, collect=CollectConfig(cold_page_interval=7.0))
 
-    assert build(CollectorContext(fake_host.host, None)).interval == DEFAULT_INTERVAL == 5.0
-    assert build(CollectorContext(fake_host.host, configured)).interval == DEFAULT_INTERVAL
+    def interval(cfg: KoordletConfig) -> float:
+        built = build_collectors(CollectorContext(fake_host.host, cfg))
+        return next(c.interval for c in built if c.name == NAME)
+
+    assert interval(default) == DEFAULT_INTERVAL == 5.0
+    assert interval(other_base) == DEFAULT_INTERVAL
+    assert interval(own) == 7.0
     assert FEATURE_GATE in KOORDLET_FEATURES
     assert not KOORDLET_FEATURES[FEATURE_GATE].default
 

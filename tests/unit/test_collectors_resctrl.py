@@ -4,14 +4,16 @@ seeding and re-seeding, ``Unavailable`` domains and hosts without RDT."""
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 from pathlib import Path
 
 import pytest
 
 from koordlet.collectors.framework import CollectorContext, CollectResult
-from koordlet.collectors.resctrlmon import INFO_KEY, ResctrlMonCollector, build
+from koordlet.collectors.resctrlmon import INFO_KEY, NAME, ResctrlMonCollector
 from koordlet.collectors.runner import TickState
+from koordlet.collectors.table import build_collectors
 from koordlet.config import CollectConfig, KoordletConfig
 from koordlet.metriccache import series as s
 from koordlet.metriccache.store import MetricCache
@@ -181,10 +183,16 @@ def test_a_host_without_rdt_reports_only_the_missing_flag(fake_host: FakeHost) -
 def test_the_factory_takes_the_resctrl_interval_with_koordinators_default(
     fake_host: FakeHost,
 ) -> None:
-    own = KoordletConfig(node_name="n", collect=CollectConfig(resctrl_interval=3.0))
+    on = CollectConfig(enable_resctrl_collector=True)
+    default = KoordletConfig(node_name="n", collect=on)
+    own = KoordletConfig(node_name="n", collect=dataclasses.replace(on, resctrl_interval=3.0))
 
-    assert build(CollectorContext(fake_host.host, None)).interval == 1.0
-    assert build(CollectorContext(fake_host.host, own)).interval == 3.0
+    def interval(cfg: KoordletConfig) -> float:
+        built = build_collectors(CollectorContext(fake_host.host, cfg))
+        return next(c.interval for c in built if c.name == NAME)
+
+    assert interval(default) == 1.0
+    assert interval(own) == 3.0
 
 
 def test_the_exporter_serves_upstreams_families_per_cache_domain(

@@ -27,9 +27,9 @@ from koordlet.config import (
     VERSION_TEXT,
     KoordletConfig,
     config_as_dict,
+    duration_seconds,
     load_config,
     load_node_slo,
-    parse_duration,
 )
 from koordlet.errors import ConfigError
 from koordlet.features import FeatureGates
@@ -125,6 +125,30 @@ SAMPLES: dict[str, tuple[str, Any, Any, Any]] = {
     ),
     "audit.logDir": ("/var/log/koordlet/", "/var/log/koordlet", "", ""),
     "audit.maxDiskSpaceMB": ("32", 32, 64, 64),
+    "runtimeHooks.addr": (
+        "/host-var-run-koordlet/koordlet.sock",
+        "/host-var-run-koordlet/koordlet.sock",
+        "",
+        "",
+    ),
+    "runtimeHooks.hostEndpoint": ("/run/k/k.sock", "/run/k/k.sock", "/r/k.sock", "/r/k.sock"),
+    "runtimeHooks.configPath": ("/host-etc-hookserver/", "/host-etc-hookserver", "/h", "/h"),
+    "runtimeHooks.disableStages": (
+        "PreStartContainer, PostStopContainer",
+        frozenset({"PreStartContainer", "PostStopContainer"}),
+        ["PreCreateContainer"],
+        frozenset({"PreCreateContainer"}),
+    ),
+    "runtimeHooks.timeout": ("250ms", 0.25, 2, 2.0),
+    "runtimeHooks.nri": ("false", False, False, False),
+    "runtimeHooks.varRunRootDir": ("/host-var-run/", "/host-var-run", "/v", "/v"),
+    "runtimeHooks.nriSocketPath": ("nri.sock", "nri.sock", "/run/nri.sock", "/run/nri.sock"),
+    "runtimeHooks.nriPluginName": ("koordlet", "koordlet", "k_nri", "k_nri"),
+    "runtimeHooks.nriPluginIndex": ("10", "10", "99", "99"),
+    "runtimeHooks.nriConnectTimeout": ("3s", 3.0, "1m", 60.0),
+    "runtimeHooks.nriBackoffDuration": ("500ms", 0.5, 2, 2.0),
+    "runtimeHooks.nriBackoffFactor": ("1.5", 1.5, 3, 3.0),
+    "runtimeHooks.nriBackoffCap": ("1m", 60.0, "10s", 10.0),
 }
 
 
@@ -197,13 +221,13 @@ def test_go_single_dash_flags_as_in_koordinators_daemonset_are_accepted() -> Non
 def test_durations_are_read_as_go_writes_them_or_as_plain_seconds(
     text: str, seconds: float
 ) -> None:
-    assert parse_duration(text) == pytest.approx(seconds)
+    assert duration_seconds(text) == pytest.approx(seconds)
 
 
 @pytest.mark.parametrize("text", ["", "s", "1x", "1 s", "1s2", "ms", "1e3s", "inf", "nan", "--1s"])
 def test_malformed_durations_are_rejected(text: str) -> None:
     with pytest.raises(ValueError, match="invalid duration"):
-        parse_duration(text)
+        duration_seconds(text)
 
 
 @given(
@@ -216,7 +240,7 @@ def test_malformed_durations_are_rejected(text: str) -> None:
 def test_a_go_duration_is_the_sum_of_its_parts(parts: list[tuple[int, str]]) -> None:
     unit = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 1e-3, "us": 1e-6, "ns": 1e-9}
     text = "".join(f"{n}{u}" for n, u in parts)
-    assert parse_duration(text) == pytest.approx(sum(n * unit[u] for n, u in parts))
+    assert duration_seconds(text) == pytest.approx(sum(n * unit[u] for n, u in parts))
 
 
 @pytest.mark.parametrize(

@@ -13,7 +13,7 @@ import pytest
 from apis.crdschema import (
     DEFAULT_CRD_DIR,
     CRDSet,
-    FieldError,
+    Violation,
     load_crds,
     validate,
     validate_or_raise,
@@ -30,7 +30,7 @@ def crds() -> CRDSet:
     return load_crds()
 
 
-def paths(errors: list[FieldError]) -> list[str]:
+def paths(errors: list[Violation]) -> list[str]:
     return [e.path for e in errors]
 
 
@@ -315,7 +315,7 @@ def test_a_null_counts_as_absent_unless_nullable() -> None:
     }
     assert paths(validate_value(schema, {"a": None, "b": None})) == ["a"]
     assert validate_value({"type": "array", "items": {"type": "string"}}, [None]) == [
-        FieldError("[0]", "must not be null")
+        Violation("[0]", "must not be null")
     ]
 
 

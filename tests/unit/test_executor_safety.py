@@ -9,6 +9,7 @@ from pathlib import Path
 from koordlet.executor import AuditLog, BatchWrite, CgroupWriter, WriteResult
 from koordlet.system.cgroups import CgroupDriver, CgroupVersion, detect_layout
 from koordlet.system.host import Host
+from koordlet.system.knobs import CPU_CFS_QUOTA, CPU_SHARES
 from koordlet.system.paths import HostPaths
 
 PODS = ("kubepods/besteffort/pod1", "kubepods/besteffort/pod2")
@@ -32,7 +33,7 @@ def quota(tmp_path: Path, rel: str) -> str:
 def test_global_dry_run_reads_compares_and_audits_but_writes_nothing(tmp_path: Path) -> None:
     audit = AuditLog(None)
     writer = CgroupWriter(v1_host(tmp_path), on_change=audit.on_write, dry_run_all=True)
-    result = writer.write("cpu_cfs_quota", PODS[0], 20000, strategy="cpusuppress", reason="high")
+    result = writer.write(CPU_CFS_QUOTA, PODS[0], 20000, strategy="cpusuppress", reason="high")
     assert (result.changed, result.dry_run, result.old, result.new) == (False, True, "-1", "20000")
     assert quota(tmp_path, PODS[0]) == "-1\n"
     (entry,) = audit.recent()
@@ -43,7 +44,7 @@ def test_global_dry_run_reads_compares_and_audits_but_writes_nothing(tmp_path: P
 def test_a_dry_run_write_that_would_change_nothing_is_not_audited(tmp_path: Path) -> None:
     audit = AuditLog(None)
     writer = CgroupWriter(v1_host(tmp_path), on_change=audit.on_write, dry_run_all=True)
-    assert not writer.write("cpu_shares", PODS[0], 1024, strategy="s").changed
+    assert not writer.write(CPU_SHARES, PODS[0], 1024, strategy="s").changed
     assert audit.recent() == []
 
 
@@ -52,8 +53,8 @@ def test_per_strategy_dry_run_spares_only_the_named_strategies(tmp_path: Path) -
     writer = CgroupWriter(
         v1_host(tmp_path), on_change=audit.on_write, dry_run_strategies=frozenset({"cpusuppress"})
     )
-    writer.write("cpu_cfs_quota", PODS[0], 20000, strategy="cpusuppress")
-    writer.write("cpu_cfs_quota", PODS[1], 30000, strategy="cpuburst")
+    writer.write(CPU_CFS_QUOTA, PODS[0], 20000, strategy="cpusuppress")
+    writer.write(CPU_CFS_QUOTA, PODS[1], 30000, strategy="cpuburst")
     assert quota(tmp_path, PODS[0]) == "-1\n"
     assert quota(tmp_path, PODS[1]) == "30000"
     assert [(e.kind, e.strategy) for e in audit.recent()] == [
@@ -73,10 +74,10 @@ def test_the_same_dry_run_decision_is_audited_once_per_cache_lifetime(tmp_path: 
         clock=lambda: now[0],
     )
     for _ in range(5):  # a dry-run strategy decides the same every round
-        assert writer.write("cpu_cfs_quota", PODS[0], 20000, strategy="s").dry_run
-    writer.write("cpu_cfs_quota", PODS[0], 30000, strategy="s")  # another decision
+        assert writer.write(CPU_CFS_QUOTA, PODS[0], 20000, strategy="s").dry_run
+    writer.write(CPU_CFS_QUOTA, PODS[0], 30000, strategy="s")  # another decision
     now[0] += 61.0
-    writer.write("cpu_cfs_quota", PODS[0], 30000, strategy="s")  # the lifetime is over
+    writer.write(CPU_CFS_QUOTA, PODS[0], 30000, strategy="s")  # the lifetime is over
 
     assert [e.new for e in audit.recent()] == ["30000", "30000", "20000"]  # newest first
     assert quota(tmp_path, PODS[0]) == "-1\n"
@@ -85,18 +86,18 @@ def test_the_same_dry_run_decision_is_audited_once_per_cache_lifetime(tmp_path: 
 def test_a_dry_run_caches_nothing_so_a_later_real_write_is_done(tmp_path: Path) -> None:
     host = v1_host(tmp_path)
     writer = CgroupWriter(host, dry_run_all=True)
-    writer.write("cpu_cfs_quota", PODS[0], 20000, strategy="s")
+    writer.write(CPU_CFS_QUOTA, PODS[0], 20000, strategy="s")
     writer.dry_run_all = False
-    assert writer.write("cpu_cfs_quota", PODS[0], 20000, strategy="s").changed
+    assert writer.write(CPU_CFS_QUOTA, PODS[0], 20000, strategy="s").changed
     assert quota(tmp_path, PODS[0]) == "20000"
 
 
 def test_a_new_writer_reads_every_file_before_its_first_write(tmp_path: Path) -> None:
     host = v1_host(tmp_path)
-    CgroupWriter(host).write("cpu_cfs_quota", PODS[0], 20000)
+    CgroupWriter(host).write(CPU_CFS_QUOTA, PODS[0], 20000)
     (tmp_path / "cgroup/cpu" / PODS[0] / "cpu.cfs_quota_us").write_text("-1\n")  # behind our back
     restarted = CgroupWriter(host)
-    assert restarted.write("cpu_cfs_quota", PODS[0], 20000).changed
+    assert restarted.write(CPU_CFS_QUOTA, PODS[0], 20000).changed
     assert quota(tmp_path, PODS[0]) == "20000"
 
 
@@ -104,11 +105,11 @@ def test_resync_drops_the_cache_so_a_value_changed_behind_our_back_is_restored(
     tmp_path: Path,
 ) -> None:
     writer = CgroupWriter(v1_host(tmp_path))
-    writer.write("cpu_cfs_quota", PODS[0], 20000)
+    writer.write(CPU_CFS_QUOTA, PODS[0], 20000)
     (tmp_path / "cgroup/cpu" / PODS[0] / "cpu.cfs_quota_us").write_text("-1\n")
-    assert not writer.write("cpu_cfs_quota", PODS[0], 20000).changed  # trusted from cache
+    assert not writer.write(CPU_CFS_QUOTA, PODS[0], 20000).changed  # trusted from cache
     assert writer.resync() == 1
-    assert writer.write("cpu_cfs_quota", PODS[0], 20000).changed
+    assert writer.write(CPU_CFS_QUOTA, PODS[0], 20000).changed
     assert quota(tmp_path, PODS[0]) == "20000"
 
 
@@ -117,9 +118,9 @@ def test_every_file_write_is_timed_with_its_file_and_status(tmp_path: Path) -> N
     writer = CgroupWriter(
         v1_host(tmp_path), observe=lambda kind, status, seconds: seen.append((kind, status))
     )
-    writer.write("cpu_cfs_quota", PODS[0], 20000)
-    writer.write("cpu_cfs_quota", PODS[0], 20000)  # unchanged: no file write, no sample
-    writer.write("cpu_shares", PODS[1], 2)
+    writer.write(CPU_CFS_QUOTA, PODS[0], 20000)
+    writer.write(CPU_CFS_QUOTA, PODS[0], 20000)  # unchanged: no file write, no sample
+    writer.write(CPU_SHARES, PODS[1], 2)
     assert seen == [("cpu.cfs_quota_us", "success"), ("cpu.shares", "success")]
 
 
@@ -134,9 +135,9 @@ def test_stopping_finishes_the_running_batch_and_drops_the_queued_one(tmp_path: 
 
     writer = CgroupWriter(host, on_change=hold_after_first_change)
     writer.start()
-    running = writer.submit_batch([BatchWrite("cpu_cfs_quota", p, 20000) for p in PODS])
+    running = writer.submit_batch([BatchWrite(CPU_CFS_QUOTA, p, 20000) for p in PODS])
     assert started.wait(10)
-    queued = writer.submit_batch([BatchWrite("cpu_cfs_quota", p, 40000) for p in PODS])
+    queued = writer.submit_batch([BatchWrite(CPU_CFS_QUOTA, p, 40000) for p in PODS])
     stopper = threading.Thread(target=writer.stop, kwargs={"cancel_pending": True})
     stopper.start()
     release.set()

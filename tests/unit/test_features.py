@@ -16,8 +16,17 @@ from koordlet.features import (
     parse_overrides,
 )
 
-# Koordinator's koordlet gates that are beta, hence on by default (pkg/features upstream).
-KOORDINATOR_BETA_ON = {"BECPUSuppress", "CPUBurst", "RdtResctrl", "NodeTopologyReport"}
+# Koordinator's koordlet gates that are beta, hence on by default (pkg/features upstream, and the
+# runtime hooks' pkg/koordlet/runtimehooks/config.go).
+KOORDINATOR_BETA_ON = {
+    "BECPUSuppress",
+    "CPUBurst",
+    "RdtResctrl",
+    "NodeTopologyReport",
+    "GroupIdentity",
+    "CPUSetAllocator",
+    "BatchResource",
+}
 
 
 def test_the_table_has_koordinators_gates_with_their_stages_and_defaults() -> None:

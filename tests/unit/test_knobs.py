@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from apis.cpulist import MAX_CPU_ID
 from koordlet.errors import InvalidValueError, ParseError, UnsupportedError
 from koordlet.system.cgroups import V1_CONTROLLERS, CgroupVersion
 from koordlet.system.knobs import (
@@ -20,7 +21,6 @@ from koordlet.system.knobs import (
     CPU_WEIGHT,
     CPU_WEIGHT_MAX,
     CPU_WEIGHT_MIN,
-    CPULIST_MAX_ID,
     CPUSET_CPUS,
     INT64_MAX,
     KNOBS,
@@ -30,9 +30,7 @@ from koordlet.system.knobs import (
     Knob,
     Range,
     RangeOrUnlimited,
-    format_cpulist,
     knob,
-    parse_cpulist,
     shares_to_weight,
     weight_to_shares,
 )
@@ -51,7 +49,7 @@ def values_of(k: Knob[Any]) -> st.SearchStrategy[Any]:
     if isinstance(valid, RangeOrUnlimited):
         return st.none() | st.integers(valid.lo, valid.hi)
     if isinstance(valid, CpuList):
-        return st.frozensets(st.integers(0, CPULIST_MAX_ID), max_size=64)
+        return st.frozensets(st.integers(0, MAX_CPU_ID), max_size=64)
     raise AssertionError(f"no strategy for {type(valid).__name__}")
 
 
@@ -101,7 +99,7 @@ def test_values_outside_the_valid_range_are_refused(
         below = st.integers(max_value=valid.lo - 1).filter(lambda v: v != -1)
         bad: object = data.draw(below | st.integers(min_value=top + 1))
     else:
-        bad = data.draw(st.integers(CPULIST_MAX_ID + 1).map(lambda i: {0, i}) | st.just({-1}))
+        bad = data.draw(st.integers(MAX_CPU_ID + 1).map(lambda i: {0, i}) | st.just({-1}))
     with pytest.raises(InvalidValueError, match=name):
         k.encode(bad, version, "max 100000")
 
@@ -223,20 +221,18 @@ def test_go_max_int64_means_unlimited_memory() -> None:
 # Cpulists --------------------------------------------------------------------------------------
 
 
-@given(st.frozensets(st.integers(0, 4096), max_size=200))
-def test_a_cpulist_round_trips_through_its_canonical_text(ids: frozenset[int]) -> None:
-    text = format_cpulist(ids)
-    assert parse_cpulist(text) == ids
-    assert format_cpulist(parse_cpulist(text)) == text
-
-
 def test_cpulists_are_written_in_the_kernel_canonical_form() -> None:
     assert CPUSET_CPUS.encode({8, 0, 1, 2, 3, 10, 11}, V1) == "0-3,8,10-11"
     assert CPUSET_CPUS.encode("3,2,1", V2) == "1-3"
     assert CPUSET_CPUS.decode("\n", V2) == frozenset()
 
 
-@pytest.mark.parametrize("text", ["3-1", "-1", "1,,2", "a", "0-", "1 2"])
+def test_empty_cpulist_elements_are_skipped_as_the_kernel_skips_them() -> None:
+    # lib/bitmap.c bitmap_parselist steps over commas between regions; the write is canonical.
+    assert CPUSET_CPUS.encode("1,,2", V1) == "1-2"
+
+
+@pytest.mark.parametrize("text", ["3-1", "-1", "a", "0-", "1 2"])
 def test_malformed_cpulists_are_refused(text: str) -> None:
     with pytest.raises(InvalidValueError, match="cpuset_cpus"):
         CPUSET_CPUS.validate(text)

@@ -35,7 +35,7 @@ from koordlet.metriccache import MetricCache
 from koordlet.metriccache import series as s
 from koordlet.statesinformer.kubepods import KubepodsSource
 from koordlet.statesinformer.model import WorkloadSnapshot
-from koordlet.system import perf
+from koordlet.system import oserrors, perf
 from koordlet.system.cgroups import CgroupDriver, CgroupVersion
 from tests.fakehost import FakeHost, container_id
 
@@ -244,7 +244,7 @@ def test_a_member_that_fails_to_open_closes_the_leader_and_names_event_cpu_and_e
 
     assert fake.events == {}
     assert fake.opened == 1
-    assert perf.errno_of(e.value) == errno.EMFILE
+    assert oserrors.errno_of(e.value) == errno.EMFILE
 
 
 def test_enoent_in_cgroup_mode_means_the_cgroup_is_gone(tmp_path: Path) -> None:

@@ -3,6 +3,7 @@ of every layout, and the exported families."""
 
 from __future__ import annotations
 
+import dataclasses
 import errno
 import os
 import re
@@ -16,7 +17,7 @@ from hypothesis import strategies as st
 
 from apis.extension import KubeQOS
 from koordlet.collectors.framework import CollectorContext
-from koordlet.collectors.psi import PSICollector, build
+from koordlet.collectors.psi import PSICollector
 from koordlet.collectors.runner import TickState
 from koordlet.collectors.table import build_collectors
 from koordlet.config import CollectConfig, KoordletConfig
@@ -35,6 +36,7 @@ from koordlet.statesinformer.kubepods import KubepodsSource
 from koordlet.statesinformer.model import WorkloadSnapshot
 from koordlet.system.cgroups import CgroupVersion
 from koordlet.system.cgroupstats import read_file_bytes
+from koordlet.system.oserrors import refused_errno
 from koordlet.system.paths import HostPaths
 from koordlet.system.probe import Capabilities, Capability
 from koordlet.system.psi import (
@@ -51,7 +53,6 @@ from koordlet.system.psi import (
     psi_error,
     read_psi,
     trigger_spec,
-    unsupported_cause,
 )
 from tests.fakehost import FakeHost, container_id
 
@@ -182,8 +183,8 @@ def test_unsupported_cause_finds_eopnotsupp_behind_a_read_error() -> None:
     with pytest.raises(HostError) as caught:
         failing_read()
 
-    assert unsupported_cause(caught.value) == errno.EOPNOTSUPP
-    assert unsupported_cause(HostError("plain")) is None
+    assert refused_errno(caught.value) == errno.EOPNOTSUPP
+    assert refused_errno(HostError("plain")) is None
 
 
 # Triggers and thresholds ------------------------------------------------------------------------
@@ -488,7 +489,9 @@ def test_the_table_runs_psi_only_with_the_psicollector_gate_at_the_psi_interval(
     assert "psi" not in [c.name for c in without]
     assert with_gate["psi"].interval == 30.0
     assert isinstance(with_gate["psi"], PSICollector)
-    assert build(CollectorContext(fake_host.host, None)).interval == 10.0  # Koordinator's
+    default = dataclasses.replace(on, collect=CollectConfig())
+    built = build_collectors(CollectorContext(fake_host.host, default))
+    assert next(c.interval for c in built if c.name == "psi") == 10.0  # Koordinator's
 
 
 # Export -----------------------------------------------------------------------------------------

@@ -16,9 +16,8 @@ from typing import Any
 import pytest
 
 from apis.extension import KubeQOS, QoSClass
-from apis.slo import NodeSLOSpec
 from apis.slo_qos import CPUQOSPolicy, MemoryQOSConfig
-from apis.slo_strategies import ResourceQOSStrategy, strategies_of
+from apis.slo_strategies import ResourceQOSStrategy
 from koordlet.collectors.nodeinfo import node_info_dict
 from koordlet.executor import CgroupWriter
 from koordlet.metriccache.store import MetricCache
@@ -35,12 +34,13 @@ from koordlet.qos.cgreconcile import (
     pod_bvt,
     share_pool,
 )
-from koordlet.qos.manager import QoSBook, StrategyContext
+from koordlet.qos.framework import QoSBook, StrategyContext
 from koordlet.statesinformer.model import ContainerInfo, HostAppInfo, PodInfo, WorkloadSnapshot
 from koordlet.system.cgroups import CgroupDriver, CgroupVersion
 from koordlet.system.probe import probe_capabilities
 from koordlet.system.topology import read_cpu_topology
 from tests.fakehost import FakeHost, container_id
+from tests.strategyrig import config, in_force
 
 GIB = 1 << 30
 MIB = 1 << 20
@@ -48,7 +48,7 @@ STATUS = "scheduling.koordinator.sh/resource-status"
 
 
 def qos_strategy(raw: dict[str, Any]) -> ResourceQOSStrategy:
-    return strategies_of(NodeSLOSpec(resource_qos_strategy=raw)).resource_qos_strategy
+    return in_force(resourceQOSStrategy=raw).resource_qos_strategy
 
 
 # Memory QoS arithmetic --------------------------------------------------------------------------
@@ -258,11 +258,11 @@ def rig(fake_host: FakeHost) -> Iterator[SimpleNamespace]:
     book = QoSBook()
     ctx = StrategyContext(
         host=lambda: fake.host,
-        config=SimpleNamespace(),
+        config=config(),
         cache=cache,
         executor=writer,
         workloads=lambda: snapshot,
-        node_slo=lambda: NodeSLOSpec(resource_qos_strategy=box["raw"]),
+        node_slo=lambda: in_force(resourceQOSStrategy=box["raw"]),
         book=book,
     )
     try:
@@ -452,6 +452,6 @@ def test_quota_is_lifted_only_for_pods_bound_to_their_own_cpus(host_root: Path) 
         online=frozenset(range(4)),
         node_memory=None,
     )
-    unset = {w.rel_dir for w in plan.writes if w.knob == "cpu_cfs_quota"}
+    unset = {w.rel_dir for w in plan.writes if w.knob_name == "cpu_cfs_quota"}
     assert unset == {bound.cgroup_dir, bound.containers[0].cgroup_dir}
     assert "without a resource-status cpuset" in plan.skipped["pod/plain: cpuset"]

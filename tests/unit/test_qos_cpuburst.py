@@ -11,7 +11,6 @@ from typing import Any
 import pytest
 
 from apis.extension import KubeQOS, QoSClass
-from apis.slo import NodeSLOSpec
 from apis.slo_strategies import CPUBurstPolicy
 from koordlet.collectors.nodeinfo import node_info_dict
 from koordlet.executor import CgroupWriter
@@ -34,11 +33,12 @@ from koordlet.qos.cpuburst import (
     share_pool_ratio,
     static_burst_us,
 )
-from koordlet.qos.manager import QoSBook, StrategyContext
+from koordlet.qos.framework import QoSBook, StrategyContext
 from koordlet.statesinformer.model import ContainerInfo, PodInfo, WorkloadSnapshot
 from koordlet.system.knobs import knob
 from koordlet.system.topology import read_cpu_topology
 from tests.fakehost import FakeHost, container_id
+from tests.strategyrig import config, in_force
 
 AUTO = BurstSettings(policy="auto")
 
@@ -212,11 +212,11 @@ async def rig(fake_host: FakeHost) -> AsyncIterator[Rig]:
     writer.start()
     ctx = StrategyContext(
         host=lambda: fake.host,
-        config=SimpleNamespace(node_name="n", collect=SimpleNamespace(res_used_interval=1.0)),
+        config=config(),
         cache=cache,
         executor=writer,
         workloads=lambda: WorkloadSnapshot(pods={"ab-1": info}),
-        node_slo=lambda: NodeSLOSpec(cpu_burst_strategy=dict(slo)),
+        node_slo=lambda: in_force(cpuBurstStrategy=dict(slo)),
         book=QoSBook(clock=lambda: clock.now),
     )
     try:
@@ -330,11 +330,11 @@ async def _multi_rig(
     writer.start()
     ctx = StrategyContext(
         host=lambda: fake.host,
-        config=SimpleNamespace(node_name="n", collect=SimpleNamespace(res_used_interval=1.0)),
+        config=config(),
         cache=cache,
         executor=writer,
         workloads=lambda: WorkloadSnapshot(pods={"cc-1": info}),
-        node_slo=lambda: NodeSLOSpec(cpu_burst_strategy={"policy": "auto"}),
+        node_slo=lambda: in_force(cpuBurstStrategy={"policy": "auto"}),
         book=QoSBook(clock=lambda: NOW),
     )
     strategy = CPUBurst(ctx, rng=lambda: 0.0)

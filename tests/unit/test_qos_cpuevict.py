@@ -4,13 +4,11 @@ tables, and whole rounds against the metric cache, the evictor and a recording b
 from __future__ import annotations
 
 from dataclasses import dataclass
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
 from apis.extension import KubeQOS, QoSClass
-from apis.slo import NodeSLOSpec
 from koordlet.executor.audit import AuditLog
 from koordlet.metriccache import series
 from koordlet.metriccache.store import MetricCache
@@ -27,9 +25,10 @@ from koordlet.qos.cpuevict import (
     window_seconds,
 )
 from koordlet.qos.evictor import LABEL_EVICTION_ENABLED, REASON_BE_CPU_SATISFACTION, Evictor, Victim
-from koordlet.qos.manager import QoSBook, StrategyContext
-from koordlet.qos.memoryevict import InvalidThreshold
+from koordlet.qos.framework import QoSBook, StrategyContext
+from koordlet.qos.shared import InvalidThreshold
 from koordlet.statesinformer.model import PodInfo, WorkloadSnapshot
+from tests.strategyrig import config, in_force
 
 
 def pod(
@@ -225,11 +224,11 @@ def make_rig(
     evictor = Evictor(backend, clock=clock, audit=AuditLog(None, clock=clock))
     ctx = StrategyContext(
         host=lambda: None,  # type: ignore[arg-type,return-value]
-        config=SimpleNamespace(collect=SimpleNamespace(res_used_interval=1.0), feature_gates=gates),
+        config=config(gates),
         cache=cache,
         executor=None,  # type: ignore[arg-type]
         workloads=lambda: WorkloadSnapshot(pods={p.uid: p for p in pods}),
-        node_slo=lambda: NodeSLOSpec(resource_used_threshold_with_be=slo),
+        node_slo=lambda: in_force(resourceUsedThresholdWithBE=slo),
         evictor=evictor,
         book=QoSBook(clock=clock),
     )

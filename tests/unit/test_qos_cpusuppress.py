@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import logging
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from types import SimpleNamespace
@@ -13,7 +12,6 @@ from typing import Any
 import pytest
 
 from apis.extension import KubeQOS, QoSClass
-from apis.slo import NodeSLOSpec
 from koordlet.collectors.nodeinfo import node_info_dict
 from koordlet.executor import CgroupWriter
 from koordlet.executor.writer import WriteResult
@@ -22,7 +20,6 @@ from koordlet.metriccache.store import MetricCache
 from koordlet.qos.cpupicker import Processor, be_cpuset_count, pick_be_cpus, pick_cpus
 from koordlet.qos.cpusuppress import (
     CPUSuppress,
-    LastGoodStrategies,
     Usage,
     be_cgroup_dirs,
     be_suppress_milli,
@@ -30,11 +27,12 @@ from koordlet.qos.cpusuppress import (
     node_reserved_milli,
     split_usage,
 )
-from koordlet.qos.manager import QoSBook, StrategyContext
+from koordlet.qos.framework import QoSBook, StrategyContext
 from koordlet.statesinformer.model import ContainerInfo, HostAppInfo, PodInfo, WorkloadSnapshot
 from koordlet.system.knobs import knob
 from koordlet.system.topology import read_cpu_topology
 from tests.fakehost import FakeHost, container_id
+from tests.strategyrig import config, following, in_force
 
 # Arithmetic -------------------------------------------------------------------------------------
 
@@ -156,33 +154,6 @@ def test_picker_never_takes_lse_cpus_and_splits_lsr_by_share() -> None:
     assert not {6, 7} & set(pick_be_cpus(6, procs, excluded=frozenset({6, 7})))
 
 
-def test_settings_are_the_typed_nodeslo_strategies_and_a_bad_nodeslo_keeps_the_last_good(
-    caplog: pytest.LogCaptureFixture,
-) -> None:
-    slo = LastGoodStrategies("cpusuppress")
-    default = slo.of(NodeSLOSpec()).resource_used_threshold_with_be
-    assert (default.enable, default.cpu_suppress_threshold_percent) == (False, 65)
-    assert str(default.cpu_suppress_policy) == "cpuset"
-    good = NodeSLOSpec(
-        resource_used_threshold_with_be={"enable": True, "cpuSuppressPolicy": "cfsQuota"}
-    )
-    s = slo.of(good).resource_used_threshold_with_be
-    assert (s.enable, s.cpu_suppress_threshold_percent, str(s.cpu_suppress_policy)) == (
-        True,
-        65,
-        "cfsQuota",
-    )
-    bad = NodeSLOSpec(resource_used_threshold_with_be={"cpuSuppressThresholdPercent": 150})
-    with caplog.at_level(logging.WARNING, logger="koordlet.qos.cpusuppress"):
-        assert slo.of(bad).resource_used_threshold_with_be == s
-        assert slo.of(NodeSLOSpec(resource_used_threshold_with_be={
-            "cpuSuppressThresholdPercent": 150})).resource_used_threshold_with_be == s  # fmt: skip
-    warnings = [r.getMessage() for r in caplog.records]
-    assert len(warnings) == 1  # logged once
-    assert "cpuSuppressThresholdPercent" in warnings[0]
-    assert "cpuSuppressThresholdPercent" in slo.rejected
-
-
 def _node(capacity: str | None, allocatable: str | None, reservation: object = None) -> Any:
     status: dict[str, Any] = {}
     if capacity is not None:
@@ -287,11 +258,11 @@ async def rig(fake_host: FakeHost) -> AsyncIterator[Rig]:
     rig_box: dict[str, Rig] = {}
     ctx = StrategyContext(
         host=lambda: fake.host,
-        config=SimpleNamespace(node_name="node-a", collect=SimpleNamespace(res_used_interval=1.0)),
+        config=config(node_name="node-a"),
         cache=cache,
         executor=writer,
         workloads=lambda: rig_box["rig"].snapshot,
-        node_slo=lambda: NodeSLOSpec(resource_used_threshold_with_be=dict(rig_box["rig"].slo)),
+        node_slo=following(lambda: {"resourceUsedThresholdWithBE": dict(rig_box["rig"].slo)}),
         book=QoSBook(clock=lambda: clock.now),
     )
     strategy = CPUSuppress(ctx, node=lambda: rig_box["rig"].node)
@@ -417,7 +388,8 @@ async def test_a_rejected_nodeslo_keeps_suppressing_with_the_last_good_threshold
     rig.usage(node=3.2, ls=0.5, be=1.0, at=NOW + 1)
     await rig.strategy.reconcile()
     assert rig.quota(rig.be_dir) == 2000  # still 50 %: at 250 % BE would get more
-    assert "cpuSuppressThresholdPercent" in rig.strategy.debug_state()["nodeslo_rejected"]
+    rejected = rig.strategy._ctx.node_slo().rejected["resourceUsedThresholdWithBE"]
+    assert rejected.error.field == "resourceUsedThresholdWithBE.cpuSuppressThresholdPercent"
 
 
 async def test_first_quota_round_grows_from_the_real_quota_not_from_unlimited(rig: Rig) -> None:
@@ -490,11 +462,11 @@ async def test_dry_run_round_writes_nothing_and_keeps_no_applied_state(fake_host
     cache.append(NOW, [series.Sample(series.SeriesKey(series.NODE_CPU_USAGE, series.NODE), 3.5)])
     ctx = StrategyContext(
         host=lambda: fake.host,
-        config=SimpleNamespace(collect=SimpleNamespace(res_used_interval=1.0)),
+        config=config(),
         cache=cache,
         executor=writer,
         workloads=WorkloadSnapshot,
-        node_slo=lambda: NodeSLOSpec(resource_used_threshold_with_be={"enable": True}),
+        node_slo=lambda: in_force(resourceUsedThresholdWithBE={"enable": True}),
         dry_run_all=True,
         book=QoSBook(clock=lambda: NOW),
     )

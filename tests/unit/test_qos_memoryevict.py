@@ -5,13 +5,11 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
 from apis.extension import KubeQOS, QoSClass
-from apis.slo import NodeSLOSpec
 from koordlet.events.watches import EventKind, PressureEvent
 from koordlet.executor.audit import AuditLog
 from koordlet.metriccache import series
@@ -25,7 +23,7 @@ from koordlet.qos.evictor import (
     Evictor,
     Victim,
 )
-from koordlet.qos.manager import QoSBook, StrategyContext
+from koordlet.qos.framework import QoSBook, StrategyContext
 from koordlet.qos.memoryevict import (
     WATCH_NAME,
     Candidate,
@@ -44,6 +42,7 @@ from koordlet.statesinformer.model import PodInfo, WorkloadSnapshot
 from koordlet.system.cgroups import CgroupDriver, CgroupLayout, CgroupVersion
 from koordlet.system.host import Host
 from koordlet.system.paths import HostPaths
+from tests.strategyrig import config, in_force
 
 GiB = 1 << 30
 
@@ -191,9 +190,11 @@ def test_the_eviction_policy_annotation_restricts_features(
 
 
 def test_settings_merge_over_upstream_defaults() -> None:
-    s = settings_of({"enable": True})
+    s = settings_of(
+        in_force(resourceUsedThresholdWithBE={"enable": True}).resource_used_threshold_with_be
+    )
     assert (s.enabled, s.threshold, s.lower) == (True, 70, None)
-    assert settings_of(None).enabled is False
+    assert settings_of(in_force().resource_used_threshold_with_be).enabled is False
 
 
 # Rounds ----------------------------------------------------------------------------------------
@@ -306,11 +307,11 @@ def make_rig(
     host = Host(paths, CgroupLayout(paths, version, CgroupDriver.CGROUPFS, "kubepods"))
     ctx = StrategyContext(
         host=lambda: host,
-        config=SimpleNamespace(collect=SimpleNamespace(res_used_interval=1.0), feature_gates=gates),
+        config=config(gates),
         cache=cache,
         executor=None,  # type: ignore[arg-type]  # eviction writes no cgroup file
         workloads=lambda: WorkloadSnapshot(pods=dict(by_uid)),
-        node_slo=lambda: NodeSLOSpec(resource_used_threshold_with_be=dict(slo_box)),
+        node_slo=lambda: in_force(resourceUsedThresholdWithBE=dict(slo_box)),
         evictor=evictor,
         events=events,  # type: ignore[arg-type]
         audit=audit,
@@ -511,9 +512,9 @@ async def test_a_nodeslo_with_the_lower_bound_above_the_threshold_evicts_nobody(
     rig.sample(9.5 * GiB, {1: GiB, 2: GiB, 3: GiB})
     await rig.strategy.reconcile()
     assert rig.backend.evicted == []
-    decision = rig.ctx.book.describe("memoryevict")["last_round"]["decision"]
-    assert decision.startswith("skip: invalid NodeSLO")
-    assert "memoryEvictLowerPercent" in decision
+    # The section is rejected where it is read (its last good value, here the defaults, stays)
+    rejected = rig.ctx.node_slo().rejected["resourceUsedThresholdWithBE"]
+    assert rejected.error.field == "resourceUsedThresholdWithBE.memoryEvictLowerPercent"
 
 
 async def test_a_host_that_refuses_memcg_thresholds_falls_back_to_psi_for_good() -> None:

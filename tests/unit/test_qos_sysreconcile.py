@@ -14,7 +14,6 @@ from typing import Any
 
 import pytest
 
-from apis.slo import NodeSLOSpec
 from apis.slo_strategies import SystemStrategy
 from koordlet.collectors.nodeinfo import node_info_dict
 from koordlet.errors import InvalidValueError, UnsupportedError
@@ -22,7 +21,7 @@ from koordlet.executor import CgroupWriter
 from koordlet.executor.sysctl import SystemFileWriter
 from koordlet.executor.writer import WriteResult
 from koordlet.metriccache.store import MetricCache
-from koordlet.qos.manager import QoSBook, StrategyContext
+from koordlet.qos.framework import QoSBook, StrategyContext
 from koordlet.qos.sysreconcile import (
     SystemConfigStrategy,
     desired_settings,
@@ -33,6 +32,7 @@ from koordlet.statesinformer.model import WorkloadSnapshot
 from koordlet.system.cgroups import CgroupDriver, CgroupVersion
 from koordlet.system.topology import read_cpu_topology
 from tests.fakehost import FakeHost
+from tests.strategyrig import config, in_force
 
 GIB = 1 << 30
 
@@ -144,14 +144,14 @@ def rig(host_root: Path) -> Iterator[SimpleNamespace]:
     }
     cache = MetricCache()
     cache.set_info("node_info", node_info_dict(read_cpu_topology(fake.paths)))
-    box: dict[str, Any] = {"slo": NodeSLOSpec(system_strategy={"minFreeKbytesFactor": 100})}
+    box: dict[str, Any] = {"slo": in_force(systemStrategy={"minFreeKbytesFactor": 100})}
     audit: list[WriteResult] = []
     writer = CgroupWriter(fake.host, on_change=audit.append)
     writer.start()
     book = QoSBook()
     ctx = StrategyContext(
         host=lambda: fake.host,
-        config=SimpleNamespace(),
+        config=config(),
         cache=cache,
         executor=writer,
         workloads=WorkloadSnapshot,
@@ -181,15 +181,15 @@ async def test_a_round_sets_min_free_kbytes_from_node_memory(rig: SimpleNamespac
 
 async def test_unsetting_a_field_restores_the_host_value(rig: SimpleNamespace) -> None:
     strategy = SystemConfigStrategy(rig.ctx)
-    rig.box["slo"] = NodeSLOSpec(
-        system_strategy={"minFreeKbytesFactor": 100, "watermarkScaleFactor": 150}
+    rig.box["slo"] = in_force(
+        systemStrategy={"minFreeKbytesFactor": 100, "watermarkScaleFactor": 150}
     )
     await strategy.reconcile()
     assert (_read(rig.files["min"]), _read(rig.files["wsf"])) == (167772, 150)
-    rig.box["slo"] = NodeSLOSpec(system_strategy={"watermarkScaleFactor": 150})
+    rig.box["slo"] = in_force(systemStrategy={"watermarkScaleFactor": 150})
     await strategy.reconcile()
     assert (_read(rig.files["min"]), _read(rig.files["wsf"])) == (67584, 150)
-    rig.box["slo"] = NodeSLOSpec()  # the whole section gone
+    rig.box["slo"] = in_force()  # the whole section gone
     await strategy.reconcile()
     assert (_read(rig.files["min"]), _read(rig.files["wsf"])) == (67584, 10)
     await strategy.reconcile()  # nothing remembered any more: nothing written
@@ -197,7 +197,7 @@ async def test_unsetting_a_field_restores_the_host_value(rig: SimpleNamespace) -
 
 
 async def test_a_value_outside_the_range_is_reported_and_not_written(rig: SimpleNamespace) -> None:
-    rig.box["slo"] = NodeSLOSpec(system_strategy={"minFreeKbytesFactor": 1})
+    rig.box["slo"] = in_force(systemStrategy={"minFreeKbytesFactor": 1})
     strategy = SystemConfigStrategy(rig.ctx)
     await strategy.reconcile()
     assert _read(rig.files["min"]) == 67584
@@ -217,7 +217,7 @@ async def test_dry_run_audits_the_would_be_change_and_writes_nothing(rig: Simple
 
 
 async def test_an_absent_anolis_file_is_reported_unsupported(rig: SimpleNamespace) -> None:
-    rig.box["slo"] = NodeSLOSpec(system_strategy={"memcgReapBackGround": 1})
+    rig.box["slo"] = in_force(systemStrategy={"memcgReapBackGround": 1})
     strategy = SystemConfigStrategy(rig.ctx)
     await strategy.reconcile()
     report = rig.book.last_report("sysreconcile")

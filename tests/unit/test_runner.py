@@ -7,13 +7,16 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+import psutil
 import pytest
 from prometheus_client import CollectorRegistry
 
 from apis.extension import KubeQOS
 from koordlet.collectors.framework import CollectorContext, CollectResult, Tick
+from koordlet.collectors.noderesource import NODE_MEMORY
 from koordlet.collectors.runner import CollectorRunner, TickState, ticks_per_step
 from koordlet.collectors.table import build_collectors
+from koordlet.config import KoordletConfig
 from koordlet.errors import CgroupGoneError, ConfigError, HostError
 from koordlet.metriccache import MetricCache
 from koordlet.metriccache import series as s
@@ -22,10 +25,14 @@ from koordlet.selfmetrics import SelfMetrics
 from koordlet.statesinformer.kubepods import KubepodsSource
 from koordlet.statesinformer.model import WorkloadSnapshot
 from koordlet.system import cgroupstats
+from koordlet.system.cgroups import CgroupDriver, CgroupVersion, detect_layout
 from koordlet.system.cgroupstats import read_file_bytes
+from koordlet.system.host import Host
+from koordlet.system.paths import HostPaths
 from tests.fakehost import FakeHost, container_id
 
 EMPTY = WorkloadSnapshot()
+PATHS = HostPaths()
 
 
 class StepCollector:
@@ -305,7 +312,9 @@ def test_two_ticks_of_the_whole_table_give_consistent_node_pod_and_system_usage(
     pod_rel, _ = fake_host.add_pod(uid, KubeQOS.BURSTABLE, [("containerd", container_id("c"))])
     snap = WorkloadSnapshot(pods=KubepodsSource(fake_host.host).list_pods(), generation=1)
     cache = MetricCache(clock=lambda: 101.0)
-    collectors = build_collectors(CollectorContext(host=fake_host.host, config=None))
+    collectors = build_collectors(
+        CollectorContext(host=fake_host.host, config=KoordletConfig(node_name="test"))
+    )
     r = CollectorRunner(collectors, cache, lambda: snap)
     fake_host.set_cpu_usage(pod_rel, 10_000_000_000)
     r.apply(r.run_tick(100.0))
@@ -325,3 +334,84 @@ def test_two_ticks_of_the_whole_table_give_consistent_node_pod_and_system_usage(
     assert pod_memory is not None
     assert cache.last(s.SYSTEM_MEMORY_USAGE, s.SYSTEM) == node_memory - pod_memory
     assert cache.get_info("node_info") is not None
+
+
+# On-demand reads ---------------------------------------------------------------------------------
+
+
+def on_demand_runner(fake_host: FakeHost, cache: MetricCache, now: list[float]) -> CollectorRunner:
+    return CollectorRunner(
+        [StepCollector("node", emit(s.NODE_MEMORY_USAGE, 1.0))],
+        cache,
+        lambda: EMPTY,
+        host=fake_host.host,
+        clock=lambda: now[0],
+    )
+
+
+async def test_an_on_demand_read_returns_the_value_and_stores_its_samples_at_once(
+    fake_host: FakeHost,
+) -> None:
+    fake_host.set_meminfo(MemTotal=8 << 20, MemFree=3 << 20, MemAvailable=5 << 20)
+    cache = MetricCache(clock=lambda: 100.0)
+    r = on_demand_runner(fake_host, cache, [99.5])
+
+    meminfo = await r.read_now(NODE_MEMORY)
+
+    assert (meminfo.mem_total, meminfo.used) == (8 << 30, 3 << 30)  # kB in the file
+    assert cache.last_sample(s.NODE_MEMORY_USAGE, s.NODE) == (99.5, float(3 << 30))
+    assert cache.last_sample(s.NODE_MEMORY_WITH_PAGE_CACHE, s.NODE) == (99.5, float(5 << 30))
+
+
+async def test_during_a_tick_in_flight_fresh_samples_wait_for_its_apply_and_stay_newest(
+    fake_host: FakeHost,
+) -> None:
+    fake_host.set_meminfo(MemTotal=8 << 20, MemFree=3 << 20, MemAvailable=6 << 20)
+    cache = MetricCache(clock=lambda: 100.0)
+    now = [99.0]
+    r = on_demand_runner(fake_host, cache, now)
+
+    report = r.run_tick(98.0)  # in flight until apply: the cache must not be written now
+    await r.read_now(NODE_MEMORY)  # at 99.0
+    assert cache.last_sample(s.NODE_MEMORY_USAGE, s.NODE) is None
+    r.apply(report)
+
+    assert cache.last_sample(s.NODE_MEMORY_USAGE, s.NODE) == (99.0, float(2 << 30))
+    older = r.run_tick(99.5)
+    now[0] = 99.2  # a read stamped before the tick that is in flight
+    await r.read_now(NODE_MEMORY)
+    r.apply(older)
+    assert cache.last_sample(s.NODE_MEMORY_USAGE, s.NODE) == (99.5, 1.0)  # the tick's, newer
+
+
+def remove_meminfo(fake: FakeHost) -> None:
+    Path(fake.host.paths.proc("meminfo")).unlink()
+
+
+async def test_a_failing_on_demand_read_raises_and_stores_nothing(fake_host: FakeHost) -> None:
+    cache = MetricCache(clock=lambda: 100.0)
+    r = on_demand_runner(fake_host, cache, [99.0])
+    remove_meminfo(fake_host)
+
+    with pytest.raises(HostError, match="meminfo: missing"):
+        await r.read_now(NODE_MEMORY)
+    assert cache.series_count() == 0
+    with pytest.raises(RuntimeError, match="without a host"):
+        await runner([]).read_now(NODE_MEMORY)
+
+
+async def test_the_on_demand_node_memory_matches_this_machines_kernel() -> None:
+    cache = MetricCache()
+    r = CollectorRunner(
+        [],
+        cache,
+        lambda: EMPTY,
+        host=Host(
+            PATHS, detect_layout(PATHS, version=CgroupVersion.V1, driver=CgroupDriver.CGROUPFS)
+        ),
+    )
+
+    meminfo = await r.read_now(NODE_MEMORY)
+
+    assert meminfo.mem_total == psutil.virtual_memory().total
+    assert cache.last(s.NODE_MEMORY_USAGE, s.NODE) == float(meminfo.used)

@@ -1,0 +1,273 @@
+"""Kubernetes resource quantities (``resource.Quantity``): one exact parser, one canonical writer.
+
+Everything here follows ``k8s.io/apimachinery/pkg/api/resource/quantity.go``:
+
+- **Grammar** (the ``Quantity`` doc comment): an optional sign, a number (``12``, ``1.5``,
+  ``1.``, ``.5``), then a suffix: binary ``Ki Mi Gi Ti Pi Ei``, decimal ``n u m "" k M G T P E``,
+  or an exponent ``e3``/``E-2``. Surrounding whitespace is trimmed, as ``UnmarshalJSON`` trims it.
+  A JSON or YAML number (``2``, ``0.5``) reads as its decimal text. Beyond Go, a text with no
+  digit (``"."``, ``"+"``, which Go's scanner lets through as zero) and an exponent past ±1000
+  are refused.
+- **Exact value**: a :class:`~fractions.Fraction`, never a float. As ``ParseQuantity`` does, a
+  non-zero value is rounded away from zero to a whole nano (``0.1n`` is ``1n``), a BinarySI
+  value is capped at ``2^63-1``, and a BinarySI value between 0 and 1 becomes DecimalSI.
+- **Integers**: :attr:`Quantity.milli_value` is ``MilliValue()`` and :attr:`Quantity.int_value`
+  is ``Value()``, both ``ceil`` as ``ScaledValue`` documents it (``"0.0001"`` is 1 milli).
+  Koordinator's ``getResourceValue`` counts ``cpu`` in milli-cores and every other resource
+  (memory, ``kubernetes.io/batch-cpu``...) by ``Value()``: :func:`resource_value`.
+- **Canonical text** (``String()``/``CanonicalizeBytes``): zero is ``"0"``; DecimalSI picks the
+  largest exponent that is a multiple of 3 and keeps the mantissa whole (``1.5`` → ``"1500m"``,
+  ``1000`` → ``"1k"``, ``10^21`` → ``"1e21"``); BinarySI picks the largest power of 1024 that
+  divides the value (``1.5Gi`` → ``"1536Mi"``) but prints DecimalSI below 1024 in magnitude or
+  when the value is not whole (``NewQuantity(1000, BinarySI)`` → ``"1k"``); DecimalExponent
+  prints ``<mantissa>e<exponent>`` (``"1500e-3"``). Go keeps a parsed text that is already
+  canonical (and so prints ``"+1"`` back as ``"+1"``); we always print the computed form.
+
+Parsing is cached by text: a cluster repeats the same few hundred strings millions of times, so
+:func:`milli_value` and :func:`int_value` cost a dict lookup after the first time.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+from enum import StrEnum
+from fractions import Fraction
+from functools import lru_cache
+
+
+class Format(StrEnum):
+    """How a quantity prints (``resource.Format``)."""
+
+    DECIMAL_SI = "DecimalSI"
+    """``12M``: powers of 1000 with SI suffixes."""
+    BINARY_SI = "BinarySI"
+    """``12Mi``: powers of 1024."""
+    DECIMAL_EXPONENT = "DecimalExponent"
+    """``12e6``."""
+
+
+_DECIMAL_SUFFIXES = {
+    "n": -9,
+    "u": -6,
+    "m": -3,
+    "": 0,
+    "k": 3,
+    "M": 6,
+    "G": 9,
+    "T": 12,
+    "P": 15,
+    "E": 18,
+}
+_DECIMAL_BY_EXPONENT = {exp: suffix for suffix, exp in _DECIMAL_SUFFIXES.items()}
+_BINARY_SUFFIXES = {"Ki": 10, "Mi": 20, "Gi": 30, "Ti": 40, "Pi": 50, "Ei": 60}
+_BINARY_BY_POWER = ("", "Ki", "Mi", "Gi", "Ti", "Pi", "Ei")
+_GRAMMAR = re.compile(
+    r"([+-]?)([0-9]+\.?[0-9]*|\.[0-9]+)"
+    r"(?:([eE][+-]?[0-9]+)|(Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE]))?"
+)
+_MAX_EXPONENT = 1000
+_NANO = 10**9
+_MAX_INT64 = (1 << 63) - 1
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Quantity:
+    """A quantity's exact value and how it prints. Equal when the values are (``Cmp() == 0``)."""
+
+    amount: Fraction
+    """The exact value in base units (cores, bytes, a count)."""
+    format: Format = Format.DECIMAL_SI
+    """How :func:`str` prints it."""
+    milli_value: int = field(init=False, repr=False)
+    """``MilliValue()``: ``ceil(amount * 1000)`` (milli-cores for CPU)."""
+    int_value: int = field(init=False, repr=False)
+    """``Value()``: ``ceil(amount)`` (bytes for memory)."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "milli_value", math.ceil(self.amount * 1000))
+        object.__setattr__(self, "int_value", math.ceil(self.amount))
+
+    @classmethod
+    def of(cls, amount: Fraction | int, fmt: Format = Format.DECIMAL_SI) -> Quantity:
+        """A quantity of ``amount``, rounded away from zero to a whole nano as Go stores it."""
+        return cls(_round_nano(Fraction(amount)), fmt)
+
+    @classmethod
+    def from_milli(cls, milli: int) -> Quantity:
+        """``resource.NewMilliQuantity(milli, DecimalSI)``: CPU in milli-cores."""
+        return cls(Fraction(milli, 1000), Format.DECIMAL_SI)
+
+    @classmethod
+    def from_int(cls, value: int, fmt: Format = Format.DECIMAL_SI) -> Quantity:
+        """``resource.NewQuantity(value, fmt)``: bytes are ``BinarySI``, counts ``DecimalSI``."""
+        return cls(Fraction(value), fmt)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Quantity):
+            return self.amount == other.amount
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(self.amount)
+
+    def __str__(self) -> str:
+        return _canonical(self.amount, self.format)
+
+
+def _round_nano(amount: Fraction) -> Fraction:
+    scaled = amount * _NANO
+    if scaled.denominator == 1:
+        return amount
+    whole = math.ceil(scaled) if amount > 0 else math.floor(scaled)
+    return Fraction(whole, _NANO)
+
+
+@lru_cache(maxsize=1 << 16)
+def _parse_text(text: str) -> Quantity:
+    m = _GRAMMAR.fullmatch(text.strip())
+    if m is None:
+        raise ValueError(f"not a Kubernetes quantity: {text!r}")
+    sign, number, exponent, suffix = m.groups()
+    amount = Fraction(number)
+    fmt = Format.DECIMAL_SI
+    if exponent is not None:
+        power = int(exponent[1:])
+        if abs(power) > _MAX_EXPONENT:
+            raise ValueError(f"quantity exponent out of range: {text!r}")
+        amount *= Fraction(10) ** power
+        fmt = Format.DECIMAL_EXPONENT
+    elif suffix in _BINARY_SUFFIXES:
+        amount *= 1 << _BINARY_SUFFIXES[suffix]
+        fmt = Format.BINARY_SI
+    elif suffix:
+        amount *= Fraction(10) ** _DECIMAL_SUFFIXES[suffix]
+    amount = _round_nano(amount)
+    if fmt is Format.BINARY_SI:
+        amount = min(amount, Fraction(_MAX_INT64))
+        if 0 < amount < 1:
+            fmt = Format.DECIMAL_SI
+    return Quantity(-amount if sign == "-" else amount, fmt)
+
+
+def parse_quantity(value: object) -> Quantity:
+    """A quantity given as text (``"500m"``, ``"1.5Gi"``, ``"2e3"``) or as a JSON/YAML number.
+
+    Raises ``ValueError`` naming the value (``bool``, ``None``, NaN and infinities included)."""
+    if type(value) is str:
+        return _parse_text(value)
+    if isinstance(value, bool):  # a JSON true is not a quantity
+        raise ValueError(f"not a Kubernetes quantity: {value!r}")  # noqa: TRY004
+    if isinstance(value, int):
+        return Quantity(Fraction(value), Format.DECIMAL_SI)
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise ValueError(f"not a Kubernetes quantity: {value!r}")
+        return _parse_text(repr(value))
+    if isinstance(value, str):
+        return _parse_text(str(value))
+    raise ValueError(f"not a Kubernetes quantity: {value!r}")
+
+
+@lru_cache(maxsize=1 << 16)
+def _milli_cached(value: str | int) -> int:
+    return parse_quantity(value).milli_value
+
+
+@lru_cache(maxsize=1 << 16)
+def _int_cached(value: str | int) -> int:
+    return parse_quantity(value).int_value
+
+
+_BINARY_FACTORS = {"Ki": 1 << 10, "Mi": 1 << 20, "Gi": 1 << 30, "Ti": 1 << 40}
+
+
+def milli_value(value: object) -> int:
+    """``parse_quantity(value).milli_value`` (``MilliValue()``), fast for the common shapes."""
+    if type(value) is str:
+        if value.isascii() and value.isdigit():  # "2": the shapes metrics use, no Fraction
+            return int(value) * 1000
+        if value[-1:] == "m" and value.isascii() and value[:-1].isdigit():
+            return int(value[:-1])
+        return _milli_cached(value)
+    if type(value) is int:
+        return value * 1000
+    return parse_quantity(value).milli_value
+
+
+def int_value(value: object) -> int:
+    """``parse_quantity(value).int_value`` (``Value()``), fast for the common shapes."""
+    if type(value) is str:
+        if value.isascii() and value.isdigit():
+            return int(value)
+        factor = _BINARY_FACTORS.get(value[-2:])
+        if factor is not None and value.isascii() and value[:-2].isdigit():
+            whole = int(value[:-2]) * factor
+            if whole <= _MAX_INT64:  # above it, ParseQuantity's BinarySI cap applies
+                return whole
+        return _int_cached(value)
+    if type(value) is int:
+        return value
+    return parse_quantity(value).int_value
+
+
+def resource_value(name: str, value: object) -> int:
+    """Koordinator's ``getResourceValue``: ``cpu`` in milli-cores, every other resource by
+    ``Value()`` (bytes, counts, and the milli-core integers of ``kubernetes.io/batch-cpu``)."""
+    return milli_value(value) if name == "cpu" else int_value(value)
+
+
+# Writing -------------------------------------------------------------------------------------
+
+
+@lru_cache(maxsize=1 << 14)
+def _canonical(amount: Fraction, fmt: Format) -> str:
+    if amount == 0:
+        return "0"
+    if fmt is Format.BINARY_SI and abs(amount) >= 1024 and amount.denominator == 1:
+        mantissa, power = int(amount), 0
+        while power < len(_BINARY_BY_POWER) - 1 and mantissa % 1024 == 0:
+            mantissa //= 1024
+            power += 1
+        return f"{mantissa}{_BINARY_BY_POWER[power]}"
+    # Decimal: mantissa * 10^exponent, the mantissa whole, the exponent a multiple of 3.
+    exponent = 0
+    value = amount
+    while value.denominator != 1:
+        value *= 10
+        exponent -= 1
+    mantissa = int(value)
+    while mantissa % 10 == 0:
+        mantissa //= 10
+        exponent += 1
+    shift = exponent % 3
+    mantissa *= 10**shift
+    exponent -= shift
+    if fmt is Format.DECIMAL_EXPONENT:
+        return f"{mantissa}e{exponent}" if exponent else str(mantissa)
+    suffix = _DECIMAL_BY_EXPONENT.get(exponent)
+    return f"{mantissa}{suffix}" if suffix is not None else f"{mantissa}e{exponent}"
+
+
+def format_quantity(amount: Fraction | int, fmt: Format = Format.DECIMAL_SI) -> str:
+    """``String()`` of a quantity of ``amount`` in ``fmt`` (rounded to the nano first)."""
+    return str(Quantity.of(amount, fmt))
+
+
+def format_milli(milli: int) -> str:
+    """``NewMilliQuantity(milli, DecimalSI).String()``: ``1500`` → ``"1500m"``, ``2000``
+    → ``"2"``."""
+    return _canonical(Fraction(milli, 1000), Format.DECIMAL_SI)
+
+
+def format_cpu(cores: float) -> str:
+    """Cores as Koordinator reports usage: truncated to whole milli-cores (``int64(cores*1000)``),
+    then :func:`format_milli`."""
+    return format_milli(int(cores * 1000))
+
+
+def format_bytes(value: float) -> str:
+    """Bytes as Koordinator reports them: truncated to a whole byte, then
+    ``NewQuantity(n, BinarySI).String()`` (``"1Gi"``, ``"1536Ki"``, ``"1025"``, ``"1k"``)."""
+    return _canonical(Fraction(int(value)), Format.BINARY_SI)

@@ -1,0 +1,90 @@
+"""Helpers several collectors share; no collector imports another (an import-linter contract).
+
+- :func:`cgroup_targets` and :class:`TargetCache`: the pod and container cgroups of an inventory
+  snapshot, recomputed only when the inventory hands out a new snapshot;
+- :class:`CpuCounters`: previous readings of monotonically increasing counters turned into
+  rates (CPU time, memory bandwidth).
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from koordlet.metriccache.series import container_entity, pod_entity
+from koordlet.statesinformer.model import WorkloadSnapshot
+
+
+class CgroupTarget(NamedTuple):
+    """One pod or container cgroup to collect, as of one inventory snapshot."""
+
+    entity: str
+    """``pod/<uid>`` or ``container/<uid>/<container id>``."""
+    rel: str
+    """Cgroup directory relative to a controller root (v1) or the unified root (v2)."""
+    is_pod: bool
+    """True for the pod-level cgroup, False for a container's."""
+
+
+def cgroup_targets(snapshot: WorkloadSnapshot) -> tuple[CgroupTarget, ...]:
+    """Every pod and container cgroup of ``snapshot``: each pod followed by its containers."""
+    out: list[CgroupTarget] = []
+    for uid, pod in snapshot.pods.items():
+        out.append(CgroupTarget(pod_entity(uid), pod.cgroup_dir, True))
+        out.extend(
+            CgroupTarget(container_entity(uid, c.id), c.cgroup_dir, False) for c in pod.containers
+        )
+    return tuple(out)
+
+
+class TargetCache:
+    """Recomputes a per-target plan only when the inventory hands out a new snapshot.
+
+    The inventory replaces its snapshot object on every change and returns the same object
+    otherwise, so an identity check is the whole per-tick cost.
+    """
+
+    __slots__ = ("_snapshot", "plan")
+
+    def __init__(self) -> None:
+        self._snapshot: WorkloadSnapshot | None = None
+        self.plan: tuple[CgroupTarget, ...] = ()
+
+    def refresh(self, snapshot: WorkloadSnapshot) -> bool:
+        """Adopt ``snapshot``; True when it differs from the previous one."""
+        if snapshot is self._snapshot:
+            return False
+        self._snapshot = snapshot
+        self.plan = cgroup_targets(snapshot)
+        return True
+
+
+class CpuCounters:
+    """Previous readings of monotonically increasing counters, by entity, turned into rates.
+
+    ``rate`` returns the counter's increase per second since the previous reading, or None when
+    this reading only seeds (first reading, counter went backwards, time did not advance).
+    """
+
+    __slots__ = ("last",)
+
+    def __init__(self) -> None:
+        self.last: dict[str, tuple[int, float]] = {}
+        """Entity -> (previous reading, its timestamp); hot loops may use it directly."""
+
+    def rate(self, entity: str, value: int, now: float) -> float | None:
+        prev = self.last.get(entity)
+        self.last[entity] = (value, now)
+        if prev is None:
+            return None
+        delta, elapsed = value - prev[0], now - prev[1]
+        if delta < 0 or elapsed <= 0:
+            return None
+        return delta / elapsed
+
+    def forget(self, entity: str) -> None:
+        self.last.pop(entity, None)
+
+    def keep_only(self, entities: set[str]) -> None:
+        """Drop the state of every entity not in ``entities``."""
+        for entity in [e for e in self.last if e not in entities]:
+            del self.last[entity]

@@ -1,0 +1,326 @@
+"""What the standalone scheduler reports on the objects it schedules, as kube-scheduler does.
+
+**Events** (:class:`EventRecorder`) are ``events.k8s.io/v1`` Events, which kube-scheduler (v1.19
+and later) records through client-go's ``tools/events`` broadcaster
+(``events.NewEventBroadcasterAdapter`` in ``cmd/kube-scheduler/app/options``), with its
+aggregation (``tools/events/event_broadcaster.go``, ``recordToSink``):
+
+- an Event is keyed by type, ``action``, ``reason``, ``reportingController``,
+  ``reportingInstance``, ``regarding`` (an ObjectReference with the object's resourceVersion) and
+  ``related``; the ``note`` is not part of the key;
+- the first occurrence is created (name ``<object>.<unix nanoseconds in hex>``, ``eventTime``);
+- the second is a strategic merge patch of that Event: ``series: {count: 2, lastObservedTime}``;
+- later ones only count in memory; the cached series is written every 30 minutes
+  (``refreshTime``) and once more when it has not recurred for 6 minutes (``finishTime``, checked
+  every 6 minutes), when it is also forgotten; a single Event is forgotten 6 minutes after its
+  ``eventTime``; a patch that finds the Event gone creates it again.
+
+kube-scheduler writes ``FailedScheduling`` (Warning, action ``Scheduling``) for a pod it could not
+place, ``Scheduled`` (Normal, action ``Binding``, ``Successfully assigned ns/name to node``)
+once it is bound, and ``Preempted`` (Normal, action ``Preempting``, ``Preempted by ns/name on
+node N``) regarding each victim of a preemption, with the preemptor as ``related``
+(``prepareCandidate`` in ``pkg/scheduler/framework/preemption``, v1.25); the controller is the
+profile's scheduler name, the instance ``<controller>-<host name>``, a note cut to 1 KiB
+(``truncateMessage``). Events about cluster-scoped objects (a Reservation) go to namespace
+``default``.
+
+**The PodScheduled condition** (:class:`PodConditions`): after a failed attempt kube-scheduler
+(``handleSchedulingFailure`` → ``updatePod``) sets ``PodScheduled`` False with reason
+``Unschedulable`` (no node fits) or ``SchedulerError`` (reserve or bind failed) and the message,
+through a strategic merge patch of ``pods/<name>/status``, only when the condition changes
+(``podutil.UpdatePodCondition``: status, reason or message; ``lastTransitionTime`` kept while the
+status stays). The binding subresource sets it True.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from kubeclient.client import PatchType
+from kubeclient.errors import KubeError, NotFound
+from kubeclient.resources import EVENTS_V1, PODS
+from scheduler_plugins.snapshot import PodInfo
+
+logger = logging.getLogger(__name__)
+
+REFRESH_S = 30 * 60.0
+"""client-go ``refreshTime``: how often a running series' count is written."""
+FINISH_S = 6 * 60.0
+"""client-go ``finishTime``: a series not seen for this long is written a last time and ended."""
+NOTE_LIMIT = 1024
+"""``validation.NoteLengthLimit`` (events.k8s.io): longer notes are cut, ``" ..."`` appended."""
+NAMESPACE_CLUSTER_SCOPED = "default"
+"""Where Events about cluster-scoped objects go (client-go's ``makeEvent``)."""
+CONDITION_POD_SCHEDULED = "PodScheduled"
+REASON_UNSCHEDULABLE = "Unschedulable"
+"""``v1.PodReasonUnschedulable``: no node fits."""
+REASON_SCHEDULER_ERROR = "SchedulerError"
+"""``v1.PodReasonSchedulerError``: reserve, permit or bind failed."""
+FAILED_SCHEDULING = "FailedScheduling"
+SCHEDULED = "Scheduled"
+PREEMPTED = "Preempted"
+
+
+def micro_time(epoch: float) -> str:
+    """``metav1.MicroTime`` as it is serialized (RFC 3339, microseconds, UTC)."""
+    return datetime.fromtimestamp(epoch, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def rfc3339(epoch: float) -> str:
+    """``metav1.Time`` (seconds)."""
+    return datetime.fromtimestamp(epoch, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def truncate_note(note: str) -> str:
+    """kube-scheduler's ``truncateMessage``."""
+    if len(note) <= NOTE_LIMIT:
+        return note
+    return note[: NOTE_LIMIT - 4] + " ..."
+
+
+def pod_reference(pod: PodInfo) -> dict[str, str]:
+    """The ObjectReference ``reference.GetReference`` makes of a pod."""
+    meta = pod.raw.get("metadata") or {}
+    ref = {"kind": "Pod", "namespace": pod.namespace, "name": pod.name, "uid": pod.uid}
+    ref["apiVersion"] = "v1"
+    if meta.get("resourceVersion"):
+        ref["resourceVersion"] = str(meta["resourceVersion"])
+    return ref
+
+
+@dataclass(slots=True)
+class _Cached:
+    """One isomorphic Event as the recorder last knows it."""
+
+    event: dict[str, Any]
+    """The Event as created (name, namespace, eventTime...)."""
+    count: int = 1
+    """The series count; 1: no series yet."""
+    last_observed: float = 0.0
+    """When it last occurred (epoch seconds)."""
+    first: float = 0.0
+    """``eventTime`` (epoch seconds)."""
+
+
+class EventRecorder:
+    """``events.k8s.io/v1`` Events with client-go's series aggregation (see the module
+    docstring); ``client`` ``None``: only logs."""
+
+    def __init__(
+        self,
+        client: Any,
+        controller: str = "koord-scheduler",
+        *,
+        clock: Callable[[], float] = time.time,
+        instance: str | None = None,
+    ) -> None:
+        self.client = client
+        self.controller = controller
+        """``reportingController``: the scheduler's name."""
+        self.instance = instance or f"{controller}-{socket.gethostname()}"
+        """``reportingInstance``: ``<controller>-<host name>``, as ``NewRecorder`` builds it."""
+        self.clock = clock
+        self.sent = 0
+        """Events created or patched so far."""
+        self._cache: dict[tuple[Any, ...], _Cached] = {}
+        start = clock()
+        self._next_refresh = start + REFRESH_S
+        self._next_finish = start + FINISH_S
+
+    async def warn(self, pod: PodInfo, reason: str, message: str) -> None:
+        """A Warning about a pod (``FailedScheduling``: action ``Scheduling``)."""
+        await self.record(pod_reference(pod), "Warning", reason, "Scheduling", message)
+
+    async def scheduled(self, pod: PodInfo, node: str) -> None:
+        """kube-scheduler's ``Scheduled`` Event once a pod is bound."""
+        note = f"Successfully assigned {pod.namespace}/{pod.name} to {node}"
+        await self.record(pod_reference(pod), "Normal", SCHEDULED, "Binding", note)
+
+    async def preempted(self, victim: PodInfo, preemptor: PodInfo, node: str) -> None:
+        """kube-scheduler's ``Preempted`` Event regarding a victim, related to the preemptor."""
+        note = f"Preempted by {preemptor.namespace}/{preemptor.name} on node {node}"
+        await self.record(
+            pod_reference(victim),
+            "Normal",
+            PREEMPTED,
+            "Preempting",
+            note,
+            related=pod_reference(preemptor),
+        )
+
+    async def warn_about(
+        self, involved: Mapping[str, str], namespace: str, reason: str, message: str
+    ) -> None:
+        """A Warning (action ``Scheduling``) about another object: ``involved`` is its
+        ObjectReference (``namespace``: where a cluster-scoped object's Events go)."""
+        await self.record(involved, "Warning", reason, "Scheduling", message, namespace=namespace)
+
+    async def record(
+        self,
+        regarding: Mapping[str, str],
+        type_: str,
+        reason: str,
+        action: str,
+        note: str,
+        *,
+        namespace: str = "",
+        related: Mapping[str, str] | None = None,
+    ) -> None:
+        """Record one occurrence (client-go's ``Eventf`` then ``recordToSink``); the Event goes
+        to the object's namespace, else ``namespace``, else ``default``. ``related``: a second
+        object's ObjectReference (part of the aggregation key, as ``regarding`` is)."""
+        ref = dict(regarding)
+        namespace = ref.get("namespace") or namespace or NAMESPACE_CLUSTER_SCOPED
+        logger.info("%s %s/%s: %s", reason, namespace, ref.get("name", ""), note)
+        if self.client is None:
+            return
+        now = self.clock()
+        rel = tuple(sorted(related.items())) if related else ()
+        key = (
+            type_,
+            action,
+            reason,
+            self.controller,
+            self.instance,
+            tuple(sorted(ref.items())),
+            rel,
+        )
+        cached = self._cache.get(key)
+        if cached is not None:
+            cached.count += 1
+            cached.last_observed = now
+            if cached.count == 2:  # the series starts: written at once
+                await self._write(cached)
+            return
+        event = {
+            "apiVersion": "events.k8s.io/v1",
+            "kind": "Event",
+            "metadata": {
+                "name": f"{ref.get('name', '')}.{time.time_ns():x}",
+                "namespace": namespace,
+            },
+            "eventTime": micro_time(now),
+            "reportingController": self.controller,
+            "reportingInstance": self.instance,
+            "action": action,
+            "reason": reason,
+            "regarding": ref,
+            "note": truncate_note(note),
+            "type": type_,
+        }
+        if related:
+            event["related"] = dict(related)
+        cached = _Cached(event, 1, now, now)
+        self._cache[key] = cached
+        await self._write(cached)
+
+    async def tick(self) -> None:
+        """Write running series every :data:`REFRESH_S` and end those not seen for
+        :data:`FINISH_S` (client-go's ``refreshExistingEventSeries`` and ``finishSeries``);
+        cheap when neither is due. The scheduler's loop calls it."""
+        now = self.clock()
+        if now >= self._next_refresh:
+            self._next_refresh = now + REFRESH_S
+            for cached in list(self._cache.values()):
+                if cached.count > 1:
+                    await self._write(cached)
+        if now >= self._next_finish:
+            self._next_finish = now + FINISH_S
+            for key, cached in list(self._cache.items()):
+                if cached.count > 1 and cached.last_observed < now - FINISH_S:
+                    await self._write(cached)
+                    del self._cache[key]
+                elif cached.count == 1 and cached.first < now - FINISH_S:
+                    del self._cache[key]
+
+    async def _write(self, cached: _Cached) -> None:
+        if self.client is None:
+            return
+        event = cached.event
+        meta = event["metadata"]
+        try:
+            if cached.count > 1:
+                series = {
+                    "count": cached.count,
+                    "lastObservedTime": micro_time(cached.last_observed),
+                }
+                try:
+                    await self.client.patch(
+                        EVENTS_V1,
+                        meta["name"],
+                        {"series": series},
+                        meta["namespace"],
+                        patch_type=PatchType.STRATEGIC,
+                    )
+                except NotFound:  # deleted meanwhile (its TTL): create it again with the series
+                    await self.client.create(EVENTS_V1, {**event, "series": series})
+            else:
+                await self.client.create(EVENTS_V1, event)
+            self.sent += 1
+        except KubeError as err:
+            logger.warning("event %s/%s not written: %s", meta["namespace"], meta["name"], err)
+
+
+class PodConditions:
+    """Writes a pod's ``PodScheduled`` condition after a failed attempt (see the module
+    docstring); ``client`` ``None``: nothing."""
+
+    def __init__(self, client: Any, *, clock: Callable[[], float] = time.time) -> None:
+        self.client = client
+        self.clock = clock
+        self.written = 0
+        """Status patches made so far."""
+
+    async def unschedulable(self, pod: PodInfo, reason: str, message: str) -> None:
+        """``PodScheduled`` False with ``reason`` and ``message``, unless the pod already says
+        so (errors logged: the pod is retried anyway)."""
+        if self.client is None:
+            return
+        conditions = ((pod.raw.get("status") or {}).get("conditions")) or []
+        old = next(
+            (
+                c
+                for c in conditions
+                if isinstance(c, Mapping) and c.get("type") == CONDITION_POD_SCHEDULED
+            ),
+            None,
+        )
+        if (
+            old is not None
+            and old.get("status") == "False"
+            and old.get("reason") == reason
+            and old.get("message") == message
+            and not old.get("lastProbeTime")
+        ):
+            return
+        since = (
+            str(old["lastTransitionTime"])
+            if old is not None and old.get("status") == "False" and old.get("lastTransitionTime")
+            else rfc3339(self.clock())
+        )
+        condition = {
+            "type": CONDITION_POD_SCHEDULED,
+            "status": "False",
+            "lastProbeTime": None,
+            "lastTransitionTime": since,
+            "reason": reason,
+            "message": message,
+        }
+        try:
+            await self.client.patch(
+                PODS,
+                pod.name,
+                {"status": {"conditions": [condition]}},
+                pod.namespace,
+                sub="status",
+                patch_type=PatchType.STRATEGIC,
+            )
+            self.written += 1
+        except KubeError as err:
+            logger.warning("PodScheduled condition of %s not written: %s", pod.key, err)
