@@ -20,6 +20,7 @@ Errors are :class:`apis.slo.SchemaError` naming the full field path.
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 from collections.abc import Mapping
@@ -569,3 +570,27 @@ DEFAULT_RESOURCE_QOS_STRATEGY = ResourceQOSStrategy()
 parse_resource_qos_strategy = parser(
     ResourceQOSStrategy, DEFAULT_RESOURCE_QOS_STRATEGY, "resourceQOSStrategy"
 )
+
+
+ANNOTATION_POD_BLKIO_QOS = "koordinator.sh/blkioQOS"
+"""Pod annotation: the pod's own ``blkioQOS`` as JSON, ``{"blocks": [...]}``, applied to the
+pod's cgroup; the only place a ``podvolume`` block can name a volume (upstream's
+``AnnotationPodBlkioQoS``, ``apis/slo/v1alpha1/pod.go``)."""
+
+
+def parse_pod_blkio_qos(text: str, *, source: str = "") -> tuple[BlockConfig, ...]:
+    """The blocks of a ``koordinator.sh/blkioQOS`` annotation; an empty annotation has none.
+
+    Raises :class:`apis.slo.SchemaError` naming the field (``blkioQOS.blocks[0].type``) when the
+    text is not JSON or not a ``BlkIOQOS``; unknown fields are logged and ignored, as for any
+    object from the API server."""
+    if not text.strip():
+        return ()
+    ctx = Ctx(source or ANNOTATION_POD_BLKIO_QOS, strict=False)
+    try:
+        raw = json.loads(text)
+    except ValueError as err:
+        raise ctx.fail("blkioQOS", f"not JSON: {err}") from err
+    if isinstance(raw, Mapping):
+        raw = {k: v for k, v in raw.items() if k != "enable"}
+    return merge_object(BlkIOQOSConfig, BlkIOQOSConfig(), raw, ctx, "blkioQOS").blocks

@@ -192,9 +192,10 @@ class CPUBurstStrategy:
 
     policy: CPUBurstPolicy = wire("policy", Enum(CPUBurstPolicy), CPUBurstPolicy.NONE)
     """none (default), cpuBurstOnly, cfsQuotaBurstOnly or auto (``policy``)."""
-    cpu_burst_percent: int = wire("cpuBurstPercent", Int(1, 10000), 100)
+    cpu_burst_percent: int = wire("cpuBurstPercent", Int(1, 10000), 1000)
     """``cpu.cfs_burst_us`` (v2 ``cpu.max.burst``) as a percent of the CPU limit, 1..10000
-    (``cpuBurstPercent``). Default 100 (the CRD's description still says 1000)."""
+    (``cpuBurstPercent``). Default 1000 (``DefaultCPUBurstConfig`` in
+    ``pkg/util/sloconfig``; the CRD's description says the same)."""
     cfs_quota_burst_percent: int = wire("cfsQuotaBurstPercent", Int(100), 300)
     """Ceiling of the scaled-up ``cfs_quota_us``, percent of the limit, ≥ 100
     (``cfsQuotaBurstPercent``). Default 300."""

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import json
 import statistics
 import sys
@@ -43,6 +44,16 @@ from koordlet.qos.evictor import CgroupKillEvictor, Evictor
 from koordlet.qos.framework import QoSBook, StrategyContext
 from koordlet.qos.table import STRATEGIES
 from koordlet.system.probe import probe_capabilities
+
+EVICTION_GATES = (
+    "BEMemoryEvict",
+    "MemoryEvict",
+    "MemoryAllocatableEvict",
+    "BECPUEvict",
+    "CPUEvict",
+    "CPUAllocatableEvict",
+)
+"""Gates of the eviction tasks; each task checks its own (upstream's triggerFeatures)."""
 
 SLO = node_slo_in_force(
     {
@@ -81,9 +92,18 @@ async def _rounds(pods: int, rounds: int) -> dict[str, Any]:
         writer.start()
         try:
             audit = AuditLog(None)
+            # a standalone node (no Node object: memory eviction's capacity is MemTotal) with
+            # every eviction task's gate on, so each task does its arithmetic
+            config = dataclasses.replace(
+                sweep.config,
+                standalone=True,
+                feature_gates=sweep.config.feature_gates.merged(
+                    dict.fromkeys(EVICTION_GATES, True)
+                ),
+            )
             ctx = StrategyContext(
                 host=lambda: tree.host,
-                config=sweep.config,
+                config=config,
                 cache=cache,
                 executor=writer,
                 workloads=lambda: sweep.snapshot,

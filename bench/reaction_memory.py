@@ -44,6 +44,7 @@ from apis.extension import KubeQOS, QoSClass
 from koordlet.events.source import PressureEventSource
 from koordlet.executor.audit import AuditLog
 from koordlet.executor.kill import subtree_pids
+from koordlet.features import FeatureGates
 from koordlet.metriccache import series
 from koordlet.metriccache.store import MetricCache
 from koordlet.qos.evictor import CgroupKillEvictor, Evictor, Victim
@@ -265,7 +266,8 @@ def build_strategy(
     slo = {"enable": True, "memoryEvictThresholdPercent": THRESHOLD_PERCENT}
     ctx = StrategyContext(
         host=lambda: tree.host,
-        config=config(),
+        # the table gate of the BE task (off by default, as Koordinator's)
+        config=config(FeatureGates().merged({"BEMemoryEvict": True})),
         cache=cache,
         executor=None,  # type: ignore[arg-type]  # eviction writes no cgroup knob
         workloads=lambda: WorkloadSnapshot(pods=dict(tree.pods)),

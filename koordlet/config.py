@@ -73,6 +73,9 @@ class CollectConfig:
     node_cpu_info_interval: float = 60.0
     """CPU topology and node info; Koordinator's ``--collect-node-cpu-info-interval-seconds``
     (default 60)."""
+    node_storage_info_interval: float = 1.0
+    """Block devices, volume groups and pod volume devices (for blkio QoS, gate
+    ``BlkIOReconcile``); Koordinator's ``--collect-node-storage-info-interval`` (default 1 s)."""
     psi_interval: float = 10.0
     """Pressure stall information (gate ``PSICollector``); Koordinator's
     ``--psi-collector-interval-seconds`` (default 10)."""
@@ -141,9 +144,9 @@ class QoSConfig:
     cpu_evict_cool_time: float = 20.0
     """Seconds after a CPU eviction before the next; ``--cpu-evict-cool-time-seconds``
     (default 20)."""
-    evict_max_per_round: int = 5
+    evict_max_per_round: int = 0
     """Evictions the evictor performs per strategy round at most; ``--qos-evict-max-per-round``,
-    ours (default 5; upstream has no cap)."""
+    ours: 0 (the default) is no cap, as upstream."""
     evict_dedupe_window: float = 120.0
     """Seconds during which a pod is not evicted again (Koordinator's evictor cache expiry,
     2 minutes); ``--qos-evict-dedupe-window-seconds``, ours."""
@@ -307,7 +310,8 @@ class KoordletConfig:
     that variable) or the lower-cased host name."""
     paths: HostPaths = field(default_factory=HostPaths)
     """Host file system roots; Koordinator's ``--cgroup-root-dir`` (default ``/sys/fs/cgroup``),
-    ``--proc-root-dir`` (``/proc``) and ``--sys-root-dir`` (``/sys``), as in its host mode."""
+    ``--proc-root-dir`` (``/proc``), ``--sys-root-dir`` (``/sys``) and ``--var-lib-kubelet-dir``
+    (``/var/lib/kubelet``), as in its host mode."""
     cgroup: CgroupConfig = field(default_factory=CgroupConfig)
     """Cgroup version, driver and kubepods directory."""
     collect: CollectConfig = field(default_factory=CollectConfig)
@@ -556,15 +560,15 @@ def _plugin_name(value: object) -> str:
 
 
 def _evictions(value: object) -> int:
-    """A whole number of evictions per round, 1 to 1000."""
+    """A whole number of evictions per round, 0 (no cap) to 1000."""
     if isinstance(value, bool) or not isinstance(value, int | str):
         raise TypeError(f"must be a whole number, got {value!r}")
     text = str(value).strip()
     if not (text.isascii() and text.isdigit()):
         raise ValueError(f"must be a whole number, got {value!r}")
     number = int(text)
-    if not 1 <= number <= 1000:
-        raise ValueError(f"must be between 1 and 1000, got {number}")
+    if not 0 <= number <= 1000:
+        raise ValueError(f"must be between 0 (no cap) and 1000, got {number}")
     return number
 
 
@@ -604,6 +608,8 @@ SETTINGS: tuple[Setting, ...] = (
             "host /proc", "--proc-root-dir"),
     Setting("paths.sysRootDir", "paths.sys_root", ("--sys-root-dir",), _abs_path, "host /sys",
             "--sys-root-dir"),
+    Setting("paths.varLibKubeletDir", "paths.kubelet_root", ("--var-lib-kubelet-dir",),
+            _abs_path, "the kubelet's root directory (pod volumes)", "--var-lib-kubelet-dir"),
     Setting("cgroup.version", "cgroup.version", ("--cgroup-version",),
             _choice("auto", "v1", "v2"), "auto, v1 or v2"),
     Setting("cgroup.driver", "cgroup.driver", ("--cgroup-driver",),
@@ -618,6 +624,10 @@ SETTINGS: tuple[Setting, ...] = (
             ("--collect-node-cpu-info-interval-seconds", "--collect-node-cpu-info-interval"),
             _positive_duration, "node CPU info collection interval",
             "--collect-node-cpu-info-interval-seconds"),
+    Setting("collect.nodeStorageInfoInterval", "collect.node_storage_info_interval",
+            ("--collect-node-storage-info-interval",), _positive_duration,
+            "block devices and pod volumes collection interval",
+            "--collect-node-storage-info-interval"),
     Setting("collect.psiInterval", "collect.psi_interval",
             ("--psi-collector-interval-seconds", "--psi-collector-interval"),
             _positive_duration, "PSI collection interval", "--psi-collector-interval-seconds"),
@@ -661,7 +671,7 @@ SETTINGS: tuple[Setting, ...] = (
             ("--cpu-evict-cool-time-seconds",), _positive_duration,
             "pause after a CPU eviction", "--cpu-evict-cool-time-seconds"),
     Setting("qos.evictMaxPerRound", "qos.evict_max_per_round", ("--qos-evict-max-per-round",),
-            _evictions, "evictions per strategy round at most"),
+            _evictions, "evictions per strategy round at most (0: no cap)"),
     Setting("qos.evictDedupeWindow", "qos.evict_dedupe_window",
             ("--qos-evict-dedupe-window-seconds",), _positive_duration,
             "seconds before a pod may be evicted again"),

@@ -53,6 +53,7 @@ from prometheus_client.registry import Collector
 
 from apis.slo_inforce import NodeSLOInForce
 from koordlet import __version__
+from koordlet.collectors import gpu as gpu_collector
 from koordlet.collectors.framework import CollectorContext, CollectorSpec, OnDemand
 from koordlet.collectors.nodeinfo import INFO_KEY as NODE_INFO_KEY
 from koordlet.collectors.runner import CollectorRunner, TickReport
@@ -431,7 +432,8 @@ class Daemon:
 
     async def _start_reporters(self, supervisor: Supervisor, states: KubeStatesSource) -> None:
         """Cluster mode: the peak predictor and the NodeMetric status (``--enable-node-metric-
-        report``), and the NodeResourceTopology (gate ``NodeTopologyReport``)."""
+        report``), the NodeResourceTopology (gate ``NodeTopologyReport``) and the Device (gate
+        ``Accelerators``)."""
         from koordlet.reporter.nodemetric import NodeMetricReporter
         from koordlet.reporter.predictor import PeakPredictor, PredictorConfig
         from koordlet.reporter.topology import KubeletTopology, TopologyReporter
@@ -458,6 +460,11 @@ class Daemon:
             )
             topology = TopologyReporter(kube, cache, states.node, pods, kubelet)
             supervisor.spawn("nrt-report", topology.run, component="reporter")
+        if self.cfg.feature_gates.enabled(gpu_collector.FEATURE_GATE):
+            from koordlet.reporter.device import DeviceReporter
+
+            devices = DeviceReporter(kube, cache, states.node)
+            supervisor.spawn("device-report", devices.run, component="reporter")
 
     async def _start_qos(self) -> None:
         names = {spec.name for spec in self._strategy_table}

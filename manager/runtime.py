@@ -32,6 +32,7 @@ from kubeclient.signals import StopSignals
 from manager.nodekeyed import Options
 from manager.nodemetric.controller import NodeMetricController
 from manager.noderesource.controller import NodeResourceController
+from manager.noderesource.gpudevice import GPUDeviceLabelController
 from manager.slo.controller import NodeSLOController
 
 logger = logging.getLogger(__name__)
@@ -96,10 +97,15 @@ def _nodemetric(client: KubeClient, s: ManagerSettings) -> Controller:
     return NodeMetricController(client, **_options(s))
 
 
+def _gpudevice(client: KubeClient, s: ManagerSettings) -> Controller:
+    return GPUDeviceLabelController(client, **_options(s))
+
+
 CONTROLLERS: Mapping[str, ControllerFactory] = {
     "noderesource": _noderesource,
     "nodeslo": _nodeslo,
     "nodemetric": _nodemetric,
+    "gpudevice": _gpudevice,
 }
 """Every controller ``koord-manager run`` knows, by the name ``--controllers`` takes."""
 

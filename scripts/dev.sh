@@ -70,6 +70,7 @@ test_tools() {
   command -v runc >/dev/null || need+=(runc)
   dpkg -s busybox-static >/dev/null 2>&1 || need+=(busybox-static)
   command -v chromium >/dev/null || need+=(chromium)
+  command -v gcc >/dev/null || need+=(gcc libc6-dev)  # the GPU tests build a fake NVML library
   [ ${#need[@]} -eq 0 ] || apt_install "${need[@]}" ||
     log "without ${need[*]}: the tests that need them skip with the reason"
 }

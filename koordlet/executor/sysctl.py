@@ -31,7 +31,7 @@ from typing import Any, TypeVar
 
 from koordlet.errors import InvalidValueError, ParseError, UnsupportedError
 from koordlet.executor.writer import WriteResult
-from koordlet.system.knobs import Range
+from koordlet.system.knobcodecs import Range
 from koordlet.system.oserrors import host_file_error, system_file_error
 from koordlet.system.paths import HostPaths
 

@@ -16,6 +16,9 @@ rel_dir, 512)``), so mypy checks the value against the knob's type. Then:
    written only when the logical value differs;
 5. ENOENT or ENODEV on the cgroup → ``CgroupGoneError``: the cgroup was removed, a normal race.
 
+A keyed knob (one line per block device, :mod:`koordlet.system.devcodec`) is compared as the
+decoded file against the value, and its lines are written one ``write(2)`` each.
+
 ``on_change`` is called with each :class:`WriteResult` that changed a file, and with each
 dry-run result that would have (the audit log hooks in here). ``observe`` times every file write
 (``koordlet_resource_update_duration_milliseconds{type,status}``).
@@ -209,7 +212,7 @@ class CgroupWriter:
 
         current = self._read(path, k)
         new = k.encode(canonical, version, current, path=path)
-        if self._same(k, current, new, path):
+        if self._same(k, current, new, path, canonical):
             if not dry:
                 self._remember(key, canonical, new, now)
             return WriteResult(path, current.strip(), new, False, k.name, strategy, reason, dry)
@@ -289,10 +292,16 @@ class CgroupWriter:
 
     # Internals -----------------------------------------------------------------------------------
 
-    def _same(self, k: Knob[Any], current: str, new: str, path: str) -> bool:
+    def _same(self, k: Knob[Any], current: str, new: str, path: str, value: object) -> bool:
+        version = self.host.layout.version
+        if k.keyed:  # the file lists every device; ``new`` only the lines to write
+            try:
+                return bool(k.decode(current, version, path=path) == value)
+            except ParseError:
+                logger.debug("%s: unparsable current text %r, rewriting", path, current)
+                return False
         if current.split() == new.split():
             return True
-        version = self.host.layout.version
         try:
             return bool(k.decode(current, version, path=path) == k.decode(new, version, path=path))
         except ParseError:
@@ -331,11 +340,13 @@ class CgroupWriter:
                 logger.exception("observe hook failed for %s", path)
 
     def _write(self, path: str, text: str, k: Knob[Any]) -> None:
-        data = (text or "\n").encode("ascii")
+        # A keyed file takes one device per write(2) (koordlet.system.devcodec).
+        chunks = [f"{line}\n" for line in text.splitlines()] if k.keyed else [text or "\n"]
         try:
             fd = os.open(path, os.O_WRONLY | os.O_TRUNC | os.O_CLOEXEC)
             try:
-                os.write(fd, data)
+                for chunk in chunks:
+                    os.write(fd, chunk.encode("ascii"))
             finally:
                 os.close(fd)
         except OSError as err:

@@ -65,6 +65,8 @@ CFS_INCREASE_STEP = 1.2
 CFS_DECREASE_STEP = 0.8
 SHARE_POOL_COOLING_RATIO = 0.9
 """Between this fraction of the threshold and the threshold the node is *cooling*."""
+SUMMARY_INTERVAL = 60.0
+"""Seconds between two info lines summing up the quota moves of CFS quota burst."""
 LIMITER_CONSUME_PERCENT = 100
 LIMITER_SAVE_PERCENT = 60
 
@@ -330,6 +332,13 @@ class CPUBurst:
         self._limiters: dict[str, BurstLimiter] = {}
         self._gauges = _Gauges()
         self._unsupported: set[str] = set()
+        self._direction: dict[str, str] = {}
+        """Container id → ``up``/``down``: the last quota move (a turn is logged at info)."""
+        self._changes: dict[str, int] = {}
+        """Quota moves by direction since the last summary line."""
+        self._summary_at: float | None = None
+        self.summary_interval = SUMMARY_INTERVAL
+        """Seconds between two info summaries of the quota moves (each move is at debug)."""
 
     # Metrics ---------------------------------------------------------------------------------
 
@@ -422,11 +431,8 @@ class CPUBurst:
         ctx = self._ctx
         node_settings = ctx.node_slo().cpu_burst_strategy
         inputs: dict[str, Any] = {"policy": str(node_settings.policy)}
-        state = (
-            self._node_state(node_settings, inputs)
-            if cfs_quota_burst_enabled(node_settings)
-            else NodeState.UNKNOWN
-        )
+        quota_burst = cfs_quota_burst_enabled(node_settings)
+        state = self._node_state(node_settings, inputs) if quota_burst else NodeState.UNKNOWN
         now = ctx.now()
         targets = self._targets(node_settings)
         quotas = await self._read_quotas(targets)
@@ -439,8 +445,12 @@ class CPUBurst:
                     scaled += 1
         await self._settle(burst_futures)
         self._recycle(now)
+        self._summarize(now)
         decision = f"{len(burst_futures)} burst writes, {scaled} quota changes"
-        ctx.report(NAME, StrategyReport(inputs, decision, stale=state is NodeState.UNKNOWN))
+        # stale only when the share pool was wanted (quota burst on) and could not be judged:
+        # exactly the rounds counted by ctx.stale in _node_state
+        stale = quota_burst and state is NodeState.UNKNOWN
+        ctx.report(NAME, StrategyReport(inputs, decision, stale=stale))
 
     # CPU burst -------------------------------------------------------------------------------
 
@@ -537,7 +547,8 @@ class CPUBurst:
         pod_current = quotas.get(p_dir)
         pod_new = None if pod_current is None else pod_current + delta
         burst = safe_burst_us(limit, settings, new)
-        reason = f"CFSQuotaBurst: {op.value}, node {state.value}, throttled {throttled}"
+        throttled_text = "unknown" if throttled is None else f"{throttled:.2f}"
+        reason = f"CFSQuotaBurst: {op.value}, node {state.value}, throttled {throttled_text}"
         quota_c: _Step = (CPU_CFS_QUOTA, c_dir, new)
         burst_c: _Step = (CPU_BURST, c_dir, burst)
         pod_steps: list[_Step] = []
@@ -570,12 +581,17 @@ class CPUBurst:
             return True
         key = (pod.namespace, pod.name, container.id, container.name)
         self._gauges.quota[key] = float(new)
-        logger.info(
-            "%s: %s/%s/%s quota %d -> %d (%s)",
+        direction = "up" if new > current else "down"
+        turned = self._direction.get(container.id) != direction
+        self._direction[container.id] = direction
+        self._changes[direction] = self._changes.get(direction, 0) + 1
+        (logger.info if turned else logger.debug)(
+            "%s: %s/%s/%s quota %s: %d -> %d us (%s)",
             NAME,
             pod.namespace,
             pod.name,
             container.name,
+            "scaled up" if direction == "up" else "scaled down",
             current,
             new,
             reason,
@@ -607,9 +623,31 @@ class CPUBurst:
                 "%s: %d burst writes failed: %s", NAME, len(failed), "; ".join(failed[:5])
             )
 
+    def _summarize(self, now: float) -> None:
+        """One info line a ``summary_interval`` with the quota moves since the last one (a busy
+        node moves quotas every second; each move is at debug, a turn at info)."""
+        if self._summary_at is None:
+            self._summary_at = now
+        if now - self._summary_at < self.summary_interval or not self._changes:
+            return
+        logger.info(
+            "%s: %d quota scale-ups and %d scale-downs in the last %.0fs; %d containers last "
+            "scaled up",
+            NAME,
+            self._changes.get("up", 0),
+            self._changes.get("down", 0),
+            now - self._summary_at,
+            sum(1 for d in self._direction.values() if d == "up"),
+        )
+        self._changes.clear()
+        self._summary_at = now
+
     def _recycle(self, now: float) -> None:
         for cid in [c for c, lim in self._limiters.items() if lim.expired(now)]:
             del self._limiters[cid]
+        live_ids = {c.id for p in self._ctx.workloads().pods.values() for c in p.containers}
+        for cid in [c for c in self._direction if c not in live_ids]:
+            del self._direction[cid]
         live = {
             (p.namespace, p.name, c.id, c.name)
             for p in self._ctx.workloads().pods.values()

@@ -9,16 +9,22 @@ documented semantics (``docs/qos-cpu.md`` has the formulas and the differences):
   besteffort QoS cgroup, and ``system = max(node - all pods - all host apps, 0, reserved)``;
   with ``cpuSuppressMinPercent`` it never goes under ``capacity x min%``.
 * **Policy** ``cpuset`` (the default): ``ceil(suppress)`` CPUs, at least 2, growing by at most
-  10 % of the node's CPUs a round, picked by :mod:`koordlet.qos.cpupicker` (LSE pods' CPUs
-  excluded); written to the besteffort QoS cgroup, every BE pod and container and BE host
-  application below it, as one leveled executor batch (a child is never wider than its
-  parent at any moment).
+  10 % of the node's CPUs a round, picked by :mod:`koordlet.qos.cpupicker`; never the CPUs of
+  LSE pods, the CPUs the Node's ``node.koordinator.sh/reservation`` reserves, nor the exclusive
+  SYSTEM QoS CPUs of ``node.koordinator.sh/system-qos-resource`` (the CPUs the topology report
+  publishes, ``koordlet.statesinformer.nodetopo``); written to the besteffort QoS cgroup, every
+  BE pod and container and BE host application below it, as one leveled executor batch (a child
+  is never wider than its parent at any moment). When the 2-CPU floor covers every usable CPU
+  (a 2-CPU node) the policy can change nothing, and ``/debug/qos`` says so.
 * **Policy** ``cfsQuota``: ``quota = suppress x period`` (at least 2000 µs) on the besteffort QoS
   cgroup; a change smaller than 1 % of the node's CPUs is skipped (dead band, except towards the
   floor), a rise is limited to 10 % of the node's CPUs a round once a quota is set.
 * **Restore**: when ``resourceUsedThresholdWithBE.enable`` is false the BE cpusets go back to
-  every CPU that LSE pods do not own and the quota to unlimited; switching policy restores what
-  the other policy set.
+  every CPU that LSE pods, the reservation and exclusive SYSTEM QoS do not own, and the quota to
+  unlimited; switching policy restores what the other policy set.
+* **Logs**: each write at debug; at info a change of direction of the BE quota or cpuset (it
+  starts falling, or rising again), a restore that changed a file, and a skipped round's reason
+  only when it changes.
 * **Stale inputs**: when the node's CPU usage is older than twice the collection interval (or
   the CPU topology is unknown) the round holds the state last applied and counts it.
 
@@ -51,9 +57,11 @@ from apis.quantity import milli_value
 from apis.slo_strategies import CPUSuppressPolicy, ResourceThresholdStrategy
 from koordlet.errors import CgroupGoneError, HostError, UnsupportedError
 from koordlet.executor.batch import BatchResult, BatchWrite
+from koordlet.executor.writer import WriteResult
 from koordlet.metriccache import series
 from koordlet.qos.cpupicker import (
     BE_MAX_INCREASE_RATIO,
+    BE_MIN_CPUSET_CPUS,
     Processor,
     be_cpuset_count,
     pick_be_cpus,
@@ -62,6 +70,12 @@ from koordlet.qos.cpupicker import (
 from koordlet.qos.framework import StrategyContext, StrategyReport
 from koordlet.qos.shared import cpus_of_annotation
 from koordlet.statesinformer.model import HostAppInfo, PodInfo, WorkloadSnapshot
+from koordlet.statesinformer.nodetopo import (
+    TopoCPU,
+    node_annotations,
+    reserved_cpus,
+    system_qos_exclusive_cpus,
+)
 from koordlet.system.knobs import CPU_CFS_QUOTA, CPUSET_CPUS, Knob
 
 logger = logging.getLogger(__name__)
@@ -277,6 +291,12 @@ class _State:
     """``koordlet_be_suppress_ls_used_cpu_cores``."""
     stale_rounds: int = 0
     """Rounds that held the state because an input was stale."""
+    direction: dict[str, str] = field(default_factory=dict)
+    """By policy, ``down`` or ``up``: which way BE last moved (a change of direction is logged
+    at info, each step at debug)."""
+    last_note: str = ""
+    """The last reason logged at info for a round that changed nothing (logged again only when
+    it changes)."""
     last: dict[str, Any] = field(default_factory=dict)
     """Inputs, decision and result of the last round, for ``/debug/qos``."""
 
@@ -348,15 +368,32 @@ class CPUSuppress:
 
     # The round -------------------------------------------------------------------------------
 
-    def _reserved_milli(self) -> int:
+    def _node_object(self) -> Mapping[str, Any] | None:
         getter = self._node
         if getter is None:
-            return 0
+            return None
         try:
-            return node_reserved_milli(getter())
-        except Exception:  # a broken getter must not stop suppression; the floor is then 0
-            logger.exception("%s: reading the Node object failed; reservation taken as 0", NAME)
-            return 0
+            return getter()
+        except Exception:  # a broken getter must not stop suppression; no reservation then
+            logger.exception("%s: reading the Node object failed; no reservation known", NAME)
+            return None
+
+    @staticmethod
+    def _excluded(
+        node: Mapping[str, Any] | None, processors: Sequence[Processor], lse: frozenset[int]
+    ) -> tuple[frozenset[int], dict[str, str]]:
+        """CPUs BE never gets: LSE pods', the reservation's, exclusive SYSTEM QoS (upstream's
+        ``adjustByCPUSet`` and ``calcBECPUSet``), and their cpulists for the report."""
+        annotations = node_annotations(node)
+        topo = tuple(TopoCPU(p.cpu_id, p.core_id, p.socket_id, p.numa_node) for p in processors)
+        reserved = reserved_cpus(annotations, topo)
+        system = system_qos_exclusive_cpus(annotations)
+        detail = {
+            "lse": format_cpulist(lse),
+            "reserved": format_cpulist(reserved),
+            "system_qos": format_cpulist(system),
+        }
+        return lse | reserved | system, detail
 
     async def reconcile(self) -> None:
         ctx = self._ctx
@@ -364,16 +401,23 @@ class CPUSuppress:
         snapshot = ctx.workloads()
         be_dir = ctx.host().layout.qos_dir(KubeQOS.BESTEFFORT)
         processors = processors_from_node_info(ctx.cache.get_info(NODE_INFO_KEY))
+        node_obj = self._node_object()
+        lsr, lse = exclusive_cpus(snapshot.pods.values())
+        excluded, excluded_detail = self._excluded(node_obj, processors, lse)
         last: dict[str, Any] = {"at": ctx.now(), "settings": _settings_dict(settings)}
         self._state.last = last
-        inputs: dict[str, Any] = {"settings": last["settings"]}
+        inputs: dict[str, Any] = {"settings": last["settings"], "excluded_cpus": excluded_detail}
 
         if not settings.enable:
             last["decision"] = "restore: resourceUsedThresholdWithBE.enable is false"
-            await self._restore_quota(be_dir, "BE suppress disabled")
+            results = [await self._restore_quota(be_dir, "BE suppress disabled")]
             if processors:
-                await self._restore_cpuset(snapshot, be_dir, processors, "BE suppress disabled")
-            ctx.report(NAME, StrategyReport(inputs, last["decision"]))
+                results.append(
+                    await self._restore_cpuset(
+                        snapshot, be_dir, processors, excluded, "BE suppress disabled"
+                    )
+                )
+            ctx.report(NAME, StrategyReport(inputs, last["decision"], _joined(results)))
             return
         if not processors:
             self._hold(inputs, last, "CPU topology (node_info) not collected yet")
@@ -395,7 +439,7 @@ class CPUSuppress:
             v = ctx.fresh_last(series.HOST_APP_CPU_USAGE, series.host_app_entity(app.name))
             if v is not None:
                 app_used[app.name] = v
-        reserved = self._reserved_milli() / 1000
+        reserved = node_reserved_milli(node_obj) / 1000
         usage = split_usage(
             node_used,
             pod_used,
@@ -429,11 +473,16 @@ class CPUSuppress:
 
         if settings.cpu_suppress_policy is CPUSuppressPolicy.CFS_QUOTA:
             await self._apply_quota(milli, capacity, be_dir, reason, last)
-            await self._restore_cpuset(snapshot, be_dir, processors, "policy is cfsQuota")
+            restored = await self._restore_cpuset(
+                snapshot, be_dir, processors, excluded, "policy is cfsQuota"
+            )
         else:
-            await self._apply_cpuset(milli, snapshot, be_dir, processors, reason, last)
-            await self._restore_quota(be_dir, "policy is cpuset")
-        ctx.report(NAME, StrategyReport(inputs, last["decision"], reason))
+            await self._apply_cpuset(
+                milli, snapshot, be_dir, processors, lsr, excluded, reason, last
+            )
+            restored = await self._restore_quota(be_dir, "policy is cpuset")
+        result = _joined([last.get("result", ""), restored])
+        ctx.report(NAME, StrategyReport(inputs, last["decision"], result or reason))
 
     def _hold(self, inputs: dict[str, Any], last: dict[str, Any], why: str) -> None:
         self._state.stale_rounds += 1
@@ -441,6 +490,24 @@ class CPUSuppress:
         last["inputs"] = inputs
         self._ctx.stale(NAME, why)
         self._ctx.report(NAME, StrategyReport(inputs, last["decision"], stale=True))
+
+    def _note(self, text: str) -> None:
+        """Log at info why a round changed nothing, once per distinct reason."""
+        if text != self._state.last_note:
+            self._state.last_note = text
+            logger.info("%s: %s", NAME, text)
+
+    def _moved(self, policy: str, old: float, new: float, text: str) -> None:
+        """One step of BE's allowance: debug; info when it turns (first step, or the other way
+        than the last one)."""
+        if new == old:
+            return
+        direction = "down" if new < old else "up"
+        turned = self._state.direction.get(policy) != direction
+        self._state.direction[policy] = direction
+        log = logger.info if turned else logger.debug
+        verb = "suppressing" if direction == "down" else "releasing"
+        log("%s: %s BE, %s: %s", NAME, verb, policy, text)
 
     # Reading ---------------------------------------------------------------------------------
 
@@ -465,28 +532,42 @@ class CPUSuppress:
         last["current_quota"] = current
         target = cfs_quota_target(milli, current, capacity)
         if target is None:
-            last["decision"] = f"cfsQuota: keep {current} (change under the dead band)"
+            last["decision"] = f"cfsQuota: keep {_quota_text(current)} (change under the dead band)"
             return
         last["decision"] = f"cfsQuota: {target} us"
-        if not await self._write_one(CPU_CFS_QUOTA, be_dir, target, reason):
+        written = await self._write_one(CPU_CFS_QUOTA, be_dir, target, reason)
+        last["result"] = "1 write" if written is not None and written.changed else "unchanged"
+        if written is None or self._ctx.dry_run(NAME):
             return
         self._state.quota_restored = False
         self._state.suppressed_cores[POLICY_CFS_QUOTA] = target / CFS_PERIOD_US
-        if target != current:
-            logger.info("%s: BE cfs quota %s -> %d us (%s)", NAME, current, target, reason)
+        old = capacity * CFS_PERIOD_US if current is None else current
+        self._moved(
+            POLICY_CFS_QUOTA,
+            old,
+            target,
+            f"BE cfs quota {_quota_text(current)} -> {target} us ({reason})",
+        )
 
-    async def _restore_quota(self, be_dir: str, why: str) -> None:
+    async def _restore_quota(self, be_dir: str, why: str) -> str:
         if self._state.quota_restored:
-            return
-        if await self._write_one(CPU_CFS_QUOTA, be_dir, None, f"restore: {why}"):
-            self._state.quota_restored = True
-            self._state.suppressed_cores.pop(POLICY_CFS_QUOTA, None)
+            return ""
+        written = await self._write_one(CPU_CFS_QUOTA, be_dir, None, f"restore: {why}")
+        if written is None or self._ctx.dry_run(NAME):
+            return ""
+        self._state.quota_restored = True
+        self._state.suppressed_cores.pop(POLICY_CFS_QUOTA, None)
+        self._state.direction.pop(POLICY_CFS_QUOTA, None)
+        if not written.changed:
+            return ""
+        try:
+            before = _quota_text(CPU_CFS_QUOTA.decode(written.old, self._ctx.host().layout.version))
+        except ValueError:
+            before = written.old
+        logger.info("%s: BE cfs quota restored %s -> unlimited (%s)", NAME, before, why)
+        return "quota restored to unlimited"
 
     # cpuset ---------------------------------------------------------------------------------
-
-    def _allowed(self, snapshot: WorkloadSnapshot, processors: Sequence[Processor]) -> list[int]:
-        _, lse = exclusive_cpus(snapshot.pods.values())
-        return [p.cpu_id for p in processors if p.cpu_id not in lse]
 
     async def _apply_cpuset(
         self,
@@ -494,21 +575,38 @@ class CPUSuppress:
         snapshot: WorkloadSnapshot,
         be_dir: str,
         processors: Sequence[Processor],
+        lsr: frozenset[int],
+        excluded: frozenset[int],
         reason: str,
         last: dict[str, Any],
     ) -> None:
-        lsr, lse = exclusive_cpus(snapshot.pods.values())
-        allowed = frozenset(self._allowed(snapshot, processors))
+        allowed = frozenset(p.cpu_id for p in processors if p.cpu_id not in excluded)
         current: frozenset[int] = await self._read(CPUSET_CPUS, be_dir, allowed)
         old = frozenset(current)
         last["current_cpuset"] = format_cpulist(old)
         count = be_cpuset_count(milli, len(old), len(processors))
-        cpus = frozenset(pick_be_cpus(count, processors, lsr_cpus=lsr, excluded=lse))
+        cpus = frozenset(pick_be_cpus(count, processors, lsr_cpus=lsr, excluded=excluded))
         if not cpus:
-            last["decision"] = f"cpuset: {count} CPUs wanted, too few available; unchanged"
-            logger.warning("%s: %d CPUs wanted for BE but too few are available", NAME, count)
+            why = f"{count} CPUs wanted for BE but only {len(allowed)} usable"
+            last["decision"] = f"cpuset: unchanged, {why}"
+            self._note(why)
             return
         last["decision"] = f"cpuset: {format_cpulist(cpus)} ({len(cpus)} CPUs)"
+        if count == BE_MIN_CPUSET_CPUS and len(allowed) <= BE_MIN_CPUSET_CPUS:
+            why = (
+                f"the {BE_MIN_CPUSET_CPUS}-CPU floor of the cpuset policy (beMinCPUSetCores) "
+                f"covers all {len(allowed)} usable CPUs, so BE keeps them whatever LS uses; "
+                "the cfsQuota policy limits BE on such a node"
+            )
+            last["decision"] += f"; BE wanted {milli / 1000:.2f} cores, but {why}"
+            last["floor"] = {
+                "cpus": BE_MIN_CPUSET_CPUS,
+                "usable": len(allowed),
+                "wanted_milli": milli,
+            }
+            self._note(why)
+        else:
+            self._state.last_note = ""
         dirs = frozenset(be_cgroup_dirs(snapshot, be_dir))
         self._state.restored_cpuset = None
         if old == cpus and self._state.applied_cpuset == (cpus, dirs):
@@ -517,21 +615,45 @@ class CPUSuppress:
         self._state.applied_cpuset = (cpus, dirs) if done else None
         if done:
             self._state.suppressed_cores[POLICY_CPUSET] = float(len(cpus))
+            self._moved(
+                POLICY_CPUSET,
+                len(old),
+                len(cpus),
+                f"BE cpuset {format_cpulist(old)} -> {format_cpulist(cpus)} ({reason})",
+            )
 
     async def _restore_cpuset(
-        self, snapshot: WorkloadSnapshot, be_dir: str, processors: Sequence[Processor], why: str
-    ) -> None:
-        allowed = frozenset(self._allowed(snapshot, processors))
+        self,
+        snapshot: WorkloadSnapshot,
+        be_dir: str,
+        processors: Sequence[Processor],
+        excluded: frozenset[int],
+        why: str,
+    ) -> str:
+        allowed = frozenset(p.cpu_id for p in processors if p.cpu_id not in excluded)
         if not allowed:
-            return
+            return ""
         dirs = frozenset(be_cgroup_dirs(snapshot, be_dir))
         self._state.applied_cpuset = None
         if self._state.restored_cpuset == (allowed, dirs):
-            return
-        done = await self._batch(dirs, allowed, f"restore: {why}", {})
+            return ""
+        result: dict[str, Any] = {}
+        done = await self._batch(dirs, allowed, f"restore: {why}", result)
         self._state.restored_cpuset = (allowed, dirs) if done else None
-        if done:
-            self._state.suppressed_cores.pop(POLICY_CPUSET, None)
+        if not done:
+            return ""
+        self._state.suppressed_cores.pop(POLICY_CPUSET, None)
+        self._state.direction.pop(POLICY_CPUSET, None)
+        if not result.get("changed"):
+            return ""
+        logger.info(
+            "%s: BE cpusets restored to %s in %d cgroups (%s)",
+            NAME,
+            format_cpulist(allowed),
+            result["changed"],
+            why,
+        )
+        return f"cpusets restored to {format_cpulist(allowed)}"
 
     async def _batch(
         self, dirs: Iterable[str], cpus: frozenset[int], reason: str, last: dict[str, Any]
@@ -545,6 +667,7 @@ class CPUSuppress:
             for d in sorted(dirs, key=lambda d: (d.count("/"), d))
         ]
         result: BatchResult = await asyncio.wrap_future(self._ctx.executor.submit_batch(writes))
+        last["changed"] = result.changed
         last["result"] = (
             f"{len(writes)} cgroups: {result.changed} changed, {len(result.gone)} gone, "
             f"{len(result.errors)} failed"
@@ -558,21 +681,41 @@ class CPUSuppress:
 
     # Writing --------------------------------------------------------------------------------
 
-    async def _write_one(self, knob: Knob[_V], rel_dir: str, value: _V, reason: str) -> bool:
-        """One write through the single writer; True when it was real (not a dry run). A
-        vanished cgroup or an unsupported knob is logged and False; other failures raise."""
+    async def _write_one(
+        self, knob: Knob[_V], rel_dir: str, value: _V, reason: str
+    ) -> WriteResult | None:
+        """One write through the single writer (logged at debug); its result, or None when the
+        cgroup vanished or the knob is unsupported (logged); other failures raise."""
         executor = self._ctx.executor
         try:
-            await asyncio.wrap_future(
+            result: WriteResult = await asyncio.wrap_future(
                 executor.submit(knob, rel_dir, value, strategy=NAME, reason=reason)
             )
         except CgroupGoneError:
             logger.debug("%s: %s gone", NAME, rel_dir)
-            return False
+            return None
         except UnsupportedError as err:
             logger.warning("%s: %s not written: %s", NAME, knob.name, err)
-            return False
-        return not self._ctx.dry_run(NAME)
+            return None
+        logger.debug(
+            "%s: %s %s: %s -> %s (%s)",
+            NAME,
+            knob.name,
+            rel_dir,
+            result.old or "?",
+            result.new,
+            "changed" if result.changed else "unchanged",
+        )
+        return result
+
+
+def _quota_text(quota: int | None) -> str:
+    """A CFS quota as a person reads it: ``unlimited`` for none."""
+    return "unlimited" if quota is None else f"{quota} us"
+
+
+def _joined(parts: Iterable[str]) -> str:
+    return "; ".join(p for p in parts if p)
 
 
 def build(ctx: StrategyContext, interval: float) -> CPUSuppress:

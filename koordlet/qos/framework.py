@@ -329,6 +329,10 @@ class StrategySpec:
     gate: str = ""
     """The koordlet feature gate that must be on for it to run (``BECPUSuppress``); empty:
     none."""
+    other_gates: tuple[str, ...] = ()
+    """Further gates any one of which also lets it run (upstream's memory and CPU eviction run
+    when ``BEMemoryEvict``, ``MemoryEvict`` or ``MemoryAllocatableEvict`` is on; each task then
+    checks its own gate)."""
     sections: tuple[str, ...] = ()
     """The NodeSLO sections it reads (``resourceUsedThresholdWithBE``...): ``/debug/qos`` shows
     their status under the strategy, so a rejected one is seen where it matters."""
@@ -337,5 +341,14 @@ class StrategySpec:
     some as a Prometheus collector (``collect()``)."""
 
     def enabled(self, config: KoordletConfig) -> bool:
-        """Whether its gate lets it run under ``config``."""
-        return not self.gate or config.feature_gates.enabled(self.gate)
+        """Whether its gates let it run under ``config``: no gate, or any of them on."""
+        gates = (self.gate, *self.other_gates) if self.gate else self.other_gates
+        return not gates or any(config.feature_gates.enabled(g) for g in gates)
+
+    @property
+    def gates_text(self) -> str:
+        """``feature gate X is off`` or ``feature gates X, Y are all off``."""
+        gates = [g for g in (self.gate, *self.other_gates) if g]
+        if len(gates) == 1:
+            return f"feature gate {gates[0]} is off"
+        return f"feature gates {', '.join(gates)} are all off"

@@ -78,7 +78,7 @@ class QoSManager:
         built: dict[str, Strategy] = {}
         for name, spec in self._table.items():
             if not spec.enabled(config):
-                self._disabled[name] = f"feature gate {spec.gate} is off"
+                self._disabled[name] = spec.gates_text
                 continue
             interval = spec.interval(config.qos)
             if not interval > 0:

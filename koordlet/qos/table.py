@@ -19,11 +19,13 @@ from apis.slo_inforce import (
 )
 from koordlet.config import QoSConfig
 from koordlet.qos import (
+    blkio,
     cgreconcile,
     cpuburst,
     cpuevict,
     cpusuppress,
     memoryevict,
+    netqos,
     resctrl,
     sysreconcile,
 )
@@ -82,11 +84,28 @@ STRATEGIES: tuple[StrategySpec, ...] = (
         sections=(RESOURCE_QOS_STRATEGY,),
     ),
     StrategySpec(
+        blkio.NAME,
+        blkio.build,
+        _reconcile,
+        "blkIOReconcile",
+        gate=blkio.FEATURE_GATE,
+        sections=(RESOURCE_QOS_STRATEGY,),
+    ),
+    StrategySpec(
+        netqos.NAME,
+        netqos.build,
+        _reconcile,
+        "tcPlugin (netqos)",
+        gate=netqos.FEATURE_GATE,
+        sections=(RESOURCE_QOS_STRATEGY, SYSTEM_STRATEGY),
+    ),
+    StrategySpec(
         memoryevict.NAME,
         memoryevict.build,
         lambda q: q.memory_evict_interval,
         "memoryEvict",
         gate=memoryevict.FEATURE_GATE,
+        other_gates=(memoryevict.FEATURE_MEMORY_EVICT, memoryevict.FEATURE_ALLOCATABLE_EVICT),
         sections=(RESOURCE_USED_THRESHOLD_WITH_BE,),
     ),
     StrategySpec(
@@ -95,6 +114,7 @@ STRATEGIES: tuple[StrategySpec, ...] = (
         lambda q: q.cpu_evict_interval,
         "cpuEvict",
         gate=cpuevict.FEATURE_GATE,
+        other_gates=(cpuevict.FEATURE_CPU_EVICT, cpuevict.FEATURE_ALLOCATABLE_EVICT),
         sections=(RESOURCE_USED_THRESHOLD_WITH_BE,),
     ),
 )

@@ -16,8 +16,19 @@ the scheduler's NUMA-aware plugins read. :func:`build_nrt` derives the desired o
 - annotation ``node.koordinator.sh/cpu-topology``: ``{"detail": [{"id", "core", "socket",
   "node"}...]}`` by CPU id;
 - annotation ``node.koordinator.sh/cpu-shared-pools``: ``[{"socket", "node", "cpuset"}...]`` per
-  NUMA node, the CPUs left once the reserved CPUs and the cpusets of LSE and LSR pods
-  (``scheduling.koordinator.sh/resource-status``) are taken out.
+  NUMA node, the CPUs left once the kubelet's reserved CPUs, the CPUs the Node's reservation
+  annotation reserves, the exclusive SYSTEM QoS CPUs and the cpusets of LSE and LSR pods
+  (``scheduling.koordinator.sh/resource-status``) are taken out;
+- annotation ``node.koordinator.sh/be-cpu-shared-pools``: the same for BE, which may also use the
+  CPUs of LSR pods (only LSE pods' cpusets are taken out);
+- annotation ``node.koordinator.sh/cpu-basic-info``: the CPU model, hyper-threading, turbo, vendor
+  and L3 CAT mask (``apis.nodetopo.CPUBasicInfo``, written as Go marshals it), what koord-manager's
+  CPU normalization keys its ratio on;
+- annotation ``node.koordinator.sh/reservation``: ``{"reservedCPUs": "0-1"}``, the CPUs the Node's
+  ``node.koordinator.sh/reservation`` reserves (a CPU count is turned into CPUs by topology,
+  ``koordlet.statesinformer.nodetopo``), ``{}`` when none;
+- annotation ``node.koordinator.sh/system-qos-resource``: the Node's annotation of that name as
+  read (``{}`` when absent).
 
 :class:`TopologyReporter` compares the desired content (those labels, annotations, owner
 reference, policies and zones; never ``resourceVersion`` or fields others own) with the last one
@@ -48,11 +59,25 @@ import yaml
 from apis.cpulist import format_cpulist, parse_cpulist
 from apis.extension import ANNOTATION_CPU_SHARED_POOLS as ANNOTATION_CPU_SHARED_POOLS
 from apis.extension import ANNOTATION_CPU_TOPOLOGY as ANNOTATION_CPU_TOPOLOGY
-from apis.extension import ANNOTATION_RESOURCE_STATUS, LABEL_MANAGED_BY, QoSClass
+from apis.extension import (
+    ANNOTATION_NODE_BE_CPU_SHARED_POOLS,
+    ANNOTATION_NODE_SYSTEM_QOS_RESOURCE,
+    ANNOTATION_RESOURCE_STATUS,
+    LABEL_MANAGED_BY,
+    QoSClass,
+)
+from apis.nodetopo import ANNOTATION_CPU_BASIC_INFO, ANNOTATION_NODE_RESERVATION, reservation_json
 from apis.quantity import format_bytes, int_value
 from koordlet.metriccache import MetricCache
 from koordlet.metriccache import series as s
 from koordlet.statesinformer.model import PodInfo
+from koordlet.statesinformer.nodetopo import (
+    cpu_basic_info,
+    cpus_of_node_info,
+    node_annotations,
+    reserved_cpus,
+    system_qos_resource,
+)
 from kubeclient.client import KubeClient, Obj
 from kubeclient.errors import ApiError, Conflict, NotFound
 from kubeclient.resources import NODE_RESOURCE_TOPOLOGIES
@@ -170,12 +195,20 @@ def build_nrt(
     name = str(meta.get("name", ""))
     cpus = sorted(info.get("cpus") or [], key=lambda c: c["cpu_id"])
     exclusive: set[int] = set()
+    lse: set[int] = set()
     for pod in pods:
         if pod.qos in (QoSClass.LSE, QoSClass.LSR):
             exclusive |= _pod_cpus(pod)
+        if pod.qos is QoSClass.LSE:
+            lse |= _pod_cpus(pod)
+    annotations = node_annotations(node)
+    node_reserved = reserved_cpus(annotations, cpus_of_node_info(info))
+    system_qos = system_qos_resource(annotations)
+    taken = node_reserved | system_qos.exclusive_cpus
     reserved = kubelet.reserved_cpus
     zones = []
     pools = []
+    be_pools = []
     numa = info.get("numa") or {}
     for key in sorted(numa, key=int):
         node_id = int(key)
@@ -197,10 +230,16 @@ def build_nrt(
                 ],
             }
         )
-        shared = [c for c in free if c not in exclusive]
+        shared = [c for c in free if c not in exclusive and c not in taken]
         if shared:
             socket = next(c["socket_id"] for c in cpus if c["cpu_id"] == shared[0])
             pools.append({"socket": socket, "node": node_id, "cpuset": format_cpulist(shared)})
+        be_shared = [c for c in free if c not in lse and c not in taken]
+        if be_shared:
+            socket = next(c["socket_id"] for c in cpus if c["cpu_id"] == be_shared[0])
+            be_pools.append(
+                {"socket": socket, "node": node_id, "cpuset": format_cpulist(be_shared)}
+            )
     detail = [
         {"id": c["cpu_id"], "core": c["core_id"], "socket": c["socket_id"], "node": c["numa_node"]}
         for c in cpus
@@ -222,6 +261,10 @@ def build_nrt(
             "annotations": {
                 ANNOTATION_CPU_TOPOLOGY: json.dumps({"detail": detail}, separators=(",", ":")),
                 ANNOTATION_CPU_SHARED_POOLS: json.dumps(pools, separators=(",", ":")),
+                ANNOTATION_NODE_BE_CPU_SHARED_POOLS: json.dumps(be_pools, separators=(",", ":")),
+                ANNOTATION_CPU_BASIC_INFO: cpu_basic_info(info).to_json(),
+                ANNOTATION_NODE_RESERVATION: reservation_json(node_reserved),
+                ANNOTATION_NODE_SYSTEM_QOS_RESOURCE: system_qos.to_json(),
             },
             "ownerReferences": [owner],
         },

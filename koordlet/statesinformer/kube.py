@@ -51,6 +51,7 @@ from apis.extension import (
     KubeQOS,
     QoSClass,
 )
+from apis.manager_keys import EXTENDED_RESOURCES
 from apis.priority import PriorityClass, priority_class_of
 from apis.quantity import int_value, milli_value
 from apis.slo import API_VERSION as NODESLO_API_VERSION
@@ -160,6 +161,13 @@ def qos_of(labels: Mapping[str, str], kube_qos: KubeQOS) -> QoSClass:
     return KUBE_QOS_TO_QOS[kube_qos]
 
 
+def qos_label_of(labels: Mapping[str, str]) -> QoSClass:
+    """The class of the ``koordinator.sh/qosClass`` label alone (``GetPodQoSClassRaw``); NONE
+    without it or for an unknown value."""
+    raw = labels.get(LABEL_POD_QOS, "")
+    return QoSClass(raw) if raw in QoSClass.__members__.values() else QoSClass.NONE
+
+
 def pod_priority_class(labels: Mapping[str, str], priority: int | None, qos: QoSClass) -> str:
     raw = labels.get(LABEL_POD_PRIORITY_CLASS, "")
     if raw and raw in PriorityClass.__members__.values():
@@ -184,6 +192,26 @@ def _sum(containers: list[Obj], kind: str, name: str, parse: Callable[[str], int
             continue
         total += parse(str(value))
     return total
+
+
+def _extended_requests(spec: Obj) -> dict[str, int]:
+    """Koordinator's extended resources requested by the containers and the sidecars (init
+    containers with ``restartPolicy: Always``), as upstream's ``GetContainerBatchMilliCPURequest``
+    and friends read them (the quantity's integer value)."""
+    containers = list(spec.get("containers") or [])
+    containers += [
+        c for c in spec.get("initContainers") or [] if c.get("restartPolicy") == "Always"
+    ]
+    out: dict[str, int] = {}
+    for name in EXTENDED_RESOURCES:
+        total = 0
+        for c in containers:
+            value = ((c.get("resources") or {}).get("requests") or {}).get(name)
+            if value is not None:
+                total += max(int_value(str(value)), 0)
+        if total:
+            out[name] = total
+    return out
 
 
 def _created_at(meta: Obj) -> float | None:
@@ -248,6 +276,8 @@ def pod_info(pod: Obj, layout: CgroupLayout) -> PodInfo:
         cpu_limit_milli=_sum(spec_containers, "limits", "cpu", milli_value),
         memory_limit_bytes=_sum(spec_containers, "limits", "memory", int_value),
         created_at=_created_at(meta),
+        qos_label=qos_label_of(labels),
+        extended_requests=MappingProxyType(_extended_requests(spec)),
     )
 
 

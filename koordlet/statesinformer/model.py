@@ -68,6 +68,15 @@ class PodInfo:
     """Sum of container memory limits in bytes; None when unknown or unlimited."""
     created_at: float | None = None
     """``metadata.creationTimestamp`` in Unix seconds; None when unknown."""
+    qos_label: QoSClass | None = None
+    """The class the ``koordinator.sh/qosClass`` label gives (``QoSClass.NONE`` without the
+    label), as upstream's ``GetPodQoSClassRaw`` reads it; None for a source without labels
+    (kubelet-free discovery), where ``qos`` stands in."""
+    extended_requests: Mapping[str, int] = field(default_factory=dict)
+    """Requests of Koordinator's extended resources summed over the containers and the sidecar
+    (restartable init) containers: ``kubernetes.io/batch-cpu`` and ``mid-cpu`` in milli-cores
+    (the quantity's integer value), ``batch-memory`` and ``mid-memory`` in bytes; empty when the
+    source knows none (kubelet-free discovery)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -4,6 +4,7 @@ them (``k8s.io/apimachinery/pkg/api/resource/quantity.go``: the ``Quantity`` doc
 
 from __future__ import annotations
 
+import re
 from fractions import Fraction
 
 import pytest
@@ -205,6 +206,8 @@ def test_the_fast_paths_agree_with_the_exact_parser(n: int, suffix: str) -> None
 @given(amounts)
 def test_decimal_si_text_has_a_whole_mantissa_and_a_known_suffix(amount: Fraction) -> None:
     text = format_quantity(amount)
-    number = text.rstrip("numkMGTPE")
+    # Past E (10^18) the suffixer has no name and Go prints the exponent instead ("1e21":
+    # apimachinery suffix.go constructBytes falls back to 'e' and the exponent).
+    number = re.sub(r"e\d+$", "", text).rstrip("numkMGTPE")
     assert number.lstrip("-").isdigit()
     assert text == "0" or not number.endswith("000")

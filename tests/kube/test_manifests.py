@@ -34,6 +34,10 @@ USED: set[tuple[str, str, str]] = {
     ("topology.node.k8s.io", "noderesourcetopologies", "get"),
     ("topology.node.k8s.io", "noderesourcetopologies", "create"),
     ("topology.node.k8s.io", "noderesourcetopologies", "update"),
+    # koordlet/reporter/device.py: the same for the node's Device (gate Accelerators)
+    ("scheduling.koordinator.sh", "devices", "get"),
+    ("scheduling.koordinator.sh", "devices", "create"),
+    ("scheduling.koordinator.sh", "devices", "update"),
     # koordlet/qos/evict_api.py: POST pods/<name>/eviction, and the evictPodSuccess Event
     ("", "pods/eviction", "create"),
     ("", "events", "create"),

@@ -287,6 +287,44 @@ def test_each_container_carries_its_own_requests_and_limits(host: FakeHost) -> N
     assert info.cpu_limit_milli is None  # container b is unlimited, so the pod is
 
 
+def test_extended_requests_and_the_raw_qos_label_are_read(host: FakeHost) -> None:
+    # upstream's GetContainerBatchMilliCPURequest and friends: the integer value of each
+    # extended resource, summed over the containers and the sidecar (restartable init)
+    # containers; GetPodQoSClassRaw: the label alone
+    def container(name: str, requests: dict[str, str]) -> Obj:
+        return {"name": name, "resources": {"requests": requests, "limits": requests}}
+
+    pod: Obj = {
+        "metadata": {"name": "b", "namespace": "ns", "uid": UID_LS, "labels": {}},
+        "spec": {
+            "priority": 5500,
+            "containers": [
+                container(
+                    "a", {"kubernetes.io/batch-cpu": "1500", "kubernetes.io/batch-memory": "1Gi"}
+                ),
+                container("b", {"kubernetes.io/batch-cpu": "500"}),
+            ],
+            "initContainers": [
+                {
+                    **container("side", {"kubernetes.io/batch-cpu": "250"}),
+                    "restartPolicy": "Always",
+                },
+                container("init", {"kubernetes.io/batch-cpu": "9000"}),  # not a sidecar
+            ],
+        },
+        "status": {"phase": "Running", "containerStatuses": []},
+    }
+    info = pod_info(pod, host.layout)
+    assert info.extended_requests == {
+        "kubernetes.io/batch-cpu": 2250,
+        "kubernetes.io/batch-memory": 1 << 30,
+    }
+    assert info.qos is QoSClass.LS  # derived from the Kubernetes QoS (Burstable)
+    assert info.qos_label is QoSClass.NONE  # no koordinator.sh/qosClass label
+    labelled = {**pod, "metadata": {**pod["metadata"], "labels": {"koordinator.sh/qosClass": "BE"}}}
+    assert pod_info(labelled, host.layout).qos_label is QoSClass.BE
+
+
 async def test_a_nodeslo_with_one_bad_section_keeps_the_others_and_posts_a_warning_event(
     kube_api: FakeApiServer, kube_client: KubeClient, host: FakeHost, tmp_path: Path
 ) -> None:

@@ -480,3 +480,113 @@ async def test_dry_run_round_writes_nothing_and_keeps_no_applied_state(fake_host
     decisions = [r for r in changes if r.knob == "cpuset_cpus"]
     assert decisions
     assert all(r.dry_run and r.new == "0-1" for r in decisions)
+
+
+# Reserved and SYSTEM QoS CPUs, the 2-CPU floor, logs ---------------------------------------------
+
+
+def _annotated(**annotations: object) -> dict[str, Any]:
+    return {
+        "metadata": {
+            "annotations": {
+                f"node.koordinator.sh/{k}": json.dumps(v) for k, v in annotations.items()
+            }
+        }
+    }
+
+
+async def test_cpuset_policy_leaves_reserved_and_system_qos_cpus_to_the_system(rig: Rig) -> None:
+    # upstream adjustByCPUSet: CPUs in the reservation's reservedCPUs and the exclusive SYSTEM
+    # QoS cpuset are never BE's
+    # 4 CPUs x 50% - system 0.1 = 1.9 cores: 2 CPUs out of the usable 1-2
+    rig.node = _annotated(
+        **{"reservation": {"reservedCPUs": "0"}, "system-qos-resource": {"cpuset": "3"}}
+    )
+    rig.usage(node=0.4, ls=0.0, be=0.3)
+    await rig.strategy.reconcile()
+    for rel in (rig.be_dir, rig.be_pod, rig.be_container):
+        assert rig.cpuset(rel) == "1-2"
+    excluded = rig.strategy.debug_state()["inputs"]["excluded_cpus"]
+    assert excluded == {"lse": "", "reserved": "0", "system_qos": "3"}
+
+
+async def test_restore_gives_be_every_cpu_but_reserved_and_system_qos(rig: Rig) -> None:
+    # calcBECPUSet: all CPUs less LSE, reserved and exclusive SYSTEM QoS; a non-exclusive SYSTEM
+    # QoS cpuset stays BE's
+    rig.node = _annotated(
+        **{
+            "reservation": {"resources": {"cpu": "1"}},
+            "system-qos-resource": {"cpuset": "2-3", "cpusetExclusive": False},
+        }
+    )
+    rig.slo["enable"] = False
+    rig.usage(node=0.4, ls=0.0, be=0.3)
+    await rig.strategy.reconcile()
+    # one CPU reserved by count: CPU 0, picked by topology
+    assert rig.cpuset(rig.be_dir) == "1-3"
+
+
+async def test_the_two_cpu_floor_is_explained_when_it_covers_every_usable_cpu(
+    rig: Rig, caplog: pytest.LogCaptureFixture
+) -> None:
+    # 4 CPUs, two reserved: the cpuset policy cannot leave BE fewer than 2, which is all of them
+    rig.node = _annotated(reservation={"reservedCPUs": "0-1"})
+    rig.usage(node=3.9, ls=3.0, be=0.8)  # LS wants everything: BE would get nothing
+    with caplog.at_level("INFO", logger="koordlet.qos.cpusuppress"):
+        await rig.strategy.reconcile()
+        rig.usage(node=3.9, ls=3.0, be=0.8, at=NOW + 1)
+        await rig.strategy.reconcile()
+    assert rig.cpuset(rig.be_dir) == "2-3"
+    last = rig.strategy.debug_state()
+    assert "2-CPU floor" in last["decision"]
+    assert "cfsQuota" in last["decision"]
+    assert last["floor"] == {
+        "cpus": 2,
+        "usable": 2,
+        "wanted_milli": last["inputs"]["suppress_milli"],
+    }
+    report = rig.strategy._ctx.book.last_report("cpusuppress")
+    assert report is not None
+    assert "2-CPU floor" in report.decision
+    floor_lines = [r for r in caplog.records if "2-CPU floor" in r.getMessage()]
+    assert len(floor_lines) == 1  # said once, not every round
+
+
+async def test_quota_steps_log_at_info_only_when_the_direction_turns(
+    rig: Rig, caplog: pytest.LogCaptureFixture
+) -> None:
+    rig.slo["cpuSuppressPolicy"] = "cfsQuota"
+    steps = [(3.2, 0.5), (3.0, 0.3), (2.8, 0.2), (1.1, 0.0), (1.0, 0.0), (3.2, 0.5)]
+    with caplog.at_level("DEBUG", logger="koordlet.qos.cpusuppress"):
+        for i, (node, ls) in enumerate(steps):
+            rig.usage(node=node, ls=ls, be=1.0, at=NOW + i)
+            await rig.strategy.reconcile()
+    info = [r.getMessage() for r in caplog.records if r.levelname == "INFO"]
+    debug = [r.getMessage() for r in caplog.records if r.levelname == "DEBUG"]
+    # down (first), up (LS gone), down again: three turns at info, the rest at debug
+    turns = [m for m in info if "suppressing BE" in m or "releasing BE" in m]
+    assert [m.split(",")[0] for m in turns] == [
+        "cpusuppress: suppressing BE",
+        "cpusuppress: releasing BE",
+        "cpusuppress: suppressing BE",
+    ]
+    assert any("cpu_cfs_quota" in m for m in debug)  # each write at debug
+    assert not [m for m in caplog.records if "None" in m.getMessage()]
+    assert "unlimited -> 2000 us" in turns[0]
+
+
+async def test_restores_are_logged_when_they_change_a_file(
+    rig: Rig, caplog: pytest.LogCaptureFixture
+) -> None:
+    rig.slo["cpuSuppressPolicy"] = "cfsQuota"
+    rig.usage(node=3.2, ls=0.5, be=1.0)
+    await rig.strategy.reconcile()
+    rig.slo["enable"] = False
+    with caplog.at_level("INFO", logger="koordlet.qos.cpusuppress"):
+        await rig.strategy.reconcile()
+        await rig.strategy.reconcile()
+    restored = [r.getMessage() for r in caplog.records if "restored" in r.getMessage()]
+    assert restored == [
+        "cpusuppress: BE cfs quota restored 2000 us -> unlimited (BE suppress disabled)"
+    ]
+    assert rig.quota(rig.be_dir) is None

@@ -62,9 +62,10 @@ def test_threshold_defaults_are_koordinators() -> None:
 
 
 def test_cpu_burst_and_system_defaults_are_koordinators() -> None:
+    # DefaultCPUBurstConfig (pkg/util/sloconfig): CPUBurstPercent 1000, as the CRD says
     assert to_json(DEFAULT_CPU_BURST_STRATEGY) == {
         "policy": "none",
-        "cpuBurstPercent": 100,
+        "cpuBurstPercent": 1000,
         "cfsQuotaBurstPercent": 300,
         "cfsQuotaBurstPeriodSeconds": -1,
         "sharePoolThresholdPercent": 50,
