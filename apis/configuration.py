@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
@@ -68,9 +69,10 @@ _STRATEGY_KEYS = (
 )
 
 CPU_NORMALIZATION_MIN_RATIO = 1.0
-"""Smallest CPU normalization ratio accepted (Koordinator does not scale CPU down)."""
+"""Smallest CPU normalization ratio a node may get (Koordinator does not scale CPU down;
+``defaultMinRatio`` in ``plugins/cpunormalization/plugin.go``)."""
 CPU_NORMALIZATION_MAX_RATIO = 5.0
-"""Largest CPU normalization ratio accepted."""
+"""Largest CPU normalization ratio a node may get (``defaultMaxRatio``)."""
 
 
 class CalculatePolicy(StrEnum):
@@ -284,7 +286,8 @@ class CPUNormalizationStrategy:
     enable: bool | None = None
     """``enable``: normalization on for the node (a node label overrides it); off writes 1.00."""
     default_ratio: float | None = None
-    """``defaultRatio``: kept for compatibility; Koordinator does not apply it."""
+    """``defaultRatio``: the ratio of a node whose CPU model has no (complete) entry in
+    ``ratioModel`` (upstream since v1.6, ``getCPUNormalizationRatio``)."""
     ratio_model: Mapping[str, ModelRatio] = field(default_factory=lambda: MappingProxyType({}))
     """``ratioModel``: CPU model name (as the koordlet reports it) → its ratios."""
 
@@ -296,7 +299,8 @@ class ResourceAmplificationStrategy:
     enable: bool | None = None
     """``enable``: whether the ratios apply."""
     ratios: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))
-    """``resourceAmplificationRatio``: resource name → ratio (≥ 1)."""
+    """``resourceAmplificationRatio``: resource name → ratio; a node's final ratios (cpu times
+    its normalization ratio) must be ≥ 1."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -558,14 +562,13 @@ def _parse_colocation(ctx: _Ctx, doc: Mapping[str, Any]) -> ColocationConfig:
 
 
 def _ratio(ctx: _Ctx, value: object, path: str) -> float:
-    ratio = _typed(ctx, value, "float", path)
-    if not CPU_NORMALIZATION_MIN_RATIO <= ratio <= CPU_NORMALIZATION_MAX_RATIO:
-        raise ctx.fail(
-            path,
-            f"must be in [{CPU_NORMALIZATION_MIN_RATIO:g}, {CPU_NORMALIZATION_MAX_RATIO:g}], "
-            f"got {ratio}",
-        )
-    return float(ratio)
+    """A ratio as upstream declares it (``*float64``, no range): the range is checked on the
+    ratio a node ends up with (``manager.cpunormalization``), not here, so one model's odd
+    ratio does not refuse the whole key."""
+    ratio = float(_typed(ctx, value, "float", path))
+    if not math.isfinite(ratio):
+        raise ctx.fail(path, f"must be a finite number, got {ratio}")
+    return ratio
 
 
 def _cpu_normalization_strategy(
@@ -609,10 +612,9 @@ def _amplification_strategy(
         obj.get("resourceAmplificationRatio"), prefix + "resourceAmplificationRatio"
     ).items():
         path = f"{prefix}resourceAmplificationRatio.{res}"
-        value = _typed(ctx, raw, "float", path)
-        if value < 1:
-            raise ctx.fail(path, f"must be >= 1, got {value}")
-        ratios[str(res)] = value
+        # Upstream validates only the final ratios of a node (``resourceamplification``'s
+        # ``validateResourceAmplificationRatios``): cpu 0.8 under a normalization of 1.5 is 1.2.
+        ratios[str(res)] = _ratio(ctx, raw, path)
     return ResourceAmplificationStrategy(enable, MappingProxyType(ratios))
 
 

@@ -42,6 +42,13 @@ on the NodeResourceTopology object)."""
 ANNOTATION_NODE_RESOURCE_AMPLIFICATION_RATIO = NODE_DOMAIN_PREFIX + "/resource-amplification-ratio"
 """JSON map resource name → ratio (≥ 1) by which the scheduler amplifies allocatable."""
 
+# NodeSLO inputs on the Node ------------------------------------------------------------------
+ANNOTATION_NODE_BANDWIDTH = NODE_DOMAIN_PREFIX + "/network-bandwidth"
+"""The node's total network bandwidth, a quantity in bits per second (``"10G"``) set by an
+administrator or a third party; it takes precedence over ``system-config``'s
+``totalNetworkBandwidth`` in the node's NodeSLO (``extension.AnnotationNodeBandwidth``,
+``GetNodeTotalBandwidth``; ``nodeslo/resource_strategy.go``'s ``getSystemConfigSpec``)."""
+
 # The ConfigMap -------------------------------------------------------------------------------
 SLO_CONFIG_NAMESPACE = "koordinator-system"
 """Default namespace of the slo-controller-config ConfigMap (``--config-namespace``)."""

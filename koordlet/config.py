@@ -37,6 +37,7 @@ from koordlet.errors import ConfigError
 from koordlet.features import FLAG as FEATURE_GATES_FLAG
 from koordlet.features import FeatureGates, help_lines, parse_overrides
 from koordlet.system.paths import HostPaths
+from kubeclient.flags import SuggestingParser, suggestion
 
 DEFAULT_NODESLO_FILE = "/etc/koordinator/nodeslo.yaml"
 """The NodeSLO file standalone mode reads when ``--nodeslo-file`` is not given, if it exists."""
@@ -452,6 +453,25 @@ def _optional_path(value: object) -> str:
     return _string(value).strip()
 
 
+def _verbosity(text: str) -> str:
+    """``-v N`` (klog's verbosity) as a log level: 4 and above is debug, below that info."""
+    try:
+        level = int(text)
+    except ValueError:
+        raise ConfigError(f"must be a whole number, got {text!r}", source="-v") from None
+    return "debug" if level >= 4 else "info"
+
+
+def _optional_host(value: object) -> str:
+    """A host name or IP address (no scheme, port or path); empty for none."""
+    text = _string(value).strip()
+    if any(c in text for c in "/ \t") or text.count(":") == 1:
+        raise ValueError(
+            f"must be a host name or IP address (no scheme, port or path), got {text!r}"
+        )
+    return text
+
+
 def _optional_file(value: object) -> str:
     """A file path, made absolute against the working directory; empty for none."""
     text = _string(value).strip()
@@ -699,7 +719,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("kube.podsSource", "kube.pods_source", ("--pods-source",),
             _choice("apiserver", "kubelet", "both"), "cluster mode: apiserver, kubelet or both"),
     Setting("kube.kubeletAddress", "kube.kubelet_address", ("--kubelet-address",),
-            _optional_path, "kubelet host ('' for the Node's address)"),
+            _optional_host, "kubelet host name or IP ('' for the Node's address)"),
     Setting("kube.kubeletPreferredAddressType", "kube.kubelet_preferred_address_type",
             ("--kubelet-preferred-address-type",), _nonempty,
             "Node address type to reach the kubelet", "--kubelet-preferred-address-type"),
@@ -779,6 +799,7 @@ _METAVARS: Mapping[Callable[[object], Any], str] = {
     _abs_path: "DIR",
     _addr: "HOST:PORT",
     _optional_path: "FILE",
+    _optional_host: "HOST",
     _optional_file: "FILE",
     _optional_abs_path: "DIR",
     _strategy_names: "A,B",
@@ -794,9 +815,9 @@ _DEFAULT_TEXT = {
 }
 
 
-class _Parser(argparse.ArgumentParser):
+class _Parser(SuggestingParser):
     def error(self, message: str) -> NoReturn:
-        raise ConfigError(message, source="command line")
+        raise ConfigError(suggestion(self, message), source="command line")
 
 
 def _attr(obj: Any, path: str) -> Any:
@@ -837,6 +858,16 @@ def build_parser(commands: Mapping[str, str] | None = None) -> argparse.Argument
         allow_abbrev=False,
     )
     parser.add_argument("--version", action="version", version=VERSION_TEXT)
+    parser.add_argument(
+        "-v",
+        "--verbose",
+        nargs="?",
+        const="4",
+        metavar="N",
+        default=argparse.SUPPRESS,
+        help="debug logging, tracebacks of start-up failures included (as --log-level debug); "
+        "a klog verbosity N below 4 keeps info (default: off; Koordinator: -v)",
+    )
     parser.add_argument(
         "--config",
         metavar="FILE",
@@ -988,6 +1019,7 @@ def load_config(
     values: dict[str, Any] = {}
     sources: dict[str, tuple[str, str]] = {}
     config_file: str | None = args.pop("config", None)
+    verbose = args.pop("verbose", None)
     gates = FeatureGates() if config_file is None else _read_file(config_file, values, sources)
     for text in args.pop(FEATURE_GATES_KEY, []):
         overrides = parse_overrides(text, source=FEATURE_GATES_FLAG)
@@ -996,6 +1028,8 @@ def load_config(
         flag = _BY_KEY[key].flags[0]
         values[key] = _convert(_BY_KEY[key], raw, flag)
         sources[key] = (flag, "")
+    if verbose is not None:
+        values["logLevel"] = _verbosity(verbose)
 
     top: dict[str, Any] = {}
     # keyed by KoordletConfig attribute (the YAML section names but runtimeHooks)

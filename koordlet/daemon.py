@@ -39,6 +39,7 @@ new layout (logged once), so a kubelet started after the koordlet is found.
 from __future__ import annotations
 
 import asyncio
+import functools
 import gc
 import logging
 import os
@@ -61,7 +62,8 @@ from koordlet.collectors.table import COLLECTORS, build_collectors, export_max_a
 from koordlet.config import KoordletConfig, config_as_dict
 from koordlet.errors import ConfigError
 from koordlet.events.source import PressureEventSource
-from koordlet.executor.audit import DEFAULT_BACKUPS, AuditLog
+from koordlet.executor.audit import AuditLog, audit_log_for
+from koordlet.executor.originals import OriginalsJournal, read_boot_id
 from koordlet.executor.writer import CgroupWriter
 from koordlet.metriccache.series import container_entity, host_app_entity, pod_entity
 from koordlet.metriccache.store import MetricCache
@@ -186,6 +188,7 @@ class Daemon:
         self.host: Host | None = None
         self.writer: CgroupWriter | None = None
         self.audit: AuditLog | None = None
+        self.originals: OriginalsJournal | None = None
         self.evictor: Evictor | None = None
         self.cache: MetricCache | None = None
         self.capabilities: Capabilities | None = None
@@ -223,9 +226,11 @@ class Daemon:
             try:
                 await step()
             except ConfigError as err:
-                logger.error("stage %s failed to start: %s", name, err)  # noqa: TRY400 (no trace)
+                # One line naming the flag or file; the CLI prints it, the traceback at debug.
+                logger.debug("stage %s failed to start: %s", name, err, exc_info=True)
+                logger.info("stage %s failed to start; stopping what started", name)
                 await self.stop()
-                return EXIT_CONFIG
+                raise
             except Exception:
                 logger.exception("stage %s failed to start; stopping what started", name)
                 await self.stop()
@@ -263,15 +268,28 @@ class Daemon:
     async def _start_executor(self) -> None:
         cfg = self.cfg.cgroup
         self.host = await asyncio.to_thread(
-            Host.detect,
+            Host.detect_configured,
             self.cfg.paths,
             version=None if cfg.version == "auto" else CgroupVersion(cfg.version),
             driver=None if cfg.driver == "auto" else CgroupDriver(cfg.driver),
             kube_path=cfg.kube_path,
         )
-        audit = build_audit_log(self.cfg)
+        audit = audit_log_for(self.cfg)
         audit.start()
         self.audit = audit
+        journal = OriginalsJournal(
+            self.cfg.state_dir, boot_id=read_boot_id(self.cfg.paths.proc_root)
+        )
+        await asyncio.to_thread(journal.load)
+        pruned = await asyncio.to_thread(journal.prune_missing)
+        self.originals = journal
+        logger.info(
+            "originals journal %s: %d values recorded before this koordlet's first writes "
+            "(koordlet reset puts them back)%s",
+            journal.path,
+            len(journal),
+            f", {pruned} of removed cgroups dropped" if pruned else "",
+        )
         # Stops after the writer (a stage's steps stop last registered first): the writer's
         # last changes still reach the file.
         self._on_stop("executor", lambda t: asyncio.to_thread(audit.close, min(t, 2.0)))
@@ -282,6 +300,7 @@ class Daemon:
             observe=self.metrics.resource_updated,
             dry_run_all=qos.dry_run,
             dry_run_strategies=qos.dry_run_strategies,
+            record_original=journal.record,
         )
         writer.start()
         self.writer = writer
@@ -343,11 +362,15 @@ class Daemon:
         a bounded time for the first sync; without it, protect on the persisted NodeSLO."""
         from koordlet.statesinformer.kube import KubeStatesSource
         from kubeclient.client import KubeClient
+        from kubeclient.errors import ConfigError as KubeConfigError
 
         kube_cfg = self.cfg.kube
-        kube = await KubeClient.connect(
-            kube_cfg.kubeconfig or None, request_timeout=kube_cfg.request_timeout
-        )
+        try:
+            kube = await KubeClient.connect(
+                kube_cfg.kubeconfig or None, request_timeout=kube_cfg.request_timeout
+            )
+        except KubeConfigError as err:
+            raise kubeconfig_error(kube_cfg.kubeconfig, err) from err
         self.kube = kube
         self._on_stop("states", lambda _t: kube.close())
         states = KubeStatesSource(
@@ -579,9 +602,16 @@ class Daemon:
             points=cache.points,
         )
         server = self.cfg.server
-        handle = await start_server(
-            build_app(deps, ui), server.host, server.port, shutdown_timeout=SERVER_SHUTDOWN_TIMEOUT
-        )
+        try:
+            handle = await start_server(
+                build_app(deps, ui),
+                server.host,
+                server.port,
+                shutdown_timeout=SERVER_SHUTDOWN_TIMEOUT,
+            )
+        except OSError as err:
+            why = os.strerror(err.errno).lower() if err.errno else str(err)
+            raise ConfigError(f"cannot listen on {server.addr}: {why}", source="--addr") from err
         self.server = handle
         self._on_stop("server", lambda t: handle.stop())
 
@@ -626,12 +656,17 @@ class Daemon:
         """Drop the series (and the writer's cached values) of pods and apps that are gone."""
         cache, writer = self._need(self.cache), self._need(self.writer)
         dropped = 0
+        gone_dirs = []
         for uid in change.removed:
             dropped += cache.drop_entity(pod_entity(uid))
             dropped += cache.drop_prefix(container_entity(uid, ""))
             pod = before.pods.get(uid)
             if pod is not None:
                 writer.forget(pod.cgroup_dir)
+                gone_dirs.append(pod.cgroup_dir)
+        journal = self.originals
+        if gone_dirs and journal is not None:  # its file I/O on the writer thread
+            writer.call(functools.partial(journal.forget_cgroups, gone_dirs))
         if change.host_apps_changed:
             declared = {a.name for a in change.snapshot.host_apps}
             for app in before.host_apps:
@@ -791,14 +826,22 @@ async def run(
             await daemon.stop()
 
 
-def build_audit_log(cfg: KoordletConfig) -> AuditLog:
-    """The audit log in ``cfg.audit_dir``, its disk budget split over the current file and
-    :data:`~koordlet.executor.audit.DEFAULT_BACKUPS` rotated ones."""
-    files = DEFAULT_BACKUPS + 1
-    return AuditLog(
-        cfg.audit_dir,
-        max_bytes=cfg.audit.max_disk_space_mb * 1024 * 1024 // files,
-        backups=DEFAULT_BACKUPS,
+def kubeconfig_error(given: str, err: Exception) -> ConfigError:
+    """A one-line start-up error for an API server the koordlet cannot reach a configuration
+    for: a kubeconfig that does not load names the file; none at all (and not in a pod) says to
+    pass one, or ``--standalone``."""
+    path = given or os.environ.get("KUBECONFIG", "")
+    if path:
+        if not os.path.exists(path):
+            reason = "no such file"
+        else:
+            reason = str(err).removeprefix(f"kubeconfig {path}: ")
+        source = "--kubeconfig" if given else "$KUBECONFIG"
+        return ConfigError(reason, source=source, field=path)
+    return ConfigError(
+        "not given, $KUBECONFIG unset and not running in a cluster (no service account); "
+        "pass --kubeconfig FILE, or --standalone to run without Kubernetes",
+        source="--kubeconfig",
     )
 
 

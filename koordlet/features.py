@@ -89,7 +89,7 @@ KOORDLET_FEATURES: Mapping[str, FeatureSpec] = MappingProxyType(
         "RdtResctrl": FeatureSpec(True, _B, True, "LLC and memory-bandwidth isolation by resctrl"),
         "CgroupReconcile": FeatureSpec(False, _A, True, "reconcile QoS cgroup settings"),
         "NodeTopologyReport": FeatureSpec(
-            True, _B, False, "report the node topology as a NodeResourceTopology object"
+            True, _B, True, "report the node topology as a NodeResourceTopology object"
         ),
         "Accelerators": FeatureSpec(False, _A, True, "GPU support (NVIDIA)"),
         "NetDevices": FeatureSpec(False, _A, False, "report network devices (RDMA)"),

@@ -49,6 +49,7 @@ from koordlet.statesinformer.hostapps import cgroup_present, host_app_cgroup_dir
 from koordlet.system.cgroups import CgroupDriver, CgroupLayout, CgroupVersion
 from koordlet.system.host import Host
 from koordlet.system.paths import HostPaths
+from kubeclient.flags import SuggestingParser
 
 logger = logging.getLogger(__name__)
 
@@ -224,7 +225,7 @@ def process_count(placement: Placement) -> int | None:
 
 
 def _parser() -> argparse.ArgumentParser:
-    common = argparse.ArgumentParser(add_help=False)
+    common = SuggestingParser(add_help=False)
     common.add_argument(
         "--config",
         help="koordlet configuration file to take paths, cgroup settings and the NodeSLO file from",
@@ -236,7 +237,7 @@ def _parser() -> argparse.ArgumentParser:
     common.add_argument("--cgroup-version", choices=("auto", "v1", "v2"))
     common.add_argument("--cgroup-driver", choices=("auto", "systemd", "cgroupfs"))
     common.add_argument("--cgroup-kube-dir", help="kubepods directory (kubepods/)")
-    parser = argparse.ArgumentParser(
+    parser = SuggestingParser(
         prog="koordlet host-app", description="Host applications in their reserved cgroups."
     )
     sub = parser.add_subparsers(dest="action", required=True)

@@ -181,6 +181,10 @@ class NodeKeyedController(abc.ABC):
             namespace=str(meta.get("namespace") or self.config_namespace),
             now=self._clock(),
         )
+        self._post(event)
+
+    def _post(self, event: Obj) -> None:
+        """Create ``event`` in the background (nothing outside a loop)."""
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:  # parsed outside a loop (tests): nothing to post with
@@ -193,7 +197,7 @@ class NodeKeyedController(abc.ABC):
         try:
             await self._client.create(EVENTS, event)
         except ApiError as err:
-            self.log.warning("cannot post the InvalidConfig event: %s", err)
+            self.log.warning("cannot post the %s event: %s", event.get("reason"), err)
 
     # Loops ---------------------------------------------------------------------------------------
     async def worker(self) -> NoReturn:

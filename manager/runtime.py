@@ -27,6 +27,7 @@ from apis.gobool import parse_go_bool
 from kubeclient.client import KubeClient
 from kubeclient.elected import ElectedRunner
 from kubeclient.errors import KubeError
+from kubeclient.flags import SuggestingParser
 from kubeclient.leaderelection import LeaderElectionConfig, identity
 from kubeclient.signals import StopSignals
 from manager.nodekeyed import Options
@@ -166,7 +167,7 @@ def _controllers(text: str) -> tuple[str, ...]:
 
 def parser() -> argparse.ArgumentParser:
     """The options of ``koord-manager run``."""
-    p = argparse.ArgumentParser(
+    p = SuggestingParser(
         prog="koord-manager run",
         description="Run the controllers against the API server, only while holding the "
         f"{LEASE_NAME} Lease unless leader election is off. SIGTERM or SIGINT stops them and "

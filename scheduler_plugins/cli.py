@@ -39,6 +39,7 @@ import yaml
 
 from apis.duration import parse_duration
 from apis.gobool import parse_go_bool
+from kubeclient.flags import SuggestingParser
 from scheduler_plugins.config import SchedulerConfig, load_config, parse_feature_gates
 from scheduler_plugins.errors import InputError
 from scheduler_plugins.framework import Evaluation, Framework
@@ -49,7 +50,7 @@ logger = logging.getLogger(__name__)
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="koord-scheduler", description=__doc__.split("\n")[0])
+    parser = SuggestingParser(prog="koord-scheduler", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
     ex = sub.add_parser("explain", help="explain where a pod would go and why")
     ex.add_argument("--pod", required=True, type=Path, help="a v1 Pod (YAML or JSON)")

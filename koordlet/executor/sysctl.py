@@ -30,6 +30,7 @@ from types import MappingProxyType
 from typing import Any, TypeVar
 
 from koordlet.errors import InvalidValueError, ParseError, UnsupportedError
+from koordlet.executor.originals import Original, Recorder
 from koordlet.executor.writer import WriteResult
 from koordlet.system.knobcodecs import Range
 from koordlet.system.oserrors import host_file_error, system_file_error
@@ -118,6 +119,7 @@ class SystemFileWriter:
         *,
         on_change: Callable[[WriteResult], None] | None = None,
         is_dry_run: Callable[[str], bool] | None = None,
+        record_original: Recorder | None = None,
     ) -> None:
         self.paths = paths
         """Host roots the files resolve under."""
@@ -127,6 +129,8 @@ class SystemFileWriter:
         self.is_dry_run = is_dry_run or (lambda strategy: False)
         """Whether writes asked for by a strategy are only computed and audited (the cgroup
         writer's rule)."""
+        self.record_original = record_original
+        """Called before a setting is changed with its value (the originals journal)."""
 
     def probe(self, name: str) -> tuple[bool, str]:
         """``(supported, reason)``: whether the file exists and is readable and writable."""
@@ -169,17 +173,44 @@ class SystemFileWriter:
             notify(self.on_change, dry)
             return dry
         result = WriteResult(path, str(current), new, True, name, strategy, reason)
-        try:
-            fd = os.open(path, os.O_WRONLY | os.O_TRUNC | os.O_CLOEXEC)
-            try:
-                os.write(fd, new.encode("ascii"))
-            finally:
-                os.close(fd)
-        except OSError as err:
-            raise host_file_error(path, err, f"writing {new!r}") from err
+        record(self.record_original, Original("sysctl", path, name, str(current)))
+        self._write(path, new)
         logger.info("wrote %s: %s -> %s (%s)", path, current, new, reason or strategy)
         notify(self.on_change, result)
         return result
+
+    def restore(self, name: str, text: str, *, strategy: str = "", reason: str = "") -> WriteResult:
+        """Write ``text``, a value this setting held before (``koordlet reset``), without the
+        range check (the kernel's own earlier value is valid to it); audited, dry run as the
+        rule says. ``ParseError`` when ``text`` is not an integer."""
+        f = system_file(name)
+        path = f.path(self.paths)
+        try:
+            value = int(text.strip())
+        except ValueError:
+            raise ParseError(f"{path}: recorded value is not an integer: {text[:40]!r}") from None
+        current = self.read(name)
+        if current == value:
+            return WriteResult(path, str(current), str(value), False, name, strategy, reason)
+        if self.is_dry_run(strategy):
+            dry = WriteResult(path, str(current), str(value), False, name, strategy, reason, True)
+            notify(self.on_change, dry)
+            return dry
+        self._write(path, str(value))
+        result = WriteResult(path, str(current), str(value), True, name, strategy, reason)
+        notify(self.on_change, result)
+        return result
+
+    @staticmethod
+    def _write(path: str, text: str) -> None:
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_TRUNC | os.O_CLOEXEC)
+            try:
+                os.write(fd, text.encode("ascii"))
+            finally:
+                os.close(fd)
+        except OSError as err:
+            raise host_file_error(path, err, f"writing {text!r}") from err
 
     @staticmethod
     def _read(path: str, f: SystemFile) -> str:
@@ -188,6 +219,16 @@ class SystemFileWriter:
                 return fh.read()
         except OSError as err:
             raise system_file_error(path, err, f.name, f.requires) from err
+
+
+def record(hook: Recorder | None, original: Original) -> None:
+    """Hand ``original`` to the originals journal; a broken journal never stops a write."""
+    if hook is None:
+        return
+    try:
+        hook(original)
+    except Exception:
+        logger.exception("recording the original of %s failed", original.path)
 
 
 def notify(hook: Callable[[WriteResult], None] | None, result: WriteResult) -> None:
@@ -201,11 +242,11 @@ def notify(hook: Callable[[WriteResult], None] | None, result: WriteResult) -> N
 
 
 def executor_hooks(executor: object) -> dict[str, Any]:
-    """The audit hook and dry-run rule of the cgroup executor, for the node-wide writers to
-    share: ``{"on_change": ..., "is_dry_run": ...}`` (None where the executor has none)."""
-    on_change = getattr(executor, "on_change", None)
-    is_dry_run = getattr(executor, "is_dry_run", None)
-    return {
-        "on_change": on_change if callable(on_change) else None,
-        "is_dry_run": is_dry_run if callable(is_dry_run) else None,
-    }
+    """The audit hook, dry-run rule and originals journal of the cgroup executor, for the
+    node-wide writers to share: ``{"on_change": ..., "is_dry_run": ..., "record_original":
+    ...}`` (None where the executor has none)."""
+    hooks = {}
+    for name in ("on_change", "is_dry_run", "record_original"):
+        hook = getattr(executor, name, None)
+        hooks[name] = hook if callable(hook) else None
+    return hooks

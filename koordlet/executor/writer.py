@@ -20,7 +20,10 @@ A keyed knob (one line per block device, :mod:`koordlet.system.devcodec`) is com
 decoded file against the value, and its lines are written one ``write(2)`` each.
 
 ``on_change`` is called with each :class:`WriteResult` that changed a file, and with each
-dry-run result that would have (the audit log hooks in here). ``observe`` times every file write
+dry-run result that would have (the audit log hooks in here). ``record_original`` is called
+before a file is changed, with what it held (:mod:`koordlet.executor.originals`, the journal
+``koordlet reset`` puts back); it keeps the first value it sees of each file and knob.
+``observe`` times every file write
 (``koordlet_resource_update_duration_milliseconds{type,status}``).
 
 Dry run (``--dry-run``, ``--qos-dry-run-strategies``): a write submitted for a strategy in dry
@@ -46,6 +49,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from koordlet.errors import ParseError, UnsupportedError
 from koordlet.executor.batch import BatchResult, BatchWrite, apply_batch
+from koordlet.executor.originals import Original, Recorder
 from koordlet.system.knobs import KNOBS, Knob
 from koordlet.system.oserrors import knob_error
 
@@ -107,6 +111,7 @@ class CgroupWriter:
         dry_run_all: bool = False,
         dry_run_strategies: frozenset[str] = frozenset(),
         clock: Callable[[], float] = time.monotonic,
+        record_original: Recorder | None = None,
     ) -> None:
         self.host = host
         """Paths and cgroup layout the writes resolve through."""
@@ -123,6 +128,8 @@ class CgroupWriter:
         """``--dry-run``: nothing is written, whoever asks."""
         self.dry_run_strategies = dry_run_strategies
         """Strategies whose writes are computed and audited but not performed."""
+        self.record_original = record_original
+        """Called before a file is changed with what it held (the originals journal)."""
         self._clock = clock
         self._cache: dict[tuple[str, ...], _Cached] = {}
         self._lock = threading.Lock()
@@ -235,6 +242,7 @@ class CgroupWriter:
                 self._notify(result)
             return result
 
+        self._record(Original("cgroup", path, k.name, current.strip(), rel_dir.strip("/")))
         self._timed_write(path, new, k, filename)
         self._remember(key, canonical, new, now)
         result = WriteResult(path, current.strip(), new, True, k.name, strategy, reason)
@@ -352,6 +360,15 @@ class CgroupWriter:
         except OSError as err:
             self._drop((path, k.name))
             raise knob_error(path, err, k.name, f"writing {text!r}") from err
+
+    def _record(self, original: Original) -> None:
+        hook = self.record_original
+        if hook is None:
+            return
+        try:
+            hook(original)
+        except Exception:  # a broken journal must not stop a protective write
+            logger.exception("recording the original of %s failed", original.path)
 
     def _notify(self, result: WriteResult) -> None:
         hook = self.on_change

@@ -27,7 +27,7 @@ import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from apis.device import (
     CONDITION_HEALTHY,
@@ -50,9 +50,11 @@ from apis.device import (
 from apis.slo import SchemaError
 from koordlet.collectors.gpu import INFO_KEY, GPUDevices, GPUState
 from koordlet.metriccache import MetricCache
-from kubeclient.client import KubeClient, Obj
 from kubeclient.errors import ApiError, Conflict, NotFound
 from kubeclient.resources import DEVICES
+
+if TYPE_CHECKING:  # the Kubernetes client is imported in cluster mode only
+    from kubeclient.client import KubeClient, Obj
 
 logger = logging.getLogger(__name__)
 

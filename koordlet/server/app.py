@@ -184,6 +184,7 @@ def build_app(deps: ServerDeps, ui: UiDeps | None = None) -> web.Application:
     app.router.add_get("/healthz", _healthz)
     app.router.add_get("/readyz", _readyz)
     app.router.add_get("/debug", debug.index)
+    app.router.add_get("/debug/", debug.index)  # as README and --help write it
     for path, handler in [*debug.routes(), *ui_routes]:
         app.router.add_get(path, handler)
     return app

@@ -16,7 +16,7 @@ from typing import Any
 
 from apis import nodemetric
 from apis.cpulist import parse_cpulist
-from apis.extension import LABEL_POD_QOS
+from apis.extension import ANNOTATION_RESOURCE_STATUS, LABEL_POD_QOS
 from apis.manager_keys import ANNOTATION_NODE_RESERVATION
 from apis.nodemetric import NodeMetric, PodMetricInfo, ResourceMap
 from apis.priority import PRIORITY_BATCH, PRIORITY_PROD, priority_class_of
@@ -123,6 +123,10 @@ class PodView:
     """Koordinator QoS class, from the ``koordinator.sh/qosClass`` label, else Kubernetes QoS."""
     request: Resources
     """Effective request: max(sum of containers, each init container) plus overhead."""
+    numa_nodes: tuple[int, ...] = ()
+    """NUMA node ids the scheduler allocated it (``scheduling.koordinator.sh/resource-status``
+    ``numaNodeResources[].node``); empty when it shares every NUMA node or the annotation is
+    absent or unreadable (upstream then takes it as sharing them all)."""
 
 
 def _obj(value: object, source: str, path: str) -> Mapping[str, Any]:
@@ -160,6 +164,30 @@ def _resources(
     except ValueError as err:
         raise InputError(source, f"{path}.{MEMORY}", str(err)) from None
     return Resources(cpu, mem), CPU in obj and MEMORY in obj
+
+
+def numa_nodes_of(annotations: object) -> tuple[int, ...]:
+    """The NUMA nodes of a pod's ``resource-status`` annotation, as upstream's
+    ``GetPodNUMARequestAndUsage`` reads them: an unreadable annotation counts as none (the pod
+    then shares every NUMA node), entries without a whole ``node`` are skipped."""
+    if not isinstance(annotations, Mapping):
+        return ()
+    raw = annotations.get(ANNOTATION_RESOURCE_STATUS)
+    if not isinstance(raw, str) or not raw:
+        return ()
+    try:
+        doc = json.loads(raw)
+    except ValueError:
+        return ()
+    entries = doc.get("numaNodeResources") if isinstance(doc, Mapping) else None
+    if not isinstance(entries, list):
+        return ()
+    nodes = []
+    for entry in entries:
+        node = entry.get("node") if isinstance(entry, Mapping) else None
+        if isinstance(node, int) and not isinstance(node, bool):
+            nodes.append(node)
+    return tuple(nodes)
 
 
 def parse_time(value: object, source: str, path: str) -> datetime:
@@ -346,6 +374,7 @@ def _fast_pod(pod: Any) -> PodView:
         priority_class,
         qos,
         Resources(cpu, mem),
+        numa_nodes_of(meta.get("annotations")),
     )
 
 
@@ -389,6 +418,7 @@ def parse_pod(obj: object, source: str, path: str) -> PodView:
         priority_class=priority_class,
         qos=qos,
         request=request,
+        numa_nodes=numa_nodes_of(meta.get("annotations")),
     )
 
 

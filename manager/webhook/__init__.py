@@ -22,9 +22,11 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from kubeclient.flags import SuggestingParser
+
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = SuggestingParser(
         prog="koord-manager webhook",
         description="Serve the pod mutating and validating webhooks over TLS.",
     )

@@ -32,6 +32,7 @@ from koordlet.config import (
     RuntimeHooksConfig,
     ServerConfig,
 )
+from koordlet.errors import ConfigError
 from koordlet.features import FeatureGates
 from koordlet.qos.framework import (
     Strategy,
@@ -462,42 +463,50 @@ async def test_dry_run_strategies_write_nothing_while_the_audit_log_records_both
 async def test_an_unknown_dry_run_strategy_name_is_a_config_error(fake: FakeHost) -> None:
     cfg = make_config(fake, qos=QoSConfig(dry_run_strategies=frozenset({"cpusupress"})))
     table = [row("cpusuppress", lambda ctx, interval: Counting("cpusuppress"))]
-    code = await asyncio.wait_for(daemon.run(cfg, strategies=table), daemon.STOP_TIMEOUT * 2)
-    assert code == daemon.EXIT_CONFIG
+    with pytest.raises(ConfigError) as info:
+        await asyncio.wait_for(daemon.run(cfg, strategies=table), daemon.STOP_TIMEOUT * 2)
+    assert info.value.source == "--qos-dry-run-strategies"
 
 
-async def test_a_stage_that_fails_to_start_stops_what_started_and_returns_1(
+async def test_a_busy_addr_stops_what_started_and_raises_one_line_naming_the_flag(
     fake: FakeHost, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.INFO)
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
-        cfg = make_config(fake, port=taken.getsockname()[1])
+        port = taken.getsockname()[1]
+        cfg = make_config(fake, port=port)
         async with asyncio.timeout(10):
-            code = await daemon.run(cfg, stop=asyncio.Event())
+            with pytest.raises(ConfigError) as info:
+                await daemon.run(cfg, stop=asyncio.Event())
 
-    assert code == daemon.EXIT_FAILED
+    assert str(info.value) == f"--addr: cannot listen on 127.0.0.1:{port}: address already in use"
     assert any("stage server failed to start" in r.getMessage() for r in caplog.records)
     stopped = [s for e, s in stage_events(caplog.records) if e == "stopped"]
     assert stopped[0] == daemon.STAGES[-2]  # the stage before the server
     assert stopped[-1] == "executor"
 
 
-async def test_a_bad_nodeslo_file_at_start_returns_the_config_exit_code(
+async def test_a_bad_nodeslo_file_at_start_raises_the_config_error(
     fake: FakeHost, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
+    caplog.set_level(logging.DEBUG)
     slo = tmp_path / "nodeslo.yaml"
     write_nodeslo(slo, [{"name": "x", "qos": "NOPE"}])
 
     async with asyncio.timeout(10):
-        code = await daemon.run(make_config(fake, nodeslo=slo), stop=asyncio.Event())
+        with pytest.raises(ConfigError) as info:
+            await daemon.run(make_config(fake, nodeslo=slo), stop=asyncio.Event())
 
-    assert code == daemon.EXIT_CONFIG
-    (record,) = [r for r in caplog.records if "failed to start" in r.getMessage()]
-    assert str(slo) in record.getMessage()
-    assert "hostApplications[0].qos" in record.getMessage()
-    assert record.exc_info is None
+    assert info.value.source == str(slo)
+    assert "hostApplications[0].qos" in str(info.value)
+    shown = [r for r in caplog.records if r.levelno > logging.DEBUG]
+    assert [r.getMessage() for r in shown if "failed to start" in r.getMessage()] == [
+        "stage states failed to start; stopping what started"
+    ]
+    assert all(r.exc_info is None for r in shown)  # the traceback is logged at debug only
+    assert any(r.exc_info for r in caplog.records if r.levelno == logging.DEBUG)
 
 
 async def test_a_stop_requested_during_start_up_stops_what_started_and_returns_0(

@@ -362,4 +362,4 @@ def test_version_and_help_print_and_exit_0(script: bool) -> None:
     commands = help_.stdout.split("commands (koordlet COMMAND --help", 1)[1]
     assert re.search(r"^  host-app  start a host application", commands, re.MULTILINE)
     assert re.search(r"^  status    summarize the running koordlet", commands, re.MULTILINE)
-    assert "koordlet {host-app,status} ..." in help_.stdout  # the usage line names them too
+    assert "koordlet {host-app,status,reset} ..." in help_.stdout  # the usage line names them too

@@ -170,3 +170,32 @@ def test_a_resource_the_koordlet_code_names_is_in_the_rbac_list(name: str) -> No
     if name == "PODS":  # the eviction subresource is named through PODS inside kubeclient
         named = True
     assert named == in_rbac, name
+
+
+RESET = ROOT / "packaging" / "kubernetes" / "koordlet-reset" / "daemonset.yaml"
+
+
+def test_the_reset_daemonset_runs_reset_on_the_koordlets_host_paths_and_state() -> None:
+    """docs/kubernetes.md's uninstall: the reset reads the same state and writes the same
+    cgroup tree as the koordlet it follows, and finds a koordlet still answering on its port."""
+    reset = yaml.safe_load(RESET.read_text(encoding="utf-8"))
+    spec = reset["spec"]["template"]["spec"]
+    (init,) = spec["initContainers"]
+    assert init["command"] == ["koordlet"]
+    assert init["args"][0] == "reset"
+    volumes = {v["name"]: v["hostPath"]["path"].rstrip("/") for v in spec["volumes"]}
+    host = {m["mountPath"].rstrip("/"): volumes[m["name"]] for m in init["volumeMounts"]}
+    cfg = load_config(init["args"][1:], environ={"NODE_NAME": "node-1"})
+    (koordlet,) = _pod_spec()["containers"]
+    daemon = load_config(koordlet["args"], environ={"NODE_NAME": "node-1"})
+    assert host[cfg.paths.cgroup_root.rstrip("/")] == "/sys/fs/cgroup"
+    assert host[cfg.paths.sys_root.rstrip("/")] == "/sys"
+    assert host[cfg.state_dir] == "/var/lib/koordlet"
+    assert (cfg.paths, cfg.state_dir, cfg.server.port) == (
+        daemon.paths,
+        daemon.state_dir,
+        daemon.server.port,
+    )
+    assert spec["hostPID"] is True  # the host's processes (a koordlet still running)
+    assert spec["hostNetwork"] is True  # the koordlet's port on the node
+    assert init["securityContext"]["privileged"] is True

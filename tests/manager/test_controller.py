@@ -214,7 +214,7 @@ async def test_cpu_normalization_ratio_is_annotated_and_amplifies_batch_cpu(
         await eventually(lambda: BATCH_CPU in allocatable(kube_api))
     assert int(allocatable(kube_api)[BATCH_CPU]) == expected(kube_api)[BATCH_CPU]
     annotations = kube_api.get("nodes", "node-1")["metadata"]["annotations"]  # type: ignore[index]
-    assert annotations["node.koordinator.sh/resource-amplification-ratio"] == '{"cpu":1.5}'
+    assert annotations["node.koordinator.sh/resource-amplification-ratio"] == '{"cpu":1.50}'
 
 
 async def test_pods_of_other_nodes_do_not_count(

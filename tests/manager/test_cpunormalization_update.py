@@ -89,7 +89,7 @@ def test_amplification_multiplies_the_cpu_ratio_by_normalization() -> None:
     cfg = parse_slo_controller_config(config_map(resource_amplification_config=doc), "cm")
     ratios, annotation = amplification_ratios(cfg.resource_amplification, {}, 2.0)
     assert ratios == {"cpu": 3.0, "memory": 1.2}
-    assert annotation == '{"cpu":3,"memory":1.2}'
+    assert annotation == '{"cpu":3.00,"memory":1.20}'
     assert amplified(32_000, ratios["cpu"]) == 96_000
 
 

@@ -287,6 +287,31 @@ def test_unknown_abbreviated_or_incomplete_flags_are_errors(argv: list[str]) -> 
         load(*argv)
 
 
+@pytest.mark.parametrize(
+    ("argv", "level"),
+    [(["-v"], "debug"), (["--verbose"], "debug"), (["-v=4"], "debug"), (["-v", "2"], "info"),
+     (["--log-level", "warning", "-v"], "debug"), ([], "info")],
+)  # fmt: skip
+def test_v_turns_on_debug_logging_as_klog_verbosity_4_and_above(
+    argv: list[str], level: str
+) -> None:
+    assert load(*argv).log_level == level
+
+
+def test_an_unknown_flag_suggests_the_closest_known_one() -> None:
+    with pytest.raises(
+        ConfigError, match=r"unrecognized arguments: --adr=:1 \(did you mean --addr\?\)"
+    ):
+        load("--adr=:1")
+
+
+@pytest.mark.parametrize("value", ["https://10.0.0.7", "10.0.0.7:10250", "a b"])
+def test_the_kubelet_address_is_a_host_only(value: str) -> None:
+    with pytest.raises(ConfigError, match=r"^--kubelet-address: must be a host name or IP"):
+        load("--kubelet-address", value)
+    assert load("--kubelet-address", "fe80::1").kube.kubelet_address == "fe80::1"
+
+
 def test_switches_take_an_optional_go_bool() -> None:
     assert load("--standalone").standalone is True
     assert load("--standalone=false").standalone is False
@@ -445,8 +470,10 @@ def test_help_lists_every_flag_with_its_default(capsys: pytest.CaptureFixture[st
     for s in SETTINGS:
         for flag in s.flags:
             assert flag in out
-    assert out.count("(default:") == len(SETTINGS) + 2  # + --config, --feature-gates
+    assert out.count("(default:") == len(SETTINGS) + 3  # + --config, --feature-gates, -v
     assert "CPUBurst=true|false (BETA - default=true" in out
+    assert "--kubelet-address HOST" in out  # not FILE
+    assert "NodeTopologyReport=true|false (BETA - default=true)" in out  # implemented here
 
 
 @pytest.mark.parametrize(
