@@ -12,6 +12,14 @@ DOMAIN_PREFIX = "koordinator.sh/"
 
 LABEL_POD_QOS = DOMAIN_PREFIX + "qosClass"
 """Pod label carrying the Koordinator QoS class (``LSE``, ``LSR``, ``LS``, ``BE``, ``SYSTEM``)."""
+LABEL_CORE_SCHED_GROUP_ID = DOMAIN_PREFIX + "core-sched-group-id"
+"""Pod label: the core scheduling group; pods of one group share a cookie (upstream
+``apis/slo/v1alpha1`` ``LabelCoreSchedGroupID``)."""
+LABEL_CORE_SCHED_POLICY = DOMAIN_PREFIX + "core-sched-policy"
+"""Pod label: ``exclusive`` (the pod's UID is its group) or ``none`` (the default cookie)
+(``LabelCoreSchedPolicy``); anything else is the default policy."""
+CORE_SCHED_POLICY_NONE = "none"
+CORE_SCHED_POLICY_EXCLUSIVE = "exclusive"
 LABEL_POD_PRIORITY_CLASS = DOMAIN_PREFIX + "priority-class"
 """Pod label carrying the Koordinator priority class (``koord-prod`` and friends)."""
 

@@ -19,6 +19,12 @@ ANNOTATION_RESOURCE_SPEC = SCHEDULING_DOMAIN_PREFIX + "resource-spec"
 "preferredCPUExclusivePolicy"}``."""
 ANNOTATION_DEVICE_ALLOCATED = SCHEDULING_DOMAIN_PREFIX + "device-allocated"
 """Pod annotation the scheduler writes: ``{"gpu": [{"minor": 0, "resources": {...}}]}``."""
+LABEL_GPU_ISOLATION_PROVIDER = "koordinator.sh/gpu-isolation-provider"
+"""Pod label: who isolates a shared GPU inside the container (upstream
+``LabelGPUIsolationProvider``)."""
+GPU_ISOLATION_PROVIDER_HAMI_CORE = "HAMi-core"
+"""``LabelGPUIsolationProvider`` value: HAMi's in-container library (upstream
+``GPUIsolationProviderHAMICore``)."""
 ANNOTATION_RESERVATION_ALLOCATED = SCHEDULING_DOMAIN_PREFIX + "reservation-allocated"
 """Pod annotation the scheduler writes: ``{"name": ..., "uid": ...}`` of the consumed
 Reservation."""

@@ -263,6 +263,9 @@ class RuntimeHooksConfig:
     timeout: float = 1.0
     """Seconds one request's hooks (pod-level cgroup writes included) may take before the
     request goes on unchanged; ``--runtime-hooks-timeout``, ours."""
+    reconcile_interval: float = 10.0
+    """Seconds between the reconciler's rounds over the running pods' cgroups; Koordinator's
+    ``--runtime-hooks-reconcile-interval`` (default 10 s)."""
     nri: bool = True
     """Register as an NRI plugin with the runtime; Koordinator's ``--enable-nri-runtime-hook``
     (default true)."""
@@ -753,6 +756,10 @@ SETTINGS: tuple[Setting, ...] = (
             "runtime hook stages where no hook runs", "--runtime-hooks-disable-stages"),
     Setting("runtimeHooks.timeout", "runtime_hooks.timeout", ("--runtime-hooks-timeout",),
             _positive_duration, "time one request's hooks may take before it goes on unchanged"),
+    Setting("runtimeHooks.reconcileInterval", "runtime_hooks.reconcile_interval",
+            ("--runtime-hooks-reconcile-interval",), _positive_duration,
+            "interval of the reconciler applying the hooks to running pods' cgroups",
+            "--runtime-hooks-reconcile-interval"),
     Setting("runtimeHooks.nri", "runtime_hooks.nri", ("--enable-nri-runtime-hook",), _bool,
             "register as an NRI plugin with the runtime", "--enable-nri-runtime-hook",
             is_bool=True),

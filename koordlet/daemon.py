@@ -90,6 +90,8 @@ from kubeclient.signals import StopSignals
 
 if TYPE_CHECKING:  # cluster mode only: imported when used (kubernetes_asyncio costs ~60 MiB)
     from koordlet.reporter.nodemetric import NodeMetricReporter
+    from koordlet.reporter.topology import KubeletTopology
+    from koordlet.runtimehooks.cpuset import CPUSetRule
     from koordlet.runtimehooks.stage import RuntimeHooks
     from koordlet.statesinformer.kube import KubeStatesSource
     from koordlet.statesinformer.kubelet import KubeletPodsSource
@@ -204,6 +206,10 @@ class Daemon:
         self.qos: QoSManager | None = None
         self.server: ServerHandle | None = None
         self.runtime_hooks: RuntimeHooks | None = None
+        self.kubelet_topology: KubeletTopology | None = None
+        """Cluster mode with ``NodeTopologyReport``: the kubelet's reserved CPUs and CPU manager
+        policy, for the share pools of the NRT and of the cpuset hook alike."""
+        self._cpuset_rule_cache: tuple[tuple[object, ...], CPUSetRule] | None = None
         self._driver_watch: _DriverWatch | None = None
 
     # Start -------------------------------------------------------------------------------------
@@ -482,6 +488,7 @@ class Daemon:
                 scope=kube_cfg.kubelet_topology_scope or None,
             )
             topology = TopologyReporter(kube, cache, states.node, pods, kubelet)
+            self.kubelet_topology = kubelet
             supervisor.spawn("nrt-report", topology.run, component="reporter")
         if self.cfg.feature_gates.enabled(gpu_collector.FEATURE_GATE):
             from koordlet.reporter.device import DeviceReporter
@@ -538,16 +545,55 @@ class Daemon:
 
         hooks = await start_runtime_hooks(
             self.cfg,
-            HookContext(node_slo=self._node_slo, host=lambda: self.host),
+            HookContext(
+                node_slo=self._node_slo,
+                host=lambda: self.host,
+                capabilities=lambda: self.capabilities,
+                cpuset_rule=self._cpuset_rule,
+            ),
             registry=self.registry,
             writer=self._need(self.writer),
             audit=self._need(self.audit),
             supervisor=self._supervisor("runtimehooks"),
             kube=self.kube,
             enabled=self.cfg.feature_gates.enabled,
+            workloads=self._snapshot,
         )
         self.runtime_hooks = hooks
         self._on_stop("runtimehooks", hooks.stop)
+
+    def _cpuset_rule(self) -> CPUSetRule:
+        """The cpuset hook's view of the node: the share pools as the NRT reports them (online
+        CPUs per NUMA node less the kubelet's reserved ones, the Node's reservation and SYSTEM
+        QoS CPUs, and LSE/LSR pods' CPUs) and the kubelet's CPU manager policy when its config
+        file told it."""
+        from koordlet.collectors.nodeinfo import INFO_KEY
+        from koordlet.runtimehooks.cpuset import CPUSetRule
+        from koordlet.runtimehooks.sharepool import share_pools_of
+        from koordlet.statesinformer.nodetopo import (
+            cpus_of_node_info,
+            node_annotations,
+            reserved_cpus,
+            system_qos_exclusive_cpus,
+        )
+
+        info = self.cache.get_info(INFO_KEY) if self.cache is not None else None
+        kubelet = self.kubelet_topology
+        snapshot = self._snapshot()
+        node = self._kube_node()
+        key = (snapshot, info, kubelet, node)
+        cached = self._cpuset_rule_cache
+        if cached is not None and all(a is b for a, b in zip(cached[0], key, strict=True)):
+            return cached[1]  # the same pods and node: a reconcile round asks once per container
+        reserved = set(kubelet.reserved_cpus if kubelet is not None else ())
+        if node is not None:
+            annotations = node_annotations(node)
+            reserved |= reserved_cpus(annotations, cpus_of_node_info(info))
+            reserved |= system_qos_exclusive_cpus(annotations)
+        pools = share_pools_of(info, snapshot.pods.values(), frozenset(reserved))
+        rule = CPUSetRule(pools, kubelet.cpu_manager_policy if kubelet is not None else None)
+        self._cpuset_rule_cache = (key, rule)
+        return rule
 
     def _build_evictor(self, audit: AuditLog) -> Evictor:
         """The evictor every strategy evicts through. Its backend empties the victim's cgroup

@@ -101,11 +101,11 @@ KOORDLET_FEATURES: Mapping[str, FeatureSpec] = MappingProxyType(
         "HugePageReport": FeatureSpec(False, _A, False, "report hugepages per NUMA node"),
         # The runtime hooks' gates, which upstream adds to the koordlet's
         # (pkg/koordlet/runtimehooks/config.go: defaultRuntimeHooksFG).
-        "GroupIdentity": FeatureSpec(True, _B, False, "runtime hook: group identity (bvt)"),
+        "GroupIdentity": FeatureSpec(True, _B, True, "runtime hook: group identity (bvt)"),
         "CPUSetAllocator": FeatureSpec(
-            True, _B, False, "runtime hook: cpuset of LSR/LSE pods from the scheduler"
+            True, _B, True, "runtime hook: cpuset of LSR/LSE pods from the scheduler"
         ),
-        "GPUEnvInject": FeatureSpec(False, _A, False, "runtime hook: allocated GPUs' env"),
+        "GPUEnvInject": FeatureSpec(False, _A, True, "runtime hook: allocated GPUs' env"),
         "RDMADeviceInject": FeatureSpec(False, _A, False, "runtime hook: allocated RDMA devices"),
         "BatchResource": FeatureSpec(
             True, _B, True, "runtime hook: cgroups of batch and mid pods from their resources"
@@ -113,12 +113,14 @@ KOORDLET_FEATURES: Mapping[str, FeatureSpec] = MappingProxyType(
         "CPUNormalization": FeatureSpec(
             False, _A, False, "runtime hook: cpu cgroups of CPU-normalized LS pods"
         ),
-        "CoreSched": FeatureSpec(False, _A, False, "runtime hook: core scheduling cookies"),
+        "CoreSched": FeatureSpec(False, _A, True, "runtime hook: core scheduling cookies"),
         "TerwayQoS": FeatureSpec(False, _A, False, "runtime hook: Terway network QoS"),
         "TCNetworkQoS": FeatureSpec(
             False, _A, True, "network QoS by tc: the HTB tree and pods' net_cls class ids"
         ),
-        "Resctrl": FeatureSpec(False, _A, False, "runtime hook: LLC and memory bandwidth per pod"),
+        "Resctrl": FeatureSpec(
+            False, _A, True, "runtime hook: a started container's threads into its class's group"
+        ),
     }
 )
 """Every koordlet gate Koordinator defines (upstream ``defaultKoordletFeatureGates``, commit

@@ -46,8 +46,8 @@ FILE_NAME = "originals.jsonl"
 VERSION = 1
 """Format version in the header line."""
 
-Kind = Literal["cgroup", "sysctl", "resctrl_group", "resctrl_schemata"]
-KINDS: tuple[Kind, ...] = ("cgroup", "sysctl", "resctrl_group", "resctrl_schemata")
+Kind = Literal["cgroup", "sysctl", "resctrl_group", "resctrl_schemata", "tc_tree"]
+KINDS: tuple[Kind, ...] = ("cgroup", "sysctl", "resctrl_group", "resctrl_schemata", "tc_tree")
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,9 +57,11 @@ class Original:
     kind: Kind
     """``cgroup`` (a knob of a cgroup), ``sysctl`` (a node-wide setting of
     ``executor.sysctl``), ``resctrl_group`` (a control group the koordlet created) or
-    ``resctrl_schemata`` (the ``schemata`` of a group it did not create)."""
+    ``resctrl_schemata`` (the ``schemata`` of a group it did not create) or ``tc_tree`` (the
+    network QoS HTB tree it installed on an interface in place of the kernel's default)."""
     path: str
-    """The file written (the group's folder for ``resctrl_group``)."""
+    """The file written (the group's folder for ``resctrl_group``; ``tc:<interface>`` for
+    ``tc_tree``)."""
     knob: str
     """The knob's logical name, the setting's name, or ``resctrl``."""
     text: str

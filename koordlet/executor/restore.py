@@ -103,7 +103,7 @@ class Step:
     """One thing to put back."""
 
     kind: str
-    """``cgroup``, ``sysctl``, ``resctrl_group`` or ``resctrl_schemata``."""
+    """``cgroup``, ``sysctl``, ``resctrl_group``, ``resctrl_schemata`` or ``tc_tree``."""
     path: str
     """The file (the group's folder for ``resctrl_group``)."""
     knob: str
@@ -166,7 +166,7 @@ def plan(host: Host, entries: Sequence[Original]) -> list[Step]:
             seen.add((e.rel_dir, e.knob))
         elif e.kind == "sysctl":
             steps.append(Step(e.kind, e.path, e.knob, "", "original", e))
-        elif e.kind == "resctrl_group":
+        elif e.kind in ("resctrl_group", "tc_tree"):
             steps.append(Step(e.kind, e.path, e.knob, "", "remove", e))
         elif os.path.dirname(e.path) not in created_groups:  # schemata of a group found
             steps.append(Step(e.kind, e.path, e.knob, "", "original", e))
@@ -177,7 +177,7 @@ def plan(host: Host, entries: Sequence[Original]) -> list[Step]:
             continue
         path = layout.file(knob.controller, be_dir, filename)
         steps.append(Step("cgroup", path, knob.name, be_dir, target, None))
-    order = {"cgroup": 0, "sysctl": 1, "resctrl_schemata": 2, "resctrl_group": 3}
+    order = {"cgroup": 0, "sysctl": 1, "resctrl_schemata": 2, "resctrl_group": 3, "tc_tree": 4}
     return sorted(steps, key=lambda s: (order[s.kind], s.depth, s.rel_dir, s.knob))
 
 
@@ -252,6 +252,24 @@ def _restore_schemata(step: Step, dry: bool, on_change: Any) -> Outcome:
     return Outcome(step, result)
 
 
+def remove_tree_step(step: Step, dry: bool, on_change: Any) -> Outcome:
+    """Take down the network QoS tree of a ``tc_tree`` step (the interface gone, or a tree that
+    is no longer the koordlet's: skipped, saying why)."""
+    # Imported here: pyroute2 (netlink) loads only when there is a tree to take down.
+    from koordlet.executor.tc import remove_tree
+
+    interface = step.path.removeprefix("tc:")
+    reason = "koordlet reset: the kernel's default root qdisc"
+    tree = remove_tree(interface, strategy=STRATEGY, reason=reason, on_change=on_change,
+                       dry_run=dry)  # fmt: skip
+    if tree.refused:
+        return Outcome(step, skipped=tree.refused)
+    if not tree.changes:
+        return Outcome(step, skipped="no koordlet tree left")
+    old, new = "htb 1:", "the kernel's default"
+    return Outcome(step, WriteResult(step.path, old, new, not dry, "tc_htb", STRATEGY, reason, dry))
+
+
 def apply(
     steps: Sequence[Step],
     *,
@@ -277,6 +295,8 @@ def apply(
                 outcome = Outcome(step, result)
             elif step.kind == "resctrl_group":
                 outcome = _remove_group(step, writer, writer.on_change)
+            elif step.kind == "tc_tree":
+                outcome = remove_tree_step(step, writer.dry_run_all, writer.on_change)
             else:
                 outcome = _restore_schemata(step, writer.dry_run_all, writer.on_change)
         except CgroupGoneError:

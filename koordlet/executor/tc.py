@@ -26,6 +26,7 @@ from functools import partial
 from typing import Any
 
 from apis.netqos import QDISC_HANDLE, format_handle
+from koordlet.executor.originals import Original, Recorder
 from koordlet.executor.sysctl import notify
 from koordlet.executor.writer import WriteResult
 from koordlet.system import tc
@@ -100,6 +101,31 @@ def describe(cls: HTBClass) -> str:
     return f"rate {cls.rate * 8 // 1000}kbit ceil {cls.ceil * 8 // 1000}kbit prio {cls.prio}"
 
 
+def tree_path(interface: str) -> str:
+    """How the originals journal names the tree on ``interface``."""
+    return f"tc:{interface}"
+
+
+def remove_tree(
+    interface: str,
+    *,
+    strategy: str,
+    reason: str,
+    on_change: Callable[[WriteResult], None] | None = None,
+    dry_run: bool = False,
+) -> TreeResult:
+    """Remove the koordlet's tree from ``interface`` (``koordlet reset``); an interface that is
+    gone, or a tree that is not ours, is left alone (``refused`` says why)."""
+    with tc.rtnl() as ipr:
+        link = tc.link_by_name(ipr, interface)
+    if link is None:
+        result = TreeResult(interface, dry_run=dry_run)
+        result.refused = f"no interface {interface}"
+        return result
+    writer = TCWriter(on_change=on_change, is_dry_run=lambda _strategy: dry_run)
+    return writer.remove(link, strategy=strategy, reason=reason)
+
+
 class TCWriter:
     """Applies :class:`TreePlan` objects; see the module docstring."""
 
@@ -108,10 +134,14 @@ class TCWriter:
         *,
         on_change: Callable[[WriteResult], None] | None = None,
         is_dry_run: Callable[[str], bool] | None = None,
+        record_original: Recorder | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.on_change = on_change
         """The audit hook (the cgroup writer's)."""
+        self.record_original = record_original
+        """The originals journal's hook: told before a tree first replaces an interface's
+        default root qdisc, so ``koordlet reset`` removes it."""
         self.is_dry_run = is_dry_run or (lambda strategy: False)
         """Whether a strategy's changes are only computed and audited."""
         self._clock = clock
@@ -179,6 +209,10 @@ class TCWriter:
                 self._audit_dry(link, ops, strategy, reason)
                 result.changes = [f"{what}: {old} -> {new}" for what, old, new, _ in ops]
             else:
+                if not mine and self.record_original is not None:
+                    self.record_original(
+                        Original("tc_tree", tree_path(link.name), "netqos", "", at=time.time())
+                    )
                 for what, old, new, run in ops:
                     run(ipr)
                     result.changes.append(f"{what}: {old} -> {new}")

@@ -45,6 +45,14 @@ containers that have such a cpuset: their CPUs are theirs (a pod without one, su
 unlabelled Guaranteed pod, keeps the quota the kubelet gave it). Host applications also get
 their class's CPU QoS.
 
+**Who writes what.** The runtime hooks' reconciler (``koordlet.runtimehooks.reconciler``) owns
+the pod-level knobs of its enabled hooks, as upstream's runtime-hook reconciler does: while the
+gate ``GroupIdentity`` is on, the group identity of the Kubernetes QoS cgroups and of pods, and
+pods' ``cpu.idle``, are the hook's (:data:`HOOK_OWNED`); while ``CPUSetAllocator`` is on, pods'
+and containers' cpusets and the unset quota of LSE/LSR pods are. This strategy then leaves those
+out and keeps the rest (memory QoS, the QoS cgroups' ``cpu.idle`` and shares fallback, host
+applications), so each knob of each cgroup has exactly one writer (docs/runtimehooks.md).
+
 Every write of a round goes to the executor as one leveled batch (parents grow before children,
 children shrink before parents; ``koordlet.executor.batch``). A knob the kernel lacks is reported
 once with the probe's reason and left out of later rounds, never silently skipped. Inputs are
@@ -106,6 +114,11 @@ BE_MIN_SHARES = 2
 MECH_GROUP_IDENTITY = "group identity (cpu.bvt_warp_ns)"
 MECH_CPU_IDLE = "cpu.idle (mainline SCHED_IDLE) for BE"
 MECH_SHARES = "cpu.shares for BE (no cpu.bvt_warp_ns, no cpu.idle)"
+
+POD_CPU_QOS = "pod_cpu_qos"
+POD_CPUSETS = "pod_cpusets"
+HOOK_OWNED: Mapping[str, str] = {POD_CPU_QOS: "GroupIdentity", POD_CPUSETS: "CPUSetAllocator"}
+"""Parts of the plan a runtime hook owns while its gate is on (the module docstring)."""
 
 MEMORY_KNOBS = (
     "memory_min",
@@ -332,12 +345,14 @@ def _cpu_plan(
     mechanism: str,
     layout: CgroupLayout,
     snapshot: WorkloadSnapshot,
+    *,
+    pods_owned: bool = False,
 ) -> None:
-    pods = list(snapshot.pods.values())
+    pods = [] if pods_owned else list(snapshot.pods.values())
     apps = [a for a in snapshot.host_apps if a.present]
     be_dir = layout.qos_dir(KubeQOS.BESTEFFORT)
     if mechanism == MECH_GROUP_IDENTITY:
-        for kube_qos in KubeQOS:
+        for kube_qos in () if pods_owned else KubeQOS:
             value = kube_dir_bvt(strategy, kube_qos)
             plan.add(CPU_BVT_WARP_NS, layout.qos_dir(kube_qos), value, f"group identity {value}")
         for pod in pods:
@@ -364,13 +379,15 @@ def _cpu_plan(
             plan.add(CPU_SHARES, rel, BE_MIN_SHARES, "BE CPU QoS on: minimum shares fallback")
 
 
-def _cpuset_plan(plan: Plan, snapshot: WorkloadSnapshot, online: frozenset[int]) -> None:
+def _cpuset_plan(
+    plan: Plan, snapshot: WorkloadSnapshot, online: frozenset[int], *, pods_owned: bool = False
+) -> None:
     pods = list(snapshot.pods.values())
     if not online:
         plan.skipped["cpusets"] = "online CPUs unknown (no node info yet)"
         return
     pool = share_pool(online, pods)
-    for pod in pods:
+    for pod in () if pods_owned else pods:
         cls = pod_class(pod)
         rels = (pod.cgroup_dir, *(c.cgroup_dir for c in pod.containers))
         if cls in (QoSClass.LSR, QoSClass.LSE):
@@ -406,12 +423,16 @@ def build_plan(
     mechanism: str,
     online: frozenset[int],
     node_memory: int | None,
+    hooks_own: frozenset[str] = frozenset(),
 ) -> Plan:
-    """Every write of one round (pure: tests call it directly)."""
+    """Every write of one round (pure: tests call it directly); ``hooks_own``: the parts of
+    :data:`HOOK_OWNED` left out."""
     plan = Plan()
     _memory_plan(plan, strategy, layout, snapshot.pods.values(), node_memory)
-    _cpu_plan(plan, strategy, mechanism, layout, snapshot)
-    _cpuset_plan(plan, snapshot, online)
+    _cpu_plan(plan, strategy, mechanism, layout, snapshot, pods_owned=POD_CPU_QOS in hooks_own)
+    _cpuset_plan(plan, snapshot, online, pods_owned=POD_CPUSETS in hooks_own)
+    for part in sorted(hooks_own):
+        plan.skipped[part] = f"owned by the runtime hook {HOOK_OWNED[part]} (its gate is on)"
     return plan
 
 
@@ -460,6 +481,7 @@ class CgroupReconcile:
         snapshot = ctx.workloads()
         info = ctx.cache.get_info(NODE_INFO_KEY)
         mechanism = cpu_mechanism(self._supported(), strategy.policies.cpu_policy)
+        gates = ctx.config.feature_gates
         plan = build_plan(
             strategy,
             layout,
@@ -467,6 +489,7 @@ class CgroupReconcile:
             mechanism=mechanism,
             online=online_cpus(info),
             node_memory=_node_memory(info),
+            hooks_own=frozenset(part for part, gate in HOOK_OWNED.items() if gates.enabled(gate)),
         )
         writes = self._select(plan.writes)
         inputs: dict[str, Any] = {

@@ -119,6 +119,10 @@ class KubeletTopology:
     """``reservedSystemCPUs``: taken out of the zones' allocatable CPUs and the shared pools."""
     reserved_memory: Mapping[int, int] | None = None
     """``reservedMemory``: bytes per NUMA node taken out of the zones' allocatable memory."""
+    cpu_manager_policy: str | None = None
+    """``cpuManagerPolicy`` (``none``, ``static``) when a kubelet config file was read (the
+    kubelet's default ``none`` when it does not say); None when no file told it. The cpuset
+    runtime hook gives pods without a Koordinator class the share pools only under ``none``."""
 
     @classmethod
     def load(
@@ -127,11 +131,13 @@ class KubeletTopology:
         """From the kubelet config file (None, missing or unreadable: defaults, logged), with
         ``policy`` and ``scope`` (flags) taking precedence."""
         doc: Mapping[str, Any] = {}
+        cpu_policy: str | None = None
         if config_path:
             try:
                 with open(config_path, encoding="utf-8") as f:
                     loaded = yaml.safe_load(f)
                 doc = loaded if isinstance(loaded, dict) else {}
+                cpu_policy = str(doc.get("cpuManagerPolicy") or "none")
             except FileNotFoundError:
                 logger.info("kubelet config %s not found; topology policy None", config_path)
             except (OSError, yaml.YAMLError) as err:
@@ -154,6 +160,7 @@ class KubeletTopology:
             scope=scope or str(doc.get("topologyManagerScope") or "container"),
             reserved_cpus=reserved,
             reserved_memory=memory or None,
+            cpu_manager_policy=cpu_policy,
         )
 
     @property

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import posixpath
 
+from apis.extension import KubeQOS
 from koordlet.runtimehooks.errors import BadPodInput
 
 REASON = "InvalidCgroupParent"
@@ -38,3 +39,15 @@ def _expand_slice(name: str) -> str:
     if any(not p for p in parts):
         raise BadPodInput(REASON, "cgroup_parent", f"not a systemd slice name: {name!r}")
     return "/".join("-".join(parts[: i + 1]) + ".slice" for i in range(len(parts)))
+
+
+def kube_qos_of(cgroup_parent: str) -> KubeQOS:
+    """The Kubernetes QoS class a pod's cgroup parent is under (upstream
+    ``GetKubeQoSByCgroupParent``): BestEffort or Burstable by the QoS folder in its path, else
+    Guaranteed (whose pods sit in the kubepods root)."""
+    lowered = cgroup_parent.lower()
+    if "besteffort" in lowered:
+        return KubeQOS.BESTEFFORT
+    if "burstable" in lowered:
+        return KubeQOS.BURSTABLE
+    return KubeQOS.GUARANTEED

@@ -18,6 +18,13 @@ rules, the same for every mode (docs/runtimehooks.md):
   ``--dry-run``; container-level changes are applied by the runtime, and each changed value is
   audited here as a ``decision`` (``dry_run`` when the change was withheld);
 - with ``dry_run`` the outcome's ``change`` is empty: the request goes on as it came.
+- a container's change keeps only what a runtime applies at creation: the koordlet-written
+  resources (``cpu.bvt_warp_ns``, ``cpu.idle``, ``net_cls.classid``) are left to the pod's cgroup
+  and the reconciler; at ``PostStartContainer`` a resctrl group or core scheduling target goes to
+  the :class:`~koordlet.runtimehooks.effects.ContainerEffects`.
+
+The reconciler (:mod:`koordlet.runtimehooks.reconciler`) runs the same hooks through
+:meth:`HookDispatcher.compute` with the hooks of a cgroup level (:attr:`HookDispatcher.by_level`).
 """
 
 from __future__ import annotations
@@ -25,8 +32,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from koordlet.errors import HostError
@@ -35,6 +42,7 @@ from koordlet.runtimehooks.errors import BadPodInput
 from koordlet.runtimehooks.events import EventSink, LogEventSink
 from koordlet.runtimehooks.metrics import HookMetrics
 from koordlet.runtimehooks.model import (
+    KOORDLET_FIELDS,
     NO_CHANGE,
     Change,
     ContainerRequest,
@@ -45,20 +53,24 @@ from koordlet.runtimehooks.model import (
     PodRequest,
     Resources,
 )
-from koordlet.runtimehooks.table import Hook, HookContext, HookSpec
+from koordlet.runtimehooks.table import Hook, HookContext, HookSpec, Level
 from koordlet.system.knobs import (
+    CPU_BVT_WARP_NS,
     CPU_CFS_PERIOD,
     CPU_CFS_QUOTA,
+    CPU_IDLE,
     CPU_SHARES,
     CPUSET_CPUS,
     CPUSET_MEMS,
     MEMORY_LIMIT,
+    NET_CLS_CLASSID,
     Knob,
 )
 
 if TYPE_CHECKING:
     from koordlet.executor.audit import AuditLog
     from koordlet.executor.writer import CgroupWriter, WriteResult
+    from koordlet.runtimehooks.effects import ContainerEffects
 
 logger = logging.getLogger(__name__)
 
@@ -72,9 +84,12 @@ _KNOBS: dict[str, Knob[Any]] = {
     "cpuset_cpus": CPUSET_CPUS,
     "cpuset_mems": CPUSET_MEMS,
     "memory_limit": MEMORY_LIMIT,
+    "cpu_bvt_warp_ns": CPU_BVT_WARP_NS,
+    "cpu_idle": CPU_IDLE,
+    "net_cls_classid": NET_CLS_CLASSID,
 }
 """Resources field -> knob (:mod:`koordlet.system.knobs`), in write order (the period before
-the quota that depends on it)."""
+the quota that depends on it, cpu.shares before cpu.idle, which makes the kernel refuse it)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,15 +119,20 @@ class HookDispatcher:
         writer: CgroupWriter | None = None,
         audit: AuditLog | None = None,
         events: EventSink | None = None,
+        effects: ContainerEffects | None = None,
         clock: Callable[[], float] = time.perf_counter,
     ) -> None:
         self.options = options
         self.metrics = metrics
+        self.effects = effects
+        """Applies resctrl groups and core scheduling to started containers; None: not done."""
         self._writer = writer
         self._audit = audit
         self._events: EventSink = events if events is not None else LogEventSink()
         self._clock = clock
         self._by_point: dict[HookPoint, list[tuple[str, Hook]]] = {}
+        self.by_level: dict[Level, list[tuple[str, Hook]]] = {}
+        """The enabled hooks the reconciler applies, by cgroup level, in table order."""
         self.enabled_hooks: tuple[str, ...] = ()
         names = []
         for spec in table.values():
@@ -121,6 +141,8 @@ class HookDispatcher:
                 continue
             hook = spec.factory(ctx)
             names.append(spec.name)
+            for level in sorted(spec.reconcile):
+                self.by_level.setdefault(level, []).append((spec.name, hook))
             for point in sorted(spec.points - options.disabled_points):
                 self._by_point.setdefault(point, []).append((spec.name, hook))
         self.enabled_hooks = tuple(names)
@@ -140,14 +162,19 @@ class HookDispatcher:
 
     # Running ----------------------------------------------------------------------------------
 
-    def compute(self, req: PodRequest | ContainerRequest) -> Outcome:
-        """Run the point's hooks on ``req`` and merge their changes (no I/O but the metrics)."""
+    def compute(
+        self,
+        req: PodRequest | ContainerRequest,
+        hooks: Sequence[tuple[str, Hook]] | None = None,
+    ) -> Outcome:
+        """Run the point's hooks (or ``hooks``: the reconciler's of a level) on ``req`` and
+        merge their changes (no I/O but the metrics)."""
         merged = NO_CHANGE
         applied: list[str] = []
         failed: list[str] = []
         warnings: list[HookWarning] = []
         point = req.point
-        for name, hook in self._by_point.get(point, ()):
+        for name, hook in self._by_point.get(point, ()) if hooks is None else hooks:
             t0 = self._clock()
             error = False
             change: Change | None = None
@@ -206,12 +233,17 @@ class HookDispatcher:
         return outcome
 
     async def _container(self, req: ContainerRequest, mode: str) -> Outcome:
-        outcome = self.compute(req)
+        outcome = _runtime_only(self.compute(req), req)
         self._report(req.pod, req.point, outcome, mode)
         self._audit_failures(req.pod, req.point, outcome, mode)
-        if outcome.proposed.resources:
+        proposed = outcome.proposed
+        if proposed.resources:
             where = f"{req.pod_cgroup_parent.rstrip('/')}/{req.container_id or req.container_name}"
             self._audit_container(req, outcome, mode, where)
+        threads = proposed.resctrl_group is not None or proposed.core_sched is not None
+        if threads and req.point is HookPoint.POST_START_CONTAINER and self.effects is not None:
+            strategy = AUDIT_PREFIX + ",".join(outcome.applied)
+            await self.effects.for_request(req, proposed, strategy=strategy)
         return outcome
 
     # Side effects -----------------------------------------------------------------------------
@@ -223,7 +255,7 @@ class HookDispatcher:
         except BadPodInput as err:
             self._warn(req.pod, HookWarning("framework", err.reason, str(err)), req.point, mode)
             return
-        values = _knob_values(outcome.proposed.resources)
+        values = knob_values(outcome.proposed.resources)
         writer = self._writer
         if outcome.dry_run or writer is None:
             for knob, value in values:
@@ -281,7 +313,11 @@ class HookDispatcher:
         for warning in outcome.warnings:
             self._warn(pod, warning, point, mode)
 
-    def _warn(self, pod: PodMeta, warning: HookWarning, point: HookPoint, mode: str) -> None:
+    def warn(self, pod: PodMeta, warning: HookWarning, mode: str) -> None:
+        """Record ``warning`` on the pod (an Event, the audit log): the reconciler's way."""
+        self._warn(pod, warning, None, mode)
+
+    def _warn(self, pod: PodMeta, warning: HookWarning, point: HookPoint | None, mode: str) -> None:
         try:
             self._events.warn(pod, warning.reason, warning.message)
         except Exception:  # a broken event sink must not fail the request
@@ -290,7 +326,7 @@ class HookDispatcher:
             AUDIT_PREFIX + warning.hook,
             f"{warning.reason}: {warning.message}",
             path=str(pod),
-            detail={"mode": mode, "stage": point.value, "left": "unchanged"},
+            detail={"mode": mode, "stage": point.value if point else "", "left": "unchanged"},
         )
 
     def _audit_failures(self, pod: PodMeta, point: HookPoint, outcome: Outcome, mode: str) -> None:
@@ -339,18 +375,39 @@ class HookDispatcher:
             )
 
 
-def _knob_values(resources: Resources) -> list[tuple[Knob[Any], object]]:
-    """(knob, value) pairs to write, in write order; -1 becomes the knobs' None (unlimited)."""
+def knob_values(resources: Resources) -> list[tuple[Knob[Any], object]]:
+    """(knob, value) pairs to write, in write order; -1 becomes the knobs' None (unlimited).
+    cpu.shares is left out where cpu.idle is 1: the kernel refuses it on an idle group (an idle
+    group's weight is fixed) and would refuse it again at every reconcile."""
     out: list[tuple[Knob[Any], object]] = []
     set_fields = resources.set_fields()
     for attr, knob in _KNOBS.items():
         if attr not in set_fields:
+            continue
+        if attr == "cpu_shares" and set_fields.get("cpu_idle") == 1:
             continue
         value = set_fields[attr]
         if attr in ("cfs_quota", "memory_limit") and value == -1:
             value = None
         out.append((knob, value))
     return out
+
+
+def _runtime_only(outcome: Outcome, req: ContainerRequest) -> Outcome:
+    """``outcome`` without the resources no runtime applies to a container being created
+    (:data:`~koordlet.runtimehooks.model.KOORDLET_FIELDS`: its cgroup does not exist yet; the
+    reconciler writes them)."""
+    dropped = KOORDLET_FIELDS & outcome.proposed.resources.set_fields().keys()
+    if not dropped:
+        return outcome
+    logger.debug("pod %s container %s: %s left to the reconciler", req.pod, req.container_name,
+                 sorted(dropped))  # fmt: skip
+    blank = dict.fromkeys(dropped)
+    return replace(
+        outcome,
+        change=replace(outcome.change, resources=replace(outcome.change.resources, **blank)),
+        proposed=replace(outcome.proposed, resources=replace(outcome.proposed.resources, **blank)),
+    )
 
 
 def _text(value: object) -> str:

@@ -5,7 +5,7 @@ ours both talk to it.
 Each RPC becomes a model request, the dispatcher runs the hooks (mode ``proxy``), and the response
 is the request's own values with the merged change applied: upstream's proxy merges a response
 over what it holds, so an empty change gives back what came in. Changes to the container's
-environment cannot be sent (the service has no environment field at the published field
+environment and mounts cannot be sent (the service has no such field at the published field
 numbers; see apis/runtime/v1alpha1/api.proto) and are logged.
 
 At start the server also writes ``koordlet.json`` (endpoint, ``failure-policy: Ignore``, the
@@ -149,12 +149,14 @@ def container_response(
     if pb.HasField("container_resources") or change.resources:
         resp.container_resources.CopyFrom(pb.container_resources)
         apply_resources(resp.container_resources, change.resources)
-    if change.env:
-        logger.info(
-            "pod %s container %s: environment %s not sent (no such field in the hook service)",
+    if change.env or change.mounts:
+        logger.warning(
+            "pod %s container %s: environment %s and mounts %s not sent (the hook service has "
+            "no such fields; NRI mode applies them)",
             f"{pb.pod_meta.namespace}/{pb.pod_meta.name}",
             pb.container_mata.name,
             sorted(change.env),
+            [m.destination for m in change.mounts],
         )
     return resp
 

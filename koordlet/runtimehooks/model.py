@@ -1,6 +1,6 @@
 """The request/response model every hook mode shares (docs/runtimehooks.md).
 
-A mode (the hook server that koord-runtime-proxy calls, the NRI plugin, later the reconciler)
+A mode (the hook server that koord-runtime-proxy calls, the NRI plugin, the reconciler)
 turns what it received into a :class:`PodRequest` or :class:`ContainerRequest`, the framework
 runs the enabled hooks of that :class:`HookPoint` and merges their :class:`Change` objects into
 one, and the mode turns the merged change back into its own response. Hooks never see a protocol
@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from enum import StrEnum
-from typing import Any
+from typing import Any, TypeVar
 
 
 class HookPoint(StrEnum):
@@ -67,6 +67,13 @@ class Resources:
     """cpuset.mems."""
     memory_limit: int | None = None
     """memory.limit_in_bytes; -1 unlimited."""
+    cpu_bvt_warp_ns: int | None = None
+    """cpu.bvt_warp_ns (group identity, Anolis); koordlet-written, see :data:`KOORDLET_FIELDS`."""
+    cpu_idle: int | None = None
+    """cpu.idle (0 or 1); koordlet-written. An idle group has no weight: the kernel refuses
+    cpu.shares on it, so the framework leaves cpu.shares out where cpu.idle is 1."""
+    net_cls_classid: int | None = None
+    """net_cls.classid (tc class, ``major << 16 | minor``); koordlet-written."""
 
     def merged(self, other: Resources) -> Resources:
         """These resources with every field ``other`` sets taking its value."""
@@ -78,6 +85,43 @@ class Resources:
 
     def __bool__(self) -> bool:
         return bool(self.set_fields())
+
+
+RUNTIME_FIELDS = frozenset(
+    {"cpu_shares", "cfs_quota", "cfs_period", "cpuset_cpus", "cpuset_mems", "memory_limit"}
+)
+"""The :class:`Resources` a runtime applies from a container request (CRI's and NRI's
+``LinuxResources`` have them)."""
+KOORDLET_FIELDS = frozenset({"cpu_bvt_warp_ns", "cpu_idle", "net_cls_classid"})
+"""The :class:`Resources` no runtime request carries: the koordlet writes them itself, into the
+pod's cgroup at ``PreRunPodSandbox`` and into pod and container cgroups in the reconciler. A hook
+sets them on pods; set at a container's creation they are dropped (logged), the cgroup does not
+exist yet."""
+
+
+@dataclass(frozen=True, slots=True)
+class Mount:
+    """A bind mount to add to a container (NRI ``Mount``; the CRI hook service has none)."""
+
+    destination: str
+    """Path in the container."""
+    source: str
+    """Path on the host."""
+    type: str = "bind"
+    """Mount type."""
+    options: tuple[str, ...] = ("rbind",)
+    """Mount options."""
+
+
+@dataclass(frozen=True, slots=True)
+class CoreSchedTarget:
+    """The core scheduling a container's threads should have (the ``CoreSched`` hook)."""
+
+    group: str
+    """The cookie group: containers of one group share one cookie, and so may share a core's
+    SMT siblings; different groups never do."""
+    enabled: bool
+    """False: the threads get the default cookie back (0)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,12 +204,20 @@ class Change:
     """Environment variables to add or overwrite (containers only)."""
     cgroup_parent: str | None = None
     """A new cgroup parent for the pod (pod sandbox only)."""
+    mounts: tuple[Mount, ...] = ()
+    """Mounts to add to the container (NRI applies them; the proxy cannot, it logs them)."""
+    resctrl_group: str | None = None
+    """The resctrl control group the container's threads belong in; the koordlet moves them
+    once they exist (``PostStartContainer``)."""
+    core_sched: CoreSchedTarget | None = None
+    """The core scheduling cookie group of the container's threads; the koordlet assigns the
+    cookie once they exist (``PostStartContainer``, the reconciler)."""
     reason: str = ""
     """Why, with the inputs, for the audit log (``BE batch-cpu request 1000m``)."""
 
     def __bool__(self) -> bool:
-        return bool(self.resources or self.annotations or self.env) or (
-            self.cgroup_parent is not None
+        return bool(self.resources or self.annotations or self.env or self.mounts) or any(
+            v is not None for v in (self.cgroup_parent, self.resctrl_group, self.core_sched)
         )
 
     def merged(self, other: Change) -> Change:
@@ -175,11 +227,19 @@ class Change:
             resources=self.resources.merged(other.resources),
             annotations={**self.annotations, **other.annotations},
             env={**self.env, **other.env},
-            cgroup_parent=(
-                other.cgroup_parent if other.cgroup_parent is not None else self.cgroup_parent
-            ),
+            cgroup_parent=_later(self.cgroup_parent, other.cgroup_parent),
+            mounts=self.mounts + tuple(m for m in other.mounts if m not in self.mounts),
+            resctrl_group=_later(self.resctrl_group, other.resctrl_group),
+            core_sched=_later(self.core_sched, other.core_sched),
             reason=reasons,
         )
+
+
+_T = TypeVar("_T")
+
+
+def _later(first: _T | None, then: _T | None) -> _T | None:
+    return then if then is not None else first
 
 
 NO_CHANGE = Change()

@@ -166,6 +166,10 @@ def adjustment(change: Change) -> nriapi.ContainerAdjustment:
         adjust.annotations[key] = value
     for key, value in sorted(change.env.items()):
         adjust.env.add(key=key, value=value)
+    for m in change.mounts:
+        adjust.mounts.add(
+            destination=m.destination, type=m.type, source=m.source, options=list(m.options)
+        )
     if change.resources:
         to_linux_resources(change.resources, adjust.linux.resources)
     return adjust

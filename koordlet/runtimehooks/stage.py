@@ -1,12 +1,15 @@
-"""The daemon's ``runtimehooks`` stage: the dispatcher, the hook server and the NRI plugin.
+"""The daemon's ``runtimehooks`` stage: the dispatcher, the hook server, the NRI plugin and the
+reconciler.
 
 Start (after ``qos``, before ``server``): build the dispatcher over :data:`table.HOOKS` with the
-koordlet's gates; start the hook server when ``--runtime-hooks-addr`` is set and its folder
+koordlet's gates (and, with ``CoreSched`` or ``Resctrl`` on, the container effects, probed once);
+start the hook server when ``--runtime-hooks-addr`` is set and its folder
 exists (a missing folder is reported as unsupported, with the reason, not created: the systemd
 unit's ``RuntimeDirectory`` and the DaemonSet's mount provide it), then write ``koordlet.json``
 for koord-runtime-proxy when its folder exists; with ``--enable-nri-runtime-hook`` run the NRI
 plugin's loop under the daemon's supervisor (it waits for the runtime's socket in the
-background). Stop: the plugin first, then the server (requests in flight get a second).
+background); run the reconciler every ``--runtime-hooks-reconcile-interval`` under the same
+supervisor. Stop: the loops first, then the server (requests in flight get a second).
 """
 
 from __future__ import annotations
@@ -17,11 +20,13 @@ import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from koordlet.runtimehooks.effects import ContainerEffects, build_effects
 from koordlet.runtimehooks.events import EventSink, KubeEventSink, LogEventSink
 from koordlet.runtimehooks.framework import DispatcherOptions, HookDispatcher
 from koordlet.runtimehooks.metrics import HookMetrics
 from koordlet.runtimehooks.model import HookPoint
 from koordlet.runtimehooks.nri import NriOptions, NriPlugin
+from koordlet.runtimehooks.reconciler import HookReconciler
 from koordlet.runtimehooks.table import HOOKS, HookContext
 
 if TYPE_CHECKING:
@@ -31,6 +36,7 @@ if TYPE_CHECKING:
     from koordlet.executor.audit import AuditLog
     from koordlet.executor.writer import CgroupWriter
     from koordlet.runtimehooks.hookserver import HookServer
+    from koordlet.statesinformer.model import WorkloadSnapshot
     from koordlet.supervisor import Supervisor
     from kubeclient.client import KubeClient
 
@@ -44,17 +50,27 @@ class RuntimeHooks:
         self.dispatcher = dispatcher
         self.server: HookServer | None = None
         self.nri: NriPlugin | None = None
-        self.unsupported: dict[str, str] = {}
-        """``hookserver`` / ``nri`` -> why it does not run here (``/debug/capabilities``)."""
+        self.reconciler: HookReconciler | None = None
+        self._unsupported: dict[str, str] = {}
         self._events: EventSink = LogEventSink()
+
+    @property
+    def unsupported(self) -> dict[str, str]:
+        """``hookserver`` / ``nri`` / ``resctrl`` / ``coresched`` -> why it does not run here
+        (``/debug/capabilities``)."""
+        effects = self.dispatcher.effects
+        return {**self._unsupported, **(effects.unsupported if effects is not None else {})}
 
     def describe(self) -> dict[str, Any]:
         """JSON-ready state for ``/debug/runtimehooks``."""
+        effects = self.dispatcher.effects
         return {
             **self.dispatcher.describe(),
             "server": None if self.server is None else {"socket": self.server.path},
             "nri": None if self.nri is None else self.nri.describe(),
-            "unsupported": dict(self.unsupported),
+            "reconciler": None if self.reconciler is None else self.reconciler.describe(),
+            "effects": None if effects is None else effects.describe(),
+            "unsupported": self.unsupported,
         }
 
     async def stop(self, _timeout: float = 1.0) -> None:
@@ -75,10 +91,22 @@ async def start_runtime_hooks(
     supervisor: Supervisor,
     kube: KubeClient | None,
     enabled: Callable[[str], bool],
+    workloads: Callable[[], WorkloadSnapshot],
 ) -> RuntimeHooks:
     """Start the stage; see the module docstring."""
     rh = cfg.runtime_hooks
     events: EventSink = LogEventSink() if kube is None else KubeEventSink(kube, cfg.node_name)
+    effects: ContainerEffects | None = None
+    if enabled("CoreSched") or enabled("Resctrl"):
+        effects = await asyncio.to_thread(
+            build_effects,
+            ctx.host,
+            writer,
+            audit,
+            resctrl=enabled("Resctrl"),
+            core_sched=enabled("CoreSched"),
+            dry_run=cfg.qos.dry_run,
+        )
     dispatcher = HookDispatcher(
         HOOKS,
         ctx,
@@ -92,6 +120,7 @@ async def start_runtime_hooks(
         writer=writer,
         audit=audit,
         events=events,
+        effects=effects,
     )
     hooks = RuntimeHooks(dispatcher)
     hooks._events = events
@@ -99,13 +128,13 @@ async def start_runtime_hooks(
         "runtime hooks: %s", ", ".join(dispatcher.enabled_hooks) or "none enabled by the gates"
     )
     if not rh.addr:
-        hooks.unsupported["hookserver"] = "disabled (--runtime-hooks-addr is empty)"
+        hooks._unsupported["hookserver"] = "disabled (--runtime-hooks-addr is empty)"
     elif not await asyncio.to_thread(os.path.isdir, os.path.dirname(rh.addr)):
         reason = (
             f"folder {os.path.dirname(rh.addr)} of --runtime-hooks-addr absent (the systemd "
             "unit's RuntimeDirectory or the DaemonSet's mount makes it)"
         )
-        hooks.unsupported["hookserver"] = reason
+        hooks._unsupported["hookserver"] = reason
         logger.warning("runtime hook server not started: %s", reason)
     else:
         # imported here: grpc is loaded only where the hook server runs
@@ -126,7 +155,7 @@ async def start_runtime_hooks(
                 rh.host_endpoint,
             )
     if not rh.nri:
-        hooks.unsupported["nri"] = "disabled (--enable-nri-runtime-hook=false)"
+        hooks._unsupported["nri"] = "disabled (--enable-nri-runtime-hook=false)"
     else:
         plugin = NriPlugin(
             dispatcher,
@@ -142,4 +171,30 @@ async def start_runtime_hooks(
         )
         hooks.nri = plugin
         supervisor.spawn("nri-plugin", plugin.run, component="runtimehooks")
+    if dispatcher.by_level:
+        reconciler = HookReconciler(
+            dispatcher,
+            workloads=workloads,
+            host=ctx.host,
+            executor=writer,
+            capabilities=ctx.capabilities,
+            interval=rh.reconcile_interval,
+        )
+        hooks.reconciler = reconciler
+
+        async def reconcile_round() -> None:
+            await reconciler.reconcile()
+
+        supervisor.spawn_loop(
+            "runtimehooks-reconciler",
+            reconcile_round,
+            rh.reconcile_interval,
+            component="runtimehooks",
+            step_timeout=max(rh.reconcile_interval * 3, 30.0),
+        )
+        logger.info(
+            "runtime hooks reconciler every %gs: %s",
+            rh.reconcile_interval,
+            {lv.value: [n for n, _ in hs] for lv, hs in dispatcher.by_level.items()},
+        )
     return hooks

@@ -224,6 +224,26 @@ def _created_at(meta: Obj) -> float | None:
         return None
 
 
+def extended_resources(containers: list[Obj]) -> dict[str, Mapping[str, Mapping[str, str]]]:
+    """Container name -> the batch and mid resources of its ``requests`` and ``limits`` (the
+    quantities as written), for containers that have any (upstream
+    ``util.GetPodExtendedResources``)."""
+    out: dict[str, Mapping[str, Mapping[str, str]]] = {}
+    for c in containers:
+        resources = c.get("resources") or {}
+        kinds = {
+            kind: {
+                name: str(value)
+                for name, value in (resources.get(kind) or {}).items()
+                if name in EXTENDED_RESOURCES
+            }
+            for kind in ("requests", "limits")
+        }
+        if kinds["requests"] or kinds["limits"]:
+            out[str(c.get("name", ""))] = MappingProxyType(kinds)
+    return out
+
+
 def pod_info(pod: Obj, layout: CgroupLayout) -> PodInfo:
     """A Kubernetes pod as the inventory describes it. Raises ``ValueError`` on a pod whose UID
     or resources cannot be read (the caller skips it)."""
@@ -278,6 +298,7 @@ def pod_info(pod: Obj, layout: CgroupLayout) -> PodInfo:
         created_at=_created_at(meta),
         qos_label=qos_label_of(labels),
         extended_requests=MappingProxyType(_extended_requests(spec)),
+        extended_resources=MappingProxyType(extended_resources(spec_containers)),
     )
 
 

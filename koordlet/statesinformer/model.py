@@ -77,6 +77,10 @@ class PodInfo:
     (restartable init) containers: ``kubernetes.io/batch-cpu`` and ``mid-cpu`` in milli-cores
     (the quantity's integer value), ``batch-memory`` and ``mid-memory`` in bytes; empty when the
     source knows none (kubelet-free discovery)."""
+    extended_resources: Mapping[str, Mapping[str, Mapping[str, str]]] = field(default_factory=dict)
+    """Container name -> ``{"requests": {...}, "limits": {...}}`` of its batch and mid resources
+    (``kubernetes.io/batch-cpu``...) as the spec writes them, for containers that have any;
+    empty when none or when the source has no spec (the runtime hooks' reconciler)."""
 
 
 @dataclass(frozen=True, slots=True)

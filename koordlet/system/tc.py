@@ -184,6 +184,12 @@ def default_route_link(ipr: Any) -> Link | None:
     return Link(index, link_name(ipr, index))
 
 
+def link_by_name(ipr: Any, name: str) -> Link | None:
+    """The interface called ``name`` in this namespace; None when there is none."""
+    found = ipr.link_lookup(ifname=name)
+    return Link(int(found[0]), name) if found else None
+
+
 def link_name(ipr: Any, index: int) -> str:
     """The name of interface ``index``."""
     links = ipr.get_links(index)

@@ -185,7 +185,11 @@ async def test_stages_start_in_order_serve_ready_and_stop_in_reverse(
         assert await run.get("/readyz") == (200, "ok")
         tasks = (await run.json("/debug/tasks"))["tasks"]
         assert sorted(t["name"] for t in tasks) == sorted(
-            ["collect", *(f"qos/{n}" for n in (s.name for s in STRATEGIES) if daemon_gate_on(n))]
+            [
+                "collect",
+                *(f"qos/{n}" for n in (s.name for s in STRATEGIES) if daemon_gate_on(n)),
+                "runtimehooks-reconciler",  # the default gates enable hooks it applies
+            ]
         )
 
     events = stage_events(caplog.records)
@@ -382,7 +386,7 @@ async def test_the_qos_manager_runs_each_strategy_and_counts_its_failures(fake: 
         samples = await run.samples()
         names = {t["name"] for t in (await run.json("/debug/tasks"))["tasks"]}
 
-    assert names == {"collect", "qos/good", "qos/bad"}
+    assert names == {"collect", "qos/good", "qos/bad", "runtimehooks-reconciler"}
     errors = one_value(samples, "koordlet_step_errors_total", component="qos", name="qos/bad")
     assert errors is not None
     assert errors >= 1

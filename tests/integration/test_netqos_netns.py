@@ -30,9 +30,13 @@ import yaml
 
 from apis.extension import KubeQOS
 from apis.netqos import NetQoSClass, class_id_of
+from koordlet.executor import restore
+from koordlet.executor.originals import Original
 from koordlet.executor.tc import ClassPlan, TCWriter, TreePlan, TreeResult
 from koordlet.executor.writer import WriteResult
 from koordlet.system import tc
+from koordlet.system.cgroups import detect_layout
+from koordlet.system.host import Host
 from koordlet.system.paths import HostPaths
 from tests.daemon import free_port
 from tests.daemon.test_daemon_process import REPO, Proc
@@ -369,3 +373,45 @@ def test_the_tree_writer_takes_over_only_default_or_its_own_qdiscs(undo: Undo) -
     kept = in_netns(pair.a, lambda: writer.remove(link, strategy="netqos", reason="test"))
     assert "not ours" in kept.refused
     assert "htb 1:" in qdisc()
+
+
+def test_reset_takes_down_the_tree_the_koordlet_installed_and_only_that(undo: Undo) -> None:
+    pair = veth_namespaces(undo)
+    recorded: list[Original] = []
+    audit: list[WriteResult] = []
+    writer = TCWriter(record_original=recorded.append)
+    link = in_netns(pair.a, writer.default_link)
+    assert link is not None
+    classes = (
+        ClassPlan("root", 0x10001, 0x10000, TOTAL, TOTAL, 0),
+        ClassPlan("be_class", 0x10004, 0x10001, 10 * M, 20 * M, 3),
+    )
+    in_netns(pair.a, lambda: writer.ensure(TreePlan(link, classes, 2), strategy="t", reason="t"))
+    in_netns(pair.a, lambda: writer.ensure(TreePlan(link, classes, 2), strategy="t", reason="t"))
+    # Recorded once, before the kernel's default root qdisc was first replaced.
+    assert [(o.kind, o.path) for o in recorded] == [("tc_tree", f"tc:{pair.a_if}")]
+    host = Host(HostPaths(), detect_layout(HostPaths()))
+    steps = [s for s in restore.plan(host, recorded) if s.kind == "tc_tree"]
+    assert [(s.path, s.target) for s in steps] == [(f"tc:{pair.a_if}", "remove")]
+
+    dry = in_netns(pair.a, lambda: restore.remove_tree_step(steps[0], True, audit.append))
+    assert dry.result is not None
+    assert dry.result.dry_run
+    assert "htb" in root_kind(pair.a, link.index)
+
+    done = in_netns(pair.a, lambda: restore.remove_tree_step(steps[0], False, audit.append))
+    assert done.result is not None
+    assert done.result.changed
+    assert audit[-1].path == f"tc:{pair.a_if}/qdisc root"
+    assert "htb" not in root_kind(pair.a, link.index)
+    again = in_netns(pair.a, lambda: restore.remove_tree_step(steps[0], False, audit.append))
+    assert again.skipped == "no koordlet tree left"
+
+
+def root_kind(ns: str, index: int) -> str:
+    def read() -> str:
+        with tc.rtnl() as ipr:
+            root = tc.root_qdisc(ipr, index)
+            return "none" if root is None else root.kind
+
+    return in_netns(ns, read)

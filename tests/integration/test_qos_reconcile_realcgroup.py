@@ -25,6 +25,7 @@ import pytest
 from apis.extension import KubeQOS, QoSClass
 from koordlet.collectors.nodeinfo import node_info_dict
 from koordlet.executor import CgroupWriter
+from koordlet.features import FeatureGates
 from koordlet.metriccache.store import MetricCache
 from koordlet.qos.cgreconcile import MECH_CPU_IDLE, MECH_SHARES, CgroupReconcile
 from koordlet.qos.framework import QoSBook, StrategyContext
@@ -48,6 +49,10 @@ pytestmark = [
         reason="needs the cgroup v1 cpu, cpuset and memory hierarchies",
     ),
 ]
+
+HOOKS_OFF = FeatureGates({"GroupIdentity": False, "CPUSetAllocator": False})
+"""The runtime hooks that own pods' group identity and cpusets while their gates are on are off:
+this strategy writes those too (docs/runtimehooks.md, "Who writes what")."""
 
 
 def _read(path: str) -> str:
@@ -142,7 +147,7 @@ def _rig(t: Tree, pods: list[PodInfo], raw: dict[str, Any]) -> SimpleNamespace:
     writer = CgroupWriter(t.host)
     ctx = StrategyContext(
         host=lambda: t.host,
-        config=config(),
+        config=config(HOOKS_OFF),
         cache=cache,
         executor=writer,
         workloads=lambda: WorkloadSnapshot(pods={p.uid: p for p in box["pods"]}),

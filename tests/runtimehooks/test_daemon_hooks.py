@@ -5,12 +5,15 @@ not, and the socket is gone after stop."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import grpc
 
 from apis.runtime.v1alpha1 import api_pb2 as hookapi
 from koordlet.config import RuntimeHooksConfig
+from koordlet.features import FeatureGates
+from koordlet.runtimehooks import cookies
 from tests.daemon import one_value
 from tests.daemon.test_daemon_inprocess import fake as fake  # the fixture
 from tests.daemon.test_daemon_inprocess import make_config, running
@@ -74,3 +77,24 @@ async def test_a_missing_socket_folder_is_reported_not_created(
         assert "absent" in caps["runtimehooks/hookserver"]["reason"]
         assert "disabled" in caps["runtimehooks/nri"]["reason"]
     assert not (tmp_path / "absent").exists()
+
+
+async def test_what_this_host_cannot_do_for_the_hooks_is_in_debug_capabilities(
+    fake: FakeHost,
+) -> None:
+    """CoreSched and Resctrl on: the fake node has no resctrl mount, and this kernel (the real
+    prctl is asked) no core scheduling; both are reported with the reason, the reconciler runs."""
+    gates = FeatureGates({"CoreSched": True, "Resctrl": True, "TCNetworkQoS": True})
+    cfg = replace(make_config(fake), feature_gates=gates)
+    async with running(cfg) as run:
+        caps = await run.json("/debug/capabilities")
+        assert "not mounted" in caps["runtimehooks/resctrl"]["reason"]
+        why = cookies.probe()
+        if why:  # a kernel without CONFIG_SCHED_CORE, as this machine's
+            assert caps["runtimehooks/coresched"] == {"supported": False, "reason": why}
+        else:
+            assert "runtimehooks/coresched" not in caps
+        # v1 without a net_cls mount, or v2: the tc class id knob names its reason
+        assert caps["net_cls_classid"]["supported"] is False
+        tasks = await run.json("/debug/tasks")
+        assert "runtimehooks-reconciler" in json.dumps(tasks)

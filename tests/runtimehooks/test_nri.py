@@ -20,7 +20,8 @@ from apis.slo_inforce import NodeSLOInForce
 from koordlet.executor.writer import CgroupWriter
 from koordlet.runtimehooks.framework import DispatcherOptions, HookDispatcher
 from koordlet.runtimehooks.metrics import HookMetrics
-from koordlet.runtimehooks.nri import NriOptions, NriPlugin
+from koordlet.runtimehooks.model import Change, Mount
+from koordlet.runtimehooks.nri import NriOptions, NriPlugin, adjustment
 from koordlet.runtimehooks.table import HOOKS, HookContext
 from koordlet.system.cgroups import CgroupDriver, CgroupVersion
 from tests.fakehost import FakeHost
@@ -232,3 +233,16 @@ async def test_without_the_socket_the_plugin_waits_and_registers_once_it_appears
     finally:
         await stop(task)
         await rt.stop()
+
+
+def test_an_adjustment_carries_environment_and_mounts_at_nris_field_numbers() -> None:
+    # containerd/nri pkg/api/api.proto: ContainerAdjustment{mounts=3, env=4}, Mount{destination=1,
+    # type=2, source=3, options=4}, KeyValue{key=1, value=2}; encoded here by hand
+    change = Change(
+        env={"NVIDIA_VISIBLE_DEVICES": "0"},
+        mounts=(Mount("/d", "/s"),),
+    )
+    mount = b"\x0a\x02/d" + b"\x12\x04bind" + b"\x1a\x02/s" + b"\x22\x05rbind"
+    env = b"\x0a\x16NVIDIA_VISIBLE_DEVICES" + b"\x12\x010"
+    want = b"\x1a" + bytes([len(mount)]) + mount + b"\x22" + bytes([len(env)]) + env
+    assert adjustment(change).SerializeToString() == want

@@ -5,8 +5,9 @@ containers' real cgroup v1 files.
 - a BE pod: the sandbox's pod cgroup gets the batch shares, quota and memory limit (written by
   the koordlet through its executor at RunPodSandbox), and its container the container's, in the
   OCI spec at CreateContainer and so in its cgroup when it starts;
-- a pod whose hook answer pins CPUs (a test hook standing in for CPUSetAllocator, which comes
-  with the cpuset hooks) gets them in cpuset.cpus;
+- an LSR pod that the scheduler bound to CPU 0 (``scheduling.koordinator.sh/resource-status``)
+  gets it in its container's cpuset.cpus from the CPUSetAllocator hook, and no CFS quota on its
+  pod (written by the koordlet at RunPodSandbox) nor its container (koordinator#489);
 - with the koordlet stopped, containers are created unchanged (and promptly); once it is back,
   adjusted again, through the same proxy.
 """
@@ -28,15 +29,14 @@ from google.protobuf.message import Message
 from prometheus_client import CollectorRegistry
 
 from apis.cri.v1 import api_pb2 as cri
-from apis.extension import LABEL_POD_QOS
+from apis.extension import ANNOTATION_RESOURCE_STATUS, LABEL_POD_QOS
 from apis.slo_inforce import NodeSLOInForce
 from koordlet.executor.audit import AuditLog
 from koordlet.executor.writer import CgroupWriter
 from koordlet.runtimehooks.framework import HookDispatcher
 from koordlet.runtimehooks.hookserver import HookServer
 from koordlet.runtimehooks.metrics import HookMetrics
-from koordlet.runtimehooks.model import Change, ContainerRequest, HookPoint, PodRequest, Resources
-from koordlet.runtimehooks.table import HOOKS, HookContext, HookSpec
+from koordlet.runtimehooks.table import HOOKS, HookContext
 from koordlet.system.cgroups import CgroupDriver, CgroupVersion
 from koordlet.system.host import Host
 from koordlet.system.paths import HostPaths
@@ -53,28 +53,6 @@ pytestmark = [
 RUNTIME = "/runtime.v1.RuntimeService/"
 GI = 1 << 30
 M = TypeVar("M", bound=Message)
-
-
-class PinCPUs:
-    """Test hook: LSR pods get CPU 0 (the cpuset hooks that read the scheduler's allocation are
-    the next step; this proves the pinning reaches cpuset.cpus through proxy and runtime)."""
-
-    def pod(self, req: PodRequest) -> Change | None:
-        return None
-
-    def container(self, req: ContainerRequest) -> Change | None:
-        if req.pod_labels.get(LABEL_POD_QOS) != "LSR":
-            return None
-        return Change(Resources(cpuset_cpus="0"), reason="test: pin LSR to CPU 0")
-
-
-TABLE = {
-    **HOOKS,
-    "PinCPUs": HookSpec(
-        "PinCPUs", "CPUSetAllocator", "test", frozenset({HookPoint.PRE_CREATE_CONTAINER}),
-        lambda _ctx: PinCPUs(),
-    ),
-}  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -106,7 +84,7 @@ class Stack:
 
     async def start_koordlet(self) -> None:
         dispatcher = HookDispatcher(
-            TABLE,
+            HOOKS,
             HookContext(node_slo=NodeSLOInForce),
             enabled=lambda gate: True,
             metrics=HookMetrics(CollectorRegistry()),
@@ -121,11 +99,13 @@ class Stack:
             self.koordlet = None
 
     async def run_pod(
-        self, labels: dict[str, str], annotations: dict[str, str]
+        self, labels: dict[str, str], annotations: dict[str, str], *, pod_quota: int = 0
     ) -> tuple[str, cri.PodSandboxConfig, str]:
         uid = str(uuid.uuid4())
         rel = f"besteffort/pod{uid}"
         self.ctrd.make_pod_cgroup(rel)
+        if pod_quota:  # the kubelet's pod-level limit, before the sandbox
+            (self.ctrd.cgroup("cpu", rel) / "cpu.cfs_quota_us").write_text(str(pod_quota))
         cfg = cri.PodSandboxConfig(
             metadata=cri.PodSandboxMetadata(name=f"pod-{uid[:8]}", namespace="default", uid=uid),
             labels=labels,
@@ -141,7 +121,13 @@ class Stack:
         return resp.pod_sandbox_id, cfg, rel
 
     async def create(
-        self, sandbox: str, cfg: cri.PodSandboxConfig, name: str, attempt: int = 0
+        self,
+        sandbox: str,
+        cfg: cri.PodSandboxConfig,
+        name: str,
+        attempt: int = 0,
+        *,
+        cpu_quota: int = 0,
     ) -> str:
         config = cri.ContainerConfig(
             metadata=cri.ContainerMetadata(name=name, attempt=attempt),
@@ -149,6 +135,7 @@ class Stack:
         )
         config.linux.resources.cpu_shares = 2  # what the kubelet sets for a BestEffort container
         config.linux.resources.cpu_period = 100_000
+        config.linux.resources.cpu_quota = cpu_quota
         req = cri.CreateContainerRequest(pod_sandbox_id=sandbox, config=config, sandbox_config=cfg)
         return (await self.call("CreateContainer", req, cri.CreateContainerResponse)).container_id
 
@@ -236,11 +223,17 @@ async def test_a_be_pod_gets_its_batch_resources_in_its_real_cgroups(stack: Stac
     assert stack.read("memory", crel, "memory.limit_in_bytes") == str(GI)
 
 
-async def test_pinned_cpus_of_an_lsr_pod_reach_cpuset_cpus(stack: Stack) -> None:
-    sandbox, cfg, rel = await stack.run_pod({LABEL_POD_QOS: "LSR"}, {})
-    cid = await stack.create(sandbox, cfg, "main")
+async def test_an_lsr_pods_scheduled_cpus_reach_cpuset_cpus_and_its_quota_is_unset(
+    stack: Stack,
+) -> None:
+    bound = {ANNOTATION_RESOURCE_STATUS: json.dumps({"cpuset": "0"})}
+    sandbox, cfg, rel = await stack.run_pod({LABEL_POD_QOS: "LSR"}, bound, pod_quota=50_000)
+    assert stack.read("cpu", rel, "cpu.cfs_quota_us") == "-1"  # the pod's, by the koordlet
+    cid = await stack.create(sandbox, cfg, "main", cpu_quota=50_000)  # as a kubelet limit sets
+    assert (await stack.spec_resources(cid))["cpu"]["cpus"] == "0"  # type: ignore[index]
     await stack.start(cid)
     assert stack.read("cpuset", f"{rel}/{cid}", "cpuset.cpus") == "0"
+    assert stack.read("cpu", f"{rel}/{cid}", "cpu.cfs_quota_us") == "-1"
 
 
 async def test_the_proxy_passes_through_while_the_koordlet_is_down_and_adjusts_once_back(

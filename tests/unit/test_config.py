@@ -142,6 +142,7 @@ SAMPLES: dict[str, tuple[str, Any, Any, Any]] = {
         frozenset({"PreCreateContainer"}),
     ),
     "runtimeHooks.timeout": ("250ms", 0.25, 2, 2.0),
+    "runtimeHooks.reconcileInterval": ("30s", 30.0, 5, 5.0),
     "runtimeHooks.nri": ("false", False, False, False),
     "runtimeHooks.varRunRootDir": ("/host-var-run/", "/host-var-run", "/v", "/v"),
     "runtimeHooks.nriSocketPath": ("nri.sock", "nri.sock", "/run/nri.sock", "/run/nri.sock"),

@@ -361,7 +361,7 @@ class HugepageLimit(_message.Message):
     def __init__(self, page_size: _Optional[str] = ..., limit: _Optional[int] = ...) -> None: ...
 
 class ContainerAdjustment(_message.Message):
-    __slots__ = ("annotations", "env", "linux")
+    __slots__ = ("annotations", "mounts", "env", "linux")
     class AnnotationsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -370,12 +370,14 @@ class ContainerAdjustment(_message.Message):
         value: str
         def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
     ANNOTATIONS_FIELD_NUMBER: _ClassVar[int]
+    MOUNTS_FIELD_NUMBER: _ClassVar[int]
     ENV_FIELD_NUMBER: _ClassVar[int]
     LINUX_FIELD_NUMBER: _ClassVar[int]
     annotations: _containers.ScalarMap[str, str]
+    mounts: _containers.RepeatedCompositeFieldContainer[Mount]
     env: _containers.RepeatedCompositeFieldContainer[KeyValue]
     linux: LinuxContainerAdjustment
-    def __init__(self, annotations: _Optional[_Mapping[str, str]] = ..., env: _Optional[_Iterable[_Union[KeyValue, _Mapping]]] = ..., linux: _Optional[_Union[LinuxContainerAdjustment, _Mapping]] = ...) -> None: ...
+    def __init__(self, annotations: _Optional[_Mapping[str, str]] = ..., mounts: _Optional[_Iterable[_Union[Mount, _Mapping]]] = ..., env: _Optional[_Iterable[_Union[KeyValue, _Mapping]]] = ..., linux: _Optional[_Union[LinuxContainerAdjustment, _Mapping]] = ...) -> None: ...
 
 class LinuxContainerAdjustment(_message.Message):
     __slots__ = ("resources", "cgroups_path", "oom_score_adj")
@@ -410,6 +412,18 @@ class ContainerEviction(_message.Message):
     container_id: str
     reason: str
     def __init__(self, container_id: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
+
+class Mount(_message.Message):
+    __slots__ = ("destination", "type", "source", "options")
+    DESTINATION_FIELD_NUMBER: _ClassVar[int]
+    TYPE_FIELD_NUMBER: _ClassVar[int]
+    SOURCE_FIELD_NUMBER: _ClassVar[int]
+    OPTIONS_FIELD_NUMBER: _ClassVar[int]
+    destination: str
+    type: str
+    source: str
+    options: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, destination: _Optional[str] = ..., type: _Optional[str] = ..., source: _Optional[str] = ..., options: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class KeyValue(_message.Message):
     __slots__ = ("key", "value")
