@@ -94,6 +94,14 @@ def job_of(server: DeschedulerFakeApiServer) -> dict[str, Any]:
     return job
 
 
+def job_event_reasons(server: DeschedulerFakeApiServer) -> set[str]:
+    return {
+        e["reason"]
+        for (plural, _, _), e in server.objects.items()
+        if plural == "events" and e["regarding"].get("kind") == "PodMigrationJob"
+    }
+
+
 def condition(job: dict[str, Any], kind: str) -> dict[str, Any] | None:
     return next(
         (c for c in (job.get("status") or {}).get("conditions") or [] if c["type"] == kind), None
@@ -190,6 +198,8 @@ async def test_a_hot_nodes_pod_moves_through_a_reservation_to_the_cold_node(api)
         await eventually(
             lambda: (job_of(server).get("status") or {}).get("phase") == "Succeeded", within=20
         )
+        # the Complete Event follows the status write that made the job Succeeded
+        await eventually(lambda: "Complete" in job_event_reasons(server))
     status = job_of(server)["status"]
     assert status["status"] == "Complete"
     assert status["message"] == f'Bind Pod "default/web-new" in Reservation "{rname}"'
@@ -204,11 +214,7 @@ async def test_a_hot_nodes_pod_moves_through_a_reservation_to_the_cold_node(api)
     ):
         assert kind in kinds
     assert all(c["status"] == "True" for c in status["conditions"])
-    reasons = {
-        e["reason"]
-        for (plural, _, _), e in server.objects.items()
-        if plural == "events" and e["regarding"].get("kind") == "PodMigrationJob"
-    }
+    reasons = job_event_reasons(server)
     assert {
         "ReservationCreated",
         "ReservationScheduled",
