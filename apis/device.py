@@ -29,10 +29,10 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
+from apis.extension import NODE_DOMAIN_PREFIX
 from apis.groups import SCHEDULING_API_VERSION
 from apis.quantity import format_bytes, int_value
 from apis.scheduling_keys import (
-    NODE_DOMAIN_PREFIX,
     RESOURCE_GPU_CORE,
     RESOURCE_GPU_MEMORY,
     RESOURCE_GPU_MEMORY_RATIO,

@@ -38,6 +38,7 @@ from types import MappingProxyType
 
 from apis.extension import LABEL_POD_QOS, NODE_DOMAIN_PREFIX, QoSClass
 from apis.quantity import parse_quantity
+from apis.slo import SchemaError
 
 ANNOTATION_NODE_NETWORK_BANDWIDTH = NODE_DOMAIN_PREFIX + "network-bandwidth"
 """Node annotation: the node's total network bandwidth, a quantity in bit/s (``1000M``);
@@ -120,35 +121,35 @@ def pod_net_qos_class(labels: Mapping[str, str]) -> NetQoSClass | None:
 
 def bandwidth_bps(value: int | str, total_bps: int, *, field: str = "") -> int:
     """A ``networkQOS`` request or limit in bit/s: an int is a percent of ``total_bps``
-    (0..100), a string a quantity in bit/s. ``ValueError`` naming ``field`` otherwise."""
-    where = f"{field}: " if field else ""
+    (0..100), a string a quantity in bit/s. :class:`~apis.slo.SchemaError` (a ``ValueError``)
+    naming ``field`` otherwise."""
     if isinstance(value, bool):
-        raise ValueError(f"{where}{value!r} is not a percent or a quantity")  # noqa: TRY004
+        raise SchemaError(f"{value!r} is not a percent or a quantity", field=field)
     if isinstance(value, int):
         if not 0 <= value <= 100:
-            raise ValueError(f"{where}percent {value} outside 0..100")
+            raise SchemaError(f"percent {value} outside 0..100", field=field)
         return total_bps * value // 100
     try:
         bps = parse_quantity(value).int_value
     except ValueError as err:
-        raise ValueError(f"{where}{value!r} is not a quantity such as '50M': {err}") from err
+        raise SchemaError(f"{value!r} is not a quantity such as '50M': {err}", field=field) from err
     if bps < 0:
-        raise ValueError(f"{where}{value!r} is negative")
+        raise SchemaError(f"{value!r} is negative", field=field)
     return bps
 
 
 def node_bandwidth_bps(annotations: Mapping[str, str]) -> int | None:
     """The node's ``node.koordinator.sh/network-bandwidth`` in bit/s; None when absent.
-    ``ValueError`` naming the annotation when it is not a positive quantity."""
+    :class:`~apis.slo.SchemaError` (a ``ValueError``) naming the annotation when it is not a
+    positive quantity."""
     text = annotations.get(ANNOTATION_NODE_NETWORK_BANDWIDTH)
     if text is None:
         return None
+    source = f"annotation {ANNOTATION_NODE_NETWORK_BANDWIDTH}={text!r}"
     try:
         bps = parse_quantity(text).int_value
     except ValueError as err:
-        raise ValueError(
-            f"annotation {ANNOTATION_NODE_NETWORK_BANDWIDTH}={text!r} is not a quantity: {err}"
-        ) from err
+        raise SchemaError(f"is not a quantity: {err}", source=source) from err
     if bps <= 0:
-        raise ValueError(f"annotation {ANNOTATION_NODE_NETWORK_BANDWIDTH}={text!r} is not > 0")
+        raise SchemaError("is not > 0", source=source)
     return bps

@@ -18,7 +18,8 @@ NodeResourceTopology that other components read:
 Each value is written as Go's ``json.Marshal`` writes the upstream struct (:func:`go_marshal`):
 compact, fields in declaration order, ``omitempty`` fields left out when empty, ``<``, ``>`` and
 ``&`` escaped. The parsers accept what upstream's ``json.Unmarshal`` accepts and raise
-``ValueError`` naming the annotation otherwise.
+:class:`~apis.slo.SchemaError` (a ``FieldError`` and a ``ValueError``) otherwise, its ``source``
+the annotation and its ``field`` the JSON field (``reservedCPUs``).
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from apis.cpulist import format_cpulist, parse_cpulist
 from apis.extension import ANNOTATION_NODE_SYSTEM_QOS_RESOURCE
 from apis.manager_keys import ANNOTATION_CPU_BASIC_INFO, ANNOTATION_NODE_RESERVATION
 from apis.quantity import milli_value
+from apis.slo import SchemaError
 
 __all__ = [
     "ANNOTATION_CPU_BASIC_INFO",
@@ -75,9 +77,9 @@ def _object(raw: str, key: str) -> Mapping[str, Any]:
     try:
         doc = json.loads(raw)
     except ValueError as err:
-        raise ValueError(f"{key}: not JSON: {err}") from None
+        raise SchemaError(f"not JSON: {err}", source=key) from None
     if not isinstance(doc, Mapping):
-        raise ValueError(f"{key}: must be a JSON object, got {type(doc).__name__}")  # noqa: TRY004
+        raise SchemaError(f"must be a JSON object, got {type(doc).__name__}", source=key)
     return doc
 
 
@@ -86,8 +88,18 @@ def _field(doc: Mapping[str, Any], name: str, kind: type, key: str) -> Any:
     if value is None:
         return kind()
     if not isinstance(value, kind) or (kind is not bool and isinstance(value, bool)):
-        raise ValueError(f"{key}: {name} must be a {kind.__name__}, got {value!r}")
+        raise SchemaError(f"must be a {kind.__name__}, got {value!r}", source=key, field=name)
     return value
+
+
+def _cpulist(doc: Mapping[str, Any], name: str, key: str) -> str:
+    text: str = _field(doc, name, str, key)
+    if text:
+        try:
+            parse_cpulist(text)
+        except ValueError as err:
+            raise SchemaError(str(err), source=key, field=name) from err
+    return text
 
 
 # cpu-basic-info ---------------------------------------------------------------------------------
@@ -133,7 +145,7 @@ class CPUBasicInfo:
 
 def parse_cpu_basic_info(raw: str) -> CPUBasicInfo:
     """The annotation's JSON; absent fields are their zero values, unknown ones are ignored (as
-    ``json.Unmarshal``). Raises ``ValueError``."""
+    ``json.Unmarshal``). Raises :class:`~apis.slo.SchemaError` (a ``ValueError``)."""
     key = ANNOTATION_CPU_BASIC_INFO
     doc = _object(raw, key)
     return CPUBasicInfo(
@@ -174,7 +186,8 @@ class NodeReservation:
 
 
 def parse_node_reservation(raw: str | None) -> NodeReservation:
-    """The Node annotation's JSON (absent or empty: no reservation). Raises ``ValueError`` on a
+    """The Node annotation's JSON (absent or empty: no reservation). Raises
+    :class:`~apis.slo.SchemaError` (a ``ValueError``, naming the annotation and the field) on a
     value ``json.Unmarshal`` refuses or a ``reservedCPUs`` that is no cpulist."""
     if not raw:
         return NodeReservation()
@@ -184,16 +197,18 @@ def parse_node_reservation(raw: str | None) -> NodeReservation:
     if resources is None:
         resources = {}
     if not isinstance(resources, Mapping):
-        raise ValueError(f"{key}: resources must be an object, got {resources!r}")  # noqa: TRY004
+        raise SchemaError(f"must be an object, got {resources!r}", source=key, field="resources")
     cpu = resources.get("cpu")
     milli = 0
     if cpu is not None:
-        if isinstance(cpu, bool) or not isinstance(cpu, str | int | float):
-            raise ValueError(f"{key}: resources.cpu must be a quantity, got {cpu!r}")
-        milli = milli_value(cpu)
-    cpus = _field(doc, "reservedCPUs", str, key)
-    if cpus:
-        parse_cpulist(cpus)  # raises ValueError on a bad list
+        bad = isinstance(cpu, bool) or not isinstance(cpu, str | int | float)
+        try:
+            milli = 0 if bad else milli_value(cpu)
+        except ValueError:
+            bad = True
+        if bad:
+            raise SchemaError(f"must be a quantity, got {cpu!r}", source=key, field="resources.cpu")
+    cpus = _cpulist(doc, "reservedCPUs", key)
     return NodeReservation(cpus, milli, _field(doc, "applyPolicy", str, key))
 
 
@@ -235,16 +250,15 @@ class SystemQOSResource:
 
 
 def parse_system_qos_resource(raw: str | None) -> SystemQOSResource:
-    """The annotation's JSON (absent: none). Raises ``ValueError`` on a value ``json.Unmarshal``
-    refuses or a cpuset that is no cpulist."""
+    """The annotation's JSON (absent: none). Raises :class:`~apis.slo.SchemaError` (a
+    ``ValueError``, naming the annotation and the field) on a value ``json.Unmarshal`` refuses or
+    a cpuset that is no cpulist."""
     if not raw:
         return SystemQOSResource()
     key = ANNOTATION_NODE_SYSTEM_QOS_RESOURCE
     doc = _object(raw, key)
-    cpuset = _field(doc, "cpuset", str, key)
-    if cpuset:
-        parse_cpulist(cpuset)
+    cpuset = _cpulist(doc, "cpuset", key)
     exclusive = doc.get("cpusetExclusive")
     if exclusive is not None and not isinstance(exclusive, bool):
-        raise ValueError(f"{key}: cpusetExclusive must be a bool, got {exclusive!r}")
+        raise SchemaError(f"must be a bool, got {exclusive!r}", source=key, field="cpusetExclusive")
     return SystemQOSResource(cpuset, exclusive)

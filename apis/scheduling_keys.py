@@ -7,10 +7,10 @@ by our scheduler reads the same to the Go koordlet and descheduler.
 
 from __future__ import annotations
 
-SCHEDULING_DOMAIN_PREFIX = "scheduling.koordinator.sh/"
+from apis.extension import NODE_DOMAIN_PREFIX, SCHEDULING_DOMAIN_PREFIX
+
 QUOTA_DOMAIN_PREFIX = "quota.scheduling.koordinator.sh/"
 GANG_DOMAIN_PREFIX = "gang.scheduling.koordinator.sh/"
-NODE_DOMAIN_PREFIX = "node.koordinator.sh/"
 KUBELET_DOMAIN_PREFIX = "kubelet.koordinator.sh/"
 
 # Pod annotations the scheduler reads or writes ------------------------------------------------

@@ -260,9 +260,13 @@ def _host_app_json(app: HostApplication) -> HostApplicationJSON:
 
 # Parsing -------------------------------------------------------------------------------------
 @dataclass(frozen=True, slots=True)
-class _Ctx:
-    source: str
-    strict: bool
+class ParseContext:
+    """Where a document comes from and whether unknown fields are errors (local files, strict)
+    or are logged and ignored (objects from an API server that may run a newer CRD): the one
+    context of the apis parsers (NodeSLO, its strategies, the slo-controller-config)."""
+
+    source: str = ""
+    strict: bool = True
 
     def fail(self, field: str, message: str) -> SchemaError:
         return SchemaError(message, source=self.source, field=field)
@@ -272,18 +276,28 @@ class _Ctx:
         if value is None:
             return {}
         if not isinstance(value, Mapping):
-            raise self.fail(field, f"must be an object, got {_kind(value)}")
+            raise self.fail(field, f"must be an object, got {kind_of(value)}")
         return value
 
-    def check_keys(self, obj: Mapping[str, Any], known: frozenset[str], field: str) -> None:
+    def check_keys(
+        self,
+        obj: Mapping[str, Any],
+        known: frozenset[str] | Sequence[str],
+        field: str,
+        *,
+        list_known: bool = True,
+    ) -> None:
+        """Unknown keys of ``obj``: an error naming the first when strict (with the known names
+        when ``list_known``), else one warning line listing them."""
         unknown = sorted(str(k) for k in obj if k not in known)
         if not unknown:
             return
         where = f"{field}." if field else ""
         if self.strict:
-            raise self.fail(
-                f"{where}{unknown[0]}", f"unknown field (known: {', '.join(sorted(known))})"
-            )
+            message = "unknown field"
+            if list_known:
+                message += f" (known: {', '.join(sorted(known))})"
+            raise self.fail(f"{where}{unknown[0]}", message)
         logger.warning("%s: ignoring unknown fields %s", self.source, [where + k for k in unknown])
 
     def string(self, obj: Mapping[str, Any], key: str, field: str) -> str:
@@ -291,14 +305,16 @@ class _Ctx:
         if value is None:
             return ""
         if not isinstance(value, str):
-            raise self.fail(f"{field}.{key}", f"must be a string, got {_kind(value)}")
+            raise self.fail(f"{field}.{key}", f"must be a string, got {kind_of(value)}")
         return value
 
 
 _E = TypeVar("_E", bound=StrEnum)
 
 
-def _kind(value: object) -> str:
+def kind_of(value: object) -> str:
+    """What a decoded JSON or YAML value is, for an error message: ``null``, ``a boolean``,
+    ``a number``, ``a string``, ``a list``, ``an object`` (else the Python type's name)."""
     if value is None:
         return "null"
     if isinstance(value, bool):
@@ -307,12 +323,14 @@ def _kind(value: object) -> str:
         return "a number"
     if isinstance(value, str):
         return "a string"
+    if isinstance(value, Mapping):
+        return "an object"
     if isinstance(value, Sequence):
         return "a list"
     return type(value).__name__
 
 
-def _enum_value(ctx: _Ctx, enum: type[_E], raw: str, field: str, what: str) -> _E:
+def _enum_value(ctx: ParseContext, enum: type[_E], raw: str, field: str, what: str) -> _E:
     try:
         return enum(raw)
     except ValueError:
@@ -320,7 +338,7 @@ def _enum_value(ctx: _Ctx, enum: type[_E], raw: str, field: str, what: str) -> _
         raise ctx.fail(field, f"unknown {what} {raw!r} (want one of {known})") from None
 
 
-def _relative(ctx: _Ctx, raw: str, field: str) -> str:
+def _relative(ctx: ParseContext, raw: str, field: str) -> str:
     path = posixpath.normpath(raw).lstrip("/") if raw else ""
     if path in (".", ""):
         return ""
@@ -329,7 +347,7 @@ def _relative(ctx: _Ctx, raw: str, field: str) -> str:
     return path
 
 
-def _parse_cgroup_path(ctx: _Ctx, raw: object, field: str) -> HostCgroupPath:
+def _parse_cgroup_path(ctx: ParseContext, raw: object, field: str) -> HostCgroupPath:
     obj = ctx.mapping(raw, field)
     ctx.check_keys(obj, _CGROUP_PATH_KEYS, field)
     base_raw = ctx.string(obj, "base", field)
@@ -355,7 +373,7 @@ def _default_cgroup_path(name: str, qos: QoSClass) -> HostCgroupPath:
     return HostCgroupPath(CgroupBaseType.ROOT, parent, name)
 
 
-def _parse_host_app(ctx: _Ctx, raw: object, field: str) -> HostApplication:
+def _parse_host_app(ctx: ParseContext, raw: object, field: str) -> HostApplication:
     obj = ctx.mapping(raw, field)
     ctx.check_keys(obj, _HOST_APP_KEYS, field)
     name = ctx.string(obj, "name", field)
@@ -377,7 +395,7 @@ def _parse_host_app(ctx: _Ctx, raw: object, field: str) -> HostApplication:
     return HostApplication(name, qos, priority, path, strategy)
 
 
-def _parse_spec(ctx: _Ctx, spec: Mapping[str, Any], prefix: str) -> NodeSLOSpec:
+def _parse_spec(ctx: ParseContext, spec: Mapping[str, Any], prefix: str) -> NodeSLOSpec:
     ctx.check_keys(spec, _SPEC_KEYS, prefix.rstrip("."))
     raw: dict[str, Mapping[str, Any] | None] = {}
     for key, known in _RAW_SECTIONS.items():
@@ -392,7 +410,7 @@ def _parse_spec(ctx: _Ctx, spec: Mapping[str, Any], prefix: str) -> NodeSLOSpec:
     if apps_raw is None:
         apps_raw = []
     if not isinstance(apps_raw, list):
-        raise ctx.fail(f"{prefix}hostApplications", f"must be a list, got {_kind(apps_raw)}")
+        raise ctx.fail(f"{prefix}hostApplications", f"must be a list, got {kind_of(apps_raw)}")
     apps: list[HostApplication] = []
     seen: dict[str, int] = {}
     for i, item in enumerate(apps_raw):
@@ -412,7 +430,7 @@ def spec_of(obj: object, source: str, *, strict: bool = True) -> tuple[Mapping[s
     or as just its spec, and the field-path prefix of its sections (``spec.`` or empty). Checks
     the object's own fields and the spec's section names (``strict``: unknown names are errors),
     not what the sections hold. Raises :class:`SchemaError`."""
-    ctx = _Ctx(source, strict)
+    ctx = ParseContext(source, strict)
     top = ctx.mapping(obj, "")
     if not any(key in top for key in _OBJECT_KEYS):
         spec, prefix = top, ""
@@ -439,7 +457,7 @@ def parse_spec(
     spec: Mapping[str, Any], source: str, *, prefix: str = "spec.", strict: bool = True
 ) -> NodeSLOSpec:
     """:func:`parse_node_slo` of a raw spec whose sections sit at ``prefix``."""
-    return _parse_spec(_Ctx(source, strict), spec, prefix)
+    return _parse_spec(ParseContext(source, strict), spec, prefix)
 
 
 # Files ---------------------------------------------------------------------------------------
@@ -468,7 +486,7 @@ def read_document(path: str) -> Any:
         raise SchemaError(f"cannot read: {err}", source=path) from err
     if path.endswith(".json"):
         try:
-            return json.loads(text, object_pairs_hook=_unique_json_object)
+            return json.loads(text, object_pairs_hook=unique_json_object)
         except ValueError as err:
             raise SchemaError(f"invalid JSON: {err}", source=path) from err
     try:
@@ -480,7 +498,9 @@ def read_document(path: str) -> Any:
         raise SchemaError(f"invalid YAML: {where}{problem}", source=path) from err
 
 
-def _unique_json_object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+def unique_json_object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """``json.loads``'s ``object_pairs_hook`` refusing a key given twice (``ValueError``), as
+    the API server's strict decoding does."""
     out: dict[str, Any] = {}
     for key, value in pairs:
         if key in out:

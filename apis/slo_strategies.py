@@ -210,7 +210,15 @@ class CPUBurstStrategy:
 @dataclass(frozen=True, slots=True)
 class SystemStrategy:
     """``spec.systemStrategy``: node-wide kernel settings; defaults are ``DefaultSystemStrategy``
-    (every knob unset, meaning left alone; ``totalNetworkBandwidth`` "0")."""
+    (every knob unset, meaning left alone; ``totalNetworkBandwidth`` "0").
+
+    That is ``DefaultSystemStrategy`` in ``pkg/util/sloconfig/nodeslo_config.go`` at the version
+    of our CRDs (commit a7a1b76), whose ``SystemStrategy`` type documents each knob "Unset by
+    default" (``apis/slo/v1alpha1/nodeslo_types.go``; the NodeSLO CRD's descriptions, checked by
+    ``tests/unit/test_slo_strategies.py``). Releases before that set ``minFreeKbytesFactor``
+    100, ``watermarkScaleFactor`` 150 and ``memcgReapBackGround`` 0 there (e.g. commit 949aa79);
+    upstream now only recommends 100 and 150, and so do we: set them in the NodeSLO (through
+    the ``system-config`` of slo-controller-config) to have them."""
 
     min_free_kbytes_factor: int | None = wire("minFreeKbytesFactor", Int(1))
     """``vm.min_free_kbytes`` = factor * total memory (KiB) / 10000, > 0
@@ -248,7 +256,8 @@ DEFAULT_RESOURCE_THRESHOLD_STRATEGY = ResourceThresholdStrategy()
 DEFAULT_CPU_BURST_STRATEGY = CPUBurstStrategy()
 """Koordinator's ``DefaultCPUBurstStrategy``."""
 DEFAULT_SYSTEM_STRATEGY = SystemStrategy()
-"""Koordinator's ``DefaultSystemStrategy``."""
+"""Koordinator's ``DefaultSystemStrategy`` (only ``totalNetworkBandwidth`` "0"; see
+:class:`SystemStrategy` for the older releases that set the watermarks)."""
 
 parse_resource_threshold_strategy = parser(
     ResourceThresholdStrategy, DEFAULT_RESOURCE_THRESHOLD_STRATEGY, "resourceUsedThresholdWithBE"

@@ -30,7 +30,7 @@ from descheduler.cluster import (
 )
 from descheduler.errors import InputError
 from kubeclient.client import KubeClient, Obj
-from kubeclient.informer import Informer
+from kubeclient.informer import Informer, name_of, namespaced_name, waiting_for
 from kubeclient.resources import (
     DEPLOYMENTS,
     NODE_METRICS,
@@ -61,15 +61,6 @@ OWN_KINDS = (
     STATEFUL_SETS,
     REPLICATION_CONTROLLERS,
 )
-
-
-def _name(obj: Obj) -> str:
-    return str((obj.get("metadata") or {}).get("name") or "")
-
-
-def _ns_name(obj: Obj) -> str:
-    meta = obj.get("metadata") or {}
-    return f"{meta.get('namespace') or 'default'}/{meta.get('name') or ''}"
 
 
 class InformedCluster:
@@ -114,17 +105,17 @@ class InformedCluster:
             self.on_change()
 
     def _node(self, obj: Obj) -> None:
-        name = _name(obj)
+        name = name_of(obj)
         if node_ready(obj):
             self.cluster.not_ready.discard(name)
         else:
             self.cluster.not_ready.add(name)
 
     def _node_gone(self, obj: Obj) -> None:
-        self.cluster.not_ready.discard(_name(obj))
+        self.cluster.not_ready.discard(name_of(obj))
 
     def _pod(self, obj: Obj) -> None:
-        key = _ns_name(obj)
+        key = namespaced_name(obj)
         uid = str((obj.get("metadata") or {}).get("uid") or key)
         found = next((p for p in self._candidates(obj) if p.uid == uid), None)
         if found is None:
@@ -147,7 +138,7 @@ class InformedCluster:
 
     def _pod_gone(self, obj: Obj) -> None:
         uid = str((obj.get("metadata") or {}).get("uid") or "")
-        self.cluster.unindex_pod(_ns_name(obj), uid)
+        self.cluster.unindex_pod(namespaced_name(obj), uid)
         self._changed()
 
     def _subscribe(self, informer: Informer) -> None:
@@ -171,25 +162,26 @@ class InformedCluster:
 
         def metric(_old: Obj | None, obj: Obj, deleted: bool) -> None:
             if deleted:
-                c.usage.pop(_name(obj), None)
+                c.usage.pop(name_of(obj), None)
             else:
-                c.usage[_name(obj)] = usage_report(nodemetric.parse_node_metric(obj, _name(obj)))
+                name = name_of(obj)
+                c.usage[name] = usage_report(nodemetric.parse_node_metric(obj, name))
 
         def pdb(_old: Obj | None, obj: Obj, deleted: bool) -> None:
             if deleted:
-                c.pdbs.pop(_ns_name(obj), None)
+                c.pdbs.pop(namespaced_name(obj), None)
             else:
-                b = parse_pdb(obj, "PodDisruptionBudget", _ns_name(obj))
+                b = parse_pdb(obj, "PodDisruptionBudget", namespaced_name(obj))
                 c.pdbs[b.key] = b
             c.pdbs_version += 1
 
         def job(old: Obj | None, obj: Obj, deleted: bool) -> None:
             if deleted:
-                gone = c.jobs.remove(_name(obj))
+                gone = c.jobs.remove(name_of(obj))
                 if self.on_job is not None:
                     self.on_job("deleted", gone, None)
                 return
-            new = parse_job(obj, f"podmigrationjob {_name(obj)}")
+            new = parse_job(obj, f"podmigrationjob {name_of(obj)}")
             before = c.jobs.get(new.name)
             c.jobs.put(new)
             if self.on_job is not None:
@@ -197,11 +189,11 @@ class InformedCluster:
 
         def workload(_old: Obj | None, obj: Obj, deleted: bool) -> None:
             meta = obj.get("metadata") or {}
-            key = (res.kind, str(meta.get("namespace") or "default"), _name(obj))
+            key = (res.kind, str(meta.get("namespace") or "default"), name_of(obj))
             if deleted:
                 c.workloads.pop(key, None)
             else:
-                w = parse_workload({**obj, "kind": res.kind}, res.kind, _ns_name(obj))
+                w = parse_workload({**obj, "kind": res.kind}, res.kind, namespaced_name(obj))
                 c.workloads[key] = w
             c.workloads_version += 1
             c.sched.touch("*")
@@ -222,14 +214,7 @@ class InformedCluster:
                 group.create_task(informer.run(), name=f"descheduler-informer-{informer.name}")
 
     def not_ready(self) -> list[str]:
-        waiting = self.sched_view.not_ready()
-        for informer in self.informers:
-            if informer.relisting:
-                waiting.append(f"{informer.name} (relisting after 410 Gone)")
-            elif not (informer.synced or informer.absent):
-                why = f": {informer.last_error}" if informer.last_error else ""
-                waiting.append(f"{informer.name} (not listed yet{why})")
-        return waiting
+        return self.sched_view.not_ready() + waiting_for(self.informers)
 
     async def wait_synced(self, timeout: float) -> bool:  # noqa: ASYNC109 - a bounded wait is the API
         results = await asyncio.gather(

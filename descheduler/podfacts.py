@@ -2,8 +2,9 @@
 
 Upstream's helpers, re-implemented on the raw object (``pkg/descheduler/utils``,
 ``apis/extension``): the Koordinator priority class with its QoS default
-(``GetPodPriorityClassWithDefault``: the ``spec.priority`` band, else koord-prod for
-SYSTEM/LSE/LSR/LS and koord-batch for BE), the Koordinator QoS class with its Kubernetes default
+(``GetPodPriorityClassWithDefault`` of ``apis.priority``: the ``koordinator.sh/priority-class``
+label, else the ``spec.priority`` band, else koord-prod for SYSTEM/LSE/LSR/LS and koord-batch for
+BE), the Koordinator QoS class with its Kubernetes default
 (``GetPodQoSClassWithDefault``: the ``koordinator.sh/qosClass`` label, else Guaranteed→LSR,
 Burstable→LS, BestEffort→BE), the Kubernetes QoS class (``status.qosClass``, else computed as
 ``qos.GetPodQOS`` does), the deletion and eviction costs (int32 annotations; a malformed value is
@@ -26,7 +27,7 @@ from apis.descheduler_keys import (
     KIND_DAEMON_SET,
 )
 from apis.extension import KUBE_QOS_TO_QOS, LABEL_POD_QOS, KubeQOS, QoSClass
-from apis.priority import PRIORITY_BATCH, PRIORITY_PROD, priority_class_of
+from apis.priority import pod_priority_class_with_default
 from apis.quantity import resource_value
 from scheduler_plugins.snapshot import PodInfo, parse_time
 
@@ -148,10 +149,6 @@ def kube_qos(spec: Mapping[str, Any], status: Mapping[str, Any]) -> str:
 _KOORD_QOS = frozenset(q.value for q in QoSClass if q.value)
 _KUBE_TO_KOORD = {k.value: v.value for k, v in KUBE_QOS_TO_QOS.items()}
 _NONE = QoSClass.NONE.value
-_BE = QoSClass.BE.value
-_PROD_QOS = frozenset(
-    (QoSClass.SYSTEM.value, QoSClass.LSE.value, QoSClass.LSR.value, QoSClass.LS.value)
-)
 
 
 def koord_qos(labels: Mapping[str, str], kube: str) -> str:
@@ -200,12 +197,7 @@ def pod_facts(pod: PodInfo) -> PodFacts:
     kqos = kube_qos(spec, status)
     kqos_koord = koord_qos(pod.labels, kqos)
     raw_priority = spec.get("priority")
-    pclass = priority_class_of(raw_priority)
-    if not pclass:
-        if kqos_koord in _PROD_QOS:
-            pclass = PRIORITY_PROD
-        elif kqos_koord == _BE:
-            pclass = PRIORITY_BATCH
+    pclass = pod_priority_class_with_default(pod.labels, raw_priority, kqos_koord)
     local, pvc = _volume_facts(spec) if spec.get("volumes") else (False, False)
     annotations = pod.annotations
     source = annotations.get(ANNOTATION_CONFIG_SOURCE)

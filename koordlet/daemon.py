@@ -52,6 +52,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast
 from prometheus_client import CollectorRegistry, Counter
 from prometheus_client.registry import Collector
 
+from apis.errors import FieldError
 from apis.slo_inforce import NodeSLOInForce
 from koordlet import __version__
 from koordlet.collectors import gpu as gpu_collector
@@ -872,16 +873,13 @@ async def run(
             await daemon.stop()
 
 
-def kubeconfig_error(given: str, err: Exception) -> ConfigError:
+def kubeconfig_error(given: str, err: FieldError) -> ConfigError:
     """A one-line start-up error for an API server the koordlet cannot reach a configuration
     for: a kubeconfig that does not load names the file; none at all (and not in a pod) says to
     pass one, or ``--standalone``."""
     path = given or os.environ.get("KUBECONFIG", "")
     if path:
-        if not os.path.exists(path):
-            reason = "no such file"
-        else:
-            reason = str(err).removeprefix(f"kubeconfig {path}: ")
+        reason = err.message if os.path.exists(path) else "no such file"
         source = "--kubeconfig" if given else "$KUBECONFIG"
         return ConfigError(reason, source=source, field=path)
     return ConfigError(

@@ -36,36 +36,10 @@ from apis.configuration import (
 )
 from apis.gobool import parse_go_bool
 from apis.manager_keys import ANNOTATION_CPU_BASIC_INFO, LABEL_CPU_NORMALIZATION_ENABLED
+from apis.nodetopo import CPUBasicInfo
 
 DEFAULT_RATIO_TEXT = "1.00"
 """The annotation value written when normalization is off."""
-
-
-@dataclass(frozen=True, slots=True)
-class CPUBasicInfo:
-    """The koordlet's ``cpu-basic-info``."""
-
-    cpu_model: str
-    """``cpuModel``, as /proc/cpuinfo names it."""
-    hyper_thread_enabled: bool
-    """``hyperThreadEnabled``."""
-    turbo_enabled: bool
-    """``turboEnabled``."""
-
-
-def parse_cpu_basic_info(raw: str) -> CPUBasicInfo:
-    """The JSON of the annotation. Raises ``ValueError``."""
-    doc = json.loads(raw)
-    if not isinstance(doc, Mapping):
-        raise ValueError("cpu basic info must be a JSON object")  # noqa: TRY004 - bad content
-    model = doc.get("cpuModel", "")
-    ht = doc.get("hyperThreadEnabled", False)
-    turbo = doc.get("turboEnabled", False)
-    if not isinstance(model, str) or not isinstance(ht, bool) or not isinstance(turbo, bool):
-        raise ValueError(  # noqa: TRY004 - bad annotation content, not a caller bug
-            "cpuModel must be a string, hyperThreadEnabled and turboEnabled booleans"
-        )
-    return CPUBasicInfo(model, ht, turbo)
 
 
 @dataclass(frozen=True, slots=True)

@@ -32,9 +32,9 @@ import yaml
 
 from apis import nodemetric
 from apis.cpulist import parse_cpulist
-from apis.extension import ANNOTATION_CPU_TOPOLOGY, LABEL_POD_PRIORITY_CLASS, LABEL_POD_QOS
+from apis.extension import ANNOTATION_CPU_TOPOLOGY, LABEL_POD_QOS
 from apis.kubernetes_keys import DEFAULT_MEMORY_REQUEST, DEFAULT_MILLI_CPU_REQUEST
-from apis.priority import PRIORITY_BATCH, PRIORITY_PROD, priority_class_of
+from apis.priority import pod_priority_class_with_default
 from apis.quantity import resource_value
 from apis.scheduling_keys import ANNOTATION_KUBELET_CPU_MANAGER_POLICY, ANNOTATION_POD_CPU_ALLOCS
 from apis.slo import SchemaError
@@ -150,8 +150,8 @@ class PodInfo:
     qos_label: str
     """The raw ``koordinator.sh/qosClass`` label (``""`` when absent)."""
     priority_class: str
-    """Koordinator priority class from ``spec.priority`` or the priority-class label, else by
-    QoS (BE→koord-batch, others→koord-prod): ``GetPodPriorityClassWithDefault``."""
+    """Koordinator priority class: the priority-class label, else the band of ``spec.priority``,
+    else by QoS (``GetPodPriorityClassWithDefault``, ``apis.priority``)."""
     priority: int
     """``spec.priority`` (0 when unset)."""
     scheduled_at: float | None
@@ -252,9 +252,7 @@ def parse_pod(obj: Mapping[str, Any], source: str, where: str = "") -> PodInfo:
     qos_label = labels.get(LABEL_POD_QOS, "")
     kube_qos = str(status.get("qosClass") or _kube_qos(containers))
     qos = qos_label or ("BE" if kube_qos == "BestEffort" else "LS")
-    pclass = priority_class_of(raw_priority) or labels.get(LABEL_POD_PRIORITY_CLASS, "")
-    if not pclass:
-        pclass = PRIORITY_BATCH if qos == "BE" else PRIORITY_PROD
+    pclass = pod_priority_class_with_default(labels, raw_priority, qos)
     scheduled_at = None
     for i, cond in enumerate(_list(status.get("conditions"), source, prefix + "status.conditions")):
         if isinstance(cond, Mapping) and cond.get("type") == "PodScheduled":

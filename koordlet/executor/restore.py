@@ -51,7 +51,7 @@ from koordlet.errors import (
 )
 from koordlet.executor.originals import Original, OriginalsJournal
 from koordlet.executor.resctrl import parse_schemata
-from koordlet.executor.sysctl import SystemFileWriter, notify
+from koordlet.executor.sysctl import SystemFileWriter, notify, system_file
 from koordlet.executor.writer import CgroupWriter, WriteResult
 from koordlet.system.cgroups import CgroupVersion
 from koordlet.system.host import Host
@@ -289,7 +289,7 @@ def apply(
             elif step.kind == "sysctl":
                 assert step.original is not None
                 result = sysfiles.restore(
-                    step.knob, step.original.text, strategy=STRATEGY,
+                    system_file(step.knob), step.original.text, strategy=STRATEGY,
                     reason="koordlet reset: value before the first write",
                 )  # fmt: skip
                 outcome = Outcome(step, result)

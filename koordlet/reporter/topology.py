@@ -31,10 +31,14 @@ the scheduler's NUMA-aware plugins read. :func:`build_nrt` derives the desired o
   read (``{}`` when absent).
 
 :class:`TopologyReporter` compares the desired content (those labels, annotations, owner
-reference, policies and zones; never ``resourceVersion`` or fields others own) with the last one
-it wrote or read, and writes only on a difference: a create when the object does not exist, else
-a PUT of the current object with our parts replaced (compare-and-swap on ``resourceVersion``; a
-409 is retried on the next round). It re-reads the object every ``resync`` seconds so that an
+reference, policies, and the zones' names, types and ``cpu`` and ``memory``; never
+``resourceVersion`` or fields others own) with the last one it wrote or read, and writes only on
+a difference: a create when the object does not exist, else a PUT of the current object with our
+parts replaced (compare-and-swap on ``resourceVersion``; a 409 is retried on the next round).
+Zones merge as upstream's ``MergeZoneList(TrimDifferentZone(...))`` (:func:`merge_zones`): a zone
+the koordlet no longer reports goes, ``cpu`` and ``memory`` are the koordlet's, and any other
+resource of a zone (koord-manager's NUMA-level ``kubernetes.io/batch-cpu`` and ``batch-memory``)
+stays as its writer left it. It re-reads the object every ``resync`` seconds so that an
 edit by someone else is repaired. Upstream's Go agent rewrites the object every few seconds; this
 one writes once per real change.
 
@@ -66,6 +70,7 @@ from apis.extension import (
     LABEL_MANAGED_BY,
     QoSClass,
 )
+from apis.kubernetes_keys import RESOURCE_CPU, RESOURCE_MEMORY
 from apis.nodetopo import ANNOTATION_CPU_BASIC_INFO, ANNOTATION_NODE_RESERVATION, reservation_json
 from apis.quantity import format_bytes, int_value
 from koordlet.metriccache import MetricCache
@@ -87,6 +92,11 @@ logger = logging.getLogger(__name__)
 NODE_INFO_KEY = "node_info"
 """Metric cache info key of the node-info collector."""
 ZONE_TYPE = "Node"
+"""The type of the koordlet's zones (one a NUMA node)."""
+ZONE_RESOURCES = (RESOURCE_CPU, RESOURCE_MEMORY)
+"""The resources the koordlet owns within a zone, as upstream's koordlet (``calTopologyZoneList``,
+compared by ``isEqualNRTZones``); other resources of a zone belong to others (the manager's
+``kubernetes.io/batch-cpu`` and ``batch-memory``) and are kept."""
 
 _POLICY_NAMES = {
     "best-effort": "BestEffort",
@@ -230,9 +240,11 @@ def build_nrt(
                 "name": f"node-{node_id}",
                 "type": ZONE_TYPE,
                 "resources": [
-                    _resource("cpu", str(len(ids)), str(len(free))),
+                    _resource(RESOURCE_CPU, str(len(ids)), str(len(free))),
                     _resource(
-                        "memory", format_bytes(mem), format_bytes(max(mem - mem_reserved, 0))
+                        RESOURCE_MEMORY,
+                        format_bytes(mem),
+                        format_bytes(max(mem - mem_reserved, 0)),
                     ),
                 ],
             }
@@ -280,9 +292,57 @@ def build_nrt(
     }
 
 
+def _owned_zones(zones: object) -> dict[str, Obj]:
+    """Zone name → its type and the resources the koordlet owns in it (whole entries)."""
+    out: dict[str, Obj] = {}
+    for zone in zones if isinstance(zones, list) else ():
+        if not isinstance(zone, Mapping):
+            continue
+        owned = {
+            str(r.get("name")): dict(r)
+            for r in zone.get("resources") or ()
+            if isinstance(r, Mapping) and r.get("name") in ZONE_RESOURCES
+        }
+        out[str(zone.get("name"))] = {"type": zone.get("type"), "resources": owned}
+    return out
+
+
+def merge_zones(current: object, desired: list[Obj]) -> list[Obj]:
+    """Upstream's ``MergeZoneList(TrimDifferentZone(current, desired), desired)``: the zones of
+    ``desired`` (a zone the koordlet no longer reports is dropped), each with the koordlet's
+    resources replacing the same-named ones of the current zone and every other resource of it
+    kept (the manager's ``kubernetes.io/batch-cpu``...), resources in name order. Zones keep the
+    koordlet's order (by NUMA node, the index the manager's zone calculation goes by)."""
+    have = {
+        str(z.get("name")): z
+        for z in (current if isinstance(current, list) else ())
+        if isinstance(z, Mapping)
+    }
+    out = []
+    for want in desired:
+        old = have.get(want["name"]) or {}
+        resources = {
+            str(r.get("name")): copy.deepcopy(dict(r))
+            for r in old.get("resources") or ()
+            if isinstance(r, Mapping)
+        }
+        for r in want["resources"]:
+            resources[r["name"]] = copy.deepcopy(r)
+        out.append(
+            {
+                "name": want["name"],
+                "type": want["type"],
+                "resources": [resources[k] for k in sorted(resources)],
+            }
+        )
+    return out
+
+
 def owned_view(obj: Mapping[str, Any], desired: Mapping[str, Any]) -> Obj:
     """The parts of ``obj`` that ``desired`` sets (its labels and annotations by key, owner
-    references, policies, zones): what decides whether a write is needed."""
+    references, policies, the zones' names and types and the koordlet's resources in them, as
+    upstream's ``isEqualNRTZones`` compares ``cpu`` and ``memory``): what decides whether a
+    write is needed. Resources others own in the zones do not count."""
     meta = obj.get("metadata") or {}
     want = desired["metadata"]
     return {
@@ -290,12 +350,13 @@ def owned_view(obj: Mapping[str, Any], desired: Mapping[str, Any]) -> Obj:
         "annotations": {k: (meta.get("annotations") or {}).get(k) for k in want["annotations"]},
         "ownerReferences": meta.get("ownerReferences") or [],
         "topologyPolicies": obj.get("topologyPolicies") or [],
-        "zones": obj.get("zones") or [],
+        "zones": _owned_zones(obj.get("zones")),
     }
 
 
 def merged(current: Obj, desired: Obj) -> Obj:
-    """``current`` with the desired parts replaced; other labels and annotations kept."""
+    """``current`` with the desired parts replaced; other labels and annotations kept, and the
+    zones merged (:func:`merge_zones`)."""
     out = copy.deepcopy(current)
     meta = out.setdefault("metadata", {})
     want = desired["metadata"]
@@ -303,7 +364,7 @@ def merged(current: Obj, desired: Obj) -> Obj:
     meta["annotations"] = {**(meta.get("annotations") or {}), **want["annotations"]}
     meta["ownerReferences"] = want["ownerReferences"]
     out["topologyPolicies"] = desired["topologyPolicies"]
-    out["zones"] = desired["zones"]
+    out["zones"] = merge_zones(current.get("zones"), desired["zones"])
     return out
 
 

@@ -10,12 +10,10 @@ Four informers (:class:`kubeclient.informer.Informer`), each on one node's objec
 
 Pods map to :class:`~koordlet.statesinformer.model.PodInfo`: the Koordinator QoS from the
 ``koordinator.sh/qosClass`` label, else from the Kubernetes QoS (``apis.extension``); the priority
-class from the ``koordinator.sh/priority-class`` label, else from ``spec.priority``'s Koordinator
-band, else from the QoS (LSE/LSR/LS/SYSTEM: ``koord-prod``, BE: ``koord-batch``), as upstream's
-``GetPodPriorityClassWithDefault``; requests and limits summed over the containers; the cgroup
-directory from the UID and the Kubernetes QoS by the node's cgroup naming; containers from
-``status.containerStatuses[].containerID``. Pods that finished (``Succeeded``, ``Failed``) have no
-cgroup left and are not listed.
+class by upstream's ``GetPodPriorityClassWithDefault`` (``apis.priority``); requests and limits
+summed over the containers; the cgroup directory from the UID and the Kubernetes QoS by the node's
+cgroup naming; containers from ``status.containerStatuses[].containerID``. Pods that finished
+(``Succeeded``, ``Failed``) have no cgroup left and are not listed.
 
 The NodeSLO is read section by section over Koordinator's defaults
 (:func:`apis.slo_inforce.node_slo_in_force`): a section that does not parse keeps its last good
@@ -46,13 +44,12 @@ from apis.duration import parse_duration
 from apis.errors import FieldError
 from apis.extension import (
     KUBE_QOS_TO_QOS,
-    LABEL_POD_PRIORITY_CLASS,
     LABEL_POD_QOS,
     KubeQOS,
     QoSClass,
 )
 from apis.manager_keys import EXTENDED_RESOURCES
-from apis.priority import PriorityClass, priority_class_of
+from apis.priority import pod_priority_class_with_default
 from apis.quantity import int_value, milli_value
 from apis.slo import API_VERSION as NODESLO_API_VERSION
 from apis.slo import KIND as NODESLO_KIND
@@ -168,20 +165,6 @@ def qos_label_of(labels: Mapping[str, str]) -> QoSClass:
     return QoSClass(raw) if raw in QoSClass.__members__.values() else QoSClass.NONE
 
 
-def pod_priority_class(labels: Mapping[str, str], priority: int | None, qos: QoSClass) -> str:
-    raw = labels.get(LABEL_POD_PRIORITY_CLASS, "")
-    if raw and raw in PriorityClass.__members__.values():
-        return raw
-    band = priority_class_of(priority)
-    if band:
-        return band
-    if qos in (QoSClass.LSE, QoSClass.LSR, QoSClass.LS, QoSClass.SYSTEM):
-        return PriorityClass.PROD.value
-    if qos is QoSClass.BE:
-        return PriorityClass.BATCH.value
-    return ""
-
-
 def _sum(containers: list[Obj], kind: str, name: str, parse: Callable[[str], int]) -> int | None:
     total = 0
     for c in containers:
@@ -286,7 +269,7 @@ def pod_info(pod: Obj, layout: CgroupLayout) -> PodInfo:
         kube_qos=kube_qos,
         cgroup_dir=pod_dir,
         containers=tuple(sorted(containers, key=lambda c: c.id)),
-        priority_class=pod_priority_class(labels, priority, qos),
+        priority_class=pod_priority_class_with_default(labels, priority, qos),
         cpu_request_milli=_sum(spec_containers, "requests", "cpu", milli_value),
         memory_request_bytes=_sum(spec_containers, "requests", "memory", int_value),
         source=KubeStatesSource.name,

@@ -21,11 +21,11 @@ from apis.manager_keys import (
     MID_CPU,
     MID_MEMORY,
 )
+from apis.nodetopo import parse_cpu_basic_info
 from manager.cpunormalization import (
     NormalizationResult,
     amplify_batch_cpu,
     normalization_ratio,
-    parse_cpu_basic_info,
 )
 from manager.noderesource.batch import BatchTerms, calculate_batch, hp_sums
 from manager.noderesource.inputs import NodeMetricView, NodeView, PodView

@@ -32,17 +32,18 @@ from apis.manager_keys import (
     ANNOTATION_CPU_NORMALIZATION_RATIO,
     ANNOTATION_NODE_RESOURCE_AMPLIFICATION_RATIO,
     EXTENDED_RESOURCES,
+    format_extended,
 )
 from apis.slo import SchemaError
 from kubeclient.backoff import Backoff
 from kubeclient.client import KubeClient, Obj
 from kubeclient.errors import ApiError, Conflict, NotFound
-from kubeclient.informer import Informer
+from kubeclient.informer import Informer, name_of
 from kubeclient.resources import NODE_METRICS, NODE_RESOURCE_TOPOLOGIES, NODES, PODS
 from kubeclient.writes import CONFLICT_ATTEMPTS, update_status
 from manager.cpunormalization import amplification_ratios
 from manager.errors import InputError
-from manager.nodekeyed import NodeKeyedController, Options, name_of
+from manager.nodekeyed import NodeKeyedController, Options
 from manager.noderesource.calculator import NodeResourceResult, calculate, decide_update
 from manager.noderesource.inputs import (
     NodeMetricView,
@@ -338,6 +339,6 @@ def _status_with(current: Obj, result: NodeResourceResult) -> Obj:
             if value is None:
                 lst.pop(name, None)
             else:
-                lst[name] = str(value)
+                lst[name] = format_extended(name, value)
         status[field] = lst
     return status

@@ -19,7 +19,7 @@ from apis.cpulist import parse_cpulist
 from apis.extension import ANNOTATION_RESOURCE_STATUS, LABEL_POD_QOS
 from apis.manager_keys import ANNOTATION_NODE_RESERVATION
 from apis.nodemetric import NodeMetric, PodMetricInfo, ResourceMap
-from apis.priority import PRIORITY_BATCH, PRIORITY_PROD, priority_class_of
+from apis.priority import pod_priority_class_with_default
 from apis.quantity import int_value, milli_value, parse_quantity
 from apis.slo import SchemaError
 from manager.errors import InputError
@@ -118,7 +118,8 @@ class PodView:
     phase: str
     """status.phase (``Pending`` when absent, as for a pod just created)."""
     priority_class: str
-    """Koordinator priority class, from spec.priority, else from the QoS class."""
+    """Koordinator priority class: the ``koordinator.sh/priority-class`` label, else the band of
+    spec.priority, else by the QoS class (``GetPodPriorityClassWithDefault``, ``apis.priority``)."""
     qos: str
     """Koordinator QoS class, from the ``koordinator.sh/qosClass`` label, else Kubernetes QoS."""
     request: Resources
@@ -361,12 +362,11 @@ def _fast_pod(pod: Any) -> PodView:
         q = req.get(MEMORY, lim.get(MEMORY))
         if q is not None:
             mem += int_value(q)
-    qos = (meta.get("labels") or _EMPTY).get(LABEL_POD_QOS, "")
+    labels = meta.get("labels") or _EMPTY
+    qos = labels.get(LABEL_POD_QOS, "")
     if qos not in _QOS_NAMES:
         qos = "BE" if _kube_qos(spec, status) == "BestEffort" else "LS"
-    priority_class = priority_class_of(spec.get("priority"))
-    if not priority_class:
-        priority_class = PRIORITY_BATCH if qos == "BE" else PRIORITY_PROD
+    priority_class = pod_priority_class_with_default(labels, spec.get("priority"), qos)
     return PodView(
         f"{meta.get('namespace') or ''}/{meta.get('name') or ''}",
         str(spec.get("nodeName") or ""),
@@ -405,12 +405,12 @@ def parse_pod(obj: object, source: str, path: str) -> PodView:
     overhead = spec.get("overhead")
     if overhead:
         request = request + _resources(overhead, source, f"{path}.spec.overhead")[0]
-    qos = labels.get(LABEL_POD_QOS, "") if isinstance(labels, Mapping) else ""
+    if not isinstance(labels, Mapping):
+        labels = _EMPTY
+    qos = labels.get(LABEL_POD_QOS, "")
     if qos not in _QOS_NAMES:
         qos = "BE" if _kube_qos(spec, status) == "BestEffort" else "LS"
-    priority_class = priority_class_of(spec.get("priority"))
-    if not priority_class:
-        priority_class = PRIORITY_BATCH if qos == "BE" else PRIORITY_PROD
+    priority_class = pod_priority_class_with_default(labels, spec.get("priority"), qos)
     return PodView(
         key=f"{meta.get('namespace') or ''}/{meta.get('name') or ''}",
         node_name=str(spec.get("nodeName") or ""),

@@ -37,9 +37,9 @@ from fractions import Fraction
 from typing import Any
 
 from apis.configuration import CalculatePolicy, ColocationStrategy
-from apis.manager_keys import BATCH_CPU, BATCH_MEMORY
+from apis.manager_keys import BATCH_CPU, BATCH_MEMORY, EXTENDED_RESOURCE_FORMATS
 from apis.priority import PRIORITY_BATCH, PRIORITY_FREE
-from apis.quantity import Format, Quantity, milli_value
+from apis.quantity import Quantity, milli_value
 from manager.noderesource.batch import host_app_usage, node_reserved
 from manager.noderesource.inputs import (
     CPU,
@@ -203,8 +203,10 @@ def zone_quantities(batch: ZoneBatch, ratio: float | None) -> dict[str, Quantity
     if ratio is not None and ratio > 1.0:
         cpu_milli = int(float(cpu_milli) * ratio)
     return {
-        BATCH_CPU: Quantity(Fraction(cpu_milli, 1000), Format.DECIMAL_SI),
-        BATCH_MEMORY: Quantity(Fraction(batch.memory_milli, 1000), Format.BINARY_SI),
+        BATCH_CPU: Quantity(Fraction(cpu_milli, 1000), EXTENDED_RESOURCE_FORMATS[BATCH_CPU]),
+        BATCH_MEMORY: Quantity(
+            Fraction(batch.memory_milli, 1000), EXTENDED_RESOURCE_FORMATS[BATCH_MEMORY]
+        ),
     }
 
 

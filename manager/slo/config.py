@@ -36,7 +36,14 @@ from apis.configuration import (
 )
 from apis.manager_keys import ANNOTATION_NODE_BANDWIDTH
 from apis.quantity import parse_quantity
-from apis.slo import HostApplication, NodeSLOSpec, NodeSLOSpecJSON, parse_node_slo, thaw
+from apis.slo import (
+    HostApplication,
+    NodeSLOSpec,
+    NodeSLOSpecJSON,
+    SchemaError,
+    parse_node_slo,
+    thaw,
+)
 from apis.slo_strategies import (
     NodeSLOStrategies,
     parse_cpu_burst_strategy,
@@ -167,15 +174,17 @@ class RenderedSLO:
 
 def node_bandwidth(annotations: Mapping[str, str]) -> str | None:
     """The node's ``network-bandwidth`` annotation as a canonical quantity (``"99M"``), None
-    without one (upstream ``GetNodeTotalBandwidth``). Raises ``ValueError`` naming the annotation
-    for a value that is not a quantity."""
+    without one (upstream ``GetNodeTotalBandwidth``). Raises :class:`~apis.slo.SchemaError` (a
+    ``ValueError``) naming the annotation for a value that is not a quantity."""
     raw = annotations.get(ANNOTATION_NODE_BANDWIDTH)
     if raw is None:
         return None
     try:
         return str(parse_quantity(raw))
     except ValueError as err:
-        raise ValueError(f"annotation {ANNOTATION_NODE_BANDWIDTH}={raw!r}: {err}") from None
+        raise SchemaError(
+            str(err), source=f"annotation {ANNOTATION_NODE_BANDWIDTH}={raw!r}"
+        ) from None
 
 
 def render(

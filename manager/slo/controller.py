@@ -32,9 +32,9 @@ from apis.slo import API_VERSION, KIND, SchemaError
 from kubeclient.client import KubeClient, Obj
 from kubeclient.errors import Conflict, NotFound
 from kubeclient.events import core_event
-from kubeclient.informer import Informer
+from kubeclient.informer import Informer, name_of
 from kubeclient.resources import NODE_SLOS
-from manager.nodekeyed import NodeKeyedController, Options, name_of
+from manager.nodekeyed import EVENT_COMPONENT, NodeKeyedController, Options
 from manager.slo.config import NODE_SLO_KEYS, KeyConfig, parse_key, render
 
 logger = logging.getLogger(__name__)
@@ -176,7 +176,7 @@ class NodeSLOController(NodeKeyedController):
                     ref,
                     reason=REASON_INVALID_BANDWIDTH,
                     message=f"{rendered.bandwidth_error} (the configured value stays)",
-                    component="koord-manager",
+                    component=EVENT_COMPONENT,
                     now=self._clock().timestamp(),
                 )
             )

@@ -8,6 +8,8 @@ import json
 
 import pytest
 
+from apis.errors import FieldError
+from apis.manager_keys import ANNOTATION_NODE_RESERVATION
 from apis.nodetopo import (
     CPUBasicInfo,
     NodeReservation,
@@ -18,7 +20,7 @@ from apis.nodetopo import (
     parse_system_qos_resource,
     reservation_json,
 )
-from manager.cpunormalization import parse_cpu_basic_info as manager_parse
+from apis.slo import SchemaError
 
 
 @pytest.mark.parametrize(
@@ -58,7 +60,7 @@ def test_cpu_basic_info_parses_upstreams_test_value() -> None:
     assert info.key == "CPU A 2.50GHz_true_false"
     with pytest.raises(ValueError, match="cpu-basic-info: not JSON"):
         parse_cpu_basic_info("invalidValue")
-    with pytest.raises(ValueError, match="hyperThreadEnabled must be a bool"):
+    with pytest.raises(ValueError, match="hyperThreadEnabled: must be a bool"):
         parse_cpu_basic_info('{"hyperThreadEnabled": "yes"}')
 
 
@@ -70,13 +72,8 @@ def test_cpu_basic_info_parses_upstreams_test_value() -> None:
         CPUBasicInfo("XXX", True, True),
     ],
 )
-def test_the_managers_reader_accepts_what_the_koordlet_writes(info: CPUBasicInfo) -> None:
-    read = manager_parse(info.to_json())
-    assert (read.cpu_model, read.hyper_thread_enabled, read.turbo_enabled) == (
-        info.cpu_model,
-        info.hyper_thread_enabled,
-        info.turbo_enabled,
-    )
+def test_the_reader_the_manager_uses_accepts_what_the_koordlet_writes(info: CPUBasicInfo) -> None:
+    assert parse_cpu_basic_info(info.to_json()) == info
 
 
 def test_go_marshal_escapes_html_characters_as_go_does() -> None:
@@ -106,16 +103,19 @@ def test_node_reservation_cpus(raw: str | None, cpus: set[int], count: int) -> N
     assert parse_node_reservation(raw).reserved_cpus_and_count() == (frozenset(cpus), count)
 
 
-def test_node_reservation_rejects_what_unmarshal_rejects() -> None:
-    for raw, field in [
-        ("[1]", "must be a JSON object"),
-        ('{"reservedCPUs": 1}', "reservedCPUs must be a str"),
-        ('{"reservedCPUs": "0-x"}', "0-x"),
-        ('{"resources": {"cpu": "lots"}}', "lots"),
-        ('{"resources": []}', "resources must be an object"),
+def test_node_reservation_rejects_what_unmarshal_rejects_naming_the_field() -> None:
+    for raw, field, message in [
+        ("[1]", "", "must be a JSON object"),
+        ('{"reservedCPUs": 1}', "reservedCPUs", "must be a str"),
+        ('{"reservedCPUs": "0-x"}', "reservedCPUs", "0-x"),
+        ('{"resources": {"cpu": "lots"}}', "resources.cpu", "lots"),
+        ('{"resources": []}', "resources", "must be an object"),
     ]:
-        with pytest.raises(ValueError, match=field):
+        with pytest.raises(SchemaError, match=message) as caught:
             parse_node_reservation(raw)
+        assert isinstance(caught.value, FieldError)
+        assert isinstance(caught.value, ValueError)
+        assert (caught.value.source, caught.value.field) == (ANNOTATION_NODE_RESERVATION, field)
     assert parse_node_reservation('{"reservedCPUs": ""}') == NodeReservation()
 
 
@@ -150,8 +150,11 @@ def test_system_qos_resource(raw: str | None, exclusive: set[int], written: str)
 
 
 def test_system_qos_resource_rejects_bad_values() -> None:
-    with pytest.raises(ValueError, match="cpusetExclusive must be a bool"):
+    with pytest.raises(ValueError, match="cpusetExclusive: must be a bool"):
         parse_system_qos_resource('{"cpuset": "0", "cpusetExclusive": "yes"}')
-    with pytest.raises(ValueError, match="cpuset must be a str"):
+    with pytest.raises(ValueError, match="cpuset: must be a str"):
         parse_system_qos_resource('{"cpuset": 3}')
+    with pytest.raises(SchemaError, match="system-qos-resource: cpuset: ") as caught:
+        parse_system_qos_resource('{"cpuset": "3-x"}')
+    assert caught.value.field == "cpuset"
     assert SystemQOSResource("0-1", None).exclusive_cpus == frozenset({0, 1})

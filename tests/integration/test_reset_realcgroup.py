@@ -103,7 +103,7 @@ def test_reset_puts_back_the_real_be_cgroup_and_pod_after_a_dry_run(
     writer.write(CPUSET_CPUS, pod, "0", strategy="cpusuppress")
     writer.write(CPUSET_CPUS, be, "0", strategy="cpusuppress")
     writer.write(CPU_SHARES, pod, 2, strategy="batchresource")
-    SystemFileWriter(paths, record_original=journal.record).write(MIN_FREE_KBYTES.name, 90000)
+    SystemFileWriter(paths, record_original=journal.record).write(MIN_FREE_KBYTES, 90000)
     assert _read(REAL.cgroup("cpu", be, "cpu.cfs_quota_us")) == "2000"
     flags = [
         "--standalone", "--nodeslo-file", "", "--cgroup-root-dir", REAL.cgroup_root,

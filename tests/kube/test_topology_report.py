@@ -13,6 +13,7 @@ import pytest
 from apis.configuration import CPUNormalizationConfig, CPUNormalizationStrategy, ModelRatio
 from apis.crdschema import validate
 from apis.extension import KubeQOS, QoSClass
+from apis.nodetopo import parse_cpu_basic_info
 from koordlet.collectors.nodeinfo import INFO_KEY, node_info_dict
 from koordlet.metriccache import MetricCache
 from koordlet.reporter.topology import (
@@ -21,12 +22,13 @@ from koordlet.reporter.topology import (
     KubeletTopology,
     TopologyReporter,
     build_nrt,
+    merge_zones,
     topology_policy,
 )
 from koordlet.statesinformer.model import PodInfo
 from koordlet.system.topology import CpuInfo, NodeCpuTopology
 from kubeclient.client import KubeClient, Obj
-from manager.cpunormalization import normalization_ratio, parse_cpu_basic_info
+from manager.cpunormalization import normalization_ratio
 from tests.kubefake import FakeApiServer
 
 GiB = 2**30
@@ -316,3 +318,29 @@ async def test_the_manager_normalizes_from_the_published_basic_info(
     )
     result = normalization_ratio(config, {}, parse_cpu_basic_info(raw))
     assert result.annotation == "1.80"
+
+
+def test_zones_merge_as_upstreams_merge_zone_list() -> None:
+    """``MergeZoneList(TrimDifferentZone(current, desired), desired)``: the koordlet's zones, its
+    resources replacing the same-named ones, others' resources kept, resources in name order."""
+
+    def res(name: str, value: str) -> Obj:
+        return {"name": name, "capacity": value, "allocatable": value, "available": value}
+
+    batch = "kubernetes.io/batch-cpu"
+    current = [
+        {"name": "node-0", "type": "Node",
+         "resources": [res(batch, "3k"), res("cpu", "4"), res("memory", "8Gi")]},
+        {"name": "node-9", "type": "Node", "resources": [res(batch, "1k")]},
+    ]  # fmt: skip
+    desired = [
+        {"name": "node-0", "type": "Node", "resources": [res("cpu", "3"), res("memory", "7Gi")]},
+        {"name": "node-1", "type": "Node", "resources": [res("cpu", "4"), res("memory", "8Gi")]},
+    ]
+    out = merge_zones(current, desired)
+    assert [z["name"] for z in out] == ["node-0", "node-1"]  # node-9 trimmed
+    assert out[0]["resources"] == [
+        res("cpu", "3"), res(batch, "3k"), res("memory", "7Gi")
+    ]  # fmt: skip
+    assert out[1]["resources"] == desired[1]["resources"]
+    assert current[0]["resources"][1] == res("cpu", "4")  # the input is left alone

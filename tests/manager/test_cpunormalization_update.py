@@ -16,13 +16,12 @@ from apis.manager_keys import (
     MID_CPU,
     MID_MEMORY,
 )
+from apis.nodetopo import CPUBasicInfo, parse_cpu_basic_info
 from manager.cpunormalization import (
-    CPUBasicInfo,
     amplification_ratios,
     amplified,
     amplify_batch_cpu,
     normalization_ratio,
-    parse_cpu_basic_info,
 )
 from manager.noderesource.calculator import calculate, decide_update, is_diff
 from manager.noderesource.inputs import parse_node, parse_node_metric, parse_pod_list
@@ -73,8 +72,8 @@ def test_cpu_basic_info_annotation_parses() -> None:
     raw = json.dumps(
         {"cpuModel": MODEL, "hyperThreadEnabled": True, "turboEnabled": False, "vendorID": "x"}
     )
-    assert parse_cpu_basic_info(raw) == CPUBasicInfo(MODEL, True, False)
-    with pytest.raises(ValueError, match="booleans"):
+    assert parse_cpu_basic_info(raw) == CPUBasicInfo(MODEL, True, False, vendor_id="x")
+    with pytest.raises(ValueError, match="turboEnabled: must be a bool"):
         parse_cpu_basic_info('{"cpuModel": "x", "turboEnabled": "yes"}')
 
 

@@ -27,8 +27,8 @@ from apis.configuration import (
     parse_slo_controller_config,
 )
 from apis.manager_keys import ANNOTATION_CPU_NORMALIZATION_RATIO, LABEL_CPU_NORMALIZATION_ENABLED
+from apis.nodetopo import CPUBasicInfo
 from manager.cpunormalization import (
-    CPUBasicInfo,
     amplification_ratios,
     normalization_ratio,
     ratio_from_model,

@@ -195,6 +195,26 @@ def test_update_writes_amplified_cpu_and_keeps_other_resources_in_name_order() -
     assert obj["zones"][0]["resources"][0]["name"] == "cpu"  # the input is left alone
 
 
+@pytest.mark.parametrize(
+    ("batch", "ratio", "cpu_text", "memory_text"),
+    [
+        # NewQuantity(milli, DecimalSI) and NewQuantity(bytes, BinarySI), as at node level
+        (ZoneBatch(10_000, 16 * 1024**3 * 1000), None, "10k", "16Gi"),
+        (ZoneBatch(10_000, 10**9 * 1000), 1.5, "15k", "1000000000"),
+        # MultiplyMilliQuant keeps milli-units: 10001 x 1.5 = 15001.5 milli-cores
+        (ZoneBatch(10_001, 1536 * 1024**2 * 1000), 1.5, "15001500m", "1536Mi"),
+    ],
+)
+def test_the_zone_text_is_resource_quantitys_string(
+    batch: ZoneBatch, ratio: float | None, cpu_text: str, memory_text: str
+) -> None:
+    out, _ = update_zones(nrt(zone("node-0", "50", "62G")), {"node-0": batch}, ratio, 0.1)
+    written = {r["name"]: r for r in out["zones"][0]["resources"]}
+    for field in ("capacity", "allocatable", "available"):
+        assert written[BATCH_CPU][field] == cpu_text
+        assert written[BATCH_MEMORY][field] == memory_text
+
+
 def test_update_replaces_only_what_moved_past_the_threshold() -> None:
     obj, _ = update_zones(
         nrt(zone("node-0", "50", "62G")), {"node-0": ZoneBatch(10_000, 0)}, None, 0.1

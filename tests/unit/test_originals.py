@@ -138,7 +138,7 @@ def test_sysctls_and_resctrl_groups_are_recorded_before_they_change(
     resctrl.mkdir(parents=True, exist_ok=True)
     j = journal(tmp_path)
 
-    SystemFileWriter(fake.paths, record_original=j.record).write(MIN_FREE_KBYTES.name, 90000)
+    SystemFileWriter(fake.paths, record_original=j.record).write(MIN_FREE_KBYTES, 90000)
     ResctrlWriter(fake.paths, record_original=j.record).ensure_group("BE")
 
     kinds = {(e.kind, e.knob): e.text for e in journal(tmp_path).entries()}

@@ -74,7 +74,7 @@ def run_daemon_writes(fake: FakeHost, cfg: KoordletConfig) -> dict[str, str]:
         before[path] = Path(path).read_text().strip()
         writer.write(knob, rel, value, strategy="test")  # type: ignore[arg-type]
     sysfiles = SystemFileWriter(fake.paths, record_original=journal.record)
-    sysfiles.write(MIN_FREE_KBYTES.name, 90000, strategy="sysreconcile")
+    sysfiles.write(MIN_FREE_KBYTES, 90000, strategy="sysreconcile")
     ResctrlWriter(fake.paths, record_original=journal.record).ensure_group("BE")
     return before
 
