@@ -94,14 +94,6 @@ def job_of(server: DeschedulerFakeApiServer) -> dict[str, Any]:
     return job
 
 
-def job_event_reasons(server: DeschedulerFakeApiServer) -> set[str]:
-    return {
-        e["reason"]
-        for (plural, _, _), e in server.objects.items()
-        if plural == "events" and e["regarding"].get("kind") == "PodMigrationJob"
-    }
-
-
 def condition(job: dict[str, Any], kind: str) -> dict[str, Any] | None:
     return next(
         (c for c in (job.get("status") or {}).get("conditions") or [] if c["type"] == kind), None
@@ -198,8 +190,8 @@ async def test_a_hot_nodes_pod_moves_through_a_reservation_to_the_cold_node(api)
         await eventually(
             lambda: (job_of(server).get("status") or {}).get("phase") == "Succeeded", within=20
         )
-        # the Complete Event follows the status write that made the job Succeeded
-        await eventually(lambda: "Complete" in job_event_reasons(server))
+        # The job's last Event is written after its status: wait for it before stopping.
+        await eventually(lambda: "Complete" in job_event_reasons(server), within=20)
     status = job_of(server)["status"]
     assert status["status"] == "Complete"
     assert status["message"] == f'Bind Pod "default/web-new" in Reservation "{rname}"'
@@ -309,3 +301,12 @@ async def test_a_budget_429_is_retried_with_backoff_and_never_becomes_a_delete(a
         server.objects[("poddisruptionbudgets", "default", "web")]["status"]["disruptionsAllowed"]
         == 0
     )
+
+
+def job_event_reasons(server: DeschedulerFakeApiServer) -> set[str]:
+    """The reasons of the Events recorded on PodMigrationJobs."""
+    return {
+        e["reason"]
+        for (plural, _, _), e in list(server.objects.items())
+        if plural == "events" and e["regarding"].get("kind") == "PodMigrationJob"
+    }
