@@ -39,7 +39,13 @@ ANNOTATION_RESERVATION_NODE = SCHEDULING_DOMAIN_PREFIX + "reservation-node"
 ANNOTATION_RESTRICTED_OPTIONS = SCHEDULING_DOMAIN_PREFIX + "reservation-restricted-options"
 """Reservation annotation: ``{"resources": [...]}`` the Restricted policy applies to."""
 ANNOTATION_CUSTOM_USAGE_THRESHOLDS = SCHEDULING_DOMAIN_PREFIX + "usage-thresholds"
-"""Node annotation overriding LoadAware's thresholds for that node."""
+"""Node annotation overriding LoadAware's thresholds for that node
+(``extension.AnnotationCustomUsageThresholds``)."""
+ANNOTATION_CUSTOM_ESTIMATED_SCALING_FACTORS = (
+    SCHEDULING_DOMAIN_PREFIX + "load-estimated-scaling-factors"
+)
+"""Pod annotation overriding LoadAware's estimator factors
+(``extension.AnnotationCustomEstimatedScalingFactors``)."""
 
 # Gangs (Coscheduling) -------------------------------------------------------------------------
 LABEL_POD_GROUP = "pod-group.scheduling.sigs.k8s.io"
@@ -86,6 +92,9 @@ LABEL_NUMA_TOPOLOGY_POLICY = NODE_DOMAIN_PREFIX + "numa-topology-policy"
 """Node label: the NUMA topology policy (``SingleNUMANode``, ``Restricted``...)."""
 LABEL_NUMA_ALLOCATE_STRATEGY = NODE_DOMAIN_PREFIX + "numa-allocate-strategy"
 """Node label: ``MostAllocated`` or ``LeastAllocated`` NUMA node choice."""
+ANNOTATION_NODE_RAW_ALLOCATABLE = NODE_DOMAIN_PREFIX + "raw-allocatable"
+"""Node annotation: the allocatable before Koordinator's amplification
+(``extension.AnnotationNodeRawAllocatable``)."""
 ANNOTATION_POD_CPU_ALLOCS = NODE_DOMAIN_PREFIX + "pod-cpu-allocs"
 """NodeResourceTopology annotation: CPUs the kubelet's static policy pinned, per pod."""
 ANNOTATION_KUBELET_CPU_MANAGER_POLICY = KUBELET_DOMAIN_PREFIX + "cpu-manager-policy"

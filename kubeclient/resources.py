@@ -70,6 +70,14 @@ ELASTIC_QUOTAS = Resource(
 POD_GROUPS = Resource(SIGS_SCHEDULING_GROUP, V1ALPHA1, "podgroups", "PodGroup", True)
 RESERVATIONS = Resource(SCHEDULING_GROUP, V1ALPHA1, "reservations", "Reservation", namespaced=False)
 DEVICES = Resource(SCHEDULING_GROUP, V1ALPHA1, "devices", "Device", False)
+NAMESPACES = Resource("", "v1", "namespaces", "Namespace", namespaced=False)
+PERSISTENT_VOLUME_CLAIMS = Resource(
+    "", "v1", "persistentvolumeclaims", "PersistentVolumeClaim", namespaced=True
+)
+PERSISTENT_VOLUMES = Resource("", "v1", "persistentvolumes", "PersistentVolume", namespaced=False)
+POD_DISRUPTION_BUDGETS = Resource(
+    "policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget", namespaced=True
+)
 ELASTIC_QUOTA_PROFILES = Resource(
     QUOTA_GROUP, V1ALPHA1, "elasticquotaprofiles", "ElasticQuotaProfile", True
 )

@@ -87,6 +87,7 @@ from scheduler_plugins.snapshot import (
     parse_node,
     parse_pod,
 )
+from scheduler_plugins.table import EXTENDER_PLUGINS
 
 if TYPE_CHECKING:
     from scheduler_plugins.informed import InformedSnapshot
@@ -496,7 +497,7 @@ async def serve(
             snapshot = informed.snapshot
         binder: Binder | None = KubeBinder(client) if bind else None
         extender = Extender(
-            cfg.framework(),
+            cfg.framework(EXTENDER_PLUGINS),
             snapshot,
             source=source,
             binder=binder,

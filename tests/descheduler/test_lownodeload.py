@@ -226,12 +226,9 @@ def report_cluster(nodes: list[dict[str, Any]], pods: list[dict[str, Any]]) -> A
     return build_cluster([*nodes, *pods])
 
 
-@pytest.mark.skipif(
-    "NodeAffinity" not in SCHEDULER_PLUGINS,
-    reason="the scheduler's table has no NodeAffinity filter yet; nodeFit asks the scheduler's "
-    "own filters, so it checks node selectors once that filter lands",
-)
 def test_pods_whose_node_selector_no_target_matches_stay() -> None:
+    # nodeFit asks the scheduler's own filters: NodeAffinity is one of them.
+    assert "NodeAffinity" in SCHEDULER_PLUGINS
     nodes = [
         build_node("n1", 4000, 3000, 9),
         build_node("n2", 4000, 3000, 10, labels={"datacenter": "east"}),

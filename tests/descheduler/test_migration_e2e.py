@@ -190,6 +190,8 @@ async def test_a_hot_nodes_pod_moves_through_a_reservation_to_the_cold_node(api)
         await eventually(
             lambda: (job_of(server).get("status") or {}).get("phase") == "Succeeded", within=20
         )
+        # The job's last Event is written after its status: wait for it before stopping.
+        await eventually(lambda: "Complete" in job_event_reasons(server), within=20)
     status = job_of(server)["status"]
     assert status["status"] == "Complete"
     assert status["message"] == f'Bind Pod "default/web-new" in Reservation "{rname}"'
@@ -204,11 +206,7 @@ async def test_a_hot_nodes_pod_moves_through_a_reservation_to_the_cold_node(api)
     ):
         assert kind in kinds
     assert all(c["status"] == "True" for c in status["conditions"])
-    reasons = {
-        e["reason"]
-        for (plural, _, _), e in server.objects.items()
-        if plural == "events" and e["regarding"].get("kind") == "PodMigrationJob"
-    }
+    reasons = job_event_reasons(server)
     assert {
         "ReservationCreated",
         "ReservationScheduled",
@@ -303,3 +301,12 @@ async def test_a_budget_429_is_retried_with_backoff_and_never_becomes_a_delete(a
         server.objects[("poddisruptionbudgets", "default", "web")]["status"]["disruptionsAllowed"]
         == 0
     )
+
+
+def job_event_reasons(server: DeschedulerFakeApiServer) -> set[str]:
+    """The reasons of the Events recorded on PodMigrationJobs."""
+    return {
+        e["reason"]
+        for (plural, _, _), e in list(server.objects.items())
+        if plural == "events" and e["regarding"].get("kind") == "PodMigrationJob"
+    }

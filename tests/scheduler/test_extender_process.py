@@ -57,7 +57,9 @@ async def test_the_extender_process_filters_over_http_and_exits_0_on_sigterm(tmp
             async with session.post(base + "/filter", data=json.dumps(body)) as resp:
                 result = await resp.json()
         assert result["NodeNames"] == ["cool"]
-        assert result["FailedNodes"] == {"hot": "node(s) cpu usage exceed threshold"}
+        assert result["FailedNodes"] == {
+            "hot": "node(s) cpu usage exceed threshold, cpu usage 96% > threshold 65%"
+        }
         proc.send_signal(signal.SIGTERM)
         assert await asyncio.wait_for(proc.wait(), 15) == 0
     finally:

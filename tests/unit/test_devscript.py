@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import filecmp
 import subprocess
 from pathlib import Path
 
@@ -11,8 +10,16 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 STAMP = REPO / ".venv" / ".lock-stamp"
 
+
+def _set_up() -> bool:
+    """Whether ``scripts/dev.sh setup`` made this checkout's .venv as it stands: its stamp is
+    the lock file followed by pyproject.toml."""
+    want = (REPO / "requirements/lock.txt").read_bytes() + (REPO / "pyproject.toml").read_bytes()
+    return STAMP.is_file() and STAMP.read_bytes() == want
+
+
 pytestmark = pytest.mark.skipif(
-    not (STAMP.is_file() and filecmp.cmp(STAMP, REPO / "requirements/lock.txt", shallow=False)),
+    not _set_up(),
     reason="scripts/dev.sh setup has not made this checkout's .venv (it would install it)",
 )
 
