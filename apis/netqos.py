@@ -32,7 +32,8 @@ else the interface's link speed (``/sys/class/net/<if>/speed``, Mbit/s).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import hashlib
+from collections.abc import Iterable, Mapping
 from enum import StrEnum
 from types import MappingProxyType
 
@@ -82,6 +83,26 @@ NET_QOS_OF_CLASS: Mapping[QoSClass, NetQoSClass] = MappingProxyType(
     }
 )
 """Koordinator QoS class → network class (``GetPodNetQoSClassByName``)."""
+
+
+POD_CLASS_MINORS = range(0x100, 0xFFFF)
+"""Minors of the pods' own classes (``koordinator.sh/networkQOS``; ours: upstream's tc plugin has
+no per-pod class), clear of the QoS classes' 1..4."""
+
+
+def pod_class_minors(uids: Iterable[str]) -> dict[str, int]:
+    """A stable minor for each pod: a hash of its UID into :data:`POD_CLASS_MINORS`, the next
+    free one on a collision (UIDs taken in order, so every round gives the same answer)."""
+    out: dict[str, int] = {}
+    taken: set[int] = set()
+    size = len(POD_CLASS_MINORS)
+    for uid in sorted(set(uids)):
+        slot = int.from_bytes(hashlib.sha256(uid.encode()).digest()[:8], "big") % size
+        while POD_CLASS_MINORS[slot] in taken:
+            slot = (slot + 1) % size
+        out[uid] = POD_CLASS_MINORS[slot]
+        taken.add(out[uid])
+    return out
 
 
 def class_handle(minor: int) -> int:

@@ -151,6 +151,34 @@ class QoSConfig:
     evict_dedupe_window: float = 120.0
     """Seconds during which a pod is not evicted again (Koordinator's evictor cache expiry,
     2 minutes); ``--qos-evict-dedupe-window-seconds``, ours."""
+    memory_distress_psi_full_on: float = 0.0
+    """Memory eviction's distress trigger: percent of wall time in ``full`` memory stall (all
+    non-idle tasks stalled at once, ``/proc/pressure/memory``) over the window at or above which
+    BE pods are evicted even below the usage threshold; ``--memory-distress-psi-full-percent``,
+    ours: 0 (the default) is off."""
+    memory_distress_psi_full_off: float = 0.0
+    """The PSI signal turns off below this percent; ``--memory-distress-psi-full-off-percent``,
+    ours: 0 (the default) is half of the on threshold."""
+    memory_distress_reclaim_on: float = 0.0
+    """Memory eviction's distress trigger: pages scanned per second by reclaim (``pgscan_*`` of
+    ``/proc/vmstat``, global reclaim) at or above which BE pods are evicted;
+    ``--memory-distress-reclaim-pages-per-second``, ours: 0 (the default) is off."""
+    memory_distress_reclaim_off: float = 0.0
+    """The reclaim signal turns off below this rate; ``--memory-distress-reclaim-off-pages-per-
+    second``, ours: 0 (the default) is half of the on threshold."""
+    memory_distress_window: float = 0.5
+    """Seconds over which the distress rates are computed; ``--memory-distress-window``, ours
+    (default 0.5)."""
+    memory_distress_sustain: float = 0.0
+    """Seconds a distress signal must stay at or above its on threshold before it turns on;
+    ``--memory-distress-sustain``, ours (default 0: the window already smooths)."""
+    memory_distress_interval: float = 0.1
+    """Seconds between two readings of the distress counters while the trigger is on;
+    ``--memory-distress-interval``, ours (default 0.1)."""
+    be_eviction_condition_cool_down: float = 300.0
+    """Cluster mode, gate ``BEEvictionCondition``: seconds after the last BE eviction before the
+    Node condition ``koordinator.sh/BEEvictionPressure`` is lifted;
+    ``--be-eviction-condition-cool-down``, ours (default 5 min)."""
     only_evict_by_api: bool = False
     """In cluster mode, evict only through the Eviction API, never by killing the cgroup's
     processes when the API refuses or fails; Koordinator's ``--only-evict-by-api`` (default
@@ -415,6 +443,34 @@ def _positive_duration(value: object) -> float:
     if not (math.isfinite(seconds) and seconds > 0):
         raise ValueError(f"must be a positive duration, got {value!r}")
     return seconds
+
+
+def _duration_or_zero(value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        raise TypeError(f"must be a duration, got {value!r}")
+    seconds = duration_seconds(value) if isinstance(value, str) else float(value)
+    if not (math.isfinite(seconds) and seconds >= 0):
+        raise ValueError(f"must be a duration of 0 or more, got {value!r}")
+    return seconds
+
+
+def _non_negative(value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        raise TypeError(f"must be a number, got {value!r}")
+    try:
+        number = float(value)
+    except ValueError as err:
+        raise ValueError(f"must be a number, got {value!r}") from err
+    if not (math.isfinite(number) and number >= 0):
+        raise ValueError(f"must be a number of 0 or more, got {value!r}")
+    return number
+
+
+def _percent(value: object) -> float:
+    number = _non_negative(value)
+    if number > 100:
+        raise ValueError(f"must be a percent from 0 to 100, got {value!r}")
+    return number
 
 
 def _kube_dir(value: object) -> str:
@@ -698,6 +754,30 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("qos.evictDedupeWindow", "qos.evict_dedupe_window",
             ("--qos-evict-dedupe-window-seconds",), _positive_duration,
             "seconds before a pod may be evicted again"),
+    Setting("qos.memoryDistressPSIFullPercent", "qos.memory_distress_psi_full_on",
+            ("--memory-distress-psi-full-percent",), _percent,
+            "evict BE pods at this memory PSI full percent over the window (0: off)"),
+    Setting("qos.memoryDistressPSIFullOffPercent", "qos.memory_distress_psi_full_off",
+            ("--memory-distress-psi-full-off-percent",), _percent,
+            "the PSI distress signal turns off below this percent (0: half of the on one)"),
+    Setting("qos.memoryDistressReclaimPagesPerSecond", "qos.memory_distress_reclaim_on",
+            ("--memory-distress-reclaim-pages-per-second",), _non_negative,
+            "evict BE pods at this reclaim scan rate, pages/s (0: off)"),
+    Setting("qos.memoryDistressReclaimOffPagesPerSecond", "qos.memory_distress_reclaim_off",
+            ("--memory-distress-reclaim-off-pages-per-second",), _non_negative,
+            "the reclaim distress signal turns off below this rate (0: half of the on rate)"),
+    Setting("qos.memoryDistressWindow", "qos.memory_distress_window",
+            ("--memory-distress-window",), _positive_duration,
+            "window of the memory distress rates"),
+    Setting("qos.memoryDistressSustain", "qos.memory_distress_sustain",
+            ("--memory-distress-sustain",), _duration_or_zero,
+            "a distress signal must hold this long before it turns on"),
+    Setting("qos.memoryDistressInterval", "qos.memory_distress_interval",
+            ("--memory-distress-interval",), _positive_duration,
+            "seconds between two readings of the distress counters"),
+    Setting("qos.beEvictionConditionCoolDown", "qos.be_eviction_condition_cool_down",
+            ("--be-eviction-condition-cool-down",), _positive_duration,
+            "lift the BE eviction Node condition this long after the last eviction"),
     Setting("qos.onlyEvictByAPI", "qos.only_evict_by_api", ("--only-evict-by-api",), _bool,
             "cluster mode: never kill when the Eviction API fails", "--only-evict-by-api",
             is_bool=True),
@@ -803,6 +883,9 @@ _LONG_FLAGS = {f[2:] for s in SETTINGS for f in s.flags}
 _LONG_FLAGS |= {"config", "feature-gates", "version", "help"}
 _METAVARS: Mapping[Callable[[object], Any], str] = {
     _positive_duration: "DURATION",
+    _duration_or_zero: "DURATION",
+    _percent: "PERCENT",
+    _non_negative: "NUMBER",
     _abs_path: "DIR",
     _addr: "HOST:PORT",
     _optional_path: "FILE",
@@ -1061,12 +1144,14 @@ def load_config(
             source=where[0],
             field=where[1] or "collect.cpiTimeWindow",
         )
+    qos = QoSConfig(**sections["qos"])
+    _check_distress(qos, sources)
     return KoordletConfig(
         paths=HostPaths(**sections["paths"]),
         cgroup=CgroupConfig(**sections["cgroup"]),
         collect=collect,
         server=ServerConfig(**sections["server"]),
-        qos=QoSConfig(**sections["qos"]),
+        qos=qos,
         audit=AuditConfig(**sections["audit"]),
         kube=KubeConfig(**sections["kube"]),
         runtime_hooks=RuntimeHooksConfig(**sections["runtime_hooks"]),
@@ -1074,6 +1159,24 @@ def load_config(
         config_file=config_file,
         **top,
     )
+
+
+def _check_distress(qos: QoSConfig, sources: Mapping[str, tuple[str, str]]) -> None:
+    """Each distress signal's off threshold below its on threshold (0: half of it)."""
+    pairs = (
+        ("qos.memoryDistressPSIFullOffPercent", qos.memory_distress_psi_full_on,
+         qos.memory_distress_psi_full_off),
+        ("qos.memoryDistressReclaimOffPagesPerSecond", qos.memory_distress_reclaim_on,
+         qos.memory_distress_reclaim_off),
+    )  # fmt: skip
+    for key, on, off in pairs:
+        if on and off and off >= on:
+            where = sources.get(key, ("defaults", ""))
+            raise ConfigError(
+                f"the off threshold ({off:g}) must be below the on threshold ({on:g})",
+                source=where[0],
+                field=where[1] or key,
+            )
 
 
 def config_as_dict(cfg: KoordletConfig) -> dict[str, Any]:

@@ -71,6 +71,7 @@ from koordlet.metriccache.store import MetricCache
 from koordlet.qos.evictor import CgroupKillEvictor, EvictionBackend, Evictor
 from koordlet.qos.framework import QoSBook, StrategyContext, StrategySpec
 from koordlet.qos.manager import QoSManager
+from koordlet.qos.podwarnings import KubeEventSink, PodAnnotationWarnings, PodWarningSink
 from koordlet.qos.table import STRATEGIES
 from koordlet.sdnotify import Notifier, Watchdog
 from koordlet.selfmetrics import NodeSLOSections, Readiness, SelfMetrics
@@ -90,6 +91,7 @@ from koordlet.system.psi import has_cap_sys_resource
 from kubeclient.signals import StopSignals
 
 if TYPE_CHECKING:  # cluster mode only: imported when used (kubernetes_asyncio costs ~60 MiB)
+    from koordlet.reporter.evictioncondition import EvictionCondition
     from koordlet.reporter.nodemetric import NodeMetricReporter
     from koordlet.reporter.topology import KubeletTopology
     from koordlet.runtimehooks.cpuset import CPUSetRule
@@ -203,6 +205,7 @@ class Daemon:
         self.kube_states: KubeStatesSource | None = None
         self.kubelet_pods: KubeletPodsSource | None = None
         self.reporter: NodeMetricReporter | None = None
+        self.eviction_condition: EvictionCondition | None = None
         self.events: PressureEventSource | None = None
         self.qos: QoSManager | None = None
         self.server: ServerHandle | None = None
@@ -211,6 +214,7 @@ class Daemon:
         """Cluster mode with ``NodeTopologyReport``: the kubelet's reserved CPUs and CPU manager
         policy, for the share pools of the NRT and of the cpuset hook alike."""
         self._cpuset_rule_cache: tuple[tuple[object, ...], CPUSetRule] | None = None
+        self._net_class_ids_cache: tuple[object, Mapping[str, int]] | None = None
         self._driver_watch: _DriverWatch | None = None
 
     # Start -------------------------------------------------------------------------------------
@@ -531,14 +535,53 @@ class Daemon:
             dry_run_all=self.cfg.qos.dry_run,
             dry_run_strategies=self.cfg.qos.dry_run_strategies,
             book=QoSBook(on_stale=self.metrics.stale_inputs),
+            pod_warnings=self._pod_warnings(),
         )
         qos = QoSManager(ctx, self._strategy_table, supervisor)
         self._on_stop("qos", qos.stop)
         self.qos = qos
         qos.start()
+        if self.kube is not None and self.kube_states is not None:
+            self._start_eviction_condition(supervisor, self.evictor, self.kube_states)
         for name, strategy in qos.exporting().items():  # its own koordlet_* families
             self.registry.register(cast(Collector, strategy))
             logger.debug("strategy %s exports its metrics", name)
+
+    def _pod_warnings(self) -> PodAnnotationWarnings:
+        """Malformed pod annotations: Warning Events on the pod in cluster mode, log lines
+        standalone; registered for ``koordlet_pod_annotation_rejected_total``."""
+        sink: PodWarningSink | None = None
+        if self.kube is not None:
+            kube_sink = KubeEventSink(self.kube, self.cfg.node_name)
+            self._on_stop("qos", lambda _t: kube_sink.close())
+            sink = kube_sink
+        warnings = PodAnnotationWarnings(sink)
+        self.registry.register(warnings)
+        return warnings
+
+    def _start_eviction_condition(
+        self, supervisor: Supervisor, evictor: Evictor, states: KubeStatesSource
+    ) -> None:
+        """Cluster mode: the Node condition ``koordinator.sh/BEEvictionPressure`` while evicting
+        BE pods (gate ``BEEvictionCondition``); with the gate off, only a stale one is lifted."""
+        from koordlet.reporter.evictioncondition import FEATURE_GATE, EvictionCondition
+
+        condition = EvictionCondition(
+            self._need(self.kube),
+            self.cfg.node_name,
+            states.node,
+            enabled=self.cfg.feature_gates.enabled(FEATURE_GATE),
+            cool_down=self.cfg.qos.be_eviction_condition_cool_down,
+        )
+        self.eviction_condition = condition
+        evictor.add_listener(condition.on_evictions)
+        supervisor.spawn("be-eviction-condition", condition.run, component="reporter")
+
+    def _describe_qos(self) -> dict[str, Any]:
+        out = self._need(self.qos).describe()
+        if self.eviction_condition is not None:
+            out["be_eviction_condition"] = self.eviction_condition.describe()
+        return out
 
     async def _start_runtimehooks(self) -> None:
         from koordlet.runtimehooks.stage import start_runtime_hooks
@@ -551,6 +594,7 @@ class Daemon:
                 host=lambda: self.host,
                 capabilities=lambda: self.capabilities,
                 cpuset_rule=self._cpuset_rule,
+                pod_net_class_ids=self._pod_net_class_ids,
             ),
             registry=self.registry,
             writer=self._need(self.writer),
@@ -562,6 +606,19 @@ class Daemon:
         )
         self.runtime_hooks = hooks
         self._on_stop("runtimehooks", hooks.stop)
+
+    def _pod_net_class_ids(self) -> Mapping[str, int]:
+        """The TCNetworkQoS hook's view of the pods' own HTB classes: the network QoS strategy's
+        rule over the current inventory, computed once per snapshot."""
+        from koordlet.qos.netqos import own_class_ids
+
+        snapshot = self._snapshot()
+        cached = self._net_class_ids_cache
+        if cached is not None and cached[0] is snapshot:
+            return cached[1]
+        ids = own_class_ids(snapshot.pods.values())
+        self._net_class_ids_cache = (snapshot, ids)
+        return ids
 
     def _cpuset_rule(self) -> CPUSetRule:
         """The cpuset hook's view of the node: the share pools as the NRT reports them (online
@@ -639,7 +696,7 @@ class Daemon:
             config=lambda: config_as_dict(self.cfg),
             tasks=lambda: [t for s in self._supervisors for t in s.describe()],
             audit=self._describe_audit,
-            qos=lambda: self._need(self.qos).describe(),
+            qos=self._describe_qos,
             debug_allow_remote=self.cfg.server.debug_allow_remote,
         )
         ui = UiDeps(

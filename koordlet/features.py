@@ -99,6 +99,17 @@ KOORDLET_FEATURES: Mapping[str, FeatureSpec] = MappingProxyType(
         "BlkIOReconcile": FeatureSpec(False, _A, True, "block I/O QoS (blkio/io cgroup files)"),
         "ColdPageCollector": FeatureSpec(False, _A, True, "collect cold page (kidled) memory"),
         "HugePageReport": FeatureSpec(False, _A, False, "report hugepages per NUMA node"),
+        # Koordinator HEAD's runtime hook gate of the oom_score_adj hot update (PR #3139).
+        "OOMScoreAdj": FeatureSpec(
+            False, _A, True, "set oom_score_adj of pods' processes from their annotations"
+        ),
+        # Ours, not Koordinator's (docs/configuration.md marks it so).
+        "BEEvictionCondition": FeatureSpec(
+            False,
+            _A,
+            True,
+            "(ours) Node condition koordinator.sh/BEEvictionPressure while evicting BE pods",
+        ),
         # The runtime hooks' gates, which upstream adds to the koordlet's
         # (pkg/koordlet/runtimehooks/config.go: defaultRuntimeHooksFG).
         "GroupIdentity": FeatureSpec(True, _B, True, "runtime hook: group identity (bvt)"),
@@ -125,7 +136,7 @@ KOORDLET_FEATURES: Mapping[str, FeatureSpec] = MappingProxyType(
 )
 """Every koordlet gate Koordinator defines (upstream ``defaultKoordletFeatureGates``, commit
 1366c7d, and the runtime hooks' ``defaultRuntimeHooksFG``), with whether this implementation acts
-on it."""
+on it; plus ``BEEvictionCondition``, ours (alpha, off)."""
 
 DEFAULTS: Mapping[str, bool] = MappingProxyType(
     {name: spec.default for name, spec in KOORDLET_FEATURES.items()}

@@ -311,6 +311,8 @@ class NodeInfo:
     """``spec.taints``."""
     images: dict[str, int] = field(default_factory=dict)
     """``status.images``: every image name → its size in bytes."""
+    conditions: dict[str, str] = field(default_factory=dict)
+    """``status.conditions``: type → status (``"True"``, ``"False"``, ``"Unknown"``)."""
     pods: dict[str, PodInfo] = field(default_factory=dict)
     """Assigned pods by uid."""
     requested: ResourceList = field(default_factory=dict)
@@ -460,6 +462,11 @@ def parse_node(obj: Mapping[str, Any], source: str, where: str) -> NodeInfo:
         unschedulable=bool(spec.get("unschedulable", False)),
         taints=parse_taints(spec.get("taints"), source, where + ".spec.taints"),
         images=parse_images(status.get("images"), source, where + ".status.images"),
+        conditions={
+            str(c["type"]): str(c.get("status", ""))
+            for c in _list(status.get("conditions"), source, where + ".status.conditions")
+            if isinstance(c, Mapping) and "type" in c
+        },
     )
 
 

@@ -19,6 +19,7 @@ from typing import Any
 from scheduler_plugins.framework import Framework, Plugin
 from scheduler_plugins.plugins import (
     balancedallocation,
+    beevictionpressure,
     coscheduling,
     deviceshare,
     elasticquota,
@@ -64,6 +65,7 @@ KOORDINATOR: dict[str, PluginFactory] = {
     nodenumaresource.NAME: nodenumaresource.build,
     reservation.NAME: reservation.build,
     deviceshare.NAME: deviceshare.build,
+    beevictionpressure.NAME: beevictionpressure.build,
 }
 """Koordinator's plugins."""
 
@@ -78,6 +80,7 @@ EXTENDER_PLUGINS: dict[str, PluginFactory] = {
     nodenumaresource.NAME: nodenumaresource.build,
     reservation.NAME: reservation.build,
     deviceshare.NAME: deviceshare.build,
+    beevictionpressure.NAME: beevictionpressure.build,
 }
 """What the extender runs behind kube-scheduler (which runs the in-tree plugins itself)."""
 

@@ -249,6 +249,7 @@ class FakeHost:
         self._write_meminfo()
         for res in ("cpu", "memory", "io"):
             _write(self.paths.proc("pressure", res), golden(f"proc/pressure_{res}"))
+        self.set_vmstat()
         block = [ln.partition(":") for ln in golden("proc/cpuinfo").split("\n\n")[0].splitlines()]
         blocks = []
         for cpu in range(self.ncpus):
@@ -405,6 +406,28 @@ class FakeHost:
             f"some avg10={some_avg10:.2f} avg60=0.00 avg300=0.00 total={some_total_us}\n"
             f"full avg10={full_avg10:.2f} avg60=0.00 avg300=0.00 total={full_total_us}\n",
         )
+
+    def set_vmstat(
+        self,
+        pgscan_kswapd: int = 0,
+        pgscan_direct: int = 0,
+        pgsteal_kswapd: int = 0,
+        pgsteal_direct: int = 0,
+        refault_file: int = 0,
+    ) -> None:
+        """Write /proc/vmstat: the golden file's keys in its order, these reclaim counters."""
+        subst = {
+            "pgscan_kswapd": pgscan_kswapd,
+            "pgscan_direct": pgscan_direct,
+            "pgsteal_kswapd": pgsteal_kswapd,
+            "pgsteal_direct": pgsteal_direct,
+            "workingset_refault_file": refault_file,
+        }
+        lines = []
+        for line in golden("proc/vmstat").splitlines():
+            key, _, value = line.partition(" ")
+            lines.append(f"{key} {subst.get(key, value)}\n")
+        _write(self.paths.proc("vmstat"), "".join(lines))
 
     # cgroups: creation -------------------------------------------------------------------------
 

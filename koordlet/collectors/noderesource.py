@@ -19,11 +19,18 @@ Each tick:
   ``collectNodeNUMAResUsed``). The node list and each node's ``cpulist`` are read once (NUMA
   nodes do not come and go); a kernel without NUMA support has no such directory and the
   collector says so once as an unsupported source.
+
+On demand (``CollectorRunner.read_now``): :data:`NODE_MEMORY` (``/proc/meminfo`` now, for a
+memory pressure event) and :data:`MEMORY_DISTRESS` (the node's memory PSI ``total`` counters and
+the reclaim counters of ``/proc/vmstat`` now, for memory eviction's distress trigger, which turns
+successive readings into rates; docs/qos-eviction.md).
 """
 
 from __future__ import annotations
 
 import logging
+import time
+from dataclasses import dataclass
 
 from koordlet.collectors.framework import CollectorContext, CollectResult, Fresh, OnDemand, Tick
 from koordlet.errors import HostError
@@ -41,8 +48,15 @@ from koordlet.metriccache.series import (
     numa_entity,
 )
 from koordlet.system.host import Host
-from koordlet.system.procfs import USER_HZ, MemInfo, numa_node_ids, read_host_file
-from koordlet.system.stats import MEMINFO, NUMA_MEMINFO, PROC_STAT_CPU, PROC_STAT_PER_CPU
+from koordlet.system.procfs import USER_HZ, MemInfo, VmStat, numa_node_ids, read_host_file
+from koordlet.system.stats import (
+    MEMINFO,
+    NUMA_MEMINFO,
+    PRESSURE,
+    PROC_STAT_CPU,
+    PROC_STAT_PER_CPU,
+    VMSTAT,
+)
 from koordlet.system.topology import read_cpulist
 
 logger = logging.getLogger(__name__)
@@ -77,6 +91,50 @@ NODE_MEMORY: OnDemand[MemInfo] = OnDemand(
     "node_memory_with_page_cache samples; what a memory pressure event needs",
 )
 """The node's memory, read on demand (``CollectorRunner.read_now(NODE_MEMORY)``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class DistressReading:
+    """The node's memory distress counters at one instant (see :data:`MEMORY_DISTRESS`)."""
+
+    at: float
+    """``time.monotonic()`` of the read, the time base of the rates."""
+    vmstat: VmStat
+    """The reclaim counters of ``/proc/vmstat``."""
+    psi_some_us: int | None
+    """``some`` total of ``/proc/pressure/memory``, µs; None without PSI."""
+    psi_full_us: int | None
+    """``full`` total, µs: time all non-idle tasks were stalled on memory at once; None
+    without PSI."""
+    psi_error: str = ""
+    """Why there is no PSI (``/proc/pressure/memory`` absent or refused); empty with it."""
+
+
+def read_memory_distress(host: Host, tick: Tick) -> Fresh[DistressReading]:
+    """:data:`MEMORY_DISTRESS`'s read. Reading a pressure file brings its ``total`` up to date
+    (``psi_show`` aggregates the per-CPU times first, ``kernel/sched/psi.c``), so two reads
+    100 ms apart give the stall of those 100 ms, unlike ``avg10``, which moves every 2 s."""
+    some = full = None
+    why = ""
+    try:
+        psi = PRESSURE.get(tick, PRESSURE.path(host.paths, resource="memory"))
+    except HostError as err:  # absent (no CONFIG_PSI), EOPNOTSUPP (psi=0): no PSI signal
+        why = str(err)
+    else:
+        some = psi.some.total
+        full = None if psi.full is None else psi.full.total
+    at = time.monotonic()
+    vmstat = VMSTAT.get(tick, VMSTAT.path(host.paths))
+    return Fresh(DistressReading(at, vmstat, some, full, why))
+
+
+MEMORY_DISTRESS: OnDemand[DistressReading] = OnDemand(
+    "memory_distress",
+    read_memory_distress,
+    "/proc/pressure/memory and /proc/vmstat now: the stall and reclaim counters whose rates "
+    "drive memory eviction's distress trigger (no series)",
+)
+"""The node's memory distress counters, read on demand (``read_now(MEMORY_DISTRESS)``)."""
 
 
 class NodeResourceCollector:

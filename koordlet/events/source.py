@@ -155,7 +155,13 @@ class PressureEventSource:
         if self._closed or not wanted:
             os.close(fd)
             return False
-        watch = build(fd)
+        try:
+            watch = build(fd)  # closes fd when it fails
+        except OSError as err:
+            # epoll refuses a file that is no pressure file (EPERM on a plain file: a fake or
+            # read-only tree): the host cannot watch it, not a fault of this round.
+            self._note_unsupported(name, f"{path} cannot be watched: {err.strerror or err}")
+            return False
         try:
             loop.add_reader(watch.reader_fd, self._on_ready, watch)
         except BaseException:

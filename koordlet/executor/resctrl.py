@@ -394,6 +394,43 @@ class ResctrlWriter:
             )
         return TaskPlacement(group, added, gone, missing)
 
+    def groups(self, prefix: str) -> list[str]:
+        """Control groups whose names start with ``prefix`` (``koordlet-``), sorted."""
+        try:
+            names = os.listdir(self.root)
+        except OSError as err:
+            raise host_file_error(self.root, err, "listing") from err
+        return sorted(
+            n for n in names if n.startswith(prefix) and os.path.isdir(os.path.join(self.root, n))
+        )
+
+    def remove_group(self, group: str, *, strategy: str = "", reason: str = "") -> bool:
+        """Remove control group ``group`` (the kernel moves its threads back to the default
+        group and frees its CLOSID); True when removed, False when it was not there or in dry
+        run (audited as a decision)."""
+        path = os.path.join(self.root, group)
+        if not os.path.isdir(path):
+            return False
+        if self.is_dry_run(strategy):
+            logger.info("dry run: would remove resctrl group %s (%s)", path, reason)
+            notify(
+                self.on_change,
+                WriteResult(
+                    path, "exists", "removed", False, "resctrl_group", strategy, reason, True
+                ),
+            )
+            return False
+        try:
+            os.rmdir(path)
+        except FileNotFoundError:
+            return False
+        except OSError as err:
+            raise host_file_error(path, err, "rmdir") from err
+        self._notify(
+            WriteResult(path, "exists", "removed", True, "resctrl_group", strategy, reason)
+        )
+        return True
+
     def _last_cmd_status(self) -> str:
         try:
             return _read_text(os.path.join(self.root, "info", "last_cmd_status")).strip()

@@ -70,6 +70,9 @@ class TreePlan:
     link: Link
     classes: tuple[ClassPlan, ...]
     default_minor: int
+    owned_minors: range = range(0)
+    """Minors the koordlet allocates itself (the pods' own classes): a class there that the
+    plan does not hold is deleted."""
 
 
 @dataclass(slots=True)
@@ -192,6 +195,12 @@ class TCWriter:
                     what = f"class {format_handle(cp.handle)} ({cp.name})"
                     setter = partial(_set_class, index=link.index, cls=want, exists=cur is not None)
                     ops.append((what, old, describe(want), setter))
+            wanted = {cp.handle for cp in plan.classes}
+            for handle, cur in sorted(have.items()):
+                if (handle & 0xFFFF) in plan.owned_minors and handle not in wanted:
+                    what = f"class {format_handle(handle)} (a pod's, no longer wanted)"
+                    deleter = partial(tc.delete_class, index=link.index, handle=handle)
+                    ops.append((what, describe(cur), "none", deleter))
             present = mine and any(
                 f.kind == "bpf" and f.name == BPF_PROG_NAME
                 for f in tc.filters(ipr, link.index, QDISC_HANDLE)

@@ -37,6 +37,15 @@ the kernel has them):
 - ``cpu.shares`` where neither exists: BE cgroups get the minimum shares (2) while BE CPU QoS is
   on, and are left to the kubelet when it is off.
 
+While the gate ``GroupIdentity`` is off (with it on, pods' CPU QoS is the runtime hook's, which
+applies the same rule), an LS pod's ``koordinator.sh/cpuQOS`` annotation (``{"enable": true,
+"groupIdentity": -1}``) overrides its class's CPU QoS, as upstream's ``groupidentity`` hook does
+for LS pods only: with ``enable`` its ``groupIdentity`` (else the class's), without it 0; on
+``cpu.idle`` kernels the pod is made idle for the best-effort identity (-1) or ``schedIdle: 1``,
+and not idle otherwise. A malformed value keeps the class's and is reported once
+(``ctx.pod_warnings``); the shares fallback has no per-pod identity (reported in the round's
+detail).
+
 **Cpusets** (``cpuset.cpus``) for LSR and LSE pods and their containers from the CPUs of their
 ``scheduling.koordinator.sh/resource-status`` annotation; for LS pods, and LS/LSR/LSE host
 applications, the LS share pool: every online CPU minus those LSR and LSE pods hold. BE cpusets
@@ -70,6 +79,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from apis.extension import KubeQOS, QoSClass
+from apis.pod_overrides import ANNOTATION_POD_CPU_QOS, AnnotationError, PodCPUQoS, parse_pod_cpu_qos
 from apis.slo_qos import CPUQOSConfig, CPUQOSPolicy, MemoryQOSConfig, ResourceQOS
 from apis.slo_strategies import ResourceQOSStrategy
 from koordlet.executor.batch import BatchResult, BatchWrite
@@ -345,6 +355,7 @@ def _cpu_plan(
     mechanism: str,
     layout: CgroupLayout,
     snapshot: WorkloadSnapshot,
+    overrides: Mapping[str, PodCPUQoS],
     *,
     pods_owned: bool = False,
 ) -> None:
@@ -357,6 +368,11 @@ def _cpu_plan(
             plan.add(CPU_BVT_WARP_NS, layout.qos_dir(kube_qos), value, f"group identity {value}")
         for pod in pods:
             value = pod_bvt(strategy, pod)
+            own = overrides.get(pod.uid)
+            if own is not None:
+                value = own.identity(value)
+                plan.add(CPU_BVT_WARP_NS, pod.cgroup_dir, value, ANNOTATION_POD_CPU_QOS)
+                continue
             plan.add(CPU_BVT_WARP_NS, pod.cgroup_dir, value, f"group identity of {pod.qos}")
         for app in apps:
             section = class_qos(strategy, app.qos)
@@ -374,7 +390,16 @@ def _cpu_plan(
         idle = be_idle(strategy)
         for rel in be_dirs:
             plan.add(CPU_IDLE, rel, idle, f"BE CPU QoS {'on' if idle else 'off'}: cpu.idle")
-    elif strategy.be_class.cpu_qos.enable:
+        for uid, own in overrides.items():
+            pod = snapshot.pods[uid]
+            plan.add(CPU_IDLE, pod.cgroup_dir, int(own.idle(False)), ANNOTATION_POD_CPU_QOS)
+        return
+    for uid in overrides:
+        pod = snapshot.pods[uid]
+        plan.skipped[f"pod/{pod.name}"] = (
+            f"{ANNOTATION_POD_CPU_QOS} not applied: no group identity and no cpu.idle here"
+        )
+    if strategy.be_class.cpu_qos.enable:
         for rel in be_dirs:
             plan.add(CPU_SHARES, rel, BE_MIN_SHARES, "BE CPU QoS on: minimum shares fallback")
 
@@ -423,13 +448,17 @@ def build_plan(
     mechanism: str,
     online: frozenset[int],
     node_memory: int | None,
+    cpu_qos_overrides: Mapping[str, PodCPUQoS] | None = None,
     hooks_own: frozenset[str] = frozenset(),
 ) -> Plan:
-    """Every write of one round (pure: tests call it directly); ``hooks_own``: the parts of
-    :data:`HOOK_OWNED` left out."""
+    """Every write of one round (pure: tests call it directly); ``cpu_qos_overrides`` holds the
+    parsed ``koordinator.sh/cpuQOS`` of the LS pods that carry one, by UID (ignored while the
+    pods' CPU QoS is a hook's); ``hooks_own``: the parts of :data:`HOOK_OWNED` left out."""
     plan = Plan()
+    pods_cpu_owned = POD_CPU_QOS in hooks_own
+    overrides = {} if pods_cpu_owned else (cpu_qos_overrides or {})
     _memory_plan(plan, strategy, layout, snapshot.pods.values(), node_memory)
-    _cpu_plan(plan, strategy, mechanism, layout, snapshot, pods_owned=POD_CPU_QOS in hooks_own)
+    _cpu_plan(plan, strategy, mechanism, layout, snapshot, overrides, pods_owned=pods_cpu_owned)
     _cpuset_plan(plan, snapshot, online, pods_owned=POD_CPUSETS in hooks_own)
     for part in sorted(hooks_own):
         plan.skipped[part] = f"owned by the runtime hook {HOOK_OWNED[part]} (its gate is on)"
@@ -482,6 +511,9 @@ class CgroupReconcile:
         info = ctx.cache.get_info(NODE_INFO_KEY)
         mechanism = cpu_mechanism(self._supported(), strategy.policies.cpu_policy)
         gates = ctx.config.feature_gates
+        hooks_own = frozenset(part for part, gate in HOOK_OWNED.items() if gates.enabled(gate))
+        # While GroupIdentity owns pods' CPU QoS its hook applies (and reports) the override.
+        overrides = {} if POD_CPU_QOS in hooks_own else self._cpu_qos_overrides(snapshot)
         plan = build_plan(
             strategy,
             layout,
@@ -489,7 +521,8 @@ class CgroupReconcile:
             mechanism=mechanism,
             online=online_cpus(info),
             node_memory=_node_memory(info),
-            hooks_own=frozenset(part for part, gate in HOOK_OWNED.items() if gates.enabled(gate)),
+            cpu_qos_overrides=overrides,
+            hooks_own=hooks_own,
         )
         writes = self._select(plan.writes)
         inputs: dict[str, Any] = {
@@ -533,6 +566,25 @@ class CgroupReconcile:
                 },
             ),
         )
+
+    def _cpu_qos_overrides(self, snapshot: WorkloadSnapshot) -> dict[str, PodCPUQoS]:
+        """The ``koordinator.sh/cpuQOS`` of LS pods (upstream overrides LS pods only); a
+        malformed one is reported once and the pod keeps its class's."""
+        warnings = self._ctx.pod_warnings
+        out: dict[str, PodCPUQoS] = {}
+        for pod in snapshot.pods.values():
+            text = pod.annotations.get(ANNOTATION_POD_CPU_QOS)
+            labelled = pod.qos if pod.qos_label is None else pod.qos_label
+            if text is None or labelled is not QoSClass.LS:  # upstream: the label's class
+                warnings.valid(pod, ANNOTATION_POD_CPU_QOS)
+                continue
+            try:
+                out[pod.uid] = parse_pod_cpu_qos(text)
+            except AnnotationError as err:
+                warnings.report(NAME, pod, err.annotation, err.why)
+                continue
+            warnings.valid(pod, ANNOTATION_POD_CPU_QOS)
+        return out
 
     def _select(self, writes: list[BatchWrite[Any]]) -> list[BatchWrite[Any]]:
         """Drop unsupported knobs and values applied within the executor's cache lifetime."""

@@ -46,7 +46,7 @@ from typing import Any
 
 from apis.extension import QoSClass
 from apis.manager_keys import BATCH_CPU
-from apis.priority import PRIORITY_MID_VALUE_MAX
+from apis.priority import PRIORITY_MID_VALUE_MAX, pod_priority_class_raw
 from apis.slo_strategies import CPUEvictPolicy, ResourceThresholdStrategy
 from koordlet.features import gate_enabled
 from koordlet.metriccache import series
@@ -62,7 +62,6 @@ from koordlet.qos.evicttask import (
     allocatable_release,
     by_priority,
     plan,
-    priority_class_raw,
     priority_value_with_default,
     qos_raw,
     released_classes,
@@ -488,7 +487,7 @@ class CPUEvict:
             classes = released_classes(release)
 
             def by_class(c: Candidate) -> ResourceList:
-                if priority_class_raw(c.pod) not in classes:
+                if pod_priority_class_raw(c.pod.labels, c.pod.priority) not in classes:
                     return {}
                 return {c.request_name: c.request}
 

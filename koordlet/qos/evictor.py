@@ -88,6 +88,9 @@ def label_priority(pod: PodInfo, default: int) -> int:
 
 REASON_MEMORY = "EvictPodByNodeMemoryUsage"
 """Reason of memory eviction (Koordinator's ``resourceexecutor.EvictPodByNodeMemoryUsage``)."""
+REASON_MEMORY_DISTRESS = "EvictPodByNodeMemoryDistress"
+"""Reason of memory eviction by the distress trigger (ours: memory PSI or reclaim rate while
+usage is below the threshold)."""
 REASON_BE_CPU_SATISFACTION = "EvictPodByBECPUSatisfaction"
 """Reason of CPU eviction by BE satisfaction."""
 EVICT_REASON_PREFIX = "trigger by koordlet feature "
@@ -166,6 +169,10 @@ class Outcome:
     def counts_as_released(self) -> bool:
         """True when the strategy may count the victim's release (done, decided or pending)."""
         return self.status in ("evicted", "dry_run", "duplicate", "gone")
+
+
+EvictionListener = Callable[[str, str, Sequence[Outcome], bool], None]
+"""``listener(strategy, reason, outcomes, dry_run)``: told of every eviction call's outcomes."""
 
 
 class EvictionBackend(Protocol):
@@ -313,6 +320,7 @@ class Evictor:
         self._clock = clock
         self._recent: dict[str, float] = {}
         self._lock = asyncio.Lock()
+        self._listeners: list[EvictionListener] = []
         self.last: list[dict[str, Any]] = []
         """The last call's outcomes, plain data for ``/debug/qos``."""
 
@@ -332,6 +340,12 @@ class Evictor:
         """Keys within the dedupe window (for a strategy's victim selection)."""
         self._expire()
         return frozenset(self._recent)
+
+    def add_listener(self, listener: EvictionListener) -> None:
+        """Call ``listener(strategy, reason, outcomes, dry_run)`` on the event loop after every
+        :meth:`evict` call that had outcomes (the BE eviction Node condition listens); a
+        listener that raises is logged, never fails the eviction."""
+        self._listeners.append(listener)
 
     # Evicting ------------------------------------------------------------------------------
 
@@ -360,7 +374,13 @@ class Evictor:
                     acted += 1
                 outcomes.append(outcome)
             self._summarize(outcomes, strategy, reason, dry)
-            return outcomes
+        if outcomes:
+            for listener in tuple(self._listeners):
+                try:
+                    listener(strategy, reason, outcomes, dry)
+                except Exception:  # a listener's bug must not undo or hide an eviction
+                    logger.exception("eviction listener %r failed", listener)
+        return outcomes
 
     async def _one(
         self, victim: Victim, strategy: str, reason: str, dry: bool, acted: int

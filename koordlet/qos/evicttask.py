@@ -21,7 +21,8 @@ order, as upstream's ``KillAndEvictPods`` does:
 - a victim is taken once, by the first task that reaches it.
 
 Requests follow upstream's ``GetRequestTypeAndValueFromPod``: a pod of the ``koord-batch``
-priority class (by ``spec.priority``, else by QoS: BE is batch) requests ``batch-cpu`` and
+priority class (``GetPodPriorityClassWithDefault``: the ``koordinator.sh/priority-class``
+label, else ``spec.priority``'s band, else by QoS: BE is batch) requests ``batch-cpu`` and
 ``batch-memory``, a ``koord-mid`` pod ``mid-cpu`` and ``mid-memory``, any other pod ``cpu``
 (milli-cores) and ``memory`` (bytes). The allocatable tasks compare the requests of each
 resource with the Node's allocatable of that resource (:func:`allocatable_release`), in float32 as
@@ -40,8 +41,7 @@ from apis.priority import (
     PRIORITY_BATCH,
     PRIORITY_DEFAULT_VALUES,
     PRIORITY_MID,
-    PRIORITY_PROD,
-    priority_class_of,
+    pod_priority_class_with_default,
 )
 from koordlet.qos.evictor import eviction_priority, label_priority
 from koordlet.qos.shared import eviction_policy_allowed, pod_class
@@ -75,23 +75,12 @@ def qos_raw(pod: PodInfo) -> QoSClass:
 # Priority ----------------------------------------------------------------------------------------
 
 
-def priority_class_raw(pod: PodInfo) -> str:
-    """``GetPodPriorityClassRaw``: the Koordinator band of ``spec.priority``; ``""`` without."""
-    return priority_class_of(pod.priority)
-
-
 def priority_class_with_default(pod: PodInfo) -> str:
-    """``GetPodPriorityClassWithDefault``: the band, else by QoS (SYSTEM, LSE, LSR, LS:
-    ``koord-prod``; BE: ``koord-batch``; else none)."""
-    raw = priority_class_raw(pod)
-    if raw:
-        return raw
-    qos = pod_class(pod)
-    if qos in (QoSClass.SYSTEM, QoSClass.LSE, QoSClass.LSR, QoSClass.LS):
-        return PRIORITY_PROD
-    if qos is QoSClass.BE:
-        return PRIORITY_BATCH
-    return ""
+    """Upstream's ``GetPodPriorityClassWithDefault``, which its eviction's
+    ``GetRequestTypeAndValueFromPod`` and ``GetPodPriorityValueWithDefault`` use: the
+    ``koordinator.sh/priority-class`` label, else the band of ``spec.priority``, else by the
+    pod's QoS class with its default (:func:`apis.priority.pod_priority_class_with_default`)."""
+    return pod_priority_class_with_default(pod.labels, pod.priority, pod_class(pod))
 
 
 def priority_value_with_default(pod: PodInfo) -> int:

@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 from apis.slo_inforce import NodeSLOInForce
 from koordlet.config import KoordletConfig, QoSConfig
 from koordlet.qos.inputs import Reading, fresh_aggregate, max_input_age, read_last
+from koordlet.qos.podwarnings import PodAnnotationWarnings
 from koordlet.statesinformer.model import WorkloadSnapshot
 
 if TYPE_CHECKING:
@@ -253,6 +254,9 @@ class StrategyContext:
     """``--qos-dry-run-strategies``: these strategies only compute, log and audit."""
     book: QoSBook = field(default_factory=QoSBook)
     """Where reports and stale rounds are recorded (shared with the manager)."""
+    pod_warnings: PodAnnotationWarnings = field(default_factory=PodAnnotationWarnings)
+    """Where a strategy reports a pod annotation it cannot apply (once per pod and value: a
+    Warning Event, ``koordlet_pod_annotation_rejected_total``, ``/debug/qos``)."""
 
     # The framework API for strategies --------------------------------------------------------
 

@@ -127,8 +127,8 @@ class QoSManager:
     def describe(self) -> dict[str, Any]:
         """``/debug/qos``: the dry-run settings, the NodeSLO in force (source, generation, each
         section's status), each running strategy's interval, rounds, errors, stale rounds, last
-        report and the status of the NodeSLO sections it reads, and the strategies that do not
-        run with the reason."""
+        report, the status of the NodeSLO sections it reads and its own ``describe()`` (``state``;
+        None without one), and the strategies that do not run with the reason."""
         ctx = self._ctx
         node_slo = ctx.node_slo()
         return {
@@ -141,11 +141,13 @@ class QoSManager:
                     "dry_run": ctx.dry_run(name),
                     "nodeslo": {s: node_slo.status(s) for s in self._table[name].sections},
                     **ctx.book.describe(name),
+                    "state": _describe(strategy),
                 }
                 for name, strategy in self._strategies.items()
             },
             "disabled": dict(self._disabled),
             "evictor": _describe(ctx.evictor),
+            "pod_annotations": ctx.pod_warnings.describe(),
         }
 
     async def stop(self, timeout: float) -> tuple[str, ...]:  # noqa: ASYNC109 (see LoopSpawner)

@@ -24,6 +24,8 @@ not evicted again, and no extra victim is picked for it (``evicttask.plan``). Af
 evicted (or decided, in dry run), rounds wait ``memory_evict_cool_time`` seconds
 (``--memory-evict-cool-time-seconds``, 4). NodeSLO ``enable: false`` disables every task.
 
+The settings, config checks, arithmetic and BE order are in :mod:`koordlet.qos.memoryrules`.
+
 **Capacity**: in cluster mode the Node's ``status.capacity.memory``, as upstream (no round until
 the Node is known); standalone, with no Node, ``MemTotal`` of ``/proc/meminfo``
 (``node_memory_total``), never the sum of the NUMA nodes (which leaves out memory outside them).
@@ -32,29 +34,41 @@ the Node is known); standalone, with no Node, ``MemTotal`` of ``/proc/meminfo``
 nobody (``ctx.stale``). **Pressure events** wake a round between ticks: on cgroup v1 a memcg
 threshold on the kubepods memory cgroup at the kubepods usage that puts the node at the
 threshold (re-armed when that value moves by more than 1% of capacity); on cgroup v2, or where the
-threshold cannot be armed, a PSI trigger on the node's memory pressure. An event round reads the
-node's memory now (``ctx.read_now(NODE_MEMORY)``) instead of the cache, whose newest sample may be
-a whole interval old.
+threshold cannot be armed, a PSI trigger on the node's memory pressure (only where the start-up
+probe found PSI triggers supported). An event round reads the node's memory now
+(``ctx.read_now(NODE_MEMORY)``) instead of the cache, whose newest sample may be a whole interval
+old.
+
+**Memory distress** (ours, off by default): with ``--memory-distress-psi-full-percent`` or
+``--memory-distress-reclaim-pages-per-second`` set, :class:`~koordlet.qos.distress.DistressMonitor`
+samples the node's memory PSI ``full`` and reclaim counters every
+``--memory-distress-interval``; while either signal is on (hysteresis), the ``BEMemoryEvict``
+task evicts at least one BE pod a round even below the usage threshold, with the reason
+``EvictPodByNodeMemoryDistress``, and the trigger turning on wakes a round at once.
 """
 
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
 import time
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any
 
 from apis.extension import QoSClass
-from apis.priority import PRIORITY_MID_VALUE_MAX
-from apis.slo_strategies import ResourceThresholdStrategy
-from koordlet.collectors.noderesource import NODE_MEMORY
+from apis.priority import pod_priority_class_raw
+from koordlet.collectors.noderesource import MEMORY_DISTRESS, NODE_MEMORY, DistressReading
 from koordlet.events.watches import PressureEvent
 from koordlet.features import gate_enabled
 from koordlet.metriccache import series
-from koordlet.qos.evictor import EVICT_REASON_PREFIX, REASON_MEMORY, Outcome, Victim
+from koordlet.qos.distress import DistressConfig, DistressMonitor
+from koordlet.qos.evictor import (
+    EVICT_REASON_PREFIX,
+    REASON_MEMORY,
+    REASON_MEMORY_DISTRESS,
+    Outcome,
+    Victim,
+)
 from koordlet.qos.evicttask import (
     TARGET_REQUEST,
     TARGET_USED,
@@ -65,13 +79,24 @@ from koordlet.qos.evicttask import (
     allocatable_release,
     by_priority,
     plan,
-    priority_class_raw,
     priority_value_with_default,
     qos_raw,
     released_classes,
     request_of,
 )
 from koordlet.qos.framework import StrategyContext, StrategyReport
+from koordlet.qos.memoryrules import (
+    MEMORY_RELEASE_BUFFER_PERCENT,
+    MemoryEvictSettings,
+    allocatable_thresholds,
+    order_be,
+    priority_threshold,
+    release_by_used,
+    settings_of,
+    usage_percent,
+    used_release,
+    used_thresholds,
+)
 from koordlet.qos.shared import InvalidThreshold, eviction_policy_allowed, node_resources
 from koordlet.statesinformer.model import PodInfo
 from koordlet.system.cgroups import CgroupVersion
@@ -85,8 +110,6 @@ FEATURE_MEMORY_EVICT = "MemoryEvict"
 """Upstream gate of the priority-based task (runs when this koordlet's gates know and enable it)."""
 FEATURE_ALLOCATABLE_EVICT = "MemoryAllocatableEvict"
 """Upstream gate of the allocatable-based task."""
-MEMORY_RELEASE_BUFFER_PERCENT = 2
-"""``memoryEvictLowerPercent`` when unset: the threshold minus this (upstream's constant)."""
 DEFAULT_INTERVAL = 1.0
 """Seconds between rounds (``--memory-evict-interval-seconds``)."""
 WATCH_NAME = "memoryevict"
@@ -104,136 +127,6 @@ counts charges a little differently from the node usage the round compares."""
 """Re-arm the memcg threshold when its target moves by more than this fraction of capacity."""
 
 
-# Settings ------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class MemoryEvictSettings:
-    """The ``resourceUsedThresholdWithBE`` fields memory eviction reads, merged over defaults."""
-
-    enabled: bool
-    """``enable``: false disables every task (upstream's ``IsFeatureDisabled``)."""
-    threshold: int | None
-    """``memoryEvictThresholdPercent`` (default 70)."""
-    lower: int | None
-    """``memoryEvictLowerPercent``; None: threshold - 2."""
-    evict_enabled_priority_threshold: int | None
-    """``evictEnabledPriorityThreshold`` (the MemoryEvict task)."""
-    allocatable_threshold: int | None
-    """``memoryAllocatableEvictThresholdPercent``."""
-    allocatable_lower: int | None
-    """``memoryAllocatableEvictLowerPercent``; required by the allocatable task."""
-    allocatable_priority_threshold: int | None
-    """``allocatableEvictPriorityThreshold``."""
-
-
-def settings_of(t: ResourceThresholdStrategy) -> MemoryEvictSettings:
-    """The fields memory eviction reads of ``resourceUsedThresholdWithBE`` in force."""
-    return MemoryEvictSettings(
-        enabled=t.enable,
-        threshold=t.memory_evict_threshold_percent,
-        lower=t.memory_evict_lower_percent,
-        evict_enabled_priority_threshold=t.evict_enabled_priority_threshold,
-        allocatable_threshold=t.memory_allocatable_evict_threshold_percent,
-        allocatable_lower=t.memory_allocatable_evict_lower_percent,
-        allocatable_priority_threshold=t.allocatable_evict_priority_threshold,
-    )
-
-
-def used_thresholds(threshold: int | None, lower: int | None) -> tuple[int, int]:
-    """``(threshold, lower)`` percent, upstream's ``generateConfigCheck``: the threshold is set
-    and not negative; the lower bound defaults to threshold - 2 and must stay below it."""
-    if threshold is None:
-        raise InvalidThreshold("threshold percent is nil")
-    if threshold < 0:
-        raise InvalidThreshold(f"threshold percent({threshold}) should equal or greater than 0")
-    low = threshold - MEMORY_RELEASE_BUFFER_PERCENT if lower is None else lower
-    if low >= threshold:
-        raise InvalidThreshold(
-            f"lower percent({low}) should less than threshold percent({threshold})"
-        )
-    return threshold, low
-
-
-def priority_threshold(s: MemoryEvictSettings) -> int:
-    """``evictEnabledPriorityThreshold``, required by the MemoryEvict task."""
-    if s.evict_enabled_priority_threshold is None:
-        raise InvalidThreshold("EvictEnabledPriorityThreshold not config")
-    return s.evict_enabled_priority_threshold
-
-
-def allocatable_thresholds(s: MemoryEvictSettings) -> tuple[int, int, int]:
-    """``(threshold, lower, priority threshold)`` of the allocatable task, validated as upstream's
-    ``isAllocatableThresholdConfigValid``. A missing ``memoryAllocatableEvictLowerPercent`` is
-    refused: upstream's task dereferences it (a missing one stops upstream's koordlet), so it is
-    no config a cluster can run with."""
-    if s.allocatable_threshold is None:
-        raise InvalidThreshold("MemoryAllocatableEvictThresholdPercent not config")
-    if s.allocatable_threshold < 0:
-        raise InvalidThreshold(
-            f"threshold percent({s.allocatable_threshold}) should greater than 0"
-        )
-    if s.allocatable_lower is None:
-        raise InvalidThreshold("MemoryAllocatableEvictLowerPercent not config")
-    if s.allocatable_lower >= s.allocatable_threshold:
-        raise InvalidThreshold(
-            f"lower percent({s.allocatable_lower}) should less than threshold "
-            f"percent({s.allocatable_threshold})"
-        )
-    if s.allocatable_priority_threshold is None:
-        raise InvalidThreshold("AllocatableEvictPriorityThreshold not config")
-    if s.allocatable_priority_threshold > PRIORITY_MID_VALUE_MAX:
-        raise InvalidThreshold(
-            f"priorityThresholdPercent({s.allocatable_priority_threshold}) should less than "
-            f"{PRIORITY_MID_VALUE_MAX}, koor-prod pods should not be killed"
-        )
-    return s.allocatable_threshold, s.allocatable_lower, s.allocatable_priority_threshold
-
-
-# Arithmetic ----------------------------------------------------------------------------------
-
-
-def usage_percent(used: float, capacity: int) -> int:
-    """Node usage as upstream computes it: ``int64(used) * 100 / capacity``, floored."""
-    return int(used) * 100 // capacity
-
-
-def release_by_used(used: float, capacity: int, threshold: int, lower: int) -> int:
-    """Bytes to release: 0 below the threshold, else ``capacity * (usage% - lower%) // 100``."""
-    if capacity <= 0:
-        return 0
-    pct = usage_percent(used, capacity)
-    if pct < threshold:
-        return 0
-    return capacity * (pct - lower) // 100
-
-
-# Candidates and their order ------------------------------------------------------------------
-
-
-def _compare_be(a: Candidate, b: Candidate) -> int:
-    """Upstream's BE order: lower ``spec.priority`` first when both have one and they differ;
-    then larger usage first when both are known; both unknown: name descending; a known usage
-    before an unknown one."""
-    pa, pb = a.pod.priority, b.pod.priority
-    if pa is not None and pb is not None and pa != pb:
-        return -1 if pa < pb else 1
-    if a.used and b.used:
-        return (a.used < b.used) - (a.used > b.used)
-    if not a.used and not b.used:
-        return (a.pod.name < b.pod.name) - (a.pod.name > b.pod.name)
-    return -1 if a.used else 1
-
-
-def order_be(candidates: Iterable[Candidate]) -> list[Candidate]:
-    """BE pods in Koordinator's memory-eviction order (see :func:`_compare_be`)."""
-    return sorted(candidates, key=functools.cmp_to_key(_compare_be))
-
-
-def _used(c: Candidate) -> ResourceList:
-    return {"memory": c.used}
-
-
 # The strategy --------------------------------------------------------------------------------
 
 
@@ -246,6 +139,7 @@ class MemoryEvict:
     :param watch_dir: the memory cgroup folder to arm the threshold on; None: the kubepods root.
     :param allocatable: the node's allocatable by resource name (bytes) for the allocatable task;
         None: the Node's ``status.allocatable``.
+    :param distress: the distress counters read now; None: ``ctx.read_now(MEMORY_DISTRESS)``.
     """
 
     name = NAME
@@ -259,6 +153,7 @@ class MemoryEvict:
         fresh_usage: Callable[[], tuple[int, int]] | None = None,
         watch_dir: str | None = None,
         allocatable: Callable[[], Mapping[str, int] | None] | None = None,
+        distress: Callable[[], Awaitable[DistressReading]] | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.ctx = ctx
@@ -279,17 +174,32 @@ class MemoryEvict:
         self._near = False
         self._memcg_refused = False
         self.event_rounds = 0
-        """Rounds run on a pressure event."""
+        """Rounds run on a pressure event or on the distress trigger turning on."""
+        self._read_distress = distress
+        config = DistressConfig.of(ctx.config.qos)
+        self.distress: DistressMonitor | None = None
+        """The distress trigger's sampler; None when no signal is configured."""
+        self._distress_note = ""
+        if config.enabled:
+            if gate_enabled(ctx.config, FEATURE_GATE):
+                self.distress = DistressMonitor(config, self._distress_now, self._on_distress)
+            else:
+                self._distress_note = f"configured but feature gate {FEATURE_GATE} is off"
+        self._psi_watch_note = ""
 
     # Rounds ----------------------------------------------------------------------------------
 
     async def reconcile(self) -> None:
-        """One tick: (re-)arm the pressure watch, then one round on the cached inputs."""
+        """One tick: (re-)arm the pressure watch and start the distress sampler, then one round
+        on the cached inputs."""
         await self._arm()
+        if self.distress is not None:
+            self.distress.start()
         await self.round("tick")
 
     async def round(self, trigger: str) -> list[Outcome]:
-        """One round; ``trigger`` is ``tick`` or ``event`` (reads the node's usage now)."""
+        """One round; ``trigger`` is ``tick``, or ``event`` or ``distress`` (these read the
+        node's usage now)."""
         async with self._lock:
             return await self._round(trigger)
 
@@ -306,7 +216,7 @@ class MemoryEvict:
             ctx.report(name, StrategyReport({"trigger": trigger}, "disabled in NodeSLO"))
             return []
         inputs: dict[str, Any] = {"trigger": trigger}
-        if trigger == "event":
+        if trigger != "tick":
             used_now, total = await self._usage_now()
             self._last_total = total
             used: float = used_now
@@ -349,7 +259,8 @@ class MemoryEvict:
             decision = "nothing to do" if not tasks else "no victim left to evict"
             ctx.report(name, StrategyReport(inputs, decision, detail=detail))
             return []
-        outcomes = await self._evict(victims)
+        reason = REASON_MEMORY_DISTRESS if "distress" in inputs else REASON_MEMORY
+        outcomes = await self._evict(victims, reason)
         if any(o.status in ("evicted", "dry_run") for o in outcomes):
             self._last_evict = self._clock()
         counts: dict[str, int] = {}
@@ -415,7 +326,7 @@ class MemoryEvict:
             classes = released_classes(release)
 
             def by_request(c: Candidate) -> ResourceList:
-                if priority_class_raw(c.pod) not in classes:
+                if pod_priority_class_raw(c.pod.labels, c.pod.priority) not in classes:
                     return {}
                 return {c.request_name: c.request}
 
@@ -431,6 +342,14 @@ class MemoryEvict:
         if feature == FEATURE_MEMORY_EVICT:
             prio_max = priority_threshold(s)
         need = release_by_used(used, capacity, threshold, lower)
+        distress = self.distress
+        if need <= 0 and feature == FEATURE_GATE and distress is not None and distress.active:
+            # Below the usage threshold but the kernel is in distress: one victim a round (the
+            # first BE pod in order releases at least a byte), until the trigger turns off.
+            why = distress.why()
+            inputs["distress"] = why
+            need = 1
+            reason = f"{reason} on memory distress ({why})"
         if need <= 0:
             return None
         if feature == FEATURE_GATE:
@@ -447,7 +366,7 @@ class MemoryEvict:
                 return Candidate(p, usage[p.uid], value, res)
 
             ordered = by_priority(pods, feature, prio_max, make_used, "used")
-        return EvictTask(feature, reason, TARGET_USED, {"memory": need}, ordered, _used)
+        return EvictTask(feature, reason, TARGET_USED, {"memory": need}, ordered, used_release)
 
     def _pod_usage(self, pods: Iterable[PodInfo]) -> dict[str, int]:
         """Fresh ``pod_memory_usage`` by UID (pods without a fresh sample are left out)."""
@@ -458,7 +377,7 @@ class MemoryEvict:
                 out[p.uid] = int(value)
         return out
 
-    async def _evict(self, picks: list[Pick]) -> list[Outcome]:
+    async def _evict(self, picks: list[Pick], reason: str) -> list[Outcome]:
         ctx = self.ctx
         evictor = ctx.evictor
         victims = []
@@ -479,7 +398,7 @@ class MemoryEvict:
             logger.warning("%s: no evictor; %d victims not evicted", self.name, len(victims))
             return []
         outcomes: list[Outcome] = await evictor.evict(
-            victims, strategy=self.name, reason=REASON_MEMORY, dry_run=ctx.dry_run(self.name)
+            victims, strategy=self.name, reason=reason, dry_run=ctx.dry_run(self.name)
         )
         return outcomes
 
@@ -554,6 +473,12 @@ class MemoryEvict:
         if not settings.enabled:
             return None
         if host.layout.version is CgroupVersion.V2 or self._memcg_refused:
+            caps = ctx.capabilities
+            if caps is not None and "psi_trigger" in caps and not caps.supported("psi_trigger"):
+                # Arm only what the start-up probe found working (on a fake tree the write
+                # lands in a plain file, which epoll then refuses every round).
+                self._psi_watch_note = f"psi_trigger unsupported: {caps['psi_trigger'].reason}"
+                return None
             return ("psi", host.paths.proc("pressure", "memory"), PSI_STALL_US)
         try:
             threshold, _ = used_thresholds(settings.threshold, settings.lower)
@@ -607,13 +532,28 @@ class MemoryEvict:
     def _on_event(self, event: PressureEvent) -> None:
         if event.name != WATCH_NAME:
             return
+        self._spawn_round("event")
+
+    def _on_distress(self) -> None:
+        """The distress trigger turned on: a round now, not at the next tick."""
+        self._spawn_round("distress")
+
+    async def _distress_now(self) -> DistressReading:
+        if self._read_distress is not None:
+            return await self._read_distress()
+        read_now = self.ctx.read_now
+        if read_now is None:
+            raise RuntimeError(f"{NAME}: the distress trigger needs ctx.read_now or distress")
+        return await read_now(MEMORY_DISTRESS)
+
+    def _spawn_round(self, trigger: str) -> None:
         task = asyncio.get_running_loop().create_task(
-            self._event_round(), name="qos/memoryevict-event"
+            self._event_round(trigger), name=f"qos/memoryevict-{trigger}"
         )
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def _event_round(self) -> None:
+    async def _event_round(self, trigger: str = "event") -> None:
         if self._event_waiting:
             return  # an event round is already waiting for the lock: it will see this pressure
         self._event_waiting = True
@@ -622,7 +562,7 @@ class MemoryEvict:
                 async with self._lock:
                     self._event_waiting = False
                     self.event_rounds += 1
-                    outcomes = await self._round("event")
+                    outcomes = await self._round(trigger)
                 if outcomes or not self._near:
                     return
                 # Just under the threshold: the kernel signalled a crossing of a usage that
@@ -639,8 +579,11 @@ class MemoryEvict:
             await asyncio.wait(list(self._tasks), timeout=timeout)
 
     async def close(self, timeout: float = 5.0) -> None:  # noqa: ASYNC109 (see settle)
-        """Disarm the watch, unsubscribe, let event rounds in flight finish (an eviction is not
-        left half done) for up to ``timeout`` seconds, then cancel what remains."""
+        """Stop the distress sampler, disarm the watch, unsubscribe, let event rounds in flight
+        finish (an eviction is not left half done) for up to ``timeout`` seconds, then cancel
+        what remains."""
+        if self.distress is not None:
+            await self.distress.close()
         if self._unsubscribe is not None:
             self._unsubscribe()
             self._unsubscribe = None
@@ -655,8 +598,13 @@ class MemoryEvict:
 
     def describe(self) -> dict[str, Any]:
         """Plain data for ``/debug/qos``."""
+        distress: dict[str, Any] | str = (
+            self.distress.describe() if self.distress is not None else self._distress_note or "off"
+        )
         return {
             "armed": None if self._armed is None else list(self._armed),
+            "watch_unsupported": self._psi_watch_note,
+            "distress": distress,
             "event_rounds": self.event_rounds,
             "last_evict": self._last_evict,
             "cool_time": self.cool_time,

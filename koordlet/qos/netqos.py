@@ -22,7 +22,18 @@ The total is the Node's ``node.koordinator.sh/network-bandwidth`` (cluster mode)
 that do not make sense (a percent above 100, a quantity that does not parse, requests above the
 total) reject the round: nothing is changed, the tree applied last stays, and the report names
 the field. HTB shapes egress only: ``ingressRequest``/``ingressLimit`` are reported as not
-enforced. Every change goes through the executor's writer thread (``koordlet.executor.tc``,
+enforced.
+
+A classified pod with ``koordinator.sh/networkQOS`` (``{"egressLimit": "20M"}``, bit/s; upstream's
+``AnnotationNetworkQOS``, which only Terway enforces there) gets an HTB class of its own under the
+root (ours): guaranteed nothing, its ceil the smaller of its ``egressLimit`` and its QoS class's
+ceil, its QoS class's priority, a minor from ``apis.netqos.POD_CLASS_MINORS`` stable for its UID;
+its cgroups' ``net_cls.classid`` point there. Such a pod's egress is held to its own limit; what
+it sends is no longer counted in its QoS class's ceil. Classes of pods that are gone are deleted.
+``ingressLimit`` is noted as not enforced; a malformed value leaves the pod in its QoS class and
+is reported once (``ctx.pod_warnings``).
+
+Every change goes through the executor's writer thread (``koordlet.executor.tc``,
 ``NET_CLS_CLASSID`` through the cgroup writer): audited, dry-run.
 """
 
@@ -30,7 +41,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -38,6 +49,7 @@ from apis.netqos import (
     CLASS_MINOR,
     CLASS_PRIO,
     DEFAULT_CLASS,
+    POD_CLASS_MINORS,
     QDISC_HANDLE,
     ROOT_CLASS_MINOR,
     NetQoSClass,
@@ -46,7 +58,9 @@ from apis.netqos import (
     class_id_of,
     net_qos_class,
     node_bandwidth_bps,
+    pod_class_minors,
 )
+from apis.pod_overrides import ANNOTATION_POD_NETWORK_QOS, AnnotationError, parse_pod_network_qos
 from apis.quantity import parse_quantity
 from apis.slo_inforce import RESOURCE_QOS_STRATEGY, SYSTEM_STRATEGY
 from apis.slo_qos import NetQOSPolicy, NetworkQOSConfig
@@ -55,6 +69,8 @@ from koordlet.errors import CgroupGoneError, HostError, InvalidValueError, Unsup
 from koordlet.executor.sysctl import call_on_writer, executor_hooks
 from koordlet.executor.tc import ClassPlan, TCWriter, TreePlan, TreeResult
 from koordlet.qos.framework import StrategyContext, StrategyReport
+from koordlet.qos.podwarnings import PodAnnotationWarnings
+from koordlet.statesinformer.model import PodInfo
 from koordlet.system.knobs import NET_CLS_CLASSID
 from koordlet.system.tc import link_speed_bps
 
@@ -161,6 +177,86 @@ def tree_classes(qos: ResourceQOSStrategy, total: int) -> tuple[tuple[ClassPlan,
     return tuple(classes), notes
 
 
+@dataclass(frozen=True, slots=True)
+class PodLimit:
+    """A pod's own egress limit (``koordinator.sh/networkQOS``)."""
+
+    uid: str
+    name: str
+    """``namespace/name``."""
+    net_class: NetQoSClass
+    egress_bps: int
+    ingress_bps: int = 0
+
+
+def pod_classes(
+    limits: list[PodLimit], classes: tuple[ClassPlan, ...]
+) -> tuple[list[ClassPlan], dict[str, int], list[str]]:
+    """The pods' own classes under the root, each pod's class id, and notes (see the module
+    docstring)."""
+    by_name = {c.name: c for c in classes}
+    root = class_handle(ROOT_CLASS_MINOR)
+    minors = pod_class_minors(p.uid for p in limits)
+    plans: list[ClassPlan] = []
+    ids: dict[str, int] = {}
+    notes: list[str] = []
+    for p in limits:
+        parent = by_name[p.net_class.value]
+        handle = class_handle(minors[p.uid])
+        ceil = min(p.egress_bps, parent.ceil_bps)
+        plans.append(ClassPlan(f"pod {p.name}", handle, root, 0, ceil, parent.prio))
+        ids[p.uid] = handle
+        if p.ingress_bps:
+            notes.append(
+                f"pod {p.name}: {ANNOTATION_POD_NETWORK_QOS} ingressLimit not enforced, HTB "
+                "shapes egress only"
+            )
+    return plans, ids, notes
+
+
+def pod_limits(
+    pods: Iterable[PodInfo],
+    warnings: PodAnnotationWarnings | None = None,
+    *,
+    note: Callable[[str], None] = lambda _message: None,
+) -> list[PodLimit]:
+    """The classified pods with a valid ``koordinator.sh/networkQOS`` egress limit, the pods that
+    get an HTB class of their own; a malformed value is told to ``warnings`` (once a pod and
+    value) and the pod stays in its QoS class; an ingress-only value is told to ``note``."""
+    out = []
+    for pod in pods:
+        text = pod.annotations.get(ANNOTATION_POD_NETWORK_QOS)
+        net_class = net_qos_class(pod.qos)
+        if text is None or net_class is None:
+            if warnings is not None:
+                warnings.valid(pod, ANNOTATION_POD_NETWORK_QOS)
+            continue
+        try:
+            value = parse_pod_network_qos(text)
+        except AnnotationError as err:
+            if warnings is not None:
+                warnings.report(NAME, pod, err.annotation, err.why)
+            continue
+        if warnings is not None:
+            warnings.valid(pod, ANNOTATION_POD_NETWORK_QOS)
+        if value.egress_limit_bps or value.ingress_limit_bps:
+            name = f"{pod.namespace}/{pod.name}"
+            egress = value.egress_limit_bps
+            if not egress:  # ingress only: nothing HTB can do, but say so
+                note(f"pod {name}: {ANNOTATION_POD_NETWORK_QOS} ingressLimit only")
+                continue
+            out.append(PodLimit(pod.uid, name, net_class, egress, value.ingress_limit_bps))
+    return out
+
+
+def own_class_ids(pods: Iterable[PodInfo]) -> dict[str, int]:
+    """The class id (``net_cls.classid``) of each pod's own class, by UID, as
+    :func:`pod_classes` allots them: what the ``TCNetworkQoS`` runtime hook gives such a pod's
+    cgroup at its creation."""
+    minors = pod_class_minors(p.uid for p in pod_limits(pods))
+    return {uid: class_handle(minor) for uid, minor in minors.items()}
+
+
 def _ingress_set(cfg: NetworkQOSConfig) -> bool:
     return cfg.ingress_request not in (0, "0") or cfg.ingress_limit not in (100, 0, "0")
 
@@ -172,6 +268,7 @@ class _Outcome:
     tree: TreeResult | None = None
     error: str = ""
     notes: list[str] = field(default_factory=list)
+    pod_ids: dict[str, int] = field(default_factory=dict)
 
 
 class NetQoS:
@@ -199,16 +296,18 @@ class NetQoS:
             else "0"
         )
         paths = ctx.host().paths
+        limits = self._pod_limits()
 
         def round_() -> _Outcome:
-            return self._round(qos, active, annotations, total, lambda n: link_speed_bps(paths, n))
+            speed = lambda n: link_speed_bps(paths, n)  # noqa: E731 (on the writer thread)
+            return self._round(qos, active, annotations, total, speed, limits)
 
         out = await call_on_writer(ctx.executor, round_)
         if policy is NetQOSPolicy.TERWAY_QOS:
             out.notes.insert(0, TERWAY)
         pods = {}
         if active and out.tree is not None and not out.tree.refused and not out.error:
-            pods = await self._classify_pods()
+            pods = await self._classify_pods(out.pod_ids)
         inputs = {
             "policy": policy.value,
             "lsClass": qos.ls_class.network_qos.enable,
@@ -217,6 +316,7 @@ class NetQoS:
             "bandwidth": None
             if out.bandwidth is None
             else {"bps": out.bandwidth.bps, "source": out.bandwidth.source},
+            "pod_limits": {p.name: p.egress_bps for p in limits},
         }
         tree = out.tree
         if out.error or (tree is not None and tree.refused):
@@ -242,6 +342,7 @@ class NetQoS:
         annotations: Mapping[str, str],
         total: int | str,
         speed: Callable[[str], int | None],
+        limits: list[PodLimit],
     ) -> _Outcome:
         """On the writer thread: find the interface, then ensure or remove the tree."""
         out = _Outcome()
@@ -260,15 +361,26 @@ class NetQoS:
                 return out
             out.bandwidth = node_bandwidth(annotations, total, speed(link.name))
             classes, out.notes = tree_classes(qos, out.bandwidth.bps)
-            plan = TreePlan(link, classes, CLASS_MINOR[DEFAULT_CLASS])
+            own, out.pod_ids, notes = pod_classes(limits, classes)
+            out.notes += notes
+            plan = TreePlan(
+                link, (*classes, *own), CLASS_MINOR[DEFAULT_CLASS], owned_minors=POD_CLASS_MINORS
+            )
             reason = f"total {out.bandwidth.bps} bit/s from {out.bandwidth.source}"
             out.tree = self._tc.ensure(plan, strategy=NAME, reason=reason)
         except (NetQoSConfigError, UnsupportedError, HostError) as err:
             out.error = str(err)
         return out
 
-    async def _classify_pods(self) -> dict[str, str]:
-        """``net_cls.classid`` of every classified pod and its containers."""
+    def _pod_limits(self) -> list[PodLimit]:
+        """The pods that get a class of their own; a malformed value is reported once."""
+        return pod_limits(
+            self._ctx.workloads().pods.values(), self._ctx.pod_warnings, note=self._log_once
+        )
+
+    async def _classify_pods(self, own: Mapping[str, int]) -> dict[str, str]:
+        """``net_cls.classid`` of every classified pod and its containers: its own class when it
+        has one (``own``, by UID), else its QoS class's."""
         ctx = self._ctx
         caps = ctx.capabilities
         name = NET_CLS_CLASSID.name
@@ -279,9 +391,11 @@ class NetQoS:
             net_class = net_qos_class(pod.qos)
             if net_class is None:
                 continue
-            classid = class_id_of(net_class)
+            classid = own.get(pod.uid, class_id_of(net_class))
             for rel in (pod.cgroup_dir, *(c.cgroup_dir for c in pod.containers)):
                 reason = f"pod {pod.namespace}/{pod.name} is {pod.qos.value}: {net_class.value}"
+                if pod.uid in own:
+                    reason = f"pod {pod.namespace}/{pod.name}: its {ANNOTATION_POD_NETWORK_QOS}"
                 future = ctx.executor.submit(
                     NET_CLS_CLASSID, rel, classid, strategy=NAME, reason=reason
                 )

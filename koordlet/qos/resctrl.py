@@ -19,8 +19,17 @@ Koordinator keeps one resctrl control group per class, ``LSR`` (LSE and LSR pods
    ceiling at 80 %). An ``mbaPercent`` outside 1..100 leaves the line alone (reported);
 4. **tasks**: for each class with ``resctrlQOS.enable``, the threads of its pods' containers
    (their cgroup's ``tasks``, ``cgroup.threads`` on v2) that are not yet in the group are written
-   to its ``tasks``; pods carrying ``node.koordinator.sh/resctrl`` (a pod-level resctrl
-   group, not ours) are left out, as upstream leaves them.
+   to its ``tasks``;
+5. **pods of their own** (upstream v1.6's pod-level resctrl): a pod carrying
+   ``node.koordinator.sh/resctrl`` (``{"llc": {"schemata": {"range": [0, 30]}}, "mb":
+   {"schemata": {"percent": 20}}}``) gets a control group ``koordlet-<uid>`` with the ways of
+   that range and that bandwidth on every domain (``schemataPerCache`` entries win for their
+   cache id; a resource the annotation does not name keeps the group's default, the whole
+   cache or bandwidth), and its threads, which its class's group then leaves alone. Groups
+   ``koordlet-*`` of pods that are gone, or no longer carry the annotation, are removed. A
+   malformed value keeps the pod in its class's group and is reported once
+   (``ctx.pod_warnings``). This runs whenever the host has resctrl, with or without a
+   ``resourceQOSStrategy``; the runtime hook side places a new container's threads at creation.
 
 Capability comes from the CPU flags (``cat_l3``, ``mba`` in ``/proc/cpuinfo``) and the mount;
 a host without them is reported unsupported with the missing flag or mount, once, and the round
@@ -31,12 +40,13 @@ on the executor's writer thread, audited and dry-run like cgroup writes.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from apis.extension import ANNOTATION_POD_RESCTRL as POD_RESCTRL_ANNOTATION
 from apis.extension import QoSClass
+from apis.pod_overrides import RESCTRL_GROUP_PREFIX, AnnotationError, PodResctrl, parse_pod_resctrl
 from apis.slo_inforce import RESOURCE_QOS_STRATEGY
 from apis.slo_qos import ResctrlQOSConfig
 from apis.slo_strategies import ResourceQOSStrategy
@@ -45,7 +55,7 @@ from koordlet.executor.resctrl import L3, MB, RESCTRL_GROUPS, AllocInfo, Resctrl
 from koordlet.executor.sysctl import call_on_writer, executor_hooks
 from koordlet.qos.framework import StrategyContext, StrategyReport
 from koordlet.qos.shared import pod_class
-from koordlet.statesinformer.model import WorkloadSnapshot
+from koordlet.statesinformer.model import PodInfo, WorkloadSnapshot
 from koordlet.system.cgroups import CgroupLayout
 
 logger = logging.getLogger(__name__)
@@ -113,10 +123,45 @@ class GroupPlan:
     """Container cgroups whose threads belong in the group (empty when the class is off)."""
 
 
+@dataclass(frozen=True, slots=True)
+class PodGroupPlan:
+    """A pod's own control group (``node.koordinator.sh/resctrl``)."""
+
+    group: str
+    """``koordlet-<uid>``."""
+    pod: str
+    """``namespace/name``."""
+    config: PodResctrl
+    cgroups: tuple[str, ...]
+
+
+def pod_groups(
+    snapshot: WorkloadSnapshot, report_error: Callable[[PodInfo, str], None]
+) -> dict[str, PodGroupPlan]:
+    """The pods whose annotation parses, by UID; ``report_error(pod, why)`` for the others."""
+    out: dict[str, PodGroupPlan] = {}
+    for pod in snapshot.pods.values():
+        text = pod.annotations.get(POD_RESCTRL_ANNOTATION)
+        if text is None:
+            continue
+        try:
+            cfg = parse_pod_resctrl(text)
+        except AnnotationError as err:
+            report_error(pod, err.why)
+            continue
+        cgroups = tuple(c.cgroup_dir for c in pod.containers) or (pod.cgroup_dir,)
+        name = f"{pod.namespace}/{pod.name}"
+        out[pod.uid] = PodGroupPlan(RESCTRL_GROUP_PREFIX + pod.uid, name, cfg, cgroups)
+    return out
+
+
 def group_plans(
-    strategy: ResourceQOSStrategy, snapshot: WorkloadSnapshot
+    strategy: ResourceQOSStrategy,
+    snapshot: WorkloadSnapshot,
+    own: Mapping[str, PodGroupPlan] | None = None,
 ) -> tuple[list[GroupPlan], dict[str, str]]:
-    """Per group: its config and the cgroups to place; plus pods left out and why."""
+    """Per group: its config and the cgroups to place; plus pods left out and why (``own``:
+    the pods in a group of their own)."""
     configs = {
         "LSR": strategy.lsr_class.resctrl_qos,
         "LS": strategy.ls_class.resctrl_qos,
@@ -128,7 +173,7 @@ def group_plans(
         group = GROUP_OF_CLASS.get(pod_class(pod))
         if group is None or not configs[group].enable:
             continue
-        if POD_RESCTRL_ANNOTATION in pod.annotations:
+        if own is not None and pod.uid in own:
             skipped[f"pod/{pod.name}"] = f"has {POD_RESCTRL_ANNOTATION}: its own group"
             continue
         members[group] += [c.cgroup_dir for c in pod.containers] or [pod.cgroup_dir]
@@ -139,6 +184,7 @@ def group_plans(
 @dataclass(slots=True)
 class _Round:
     results: dict[str, Any] = field(default_factory=dict)
+    pods: dict[str, Any] = field(default_factory=dict)
     unsupported: str = ""
 
 
@@ -155,13 +201,30 @@ class ResctrlReconcile:
     async def reconcile(self) -> None:
         ctx = self._ctx
         node_slo = ctx.node_slo()
+        snapshot = ctx.workloads()
+        own = pod_groups(snapshot, self._report_error)
+        for pod in snapshot.pods.values():
+            if pod.uid in own or POD_RESCTRL_ANNOTATION not in pod.annotations:
+                ctx.pod_warnings.valid(pod, POD_RESCTRL_ANNOTATION)
+        layout = ctx.host().layout
         if RESOURCE_QOS_STRATEGY not in node_slo.present:
-            ctx.report(NAME, StrategyReport({}, "nothing to do: no resourceQOSStrategy"))
+            done = await call_on_writer(ctx.executor, lambda: self._apply([], own, layout))
+            if done.unsupported:
+                ctx.report(NAME, StrategyReport({}, "unsupported", done.unsupported))
+                return
+            ctx.report(
+                NAME,
+                StrategyReport(
+                    {"pods": len(own)},
+                    "no resourceQOSStrategy: pod groups only",
+                    "dry run" if ctx.dry_run(NAME) else "applied",
+                    detail={"pods": done.pods},
+                ),
+            )
             return
         strategy = node_slo.resource_qos_strategy
-        plans, skipped = group_plans(strategy, ctx.workloads())
-        layout = ctx.host().layout
-        done = await call_on_writer(ctx.executor, lambda: self._apply(plans, layout))
+        plans, skipped = group_plans(strategy, snapshot, own)
+        done = await call_on_writer(ctx.executor, lambda: self._apply(plans, own, layout))
         inputs = {
             g.group: {
                 "enable": g.config.enable,
@@ -180,12 +243,18 @@ class ResctrlReconcile:
                 inputs,
                 "apply schemata and tasks",
                 "dry run" if ctx.dry_run(NAME) else "applied",
-                detail={"groups": done.results, "skipped": skipped},
+                detail={"groups": done.results, "skipped": skipped, "pods": done.pods},
             ),
         )
 
-    def _apply(self, plans: list[GroupPlan], layout: CgroupLayout) -> _Round:
-        """On the writer thread: check support, then groups, schemata and tasks."""
+    def _report_error(self, pod: PodInfo, why: str) -> None:
+        self._ctx.pod_warnings.report(NAME, pod, POD_RESCTRL_ANNOTATION, why)
+
+    def _apply(
+        self, plans: list[GroupPlan], own: Mapping[str, PodGroupPlan], layout: CgroupLayout
+    ) -> _Round:
+        """On the writer thread: check support, then groups, schemata and tasks, then the
+        pods' own groups."""
         out = _Round()
         info = self._writer.alloc_info(RESCTRL_GROUPS)
         if not info.usable:
@@ -194,7 +263,99 @@ class ResctrlReconcile:
             return out
         for plan in plans:
             out.results[plan.group] = self._apply_group(plan, info, layout)
+        for pod_plan in own.values():
+            out.pods[pod_plan.pod] = self._apply_pod(pod_plan, info, layout)
+        self._remove_stale({p.group for p in own.values()}, out)
         return out
+
+    def _apply_pod(self, plan: PodGroupPlan, info: AllocInfo, layout: CgroupLayout) -> Any:
+        group, cfg = plan.group, plan.config
+        reason = f"pod {plan.pod}: {POD_RESCTRL_ANNOTATION}"
+        res: dict[str, Any] = {"group": group}
+        try:
+            self._writer.ensure_group(group, strategy=NAME, reason=reason)
+        except HostError as err:
+            return {"group": f"failed: {err}"}
+        if cfg.llc.range is not None or cfg.llc_per_cache:
+            res[L3] = self._pod_line(group, L3, info.l3_reason, lambda: self._pod_l3(cfg, info))
+        if cfg.mb.percent or cfg.mb_per_cache:
+            res[MB] = self._pod_line(group, MB, info.mb_reason, lambda: self._pod_mb(cfg, info))
+        try:
+            placed = self._writer.place_tasks(
+                group, layout, plan.cgroups, strategy=NAME, reason=reason
+            )
+        except (UnsupportedError, HostError) as err:
+            res["tasks"] = f"failed: {err}"
+        else:
+            res["tasks"] = {"added": placed.added, "exited": placed.gone}
+        return res
+
+    def _pod_line(
+        self, group: str, resource: str, why_not: str, domains: Callable[[], dict[int, str]]
+    ) -> str:
+        if why_not:
+            return f"unsupported: {why_not}"
+        try:
+            values = domains()
+        except ValueError as err:  # a range this cache cannot give (under min_cbm_bits)
+            self._once(f"{group}/{resource}/value", str(err))
+            return f"not written: {err}"
+        try:
+            result = self._writer.write_schemata(
+                group, resource, values, strategy=NAME, reason=f"{group} {resource}"
+            )
+        except (UnsupportedError, HostError, InvalidValueError) as err:
+            return f"failed: {err}"
+        return result.new + (" (changed)" if result.changed else "")
+
+    @staticmethod
+    def _pod_l3(cfg: PodResctrl, info: AllocInfo) -> dict[int, str]:
+        """Every L3 domain: the ``schemata`` range, a ``schemataPerCache`` entry winning for its
+        cache id; domains neither names keep the full mask."""
+
+        def mask(rng: tuple[int, int]) -> str:
+            return f"{cat_l3_mask(info.l3_cbm, rng[0], rng[1], info.l3_min_cbm_bits):x}"
+
+        full = f"{info.l3_cbm:x}"
+        base = mask(cfg.llc.range) if cfg.llc.range is not None else full
+        out = dict.fromkeys(info.l3_domains, base)
+        for cache_id, sch in cfg.llc_per_cache:
+            if sch.range is not None and cache_id in out:
+                out[cache_id] = mask(sch.range)
+        return out
+
+    @staticmethod
+    def _pod_mb(cfg: PodResctrl, info: AllocInfo) -> dict[int, str]:
+        """Every MB domain: the ``schemata`` percent, a ``schemataPerCache`` entry winning."""
+
+        def value(percent: int) -> str:
+            return mba_value(percent, gran=info.mb_gran, minimum=info.mb_min, amd=info.amd)
+
+        base = value(cfg.mb.percent) if cfg.mb.percent else value(100)
+        out = dict.fromkeys(info.mb_domains, base)
+        for cache_id, sch in cfg.mb_per_cache:
+            if sch.percent and cache_id in out:
+                out[cache_id] = value(sch.percent)
+        return out
+
+    def _remove_stale(self, keep: set[str], out: _Round) -> None:
+        """Remove ``koordlet-*`` groups no pod asks for any more."""
+        try:
+            existing = self._writer.groups(RESCTRL_GROUP_PREFIX)
+        except HostError as err:
+            out.pods["(stale groups)"] = f"cannot list: {err}"
+            return
+        for group in existing:
+            if group in keep:
+                continue
+            try:
+                self._writer.remove_group(
+                    group, strategy=NAME, reason="its pod is gone or has no resctrl annotation"
+                )
+            except HostError as err:
+                out.pods[group] = f"removal failed: {err}"
+            else:
+                out.pods[group] = "removed"
 
     def _apply_group(self, plan: GroupPlan, info: AllocInfo, layout: CgroupLayout) -> Any:
         group, cfg = plan.group, plan.config

@@ -26,6 +26,7 @@ from koordlet.qos import (
     cpusuppress,
     memoryevict,
     netqos,
+    oomscoreadj,
     resctrl,
     sysreconcile,
 )
@@ -98,6 +99,13 @@ STRATEGIES: tuple[StrategySpec, ...] = (
         "tcPlugin (netqos)",
         gate=netqos.FEATURE_GATE,
         sections=(RESOURCE_QOS_STRATEGY, SYSTEM_STRATEGY),
+    ),
+    StrategySpec(
+        oomscoreadj.NAME,
+        oomscoreadj.build,
+        _reconcile,
+        "OOMScoreAdj (runtime hook reconciler)",
+        gate=oomscoreadj.FEATURE_GATE,
     ),
     StrategySpec(
         memoryevict.NAME,

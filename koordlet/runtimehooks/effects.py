@@ -1,7 +1,9 @@
 """What a change asks of a running container that no runtime applies: the koordlet does it.
 
 Two parts of a :class:`~koordlet.runtimehooks.model.Change` concern a container's threads, which
-exist only once it started: its resctrl group (the ``Resctrl`` hook) and its core scheduling
+exist only once it started: its resctrl group (the ``Resctrl`` hook; a pod's own group
+``koordlet-<uid>`` that the resctrl strategy has not made yet is left to that strategy's next
+round) and its core scheduling
 cookie (``CoreSched``). :class:`ContainerEffects` applies them at ``PostStartContainer`` (both
 proxy and NRI deliver it) and, for the cookie, in the reconciler; every file operation and
 ``prctl`` runs on the executor's writer thread, is audited (``strategy: runtimehooks/<hook>``) and
@@ -18,6 +20,7 @@ import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from apis.pod_overrides import RESCTRL_GROUP_PREFIX
 from koordlet.errors import CgroupGoneError, HostError, UnsupportedError
 from koordlet.executor.sysctl import call_on_writer
 from koordlet.runtimehooks import cookies as cookie_ops
@@ -28,7 +31,7 @@ from koordlet.system.cgroups import CgroupLayout
 
 if TYPE_CHECKING:
     from koordlet.executor.audit import AuditLog
-    from koordlet.executor.resctrl import ResctrlWriter
+    from koordlet.executor.resctrl import ResctrlWriter, TaskPlacement
     from koordlet.system.host import Host
 
 logger = logging.getLogger(__name__)
@@ -141,16 +144,30 @@ class ContainerEffects:
         writer = self._resctrl
         if writer is None:
             return
+
+        def place() -> TaskPlacement | None:
+            if group.startswith(RESCTRL_GROUP_PREFIX) and not os.path.isdir(
+                os.path.join(writer.root, group)
+            ):
+                return None  # a pod's own group the resctrl strategy has not made yet
+            return writer.place_tasks(group, layout, [rel], strategy=strategy, reason=why)
+
         try:
-            placed = await call_on_writer(
-                self._executor,
-                lambda: writer.place_tasks(group, layout, [rel], strategy=strategy, reason=why),
-            )
+            placed = await call_on_writer(self._executor, place)
         except UnsupportedError as err:
             self._report("resctrl", str(err))
             return
         except HostError as err:
             logger.warning("pod %s: threads of %s not moved into %s: %s", pod, rel, group, err)
+            return
+        if placed is None:
+            logger.info(
+                "pod %s: resctrl group %s not made yet; the resctrl strategy places %s at its "
+                "next round",
+                pod,
+                group,
+                rel,
+            )
             return
         logger.debug("pod %s: %d threads of %s moved into %s", pod, placed.added, rel, group)
 

@@ -4,9 +4,10 @@
 
     RuntimeHookError            anything the hooks framework raises
      ├── BadPodInput            the pod's own data is malformed (a bad extended-resource spec, a
-     │                          quantity that does not parse): the pod is left unchanged, a
-     │                          Warning Event names the field, koordlet_runtime_hook_bad_input_total
-     │                          counts it
+     │                          quantity that does not parse): the pod is left unchanged by the
+     │                          hook (or gets its ``fallback``, the value without the malformed
+     │                          part), a Warning Event names the field,
+     │                          koordlet_runtime_hook_bad_input_total counts it
      └── ProtocolError          a peer sent bytes that are not the protocol (ttrpc framing, an
                                 NRI message that does not decode): the connection is dropped
 
@@ -15,6 +16,11 @@ failure is counted and audited (docs/runtimehooks.md).
 """
 
 from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from koordlet.runtimehooks.model import Change
 
 
 class RuntimeHookError(Exception):
@@ -25,7 +31,9 @@ class BadPodInput(RuntimeHookError):
     """The pod's data is malformed; ``reason`` is the Event reason (CamelCase), ``field`` what
     was malformed."""
 
-    def __init__(self, reason: str, field: str, message: str) -> None:
+    def __init__(
+        self, reason: str, field: str, message: str, *, fallback: Change | None = None
+    ) -> None:
         super().__init__(f"{field}: {message}")
         self.reason = reason
         """The Warning Event's reason, e.g. ``InvalidExtendedResourceSpec``."""
@@ -33,6 +41,9 @@ class BadPodInput(RuntimeHookError):
         """The annotation key or resource name that was malformed."""
         self.message = message
         """Why, in a sentence."""
+        self.fallback = fallback
+        """What the hook asks for without the malformed part (a pod override that does not
+        parse keeps its class's value); None: the hook leaves the pod unchanged."""
 
 
 class ProtocolError(RuntimeHookError):

@@ -9,7 +9,8 @@ rules, the same for every mode (docs/runtimehooks.md):
 - a hook that raises is left out (fail open), timed and counted as ``failed`` in
   ``koordlet_runtime_hook_invoked_duration_milliseconds`` and audited; the others still apply;
 - a hook that raises :class:`~koordlet.runtimehooks.errors.BadPodInput` leaves the pod unchanged
-  by it, records a Warning Event on the pod and counts ``koordlet_runtime_hook_bad_input_total``;
+  by it (or applies the error's ``fallback``), records a Warning Event on the pod and counts
+  ``koordlet_runtime_hook_bad_input_total``;
 - the whole request, pod-level cgroup writes included, is bounded by ``timeout``; past it, or on
   any error of the framework itself, the request goes on unchanged and
   ``koordlet_runtime_hook_fail_open_total`` counts why;
@@ -183,6 +184,7 @@ class HookDispatcher:
             except BadPodInput as err:
                 warnings.append(HookWarning(name, err.reason, str(err)))
                 self.metrics.bad_input.labels(name, point.value, err.reason).inc()
+                change = err.fallback
             except Exception:
                 error = True
                 failed.append(name)
@@ -302,7 +304,7 @@ class HookDispatcher:
                 strategy,
                 outcome.proposed.reason,
                 path=where,
-                knob=_KNOBS[attr].name,
+                knob=_KNOBS[attr].name if attr in _KNOBS else attr,  # oom_score_adj: no knob
                 old=_text(before.get(attr)),
                 new=_text(value),
                 dry_run=outcome.dry_run,

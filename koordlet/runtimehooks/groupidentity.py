@@ -19,9 +19,20 @@ pods: the QoS-class root cgroups are never made idle here, because the kernel re
 the besteffort cgroup's ``cpu.idle`` for the best-effort identity -1 stays the cgroup reconcile
 strategy's). An idle pod has no weight, so its ``cpu.shares`` (BatchResource's) is not written.
 
+**The pod's own CPU QoS** (``koordinator.sh/cpuQOS``, :class:`apis.pod_overrides.PodCPUQoS`):
+on a pod labelled LS, and only there, the annotation takes precedence over the class's value, as
+upstream's ``SetPodBvtValue`` decides: with ``enable: true`` its ``groupIdentity`` (else the
+class's), without ``enable`` 0; on ``cpu.idle`` kernels the pod is idle for ``schedIdle: 1`` or
+the best-effort identity -1 and not idle for another identity or without ``enable``. Upstream
+lets an LS pod become BE-like, never the reverse, and leaves LSR/LSE alone. A value that does not
+parse leaves the pod on its class's value and is reported (``BadPodInput`` with that value as its
+fallback: a Warning Event ``InvalidPodAnnotation``, once a pod in the reconciler); upstream fails
+the hook instead, so its pod gets no identity at all.
+
 Neither file: nothing is changed, and ``/debug/capabilities`` names the knobs' reasons. The pod
 value is written at ``PreRunPodSandbox`` (the framework writes the pod cgroup) and by the
-reconciler.
+reconciler. While this hook's gate is on it is the only writer of pods' identity and
+``cpu.idle``; the cgroup reconcile strategy applies the annotation only with the gate off.
 """
 
 from __future__ import annotations
@@ -29,10 +40,18 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from apis.extension import KUBE_QOS_TO_QOS, LABEL_POD_QOS, KubeQOS, QoSClass
+from apis.pod_overrides import (
+    ANNOTATION_POD_CPU_QOS,
+    INVALID_ANNOTATION_REASON,
+    AnnotationError,
+    PodCPUQoS,
+    parse_pod_cpu_qos,
+)
 from apis.slo_inforce import NodeSLOInForce
 from apis.slo_qos import CPUQOSConfig, CPUQOSPolicy
 from apis.slo_strategies import ResourceQOSStrategy
 from koordlet.runtimehooks.cgroupparent import kube_qos_of
+from koordlet.runtimehooks.errors import BadPodInput
 from koordlet.runtimehooks.model import Change, ContainerRequest, PodRequest, Resources
 
 NAME = "GroupIdentity"
@@ -107,21 +126,35 @@ class GroupIdentity:
     def pod(self, req: PodRequest) -> Change | None:
         strategy = self._node_slo().resource_qos_strategy
         mech = mechanism(strategy.policies.cpu_policy, self._supported)
+        if mech is None:
+            return None
         qos = req.labels.get(LABEL_POD_QOS, "")
         kube_qos = kube_qos_of(req.cgroup_parent)
         if mech == MECH_BVT:
             value = pod_bvt(strategy, qos, kube_qos)
-            return Change(
+            change = Change(
                 resources=Resources(cpu_bvt_warp_ns=value),
                 reason=f"group identity of {qos or kube_qos}: {value}",
             )
-        if mech == MECH_IDLE:
-            idle = pod_idle(strategy, qos, kube_qos)
+            own = _own_cpu_qos(req, qos, change)
+            if own is None:
+                return change
+            value = own.identity(value)
             return Change(
-                resources=Resources(cpu_idle=idle),
-                reason=f"cpu.idle of {qos or kube_qos}: {idle}",
+                resources=Resources(cpu_bvt_warp_ns=value),
+                reason=f"{ANNOTATION_POD_CPU_QOS}: group identity {value}",
             )
-        return None
+        idle = pod_idle(strategy, qos, kube_qos)
+        change = Change(
+            resources=Resources(cpu_idle=idle), reason=f"cpu.idle of {qos or kube_qos}: {idle}"
+        )
+        own = _own_cpu_qos(req, qos, change)
+        if own is None:
+            return change
+        idle = int(own.idle(bool(idle)))
+        return Change(
+            resources=Resources(cpu_idle=idle), reason=f"{ANNOTATION_POD_CPU_QOS}: cpu.idle {idle}"
+        )
 
     def container(self, req: ContainerRequest) -> Change | None:
         return None
@@ -136,3 +169,20 @@ class GroupIdentity:
             resources=Resources(cpu_bvt_warp_ns=value),
             reason=f"group identity of the {kube_qos} QoS cgroup: {value}",
         )
+
+
+def _own_cpu_qos(req: PodRequest, qos: str, class_change: Change) -> PodCPUQoS | None:
+    """The pod's ``koordinator.sh/cpuQOS`` when it applies (an LS pod that carries one); a
+    value that does not parse raises :class:`BadPodInput` with the class's change as fallback."""
+    text = req.annotations.get(ANNOTATION_POD_CPU_QOS)
+    if text is None or qos != QoSClass.LS:  # upstream: LS pods only, by their label
+        return None
+    try:
+        return parse_pod_cpu_qos(text)
+    except AnnotationError as err:
+        raise BadPodInput(
+            INVALID_ANNOTATION_REASON,
+            err.annotation,
+            f"{err.why}; the pod keeps its class's CPU QoS",
+            fallback=class_change,
+        ) from err

@@ -70,6 +70,7 @@ def resources_of(pb: hookapi.LinuxContainerResources) -> Resources:
         cpuset_cpus=pb.cpuset_cpus or None,
         cpuset_mems=pb.cpuset_mems or None,
         memory_limit=(-1 if memory < 0 else memory) or None,
+        oom_score_adj=pb.oom_score_adj or None,
     )
 
 
@@ -87,6 +88,8 @@ def apply_resources(pb: hookapi.LinuxContainerResources, res: Resources) -> None
         pb.cpuset_mems = res.cpuset_mems
     if res.memory_limit is not None:
         pb.memory_limit_in_bytes = res.memory_limit
+    if res.oom_score_adj is not None:
+        pb.oom_score_adj = res.oom_score_adj  # 0 reads "unset": the proxy keeps the kubelet's
 
 
 def _pod_meta(pb: hookapi.PodSandboxMetadata) -> PodMeta:

@@ -74,6 +74,11 @@ class Resources:
     cpu.shares on it, so the framework leaves cpu.shares out where cpu.idle is 1."""
     net_cls_classid: int | None = None
     """net_cls.classid (tc class, ``major << 16 | minor``); koordlet-written."""
+    oom_score_adj: int | None = None
+    """The ``oom_score_adj`` (-1000..1000) a container's first process starts with: CRI
+    ``LinuxContainerResources.oom_score_adj`` (field 5), NRI
+    ``LinuxContainerAdjustment.oom_score_adj`` (field 4); at container creation only (no
+    cgroup knob: running processes are the ``oomscoreadj`` QoS strategy's)."""
 
     def merged(self, other: Resources) -> Resources:
         """These resources with every field ``other`` sets taking its value."""
@@ -88,10 +93,19 @@ class Resources:
 
 
 RUNTIME_FIELDS = frozenset(
-    {"cpu_shares", "cfs_quota", "cfs_period", "cpuset_cpus", "cpuset_mems", "memory_limit"}
+    {
+        "cpu_shares",
+        "cfs_quota",
+        "cfs_period",
+        "cpuset_cpus",
+        "cpuset_mems",
+        "memory_limit",
+        "oom_score_adj",
+    }
 )
 """The :class:`Resources` a runtime applies from a container request (CRI's and NRI's
-``LinuxResources`` have them)."""
+``LinuxResources`` have them; ``oom_score_adj`` is CRI's resources' and NRI's
+``LinuxContainerAdjustment``'s, at creation only)."""
 KOORDLET_FIELDS = frozenset({"cpu_bvt_warp_ns", "cpu_idle", "net_cls_classid"})
 """The :class:`Resources` no runtime request carries: the koordlet writes them itself, into the
 pod's cgroup at ``PreRunPodSandbox`` and into pod and container cgroups in the reconciler. A hook

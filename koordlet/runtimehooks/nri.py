@@ -26,7 +26,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from apis.nri.v1alpha1 import api_pb2 as nriapi
@@ -155,8 +155,18 @@ def container_request(
         pod_cgroup_parent=pod.linux.cgroup_parent,
         annotations=dict(container.annotations),
         env=env,
-        resources=resources_of(resources if resources is not None else container.linux.resources),
+        resources=_with_oom_score_adj(
+            resources_of(resources if resources is not None else container.linux.resources),
+            container,
+        ),
     )
+
+
+def _with_oom_score_adj(res: Resources, container: nriapi.Container) -> Resources:
+    """``res`` with the container's ``oom_score_adj`` when the runtime told it."""
+    if not container.linux.HasField("oom_score_adj"):
+        return res
+    return replace(res, oom_score_adj=container.linux.oom_score_adj.value)
 
 
 def adjustment(change: Change) -> nriapi.ContainerAdjustment:
@@ -172,6 +182,8 @@ def adjustment(change: Change) -> nriapi.ContainerAdjustment:
         )
     if change.resources:
         to_linux_resources(change.resources, adjust.linux.resources)
+    if change.resources.oom_score_adj is not None:
+        adjust.linux.oom_score_adj.value = change.resources.oom_score_adj
     return adjust
 
 

@@ -31,6 +31,7 @@ from koordlet.runtimehooks import (
     cpuset,
     gpu,
     groupidentity,
+    oomscoreadj,
     resctrl,
     tc,
 )
@@ -80,6 +81,9 @@ class HookContext:
     unsupported for the hooks that choose a mechanism by it)."""
     cpuset_rule: Callable[[], cpuset.CPUSetRule] = cpuset.CPUSetRule
     """The node's CPU share pools and the kubelet's CPU manager policy, when known."""
+    pod_net_class_ids: Callable[[], Mapping[str, int]] = dict
+    """The class ids of the pods' own HTB classes (``koordinator.sh/networkQOS``), by UID, as
+    the network QoS strategy allots them to the inventory's pods; empty when none."""
 
     def supported(self, knob: str) -> bool:
         """Whether the probe found ``knob`` usable."""
@@ -166,7 +170,7 @@ HOOKS: Mapping[str, HookSpec] = MappingProxyType(
             gate="TCNetworkQoS",
             description="set the pod's net_cls class id for network QoS by tc",
             points=frozenset({HookPoint.PRE_RUN_POD_SANDBOX}),
-            factory=lambda ctx: tc.TCNetworkQoS(ctx.node_slo, ctx.supported),
+            factory=lambda ctx: tc.TCNetworkQoS(ctx.node_slo, ctx.supported, ctx.pod_net_class_ids),
         ),
         "Resctrl": HookSpec(
             name="Resctrl",
@@ -175,9 +179,16 @@ HOOKS: Mapping[str, HookSpec] = MappingProxyType(
             points=frozenset({HookPoint.POST_START_CONTAINER}),
             factory=lambda ctx: resctrl.Resctrl(ctx.node_slo),
         ),
+        "OOMScoreAdj": HookSpec(
+            name="OOMScoreAdj",
+            gate="OOMScoreAdj",
+            description="start a new container with the oom_score_adj of its pod's annotations",
+            points=frozenset({HookPoint.PRE_CREATE_CONTAINER}),
+            factory=lambda _ctx: oomscoreadj.OOMScoreAdj(),
+        ),
     }
 )
 """Every runtime hook this koordlet implements, in call order (upstream's registration order:
 ``GroupIdentity``, ``CPUSetAllocator``, ``GPUEnvInject``, ``BatchResource``; then the
-``CoreSched``, ``TCNetworkQoS`` and ``Resctrl`` plugins). ``BatchResource`` after
+``CoreSched``, ``TCNetworkQoS``, ``Resctrl`` and ``OOMScoreAdj`` plugins). ``BatchResource`` after
 ``CPUSetAllocator``: a BE pod's quota is the batch one."""

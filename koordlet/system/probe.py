@@ -250,6 +250,12 @@ class _Prober:
                 "sysfs without CPU topology",
             ),
             self._psi_node(),
+            self.host_file(
+                "vmstat_reclaim",
+                paths.proc("vmstat"),
+                "procfs not mounted?",
+                must_contain="pgscan_",
+            ),
             Capability("psi_trigger", *probe_psi_trigger(self.host.paths)),
             Capability(
                 "memcg_threshold",
@@ -270,6 +276,7 @@ class _Prober:
             self._resctrl(),
             *self._perf_event_and_cpi(),
             self._block_devices(),
+            self._oom_score_adj(),
             Capability("tc_classifier", *probe_classifier(), ""),  # bpf(2): no file to name
             Capability("netqos_terway", False, TERWAY_REASON, ""),
         ]
@@ -293,6 +300,16 @@ class _Prober:
         except OSError as err:
             return Capability("block_devices", False, f"cannot list {root}: {err.strerror}", root)
         return Capability("block_devices", True, f"{count} block devices", root)
+
+    def _oom_score_adj(self) -> Capability:
+        """``/proc/<pid>/oom_score_adj`` (the ``koordinator.sh/oom-score-adj`` hot update): this
+        process's own file, readable and writable (not written: a probe changes nothing)."""
+        path = self.host.paths.proc("self", "oom_score_adj")
+        if not os.path.isfile(path):
+            return Capability("oom_score_adj", False, f"{path} absent (procfs not mounted?)", path)
+        if not os.access(path, os.R_OK | os.W_OK):
+            return Capability("oom_score_adj", False, f"permission denied on {path}", path)
+        return Capability("oom_score_adj", True, "writable", path)
 
     def _numa_meminfo(self) -> Capability:
         node_root = self.host.paths.sys("devices", "system", "node")

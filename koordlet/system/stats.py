@@ -53,10 +53,12 @@ from koordlet.system.procfs import (
     CpuTimes,
     MemInfo,
     NumaMemInfo,
+    VmStat,
     parse_meminfo,
     parse_numa_meminfo,
     parse_proc_stat_cpu,
     parse_proc_stat_per_cpu,
+    parse_vmstat,
 )
 from koordlet.system.psi import PSIStats, parse_psi
 from koordlet.system.resctrl import parse_cpu_flags
@@ -341,8 +343,12 @@ PRESSURE: HostStat[PSIStats] = HostStat(
     "pressure", "proc", ("pressure", "{resource}"), parse_psi,
     "the node's PSI of one resource (path field: resource, cpu/memory/io); absent without PSI",
     required=False)
+VMSTAT: HostStat[VmStat] = HostStat(
+    "vmstat", "proc", ("vmstat",), parse_vmstat,
+    "the node's reclaim counters, /proc/vmstat (global reclaim only)")
 HOST_STATS: Mapping[str, HostStat[Any]] = MappingProxyType({s.name: s for s in (
     PROC_STAT_CPU, PROC_STAT_PER_CPU, MEMINFO, NUMA_MEMINFO, CPU_ONLINE, CPUINFO_FLAGS, PRESSURE,
+    VMSTAT,
 )})
 # fmt: on
 """Every host stat by logical name."""

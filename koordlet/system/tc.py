@@ -270,6 +270,16 @@ def set_class(ipr: Any, index: int, cls: HTBClass, *, exists: bool) -> None:
         raise _fail(f"{command} {cls.handle:#x} on if{index}", err) from err
 
 
+def delete_class(ipr: Any, index: int, handle: int) -> None:
+    """Delete HTB class ``handle`` of interface ``index`` (gone already: nothing to do)."""
+    try:
+        ipr.tc("del-class", index=index, handle=handle)
+    except NetlinkError as err:
+        if err.code == errno.ENOENT:
+            return
+        raise _fail(f"del-class {handle:#x} on if{index}", err) from err
+
+
 def add_classid_filter(ipr: Any, index: int, parent: int, prio: int) -> None:
     """Attach the classid classifier at qdisc ``parent`` with priority ``prio``."""
     fd = load_classid_program()

@@ -29,7 +29,7 @@ import pytest
 import yaml
 
 from apis.extension import KubeQOS
-from apis.netqos import NetQoSClass, class_id_of
+from apis.netqos import POD_CLASS_MINORS, NetQoSClass, class_id_of
 from koordlet.executor import restore
 from koordlet.executor.originals import Original
 from koordlet.executor.tc import ClassPlan, TCWriter, TreePlan, TreeResult
@@ -373,6 +373,36 @@ def test_the_tree_writer_takes_over_only_default_or_its_own_qdiscs(undo: Undo) -
     kept = in_netns(pair.a, lambda: writer.remove(link, strategy="netqos", reason="test"))
     assert "not ours" in kept.refused
     assert "htb 1:" in qdisc()
+
+
+def test_a_pods_own_class_is_made_and_deleted_when_no_longer_planned(undo: Undo) -> None:
+    pair = veth_namespaces(undo)
+    audit: list[WriteResult] = []
+    writer = TCWriter(on_change=audit.append)
+    link = in_netns(pair.a, writer.default_link)
+    assert link is not None
+    base = (
+        ClassPlan("root", 0x10001, 0x10000, TOTAL, TOTAL, 0),
+        ClassPlan("system_class", 0x10002, 0x10001, 30 * M, TOTAL, 1),
+        ClassPlan("ls_class", 0x10003, 0x10001, 60 * M, TOTAL, 2),
+        ClassPlan("be_class", 0x10004, 0x10001, 10 * M, 20 * M, 3),
+    )
+    pod = ClassPlan("pod ns/a", 0x10000 | 0x1A2B, 0x10001, 0, 5 * M, 3)
+
+    def ensure(*extra: ClassPlan) -> TreeResult:
+        plan = TreePlan(link, (*base, *extra), 2, owned_minors=POD_CLASS_MINORS)
+        return in_netns(pair.a, lambda: writer.ensure(plan, strategy="netqos", reason="test"))
+
+    made = ensure(pod)
+    assert made.classes["1:1a2b"] == {"rate_bps": 8000, "ceil_bps": 5 * M, "prio": 3}
+    assert ensure(pod).changes == []
+    gone = ensure()
+    assert gone.changes == [
+        "class 1:1a2b (a pod's, no longer wanted): rate 8kbit ceil 5000kbit prio 3 -> none"
+    ]
+    assert "1:1a2b" not in gone.classes
+    assert set(gone.classes) == {"1:1", "1:2", "1:3", "1:4"}
+    assert audit[-1].path == f"tc:{pair.a_if}/class 1:1a2b (a pod's, no longer wanted)"
 
 
 def test_reset_takes_down_the_tree_the_koordlet_installed_and_only_that(undo: Undo) -> None:

@@ -38,6 +38,10 @@ USED: set[tuple[str, str, str]] = {
     ("scheduling.koordinator.sh", "devices", "get"),
     ("scheduling.koordinator.sh", "devices", "create"),
     ("scheduling.koordinator.sh", "devices", "update"),
+    # koordlet/reporter/evictioncondition.py through kubeclient.writes.update_status: GET the
+    # Node, PUT its status with the koordinator.sh/BEEvictionPressure condition
+    ("", "nodes", "get"),
+    ("", "nodes/status", "update"),
     # koordlet/qos/evict_api.py: POST pods/<name>/eviction, and the evictPodSuccess Event
     ("", "pods/eviction", "create"),
     ("", "events", "create"),

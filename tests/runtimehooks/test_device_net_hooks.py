@@ -8,14 +8,17 @@ from typing import Any
 
 import pytest
 
-from apis.extension import ANNOTATION_POD_RESCTRL, LABEL_POD_QOS
-from apis.netqos import NetQoSClass, class_id_of
+from apis.extension import ANNOTATION_POD_RESCTRL, LABEL_POD_QOS, KubeQOS, QoSClass
+from apis.netqos import POD_CLASS_MINORS, NetQoSClass, class_id_of
+from apis.pod_overrides import ANNOTATION_POD_NETWORK_QOS
 from apis.scheduling_keys import ANNOTATION_DEVICE_ALLOCATED, LABEL_GPU_ISOLATION_PROVIDER
+from koordlet.qos.netqos import own_class_ids, pod_classes, pod_limits, tree_classes
 from koordlet.runtimehooks.errors import BadPodInput
 from koordlet.runtimehooks.gpu import GPUEnvInject
 from koordlet.runtimehooks.model import ContainerRequest, HookPoint, Mount, PodMeta, PodRequest
 from koordlet.runtimehooks.resctrl import Resctrl
 from koordlet.runtimehooks.tc import TCNetworkQoS
+from koordlet.statesinformer.model import PodInfo
 from tests.strategyrig import in_force
 
 POD = PodMeta("p", "default", "11111111-2222-3333-4444-555555555555")
@@ -131,6 +134,39 @@ def test_a_new_pod_gets_its_classes_net_cls_classid_while_tc_network_qos_is_on(
     assert hook.container(creq(labels, {})) is None
 
 
+def test_a_pod_with_its_own_htb_class_gets_that_classes_id_at_creation() -> None:
+    """koordinator.sh/networkQOS: the id the network QoS strategy allots the pod (its rule over
+    the inventory, through HookContext.pod_net_class_ids), written once; a pod the inventory
+    does not list yet gets its QoS class's, which the strategy's next round moves."""
+    pods = [
+        PodInfo(uid, name, "ns", QoSClass.BE, KubeQOS.BESTEFFORT, f"kubepods/pod{uid}",
+                labels={LABEL_POD_QOS: "BE"},
+                annotations={ANNOTATION_POD_NETWORK_QOS: '{"egressLimit": "20M"}'})
+        for uid, name in ((POD.uid, POD.name), ("99999999-2222-3333-4444-555555555555", "q"))
+    ]  # fmt: skip
+    ids = own_class_ids(pods)
+    # the strategy's own allotment, for the same pods
+    slo = in_force(resourceQOSStrategy=TC_ON)
+    classes, _notes = tree_classes(slo.resource_qos_strategy, 1_000_000_000)
+    _plans, strategy_ids, _notes = pod_classes(pod_limits(pods), classes)
+    assert ids == strategy_ids
+    assert all((i & 0xFFFF) in POD_CLASS_MINORS for i in ids.values())
+    hook = TCNetworkQoS(lambda: slo, lambda knob: True, lambda: ids)
+    req = PodRequest(HookPoint.PRE_RUN_POD_SANDBOX, POD, {LABEL_POD_QOS: "BE"}, {}, "/kubepods/p")
+    change = hook.pod(req)
+    assert change is not None
+    assert change.resources.net_cls_classid == ids[POD.uid] != class_id_of(NetQoSClass.BE)
+    # not in the inventory yet: its QoS class
+    change = TCNetworkQoS(lambda: slo, lambda knob: True, dict).pod(req)
+    assert change is not None
+    assert change.resources.net_cls_classid == class_id_of(NetQoSClass.BE)
+    # network QoS off, or no class label: nothing, own class or not
+    off = in_force()
+    assert TCNetworkQoS(lambda: off, lambda knob: True, lambda: ids).pod(req) is None
+    bare = PodRequest(HookPoint.PRE_RUN_POD_SANDBOX, POD, {}, {}, "/kubepods/p")
+    assert hook.pod(bare) is None
+
+
 # resctrl ---------------------------------------------------------------------------------------
 
 
@@ -152,6 +188,23 @@ def test_a_started_container_goes_to_its_classes_group_while_its_resctrl_qos_is_
     assert group({}, "/kubepods/besteffort/p") == "BE"  # BestEffort: BE's group
     assert group({LABEL_POD_QOS: "LS"}, "/kubepods/burstable/p") is None  # LS's is off
     assert group({LABEL_POD_QOS: "SYSTEM"}, "/kubepods/p") is None
-    assert group({LABEL_POD_QOS: "BE"}, "/kubepods/p", {ANNOTATION_POD_RESCTRL: "{}"}) is None
     # no resourceQOSStrategy in the NodeSLO: nothing (the strategy does nothing either)
     assert Resctrl(lambda: in_force()).container(creq({LABEL_POD_QOS: "BE"}, {})) is None
+
+
+def test_a_pod_with_its_own_resctrl_group_has_its_new_containers_go_there() -> None:
+    """node.koordinator.sh/resctrl: upstream's SetContainerResctrlResources gives the container
+    the closid koordlet-<uid>, whatever its class and whether the NodeSLO has a
+    resourceQOSStrategy (the pod-level groups are the strategy's with or without one)."""
+    own = {ANNOTATION_POD_RESCTRL: '{"llc": {"schemata": {"range": [0, 30]}}}'}
+    for slo in (in_force(), in_force(resourceQOSStrategy={"lsClass": {"resctrlQOS": {}}})):
+        for labels in ({LABEL_POD_QOS: "LS"}, {LABEL_POD_QOS: "SYSTEM"}, {}):
+            change = Resctrl(lambda slo=slo: slo).container(creq(labels, own))
+            assert change is not None
+            assert change.resctrl_group == f"koordlet-{POD.uid}"
+    # a value that does not parse: the class's group (the strategy reports the value once)
+    slo = in_force(resourceQOSStrategy={"beClass": {"resctrlQOS": {"enable": True}}})
+    bad = {ANNOTATION_POD_RESCTRL: '{"llc": {"schemata": {"range": [30, 0]}}}'}
+    change = Resctrl(lambda: slo).container(creq({LABEL_POD_QOS: "BE"}, bad))
+    assert change is not None
+    assert change.resctrl_group == "BE"

@@ -12,7 +12,13 @@ from pathlib import Path
 import pytest
 from prometheus_client import CollectorRegistry
 
-from apis.extension import LABEL_CORE_SCHED_GROUP_ID, LABEL_POD_QOS, KubeQOS, QoSClass
+from apis.extension import (
+    ANNOTATION_POD_RESCTRL,
+    LABEL_CORE_SCHED_GROUP_ID,
+    LABEL_POD_QOS,
+    KubeQOS,
+    QoSClass,
+)
 from koordlet.executor import CgroupWriter
 from koordlet.executor.audit import AuditLog
 from koordlet.runtimehooks.effects import build_effects
@@ -108,6 +114,40 @@ async def test_a_started_container_goes_into_its_group_and_gets_its_groups_cooki
         assert set(pids) <= {int(t) for t in tasks.read_text().split()}
     cookie = rig.kernel.cookie
     assert cookie[100] == cookie[101] == cookie[200] != 0
+
+
+async def test_a_pods_own_resctrl_group_gets_its_new_container_once_the_strategy_made_it(
+    rig: Rig,
+) -> None:
+    """node.koordinator.sh/resctrl: the started container's threads go into koordlet-<uid>. The
+    resctrl strategy makes that group; before its round the threads are left for it, and resctrl
+    is not reported unsupported for that."""
+    fake = rig.fake
+    uid = "0000000d-0000-4000-8000-000000000000"
+    cid = container_id(uid)
+    pod_rel, (crel,) = fake.add_pod(uid, KubeQOS.BURSTABLE, [("containerd", cid)])
+    _pids(fake, crel, [400, 401])
+    rig.kernel.spawn(400, 401)
+    req = ContainerRequest(
+        HookPoint.POST_START_CONTAINER, PodMeta("own", "default", uid), "main", container_id=cid,
+        pod_labels={LABEL_POD_QOS: "LS"}, pod_cgroup_parent=_parent(fake, pod_rel),
+        pod_annotations={ANNOTATION_POD_RESCTRL: '{"mb": {"schemata": {"percent": 20}}}'},
+    )  # fmt: skip
+    root = Path(fake.paths.sys("fs", "resctrl"))
+    effects = rig.dispatcher.effects
+    assert effects is not None
+    outcome = await rig.dispatcher.container(req, mode="nri")
+    assert outcome.proposed.resctrl_group == f"koordlet-{uid}"
+    assert (root / "LS" / "tasks").read_text() == ""  # not its class's group
+    assert effects.describe()["unsupported"] == {}
+    (root / f"koordlet-{uid}").mkdir()  # the strategy's round made it
+    (root / f"koordlet-{uid}" / "tasks").write_text("")
+    await rig.dispatcher.container(req, mode="nri")
+    assert {int(t) for t in (root / f"koordlet-{uid}" / "tasks").read_text().split()} == {
+        400,
+        401,
+    }
+    assert effects.describe()["unsupported"] == {}
 
 
 async def test_the_reconciler_gives_running_containers_their_cookie(rig: Rig) -> None:

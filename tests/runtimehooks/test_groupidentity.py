@@ -7,10 +7,16 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from prometheus_client import CollectorRegistry
 
 from apis.extension import LABEL_POD_QOS, KubeQOS
+from apis.pod_overrides import ANNOTATION_POD_CPU_QOS, INVALID_ANNOTATION_REASON
+from koordlet.runtimehooks.errors import BadPodInput
+from koordlet.runtimehooks.framework import HookDispatcher
 from koordlet.runtimehooks.groupidentity import MECH_BVT, MECH_IDLE, GroupIdentity
+from koordlet.runtimehooks.metrics import HookMetrics
 from koordlet.runtimehooks.model import HookPoint, PodMeta, PodRequest
+from koordlet.runtimehooks.table import HookContext
 from tests.strategyrig import in_force
 
 POD = PodMeta("p", "default", "11111111-2222-3333-4444-555555555555")
@@ -129,3 +135,84 @@ def test_with_neither_knob_nothing_is_changed_and_core_sched_policy_never_writes
     assert change is not None
     assert change.resources.cpu_bvt_warp_ns is None
     assert change.resources.cpu_idle == 1
+
+
+# koordinator.sh/cpuQOS: upstream's hooks/groupidentity/bvt_test.go rows
+# (Test_bvtPlugin_SetPodBvtValue_Proxy, LSR/LS 2, BE -1) and interceptor.go's rule -------------
+
+
+def own_bvt(h: GroupIdentity, qos: str, value: str, kube_qos: KubeQOS) -> int | None:
+    req = PodRequest(HookPoint.PRE_RUN_POD_SANDBOX, POD, {LABEL_POD_QOS: qos},
+                     {ANNOTATION_POD_CPU_QOS: value}, PARENTS[kube_qos])  # fmt: skip
+    change = h.pod(req)
+    return None if change is None else change.resources.cpu_bvt_warp_ns
+
+
+@pytest.mark.parametrize(
+    ("case", "qos", "value", "want"),
+    [
+        ("set ls pod bvt with annotation override succeed", "LS",
+         '{"enable":true,"groupIdentity":-1}', -1),
+        ("set ls pod bvt with annotation override failed", "LS", '{"enable":false}', 0),
+        ("enable absent counts as disabled", "LS", '{"groupIdentity":-1}', 0),
+        ("enabled without an identity keeps the class's", "LS", '{"enable":true}', 2),
+        ("a BE pod may not become LS", "BE", '{"enable":true,"groupIdentity":2}', -1),
+        ("LSR pods are left alone", "LSR", '{"enable":true,"groupIdentity":-1}', 2),
+    ],
+)  # fmt: skip
+def test_an_ls_pods_cpu_qos_annotation_overrides_its_group_identity(
+    case: str, qos: str, value: str, want: int
+) -> None:
+    h = hook(classes((True, 2), (True, 2), (True, -1)), MECH_BVT)
+    assert own_bvt(h, qos, value, KubeQOS.GUARANTEED) == want, case
+
+
+@pytest.mark.parametrize(
+    ("value", "idle"),
+    [
+        ('{"enable":true,"groupIdentity":-1}', 1),
+        ('{"enable":true,"schedIdle":1}', 1),
+        ('{"enable":true,"groupIdentity":2}', 0),
+        ('{"enable":false,"schedIdle":1}', 0),
+    ],
+)
+def test_on_a_mainline_kernel_the_annotation_decides_the_ls_pods_cpu_idle(
+    value: str, idle: int
+) -> None:
+    h = hook(classes((True, 2), (True, 2), (True, -1)), MECH_IDLE)
+    req = PodRequest(HookPoint.PRE_RUN_POD_SANDBOX, POD, {LABEL_POD_QOS: "LS"},
+                     {ANNOTATION_POD_CPU_QOS: value}, PARENTS[KubeQOS.BURSTABLE])  # fmt: skip
+    change = h.pod(req)
+    assert change is not None
+    assert change.resources.cpu_idle == idle
+    assert change.resources.cpu_bvt_warp_ns is None
+
+
+@pytest.mark.parametrize(
+    ("value", "error"),
+    [
+        ('{"enable":true,"groupIdentity":3}', "bad group identity value: 3"),
+        ('{"enable":"yes"}', "enable: want true or false"),
+        ("not json", "not JSON"),
+    ],
+)
+def test_a_malformed_cpu_qos_keeps_the_class_value_and_is_reported(value: str, error: str) -> None:
+    h = hook(classes((True, 2), (True, 2), (True, -1)), MECH_BVT)
+    req = PodRequest(HookPoint.PRE_RUN_POD_SANDBOX, POD, {LABEL_POD_QOS: "LS"},
+                     {ANNOTATION_POD_CPU_QOS: value}, PARENTS[KubeQOS.BURSTABLE])  # fmt: skip
+    with pytest.raises(BadPodInput) as raised:
+        h.pod(req)
+    assert raised.value.field == ANNOTATION_POD_CPU_QOS
+    registry = CollectorRegistry()
+    dispatcher = HookDispatcher({}, HookContext(node_slo=in_force), enabled=lambda gate: True,
+                                metrics=HookMetrics(registry))  # fmt: skip
+    outcome = dispatcher.compute(req, [("GroupIdentity", h)])
+    assert outcome.proposed.resources.cpu_bvt_warp_ns == 2  # the class's value still applies
+    assert outcome.applied == ("GroupIdentity",)
+    [warning] = outcome.warnings
+    assert warning.reason == INVALID_ANNOTATION_REASON
+    assert ANNOTATION_POD_CPU_QOS in warning.message
+    assert error in warning.message
+    labels = {"hook": "GroupIdentity", "stage": "PreRunPodSandbox",
+              "reason": INVALID_ANNOTATION_REASON}  # fmt: skip
+    assert registry.get_sample_value("koordlet_runtime_hook_bad_input_total", labels) == 1

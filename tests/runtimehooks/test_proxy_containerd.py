@@ -8,6 +8,8 @@ containers' real cgroup v1 files.
 - an LSR pod that the scheduler bound to CPU 0 (``scheduling.koordinator.sh/resource-status``)
   gets it in its container's cpuset.cpus from the CPUSetAllocator hook, and no CFS quota on its
   pod (written by the koordlet at RunPodSandbox) nor its container (koordinator#489);
+- a pod with ``koordinator.sh/oom-score-adj(-spec)``: its containers' first processes start with
+  that ``oom_score_adj`` (``/proc/<pid>/oom_score_adj``), not the kubelet's;
 - with the koordlet stopped, containers are created unchanged (and promptly); once it is back,
   adjusted again, through the same proxy.
 """
@@ -30,6 +32,7 @@ from prometheus_client import CollectorRegistry
 
 from apis.cri.v1 import api_pb2 as cri
 from apis.extension import ANNOTATION_RESOURCE_STATUS, LABEL_POD_QOS
+from apis.pod_overrides import ANNOTATION_OOM_SCORE_ADJ, ANNOTATION_OOM_SCORE_ADJ_SPEC
 from apis.slo_inforce import NodeSLOInForce
 from koordlet.executor.audit import AuditLog
 from koordlet.executor.writer import CgroupWriter
@@ -128,6 +131,7 @@ class Stack:
         attempt: int = 0,
         *,
         cpu_quota: int = 0,
+        oom_score_adj: int = 0,
     ) -> str:
         config = cri.ContainerConfig(
             metadata=cri.ContainerMetadata(name=name, attempt=attempt),
@@ -136,6 +140,7 @@ class Stack:
         config.linux.resources.cpu_shares = 2  # what the kubelet sets for a BestEffort container
         config.linux.resources.cpu_period = 100_000
         config.linux.resources.cpu_quota = cpu_quota
+        config.linux.resources.oom_score_adj = oom_score_adj
         req = cri.CreateContainerRequest(pod_sandbox_id=sandbox, config=config, sandbox_config=cfg)
         return (await self.call("CreateContainer", req, cri.CreateContainerResponse)).container_id
 
@@ -148,6 +153,15 @@ class Stack:
         spec = json.loads(status.info["info"])["runtimeSpec"]
         resources: dict[str, object] = spec["linux"]["resources"]
         return resources
+
+    async def pid(self, cid: str) -> int:
+        """The container's first process, as the runtime reports it."""
+        status = await self.call(
+            "ContainerStatus",
+            cri.ContainerStatusRequest(container_id=cid, verbose=True),
+            cri.ContainerStatusResponse,
+        )
+        return int(json.loads(status.info["info"])["pid"])
 
     async def start(self, cid: str) -> None:
         await self.call(
@@ -234,6 +248,28 @@ async def test_an_lsr_pods_scheduled_cpus_reach_cpuset_cpus_and_its_quota_is_uns
     await stack.start(cid)
     assert stack.read("cpuset", f"{rel}/{cid}", "cpuset.cpus") == "0"
     assert stack.read("cpu", f"{rel}/{cid}", "cpu.cfs_quota_us") == "-1"
+
+
+async def test_a_containers_process_starts_with_the_oom_score_adj_of_its_pods_annotations(
+    stack: Stack,
+) -> None:
+    """OOMScoreAdj at PreCreateContainer: the kubelet asks 1000 (BestEffort); the pod's
+    koordinator.sh/oom-score-adj-spec and -adj put 200 and 300 into the CRI request, so runc
+    starts each container's process with them (/proc/<pid>/oom_score_adj, read back). Values
+    above the runner's own: the test containerd restricts the score to no lower than its own."""
+    ann = {ANNOTATION_OOM_SCORE_ADJ: "300", ANNOTATION_OOM_SCORE_ADJ_SPEC: '{"main": 200}'}
+    sandbox, cfg, _rel = await stack.run_pod({}, ann)
+    main = await stack.create(sandbox, cfg, "main", oom_score_adj=1000)
+    side = await stack.create(sandbox, cfg, "side", oom_score_adj=1000)
+    plain_sandbox, plain_cfg, _ = await stack.run_pod({}, {})
+    plain = await stack.create(plain_sandbox, plain_cfg, "main", oom_score_adj=1000)
+    for cid in (main, side, plain):
+        await stack.start(cid)
+    got = {}
+    for name, cid in (("main", main), ("side", side), ("plain", plain)):
+        path = Path(f"/proc/{await stack.pid(cid)}/oom_score_adj")
+        got[name] = int(await asyncio.to_thread(path.read_text))
+    assert got == {"main": 200, "side": 300, "plain": 1000}
 
 
 async def test_the_proxy_passes_through_while_the_koordlet_is_down_and_adjusts_once_back(

@@ -20,6 +20,7 @@ from apis.extension import (
     QoSClass,
 )
 from apis.manager_keys import BATCH_CPU, BATCH_MEMORY
+from apis.pod_overrides import ANNOTATION_POD_CPU_QOS, INVALID_ANNOTATION_REASON
 from koordlet.collectors.nodeinfo import node_info_dict
 from koordlet.executor import CgroupWriter
 from koordlet.executor.audit import AuditLog
@@ -105,6 +106,7 @@ async def _rig(
     dry_run: bool = False,
     gates: frozenset[str] = ON,
     qos: dict[str, Any] | None = None,
+    ls_annotations: dict[str, str] | None = None,
 ) -> AsyncIterator[Rig]:
     pods = {
         p.name: p
@@ -114,7 +116,7 @@ async def _rig(
                          "limits": {BATCH_CPU: "2000", BATCH_MEMORY: "1Gi"}}}),
             _pod(fake, "lsr", QoSClass.LSR, KubeQOS.GUARANTEED,
                  annotations={ANNOTATION_RESOURCE_STATUS: json.dumps({"cpuset": "0-1"})}),
-            _pod(fake, "ls", QoSClass.LS, KubeQOS.BURSTABLE),
+            _pod(fake, "ls", QoSClass.LS, KubeQOS.BURSTABLE, annotations=ls_annotations),
             _pod(fake, "bad", QoSClass.BE, KubeQOS.BESTEFFORT,
                  annotations={ANNOTATION_EXTENDED_RESOURCE_SPEC: "{not json"}),
         )
@@ -226,6 +228,36 @@ async def test_on_an_anolis_kernel_pods_and_qos_cgroups_get_their_group_identity
             assert r.read(CPU_BVT_WARP_NS, layout.qos_dir(kube_qos)) == value
         assert r.read(CPU_BVT_WARP_NS, r.pods["lsr"].cgroup_dir) == 2
         assert r.read(CPU_BVT_WARP_NS, r.pods["be"].cgroup_dir) == -1
+
+
+async def test_an_ls_pods_cpu_qos_annotation_is_applied_and_a_bad_one_warns_once(
+    fake_host: FakeHost,
+) -> None:
+    """The reconciler owns pods' group identity while GroupIdentity is on: the LS pod's
+    koordinator.sh/cpuQOS takes precedence there (docs/qos-overrides.md), and a malformed value
+    keeps the class's with one Warning Event, not one a round."""
+    fake = fake_host
+    rels = ["", *(fake.layout.qos_dir(q) for q in KubeQOS)]
+    own = {ANNOTATION_POD_CPU_QOS: '{"enable":true,"groupIdentity":-1}'}
+    async for r in _rig(fake, ls_annotations=own):
+        for pod in r.pods.values():
+            rels += [pod.cgroup_dir, *(c.cgroup_dir for c in pod.containers)]
+        for rel in rels:
+            fake.write("cpu", rel, "cpu.bvt_warp_ns", "0")
+    async for r in _rig(fake, ls_annotations=own):
+        await r.reconciler.reconcile()
+        assert r.read(CPU_BVT_WARP_NS, r.pods["ls"].cgroup_dir) == -1
+        assert r.read(CPU_BVT_WARP_NS, r.pods["lsr"].cgroup_dir) == 2
+        path = fake.layout.file("cpu", r.pods["ls"].cgroup_dir, "cpu.bvt_warp_ns")
+        writes = [e for e in r.audit.recent(500, kind="write") if e.path == path]
+        assert [(e.strategy, e.new) for e in writes] == [("runtimehooks/GroupIdentity", "-1")]
+    bad = {ANNOTATION_POD_CPU_QOS: '{"enable":true,"groupIdentity":7}'}
+    async for r in _rig(fake, ls_annotations=bad):
+        await r.reconciler.reconcile()
+        await r.reconciler.reconcile()
+        assert r.read(CPU_BVT_WARP_NS, r.pods["ls"].cgroup_dir) == 2
+        assert ("ls", INVALID_ANNOTATION_REASON) in r.events.seen
+        assert r.events.seen.count(("ls", INVALID_ANNOTATION_REASON)) == 1
 
 
 async def test_in_dry_run_the_round_is_audited_and_nothing_is_written(

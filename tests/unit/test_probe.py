@@ -38,6 +38,8 @@ SOURCES = {
     "perf_cpi",
     "psi_trigger",
     "memcg_threshold",
+    "vmstat_reclaim",
+    "oom_score_adj",
 }
 V2_THROTTLED_STAT = (GOLDEN / "v2" / "cpu.stat.root").read_text() + (
     "nr_periods 10\nnr_throttled 2\nthrottled_usec 3000\n"

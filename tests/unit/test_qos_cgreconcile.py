@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from apis.extension import KubeQOS, QoSClass
+from apis.pod_overrides import ANNOTATION_POD_CPU_QOS
 from apis.slo_qos import CPUQOSPolicy, MemoryQOSConfig
 from apis.slo_strategies import ResourceQOSStrategy
 from koordlet.collectors.nodeinfo import node_info_dict
@@ -36,6 +37,7 @@ from koordlet.qos.cgreconcile import (
     share_pool,
 )
 from koordlet.qos.framework import QoSBook, StrategyContext
+from koordlet.qos.podwarnings import PodAnnotationWarnings
 from koordlet.statesinformer.model import ContainerInfo, HostAppInfo, PodInfo, WorkloadSnapshot
 from koordlet.system.cgroups import CgroupDriver, CgroupVersion
 from koordlet.system.probe import probe_capabilities
@@ -462,6 +464,110 @@ def test_quota_is_lifted_only_for_pods_bound_to_their_own_cpus(host_root: Path) 
     assert "without a resource-status cpuset" in plan.skipped["pod/plain: cpuset"]
 
 
+# koordinator.sh/cpuQOS (upstream's groupidentity hook test cases, pkg/koordlet/runtimehooks/
+# hooks/groupidentity/bvt_test.go: an LS pod's annotation overrides its class's value) ----------
+
+
+def _annotated(rig: SimpleNamespace, pod: PodInfo, value: str) -> SimpleNamespace:
+    pods = dict(rig.ctx.workloads().pods)
+    pods[pod.uid] = replace(pod, annotations={**pod.annotations, ANNOTATION_POD_CPU_QOS: value})
+    snapshot = WorkloadSnapshot(pods=pods, host_apps=rig.ctx.workloads().host_apps)
+    sink = RecordingSink()
+    ctx = replace(
+        rig.ctx,
+        workloads=lambda: snapshot,
+        capabilities=probe_capabilities(rig.fake.host),
+        pod_warnings=PodAnnotationWarnings(sink),
+    )
+    return SimpleNamespace(strategy=CgroupReconcile(ctx), sink=sink, ctx=ctx)
+
+
+class RecordingSink:
+    def __init__(self) -> None:
+        self.warnings: list[str] = []
+
+    def warn(self, pod: PodInfo, reason: str, message: str) -> None:
+        self.warnings.append(message)
+
+
+@pytest.mark.parametrize(
+    ("value", "ls_bvt"),
+    [
+        ('{"enable":true,"groupIdentity":-1}', "-1"),  # "annotation override succeed"
+        ('{"enable":false}', "0"),  # "annotation override failed": disabled gives 0
+        ('{"groupIdentity":-1}', "0"),  # enable absent: upstream treats it as disabled
+        ('{"enable":true}', "2"),  # no identity: the class's
+    ],
+)
+async def test_an_ls_pods_cpu_qos_annotation_overrides_its_group_identity(
+    rig: SimpleNamespace, value: str, ls_bvt: str
+) -> None:
+    fake: FakeHost = rig.fake
+    add_anolis_files(fake, ["", *_rels(rig)])
+    rig.box["raw"] = {**ALL_ON, "lsClass": {"cpuQOS": {"enable": True}}}
+    run = _annotated(rig, rig.ls, value)
+    await run.strategy.reconcile()
+    assert fake.read("cpu", rig.ls.cgroup_dir, "cpu.bvt_warp_ns").strip() == ls_bvt
+    assert fake.read("cpu", rig.be.cgroup_dir, "cpu.bvt_warp_ns").strip() == "-1"
+    assert run.sink.warnings == []
+
+
+async def test_the_annotation_is_ignored_on_other_classes_as_upstream(
+    rig: SimpleNamespace,
+) -> None:
+    fake: FakeHost = rig.fake
+    add_anolis_files(fake, ["", *_rels(rig)])
+    rig.box["raw"] = ALL_ON
+    run = _annotated(rig, rig.be, '{"enable":true,"groupIdentity":2}')  # BE may not become LS
+    await run.strategy.reconcile()
+    assert fake.read("cpu", rig.be.cgroup_dir, "cpu.bvt_warp_ns").strip() == "-1"
+
+
+@pytest.mark.parametrize(
+    ("value", "error"),
+    [
+        ('{"enable":true,"groupIdentity":3}', "bad group identity value: 3"),
+        ('{"enable":"yes"}', "enable: want true or false"),
+        ("not json", "not JSON"),
+    ],
+)
+async def test_a_malformed_cpu_qos_keeps_the_class_value_and_warns_once(
+    rig: SimpleNamespace, value: str, error: str
+) -> None:
+    fake: FakeHost = rig.fake
+    add_anolis_files(fake, ["", *_rels(rig)])
+    rig.box["raw"] = {**ALL_ON, "lsClass": {"cpuQOS": {"enable": True}}}
+    run = _annotated(rig, rig.ls, value)
+    await run.strategy.reconcile()
+    await run.strategy.reconcile()
+    assert fake.read("cpu", rig.ls.cgroup_dir, "cpu.bvt_warp_ns").strip() == "2"
+    [message] = run.sink.warnings
+    assert f"annotation {ANNOTATION_POD_CPU_QOS} ignored" in message
+    assert error in message
+    [entry] = run.ctx.pod_warnings.describe()
+    assert entry["annotation"] == ANNOTATION_POD_CPU_QOS
+
+
+@pytest.mark.parametrize(
+    ("value", "idle"),
+    [
+        ('{"enable":true,"groupIdentity":-1}', "1"),
+        ('{"enable":true,"schedIdle":1}', "1"),
+        ('{"enable":true,"groupIdentity":2}', "0"),
+        ('{"enable":false}', "0"),
+    ],
+)
+async def test_on_a_mainline_kernel_the_annotation_sets_the_pods_cpu_idle(
+    rig: SimpleNamespace, value: str, idle: str
+) -> None:
+    fake: FakeHost = rig.fake
+    fake.write("cpu", rig.ls.cgroup_dir, "cpu.idle", "1" if idle == "0" else "0")
+    rig.box["raw"] = {"beClass": {"cpuQOS": {"enable": True}}}
+    run = _annotated(rig, rig.ls, value)
+    await run.strategy.reconcile()
+    assert fake.read("cpu", rig.ls.cgroup_dir, "cpu.idle").strip() == idle
+
+
 async def test_with_the_hook_gates_on_pods_group_identity_and_cpusets_are_left_to_the_hooks(
     rig: SimpleNamespace,
 ) -> None:
@@ -483,3 +589,20 @@ async def test_with_the_hook_gates_on_pods_group_identity_and_cpusets_are_left_t
     skipped = _report(rig).detail["skipped"]
     assert "GroupIdentity" in skipped["pod_cpu_qos"]
     assert "CPUSetAllocator" in skipped["pod_cpusets"]
+
+
+async def test_with_group_identity_on_the_cpu_qos_annotation_is_the_hooks_not_ours(
+    rig: SimpleNamespace,
+) -> None:
+    """One writer per knob: with the GroupIdentity gate on (its default) the runtime hook applies
+    koordinator.sh/cpuQOS and reports a bad one; this strategy neither writes the pod's identity
+    nor warns about its annotation."""
+    fake: FakeHost = rig.fake
+    add_anolis_files(fake, ["", *_rels(rig)])
+    rig.box["raw"] = {**ALL_ON, "lsClass": {"cpuQOS": {"enable": True}}}
+    for value in ('{"enable":true,"groupIdentity":-1}', "not json"):
+        run = _annotated(rig, rig.ls, value)
+        await CgroupReconcile(replace(run.ctx, config=config())).reconcile()
+        assert fake.read("cpu", rig.ls.cgroup_dir, "cpu.bvt_warp_ns").strip() == "0"
+        assert run.sink.warnings == []
+        assert run.ctx.pod_warnings.describe() == []

@@ -23,6 +23,7 @@ from typing import Any
 
 import pytest
 
+from apis.extension import LABEL_POD_PRIORITY_CLASS
 from koordlet.executor.audit import AuditLog
 from koordlet.metriccache import series
 from koordlet.metriccache.store import MetricCache
@@ -46,8 +47,8 @@ from koordlet.qos.evicttask import (
 )
 from koordlet.qos.evicttask import Candidate as EvictCandidate
 from koordlet.qos.framework import QoSBook, StrategyContext
-from koordlet.qos.memoryevict import (
-    MemoryEvict,
+from koordlet.qos.memoryevict import MemoryEvict
+from koordlet.qos.memoryrules import (
     MemoryEvictSettings,
     allocatable_thresholds,
     priority_threshold,
@@ -670,6 +671,27 @@ def test_requests_follow_the_priority_class() -> None:
     assert request_of(be_unbanded, "cpu") == (BATCH_CPU, 85000)
     assert priority_value_with_default(info(upstream_pod("z", "BE", 0))) == 5500
     assert priority_value_with_default(info(upstream_pod("z", "LS", 0))) == 9500
+
+
+def test_the_priority_class_label_comes_first_as_upstreams_with_default_rule() -> None:
+    """GetRequestTypeAndValueFromPod and GetPodPriorityValueWithDefault take
+    GetPodPriorityClassWithDefault (apis/extension/priority.go): the koordinator.sh/priority-class
+    label, then spec.priority's band, then the QoS class. A band-only rule would take this
+    koord-mid LS pod for koord-prod and count its cpu request, not its mid-cpu."""
+    label = {LABEL_POD_PRIORITY_CLASS: "koord-mid"}
+    requests = {"cpu": "2", MID_CPU: "3000", MID_MEMORY: 2 * Gi}
+    mid = info(upstream_pod("m", "LS", 0, labels=label, requests=requests))
+    assert request_of(mid, "cpu") == (MID_CPU, 3000)
+    assert request_of(mid, "memory") == (MID_MEMORY, 2 * Gi)
+    assert priority_value_with_default(mid) == 7500
+    # the label wins over the band of spec.priority too; an unknown label value gives no class
+    # (then the QoS default), as GetPodPriorityClassRaw
+    batch = info(upstream_pod("b", "LS", 9500, labels={LABEL_POD_PRIORITY_CLASS: "koord-batch"},
+                              requests={BATCH_CPU: "1000"}))  # fmt: skip
+    assert request_of(batch, "cpu") == (BATCH_CPU, 1000)
+    odd = info(upstream_pod("o", "BE", 0, labels={LABEL_POD_PRIORITY_CLASS: "gold"},
+                            requests={BATCH_CPU: "500"}))  # fmt: skip
+    assert request_of(odd, "cpu") == (BATCH_CPU, 500)
 
 
 # CPU ----------------------------------------------------------------------------------------

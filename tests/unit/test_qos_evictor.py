@@ -166,6 +166,28 @@ async def test_done_evictions_count_in_koordlet_pod_eviction_by_reason() -> None
     assert {e.new for e in audit.recent()} == {"evicted"}
 
 
+async def test_listeners_hear_each_call_and_a_raising_one_breaks_nothing(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    evictor = Evictor(RecordingBackend())
+    heard: list[tuple[str, str, list[str], bool]] = []
+
+    def broken(*_: Any) -> None:
+        raise RuntimeError("listener bug")
+
+    evictor.add_listener(broken)
+    evictor.add_listener(lambda s, r, o, d: heard.append((s, r, [x.status for x in o], d)))
+    out = await evictor.evict([Victim.of_pod(pod(1))], strategy="memoryevict", reason=REASON_MEMORY)
+    await evictor.evict([], strategy="memoryevict", reason=REASON_MEMORY)  # no outcome: not told
+    await evictor.evict([Victim.of_pod(pod(2))], strategy="cpuevict", reason="r", dry_run=True)
+    assert [o.status for o in out] == ["evicted"]
+    assert heard == [
+        ("memoryevict", REASON_MEMORY, ["evicted"], False),
+        ("cpuevict", "r", ["dry_run"], True),
+    ]
+    assert "listener bug" in caplog.text
+
+
 def test_a_negative_cap_is_refused() -> None:
     with pytest.raises(InvalidValueError):
         Evictor(RecordingBackend(), max_per_round=-1)

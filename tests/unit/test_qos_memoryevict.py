@@ -4,12 +4,15 @@ the metric cache, the evictor and a recording backend (plus the pressure-event w
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass, field
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import pytest
 
 from apis.extension import KubeQOS, QoSClass
+from koordlet.collectors.noderesource import DistressReading
+from koordlet.config import QoSConfig
 from koordlet.events.watches import EventKind, PressureEvent
 from koordlet.executor.audit import AuditLog
 from koordlet.metriccache import series
@@ -32,20 +35,14 @@ from koordlet.qos.evicttask import (
     plan,
 )
 from koordlet.qos.framework import QoSBook, StrategyContext
-from koordlet.qos.memoryevict import (
-    WATCH_NAME,
-    InvalidThreshold,
-    MemoryEvict,
-    eviction_policy_allowed,
-    order_be,
-    release_by_used,
-    settings_of,
-    used_thresholds,
-)
+from koordlet.qos.memoryevict import WATCH_NAME, MemoryEvict
+from koordlet.qos.memoryrules import order_be, release_by_used, settings_of, used_thresholds
+from koordlet.qos.shared import InvalidThreshold, eviction_policy_allowed
 from koordlet.statesinformer.model import PodInfo, WorkloadSnapshot
 from koordlet.system.cgroups import CgroupDriver, CgroupLayout, CgroupVersion
 from koordlet.system.host import Host
 from koordlet.system.paths import HostPaths
+from koordlet.system.probe import Capabilities
 from tests.strategyrig import config, in_force
 
 GiB = 1 << 30
@@ -321,6 +318,9 @@ def make_rig(
     version: CgroupVersion = CgroupVersion.V1,
     fresh: tuple[int, int] | None = None,
     allocatable: dict[str, int] | None = None,
+    qos: QoSConfig | None = None,
+    distress: Callable[[], Awaitable[DistressReading]] | None = None,
+    capabilities: Capabilities | None = None,
 ) -> Rig:
     clock = Clock()
     cache = MetricCache(clock=clock)
@@ -333,7 +333,8 @@ def make_rig(
     host = Host(paths, CgroupLayout(paths, version, CgroupDriver.CGROUPFS, "kubepods"))
     ctx = StrategyContext(
         host=lambda: host,
-        config=config(gates or Gates()),
+        config=replace(config(gates or Gates()), qos=qos or QoSConfig()),
+        capabilities=capabilities,
         cache=cache,
         executor=None,  # type: ignore[arg-type]  # eviction writes no cgroup file
         workloads=lambda: WorkloadSnapshot(pods=dict(by_uid)),
@@ -349,6 +350,7 @@ def make_rig(
         capacity=lambda: 10 * GiB,
         fresh_usage=(lambda: fresh) if fresh is not None else None,
         allocatable=lambda: allocatable,
+        distress=distress,
         clock=clock,
     )
     return Rig(clock, cache, by_uid, slo_box, backend, evictor, audit, ctx, strategy)

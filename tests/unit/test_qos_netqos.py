@@ -10,10 +10,27 @@ from typing import Any
 
 import pytest
 
-from apis.netqos import ANNOTATION_NODE_NETWORK_BANDWIDTH
+from apis.extension import KubeQOS, QoSClass
+from apis.netqos import (
+    ANNOTATION_NODE_NETWORK_BANDWIDTH,
+    POD_CLASS_MINORS,
+    NetQoSClass,
+    pod_class_minors,
+)
+from apis.pod_overrides import ANNOTATION_POD_NETWORK_QOS
 from koordlet.executor.tc import MIN_RATE_BYTES, ClassPlan
-from koordlet.qos.netqos import NetQoSConfigError, node_bandwidth, tree_classes
-from tests.strategyrig import in_force
+from koordlet.qos.framework import StrategyContext
+from koordlet.qos.netqos import (
+    NetQoS,
+    NetQoSConfigError,
+    PodLimit,
+    node_bandwidth,
+    pod_classes,
+    tree_classes,
+)
+from koordlet.qos.podwarnings import PodAnnotationWarnings
+from koordlet.statesinformer.model import PodInfo, WorkloadSnapshot
+from tests.strategyrig import config, in_force
 
 G = 1_000_000_000
 
@@ -126,3 +143,78 @@ def test_an_unknown_or_malformed_total_is_refused(
 ) -> None:
     with pytest.raises(NetQoSConfigError, match=message):
         node_bandwidth(annotations, total, None)
+
+
+# koordinator.sh/networkQOS: a pod's own class (ours) -------------------------------------------
+
+
+def test_a_pods_own_class_hangs_from_the_root_at_the_smaller_ceil_and_its_class_priority() -> None:
+    got, _ = classes({"beClass": net(egressRequest=10, egressLimit="300M")})
+    limits = [
+        PodLimit("uid-a", "ns/a", NetQoSClass.BE, 50_000_000),
+        PodLimit("uid-b", "ns/b", NetQoSClass.BE, 800_000_000, ingress_bps=10_000_000),
+    ]
+    plans, ids, notes = pod_classes(limits, tuple(got.values()))
+    minors = pod_class_minors(["uid-a", "uid-b"])
+    assert [(p.name, p.handle, p.parent, p.rate_bps, p.ceil_bps, p.prio) for p in plans] == [
+        ("pod ns/a", 0x10000 | minors["uid-a"], 0x10001, 0, 50_000_000, 3),
+        ("pod ns/b", 0x10000 | minors["uid-b"], 0x10001, 0, 300_000_000, 3),  # BE's ceil
+    ]
+    assert ids == {"uid-a": 0x10000 | minors["uid-a"], "uid-b": 0x10000 | minors["uid-b"]}
+    assert notes == [
+        "pod ns/b: koordinator.sh/networkQOS ingressLimit not enforced, HTB shapes egress only"
+    ]
+    assert plans[0].kernel().rate == MIN_RATE_BYTES  # guaranteed nothing
+
+
+def test_pod_minors_are_stable_distinct_and_clear_of_the_qos_classes() -> None:
+    uids = [f"{i:08x}-0000-4000-8000-000000000000" for i in range(500)]
+    first = pod_class_minors(uids)
+    assert first == pod_class_minors(list(reversed(uids)))
+    assert len(set(first.values())) == len(uids)
+    assert all(m in POD_CLASS_MINORS and m > 4 for m in first.values())
+    # a new pod does not move the others unless it takes a slot they would probe to
+    moved = pod_class_minors([*uids, "ffffffff-0000-4000-8000-000000000000"])
+    assert sum(moved[u] != first[u] for u in uids) <= 1
+
+
+def _netqos(pods: list[PodInfo], sink: Any) -> NetQoS:
+    ctx = StrategyContext(
+        host=lambda: None,  # type: ignore[arg-type,return-value]  # not reached
+        config=config(),
+        cache=None,  # type: ignore[arg-type]
+        executor=None,  # type: ignore[arg-type]
+        workloads=lambda: WorkloadSnapshot(pods={p.uid: p for p in pods}),
+        node_slo=lambda: in_force(),
+        pod_warnings=PodAnnotationWarnings(sink),
+    )
+    return NetQoS(ctx, interval=1.0)
+
+
+def _pod(name: str, qos: QoSClass, value: str | None) -> PodInfo:
+    ann = {} if value is None else {ANNOTATION_POD_NETWORK_QOS: value}
+    return PodInfo(f"uid-{name}", name, "ns", qos, KubeQOS.BURSTABLE, f"kubepods/pod{name}",
+                   annotations=ann)  # fmt: skip
+
+
+def test_pod_limits_read_the_annotation_as_go_does_and_warn_once_for_a_bad_one() -> None:
+    messages: list[str] = []
+
+    class Sink:
+        def warn(self, pod: PodInfo, reason: str, message: str) -> None:
+            messages.append(message)
+
+    pods = [
+        _pod("a", QoSClass.BE, '{"EgressLimit": "20M", "IngressLimit": "1000"}'),  # Go's keys
+        _pod("b", QoSClass.LS, '{"egressLimit": "fast"}'),
+        _pod("c", QoSClass.LS, '{"ingressLimit": "5M"}'),  # nothing HTB can do
+        _pod("d", QoSClass.NONE, '{"egressLimit": "5M"}'),  # not classified: left alone
+        _pod("e", QoSClass.LS, None),
+    ]
+    strategy = _netqos(pods, Sink())
+    limits = strategy._pod_limits()
+    strategy._pod_limits()
+    assert limits == [PodLimit("uid-a", "ns/a", NetQoSClass.BE, 20_000_000, 1000)]
+    [message] = messages
+    assert "annotation koordinator.sh/networkQOS ignored" in message
+    assert "egressLimit 'fast'" in message

@@ -25,6 +25,7 @@ from koordlet.executor.resctrl import (
 from koordlet.executor.writer import WriteResult
 from koordlet.metriccache.store import MetricCache
 from koordlet.qos.framework import QoSBook, StrategyContext
+from koordlet.qos.podwarnings import PodAnnotationWarnings
 from koordlet.qos.resctrl import ResctrlReconcile, cat_l3_mask, mba_value
 from koordlet.statesinformer.model import ContainerInfo, PodInfo, WorkloadSnapshot
 from koordlet.system.cgroups import CgroupVersion
@@ -275,3 +276,94 @@ def test_alloc_info_names_the_missing_mount(rig: SimpleNamespace) -> None:
     info = read_alloc_info(rig.fake.paths)
     assert not info.usable
     assert "resctrl not mounted" in info.l3_reason
+
+
+# node.koordinator.sh/resctrl: a pod's own group (upstream v1.6, pkg/koordlet/util/resctrl's
+# ParseSchemata: llc ranges and mb percents, per cache id where given) ---------------------------
+
+
+def kernel_group(root: Path, group: str) -> None:
+    """What mkdir in resctrl makes: a group with the default allocation and no threads."""
+    (root / group).mkdir()
+    (root / group / "schemata").write_text("L3:0=7ff;1=7ff\nMB:0=100;1=100\n")
+    (root / group / "tasks").write_text("")
+
+
+class Sink:
+    def __init__(self) -> None:
+        self.messages: list[str] = []
+
+    def warn(self, pod: PodInfo, reason: str, message: str) -> None:
+        self.messages.append(message)
+
+
+def _own(rig: SimpleNamespace, index: int, value: str) -> str:
+    pod = rig.box["pods"][index]
+    rig.box["pods"][index] = replace(pod, annotations={POD_RESCTRL_ANNOTATION: value})
+    return f"koordlet-{pod.uid}"
+
+
+async def test_a_pod_with_the_annotation_gets_its_own_ways_bandwidth_and_threads(
+    rig: SimpleNamespace,
+) -> None:
+    rig.box["raw"] = ALL_ON
+    group = _own(
+        rig, 2, '{"llc": {"schemata": {"range": [0, 30]}}, "mb": {"schemata": {"percent": 20}}}'
+    )
+    kernel_group(rig.root, group)
+    await ResctrlReconcile(rig.ctx).reconcile()
+    assert _schemata(rig.root, group) == {"L3": {0: "f", 1: "f"}, "MB": {0: "20", 1: "20"}}
+    assert _tasks(rig.root, group) == [300, 301]
+    assert _tasks(rig.root, "BE") == []  # its class's group leaves it alone
+    report = rig.book.last_report("resctrl")
+    assert report is not None
+    assert report.detail["pods"]["default/p2"]["tasks"] == {"added": 2, "exited": 0}
+
+
+async def test_per_cache_entries_win_for_their_domain_and_unnamed_resources_stay_full(
+    rig: SimpleNamespace,
+) -> None:
+    value = (
+        '{"llc": {"schemata": {"range": [0, 50]}, '
+        '"schemataPerCache": [{"cacheID": 1, "range": [50, 100]}]}}'
+    )
+    group = _own(rig, 1, value)
+    kernel_group(rig.root, group)
+    await ResctrlReconcile(rig.ctx).reconcile()  # no resourceQOSStrategy: pod groups only
+    assert _schemata(rig.root, group) == {
+        "L3": {0: "3f", 1: "7c0"},  # 11 ways: [0, 6) and [6, 11)
+        "MB": {0: "100", 1: "100"},
+    }
+    assert _tasks(rig.root, group) == [200, 201]
+
+
+async def test_a_malformed_resctrl_annotation_keeps_the_pod_in_its_class_group(
+    rig: SimpleNamespace,
+) -> None:
+    rig.box["raw"] = ALL_ON
+    sink = Sink()
+    ctx = replace(rig.ctx, pod_warnings=PodAnnotationWarnings(sink))
+    group = _own(rig, 2, '{"llc": {"schemata": {"range": [30, 10]}}}')
+    strategy = ResctrlReconcile(ctx)
+    await strategy.reconcile()
+    await strategy.reconcile()
+    assert not (rig.root / group).exists()
+    assert _tasks(rig.root, "BE") == [300, 301]
+    [message] = sink.messages
+    assert f"annotation {POD_RESCTRL_ANNOTATION} ignored" in message
+    assert "llc.schemata.range [30, 10]" in message
+
+
+async def test_groups_of_pods_gone_or_without_the_annotation_are_removed(
+    rig: SimpleNamespace,
+) -> None:
+    stale = rig.root / "koordlet-00000000-dead-4000-8000-000000000000"
+    stale.mkdir()
+    group = _own(rig, 0, "{}")
+    kernel_group(rig.root, group)
+    await ResctrlReconcile(rig.ctx).reconcile()
+    assert not stale.exists()
+    assert (rig.root / group).is_dir()
+    assert (rig.root / "LSR").is_dir()  # not ours by name: never touched
+    removed = [r for r in rig.audit if r.knob == "resctrl_group" and r.new == "removed"]
+    assert [Path(r.path).name for r in removed] == [stale.name]
