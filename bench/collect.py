@@ -35,7 +35,6 @@ import argparse
 import cProfile
 import io
 import json
-import math
 import os
 import platform
 import pstats
@@ -47,6 +46,7 @@ from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from typing import Any, NamedTuple
 
+from bench._stats import percentile
 from bench._trees import BenchTree, exit_on_sigterm, fake_tree, real_cgroups_available, real_tree
 from koordlet.collectors.framework import CollectorContext
 from koordlet.collectors.runner import CollectorRunner
@@ -115,11 +115,6 @@ def floor_read(files: Sequence[str]) -> int:
 
 def median(values: Sequence[float]) -> float:
     return statistics.median(values)
-
-
-def p90(values: Sequence[float]) -> float:
-    ordered = sorted(values)
-    return ordered[max(0, math.ceil(0.9 * len(ordered)) - 1)]
 
 
 def ms(seconds: float) -> float:
@@ -234,11 +229,11 @@ def measure(tree: BenchTree, repeat: int, warmup: int, profile: int) -> dict[str
         "files_by_name": dict(sorted(by_name.items())),
         "reads_per_sweep": sorted(reads),
         "sweep_cpu_ms": ms(median(sweep_cpu)),
-        "sweep_cpu_p90_ms": ms(p90(sweep_cpu)),
+        "sweep_cpu_p90_ms": ms(percentile(sweep_cpu, 90)),
         "sweep_cpu_min_ms": ms(min(sweep_cpu)),
         "sweep_wall_ms": ms(median(sweep_wall)),
         "floor_cpu_ms": ms(median(floor_cpu)),
-        "floor_cpu_p90_ms": ms(p90(floor_cpu)),
+        "floor_cpu_p90_ms": ms(percentile(floor_cpu, 90)),
         "floor_cpu_min_ms": ms(min(floor_cpu)),
         "ratio": round(median(sweep_cpu) / median(floor_cpu), 2),
         "target_ratio": TARGET_RATIO,

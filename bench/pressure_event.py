@@ -41,6 +41,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from bench._stats import percentile
 from koordlet.events.source import PressureEvent, PressureEventSource
 from koordlet.system.paths import HostPaths
 
@@ -67,13 +68,6 @@ for offset in range(0, size, 4096):
 print(repr(crossed), flush=True)
 sys.stdin.readline()
 """
-
-
-def percentile(values: Sequence[float], pct: float) -> float:
-    """Nearest-rank percentile."""
-    ordered = sorted(values)
-    rank = max(0, min(len(ordered) - 1, round(pct / 100 * len(ordered) + 0.5) - 1))
-    return ordered[rank]
 
 
 def _attach(cgroup: str, pid: int) -> None:

@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import dataclasses
-import json
 import statistics
 import sys
 import time
@@ -32,8 +31,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from apis.slo_inforce import node_slo_in_force
+from bench._stats import percentile, print_result
 from bench._trees import fake_tree
-from bench.collect import Sweep, p90
+from bench.collect import Sweep
 from koordlet.collectors.runner import CollectorRunner
 from koordlet.collectors.table import build_collectors
 from koordlet.executor import CgroupWriter
@@ -137,7 +137,7 @@ async def _rounds(pods: int, rounds: int) -> dict[str, Any]:
         "qos_round_pods": pods,
         "qos_round_strategies": [s.name for s in strategies],
         "qos_round_cpu_ms": round(statistics.median(totals[1:]) * 1e3, 3),
-        "qos_round_cpu_p90_ms": round(p90(totals[1:]) * 1e3, 3),
+        "qos_round_cpu_p90_ms": round(percentile(totals[1:], 90) * 1e3, 3),
     }
     for name, values in per.items():
         out[f"qos_round_{name}_cpu_ms"] = round(statistics.median(values[1:]) * 1e3, 3)
@@ -156,11 +156,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=20)
     args = parser.parse_args(argv)
     result = qos_round_scenario(args.pods, args.rounds)
-    if args.json:
-        print(json.dumps(result))
-    else:
-        for key, value in result.items():
-            print(f"{key}: {value}")
+    print_result(result, args.json)
     return 0
 
 

@@ -37,12 +37,7 @@ from collections.abc import Callable, Coroutine, Mapping
 from typing import Any
 
 from apis.extension import KubeQOS
-
-
-def _percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    index = min(len(ordered) - 1, max(0, round(q / 100 * (len(ordered) - 1))))
-    return ordered[index]
+from bench._stats import percentile
 
 
 async def suppress_reaction(runs: int, interval: float) -> dict[str, float]:
@@ -107,7 +102,7 @@ async def suppress_reaction(runs: int, interval: float) -> dict[str, float]:
         raise SystemExit("bench.reaction: the quota never reacted")
     return {
         "suppress_p50_ms": round(statistics.median(samples), 1),
-        "suppress_p99_ms": round(_percentile(samples, 99), 1),
+        "suppress_p99_ms": round(percentile(samples, 99), 1),
         "suppress_runs": float(len(samples)),
     }
 

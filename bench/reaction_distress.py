@@ -32,7 +32,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import json
 import os
 import secrets
 import statistics
@@ -44,6 +43,7 @@ from dataclasses import replace
 from typing import Any
 
 from apis.extension import QoSClass
+from bench._stats import percentile, print_result
 from bench.reaction_memory import (
     CAPACITY,
     CONTROLLERS,
@@ -51,7 +51,6 @@ from bench.reaction_memory import (
     Child,
     EvictTree,
     build_strategy,
-    percentile,
 )
 from bench.reaction_memory import available as tree_available
 from koordlet.collectors.noderesource import MEMORY_DISTRESS
@@ -264,11 +263,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=10)
     args = parser.parse_args(argv)
     result = memory_distress_scenario(args.runs)
-    if args.json:
-        print(json.dumps(result))
-    else:
-        for key, value in result.items():
-            print(f"{key}: {value}")
+    print_result(result, args.json)
     return 0
 
 

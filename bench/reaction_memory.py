@@ -29,7 +29,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import json
 import os
 import secrets
 import signal
@@ -41,6 +40,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from apis.extension import KubeQOS, QoSClass
+from bench._stats import percentile, print_result
 from koordlet.events.source import PressureEventSource
 from koordlet.executor.audit import AuditLog
 from koordlet.executor.kill import subtree_pids
@@ -324,13 +324,6 @@ async def one_run() -> float:
             source.close()
 
 
-def percentile(values: Sequence[float], pct: float) -> float:
-    """Nearest-rank percentile."""
-    ordered = sorted(values)
-    rank = max(0, min(len(ordered) - 1, round(pct / 100 * len(ordered) + 0.5) - 1))
-    return ordered[rank]
-
-
 def memory_evict_scenario(runs: int = 20) -> dict[str, Any]:
     """``memory_evict_p50_ms``/``memory_evict_p99_ms`` over ``runs`` runs (see the module)."""
     why = available()
@@ -352,11 +345,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=20)
     args = parser.parse_args(argv)
     result = memory_evict_scenario(args.runs)
-    if args.json:
-        print(json.dumps(result))
-    else:
-        for key, value in result.items():
-            print(f"{key}: {value}")
+    print_result(result, args.json)
     return 0
 
 

@@ -32,13 +32,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bench._stats import percentile
+
 TARGET_ADDED_P99_MS = 5.0
 """The issue's target for what the proxy or NRI may add to a CreateContainer, p99."""
-
-
-def _percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, max(0, round(q / 100 * (len(ordered) - 1))))]
 
 
 def _rss_mib(pid: int) -> tuple[float, float]:
@@ -220,8 +217,8 @@ def measure(calls: int) -> dict[str, float]:
         shutil.rmtree(tmp, ignore_errors=True)
     out: dict[str, float] = {"calls": calls, "target_added_p99_ms": TARGET_ADDED_P99_MS}
     for name, values in times.items():
-        out[f"{name}_p50_ms"] = round(_percentile(values, 50), 3)
-        out[f"{name}_p99_ms"] = round(_percentile(values, 99), 3)
+        out[f"{name}_p50_ms"] = round(percentile(values, 50), 3)
+        out[f"{name}_p99_ms"] = round(percentile(values, 99), 3)
     for q in ("p50", "p99"):
         out[f"proxy_added_{q}_ms"] = round(out[f"proxy_{q}_ms"] - out[f"direct_{q}_ms"], 3)
         out[f"nri_added_{q}_ms"] = out.pop(f"nri_{q}_ms")

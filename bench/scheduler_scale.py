@@ -65,6 +65,7 @@ from aiohttp import web
 from apis.extension import ANNOTATION_CPU_TOPOLOGY, LABEL_POD_QOS
 from apis.kubernetes_keys import LABEL_HOSTNAME, LABEL_TOPOLOGY_ZONE
 from apis.manager_keys import BATCH_CPU, BATCH_MEMORY
+from bench._stats import percentile
 from scheduler_plugins.extender import Extender, make_app
 from scheduler_plugins.framework import num_feasible_nodes_to_find
 from scheduler_plugins.snapshot import PodInfo, build_snapshot, parse_pod
@@ -351,11 +352,6 @@ def _args(pod: dict[str, Any], names: list[str]) -> bytes:
     ).encode()
 
 
-def _pct(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
-
-
 async def _measure(
     ext: Extender, names: list[str], pods: int, warmup: int, subset: int
 ) -> dict[str, Any]:
@@ -406,13 +402,13 @@ async def _measure(
         if i >= warmup:
             direct_ms.append((time.perf_counter() - t0) * 1000)
     return {
-        "extender_p50_ms": round(_pct(http_ms, 0.50), 2),
-        "extender_p99_ms": round(_pct(http_ms, 0.99), 2),
+        "extender_p50_ms": round(percentile(http_ms, 50), 2),
+        "extender_p99_ms": round(percentile(http_ms, 99), 2),
         "extender_subset_nodes": subset,
-        "extender_subset_p50_ms": round(_pct(subset_ms, 0.50), 2),
-        "extender_subset_p99_ms": round(_pct(subset_ms, 0.99), 2),
-        "inprocess_p50_ms": round(_pct(direct_ms, 0.50), 2),
-        "inprocess_p99_ms": round(_pct(direct_ms, 0.99), 2),
+        "extender_subset_p50_ms": round(percentile(subset_ms, 50), 2),
+        "extender_subset_p99_ms": round(percentile(subset_ms, 99), 2),
+        "inprocess_p50_ms": round(percentile(direct_ms, 50), 2),
+        "inprocess_p99_ms": round(percentile(direct_ms, 99), 2),
         "feasible_nodes_mean": round(statistics.fmean(feasible), 1),
     }
 

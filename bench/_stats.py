@@ -1,0 +1,30 @@
+"""What every benchmark reports the same way: one percentile rule and one way to print a result.
+
+The percentile is the nearest rank (the smallest sample with at least ``pct`` percent of the
+samples at or below it), so a p99 of 10 runs is the largest and every figure is a sample that
+was measured, never an interpolation. ``print_result`` prints ``key: value`` lines for people
+and, with ``--json``, one JSON object as the last line for scripts.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+
+def percentile(values: Sequence[float], pct: float) -> float:
+    """Nearest-rank percentile of ``values`` (not empty), ``pct`` in 0..100."""
+    ordered = sorted(values)
+    rank = math.ceil(pct / 100 * len(ordered))
+    return ordered[min(len(ordered) - 1, max(0, rank - 1))]
+
+
+def print_result(result: Mapping[str, Any], as_json: bool, width: int = 0) -> None:
+    """``key: value`` lines (keys right-aligned to ``width``), or one JSON line."""
+    if as_json:
+        print(json.dumps(result))
+        return
+    for key, value in result.items():
+        print(f"{key:>{width}}: {value}")
