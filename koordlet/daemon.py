@@ -66,8 +66,10 @@ from koordlet.qos.table import FEATURE_GATES as QOS_FEATURE_GATES
 from koordlet.qos.table import STRATEGIES
 from koordlet.sdnotify import Notifier, Watchdog
 from koordlet.selfmetrics import Readiness, SelfMetrics
-from koordlet.server.app import ServerDeps, ServerHandle, build_app, start_server
+from koordlet.server.app import ServerDeps, ServerHandle, ServerLimits, build_app, start_server
 from koordlet.server.exporter import KoordletExporter
+from koordlet.server.health import LoopHealth
+from koordlet.server.limiter import LimitConfig
 from koordlet.statesinformer.hostapps import NodeSLOFileSource
 from koordlet.statesinformer.inventory import InventoryChange, WorkloadInventory
 from koordlet.statesinformer.kubepods import KubepodsSource
@@ -170,6 +172,13 @@ class Daemon:
             "Reloads of the local NodeSLO file that failed; the last good version stays.",
             registry=self.registry,
         )
+        self.health = LoopHealth()
+        """Whether the collect loop and the QoS strategies keep up (``/readyz``, gauges)."""
+        self.registry.register(self.health)
+        self.collect_ticks = 0
+        """Collect steps completed: the generation of the ``/metrics`` bodies."""
+        self._collect_done: float | None = None
+        """Wall-clock time the last collect step completed."""
         self.notifier = Notifier()
         """systemd's notify socket (``Type=notify``); does nothing without ``$NOTIFY_SOCKET``."""
         self._stops: list[tuple[str, _Stop]] = []
@@ -407,9 +416,9 @@ class Daemon:
         # Registered before the supervisor, so it runs after the collect loop has stopped.
         self._on_stop("collectors", lambda t: asyncio.to_thread(self._close_runner))
         supervisor = self._supervisor("collectors")
-        supervisor.spawn_loop(
-            "collect", self._collect_step, self.cfg.collect.res_used_interval, component="daemon"
-        )
+        interval = self.cfg.collect.res_used_interval
+        supervisor.spawn_loop("collect", self._collect_step, interval, component="daemon")
+        self.health.watch("daemon", "collect", interval, lambda: self._collect_done)
         logger.info(
             "collecting every %gs with %d collectors (%s)",
             self.cfg.collect.res_used_interval,
@@ -487,7 +496,11 @@ class Daemon:
         self._on_stop("qos", qos.stop)
         self.qos = qos
         qos.start()
-        for name, strategy in qos.running().items():
+        running = qos.running()
+        self.health.watch_rounds(
+            "qos", ctx.book, {name: s.interval for name, s in running.items()}, prefix="qos/"
+        )
+        for name, strategy in running.items():
             if callable(getattr(strategy, "collect", None)):  # its own koordlet_* families
                 self.registry.register(cast(Collector, strategy))
                 logger.debug("strategy %s exports its metrics", name)
@@ -517,14 +530,14 @@ class Daemon:
 
     async def _start_server(self) -> None:
         cache = self._need(self.cache)
-        self.registry.register(
-            KoordletExporter(
-                cache,
-                self._snapshot,
-                node_name=self.cfg.node_name,
-                collect_interval=self.cfg.collect.res_used_interval,
-                max_ages=export_max_ages(self._collector_table, self.cfg.collect),
-            )
+        server = self.cfg.server
+        interval = self.cfg.collect.res_used_interval
+        exporter = KoordletExporter(
+            cache,
+            self._snapshot,
+            node_name=self.cfg.node_name,
+            collect_interval=interval,
+            max_ages=export_max_ages(self._collector_table, self.cfg.collect),
         )
         deps = ServerDeps(
             registry=self.registry,
@@ -536,9 +549,17 @@ class Daemon:
             tasks=lambda: [t for s in self._supervisors for t in s.describe()],
             audit=self._describe_audit,
             qos=lambda: self._need(self.qos).describe(),
-            debug_allow_remote=self.cfg.server.debug_allow_remote,
+            debug_allow_remote=server.debug_allow_remote,
+            exporter=exporter,
+            tick=lambda: self.collect_ticks,
+            collect_interval=interval,
+            health=self.health,
+            limits=ServerLimits(
+                reads=LimitConfig(
+                    max_in_flight=server.max_requests_in_flight, cpu_share=server.cpu_share
+                )
+            ),
         )
-        server = self.cfg.server
         handle = await start_server(
             build_app(deps), server.host, server.port, shutdown_timeout=SERVER_SHUTDOWN_TIMEOUT
         )
@@ -554,6 +575,8 @@ class Daemon:
         change, runner, report = await asyncio.to_thread(self._tick)
         self._forget_removed(before, change)
         runner.apply(report)
+        self.collect_ticks += 1
+        self._collect_done = time.time()
 
     def _tick(self) -> tuple[InventoryChange, CollectorRunner, TickReport]:
         """In the worker thread: layout re-detection, inventory refresh, the due collectors.
