@@ -116,6 +116,8 @@ SAMPLES: dict[str, tuple[str, Any, Any, Any]] = {
     "kube.kubeletSyncInterval": ("5s", 5.0, 20, 20.0),
     "kube.kubeletSyncTimeout": ("1s", 1.0, 2, 2.0),
     "server.debugAllowRemote": ("1", True, "true", True),
+    "server.maxRequestsInFlight": ("16", 16, 4, 4),
+    "server.cpuShare": ("0.25", 0.25, 0.05, 0.05),
     "qos.dryRun": ("true", True, True, True),
     "qos.dryRunStrategies": (
         "cpusuppress, memoryevict",
