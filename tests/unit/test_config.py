@@ -242,6 +242,10 @@ def test_a_go_duration_is_the_sum_of_its_parts(parts: list[tuple[int, str]]) -> 
         (["--standalone=maybe"], "invalid bool value 'maybe'"),
         (["--feature-gates=CPUBrust=true"], "CPUBrust: unknown feature gate"),
         (["--nodeslo-file=/etc/x.yaml"], "only used with --standalone"),
+        (["--server-cpu-share=0"], "must be above 0 and at most 1"),
+        (["--server-cpu-share=1.5"], "must be above 0 and at most 1"),
+        (["--server-cpu-share=a-tenth"], "must be a number"),
+        (["--server-max-requests-in-flight=0"], "must be between 1 and 1000"),
     ],
 )
 def test_a_bad_flag_value_is_an_error_naming_the_flag(argv: list[str], message: str) -> None:
