@@ -5,7 +5,8 @@ instead (``host-app``), and ``koordlet --help`` lists them after the flags.
 
 Exit codes: 0 after a clean stop (Ctrl-C included), 2 for a bad flag, config file or NodeSLO
 file (with ``koordlet: <file or flag>: <field>: <reason>`` on stderr), otherwise what
-``koordlet.daemon.run`` returns. uvloop is installed here and nowhere else.
+``koordlet.daemon.run`` returns. uvloop is installed here and nowhere else, and so is the one
+process-wide allocator setting (glibc's arena limit, ``koordlet.system.malloc``).
 """
 
 from __future__ import annotations
@@ -20,11 +21,15 @@ import uvloop
 
 from koordlet.config import KoordletConfig, load_config, load_node_slo
 from koordlet.errors import ConfigError
+from koordlet.system.malloc import limit_malloc_arenas
 
 logger = logging.getLogger(__name__)
 
 EXIT_CONFIG = 2
 """Exit code for configuration errors (as argparse uses for usage errors)."""
+
+MALLOC_ARENAS = 1
+"""glibc arenas for the daemon's threads (``koordlet.system.malloc``): they allocate in turns."""
 
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 """One line per record; newlines inside a message or traceback are written as ``\\n``."""
@@ -93,6 +98,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     root_level = logging.getLogger().level
     handler = _install_logging(cfg.log_level)
     try:
+        # Before any thread starts: an arena once given to a thread stays its own.
+        limit_malloc_arenas(MALLOC_ARENAS)
         # Imported only when running: the daemon knows every component, the CLI needs none.
         daemon = importlib.import_module("koordlet.daemon")
 

@@ -4,9 +4,10 @@
 ``KoordletExporter.collect()``'s families, byte for byte (tests compare the two), without building
 a ``Metric`` and a ``Sample`` per value:
 
-- each sample line up to its value (``name{labels} ``) is built once per inventory snapshot, from
-  a %-template per family and source in which the source's fixed labels are already written and
-  the scope's labels (escaped once per entity) fill the placeholders;
+- each sample line up to its value (``name{labels} ``) comes from a %-template per family and
+  source, in which the source's fixed labels are already written, filled with the scope's label
+  values, escaped once per entity and inventory snapshot (no line is kept between builds: a
+  build's text is the only copy);
 - a source whose series the metric cache holds none of (a collector gated off) costs one lookup;
 - the values of a source are read from the cache in one call (``last_values``).
 
@@ -28,8 +29,9 @@ from koordlet.server.textformat import (
 )
 from koordlet.statesinformer.model import WorkloadSnapshot
 
-_Row = tuple[SeriesKey, str]
-"""A sample the renderer may write: its series, and its line up to the value."""
+_Entity = tuple[str, tuple[str, ...], str]
+"""An entity id, its scope's label values (escaped, in label-name order), and the same written
+as ``name="value",...``."""
 _CACHE_SCOPES = frozenset({Scope.NUMA, Scope.RESCTRL})
 """Scopes whose entities are found in the cache at each build, not in the inventory."""
 
@@ -62,8 +64,7 @@ class FamilyRenderer:
             for fmt in Format
         }
         self._snapshot: WorkloadSnapshot | None = None
-        self._scope_values: dict[Scope, list[tuple[str, tuple[str, ...]]]] = {}
-        self._rows: dict[tuple[str, Source], list[_Row]] = {}
+        self._scope_values: dict[Scope, list[_Entity]] = {}
 
     def render(self, fmt: Format) -> str:
         """Every family with its fresh samples, in ``FAMILIES`` order (no ``# EOF``)."""
@@ -74,7 +75,6 @@ class FamilyRenderer:
         if snapshot is not self._snapshot:
             self._snapshot = snapshot
             self._scope_values.clear()
-            self._rows.clear()
         headers = self._headers[fmt]
         out: list[str] = []
         push = out.append
@@ -84,54 +84,56 @@ class FamilyRenderer:
             since = now - exporter.max_age_of(spec.name)
             flag_values: dict[str, list[float | None]] = {}
             for src in spec.sources:
-                if not cache.has_series(src.series):
+                series = src.series
+                if not cache.has_series(series):
                     continue
-                rows = self._rows_of(spec, src, snapshot)
-                values = cache.last_values([row[0] for row in rows], since)
+                entities = self._entities_of(spec.scope, src, snapshot)
+                values = cache.last_values([SeriesKey(series, e[0]) for e in entities], since)
                 if src.only_if is not None:
                     # A family's sources list the same entities in the same order: the flag
                     # series is read once a family, not once a source.
                     flag_series, wanted = src.only_if
                     flags = flag_values.get(flag_series)
-                    if flags is None or len(flags) != len(rows):
-                        keys = [SeriesKey(flag_series, key.entity) for key, _ in rows]
+                    if flags is None or len(flags) != len(entities):
+                        keys = [SeriesKey(flag_series, e[0]) for e in entities]
                         flags = flag_values[flag_series] = cache.last_values(keys, 0.0)
                     values = [
                         v if f == wanted else None for f, v in zip(flags, values, strict=True)
                     ]
-                for (_, prefix), value in zip(rows, values, strict=True):
-                    if value is not None:
-                        push(prefix)
+                if spec.extra_labels:
+                    template = self._templates[(spec.name, src)]
+                    for (_, labels, _), value in zip(entities, values, strict=True):
+                        if value is not None:
+                            push(template % labels)
+                            push(fmt_value(value))
+                            push("\n")
+                    continue
+                opening = spec.name + "{"
+                for (_, _, joined), value in zip(entities, values, strict=True):
+                    if value is not None:  # name{labels} value: the scope's labels alone
+                        push(opening)
+                        push(joined)
+                        push("} ")
                         push(fmt_value(value))
                         push("\n")
         return "".join(out)
 
-    def _rows_of(self, spec: FamilySpec, src: Source, snapshot: WorkloadSnapshot) -> list[_Row]:
-        if spec.scope in _CACHE_SCOPES:
-            return self._build_rows(spec, src, self._entities(spec.scope, src, snapshot))
-        key = (spec.name, src)
-        rows = self._rows.get(key)
-        if rows is None:
-            values = self._scope_values.get(spec.scope)
-            if values is None or spec.scope is Scope.NODE:
-                values = list(self._entities(spec.scope, src, snapshot))
-                if spec.scope is not Scope.NODE:
-                    self._scope_values[spec.scope] = values
-            rows = self._rows[key] = self._build_rows(spec, src, values)
-        return rows
+    def _entities_of(self, scope: Scope, src: Source, snapshot: WorkloadSnapshot) -> list[_Entity]:
+        """The scope's entities with their label values, kept while the snapshot stays (not
+        for the node scope, whose one entity is the source's, nor for the cache scopes)."""
+        if scope is Scope.NODE or scope in _CACHE_SCOPES:
+            return list(self._entities(scope, src, snapshot))
+        entities = self._scope_values.get(scope)
+        if entities is None:
+            entities = self._scope_values[scope] = list(self._entities(scope, src, snapshot))
+        return entities
 
-    def _entities(
-        self, scope: Scope, src: Source, snapshot: WorkloadSnapshot
-    ) -> Iterable[tuple[str, tuple[str, ...]]]:
-        """``(entity, escaped scope label values in label-name order)``, as the exporter lists
-        them."""
-        order = label_order(scope.labels)
+    def _entities(self, scope: Scope, src: Source, snapshot: WorkloadSnapshot) -> Iterable[_Entity]:
+        """``(entity, escaped scope label values in label-name order, those values written as
+        labels)``, as the exporter lists them."""
+        names = scope.labels
+        order = label_order(names)
         for entity, labels in self._exporter.entities(scope, src, snapshot):
-            yield entity, tuple(escape_label_value(labels[i]) for i in order)
-
-    def _build_rows(
-        self, spec: FamilySpec, src: Source, values: Iterable[tuple[str, tuple[str, ...]]]
-    ) -> list[_Row]:
-        template = self._templates[(spec.name, src)]
-        series = src.series
-        return [(SeriesKey(series, entity), template % labels) for entity, labels in values]
+            values = tuple(escape_label_value(labels[i]) for i in order)
+            joined = ",".join(f'{names[i]}="{v}"' for i, v in zip(order, values, strict=True))
+            yield entity, values, joined

@@ -29,8 +29,22 @@ from prometheus_client.openmetrics.exposition import generate_latest as generate
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
-format_value: Callable[[float], str] = floatToGoString
-"""A sample value as both formats write it (``1.5e+09``, ``+Inf``, ``NaN``)."""
+_go_string: Callable[[float], str] = floatToGoString
+
+
+def format_value(value: float) -> str:
+    """A sample value as both formats write it, exactly as prometheus-client's
+    ``floatToGoString`` does (``0.25``, ``1.5e+09`` where Go switches to an exponent, ``+Inf``,
+    ``NaN``), with the finite case, every value of the metric cache, done inline."""
+    if value - value != 0.0:  # inf or NaN
+        return _go_string(value)
+    text = repr(value)
+    if value > 0:
+        dot = text.find(".")
+        if dot > 6:
+            mantissa = f"{text[0]}.{text[1:dot]}{text[dot + 1 :]}".rstrip("0.")
+            return f"{mantissa}e+{dot - 1:02d}"
+    return text
 
 
 class Format(Enum):

@@ -8,6 +8,7 @@ parse with its parsers. The metric cache is the real one, on an injected clock.
 
 from __future__ import annotations
 
+import asyncio
 import gzip
 from collections.abc import AsyncIterator
 
@@ -19,6 +20,7 @@ from prometheus_client.openmetrics.parser import (
     text_string_to_metric_families as parse_openmetrics,
 )
 from prometheus_client.parser import text_string_to_metric_families as parse_text
+from prometheus_client.utils import floatToGoString
 
 from apis.extension import KubeQOS, QoSClass
 from koordlet.metriccache import series as s
@@ -29,7 +31,13 @@ from koordlet.server import KoordletExporter, ServerDeps, build_app, start_serve
 from koordlet.server.app import EXPOSITION
 from koordlet.server.exposition import Exposition
 from koordlet.server.render import FamilyRenderer
-from koordlet.server.textformat import Format, accepts_gzip, content_type, negotiate
+from koordlet.server.textformat import (
+    Format,
+    accepts_gzip,
+    content_type,
+    format_value,
+    negotiate,
+)
 from koordlet.statesinformer.model import ContainerInfo, HostAppInfo, PodInfo, WorkloadSnapshot
 
 NOW = 1_700_000_000.0
@@ -231,6 +239,20 @@ def test_a_body_is_built_once_a_tick_and_again_when_the_tick_moves_or_it_ages(
     assert exposition.builds == 3
 
 
+async def test_a_stale_body_is_dropped_so_nothing_is_held_between_scrapes(clock: Clock) -> None:
+    exposition = Exposition(
+        registry_with_counter(),
+        FamilyRenderer(exporter_for(filled(clock), clock)),
+        generation=lambda: 1,
+        max_age=0.01,
+    )
+    exposition.body(Format.OPENMETRICS, gzipped=True)
+    assert exposition.held() == [Format.OPENMETRICS]
+    async with asyncio.timeout(5.0):
+        while exposition.held():  # noqa: ASYNC110 - the drop is a timer of the running loop
+            await asyncio.sleep(0.005)
+
+
 def test_a_registry_family_named_like_an_exporter_family_is_refused(clock: Clock) -> None:
     registry = CollectorRegistry()
     Gauge("koordlet_node_used_cpu_cores", "A clash.", registry=registry)
@@ -349,3 +371,12 @@ async def test_metrics_serves_the_negotiated_format_gzipped_from_one_build(
     assert {f.name for f in parse_openmetrics(om)} >= {"koordlet_node_used_cpu_cores"}
     assert "_created" not in text
     assert exposition.builds == 2  # one OpenMetrics body, one text body, for 12 requests
+
+
+@pytest.mark.parametrize(
+    "value",
+    [0.0, -0.0, 0.25, 1.0, 3.0, 123456.0, 1234567.0, 12_345_678_901.0, 1.5e9, 1e16, 1e22, 2.5e-7,
+     -1234567.0, -3.5, 7e-300, float("inf"), float("-inf"), float("nan")],
+)  # fmt: skip
+def test_values_are_written_as_prometheus_client_writes_them(value: float) -> None:
+    assert format_value(value) == floatToGoString(value)
