@@ -122,8 +122,8 @@ class Exposition:
 
     def _build(self, fmt: Format) -> bytes:
         self.builds += 1
-        parts = [encode_registry(self._registry, fmt)]
+        parts = [encode_registry(self._registry, fmt).encode()]
         if self._renderer is not None:
-            parts.append(self._renderer.render(fmt))
-        parts.append(end_of_body(fmt))
-        return "".join(parts).encode()
+            parts.extend(self._renderer.chunks(fmt))
+        parts.append(end_of_body(fmt).encode())
+        return b"".join(parts)

@@ -16,7 +16,7 @@ About 1.5 µs a sample at 200 pods, against 18 µs through prometheus-client (do
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 
 from koordlet.metriccache.series import SeriesKey
 from koordlet.server.exporter import FAMILIES, FamilySpec, KoordletExporter, Scope, Source
@@ -68,6 +68,12 @@ class FamilyRenderer:
 
     def render(self, fmt: Format) -> str:
         """Every family with its fresh samples, in ``FAMILIES`` order (no ``# EOF``)."""
+        return b"".join(self.chunks(fmt)).decode()
+
+    def chunks(self, fmt: Format) -> Iterator[bytes]:
+        """:meth:`render`'s text, encoded, one family at a time: a family's small strings are
+        freed as soon as it is written, so a build never holds them all at once (16,000 lines
+        at 1,000 pods)."""
         exporter = self._exporter
         cache = exporter.cache
         now = exporter.now()
@@ -76,11 +82,10 @@ class FamilyRenderer:
             self._snapshot = snapshot
             self._scope_values.clear()
         headers = self._headers[fmt]
-        out: list[str] = []
-        push = out.append
         fmt_value = format_value
         for spec in FAMILIES:
-            push(headers[spec.name])
+            out: list[str] = [headers[spec.name]]
+            push = out.append
             since = now - exporter.max_age_of(spec.name)
             flag_values: dict[str, list[float | None]] = {}
             for src in spec.sources:
@@ -116,7 +121,7 @@ class FamilyRenderer:
                         push("} ")
                         push(fmt_value(value))
                         push("\n")
-        return "".join(out)
+            yield "".join(out).encode()
 
     def _entities_of(self, scope: Scope, src: Source, snapshot: WorkloadSnapshot) -> list[_Entity]:
         """The scope's entities with their label values, kept while the snapshot stays (not
