@@ -23,7 +23,8 @@ process is killed, and the tree removed, in a ``finally`` whatever happens (SIGT
 included). Nothing scrapes during the window.
 
     python -m bench.daemon [--json] [--pods N] [--duration S] [--interval S] [--warmup S]
-                           [--tree fake|real|auto] [--command module|script] [--gates A,B]
+                           [--tree fake|fake-v2|real|auto] [--command module|script]
+                           [--gates A,B]
 
 With ``--gates`` (``CPICollector,PSICollector``) the daemon runs twice on the same tree, without
 and then with those feature gates on; the first run's figures are at the top level, the second's
@@ -56,6 +57,7 @@ from typing import Any, NamedTuple
 from prometheus_client.parser import text_string_to_metric_families
 
 from bench._trees import BenchTree, exit_on_sigterm, fake_tree, real_cgroups_available, real_tree
+from koordlet.system.cgroups import CgroupDriver, CgroupVersion
 from koordlet.system.paths import HostPaths
 
 REPO = Path(__file__).resolve().parents[1]
@@ -326,10 +328,14 @@ def measure(
 
 
 def build(kind: str, pods: int) -> AbstractContextManager[BenchTree]:
+    """``fake`` (cgroup v1 on tmpfs), ``fake-v2`` (cgroup v2 with PSI files, systemd driver),
+    ``real`` (this machine's cgroup v1) or ``auto`` (real when possible)."""
     if kind == "auto":
         kind = "real" if real_cgroups_available() is None else "fake"
     if kind == "real":
         return real_tree(pods, CONTAINERS)
+    if kind == "fake-v2":
+        return fake_tree(pods, CONTAINERS, version=CgroupVersion.V2, driver=CgroupDriver.SYSTEMD)
     return fake_tree(pods, CONTAINERS)
 
 
@@ -340,7 +346,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--duration", type=float, default=60.0, help="measured seconds")
     parser.add_argument("--interval", type=float, default=1.0, help="collect interval, seconds")
     parser.add_argument("--warmup", type=float, default=10.0, help="seconds excluded at start")
-    parser.add_argument("--tree", choices=("fake", "real", "auto"), default="fake")
+    parser.add_argument("--tree", choices=("fake", "fake-v2", "real", "auto"), default="fake")
     parser.add_argument("--command", choices=("module", "script"), default="module")
     parser.add_argument("--log-level", default="info", help="the daemon's --log-level")
     parser.add_argument("--keep-log", action="store_true", help="keep the daemon's log file")

@@ -36,6 +36,7 @@ from koordlet.server import (
     start_server,
 )
 from koordlet.server.exporter import STALE_INTERVALS, container_id_label
+from koordlet.server.health import LoopHealth
 from koordlet.statesinformer.model import ContainerInfo, HostAppInfo, PodInfo, WorkloadSnapshot
 from koordlet.supervisor import Supervisor
 
@@ -678,6 +679,7 @@ def test_docs_metrics_md_documents_every_family_served() -> None:
     docs = (Path(__file__).parents[2] / "docs" / "metrics.md").read_text()
     registry = CollectorRegistry()
     SelfMetrics(registry)
+    registry.register(LoopHealth())
     served = [f.name for f in FAMILIES] + [fam.name for fam in registry.collect()]
 
     missing = [name for name in served if f"`{name}" not in docs]
