@@ -23,14 +23,22 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields, replace
 from enum import StrEnum
 from types import MappingProxyType
 from typing import Any, Generic, TypeVar
 
-from apis.slo import SchemaError, freeze, parse_node_slo
+from apis.slo import (
+    ParseContext,
+    SchemaError,
+    freeze,
+    kind_of,
+    parse_node_slo,
+    unique_json_object,
+)
 from apis.slo_qos import parse_resource_qos_strategy
 from apis.slo_strategies import (
     parse_cpu_burst_strategy,
@@ -68,9 +76,10 @@ _STRATEGY_KEYS = (
 )
 
 CPU_NORMALIZATION_MIN_RATIO = 1.0
-"""Smallest CPU normalization ratio accepted (Koordinator does not scale CPU down)."""
+"""Smallest CPU normalization ratio a node may get (Koordinator does not scale CPU down;
+``defaultMinRatio`` in ``plugins/cpunormalization/plugin.go``)."""
 CPU_NORMALIZATION_MAX_RATIO = 5.0
-"""Largest CPU normalization ratio accepted."""
+"""Largest CPU normalization ratio a node may get (``defaultMaxRatio``)."""
 
 
 class CalculatePolicy(StrEnum):
@@ -284,7 +293,8 @@ class CPUNormalizationStrategy:
     enable: bool | None = None
     """``enable``: normalization on for the node (a node label overrides it); off writes 1.00."""
     default_ratio: float | None = None
-    """``defaultRatio``: kept for compatibility; Koordinator does not apply it."""
+    """``defaultRatio``: the ratio of a node whose CPU model has no (complete) entry in
+    ``ratioModel`` (upstream since v1.6, ``getCPUNormalizationRatio``)."""
     ratio_model: Mapping[str, ModelRatio] = field(default_factory=lambda: MappingProxyType({}))
     """``ratioModel``: CPU model name (as the koordlet reports it) → its ratios."""
 
@@ -296,7 +306,8 @@ class ResourceAmplificationStrategy:
     enable: bool | None = None
     """``enable``: whether the ratios apply."""
     ratios: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))
-    """``resourceAmplificationRatio``: resource name → ratio (≥ 1)."""
+    """``resourceAmplificationRatio``: resource name → ratio; a node's final ratios (cpu times
+    its normalization ratio) must be ≥ 1."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -374,51 +385,10 @@ class SLOControllerConfig:
 
 
 # Parsing -------------------------------------------------------------------------------------
-@dataclass(frozen=True, slots=True)
-class _Ctx:
-    source: str
-    strict: bool
-
-    def fail(self, path: str, message: str) -> SchemaError:
-        return SchemaError(message, source=self.source, field=path)
-
-    def obj(self, value: object, path: str) -> Mapping[str, Any]:
-        if value is None:
-            return {}
-        if not isinstance(value, Mapping):
-            raise self.fail(path, f"must be an object, got {_kind(value)}")
-        return value
-
-    def unknown(
-        self, obj: Mapping[str, Any], known: frozenset[str] | Sequence[str], path: str
-    ) -> None:
-        extra = sorted(str(k) for k in obj if k not in known)
-        if not extra:
-            return
-        where = f"{path}." if path else ""
-        if self.strict:
-            raise self.fail(where + extra[0], "unknown field")
-        logger.warning("%s: ignoring unknown fields %s", self.source, [where + k for k in extra])
-
-
-def _kind(value: object) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, int | float):
-        return "a number"
-    if isinstance(value, str):
-        return "a string"
-    if isinstance(value, list):
-        return "a list"
-    return "an object" if isinstance(value, Mapping) else type(value).__name__
-
-
-def _typed(ctx: _Ctx, value: object, kind: str, path: str) -> Any:
+def _typed(ctx: ParseContext, value: object, kind: str, path: str) -> Any:
     if kind == "bool":
         if not isinstance(value, bool):
-            raise ctx.fail(path, f"must be a boolean, got {_kind(value)}")
+            raise ctx.fail(path, f"must be a boolean, got {kind_of(value)}")
         return value
     if kind == "int":
         if isinstance(value, bool) or not isinstance(value, int):
@@ -426,11 +396,11 @@ def _typed(ctx: _Ctx, value: object, kind: str, path: str) -> Any:
         return value
     if kind == "float":
         if isinstance(value, bool) or not isinstance(value, int | float):
-            raise ctx.fail(path, f"must be a number, got {_kind(value)}")
+            raise ctx.fail(path, f"must be a number, got {kind_of(value)}")
         return float(value)
     if kind in ("str", "policy"):
         if not isinstance(value, str):
-            raise ctx.fail(path, f"must be a string, got {_kind(value)}")
+            raise ctx.fail(path, f"must be a string, got {kind_of(value)}")
         if kind == "policy":
             try:
                 return CalculatePolicy(value)
@@ -439,23 +409,24 @@ def _typed(ctx: _Ctx, value: object, kind: str, path: str) -> Any:
                 raise ctx.fail(path, f"unknown policy {value!r} (want one of {known})") from None
         return value
     if kind == "durations":
-        policy = ctx.obj(value, path)
-        ctx.unknown(policy, ("durations",), path)
+        policy = ctx.mapping(value, path)
+        ctx.check_keys(policy, ("durations",), path, list_known=False)
         raw = policy.get("durations") or []
         if not isinstance(raw, list):
-            raise ctx.fail(f"{path}.durations", f"must be a list, got {_kind(raw)}")
+            raise ctx.fail(f"{path}.durations", f"must be a list, got {kind_of(raw)}")
         for i, d in enumerate(raw):
             if not isinstance(d, str) or not _GO_DURATION.match(d):
                 raise ctx.fail(f"{path}.durations[{i}]", f"must be a duration like '5m', got {d!r}")
         return tuple(raw)
-    return freeze(ctx.obj(value, path))  # object
+    return freeze(ctx.mapping(value, path))  # object
 
 
 def _colocation_overrides(
-    ctx: _Ctx, obj: Mapping[str, Any], prefix: str, extra_keys: frozenset[str] = frozenset()
+    ctx: ParseContext, obj: Mapping[str, Any], prefix: str, extra_keys: frozenset[str] = frozenset()
 ) -> dict[str, Any]:
     """Attribute → value for each ColocationStrategy field ``obj`` sets (null means unset)."""
-    ctx.unknown(obj, frozenset(_COLOCATION_FIELDS) | extra_keys, prefix.rstrip("."))
+    known = frozenset(_COLOCATION_FIELDS) | extra_keys
+    ctx.check_keys(obj, known, prefix.rstrip("."), list_known=False)
     out: dict[str, Any] = {}
     for name, (attr, kind, check) in _COLOCATION_FIELDS.items():
         if obj.get(name) is None:
@@ -476,32 +447,34 @@ def _colocation_overrides(
 def parse_colocation_overrides(obj: Mapping[str, Any], source: str) -> dict[str, Any]:
     """The ColocationStrategy fields a JSON object sets (for the node annotation), validated.
     Raises :class:`SchemaError`."""
-    ctx = _Ctx(source, strict=False)
-    return _colocation_overrides(ctx, ctx.obj(obj, ""), "")
+    ctx = ParseContext(source, strict=False)
+    return _colocation_overrides(ctx, ctx.mapping(obj, ""), "")
 
 
-def _selector(ctx: _Ctx, raw: object, path: str, *, need_match_labels: bool) -> LabelSelector:
+def _selector(
+    ctx: ParseContext, raw: object, path: str, *, need_match_labels: bool
+) -> LabelSelector:
     if raw is None:
         raise ctx.fail(path, "is required")
-    obj = ctx.obj(raw, path)
-    ctx.unknown(obj, ("matchLabels", "matchExpressions"), path)
+    obj = ctx.mapping(raw, path)
+    ctx.check_keys(obj, ("matchLabels", "matchExpressions"), path, list_known=False)
     labels_raw = obj.get("matchLabels")
     if labels_raw is None and need_match_labels:
         raise ctx.fail(
             f"{path}.matchLabels", "is required (Koordinator rejects a node config without it)"
         )
-    labels = ctx.obj(labels_raw, f"{path}.matchLabels")
+    labels = ctx.mapping(labels_raw, f"{path}.matchLabels")
     for k, v in labels.items():
         if not isinstance(v, str):
-            raise ctx.fail(f"{path}.matchLabels.{k}", f"must be a string, got {_kind(v)}")
+            raise ctx.fail(f"{path}.matchLabels.{k}", f"must be a string, got {kind_of(v)}")
     exprs_raw = obj.get("matchExpressions") or []
     if not isinstance(exprs_raw, list):
-        raise ctx.fail(f"{path}.matchExpressions", f"must be a list, got {_kind(exprs_raw)}")
+        raise ctx.fail(f"{path}.matchExpressions", f"must be a list, got {kind_of(exprs_raw)}")
     exprs = []
     for i, item in enumerate(exprs_raw):
         p = f"{path}.matchExpressions[{i}]"
-        e = ctx.obj(item, p)
-        ctx.unknown(e, ("key", "operator", "values"), p)
+        e = ctx.mapping(item, p)
+        ctx.check_keys(e, ("key", "operator", "values"), p, list_known=False)
         key, op, values = e.get("key"), e.get("operator"), e.get("values") or []
         if not isinstance(key, str) or not key:
             raise ctx.fail(f"{p}.key", "must be a non-empty string")
@@ -520,33 +493,33 @@ def _selector(ctx: _Ctx, raw: object, path: str, *, need_match_labels: bool) -> 
 
 
 def _profile(
-    ctx: _Ctx, obj: Mapping[str, Any], path: str, *, need_match_labels: bool
+    ctx: ParseContext, obj: Mapping[str, Any], path: str, *, need_match_labels: bool
 ) -> tuple[str, LabelSelector]:
     name = obj.get("name", "")
     if not isinstance(name, str):
-        raise ctx.fail(f"{path}.name", f"must be a string, got {_kind(name)}")
+        raise ctx.fail(f"{path}.name", f"must be a string, got {kind_of(name)}")
     sel = _selector(
         ctx, obj.get("nodeSelector"), f"{path}.nodeSelector", need_match_labels=need_match_labels
     )
     return name, sel
 
 
-def _list(ctx: _Ctx, value: object, path: str) -> list[Any]:
+def _list(ctx: ParseContext, value: object, path: str) -> list[Any]:
     if value is None:
         return []
     if not isinstance(value, list):
-        raise ctx.fail(path, f"must be a list, got {_kind(value)}")
+        raise ctx.fail(path, f"must be a list, got {kind_of(value)}")
     return value
 
 
-def _parse_colocation(ctx: _Ctx, doc: Mapping[str, Any]) -> ColocationConfig:
+def _parse_colocation(ctx: ParseContext, doc: Mapping[str, Any]) -> ColocationConfig:
     cluster = replace(
         ColocationStrategy(), **_colocation_overrides(ctx, doc, "", frozenset({"nodeConfigs"}))
     )
     nodes = []
     for i, item in enumerate(_list(ctx, doc.get("nodeConfigs"), "nodeConfigs")):
         path = f"nodeConfigs[{i}]"
-        obj = ctx.obj(item, path)
+        obj = ctx.mapping(item, path)
         name, sel = _profile(ctx, obj, path, need_match_labels=True)
         overrides = _colocation_overrides(ctx, obj, path + ".", _PROFILE_KEYS)
         if not overrides:
@@ -557,23 +530,21 @@ def _parse_colocation(ctx: _Ctx, doc: Mapping[str, Any]) -> ColocationConfig:
     return ColocationConfig(cluster, tuple(nodes))
 
 
-def _ratio(ctx: _Ctx, value: object, path: str) -> float:
-    ratio = _typed(ctx, value, "float", path)
-    if not CPU_NORMALIZATION_MIN_RATIO <= ratio <= CPU_NORMALIZATION_MAX_RATIO:
-        raise ctx.fail(
-            path,
-            f"must be in [{CPU_NORMALIZATION_MIN_RATIO:g}, {CPU_NORMALIZATION_MAX_RATIO:g}], "
-            f"got {ratio}",
-        )
-    return float(ratio)
+def _ratio(ctx: ParseContext, value: object, path: str) -> float:
+    """A ratio as upstream declares it (``*float64``, no range): the range is checked on the
+    ratio a node ends up with (``manager.cpunormalization``), not here, so one model's odd
+    ratio does not refuse the whole key."""
+    ratio = float(_typed(ctx, value, "float", path))
+    if not math.isfinite(ratio):
+        raise ctx.fail(path, f"must be a finite number, got {ratio}")
+    return ratio
 
 
 def _cpu_normalization_strategy(
-    ctx: _Ctx, obj: Mapping[str, Any], prefix: str, extra: frozenset[str]
+    ctx: ParseContext, obj: Mapping[str, Any], prefix: str, extra: frozenset[str]
 ) -> CPUNormalizationStrategy:
-    ctx.unknown(
-        obj, frozenset({"enable", "defaultRatio", "ratioModel"}) | extra, prefix.rstrip(".")
-    )
+    known = frozenset({"enable", "defaultRatio", "ratioModel"}) | extra
+    ctx.check_keys(obj, known, prefix.rstrip("."), list_known=False)
     enable = (
         None if obj.get("enable") is None else _typed(ctx, obj["enable"], "bool", prefix + "enable")
     )
@@ -581,11 +552,11 @@ def _cpu_normalization_strategy(
     if obj.get("defaultRatio") is not None:
         default = _ratio(ctx, obj["defaultRatio"], prefix + "defaultRatio")
     models: dict[str, ModelRatio] = {}
-    model_obj = ctx.obj(obj.get("ratioModel"), prefix + "ratioModel")
+    model_obj = ctx.mapping(obj.get("ratioModel"), prefix + "ratioModel")
     for model, raw in model_obj.items():
         path = f"{prefix}ratioModel[{model!r}]"
-        ratios = ctx.obj(raw, path)
-        ctx.unknown(ratios, frozenset(_MODEL_RATIO_FIELDS), path)
+        ratios = ctx.mapping(raw, path)
+        ctx.check_keys(ratios, frozenset(_MODEL_RATIO_FIELDS), path, list_known=False)
         values = {
             attr: _ratio(ctx, ratios[name], f"{path}.{name}")
             for name, attr in _MODEL_RATIO_FIELDS.items()
@@ -596,36 +567,34 @@ def _cpu_normalization_strategy(
 
 
 def _amplification_strategy(
-    ctx: _Ctx, obj: Mapping[str, Any], prefix: str, extra: frozenset[str]
+    ctx: ParseContext, obj: Mapping[str, Any], prefix: str, extra: frozenset[str]
 ) -> ResourceAmplificationStrategy:
-    ctx.unknown(
-        obj, frozenset({"enable", "resourceAmplificationRatio"}) | extra, prefix.rstrip(".")
-    )
+    known = frozenset({"enable", "resourceAmplificationRatio"}) | extra
+    ctx.check_keys(obj, known, prefix.rstrip("."), list_known=False)
     enable = (
         None if obj.get("enable") is None else _typed(ctx, obj["enable"], "bool", prefix + "enable")
     )
     ratios: dict[str, float] = {}
-    for res, raw in ctx.obj(
+    for res, raw in ctx.mapping(
         obj.get("resourceAmplificationRatio"), prefix + "resourceAmplificationRatio"
     ).items():
         path = f"{prefix}resourceAmplificationRatio.{res}"
-        value = _typed(ctx, raw, "float", path)
-        if value < 1:
-            raise ctx.fail(path, f"must be >= 1, got {value}")
-        ratios[str(res)] = value
+        # Upstream validates only the final ratios of a node (``resourceamplification``'s
+        # ``validateResourceAmplificationRatios``): cpu 0.8 under a normalization of 1.5 is 1.2.
+        ratios[str(res)] = _ratio(ctx, raw, path)
     return ResourceAmplificationStrategy(enable, MappingProxyType(ratios))
 
 
 def _parse_scoped(
-    ctx: _Ctx,
+    ctx: ParseContext,
     doc: Mapping[str, Any],
-    parse: Callable[[_Ctx, Mapping[str, Any], str, frozenset[str]], T],
+    parse: Callable[[ParseContext, Mapping[str, Any], str, frozenset[str]], T],
 ) -> tuple[T, tuple[NodeScoped[T], ...]]:
     cluster = parse(ctx, doc, "", frozenset({"nodeConfigs"}))
     nodes = []
     for i, item in enumerate(_list(ctx, doc.get("nodeConfigs"), "nodeConfigs")):
         path = f"nodeConfigs[{i}]"
-        obj = ctx.obj(item, path)
+        obj = ctx.mapping(item, path)
         name, sel = _profile(ctx, obj, path, need_match_labels=False)
         nodes.append(NodeScoped(name, sel, parse(ctx, obj, path + ".", _PROFILE_KEYS)))
     return cluster, tuple(nodes)
@@ -640,26 +609,26 @@ _STRATEGY_PARSERS: Mapping[str, Callable[..., Any]] = {
 """Each ``clusterStrategy``/``nodeStrategies`` key → the NodeSLO section parser checking it."""
 
 
-def _check_strategy_key(ctx: _Ctx, key: str, doc: Mapping[str, Any]) -> None:
+def _check_strategy_key(ctx: ParseContext, key: str, doc: Mapping[str, Any]) -> None:
     parse = _STRATEGY_PARSERS[key]
-    ctx.unknown(doc, ("clusterStrategy", "nodeStrategies"), "")
+    ctx.check_keys(doc, ("clusterStrategy", "nodeStrategies"), "", list_known=False)
     if doc.get("clusterStrategy") is not None:
         parse(
-            ctx.obj(doc["clusterStrategy"], "clusterStrategy"),
+            ctx.mapping(doc["clusterStrategy"], "clusterStrategy"),
             path="clusterStrategy",
             source=ctx.source,
             strict=ctx.strict,
         )
     for i, item in enumerate(_list(ctx, doc.get("nodeStrategies"), "nodeStrategies")):
         path = f"nodeStrategies[{i}]"
-        obj = ctx.obj(item, path)
+        obj = ctx.mapping(item, path)
         _profile(ctx, obj, path, need_match_labels=False)
         fields_only = {k: v for k, v in obj.items() if k not in _PROFILE_KEYS}
         parse(fields_only, path=path, source=ctx.source, strict=ctx.strict)
 
 
-def _check_host_applications(ctx: _Ctx, doc: Mapping[str, Any]) -> None:
-    ctx.unknown(doc, ("applications", "nodeConfigs"), "")
+def _check_host_applications(ctx: ParseContext, doc: Mapping[str, Any]) -> None:
+    ctx.check_keys(doc, ("applications", "nodeConfigs"), "", list_known=False)
 
     def apps(raw: object, path: str) -> None:
         try:
@@ -673,29 +642,20 @@ def _check_host_applications(ctx: _Ctx, doc: Mapping[str, Any]) -> None:
     apps(doc.get("applications"), "applications")
     for i, item in enumerate(_list(ctx, doc.get("nodeConfigs"), "nodeConfigs")):
         path = f"nodeConfigs[{i}]"
-        obj = ctx.obj(item, path)
-        ctx.unknown(obj, ("name", "nodeSelector", "applications"), path)
+        obj = ctx.mapping(item, path)
+        ctx.check_keys(obj, ("name", "nodeSelector", "applications"), path, list_known=False)
         _profile(ctx, obj, path, need_match_labels=False)
         apps(obj.get("applications"), f"{path}.applications")
 
 
-def _unique_object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in out:
-            raise ValueError(f"duplicate key {key!r}")
-        out[key] = value
-    return out
-
-
-def _decode(ctx: _Ctx, text: object) -> Mapping[str, Any]:
+def _decode(ctx: ParseContext, text: object) -> Mapping[str, Any]:
     if not isinstance(text, str):
-        raise ctx.fail("", f"must be a JSON string, got {_kind(text)}")
+        raise ctx.fail("", f"must be a JSON string, got {kind_of(text)}")
     try:
-        doc = json.loads(text, object_pairs_hook=_unique_object)
+        doc = json.loads(text, object_pairs_hook=unique_json_object)
     except ValueError as err:
         raise ctx.fail("", f"invalid JSON: {err}") from err
-    return ctx.obj(doc, "")
+    return ctx.mapping(doc, "")
 
 
 def parse_slo_controller_config(
@@ -703,14 +663,14 @@ def parse_slo_controller_config(
 ) -> SLOControllerConfig:
     """The ConfigMap given as a whole object (``kind: ConfigMap`` with ``data``) or as its
     ``data`` map. Raises :class:`SchemaError` whose source is ``<source>: <key>``."""
-    top = _Ctx(source, strict).obj(obj, "")
+    top = ParseContext(source, strict).mapping(obj, "")
     data: Mapping[str, Any] = top
     if "data" in top or top.get("kind") == "ConfigMap":
         if top.get("kind", "ConfigMap") != "ConfigMap":
             raise SchemaError(
                 f"must be a ConfigMap, got kind {top.get('kind')!r}", source=source, field="kind"
             )
-        data = _Ctx(source, strict).obj(top.get("data"), "data")
+        data = ParseContext(source, strict).mapping(top.get("data"), "data")
     unknown = sorted(k for k in data if k not in CONFIG_KEYS)
     if unknown:
         logger.warning("%s: ignoring data keys %s", source, unknown)
@@ -719,7 +679,7 @@ def parse_slo_controller_config(
     for key in CONFIG_KEYS:
         if key not in data:
             continue
-        ctx = _Ctx(f"{source}: {key}" if source else key, strict)
+        ctx = ParseContext(f"{source}: {key}" if source else key, strict)
         doc = _decode(ctx, data[key])
         if key == COLOCATION_CONFIG_KEY:
             parsed["colocation"] = _parse_colocation(ctx, doc)

@@ -6,7 +6,10 @@
     ├── apis.slo.SchemaError         (also a ValueError) NodeSLO, ConfigMap, NodeMetric, CRD checks
     ├── koordlet.errors.ConfigError  bad flags, config file or NodeSLO file
     ├── manager.errors.InputError    (also a ValueError) a Node, NodeMetric or pod that does not fit
-    └── scheduler_plugins.errors.InputError   a snapshot, pod or plugin args document
+    ├── manager.webhook.profiles.ProfileError   (also a ValueError) a ClusterColocationProfile
+    ├── scheduler_plugins.errors.InputError   a snapshot, pod or plugin args document
+    ├── descheduler.errors.ConfigError, InputError   its configuration, a cluster object
+    └── kubeclient.errors.ConfigError   no usable kubeconfig (source: the file or the flag)
 
 Each package keeps its own exception tree (its errors subclass their package's base too), so a
 caller can catch "any error of the manager" or "any bad field, whichever package found it".

@@ -7,10 +7,10 @@ by our scheduler reads the same to the Go koordlet and descheduler.
 
 from __future__ import annotations
 
-SCHEDULING_DOMAIN_PREFIX = "scheduling.koordinator.sh/"
+from apis.extension import NODE_DOMAIN_PREFIX, SCHEDULING_DOMAIN_PREFIX
+
 QUOTA_DOMAIN_PREFIX = "quota.scheduling.koordinator.sh/"
 GANG_DOMAIN_PREFIX = "gang.scheduling.koordinator.sh/"
-NODE_DOMAIN_PREFIX = "node.koordinator.sh/"
 KUBELET_DOMAIN_PREFIX = "kubelet.koordinator.sh/"
 
 # Pod annotations the scheduler reads or writes ------------------------------------------------
@@ -19,6 +19,12 @@ ANNOTATION_RESOURCE_SPEC = SCHEDULING_DOMAIN_PREFIX + "resource-spec"
 "preferredCPUExclusivePolicy"}``."""
 ANNOTATION_DEVICE_ALLOCATED = SCHEDULING_DOMAIN_PREFIX + "device-allocated"
 """Pod annotation the scheduler writes: ``{"gpu": [{"minor": 0, "resources": {...}}]}``."""
+LABEL_GPU_ISOLATION_PROVIDER = "koordinator.sh/gpu-isolation-provider"
+"""Pod label: who isolates a shared GPU inside the container (upstream
+``LabelGPUIsolationProvider``)."""
+GPU_ISOLATION_PROVIDER_HAMI_CORE = "HAMi-core"
+"""``LabelGPUIsolationProvider`` value: HAMi's in-container library (upstream
+``GPUIsolationProviderHAMICore``)."""
 ANNOTATION_RESERVATION_ALLOCATED = SCHEDULING_DOMAIN_PREFIX + "reservation-allocated"
 """Pod annotation the scheduler writes: ``{"name": ..., "uid": ...}`` of the consumed
 Reservation."""
@@ -33,7 +39,13 @@ ANNOTATION_RESERVATION_NODE = SCHEDULING_DOMAIN_PREFIX + "reservation-node"
 ANNOTATION_RESTRICTED_OPTIONS = SCHEDULING_DOMAIN_PREFIX + "reservation-restricted-options"
 """Reservation annotation: ``{"resources": [...]}`` the Restricted policy applies to."""
 ANNOTATION_CUSTOM_USAGE_THRESHOLDS = SCHEDULING_DOMAIN_PREFIX + "usage-thresholds"
-"""Node annotation overriding LoadAware's thresholds for that node."""
+"""Node annotation overriding LoadAware's thresholds for that node
+(``extension.AnnotationCustomUsageThresholds``)."""
+ANNOTATION_CUSTOM_ESTIMATED_SCALING_FACTORS = (
+    SCHEDULING_DOMAIN_PREFIX + "load-estimated-scaling-factors"
+)
+"""Pod annotation overriding LoadAware's estimator factors
+(``extension.AnnotationCustomEstimatedScalingFactors``)."""
 
 # Gangs (Coscheduling) -------------------------------------------------------------------------
 LABEL_POD_GROUP = "pod-group.scheduling.sigs.k8s.io"
@@ -80,6 +92,9 @@ LABEL_NUMA_TOPOLOGY_POLICY = NODE_DOMAIN_PREFIX + "numa-topology-policy"
 """Node label: the NUMA topology policy (``SingleNUMANode``, ``Restricted``...)."""
 LABEL_NUMA_ALLOCATE_STRATEGY = NODE_DOMAIN_PREFIX + "numa-allocate-strategy"
 """Node label: ``MostAllocated`` or ``LeastAllocated`` NUMA node choice."""
+ANNOTATION_NODE_RAW_ALLOCATABLE = NODE_DOMAIN_PREFIX + "raw-allocatable"
+"""Node annotation: the allocatable before Koordinator's amplification
+(``extension.AnnotationNodeRawAllocatable``)."""
 ANNOTATION_POD_CPU_ALLOCS = NODE_DOMAIN_PREFIX + "pod-cpu-allocs"
 """NodeResourceTopology annotation: CPUs the kubelet's static policy pinned, per pod."""
 ANNOTATION_KUBELET_CPU_MANAGER_POLICY = KUBELET_DOMAIN_PREFIX + "cpu-manager-policy"

@@ -7,8 +7,9 @@ Modelled: ``spec.hostApplications`` (Koordinator's ``HostApplicationSpec``). Kep
 read-only mappings: ``resourceUsedThresholdWithBE``, ``resourceQOSStrategy``,
 ``cpuBurstStrategy``, ``systemStrategy`` and ``extensions``; their top-level field names are
 checked against the CRD. :func:`apis.slo_strategies.strategies_of` turns the four strategy
-sections into typed dataclasses merged over Koordinator's defaults, checking every value.
-``DEFAULT_*`` here are the raw JSON form of three of those defaults (``pkg/util/sloconfig``).
+sections into typed dataclasses merged over Koordinator's defaults, checking every value, and
+:mod:`apis.slo_inforce` is what the koordlet holds: each section parsed once, over the defaults,
+with the last good value kept per section.
 
 Errors are :class:`SchemaError` (``apis`` imports no binary); the koordlet re-raises them as its
 ``ConfigError``.
@@ -168,30 +169,6 @@ def thaw(value: Any) -> Any:
     return value
 
 
-DEFAULT_RESOURCE_USED_THRESHOLD_WITH_BE: Mapping[str, Any] = freeze(
-    {
-        "enable": False,
-        "cpuSuppressThresholdPercent": 65,
-        "cpuSuppressPolicy": "cpuset",
-        "memoryEvictThresholdPercent": 70,
-        "cpuEvictPolicy": "evictByRealLimit",
-    }
-)
-"""Koordinator's ``DefaultResourceThresholdStrategy``."""
-DEFAULT_CPU_BURST_STRATEGY: Mapping[str, Any] = freeze(
-    {
-        "policy": "none",
-        "cpuBurstPercent": 100,
-        "cfsQuotaBurstPercent": 300,
-        "cfsQuotaBurstPeriodSeconds": -1,
-        "sharePoolThresholdPercent": 50,
-    }
-)
-"""Koordinator's ``DefaultCPUBurstStrategy``."""
-DEFAULT_SYSTEM_STRATEGY: Mapping[str, Any] = freeze({"totalNetworkBandwidth": "0"})
-"""Koordinator's ``DefaultSystemStrategy``."""
-
-
 # Parsed forms --------------------------------------------------------------------------------
 @dataclass(frozen=True, slots=True)
 class HostCgroupPath:
@@ -228,8 +205,9 @@ class HostApplication:
 
 @dataclass(frozen=True, slots=True)
 class NodeSLOSpec:
-    """A NodeSLO's spec. Raw sections are read-only mappings, None when the NodeSLO omits them
-    (merge them over the ``DEFAULT_*`` values)."""
+    """A NodeSLO's spec as written (the manager renders it, the persisted copy keeps it). Raw
+    sections are read-only mappings, None when the NodeSLO omits them; what the koordlet works
+    with is :class:`apis.slo_inforce.NodeSLOInForce`, each section parsed over the defaults."""
 
     host_applications: tuple[HostApplication, ...] = ()
     """``spec.hostApplications``, in order."""
@@ -282,9 +260,13 @@ def _host_app_json(app: HostApplication) -> HostApplicationJSON:
 
 # Parsing -------------------------------------------------------------------------------------
 @dataclass(frozen=True, slots=True)
-class _Ctx:
-    source: str
-    strict: bool
+class ParseContext:
+    """Where a document comes from and whether unknown fields are errors (local files, strict)
+    or are logged and ignored (objects from an API server that may run a newer CRD): the one
+    context of the apis parsers (NodeSLO, its strategies, the slo-controller-config)."""
+
+    source: str = ""
+    strict: bool = True
 
     def fail(self, field: str, message: str) -> SchemaError:
         return SchemaError(message, source=self.source, field=field)
@@ -294,18 +276,28 @@ class _Ctx:
         if value is None:
             return {}
         if not isinstance(value, Mapping):
-            raise self.fail(field, f"must be an object, got {_kind(value)}")
+            raise self.fail(field, f"must be an object, got {kind_of(value)}")
         return value
 
-    def check_keys(self, obj: Mapping[str, Any], known: frozenset[str], field: str) -> None:
+    def check_keys(
+        self,
+        obj: Mapping[str, Any],
+        known: frozenset[str] | Sequence[str],
+        field: str,
+        *,
+        list_known: bool = True,
+    ) -> None:
+        """Unknown keys of ``obj``: an error naming the first when strict (with the known names
+        when ``list_known``), else one warning line listing them."""
         unknown = sorted(str(k) for k in obj if k not in known)
         if not unknown:
             return
         where = f"{field}." if field else ""
         if self.strict:
-            raise self.fail(
-                f"{where}{unknown[0]}", f"unknown field (known: {', '.join(sorted(known))})"
-            )
+            message = "unknown field"
+            if list_known:
+                message += f" (known: {', '.join(sorted(known))})"
+            raise self.fail(f"{where}{unknown[0]}", message)
         logger.warning("%s: ignoring unknown fields %s", self.source, [where + k for k in unknown])
 
     def string(self, obj: Mapping[str, Any], key: str, field: str) -> str:
@@ -313,14 +305,16 @@ class _Ctx:
         if value is None:
             return ""
         if not isinstance(value, str):
-            raise self.fail(f"{field}.{key}", f"must be a string, got {_kind(value)}")
+            raise self.fail(f"{field}.{key}", f"must be a string, got {kind_of(value)}")
         return value
 
 
 _E = TypeVar("_E", bound=StrEnum)
 
 
-def _kind(value: object) -> str:
+def kind_of(value: object) -> str:
+    """What a decoded JSON or YAML value is, for an error message: ``null``, ``a boolean``,
+    ``a number``, ``a string``, ``a list``, ``an object`` (else the Python type's name)."""
     if value is None:
         return "null"
     if isinstance(value, bool):
@@ -329,12 +323,14 @@ def _kind(value: object) -> str:
         return "a number"
     if isinstance(value, str):
         return "a string"
+    if isinstance(value, Mapping):
+        return "an object"
     if isinstance(value, Sequence):
         return "a list"
     return type(value).__name__
 
 
-def _enum_value(ctx: _Ctx, enum: type[_E], raw: str, field: str, what: str) -> _E:
+def _enum_value(ctx: ParseContext, enum: type[_E], raw: str, field: str, what: str) -> _E:
     try:
         return enum(raw)
     except ValueError:
@@ -342,7 +338,7 @@ def _enum_value(ctx: _Ctx, enum: type[_E], raw: str, field: str, what: str) -> _
         raise ctx.fail(field, f"unknown {what} {raw!r} (want one of {known})") from None
 
 
-def _relative(ctx: _Ctx, raw: str, field: str) -> str:
+def _relative(ctx: ParseContext, raw: str, field: str) -> str:
     path = posixpath.normpath(raw).lstrip("/") if raw else ""
     if path in (".", ""):
         return ""
@@ -351,7 +347,7 @@ def _relative(ctx: _Ctx, raw: str, field: str) -> str:
     return path
 
 
-def _parse_cgroup_path(ctx: _Ctx, raw: object, field: str) -> HostCgroupPath:
+def _parse_cgroup_path(ctx: ParseContext, raw: object, field: str) -> HostCgroupPath:
     obj = ctx.mapping(raw, field)
     ctx.check_keys(obj, _CGROUP_PATH_KEYS, field)
     base_raw = ctx.string(obj, "base", field)
@@ -377,7 +373,7 @@ def _default_cgroup_path(name: str, qos: QoSClass) -> HostCgroupPath:
     return HostCgroupPath(CgroupBaseType.ROOT, parent, name)
 
 
-def _parse_host_app(ctx: _Ctx, raw: object, field: str) -> HostApplication:
+def _parse_host_app(ctx: ParseContext, raw: object, field: str) -> HostApplication:
     obj = ctx.mapping(raw, field)
     ctx.check_keys(obj, _HOST_APP_KEYS, field)
     name = ctx.string(obj, "name", field)
@@ -399,7 +395,7 @@ def _parse_host_app(ctx: _Ctx, raw: object, field: str) -> HostApplication:
     return HostApplication(name, qos, priority, path, strategy)
 
 
-def _parse_spec(ctx: _Ctx, spec: Mapping[str, Any], prefix: str) -> NodeSLOSpec:
+def _parse_spec(ctx: ParseContext, spec: Mapping[str, Any], prefix: str) -> NodeSLOSpec:
     ctx.check_keys(spec, _SPEC_KEYS, prefix.rstrip("."))
     raw: dict[str, Mapping[str, Any] | None] = {}
     for key, known in _RAW_SECTIONS.items():
@@ -414,7 +410,7 @@ def _parse_spec(ctx: _Ctx, spec: Mapping[str, Any], prefix: str) -> NodeSLOSpec:
     if apps_raw is None:
         apps_raw = []
     if not isinstance(apps_raw, list):
-        raise ctx.fail(f"{prefix}hostApplications", f"must be a list, got {_kind(apps_raw)}")
+        raise ctx.fail(f"{prefix}hostApplications", f"must be a list, got {kind_of(apps_raw)}")
     apps: list[HostApplication] = []
     seen: dict[str, int] = {}
     for i, item in enumerate(apps_raw):
@@ -429,20 +425,39 @@ def _parse_spec(ctx: _Ctx, spec: Mapping[str, Any], prefix: str) -> NodeSLOSpec:
     return NodeSLOSpec(host_applications=tuple(apps), **raw)
 
 
+def spec_of(obj: object, source: str, *, strict: bool = True) -> tuple[Mapping[str, Any], str]:
+    """The raw ``spec`` of a NodeSLO given as a whole object (``apiVersion``/``kind``/``spec``)
+    or as just its spec, and the field-path prefix of its sections (``spec.`` or empty). Checks
+    the object's own fields and the spec's section names (``strict``: unknown names are errors),
+    not what the sections hold. Raises :class:`SchemaError`."""
+    ctx = ParseContext(source, strict)
+    top = ctx.mapping(obj, "")
+    if not any(key in top for key in _OBJECT_KEYS):
+        spec, prefix = top, ""
+    else:
+        ctx.check_keys(top, _OBJECT_KEYS, "")
+        for key, want in (("apiVersion", API_VERSION), ("kind", KIND)):
+            if key in top and top[key] != want:
+                raise ctx.fail(key, f"must be {want!r}, got {top[key]!r}")
+        spec, prefix = ctx.mapping(top.get("spec"), "spec"), "spec."
+    ctx.check_keys(spec, _SPEC_KEYS, prefix.rstrip("."))
+    return spec, prefix
+
+
 def parse_node_slo(obj: Mapping[str, Any], source: str, *, strict: bool = True) -> NodeSLOSpec:
     """The spec of a NodeSLO given as a whole object (``apiVersion``/``kind``/``spec``) or as just
     its spec. ``strict`` (for local files) rejects unknown field names, which are typos there;
     without it (objects from the API server, possibly from a newer CRD) they are logged and
     ignored. Raises :class:`SchemaError` naming ``source`` and the field path."""
-    ctx = _Ctx(source, strict)
-    top = ctx.mapping(obj, "")
-    if not any(key in top for key in _OBJECT_KEYS):
-        return _parse_spec(ctx, top, "")
-    ctx.check_keys(top, _OBJECT_KEYS, "")
-    for key, want in (("apiVersion", API_VERSION), ("kind", KIND)):
-        if key in top and top[key] != want:
-            raise ctx.fail(key, f"must be {want!r}, got {top[key]!r}")
-    return _parse_spec(ctx, ctx.mapping(top.get("spec"), "spec"), "spec.")
+    spec, prefix = spec_of(obj, source, strict=strict)
+    return parse_spec(spec, source, prefix=prefix, strict=strict)
+
+
+def parse_spec(
+    spec: Mapping[str, Any], source: str, *, prefix: str = "spec.", strict: bool = True
+) -> NodeSLOSpec:
+    """:func:`parse_node_slo` of a raw spec whose sections sit at ``prefix``."""
+    return _parse_spec(ParseContext(source, strict), spec, prefix)
 
 
 # Files ---------------------------------------------------------------------------------------
@@ -471,7 +486,7 @@ def read_document(path: str) -> Any:
         raise SchemaError(f"cannot read: {err}", source=path) from err
     if path.endswith(".json"):
         try:
-            return json.loads(text, object_pairs_hook=_unique_json_object)
+            return json.loads(text, object_pairs_hook=unique_json_object)
         except ValueError as err:
             raise SchemaError(f"invalid JSON: {err}", source=path) from err
     try:
@@ -483,21 +498,12 @@ def read_document(path: str) -> Any:
         raise SchemaError(f"invalid YAML: {where}{problem}", source=path) from err
 
 
-def _unique_json_object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+def unique_json_object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """``json.loads``'s ``object_pairs_hook`` refusing a key given twice (``ValueError``), as
+    the API server's strict decoding does."""
     out: dict[str, Any] = {}
     for key, value in pairs:
         if key in out:
             raise ValueError(f"duplicate key {key!r}")
         out[key] = value
     return out
-
-
-def load_node_slo_file(path: str) -> NodeSLOSpec:
-    """The NodeSLO spec in a local YAML or JSON file (a whole object or just a spec; an empty
-    file is an empty spec). Strict: unknown fields are errors. Raises :class:`SchemaError`."""
-    doc = read_document(path)
-    if doc is None:
-        return NodeSLOSpec()
-    if not isinstance(doc, Mapping):
-        raise SchemaError(f"must be a NodeSLO object or spec, got {_kind(doc)}", source=path)
-    return parse_node_slo(doc, path)

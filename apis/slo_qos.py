@@ -20,6 +20,7 @@ Errors are :class:`apis.slo.SchemaError` naming the full field path.
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 from collections.abc import Mapping
@@ -28,7 +29,7 @@ from enum import StrEnum
 from types import MappingProxyType
 from typing import Any, ClassVar, Protocol, TypeVar
 
-from apis.slo import SchemaError
+from apis.slo import ParseContext
 
 logger = logging.getLogger(__name__)
 
@@ -40,16 +41,6 @@ QUANTITY_PATTERN = re.compile(
 
 
 # Field codecs ----------------------------------------------------------------------------------
-@dataclass(frozen=True, slots=True)
-class Ctx:
-    """Where a document comes from and whether unknown fields are errors (local files) or are
-    logged and ignored (objects from an API server that may run a newer CRD)."""
-
-    source: str = ""
-    strict: bool = True
-
-    def fail(self, path: str, message: str) -> SchemaError:
-        return SchemaError(message, source=self.source, field=path)
 
 
 def describe(value: object) -> str:
@@ -58,7 +49,7 @@ def describe(value: object) -> str:
 
 
 class Codec(Protocol):
-    def parse(self, value: object, base: Any, ctx: Ctx, path: str) -> Any: ...
+    def parse(self, value: object, base: Any, ctx: ParseContext, path: str) -> Any: ...
 
     def dump(self, value: Any) -> Any: ...
 
@@ -70,7 +61,7 @@ class Int:
     lo: int | None = None
     hi: int | None = None
 
-    def parse(self, value: object, base: Any, ctx: Ctx, path: str) -> int:
+    def parse(self, value: object, base: Any, ctx: ParseContext, path: str) -> int:
         if (
             isinstance(value, int)
             and not isinstance(value, bool)
@@ -89,7 +80,7 @@ class Int:
 
 @dataclass(frozen=True, slots=True)
 class Bool:
-    def parse(self, value: object, base: Any, ctx: Ctx, path: str) -> bool:
+    def parse(self, value: object, base: Any, ctx: ParseContext, path: str) -> bool:
         if isinstance(value, bool):
             return value
         raise ctx.fail(path, f"must be a boolean, got {describe(value)}")
@@ -100,7 +91,7 @@ class Bool:
 
 @dataclass(frozen=True, slots=True)
 class Str:
-    def parse(self, value: object, base: Any, ctx: Ctx, path: str) -> str:
+    def parse(self, value: object, base: Any, ctx: ParseContext, path: str) -> str:
         if isinstance(value, str):
             return value
         raise ctx.fail(path, f"must be a string, got {describe(value)}")
@@ -115,7 +106,7 @@ class Enum:
 
     enum: type[StrEnum]
 
-    def parse(self, value: object, base: Any, ctx: Ctx, path: str) -> StrEnum:
+    def parse(self, value: object, base: Any, ctx: ParseContext, path: str) -> StrEnum:
         try:
             return self.enum(str(value) if isinstance(value, str) else "\0")
         except ValueError:
@@ -132,7 +123,7 @@ class IntOrString:
 
     quantity: bool = False
 
-    def parse(self, value: object, base: Any, ctx: Ctx, path: str) -> int | str:
+    def parse(self, value: object, base: Any, ctx: ParseContext, path: str) -> int | str:
         if isinstance(value, int) and not isinstance(value, bool):
             return value
         if isinstance(value, str) and (not self.quantity or QUANTITY_PATTERN.match(value)):
@@ -148,7 +139,7 @@ class IntOrString:
 class BoolMap:
     """An object of boolean values (``schedFeatures``)."""
 
-    def parse(self, value: object, base: Any, ctx: Ctx, path: str) -> Mapping[str, bool]:
+    def parse(self, value: object, base: Any, ctx: ParseContext, path: str) -> Mapping[str, bool]:
         if not isinstance(value, Mapping):
             raise ctx.fail(path, f"must be an object, got {describe(value)}")
         merged = dict(base or {})
@@ -169,7 +160,7 @@ class Nested:
     cls: type[Any]
     crd_defaults: Mapping[str, Any] = field(default_factory=dict)
 
-    def parse(self, value: object, base: Any, ctx: Ctx, path: str) -> Any:
+    def parse(self, value: object, base: Any, ctx: ParseContext, path: str) -> Any:
         if isinstance(value, Mapping) and self.crd_defaults:
             value = {**self.crd_defaults, **{k: v for k, v in value.items() if v is not None}}
         return merge_object(self.cls, base if base is not None else self.cls(), value, ctx, path)
@@ -184,7 +175,7 @@ class ListOf:
 
     cls: type[Any]
 
-    def parse(self, value: object, base: Any, ctx: Ctx, path: str) -> tuple[Any, ...]:
+    def parse(self, value: object, base: Any, ctx: ParseContext, path: str) -> tuple[Any, ...]:
         if not isinstance(value, list | tuple):
             raise ctx.fail(path, f"must be a list, got {describe(value)}")
         return tuple(
@@ -210,7 +201,7 @@ def wire(json_name: str, codec: Codec, default: Any = None) -> Any:
 _T = TypeVar("_T")
 
 
-def merge_object(cls: type[_T], base: _T, raw: object, ctx: Ctx, path: str) -> _T:
+def merge_object(cls: type[_T], base: _T, raw: object, ctx: ParseContext, path: str) -> _T:
     """``raw`` (camelCase JSON) merged over ``base`` field by field; see the module docstring.
     Ordering rules in ``cls._ORDER`` (``(lower, upper)`` attribute pairs) are checked on the
     result where both are set."""
@@ -280,7 +271,9 @@ def parser(cls: type[_T], default: _T, section: str) -> SectionParser[_T]:
         source: str = "",
         strict: bool = True,
     ) -> _T:
-        return merge_object(cls, default if base is None else base, raw, Ctx(source, strict), path)
+        return merge_object(
+            cls, default if base is None else base, raw, ParseContext(source, strict), path
+        )
 
     parse.__name__ = f"parse_{section}"
     parse.__doc__ = (
@@ -569,3 +562,27 @@ DEFAULT_RESOURCE_QOS_STRATEGY = ResourceQOSStrategy()
 parse_resource_qos_strategy = parser(
     ResourceQOSStrategy, DEFAULT_RESOURCE_QOS_STRATEGY, "resourceQOSStrategy"
 )
+
+
+ANNOTATION_POD_BLKIO_QOS = "koordinator.sh/blkioQOS"
+"""Pod annotation: the pod's own ``blkioQOS`` as JSON, ``{"blocks": [...]}``, applied to the
+pod's cgroup; the only place a ``podvolume`` block can name a volume (upstream's
+``AnnotationPodBlkioQoS``, ``apis/slo/v1alpha1/pod.go``)."""
+
+
+def parse_pod_blkio_qos(text: str, *, source: str = "") -> tuple[BlockConfig, ...]:
+    """The blocks of a ``koordinator.sh/blkioQOS`` annotation; an empty annotation has none.
+
+    Raises :class:`apis.slo.SchemaError` naming the field (``blkioQOS.blocks[0].type``) when the
+    text is not JSON or not a ``BlkIOQOS``; unknown fields are logged and ignored, as for any
+    object from the API server."""
+    if not text.strip():
+        return ()
+    ctx = ParseContext(source or ANNOTATION_POD_BLKIO_QOS, strict=False)
+    try:
+        raw = json.loads(text)
+    except ValueError as err:
+        raise ctx.fail("blkioQOS", f"not JSON: {err}") from err
+    if isinstance(raw, Mapping):
+        raw = {k: v for k, v in raw.items() if k != "enable"}
+    return merge_object(BlkIOQOSConfig, BlkIOQOSConfig(), raw, ctx, "blkioQOS").blocks

@@ -24,6 +24,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
+from types import MappingProxyType
 from typing import Any, ClassVar
 
 from apis.slo import NodeSLOSpec, NodeSLOSpecJSON, thaw
@@ -35,6 +36,7 @@ from apis.slo_qos import (
     Int,
     IntOrString,
     ResourceQOSStrategy,
+    SectionParser,
     dump_object,
     parse_resource_qos_strategy,
     parser,
@@ -46,6 +48,7 @@ __all__ = [
     "DEFAULT_RESOURCE_QOS_STRATEGY",
     "DEFAULT_RESOURCE_THRESHOLD_STRATEGY",
     "DEFAULT_SYSTEM_STRATEGY",
+    "SECTIONS",
     "CPUBurstPolicy",
     "CPUBurstStrategy",
     "CPUEvictPolicy",
@@ -57,6 +60,7 @@ __all__ = [
     "parse_cpu_burst_strategy",
     "parse_resource_qos_strategy",
     "parse_resource_threshold_strategy",
+    "parse_section",
     "parse_system_strategy",
     "strategies_of",
     "to_json",
@@ -188,9 +192,10 @@ class CPUBurstStrategy:
 
     policy: CPUBurstPolicy = wire("policy", Enum(CPUBurstPolicy), CPUBurstPolicy.NONE)
     """none (default), cpuBurstOnly, cfsQuotaBurstOnly or auto (``policy``)."""
-    cpu_burst_percent: int = wire("cpuBurstPercent", Int(1, 10000), 100)
+    cpu_burst_percent: int = wire("cpuBurstPercent", Int(1, 10000), 1000)
     """``cpu.cfs_burst_us`` (v2 ``cpu.max.burst``) as a percent of the CPU limit, 1..10000
-    (``cpuBurstPercent``). Default 100 (the CRD's description still says 1000)."""
+    (``cpuBurstPercent``). Default 1000 (``DefaultCPUBurstConfig`` in
+    ``pkg/util/sloconfig``; the CRD's description says the same)."""
     cfs_quota_burst_percent: int = wire("cfsQuotaBurstPercent", Int(100), 300)
     """Ceiling of the scaled-up ``cfs_quota_us``, percent of the limit, ≥ 100
     (``cfsQuotaBurstPercent``). Default 300."""
@@ -205,7 +210,15 @@ class CPUBurstStrategy:
 @dataclass(frozen=True, slots=True)
 class SystemStrategy:
     """``spec.systemStrategy``: node-wide kernel settings; defaults are ``DefaultSystemStrategy``
-    (every knob unset, meaning left alone; ``totalNetworkBandwidth`` "0")."""
+    (every knob unset, meaning left alone; ``totalNetworkBandwidth`` "0").
+
+    That is ``DefaultSystemStrategy`` in ``pkg/util/sloconfig/nodeslo_config.go`` at the version
+    of our CRDs (commit a7a1b76), whose ``SystemStrategy`` type documents each knob "Unset by
+    default" (``apis/slo/v1alpha1/nodeslo_types.go``; the NodeSLO CRD's descriptions, checked by
+    ``tests/unit/test_slo_strategies.py``). Releases before that set ``minFreeKbytesFactor``
+    100, ``watermarkScaleFactor`` 150 and ``memcgReapBackGround`` 0 there (e.g. commit 949aa79);
+    upstream now only recommends 100 and 150, and so do we: set them in the NodeSLO (through
+    the ``system-config`` of slo-controller-config) to have them."""
 
     min_free_kbytes_factor: int | None = wire("minFreeKbytesFactor", Int(1))
     """``vm.min_free_kbytes`` = factor * total memory (KiB) / 10000, > 0
@@ -243,7 +256,8 @@ DEFAULT_RESOURCE_THRESHOLD_STRATEGY = ResourceThresholdStrategy()
 DEFAULT_CPU_BURST_STRATEGY = CPUBurstStrategy()
 """Koordinator's ``DefaultCPUBurstStrategy``."""
 DEFAULT_SYSTEM_STRATEGY = SystemStrategy()
-"""Koordinator's ``DefaultSystemStrategy``."""
+"""Koordinator's ``DefaultSystemStrategy`` (only ``totalNetworkBandwidth`` "0"; see
+:class:`SystemStrategy` for the older releases that set the watermarks)."""
 
 parse_resource_threshold_strategy = parser(
     ResourceThresholdStrategy, DEFAULT_RESOURCE_THRESHOLD_STRATEGY, "resourceUsedThresholdWithBE"
@@ -266,31 +280,70 @@ class NodeSLOStrategies:
     """``systemStrategy``."""
 
 
+Section = ResourceThresholdStrategy | ResourceQOSStrategy | CPUBurstStrategy | SystemStrategy
+"""The typed value of one strategy section."""
+
+SECTIONS: Mapping[str, str] = MappingProxyType(
+    {
+        "resourceUsedThresholdWithBE": "resource_used_threshold_with_be",
+        "resourceQOSStrategy": "resource_qos_strategy",
+        "cpuBurstStrategy": "cpu_burst_strategy",
+        "systemStrategy": "system_strategy",
+    }
+)
+"""The four strategy sections: JSON name (``spec.<name>``) → attribute of
+:class:`NodeSLOStrategies`."""
+
+_PARSERS: Mapping[str, SectionParser[Any]] = MappingProxyType(
+    {
+        "resourceUsedThresholdWithBE": parse_resource_threshold_strategy,
+        "resourceQOSStrategy": parse_resource_qos_strategy,
+        "cpuBurstStrategy": parse_cpu_burst_strategy,
+        "systemStrategy": parse_system_strategy,
+    }
+)
+
+
+def parse_section(
+    section: str,
+    raw: object,
+    *,
+    path: str | None = None,
+    source: str = "",
+    strict: bool = True,
+    clear_disabled: bool = True,
+) -> Section:
+    """One strategy section (``section`` is its JSON name, a key of :data:`SECTIONS`) read from
+    its raw JSON over Koordinator's defaults; absent (``None``) is the defaults. With
+    ``clear_disabled`` a disabled CPU, resctrl or memory QoS of LSR/LS/BE takes the disabled
+    values, as upstream's koordlet does. Raises :class:`apis.slo.SchemaError` naming ``path``
+    (default ``spec.<section>``) and the field."""
+    value = _PARSERS[section](
+        raw, path=f"spec.{section}" if path is None else path, source=source, strict=strict
+    )
+    if clear_disabled and isinstance(value, ResourceQOSStrategy):
+        return value.with_disabled_parts_cleared()
+    return value  # type: ignore[no-any-return]
+
+
 def strategies_of(
     spec: NodeSLOSpec, *, source: str = "", strict: bool = True, clear_disabled: bool = True
 ) -> NodeSLOStrategies:
-    """What the koordlet works with for ``spec``: each section merged over Koordinator's defaults
-    field by field; with ``clear_disabled`` (upstream's koordlet behaviour) a disabled CPU,
-    resctrl or memory QoS of LSR/LS/BE then takes the disabled values. ``strict`` makes unknown
-    field names errors (otherwise logged and ignored). Raises :class:`apis.slo.SchemaError`."""
-    options: dict[str, Any] = {"source": source, "strict": strict}
-    qos = parse_resource_qos_strategy(thaw(spec.resource_qos_strategy), **options)
-    return NodeSLOStrategies(
-        resource_used_threshold_with_be=parse_resource_threshold_strategy(
-            thaw(spec.resource_used_threshold_with_be), **options
-        ),
-        resource_qos_strategy=qos.with_disabled_parts_cleared() if clear_disabled else qos,
-        cpu_burst_strategy=parse_cpu_burst_strategy(thaw(spec.cpu_burst_strategy), **options),
-        system_strategy=parse_system_strategy(thaw(spec.system_strategy), **options),
-    )
-
-
-_SECTIONS = {
-    "resourceUsedThresholdWithBE": "resource_used_threshold_with_be",
-    "resourceQOSStrategy": "resource_qos_strategy",
-    "cpuBurstStrategy": "cpu_burst_strategy",
-    "systemStrategy": "system_strategy",
-}
+    """The four sections of ``spec`` merged over Koordinator's defaults field by field (see
+    :func:`parse_section`); the first bad value raises :class:`apis.slo.SchemaError`. The koordlet
+    reads NodeSLOs through :func:`apis.slo_inforce.node_slo_in_force`, which keeps the last good
+    value of each section instead."""
+    sections: dict[str, Any] = {
+        attr: parse_section(
+            key,
+            thaw(getattr(spec, attr)),
+            source=source,
+            strict=strict,
+            clear_disabled=clear_disabled,
+        )
+        for key, attr in SECTIONS.items()
+    }
+    return NodeSLOStrategies(**sections)
 
 
 def to_json(
@@ -302,7 +355,7 @@ def to_json(
 ) -> dict[str, Any]:
     """camelCase JSON of one strategy group, or of all four as a NodeSLO ``spec`` fragment."""
     if isinstance(value, NodeSLOStrategies):
-        return {key: dump_object(getattr(value, attr)) for key, attr in _SECTIONS.items()}
+        return {key: dump_object(getattr(value, attr)) for key, attr in SECTIONS.items()}
     return dump_object(value)
 
 

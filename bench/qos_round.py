@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import json
 import statistics
 import sys
@@ -30,7 +31,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from apis.slo import NodeSLOSpec
+from apis.slo_inforce import node_slo_in_force
 from bench._trees import fake_tree
 from bench.collect import Sweep, p90
 from koordlet.collectors.runner import CollectorRunner
@@ -40,23 +41,38 @@ from koordlet.executor.audit import AuditLog
 from koordlet.metriccache.store import MetricCache
 from koordlet.qos.cpuevict import CPUEvict
 from koordlet.qos.evictor import CgroupKillEvictor, Evictor
-from koordlet.qos.manager import QoSBook, StrategyContext
+from koordlet.qos.framework import QoSBook, StrategyContext
 from koordlet.qos.table import STRATEGIES
 from koordlet.system.probe import probe_capabilities
 
-SLO = NodeSLOSpec(
-    resource_used_threshold_with_be={
-        "enable": True,
-        "cpuSuppressThresholdPercent": 65,
-        "memoryEvictThresholdPercent": 95,
-        "cpuEvictBESatisfactionLowerPercent": 60,
-        "cpuEvictBESatisfactionUpperPercent": 80,
-        "cpuEvictTimeWindowSeconds": 10,
+EVICTION_GATES = (
+    "BEMemoryEvict",
+    "MemoryEvict",
+    "MemoryAllocatableEvict",
+    "BECPUEvict",
+    "CPUEvict",
+    "CPUAllocatableEvict",
+)
+"""Gates of the eviction tasks; each task checks its own (upstream's triggerFeatures)."""
+
+SLO = node_slo_in_force(
+    {
+        "resourceUsedThresholdWithBE": {
+            "enable": True,
+            "cpuSuppressThresholdPercent": 65,
+            "memoryEvictThresholdPercent": 95,
+            "cpuEvictBESatisfactionLowerPercent": 60,
+            "cpuEvictBESatisfactionUpperPercent": 80,
+            "cpuEvictTimeWindowSeconds": 10,
+        },
+        "resourceQOSStrategy": {
+            "lsClass": {"memoryQOS": {"enable": True}, "cpuQOS": {"enable": True}},
+            "beClass": {"memoryQOS": {"enable": True}, "cpuQOS": {"enable": True}},
+        },
     },
-    resource_qos_strategy={
-        "lsClass": {"memoryQOS": {"enable": True}, "cpuQOS": {"enable": True}},
-        "beClass": {"memoryQOS": {"enable": True}, "cpuQOS": {"enable": True}},
-    },
+    source="bench",
+    strict=True,
+    now=0.0,
 )
 
 
@@ -76,9 +92,18 @@ async def _rounds(pods: int, rounds: int) -> dict[str, Any]:
         writer.start()
         try:
             audit = AuditLog(None)
+            # a standalone node (no Node object: memory eviction's capacity is MemTotal) with
+            # every eviction task's gate on, so each task does its arithmetic
+            config = dataclasses.replace(
+                sweep.config,
+                standalone=True,
+                feature_gates=sweep.config.feature_gates.merged(
+                    dict.fromkeys(EVICTION_GATES, True)
+                ),
+            )
             ctx = StrategyContext(
                 host=lambda: tree.host,
-                config=sweep.config,
+                config=config,
                 cache=cache,
                 executor=writer,
                 workloads=lambda: sweep.snapshot,
@@ -88,7 +113,7 @@ async def _rounds(pods: int, rounds: int) -> dict[str, Any]:
                 audit=audit,
                 book=QoSBook(clock=lambda: sweep.now),
             )
-            strategies = [factory(ctx) for factory in STRATEGIES.values()]
+            strategies = [spec.factory(ctx, spec.interval(ctx.config.qos)) for spec in STRATEGIES]
             for s in strategies:
                 if isinstance(s, CPUEvict):
                     s.cool_time = 0.0  # no start-up cool-down: measure its full arithmetic

@@ -38,23 +38,23 @@ import subprocess
 import sys
 import time
 from collections.abc import Sequence
-from types import SimpleNamespace
 from typing import Any
 
 from apis.extension import KubeQOS, QoSClass
-from apis.slo import NodeSLOSpec
 from koordlet.events.source import PressureEventSource
 from koordlet.executor.audit import AuditLog
 from koordlet.executor.kill import subtree_pids
+from koordlet.features import FeatureGates
 from koordlet.metriccache import series
 from koordlet.metriccache.store import MetricCache
 from koordlet.qos.evictor import CgroupKillEvictor, Evictor, Victim
-from koordlet.qos.manager import QoSBook, StrategyContext
+from koordlet.qos.framework import QoSBook, StrategyContext
 from koordlet.qos.memoryevict import MemoryEvict
 from koordlet.statesinformer.model import ContainerInfo, PodInfo, WorkloadSnapshot
 from koordlet.system.cgroups import CgroupDriver, CgroupLayout, CgroupVersion
 from koordlet.system.host import Host
 from koordlet.system.paths import HostPaths
+from tests.strategyrig import config, in_force
 
 MiB = 1 << 20
 CAPACITY = 256 * MiB
@@ -266,11 +266,12 @@ def build_strategy(
     slo = {"enable": True, "memoryEvictThresholdPercent": THRESHOLD_PERCENT}
     ctx = StrategyContext(
         host=lambda: tree.host,
-        config=SimpleNamespace(collect=SimpleNamespace(res_used_interval=1.0)),
+        # the table gate of the BE task (off by default, as Koordinator's)
+        config=config(FeatureGates().merged({"BEMemoryEvict": True})),
         cache=cache,
         executor=None,  # type: ignore[arg-type]  # eviction writes no cgroup knob
         workloads=lambda: WorkloadSnapshot(pods=dict(tree.pods)),
-        node_slo=lambda: NodeSLOSpec(resource_used_threshold_with_be=slo),
+        node_slo=lambda: in_force(resourceUsedThresholdWithBE=slo),
         evictor=evictor,
         events=events,
         audit=audit,

@@ -3,13 +3,18 @@
 Builds (untimed) ``--nodes`` nodes (default 5,000) with a NodeMetric each (usage drawn so that
 about 10 % of the nodes are over the 65 % cpu threshold), ``--pods-per-node`` assigned pods
 (default 10; a few bound after the last report, so the estimator runs), and a NodeResourceTopology
-on one node in ten. The extender is served on 127.0.0.1 as in production, with the default plugin
-table and Koordinator's default args. Each measured pod (``--pods``, default 300, after 20 for
-warm-up) is one ``/filter`` then one ``/prioritize`` request carrying every node name
-(``nodeCacheCapable``), timed from the first request sent to the second answer read. Bodies are
-in the wire format kube-scheduler writes (``ExtenderArgs`` with Go field names, the pod as the
-API server returns it, managed fields and defaults included). A pod in
-ten is an LSR pod that needs a cpuset (NodeNUMAResource places it on every candidate node).
+on one node in ten. Nodes carry a zone label (10 zones); one in 50 is tainted ``dedicated``
+(NoSchedule), one in 50 ``noisy`` (PreferNoSchedule); pods are labelled ``app`` (20 apps). Of the
+pending pods, one in four tolerates ``dedicated`` and prefers two zones (preferred node
+affinity), one in ten spreads its app over the zones (ScheduleAnyway), so kube-scheduler's
+in-tree plugins filter and score for real in the standalone part. The extender is served on
+127.0.0.1 as in production, with the extender's plugin table (kube-scheduler ran its in-tree
+plugins before calling it) and Koordinator's default args. Each measured pod (``--pods``,
+default 300, after 20 for warm-up) is one ``/filter`` then one ``/prioritize`` request carrying
+every node name (``nodeCacheCapable``), timed from the first request sent to the second answer
+read. Bodies are in the wire format kube-scheduler writes (``ExtenderArgs`` with Go field names,
+the pod as the API server returns it, managed fields and defaults included). A pod in ten is an
+LSR pod that needs a cpuset (NodeNUMAResource places it on every candidate node).
 
 Each measured pod is also sent as kube-scheduler really sends it: ``nodeCacheCapable`` with
 only the nodes its own filters found feasible, at most ``percentageOfNodesToScore`` of the
@@ -23,8 +28,9 @@ name sent), ``extender_subset_p50_ms``, ``extender_subset_p99_ms`` (the same wit
 ``feasible_nodes_mean``, ``nodes``, ``build_s`` (snapshot build and warm-up).
 
 Then (b) the standalone scheduler's loop step (``Scheduler.schedule_one``: find feasible nodes,
-score them, reserve, assume, bind) over ``--standalone-pods`` pending pods (default 10,000) on a
-fresh copy of the cluster, with a binder that only counts (no API server) and the collector
+score them, reserve, assume, bind; every plugin of ``koord-scheduler run``, kube-scheduler's
+in-tree ones included) over ``--standalone-pods`` pending pods (default 10,000) on a fresh copy
+of the cluster, with a binder that only counts (no API server) and the collector
 tuned as ``koord-scheduler run`` tunes it: ``standalone_pods_per_s``, ``standalone_bound`` and
 ``standalone_nodes_to_find`` (feasible nodes wanted per pod, ``percentageOfNodesToScore``,
 default 0: kube-scheduler's adaptive share); and the same at 100 % (every node filtered and
@@ -57,13 +63,17 @@ import aiohttp
 from aiohttp import web
 
 from apis.extension import ANNOTATION_CPU_TOPOLOGY, LABEL_POD_QOS
-from apis.kubernetes_keys import LABEL_HOSTNAME
+from apis.kubernetes_keys import LABEL_HOSTNAME, LABEL_TOPOLOGY_ZONE
 from apis.manager_keys import BATCH_CPU, BATCH_MEMORY
 from scheduler_plugins.extender import Extender, make_app
 from scheduler_plugins.framework import num_feasible_nodes_to_find
 from scheduler_plugins.snapshot import PodInfo, build_snapshot, parse_pod
 from scheduler_plugins.standalone import EventRecorder, Scheduler, tune_gc
-from scheduler_plugins.table import build_framework
+from scheduler_plugins.table import EXTENDER_PLUGINS, build_framework
+
+ZONE = LABEL_TOPOLOGY_ZONE
+ZONES = 10
+APPS = 20
 
 
 def _ts(epoch: float) -> str:
@@ -104,21 +114,33 @@ def cluster(nodes: int, pods_per_node: int, seed: int = 7) -> list[dict[str, Any
     objects: list[dict[str, Any]] = []
     for i in range(nodes):
         name = f"node-{i:05d}"
-        objects.append(
-            {
-                "kind": "Node",
-                "metadata": {"name": name, "labels": {LABEL_HOSTNAME: name}},
-                "status": {
-                    "allocatable": {
-                        "cpu": "32",
-                        "memory": "128Gi",
-                        "pods": "110",
-                        BATCH_CPU: "20000",
-                        BATCH_MEMORY: "60Gi",
-                    }
-                },
-            }
-        )
+        node: dict[str, Any] = {
+            "kind": "Node",
+            "metadata": {
+                "name": name,
+                "labels": {LABEL_HOSTNAME: name, ZONE: f"zone-{i % ZONES}"},
+            },
+            "spec": {},
+            "status": {
+                "allocatable": {
+                    "cpu": "32",
+                    "memory": "128Gi",
+                    "pods": "110",
+                    BATCH_CPU: "20000",
+                    BATCH_MEMORY: "60Gi",
+                }
+            },
+        }
+        # kube-scheduler's in-tree plugins have something to do: dedicated nodes that only
+        # tolerating pods may use, and nodes pods would rather avoid (never a node with an NRT:
+        # those are the LSR pods')
+        if i % 50 == 5:
+            node["spec"]["taints"] = [
+                {"key": "dedicated", "value": "infra", "effect": "NoSchedule"}
+            ]
+        elif i % 50 == 35:
+            node["spec"]["taints"] = [{"key": "noisy", "effect": "PreferNoSchedule"}]
+        objects.append(node)
         pods_metric = []
         for j in range(pods_per_node):
             pname = f"{name}-p{j}"
@@ -126,7 +148,12 @@ def cluster(nodes: int, pods_per_node: int, seed: int = 7) -> list[dict[str, Any
             objects.append(
                 {
                     "kind": "Pod",
-                    "metadata": {"name": pname, "namespace": "bench", "uid": f"u-{pname}"},
+                    "metadata": {
+                        "name": pname,
+                        "namespace": "bench",
+                        "uid": f"u-{pname}",
+                        "labels": {"app": f"app-{j % APPS}"},
+                    },
                     "spec": {
                         "nodeName": name,
                         "priority": rng.choice((9500, 9500, 5500)),
@@ -203,13 +230,45 @@ def _pod(i: int) -> dict[str, Any]:
             },
         }
     requests = {"cpu": "2", "memory": "4Gi"} if i % 2 else {BATCH_CPU: "2000", BATCH_MEMORY: "4Gi"}
+    app = f"app-{i % APPS}"
+    spec: dict[str, Any] = {
+        "priority": 9500 if i % 2 else 5500,
+        "containers": [{"name": "c", "resources": {"requests": requests}}],
+    }
+    if i % 4 == 1:  # tolerates the dedicated nodes, prefers two zones
+        spec["tolerations"] = [{"key": "dedicated", "operator": "Exists"}]
+        spec["affinity"] = {
+            "nodeAffinity": {
+                "preferredDuringSchedulingIgnoredDuringExecution": [
+                    {
+                        "weight": 50,
+                        "preference": {
+                            "matchExpressions": [
+                                {"key": ZONE, "operator": "In", "values": ["zone-1", "zone-2"]}
+                            ]
+                        },
+                    }
+                ]
+            }
+        }
+    if i % 10 == 3:  # spreads its app over the zones
+        spec["topologySpreadConstraints"] = [
+            {
+                "maxSkew": 5,
+                "topologyKey": ZONE,
+                "whenUnsatisfiable": "ScheduleAnyway",
+                "labelSelector": {"matchLabels": {"app": app}},
+            }
+        ]
     return {
         "kind": "Pod",
-        "metadata": {"name": f"p-{i}", "namespace": "bench", "uid": f"new-{i}"},
-        "spec": {
-            "priority": 9500 if i % 2 else 5500,
-            "containers": [{"name": "c", "resources": {"requests": requests}}],
+        "metadata": {
+            "name": f"p-{i}",
+            "namespace": "bench",
+            "uid": f"new-{i}",
+            "labels": {"app": app},
         },
+        "spec": spec,
     }
 
 
@@ -433,7 +492,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     subset = num_feasible_nodes_to_find(args.percentage_of_nodes_to_score, args.nodes)
     t0 = time.perf_counter()
     snapshot = build_snapshot(cluster(args.nodes, args.pods_per_node), "synthetic")
-    ext = Extender(build_framework(), snapshot, tune_gc=True)  # as `koord-scheduler extender`
+    # as `koord-scheduler extender`: kube-scheduler ran its in-tree plugins before calling it
+    ext = Extender(build_framework(EXTENDER_PLUGINS), snapshot, tune_gc=True)
     build_s = time.perf_counter() - t0
     names = list(snapshot.nodes)
     figures: dict[str, Any] = {"nodes": args.nodes, "pods": args.pods, "build_s": round(build_s, 2)}

@@ -1,10 +1,12 @@
 """The ``koordlet`` command: parse the configuration, set up logging, run the daemon on uvloop.
 
 ``koordlet [FLAGS]`` runs the daemon; ``koordlet COMMAND ...`` runs one of :data:`COMMANDS`
-instead (``host-app``), and ``koordlet --help`` lists them after the flags.
+instead (``host-app``, ``status``), and ``koordlet --help`` lists them after the flags.
 
-Exit codes: 0 after a clean stop (Ctrl-C included), 2 for a bad flag, config file or NodeSLO
-file (with ``koordlet: <file or flag>: <field>: <reason>`` on stderr), otherwise what
+Exit codes: 0 after a clean stop (Ctrl-C included); 2 for a bad flag, config file or NodeSLO
+file, and for a start-up failure the configuration causes (``--addr`` in use, no
+``--cgroup-root-dir``, no kubeconfig outside a cluster): one line ``koordlet: <flag or file>:
+<what>`` on stderr, the traceback only with ``-v``/``--log-level debug``; otherwise what
 ``koordlet.daemon.run`` returns. uvloop is installed here and nowhere else, and so is the one
 process-wide allocator setting (glibc's arena limit, ``koordlet.system.malloc``).
 """
@@ -49,6 +51,15 @@ COMMANDS: Mapping[str, Command] = {
     "host-app": Command(
         "koordlet.hostapp",
         "start a host application in its reserved cgroup (run), or list the declared ones",
+    ),
+    "status": Command(
+        "koordlet.status",
+        "summarize the running koordlet: mode, usage, BE allowance, strategies, capabilities",
+    ),
+    "reset": Command(
+        "koordlet.reset",
+        "put back what this koordlet wrote (BE quota and cpuset, QoS knobs, sysctls); "
+        "--dry-run shows it",
     ),
 }
 """Every subcommand, by the name it is called with."""
@@ -114,6 +125,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         except KeyboardInterrupt:
             logger.info("interrupted; stopped")
             return 0
+        except ConfigError as err:  # raised by a start stage, after what started was stopped
+            if logger.isEnabledFor(logging.DEBUG):
+                logger.debug("start-up failed", exc_info=True)
+            print(f"koordlet: {err}", file=sys.stderr)
+            return EXIT_CONFIG
         return code
     finally:
         logging.getLogger().removeHandler(handler)

@@ -22,6 +22,7 @@ import math
 import os
 import re
 import socket
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, NoReturn
@@ -29,12 +30,14 @@ from typing import Any, Literal, NoReturn
 from apis.duration import parse_duration
 from apis.gobool import parse_go_bool
 from apis.kubernetes_keys import SERVICE_ACCOUNT_TOKEN_PATH
-from apis.slo import NodeSLOSpec, SchemaError, load_node_slo_file, read_document
+from apis.slo import SchemaError, read_document
+from apis.slo_inforce import ALL_SECTIONS, NodeSLOInForce, read_node_slo_file
 from koordlet import __version__
 from koordlet.errors import ConfigError
 from koordlet.features import FLAG as FEATURE_GATES_FLAG
 from koordlet.features import FeatureGates, help_lines, parse_overrides
 from koordlet.system.paths import HostPaths
+from kubeclient.flags import SuggestingParser, suggestion
 
 DEFAULT_NODESLO_FILE = "/etc/koordinator/nodeslo.yaml"
 """The NodeSLO file standalone mode reads when ``--nodeslo-file`` is not given, if it exists."""
@@ -71,6 +74,9 @@ class CollectConfig:
     node_cpu_info_interval: float = 60.0
     """CPU topology and node info; Koordinator's ``--collect-node-cpu-info-interval-seconds``
     (default 60)."""
+    node_storage_info_interval: float = 1.0
+    """Block devices, volume groups and pod volume devices (for blkio QoS, gate
+    ``BlkIOReconcile``); Koordinator's ``--collect-node-storage-info-interval`` (default 1 s)."""
     psi_interval: float = 10.0
     """Pressure stall information (gate ``PSICollector``); Koordinator's
     ``--psi-collector-interval-seconds`` (default 10)."""
@@ -147,9 +153,9 @@ class QoSConfig:
     cpu_evict_cool_time: float = 20.0
     """Seconds after a CPU eviction before the next; ``--cpu-evict-cool-time-seconds``
     (default 20)."""
-    evict_max_per_round: int = 5
+    evict_max_per_round: int = 0
     """Evictions the evictor performs per strategy round at most; ``--qos-evict-max-per-round``,
-    ours (default 5; upstream has no cap)."""
+    ours: 0 (the default) is no cap, as upstream."""
     evict_dedupe_window: float = 120.0
     """Seconds during which a pod is not evicted again (Koordinator's evictor cache expiry,
     2 minutes); ``--qos-evict-dedupe-window-seconds``, ours."""
@@ -227,6 +233,79 @@ class AuditConfig:
     ``--audit-max-disk-space-mb`` (default 16)."""
 
 
+RUNTIME_HOOK_POINTS = (
+    "PreRunPodSandbox",
+    "PostStopPodSandbox",
+    "PreRemoveRunPodSandbox",
+    "PreCreateContainer",
+    "PreStartContainer",
+    "PostStartContainer",
+    "PreUpdateContainerResources",
+    "PostStopContainer",
+)
+"""Koordinator's runtime hook stage names (``RuntimeHookType``), for
+``--runtime-hooks-disable-stages`` (koordlet.runtimehooks.model.HookPoint holds the same)."""
+
+
+@dataclass(frozen=True, slots=True)
+class RuntimeHooksConfig:
+    """The runtime hooks: the hook server koord-runtime-proxy calls, and the NRI plugin
+    (docs/runtimehooks.md). Paths default to the host's, as the other path settings do; the
+    DaemonSet passes the in-container ones upstream uses as defaults."""
+
+    addr: str = "/var/run/koordlet/koordlet.sock"
+    """Unix socket the hook server listens on; empty disables it. Koordinator's
+    ``--runtime-hooks-addr`` (upstream default ``/host-var-run-koordlet/koordlet.sock``, the
+    DaemonSet's mount of the host's ``/var/run/koordlet``). The folder must exist: it is not
+    created (the systemd unit's ``RuntimeDirectory``, the DaemonSet's mount)."""
+    host_endpoint: str = "/var/run/koordlet/koordlet.sock"
+    """The same socket as the host sees it, written for koord-runtime-proxy into
+    ``<config_path>/koordlet.json``; Koordinator's ``--runtime-hooks-host-endpoint``."""
+    config_path: str = "/etc/runtime/hookserver.d"
+    """Folder of the runtime proxy's hook-server files, where ``koordlet.json`` is written when
+    the folder exists; Koordinator's ``--runtime-hooks-config-path`` (upstream default the
+    DaemonSet's ``/host-etc-hookserver/``)."""
+    disable_stages: frozenset[str] = frozenset()
+    """Stages where no hook runs (``PreCreateContainer,...``); Koordinator's
+    ``--runtime-hooks-disable-stages``."""
+    timeout: float = 1.0
+    """Seconds one request's hooks (pod-level cgroup writes included) may take before the
+    request goes on unchanged; ``--runtime-hooks-timeout``, ours."""
+    reconcile_interval: float = 10.0
+    """Seconds between the reconciler's rounds over the running pods' cgroups; Koordinator's
+    ``--runtime-hooks-reconcile-interval`` (default 10 s)."""
+    nri: bool = True
+    """Register as an NRI plugin with the runtime; Koordinator's ``--enable-nri-runtime-hook``
+    (default true)."""
+    var_run_root: str = "/var/run"
+    """The host's ``/var/run``; Koordinator's ``--var-run-root-dir`` (DaemonSet:
+    ``/host-var-run/``)."""
+    nri_socket_path: str = "nri/nri.sock"
+    """The runtime's NRI socket, relative to ``var_run_root`` unless absolute; Koordinator's
+    ``--runtime-hooks-nri-socket-path`` (default ``nri/nri.sock``)."""
+    nri_plugin_name: str = "koordlet_nri"
+    """Name the plugin registers with; Koordinator's ``--runtime-hooks-nri-plugin-name``."""
+    nri_plugin_index: str = "00"
+    """Two-digit invocation index (lower runs first); Koordinator's
+    ``--runtime-hooks-nri-plugin-index``."""
+    nri_connect_timeout: float = 6.0
+    """Seconds to connect, register and get configured; Koordinator's
+    ``--runtime-hooks-nri-connect-timeout`` (6 s, a little over the runtime's 5 s registration
+    timeout)."""
+    nri_backoff_duration: float = 1.0
+    """First reconnect delay in seconds; Koordinator's ``--runtime-hooks-nri-backoff-duration``."""
+    nri_backoff_factor: float = 2.0
+    """Reconnect delay multiplier; Koordinator's ``--runtime-hooks-nri-backoff-factor``."""
+    nri_backoff_cap: float = 30.0
+    """Longest reconnect delay in seconds; ``--runtime-hooks-nri-backoff-cap`` (upstream's
+    default is unbounded; ours retries at least every 30 s so a restarted runtime is found)."""
+
+    @property
+    def nri_socket(self) -> str:
+        """The NRI socket's absolute path."""
+        return os.path.join(self.var_run_root, self.nri_socket_path)
+
+
 def default_node_name(environ: Mapping[str, str] | None = None) -> str:
     """``$NODE_NAME`` (as Koordinator's DaemonSet sets it) or else the host name, lower-cased as
     the kubelet registers it."""
@@ -243,7 +322,8 @@ class KoordletConfig:
     that variable) or the lower-cased host name."""
     paths: HostPaths = field(default_factory=HostPaths)
     """Host file system roots; Koordinator's ``--cgroup-root-dir`` (default ``/sys/fs/cgroup``),
-    ``--proc-root-dir`` (``/proc``) and ``--sys-root-dir`` (``/sys``), as in its host mode."""
+    ``--proc-root-dir`` (``/proc``), ``--sys-root-dir`` (``/sys``) and ``--var-lib-kubelet-dir``
+    (``/var/lib/kubelet``), as in its host mode."""
     cgroup: CgroupConfig = field(default_factory=CgroupConfig)
     """Cgroup version, driver and kubepods directory."""
     collect: CollectConfig = field(default_factory=CollectConfig)
@@ -256,6 +336,8 @@ class KoordletConfig:
     """The audit log."""
     kube: KubeConfig = field(default_factory=KubeConfig)
     """The API server connection and NodeMetric reporting (ignored with ``--standalone``)."""
+    runtime_hooks: RuntimeHooksConfig = field(default_factory=RuntimeHooksConfig)
+    """The runtime hooks' server and NRI plugin."""
     standalone: bool = False
     """Run without the Kubernetes API server: pods from the kubepods hierarchy, the NodeSLO from
     a local file; ``--standalone``, ours (default false)."""
@@ -395,6 +477,25 @@ def _optional_path(value: object) -> str:
     return _string(value).strip()
 
 
+def _verbosity(text: str) -> str:
+    """``-v N`` (klog's verbosity) as a log level: 4 and above is debug, below that info."""
+    try:
+        level = int(text)
+    except ValueError:
+        raise ConfigError(f"must be a whole number, got {text!r}", source="-v") from None
+    return "debug" if level >= 4 else "info"
+
+
+def _optional_host(value: object) -> str:
+    """A host name or IP address (no scheme, port or path); empty for none."""
+    text = _string(value).strip()
+    if any(c in text for c in "/ \t") or text.count(":") == 1:
+        raise ValueError(
+            f"must be a host name or IP address (no scheme, port or path), got {text!r}"
+        )
+    return text
+
+
 def _optional_file(value: object) -> str:
     """A file path, made absolute against the working directory; empty for none."""
     text = _string(value).strip()
@@ -456,26 +557,75 @@ def _port(allow_zero: bool) -> Callable[[object], int]:
     return convert
 
 
+def _hook_stages(value: object) -> frozenset[str]:
+    """``A,B`` (flag or YAML string) or a YAML list of Koordinator's runtime hook stage names."""
+    if isinstance(value, str):
+        items = [part.strip() for part in value.split(",")]
+    elif isinstance(value, list | tuple | frozenset | set):
+        items = [_string(item).strip() for item in value]
+    else:
+        raise TypeError(f"must be a comma-separated string or a list of stages, got {value!r}")
+    stages = frozenset(item for item in items if item)
+    bad = sorted(stages - set(RUNTIME_HOOK_POINTS))
+    if bad:
+        raise ValueError(f"unknown stages {bad}; known: {', '.join(RUNTIME_HOOK_POINTS)}")
+    return stages
+
+
+def _optional_socket(value: object) -> str:
+    text = _string(value).strip()
+    return _abs_path(text) if text else ""
+
+
+def _factor(value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        raise TypeError(f"must be a number, got {value!r}")
+    try:
+        number = float(value)
+    except ValueError as err:
+        raise ValueError(f"must be a number, got {value!r}") from err
+    if not (math.isfinite(number) and number >= 1.0):
+        raise ValueError(f"must be a number >= 1, got {value!r}")
+    return number
+
+
+def _plugin_index(value: object) -> str:
+    text = _string(value).strip()
+    if not re.fullmatch(r"[0-9]{2}", text):
+        raise ValueError(f"must be two digits (NRI's plugin index), got {value!r}")
+    return text
+
+
+def _plugin_name(value: object) -> str:
+    text = _nonempty(value)
+    if not re.fullmatch(r"[A-Za-z0-9_.-]+", text):
+        raise ValueError(f"must be letters, digits, '_', '.', '-', got {value!r}")
+    return text
+
+
 def _evictions(value: object) -> int:
-    """A whole number of evictions per round, 1 to 1000."""
-    return _whole_number_to_1000(value)
+    """A whole number of evictions per round, 0 (no cap) to 1000."""
+    number = _whole_number(value)
+    if not 0 <= number <= 1000:
+        raise ValueError(f"must be between 0 (no cap) and 1000, got {number}")
+    return number
 
 
 def _requests_in_flight(value: object) -> int:
     """A whole number of requests, 1 to 1000."""
-    return _whole_number_to_1000(value)
+    number = _whole_number(value)
+    if not 1 <= number <= 1000:
+        raise ValueError(f"must be between 1 and 1000, got {number}")
+    return number
 
 
-def _whole_number_to_1000(value: object) -> int:
+def _whole_number(value: object) -> int:
     if isinstance(value, bool) or not isinstance(value, int | str):
         raise TypeError(f"must be a whole number, got {value!r}")
     text = str(value).strip()
     if not (text.isascii() and text.isdigit()):
         raise ValueError(f"must be a whole number, got {value!r}")
-    number = int(text)
-    if not 1 <= number <= 1000:
-        raise ValueError(f"must be between 1 and 1000, got {number}")
-    return number
+    return int(text)
 
 
 @dataclass(frozen=True, slots=True)
@@ -514,6 +664,8 @@ SETTINGS: tuple[Setting, ...] = (
             "host /proc", "--proc-root-dir"),
     Setting("paths.sysRootDir", "paths.sys_root", ("--sys-root-dir",), _abs_path, "host /sys",
             "--sys-root-dir"),
+    Setting("paths.varLibKubeletDir", "paths.kubelet_root", ("--var-lib-kubelet-dir",),
+            _abs_path, "the kubelet's root directory (pod volumes)", "--var-lib-kubelet-dir"),
     Setting("cgroup.version", "cgroup.version", ("--cgroup-version",),
             _choice("auto", "v1", "v2"), "auto, v1 or v2"),
     Setting("cgroup.driver", "cgroup.driver", ("--cgroup-driver",),
@@ -528,6 +680,10 @@ SETTINGS: tuple[Setting, ...] = (
             ("--collect-node-cpu-info-interval-seconds", "--collect-node-cpu-info-interval"),
             _positive_duration, "node CPU info collection interval",
             "--collect-node-cpu-info-interval-seconds"),
+    Setting("collect.nodeStorageInfoInterval", "collect.node_storage_info_interval",
+            ("--collect-node-storage-info-interval",), _positive_duration,
+            "block devices and pod volumes collection interval",
+            "--collect-node-storage-info-interval"),
     Setting("collect.psiInterval", "collect.psi_interval",
             ("--psi-collector-interval-seconds", "--psi-collector-interval"),
             _positive_duration, "PSI collection interval", "--psi-collector-interval-seconds"),
@@ -576,7 +732,7 @@ SETTINGS: tuple[Setting, ...] = (
             ("--cpu-evict-cool-time-seconds",), _positive_duration,
             "pause after a CPU eviction", "--cpu-evict-cool-time-seconds"),
     Setting("qos.evictMaxPerRound", "qos.evict_max_per_round", ("--qos-evict-max-per-round",),
-            _evictions, "evictions per strategy round at most"),
+            _evictions, "evictions per strategy round at most (0: no cap)"),
     Setting("qos.evictDedupeWindow", "qos.evict_dedupe_window",
             ("--qos-evict-dedupe-window-seconds",), _positive_duration,
             "seconds before a pod may be evicted again"),
@@ -604,7 +760,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("kube.podsSource", "kube.pods_source", ("--pods-source",),
             _choice("apiserver", "kubelet", "both"), "cluster mode: apiserver, kubelet or both"),
     Setting("kube.kubeletAddress", "kube.kubelet_address", ("--kubelet-address",),
-            _optional_path, "kubelet host ('' for the Node's address)"),
+            _optional_host, "kubelet host name or IP ('' for the Node's address)"),
     Setting("kube.kubeletPreferredAddressType", "kube.kubelet_preferred_address_type",
             ("--kubelet-preferred-address-type",), _nonempty,
             "Node address type to reach the kubelet", "--kubelet-preferred-address-type"),
@@ -624,6 +780,50 @@ SETTINGS: tuple[Setting, ...] = (
             "--kubelet-sync-interval"),
     Setting("kube.kubeletSyncTimeout", "kube.kubelet_sync_timeout", ("--kubelet-sync-timeout",),
             _positive_duration, "time one kubelet request may take", "--kubelet-sync-timeout"),
+    Setting("runtimeHooks.addr", "runtime_hooks.addr", ("--runtime-hooks-addr",),
+            _optional_socket, "hook server unix socket ('' disables it)", "--runtime-hooks-addr"),
+    Setting("runtimeHooks.hostEndpoint", "runtime_hooks.host_endpoint",
+            ("--runtime-hooks-host-endpoint",), _abs_path,
+            "the hook socket as the host sees it (for koord-runtime-proxy)",
+            "--runtime-hooks-host-endpoint"),
+    Setting("runtimeHooks.configPath", "runtime_hooks.config_path",
+            ("--runtime-hooks-config-path",), _abs_path,
+            "folder of koord-runtime-proxy's hook-server files", "--runtime-hooks-config-path"),
+    Setting("runtimeHooks.disableStages", "runtime_hooks.disable_stages",
+            ("--runtime-hooks-disable-stages",), _hook_stages,
+            "runtime hook stages where no hook runs", "--runtime-hooks-disable-stages"),
+    Setting("runtimeHooks.timeout", "runtime_hooks.timeout", ("--runtime-hooks-timeout",),
+            _positive_duration, "time one request's hooks may take before it goes on unchanged"),
+    Setting("runtimeHooks.reconcileInterval", "runtime_hooks.reconcile_interval",
+            ("--runtime-hooks-reconcile-interval",), _positive_duration,
+            "interval of the reconciler applying the hooks to running pods' cgroups",
+            "--runtime-hooks-reconcile-interval"),
+    Setting("runtimeHooks.nri", "runtime_hooks.nri", ("--enable-nri-runtime-hook",), _bool,
+            "register as an NRI plugin with the runtime", "--enable-nri-runtime-hook",
+            is_bool=True),
+    Setting("runtimeHooks.varRunRootDir", "runtime_hooks.var_run_root", ("--var-run-root-dir",),
+            _abs_path, "the host's /var/run", "--var-run-root-dir"),
+    Setting("runtimeHooks.nriSocketPath", "runtime_hooks.nri_socket_path",
+            ("--runtime-hooks-nri-socket-path",), _nonempty,
+            "NRI socket (relative to --var-run-root-dir)", "--runtime-hooks-nri-socket-path"),
+    Setting("runtimeHooks.nriPluginName", "runtime_hooks.nri_plugin_name",
+            ("--runtime-hooks-nri-plugin-name",), _plugin_name, "NRI plugin name",
+            "--runtime-hooks-nri-plugin-name"),
+    Setting("runtimeHooks.nriPluginIndex", "runtime_hooks.nri_plugin_index",
+            ("--runtime-hooks-nri-plugin-index",), _plugin_index, "NRI plugin index",
+            "--runtime-hooks-nri-plugin-index"),
+    Setting("runtimeHooks.nriConnectTimeout", "runtime_hooks.nri_connect_timeout",
+            ("--runtime-hooks-nri-connect-timeout",), _positive_duration,
+            "time to connect and register with NRI", "--runtime-hooks-nri-connect-timeout"),
+    Setting("runtimeHooks.nriBackoffDuration", "runtime_hooks.nri_backoff_duration",
+            ("--runtime-hooks-nri-backoff-duration",), _positive_duration,
+            "first NRI reconnect delay", "--runtime-hooks-nri-backoff-duration"),
+    Setting("runtimeHooks.nriBackoffFactor", "runtime_hooks.nri_backoff_factor",
+            ("--runtime-hooks-nri-backoff-factor",), _factor, "NRI reconnect delay multiplier",
+            "--runtime-hooks-nri-backoff-factor"),
+    Setting("runtimeHooks.nriBackoffCap", "runtime_hooks.nri_backoff_cap",
+            ("--runtime-hooks-nri-backoff-cap",), _positive_duration,
+            "longest NRI reconnect delay", "--runtime-hooks-nri-backoff-cap"),
     Setting("audit.logDir", "audit.log_dir", ("--audit-log-dir",), _optional_abs_path,
             "audit log directory ('' for <state-dir>/audit)", "--audit-log-dir"),
     Setting("audit.maxDiskSpaceMB", "audit.max_disk_space_mb", ("--audit-max-disk-space-mb",),
@@ -636,7 +836,7 @@ FEATURE_GATES_KEY = "featureGates"
 """The YAML key of the feature gates: a mapping of gate → bool, or a ``--feature-gates`` string."""
 
 _BY_KEY = {s.key: s for s in SETTINGS}
-_SECTIONS = ("paths", "cgroup", "collect", "server", "qos", "audit", "kube")
+_SECTIONS = ("paths", "cgroup", "collect", "server", "qos", "audit", "kube", "runtimeHooks")
 _LONG_FLAGS = {f[2:] for s in SETTINGS for f in s.flags}
 _LONG_FLAGS |= {"config", "feature-gates", "version", "help"}
 _METAVARS: Mapping[Callable[[object], Any], str] = {
@@ -644,10 +844,13 @@ _METAVARS: Mapping[Callable[[object], Any], str] = {
     _abs_path: "DIR",
     _addr: "HOST:PORT",
     _optional_path: "FILE",
+    _optional_host: "HOST",
     _optional_file: "FILE",
     _optional_abs_path: "DIR",
     _strategy_names: "A,B",
     _disk_mb: "MIB",
+    _hook_stages: "A,B",
+    _optional_socket: "SOCKET",
 }
 _DEFAULT_TEXT = {
     "nodeName": "$NODE_NAME, else the host name",
@@ -657,9 +860,9 @@ _DEFAULT_TEXT = {
 }
 
 
-class _Parser(argparse.ArgumentParser):
+class _Parser(SuggestingParser):
     def error(self, message: str) -> NoReturn:
-        raise ConfigError(message, source="command line")
+        raise ConfigError(suggestion(self, message), source="command line")
 
 
 def _attr(obj: Any, path: str) -> Any:
@@ -700,6 +903,16 @@ def build_parser(commands: Mapping[str, str] | None = None) -> argparse.Argument
         allow_abbrev=False,
     )
     parser.add_argument("--version", action="version", version=VERSION_TEXT)
+    parser.add_argument(
+        "-v",
+        "--verbose",
+        nargs="?",
+        const="4",
+        metavar="N",
+        default=argparse.SUPPRESS,
+        help="debug logging, tracebacks of start-up failures included (as --log-level debug); "
+        "a klog verbosity N below 4 keeps info (default: off; Koordinator: -v)",
+    )
     parser.add_argument(
         "--config",
         metavar="FILE",
@@ -851,6 +1064,7 @@ def load_config(
     values: dict[str, Any] = {}
     sources: dict[str, tuple[str, str]] = {}
     config_file: str | None = args.pop("config", None)
+    verbose = args.pop("verbose", None)
     gates = FeatureGates() if config_file is None else _read_file(config_file, values, sources)
     for text in args.pop(FEATURE_GATES_KEY, []):
         overrides = parse_overrides(text, source=FEATURE_GATES_FLAG)
@@ -859,9 +1073,12 @@ def load_config(
         flag = _BY_KEY[key].flags[0]
         values[key] = _convert(_BY_KEY[key], raw, flag)
         sources[key] = (flag, "")
+    if verbose is not None:
+        values["logLevel"] = _verbosity(verbose)
 
     top: dict[str, Any] = {}
-    sections: dict[str, dict[str, Any]] = {name: {} for name in _SECTIONS}
+    # keyed by KoordletConfig attribute (the YAML section names but runtimeHooks)
+    sections: dict[str, dict[str, Any]] = {name: {} for name in (*_SECTIONS, "runtime_hooks")}
     for key, value in values.items():
         section, _, attr = _BY_KEY[key].attr.rpartition(".")
         (sections[section] if section else top)[attr] = value
@@ -890,6 +1107,7 @@ def load_config(
         qos=QoSConfig(**sections["qos"]),
         audit=AuditConfig(**sections["audit"]),
         kube=KubeConfig(**sections["kube"]),
+        runtime_hooks=RuntimeHooksConfig(**sections["runtime_hooks"]),
         feature_gates=gates,
         config_file=config_file,
         **top,
@@ -911,10 +1129,19 @@ def config_as_dict(cfg: KoordletConfig) -> dict[str, Any]:
     return out
 
 
-def load_node_slo(path: str) -> NodeSLOSpec:
-    """:func:`apis.slo.load_node_slo_file`, with its errors as ConfigError naming file and
-    field."""
+def load_node_slo(path: str) -> NodeSLOInForce:
+    """The local NodeSLO file, every section checked: what the koordlet's start (and ``koordlet
+    host-app``) accepts. Raises ConfigError naming the file and the field of the first bad value
+    (a bad section at start is a configuration error; on reload it keeps its last good value,
+    ``koordlet.statesinformer.hostapps``)."""
     try:
-        return load_node_slo_file(path)
+        in_force = read_node_slo_file(path, now=time.time())
     except SchemaError as err:
         raise _config_error(err) from err
+    for section in ALL_SECTIONS:
+        rejection = in_force.rejected.get(section)
+        if rejection is not None:
+            raise ConfigError(
+                rejection.error.message, source=rejection.error.source, field=rejection.error.field
+            )
+    return in_force

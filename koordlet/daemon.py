@@ -17,7 +17,10 @@ Start, one stage after the other, each logged with its duration (``docs/architec
                    then the QoS manager, one supervised loop per strategy of the table, with
                    the dry-run settings (an unknown name in --qos-dry-run-strategies is a
                    configuration error)
-    6 server       /metrics, /healthz, /readyz and /debug (with /debug/audit and /debug/qos);
+    6 runtimehooks the runtime hooks' dispatcher (the hook plugin table under the feature gates),
+                   the hook server koord-runtime-proxy calls and the NRI plugin's loop
+                   (docs/runtimehooks.md)
+    7 server       /metrics, /healthz, /readyz and /debug (with /debug/audit and /debug/qos);
                    then ready
 
 SIGTERM or SIGINT stops the stages that started, in reverse order, within :data:`STOP_TIMEOUT`
@@ -36,6 +39,7 @@ new layout (logged once), so a kubelet started after the koordlet is found.
 from __future__ import annotations
 
 import asyncio
+import functools
 import gc
 import logging
 import os
@@ -48,28 +52,33 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast
 from prometheus_client import CollectorRegistry, Counter
 from prometheus_client.registry import Collector
 
-from apis.slo import NodeSLOSpec
+from apis.errors import FieldError
+from apis.slo_inforce import NodeSLOInForce
 from koordlet import __version__
+from koordlet.collectors import gpu as gpu_collector
 from koordlet.collectors.framework import CollectorContext, CollectorSpec, OnDemand
+from koordlet.collectors.nodeinfo import INFO_KEY as NODE_INFO_KEY
 from koordlet.collectors.runner import CollectorRunner, TickReport
 from koordlet.collectors.table import COLLECTORS, build_collectors, export_max_ages
 from koordlet.config import KoordletConfig, config_as_dict
 from koordlet.errors import ConfigError
 from koordlet.events.source import PressureEventSource
-from koordlet.executor.audit import DEFAULT_BACKUPS, AuditLog
+from koordlet.executor.audit import AuditLog, audit_log_for
+from koordlet.executor.originals import OriginalsJournal, read_boot_id
 from koordlet.executor.writer import CgroupWriter
 from koordlet.metriccache.series import container_entity, host_app_entity, pod_entity
 from koordlet.metriccache.store import MetricCache
 from koordlet.qos.evictor import CgroupKillEvictor, EvictionBackend, Evictor
-from koordlet.qos.manager import QoSBook, QoSManager, StrategyContext, StrategyFactory
-from koordlet.qos.table import FEATURE_GATES as QOS_FEATURE_GATES
+from koordlet.qos.framework import QoSBook, StrategyContext, StrategySpec
+from koordlet.qos.manager import QoSManager
 from koordlet.qos.table import STRATEGIES
 from koordlet.sdnotify import Notifier, Watchdog
-from koordlet.selfmetrics import Readiness, SelfMetrics
+from koordlet.selfmetrics import NodeSLOSections, Readiness, SelfMetrics
 from koordlet.server.app import ServerDeps, ServerHandle, ServerLimits, build_app, start_server
 from koordlet.server.exporter import KoordletExporter
 from koordlet.server.health import LoopHealth
 from koordlet.server.limiter import LimitConfig
+from koordlet.server.summary import UiDeps, thresholds_of
 from koordlet.statesinformer.hostapps import NodeSLOFileSource
 from koordlet.statesinformer.inventory import InventoryChange, WorkloadInventory
 from koordlet.statesinformer.kubepods import KubepodsSource
@@ -85,13 +94,16 @@ from kubeclient.signals import StopSignals
 
 if TYPE_CHECKING:  # cluster mode only: imported when used (kubernetes_asyncio costs ~60 MiB)
     from koordlet.reporter.nodemetric import NodeMetricReporter
+    from koordlet.reporter.topology import KubeletTopology
+    from koordlet.runtimehooks.cpuset import CPUSetRule
+    from koordlet.runtimehooks.stage import RuntimeHooks
     from koordlet.statesinformer.kube import KubeStatesSource
     from koordlet.statesinformer.kubelet import KubeletPodsSource
     from kubeclient.client import KubeClient
 
 logger = logging.getLogger(__name__)
 
-STAGES = ("executor", "metriccache", "states", "collectors", "qos", "server")
+STAGES = ("executor", "metriccache", "states", "collectors", "qos", "runtimehooks", "server")
 """Start-up stages, in start order; they stop in the reverse order. Also the readiness stages."""
 STOP_TIMEOUT = 5.0
 """Seconds within which every started stage must have stopped."""
@@ -100,6 +112,7 @@ SERVER_SHUTDOWN_TIMEOUT = 2.0
 EXIT_OK, EXIT_FAILED, EXIT_CONFIG = 0, 1, 2
 
 _Stop = Callable[[float], Awaitable[object]]
+_DEFAULT_NODE_SLO = NodeSLOInForce()
 _T = TypeVar("_T")
 
 
@@ -185,7 +198,7 @@ class Daemon:
         cfg: KoordletConfig,
         *,
         collectors: Sequence[CollectorSpec] = COLLECTORS,
-        strategies: Mapping[str, StrategyFactory] = STRATEGIES,
+        strategies: Sequence[StrategySpec] = STRATEGIES,
         settle_gc_when_ready: bool = False,
     ) -> None:
         self.cfg = cfg
@@ -202,6 +215,7 @@ class Daemon:
             "Reloads of the local NodeSLO file that failed; the last good version stays.",
             registry=self.registry,
         )
+        self.registry.register(NodeSLOSections(self._node_slo))
         self.health = LoopHealth()
         """Whether the collect loop and the QoS strategies keep up (``/readyz``, gauges)."""
         self.registry.register(self.health)
@@ -216,6 +230,7 @@ class Daemon:
         self.host: Host | None = None
         self.writer: CgroupWriter | None = None
         self.audit: AuditLog | None = None
+        self.originals: OriginalsJournal | None = None
         self.evictor: Evictor | None = None
         self.cache: MetricCache | None = None
         self.capabilities: Capabilities | None = None
@@ -230,6 +245,11 @@ class Daemon:
         self.events: PressureEventSource | None = None
         self.qos: QoSManager | None = None
         self.server: ServerHandle | None = None
+        self.runtime_hooks: RuntimeHooks | None = None
+        self.kubelet_topology: KubeletTopology | None = None
+        """Cluster mode with ``NodeTopologyReport``: the kubelet's reserved CPUs and CPU manager
+        policy, for the share pools of the NRT and of the cpuset hook alike."""
+        self._cpuset_rule_cache: tuple[tuple[object, ...], CPUSetRule] | None = None
         self._driver_watch: _DriverWatch | None = None
 
     # Start -------------------------------------------------------------------------------------
@@ -244,6 +264,7 @@ class Daemon:
             self._start_states,
             self._start_collectors,
             self._start_qos,
+            self._start_runtimehooks,
             self._start_server,
         )
         for number, (name, step) in enumerate(zip(STAGES, steps, strict=True), 1):
@@ -251,9 +272,11 @@ class Daemon:
             try:
                 await step()
             except ConfigError as err:
-                logger.error("stage %s failed to start: %s", name, err)  # noqa: TRY400 (no trace)
+                # One line naming the flag or file; the CLI prints it, the traceback at debug.
+                logger.debug("stage %s failed to start: %s", name, err, exc_info=True)
+                logger.info("stage %s failed to start; stopping what started", name)
                 await self.stop()
-                return EXIT_CONFIG
+                raise
             except Exception:
                 logger.exception("stage %s failed to start; stopping what started", name)
                 await self.stop()
@@ -291,15 +314,28 @@ class Daemon:
     async def _start_executor(self) -> None:
         cfg = self.cfg.cgroup
         self.host = await asyncio.to_thread(
-            Host.detect,
+            Host.detect_configured,
             self.cfg.paths,
             version=None if cfg.version == "auto" else CgroupVersion(cfg.version),
             driver=None if cfg.driver == "auto" else CgroupDriver(cfg.driver),
             kube_path=cfg.kube_path,
         )
-        audit = build_audit_log(self.cfg)
+        audit = audit_log_for(self.cfg)
         audit.start()
         self.audit = audit
+        journal = OriginalsJournal(
+            self.cfg.state_dir, boot_id=read_boot_id(self.cfg.paths.proc_root)
+        )
+        await asyncio.to_thread(journal.load)
+        pruned = await asyncio.to_thread(journal.prune_missing)
+        self.originals = journal
+        logger.info(
+            "originals journal %s: %d values recorded before this koordlet's first writes "
+            "(koordlet reset puts them back)%s",
+            journal.path,
+            len(journal),
+            f", {pruned} of removed cgroups dropped" if pruned else "",
+        )
         # Stops after the writer (a stage's steps stop last registered first): the writer's
         # last changes still reach the file.
         self._on_stop("executor", lambda t: asyncio.to_thread(audit.close, min(t, 2.0)))
@@ -310,6 +346,7 @@ class Daemon:
             observe=self.metrics.resource_updated,
             dry_run_all=qos.dry_run,
             dry_run_strategies=qos.dry_run_strategies,
+            record_original=journal.record,
         )
         writer.start()
         self.writer = writer
@@ -371,11 +408,15 @@ class Daemon:
         a bounded time for the first sync; without it, protect on the persisted NodeSLO."""
         from koordlet.statesinformer.kube import KubeStatesSource
         from kubeclient.client import KubeClient
+        from kubeclient.errors import ConfigError as KubeConfigError
 
         kube_cfg = self.cfg.kube
-        kube = await KubeClient.connect(
-            kube_cfg.kubeconfig or None, request_timeout=kube_cfg.request_timeout
-        )
+        try:
+            kube = await KubeClient.connect(
+                kube_cfg.kubeconfig or None, request_timeout=kube_cfg.request_timeout
+            )
+        except KubeConfigError as err:
+            raise kubeconfig_error(kube_cfg.kubeconfig, err) from err
         self.kube = kube
         self._on_stop("states", lambda _t: kube.close())
         states = KubeStatesSource(
@@ -460,7 +501,8 @@ class Daemon:
 
     async def _start_reporters(self, supervisor: Supervisor, states: KubeStatesSource) -> None:
         """Cluster mode: the peak predictor and the NodeMetric status (``--enable-node-metric-
-        report``), and the NodeResourceTopology (gate ``NodeTopologyReport``)."""
+        report``), the NodeResourceTopology (gate ``NodeTopologyReport``) and the Device (gate
+        ``Accelerators``)."""
         from koordlet.reporter.nodemetric import NodeMetricReporter
         from koordlet.reporter.predictor import PeakPredictor, PredictorConfig
         from koordlet.reporter.topology import KubeletTopology, TopologyReporter
@@ -486,14 +528,20 @@ class Daemon:
                 scope=kube_cfg.kubelet_topology_scope or None,
             )
             topology = TopologyReporter(kube, cache, states.node, pods, kubelet)
+            self.kubelet_topology = kubelet
             supervisor.spawn("nrt-report", topology.run, component="reporter")
+        if self.cfg.feature_gates.enabled(gpu_collector.FEATURE_GATE):
+            from koordlet.reporter.device import DeviceReporter
+
+            devices = DeviceReporter(kube, cache, states.node)
+            supervisor.spawn("device-report", devices.run, component="reporter")
 
     async def _start_qos(self) -> None:
-        unknown = sorted(self.cfg.qos.dry_run_strategies - set(self._strategy_table))
+        names = {spec.name for spec in self._strategy_table}
+        unknown = sorted(self.cfg.qos.dry_run_strategies - names)
         if unknown:
             raise ConfigError(
-                f"unknown strategies {unknown}; the strategy table has "
-                f"{sorted(self._strategy_table) or 'none'}",
+                f"unknown strategies {unknown}; the strategy table has {sorted(names) or 'none'}",
                 source="--qos-dry-run-strategies",
             )
         host = self._need(self.host)
@@ -515,6 +563,7 @@ class Daemon:
             node_slo=self._node_slo,
             capabilities=self.capabilities,
             evictor=self.evictor,
+            read_now=self.read_now,
             node=self._kube_node,
             events=events,
             audit=audit,
@@ -522,7 +571,7 @@ class Daemon:
             dry_run_strategies=self.cfg.qos.dry_run_strategies,
             book=QoSBook(on_stale=self.metrics.stale_inputs),
         )
-        qos = QoSManager(ctx, self._strategy_table, supervisor, gates=QOS_FEATURE_GATES)
+        qos = QoSManager(ctx, self._strategy_table, supervisor)
         self._on_stop("qos", qos.stop)
         self.qos = qos
         qos.start()
@@ -530,10 +579,65 @@ class Daemon:
         self.health.watch_rounds(
             "qos", ctx.book, {name: s.interval for name, s in running.items()}, prefix="qos/"
         )
-        for name, strategy in running.items():
-            if callable(getattr(strategy, "collect", None)):  # its own koordlet_* families
-                self.registry.register(cast(Collector, strategy))
-                logger.debug("strategy %s exports its metrics", name)
+        for name, strategy in qos.exporting().items():  # its own koordlet_* families
+            self.registry.register(cast(Collector, strategy))
+            logger.debug("strategy %s exports its metrics", name)
+
+    async def _start_runtimehooks(self) -> None:
+        from koordlet.runtimehooks.stage import start_runtime_hooks
+        from koordlet.runtimehooks.table import HookContext
+
+        hooks = await start_runtime_hooks(
+            self.cfg,
+            HookContext(
+                node_slo=self._node_slo,
+                host=lambda: self.host,
+                capabilities=lambda: self.capabilities,
+                cpuset_rule=self._cpuset_rule,
+            ),
+            registry=self.registry,
+            writer=self._need(self.writer),
+            audit=self._need(self.audit),
+            supervisor=self._supervisor("runtimehooks"),
+            kube=self.kube,
+            enabled=self.cfg.feature_gates.enabled,
+            workloads=self._snapshot,
+        )
+        self.runtime_hooks = hooks
+        self._on_stop("runtimehooks", hooks.stop)
+
+    def _cpuset_rule(self) -> CPUSetRule:
+        """The cpuset hook's view of the node: the share pools as the NRT reports them (online
+        CPUs per NUMA node less the kubelet's reserved ones, the Node's reservation and SYSTEM
+        QoS CPUs, and LSE/LSR pods' CPUs) and the kubelet's CPU manager policy when its config
+        file told it."""
+        from koordlet.collectors.nodeinfo import INFO_KEY
+        from koordlet.runtimehooks.cpuset import CPUSetRule
+        from koordlet.runtimehooks.sharepool import share_pools_of
+        from koordlet.statesinformer.nodetopo import (
+            cpus_of_node_info,
+            node_annotations,
+            reserved_cpus,
+            system_qos_exclusive_cpus,
+        )
+
+        info = self.cache.get_info(INFO_KEY) if self.cache is not None else None
+        kubelet = self.kubelet_topology
+        snapshot = self._snapshot()
+        node = self._kube_node()
+        key = (snapshot, info, kubelet, node)
+        cached = self._cpuset_rule_cache
+        if cached is not None and all(a is b for a, b in zip(cached[0], key, strict=True)):
+            return cached[1]  # the same pods and node: a reconcile round asks once per container
+        reserved = set(kubelet.reserved_cpus if kubelet is not None else ())
+        if node is not None:
+            annotations = node_annotations(node)
+            reserved |= reserved_cpus(annotations, cpus_of_node_info(info))
+            reserved |= system_qos_exclusive_cpus(annotations)
+        pools = share_pools_of(info, snapshot.pods.values(), frozenset(reserved))
+        rule = CPUSetRule(pools, kubelet.cpu_manager_policy if kubelet is not None else None)
+        self._cpuset_rule_cache = (key, rule)
+        return rule
 
     def _build_evictor(self, audit: AuditLog) -> Evictor:
         """The evictor every strategy evicts through. Its backend empties the victim's cgroup
@@ -590,9 +694,22 @@ class Daemon:
                 )
             ),
         )
-        handle = await start_server(
-            build_app(deps), server.host, server.port, shutdown_timeout=SERVER_SHUTDOWN_TIMEOUT
+        ui = UiDeps(
+            config=self.cfg,
+            thresholds=thresholds_of(self._node_slo),
+            node_info=lambda: cache.get_info(NODE_INFO_KEY),
+            points=cache.points,
         )
+        try:
+            handle = await start_server(
+                build_app(deps, ui),
+                server.host,
+                server.port,
+                shutdown_timeout=SERVER_SHUTDOWN_TIMEOUT,
+            )
+        except OSError as err:
+            why = os.strerror(err.errno).lower() if err.errno else str(err)
+            raise ConfigError(f"cannot listen on {server.addr}: {why}", source="--addr") from err
         self.server = handle
         self._on_stop("server", lambda t: handle.stop())
 
@@ -639,12 +756,17 @@ class Daemon:
         """Drop the series (and the writer's cached values) of pods and apps that are gone."""
         cache, writer = self._need(self.cache), self._need(self.writer)
         dropped = 0
+        gone_dirs = []
         for uid in change.removed:
             dropped += cache.drop_entity(pod_entity(uid))
             dropped += cache.drop_prefix(container_entity(uid, ""))
             pod = before.pods.get(uid)
             if pod is not None:
                 writer.forget(pod.cgroup_dir)
+                gone_dirs.append(pod.cgroup_dir)
+        journal = self.originals
+        if gone_dirs and journal is not None:  # its file I/O on the writer thread
+            writer.call(functools.partial(journal.forget_cgroups, gone_dirs))
         if change.host_apps_changed:
             declared = {a.name for a in change.snapshot.host_apps}
             for app in before.host_apps:
@@ -685,6 +807,9 @@ class Daemon:
         if self.events is not None:
             for key, reason in sorted(self.events.unsupported.items()):
                 out[f"events/{key}"] = {"supported": False, "reason": reason, "runtime": True}
+        if self.runtime_hooks is not None:
+            for key, reason in sorted(self.runtime_hooks.unsupported.items()):
+                out[f"runtimehooks/{key}"] = {"supported": False, "reason": reason}
         return out
 
     def _describe_audit(self, limit: int, strategy: str | None, kind: str | None) -> dict[str, Any]:
@@ -698,10 +823,12 @@ class Daemon:
     def _snapshot(self) -> WorkloadSnapshot:
         return self._need(self.inventory).snapshot()
 
-    def _node_slo(self) -> NodeSLOSpec:
+    def _node_slo(self) -> NodeSLOInForce:
+        """The NodeSLO in force: the API server's in cluster mode, the local file's in standalone
+        mode with one, else Koordinator's defaults."""
         if self.kube_states is not None:
             return self.kube_states.node_slo
-        return self.nodeslo.spec if self.nodeslo is not None else NodeSLOSpec()
+        return self.nodeslo.in_force if self.nodeslo is not None else _DEFAULT_NODE_SLO
 
     def _supervisor(self, stage: str) -> Supervisor:
         supervisor = Supervisor(self.metrics)
@@ -765,7 +892,7 @@ async def run(
     cfg: KoordletConfig,
     *,
     collectors: Sequence[CollectorSpec] = COLLECTORS,
-    strategies: Mapping[str, StrategyFactory] = STRATEGIES,
+    strategies: Sequence[StrategySpec] = STRATEGIES,
     stop: asyncio.Event | None = None,
     own_process: bool = False,
 ) -> int:
@@ -799,14 +926,19 @@ async def run(
             await daemon.stop()
 
 
-def build_audit_log(cfg: KoordletConfig) -> AuditLog:
-    """The audit log in ``cfg.audit_dir``, its disk budget split over the current file and
-    :data:`~koordlet.executor.audit.DEFAULT_BACKUPS` rotated ones."""
-    files = DEFAULT_BACKUPS + 1
-    return AuditLog(
-        cfg.audit_dir,
-        max_bytes=cfg.audit.max_disk_space_mb * 1024 * 1024 // files,
-        backups=DEFAULT_BACKUPS,
+def kubeconfig_error(given: str, err: FieldError) -> ConfigError:
+    """A one-line start-up error for an API server the koordlet cannot reach a configuration
+    for: a kubeconfig that does not load names the file; none at all (and not in a pod) says to
+    pass one, or ``--standalone``."""
+    path = given or os.environ.get("KUBECONFIG", "")
+    if path:
+        reason = err.message if os.path.exists(path) else "no such file"
+        source = "--kubeconfig" if given else "$KUBECONFIG"
+        return ConfigError(reason, source=source, field=path)
+    return ConfigError(
+        "not given, $KUBECONFIG unset and not running in a cluster (no service account); "
+        "pass --kubeconfig FILE, or --standalone to run without Kubernetes",
+        source="--kubeconfig",
     )
 
 

@@ -70,6 +70,18 @@ KOORDLET_FEATURES: Mapping[str, FeatureSpec] = MappingProxyType(
         ),
         "BECPUEvict": FeatureSpec(False, _A, True, "evict BE pods starved of CPU"),
         "BEMemoryEvict": FeatureSpec(False, _A, True, "evict BE pods on node memory pressure"),
+        "MemoryEvict": FeatureSpec(
+            False, _A, True, "evict opted-in pods under a priority on node memory pressure"
+        ),
+        "MemoryAllocatableEvict": FeatureSpec(
+            False, _A, True, "evict batch/mid pods whose memory requests exceed the allocatable"
+        ),
+        "CPUEvict": FeatureSpec(
+            False, _A, True, "evict opted-in pods under a priority on node CPU usage"
+        ),
+        "CPUAllocatableEvict": FeatureSpec(
+            False, _A, True, "evict batch/mid pods whose CPU requests exceed the allocatable"
+        ),
         "CPUBurst": FeatureSpec(True, _B, True, "set cfs burst; scale CFS quota of throttled pods"),
         "SystemConfig": FeatureSpec(
             False, _A, True, "tune vm.min_free_kbytes and vm.watermark_scale_factor"
@@ -77,20 +89,43 @@ KOORDLET_FEATURES: Mapping[str, FeatureSpec] = MappingProxyType(
         "RdtResctrl": FeatureSpec(True, _B, True, "LLC and memory-bandwidth isolation by resctrl"),
         "CgroupReconcile": FeatureSpec(False, _A, True, "reconcile QoS cgroup settings"),
         "NodeTopologyReport": FeatureSpec(
-            True, _B, False, "report the node topology as a NodeResourceTopology object"
+            True, _B, True, "report the node topology as a NodeResourceTopology object"
         ),
-        "Accelerators": FeatureSpec(False, _A, False, "GPU support (NVIDIA)"),
+        "Accelerators": FeatureSpec(False, _A, True, "GPU support (NVIDIA)"),
         "NetDevices": FeatureSpec(False, _A, False, "report network devices (RDMA)"),
         "CPICollector": FeatureSpec(False, _A, True, "collect cycles-per-instruction by perf"),
         "Libpfm4": FeatureSpec(False, _A, False, "use libpfm4 for the CPI collector"),
         "PSICollector": FeatureSpec(False, _A, True, "collect pressure stall information"),
-        "BlkIOReconcile": FeatureSpec(False, _A, False, "block I/O QoS"),
+        "BlkIOReconcile": FeatureSpec(False, _A, True, "block I/O QoS (blkio/io cgroup files)"),
         "ColdPageCollector": FeatureSpec(False, _A, True, "collect cold page (kidled) memory"),
         "HugePageReport": FeatureSpec(False, _A, False, "report hugepages per NUMA node"),
+        # The runtime hooks' gates, which upstream adds to the koordlet's
+        # (pkg/koordlet/runtimehooks/config.go: defaultRuntimeHooksFG).
+        "GroupIdentity": FeatureSpec(True, _B, True, "runtime hook: group identity (bvt)"),
+        "CPUSetAllocator": FeatureSpec(
+            True, _B, True, "runtime hook: cpuset of LSR/LSE pods from the scheduler"
+        ),
+        "GPUEnvInject": FeatureSpec(False, _A, True, "runtime hook: allocated GPUs' env"),
+        "RDMADeviceInject": FeatureSpec(False, _A, False, "runtime hook: allocated RDMA devices"),
+        "BatchResource": FeatureSpec(
+            True, _B, True, "runtime hook: cgroups of batch and mid pods from their resources"
+        ),
+        "CPUNormalization": FeatureSpec(
+            False, _A, False, "runtime hook: cpu cgroups of CPU-normalized LS pods"
+        ),
+        "CoreSched": FeatureSpec(False, _A, True, "runtime hook: core scheduling cookies"),
+        "TerwayQoS": FeatureSpec(False, _A, False, "runtime hook: Terway network QoS"),
+        "TCNetworkQoS": FeatureSpec(
+            False, _A, True, "network QoS by tc: the HTB tree and pods' net_cls class ids"
+        ),
+        "Resctrl": FeatureSpec(
+            False, _A, True, "runtime hook: a started container's threads into its class's group"
+        ),
     }
 )
 """Every koordlet gate Koordinator defines (upstream ``defaultKoordletFeatureGates``, commit
-1366c7d), with whether this implementation acts on it."""
+1366c7d, and the runtime hooks' ``defaultRuntimeHooksFG``), with whether this implementation acts
+on it."""
 
 DEFAULTS: Mapping[str, bool] = MappingProxyType(
     {name: spec.default for name, spec in KOORDLET_FEATURES.items()}

@@ -41,13 +41,15 @@ import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from apis.slo import HostApplication, NodeSLOSpec
+from apis.slo import HostApplication
+from apis.slo_inforce import NodeSLOInForce
 from koordlet.config import DEFAULT_NODESLO_FILE, load_config, load_node_slo
 from koordlet.errors import ConfigError, HostError, KoordletError
 from koordlet.statesinformer.hostapps import cgroup_present, host_app_cgroup_dir
 from koordlet.system.cgroups import CgroupDriver, CgroupLayout, CgroupVersion
 from koordlet.system.host import Host
 from koordlet.system.paths import HostPaths
+from kubeclient.flags import SuggestingParser
 
 logger = logging.getLogger(__name__)
 
@@ -90,7 +92,7 @@ class Placement:
         return tuple(os.path.join(root, self.rel) for root in self.roots)
 
 
-def find_app(spec: NodeSLOSpec, name: str, source: str) -> HostApplication:
+def find_app(spec: NodeSLOInForce, name: str, source: str) -> HostApplication:
     """The application called ``name``; ConfigError listing the declared ones otherwise."""
     for app in spec.host_applications:
         if app.name == name:
@@ -223,7 +225,7 @@ def process_count(placement: Placement) -> int | None:
 
 
 def _parser() -> argparse.ArgumentParser:
-    common = argparse.ArgumentParser(add_help=False)
+    common = SuggestingParser(add_help=False)
     common.add_argument(
         "--config",
         help="koordlet configuration file to take paths, cgroup settings and the NodeSLO file from",
@@ -235,7 +237,7 @@ def _parser() -> argparse.ArgumentParser:
     common.add_argument("--cgroup-version", choices=("auto", "v1", "v2"))
     common.add_argument("--cgroup-driver", choices=("auto", "systemd", "cgroupfs"))
     common.add_argument("--cgroup-kube-dir", help="kubepods directory (kubepods/)")
-    parser = argparse.ArgumentParser(
+    parser = SuggestingParser(
         prog="koordlet host-app", description="Host applications in their reserved cgroups."
     )
     sub = parser.add_subparsers(dest="action", required=True)
@@ -249,7 +251,7 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _host_and_spec(args: argparse.Namespace) -> tuple[Host, NodeSLOSpec, str]:
+def _host_and_spec(args: argparse.Namespace) -> tuple[Host, NodeSLOInForce, str]:
     flags = ["--config", args.config] if args.config else []
     for flag in ("cgroup_root_dir", "cgroup_version", "cgroup_driver", "cgroup_kube_dir"):
         value = getattr(args, flag)

@@ -16,9 +16,12 @@ from __future__ import annotations
 import logging
 import platform
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
+from prometheus_client.core import GaugeMetricFamily, Metric
+
+from apis.slo_inforce import ALL_SECTIONS, NodeSLOInForce
 
 logger = logging.getLogger(__name__)
 
@@ -207,3 +210,33 @@ class Readiness:
     def _publish(self) -> None:
         if self._metrics is not None:
             self._metrics.ready.set(1 if self.ready() else 0)
+
+
+class NodeSLOSections:
+    """``koordlet_nodeslo_section_rejected{section}``: 1 while the NodeSLO's value of a section
+    is rejected (its last good value, or the default, is in force), else 0; one sample per
+    section, built at each scrape from the NodeSLO in force. Ours: upstream's koordlet does not
+    validate the NodeSLO."""
+
+    def __init__(self, node_slo: Callable[[], NodeSLOInForce]) -> None:
+        self._node_slo = node_slo
+
+    def describe(self) -> Iterable[Metric]:
+        return [self._family()]
+
+    def collect(self) -> Iterable[Metric]:
+        """Prometheus collector protocol: fresh samples per scrape."""
+        family = self._family()
+        rejected = self._node_slo().rejected
+        for section in ALL_SECTIONS:
+            family.add_metric([section], 1.0 if section in rejected else 0.0)
+        return [family]
+
+    @staticmethod
+    def _family() -> GaugeMetricFamily:
+        return GaugeMetricFamily(
+            "koordlet_nodeslo_section_rejected",
+            "1 while the NodeSLO's value of the section is rejected and its last good value "
+            "(or the default) stays in force",
+            labels=["section"],
+        )

@@ -246,19 +246,40 @@ class KubeClient:
             "PATCH", res.path(namespace, name, sub), body=patch, content_type=patch_type.value
         )
 
-    async def delete(self, res: Resource, name: str, namespace: str | None = None) -> Obj:
-        return await self.request("DELETE", res.path(namespace, name))
+    async def delete(
+        self,
+        res: Resource,
+        name: str,
+        namespace: str | None = None,
+        *,
+        options: Mapping[str, Any] | None = None,
+    ) -> Obj:
+        """DELETE one object; ``options`` is a ``metav1.DeleteOptions`` body
+        (``gracePeriodSeconds``, ``preconditions``...)."""
+        body = None if options is None else {"kind": "DeleteOptions", "apiVersion": "v1", **options}
+        return await self.request("DELETE", res.path(namespace, name), body=body)
 
-    async def evict(self, namespace: str, name: str, *, uid: str = "") -> Obj:
-        """POST a policy/v1 Eviction for a pod (``uid``: only that incarnation of the name).
+    async def evict(
+        self,
+        namespace: str,
+        name: str,
+        *,
+        uid: str = "",
+        delete_options: Mapping[str, Any] | None = None,
+    ) -> Obj:
+        """POST a policy/v1 Eviction for a pod (``uid``: only that incarnation of the name;
+        ``delete_options``: the Eviction's ``deleteOptions``, a uid precondition added).
         A disruption budget's refusal is :class:`~kubeclient.errors.TooManyRequests`."""
         body: Obj = {
             "apiVersion": "policy/v1",
             "kind": "Eviction",
             "metadata": {"name": name, "namespace": namespace},
         }
+        options = dict(delete_options or {})
         if uid:
-            body["deleteOptions"] = {"preconditions": {"uid": uid}}
+            options["preconditions"] = {**(options.get("preconditions") or {}), "uid": uid}
+        if options:
+            body["deleteOptions"] = options
         return await self.request("POST", PODS.path(namespace, name, "eviction"), body=body)
 
 

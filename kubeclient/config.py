@@ -29,12 +29,12 @@ async def load_configuration(kubeconfig: str | None = None) -> k8s_client.Config
                 config_file=path, client_configuration=cfg, persist_config=False
             )
         except Exception as err:  # the loader raises ConfigException, OSError, YAML errors
-            raise ConfigError(f"kubeconfig {path}: {err}") from err
+            raise ConfigError(str(err), source=f"kubeconfig {path}") from err
         logger.info("Kubernetes API at %s (kubeconfig %s)", cfg.host, path)
         return cfg
     try:
         k8s_config.load_incluster_config(client_configuration=cfg)  # type: ignore[no-untyped-call]
     except Exception as err:  # ConfigException when not in a pod
-        raise ConfigError(f"no --kubeconfig and not in a cluster: {err}") from err
+        raise ConfigError(f"not given, and not in a cluster: {err}", source="--kubeconfig") from err
     logger.info("Kubernetes API at %s (in-cluster service account)", cfg.host)
     return cfg

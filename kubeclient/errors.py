@@ -4,6 +4,7 @@
 
     KubeError
     ├── ConfigError                 no usable kubeconfig or in-cluster service account
+    │                               (also an apis.errors.FieldError: source, field, message)
     └── ApiError                    the API server answered with a failure (status, reason, body)
         ├── NotFound                404: the object (or its namespace) does not exist
         ├── Conflict                409: a stale resourceVersion on update, or already exists
@@ -19,13 +20,17 @@ from __future__ import annotations
 
 from typing import Any
 
+from apis.errors import FieldError
+
 
 class KubeError(Exception):
     """Base of every error of the Kubernetes client layer."""
 
 
-class ConfigError(KubeError):
-    """Neither a kubeconfig file nor an in-cluster service account could be loaded."""
+class ConfigError(KubeError, FieldError):
+    """Neither a kubeconfig file nor an in-cluster service account could be loaded: ``source``
+    names the kubeconfig (``kubeconfig /path``) or the flag (``--kubeconfig``), ``message`` the
+    loader's reason."""
 
 
 class ApiError(KubeError):

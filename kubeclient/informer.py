@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
@@ -49,8 +49,34 @@ def object_key(obj: Obj) -> str:
     return f"{ns}/{name}" if ns else name
 
 
+def name_of(obj: Obj) -> str:
+    """``metadata.name`` (``""`` when absent)."""
+    return str((obj.get("metadata") or {}).get("name") or "")
+
+
+def namespaced_name(obj: Obj) -> str:
+    """``namespace/name`` of a namespaced object, its namespace ``default`` when the object
+    names none (as the API server defaults it)."""
+    meta = obj.get("metadata") or {}
+    return f"{meta.get('namespace') or 'default'}/{meta.get('name') or ''}"
+
+
 def resource_version_of(obj: Obj) -> str:
     return str((obj.get("metadata") or {}).get("resourceVersion", ""))
+
+
+def waiting_for(informers: Iterable[Informer]) -> list[str]:
+    """What a reader of ``informers`` still waits for, one line an informer: relisting after a
+    410 Gone, or not listed yet (with its last error); empty when every one is current or its
+    kind is not served."""
+    waiting: list[str] = []
+    for informer in informers:
+        if informer.relisting:
+            waiting.append(f"{informer.name} (relisting after 410 Gone)")
+        elif not (informer.synced or informer.absent):
+            why = f": {informer.last_error}" if informer.last_error else ""
+            waiting.append(f"{informer.name} (not listed yet{why})")
+    return waiting
 
 
 @dataclass

@@ -2,7 +2,7 @@
 
 A :class:`Resource` names a collection by group, version and plural; objects stay plain decoded
 JSON (``dict``), typed at the edge by the caller's ``TypedDict``. The table below is the whole
-set the koordlet, koord-manager and koord-scheduler talk to.
+set the koordlet, koord-manager, koord-scheduler and koord-descheduler talk to.
 """
 
 from __future__ import annotations
@@ -70,6 +70,14 @@ ELASTIC_QUOTAS = Resource(
 POD_GROUPS = Resource(SIGS_SCHEDULING_GROUP, V1ALPHA1, "podgroups", "PodGroup", True)
 RESERVATIONS = Resource(SCHEDULING_GROUP, V1ALPHA1, "reservations", "Reservation", namespaced=False)
 DEVICES = Resource(SCHEDULING_GROUP, V1ALPHA1, "devices", "Device", False)
+NAMESPACES = Resource("", "v1", "namespaces", "Namespace", namespaced=False)
+PERSISTENT_VOLUME_CLAIMS = Resource(
+    "", "v1", "persistentvolumeclaims", "PersistentVolumeClaim", namespaced=True
+)
+PERSISTENT_VOLUMES = Resource("", "v1", "persistentvolumes", "PersistentVolume", namespaced=False)
+POD_DISRUPTION_BUDGETS = Resource(
+    "policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget", namespaced=True
+)
 ELASTIC_QUOTA_PROFILES = Resource(
     QUOTA_GROUP, V1ALPHA1, "elasticquotaprofiles", "ElasticQuotaProfile", True
 )
@@ -78,3 +86,16 @@ PRIORITY_CLASSES = Resource(
 )
 EVENTS_V1 = Resource("events.k8s.io", "v1", "events", "Event", namespaced=True)
 """``events.k8s.io/v1`` Events (series aggregation), as kube-scheduler records them."""
+POD_DISRUPTION_BUDGETS = Resource(
+    "policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget", namespaced=True
+)
+POD_MIGRATION_JOBS = Resource(
+    SCHEDULING_GROUP, V1ALPHA1, "podmigrationjobs", "PodMigrationJob", namespaced=False
+)
+REPLICA_SETS = Resource("apps", "v1", "replicasets", "ReplicaSet", namespaced=True)
+DEPLOYMENTS = Resource("apps", "v1", "deployments", "Deployment", namespaced=True)
+STATEFUL_SETS = Resource("apps", "v1", "statefulsets", "StatefulSet", namespaced=True)
+REPLICATION_CONTROLLERS = Resource(
+    "", "v1", "replicationcontrollers", "ReplicationController", namespaced=True
+)
+"""The workloads whose replicas bound a migration (the descheduler's controller finder)."""

@@ -27,6 +27,7 @@ from datetime import UTC, datetime
 
 from apis.configuration import parse_slo_controller_config
 from apis.slo import SchemaError, read_document
+from kubeclient.flags import SuggestingParser
 from manager.errors import InputError
 from manager.explain import to_json, to_text
 from manager.noderesource.calculator import calculate, decide_update
@@ -63,7 +64,7 @@ def _webhook_main(argv: Sequence[str]) -> int:
 
 
 def _explain_parser() -> argparse.ArgumentParser:
-    ex = argparse.ArgumentParser(
+    ex = SuggestingParser(
         prog="koord-manager explain",
         description="Compute kubernetes.io/batch-cpu, batch-memory, mid-cpu and mid-memory for "
         "one node exactly as the node resource controller does, and show every term.",
@@ -131,7 +132,7 @@ COMMANDS: Mapping[str, Command] = {
 
 def _parser() -> argparse.ArgumentParser:
     """The top level: lists :data:`COMMANDS` (each parses its own options)."""
-    parser = argparse.ArgumentParser(
+    parser = SuggestingParser(
         prog="koord-manager",
         description="Koordinator's manager: node resources, NodeSLOs and NodeMetrics from the "
         "SLO config, and the colocation-profile webhooks.",

@@ -1,17 +1,23 @@
 """CPU normalization and resource amplification of one node (Koordinator's ``CPUNormalization``
 and ``ResourceAmplification`` node resource plugins).
 
-CPU normalization: the node's CPU model, hyper-threading and turbo state (the koordlet's
-``node.koordinator.sh/cpu-basic-info``) pick a ratio from ``cpu-normalization-config``'s
-``ratioModel``: ``baseRatio`` (neither), ``hyperThreadEnabledRatio``, ``turboEnabledRatio`` or
-``hyperThreadTurboEnabledRatio`` (both). The node label ``node.koordinator.sh/
-cpu-normalization-enabled`` overrides the strategy's ``enable``; disabled writes ``1.00``. A
-ratio outside [1.0, 5.0] is rejected. The ratio goes to the node annotation
-``node.koordinator.sh/cpu-normalization-ratio`` (two decimals) and batch-cpu is amplified by it.
+CPU normalization (``plugins/cpunormalization/plugin.go`` upstream): the node's CPU model,
+hyper-threading and turbo state (the koordlet's ``node.koordinator.sh/cpu-basic-info``) pick a
+ratio from ``cpu-normalization-config``'s ``ratioModel``: ``baseRatio`` (neither),
+``hyperThreadEnabledRatio``, ``turboEnabledRatio`` or ``hyperThreadTurboEnabledRatio`` (both).
+When the model has no entry, or its entry lacks that ratio, ``defaultRatio`` applies if set
+(``getCPUNormalizationRatio``). The node label ``node.koordinator.sh/cpu-normalization-enabled``
+overrides the strategy's ``enable``; disabled writes ``1.00``. The ratio chosen must be in
+[1.0, 5.0] (``isCPUNormalizationRatioValid``), else the node keeps its annotation. The ratio goes
+to the node annotation ``node.koordinator.sh/cpu-normalization-ratio`` (two decimals) and
+batch-cpu is amplified by it.
 
-Resource amplification: ``resource-amplification-config`` ratios (when enabled), the CPU ratio
-multiplied by the normalization ratio, each ≥ 1, written as JSON to
-``node.koordinator.sh/resource-amplification-ratio``; the scheduler then sees allocatable x ratio.
+Resource amplification (``plugins/resourceamplification/plugin.go``): the
+``resource-amplification-config`` ratios (when enabled), the CPU ratio (1 when unset or not
+positive) multiplied by the normalization ratio and kept when above 1; only these final ratios
+must be ≥ 1 (``validateResourceAmplificationRatios``). Written as JSON with two decimals (the
+``extension.Ratio`` type's ``MarshalJSON``) to ``node.koordinator.sh/resource-amplification-ratio``;
+the scheduler then sees allocatable x ratio.
 """
 
 from __future__ import annotations
@@ -25,40 +31,15 @@ from apis.configuration import (
     CPU_NORMALIZATION_MAX_RATIO,
     CPU_NORMALIZATION_MIN_RATIO,
     CPUNormalizationConfig,
+    CPUNormalizationStrategy,
     ResourceAmplificationConfig,
 )
 from apis.gobool import parse_go_bool
 from apis.manager_keys import ANNOTATION_CPU_BASIC_INFO, LABEL_CPU_NORMALIZATION_ENABLED
+from apis.nodetopo import CPUBasicInfo
 
 DEFAULT_RATIO_TEXT = "1.00"
 """The annotation value written when normalization is off."""
-
-
-@dataclass(frozen=True, slots=True)
-class CPUBasicInfo:
-    """The koordlet's ``cpu-basic-info``."""
-
-    cpu_model: str
-    """``cpuModel``, as /proc/cpuinfo names it."""
-    hyper_thread_enabled: bool
-    """``hyperThreadEnabled``."""
-    turbo_enabled: bool
-    """``turboEnabled``."""
-
-
-def parse_cpu_basic_info(raw: str) -> CPUBasicInfo:
-    """The JSON of the annotation. Raises ``ValueError``."""
-    doc = json.loads(raw)
-    if not isinstance(doc, Mapping):
-        raise ValueError("cpu basic info must be a JSON object")  # noqa: TRY004 - bad content
-    model = doc.get("cpuModel", "")
-    ht = doc.get("hyperThreadEnabled", False)
-    turbo = doc.get("turboEnabled", False)
-    if not isinstance(model, str) or not isinstance(ht, bool) or not isinstance(turbo, bool):
-        raise ValueError(  # noqa: TRY004 - bad annotation content, not a caller bug
-            "cpuModel must be a string, hyperThreadEnabled and turboEnabled booleans"
-        )
-    return CPUBasicInfo(model, ht, turbo)
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,7 +54,7 @@ class NormalizationResult:
     @property
     def annotation(self) -> str | None:
         """The annotation value (two decimals), or None."""
-        return None if self.ratio is None else f"{self.ratio:.2f}"
+        return None if self.ratio is None else ratio_text(self.ratio)
 
 
 def _label_enabled(labels: Mapping[str, str]) -> bool | None:
@@ -102,12 +83,31 @@ def normalization_ratio(
     enabled = label if label is not None else bool(strategy.enable)
     if not enabled:
         return NormalizationResult(1.0, "disabled: ratio 1.00")
-    if basic_info is None:
+    if basic_info is None:  # upstream requires the CPU basic info before any ratio, default too
         return NormalizationResult(None, f"no {ANNOTATION_CPU_BASIC_INFO} for the node")
-    model = strategy.ratio_model.get(basic_info.cpu_model)
+    ratio, how = ratio_from_model(strategy, basic_info)
+    if ratio is None:
+        if strategy.default_ratio is None:
+            return NormalizationResult(None, how)
+        ratio, how = strategy.default_ratio, f"defaultRatio ({how})"
+    if not CPU_NORMALIZATION_MIN_RATIO <= ratio <= CPU_NORMALIZATION_MAX_RATIO:
+        return NormalizationResult(
+            None,
+            f"{how}: {ratio:g} outside "
+            f"[{CPU_NORMALIZATION_MIN_RATIO:g}, {CPU_NORMALIZATION_MAX_RATIO:g}]: rejected",
+        )
+    return NormalizationResult(ratio, how)
+
+
+def ratio_from_model(
+    strategy: CPUNormalizationStrategy, info: CPUBasicInfo
+) -> tuple[float | None, str]:
+    """The ``ratioModel`` ratio of ``info``'s model and state, and how it was chosen (or why
+    there is none): upstream's ``getCPUNormalizationRatioFromModel``."""
+    model = strategy.ratio_model.get(info.cpu_model)
     if model is None:
-        return NormalizationResult(None, f"no ratio for CPU model {basic_info.cpu_model!r}")
-    ht, turbo = basic_info.hyper_thread_enabled, basic_info.turbo_enabled
+        return None, f"no ratio for CPU model {info.cpu_model!r}"
+    ht, turbo = info.hyper_thread_enabled, info.turbo_enabled
     name, ratio = (
         ("hyperThreadTurboEnabledRatio", model.hyper_thread_turbo_enabled_ratio)
         if ht and turbo
@@ -118,14 +118,8 @@ def normalization_ratio(
         else ("baseRatio", model.base_ratio)
     )
     if ratio is None:
-        return NormalizationResult(None, f"missing {name} for CPU model {basic_info.cpu_model!r}")
-    if not CPU_NORMALIZATION_MIN_RATIO <= ratio <= CPU_NORMALIZATION_MAX_RATIO:
-        return NormalizationResult(
-            None,
-            f"{name} {ratio} of {basic_info.cpu_model!r} outside "
-            f"[{CPU_NORMALIZATION_MIN_RATIO:g}, {CPU_NORMALIZATION_MAX_RATIO:g}]: rejected",
-        )
-    return NormalizationResult(ratio, f"{name} of {basic_info.cpu_model!r}")
+        return None, f"missing {name} for CPU model {info.cpu_model!r}"
+    return ratio, f"{name} of {info.cpu_model!r}"
 
 
 def amplify_batch_cpu(milli_cores: int, ratio: float | None) -> int:
@@ -137,16 +131,18 @@ def amplify_batch_cpu(milli_cores: int, ratio: float | None) -> int:
     return -(-scaled // 1000)
 
 
-def _go_float(value: float) -> str:
-    text = repr(float(value))
-    return text[:-2] if text.endswith(".0") else text
+def ratio_text(value: float) -> str:
+    """A ratio as upstream writes it: two decimals (``strconv.FormatFloat(f, 'f', 2, 64)``;
+    both round the exact binary value half to even)."""
+    return f"{value:.2f}"
 
 
 def amplification_ratios(
     config: ResourceAmplificationConfig, labels: Mapping[str, str], cpu_ratio: float | None
 ) -> tuple[dict[str, float], str | None]:
-    """Resource → amplification ratio of a node, and the annotation JSON (None: remove it).
-    Raises ``ValueError`` when a ratio would fall below 1."""
+    """Resource → final amplification ratio of a node, and the annotation JSON (None: remove
+    it). ``cpu_ratio`` is the node's CPU normalization ratio. Raises ``ValueError`` naming the
+    resource when a final ratio is below 1 (upstream then leaves the annotation alone)."""
     strategy = config.for_node(labels)
     ratios = dict(strategy.ratios) if strategy.enable else {}
     cpu = ratios.get("cpu", 0.0)
@@ -155,12 +151,19 @@ def amplification_ratios(
         final *= cpu_ratio
     if final > 1:
         ratios["cpu"] = final
-    for name, value in ratios.items():
+    for name, value in sorted(ratios.items()):
         if value < 1 or not math.isfinite(value):
-            raise ValueError(f"amplification ratio of {name} is {value}, must be >= 1")
+            detail = (
+                f" (cpu {cpu:g} x normalization {cpu_ratio:g})"
+                if name == "cpu" and cpu_ratio
+                else ""
+            )
+            raise ValueError(
+                f"final amplification ratio of {name} is {value:g}{detail}, must be >= 1"
+            )
     if not ratios:
         return ratios, None
-    body = ",".join(f"{json.dumps(k)}:{_go_float(v)}" for k, v in sorted(ratios.items()))
+    body = ",".join(f"{json.dumps(k)}:{ratio_text(v)}" for k, v in sorted(ratios.items()))
     return ratios, "{" + body + "}"
 
 

@@ -3,7 +3,9 @@
 ::
 
     ManagerError
-    └── InputError      a Node, NodeMetric, pod list or file that does not fit its schema
+    ├── InputError      a Node, NodeMetric, pod list or file that does not fit its schema
+    │                   (also an apis.errors.FieldError and a ValueError)
+    └── webhook.profiles.ProfileError   a ClusterColocationProfile that cannot be used
                         (also an apis.errors.FieldError and a ValueError)
 
 Configuration errors are :class:`apis.slo.SchemaError` (raised by ``apis.configuration``); the

@@ -18,7 +18,6 @@ from __future__ import annotations
 import abc
 import asyncio
 import logging
-import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import ClassVar, NoReturn, TypedDict
@@ -26,50 +25,15 @@ from typing import ClassVar, NoReturn, TypedDict
 from apis.manager_keys import SLO_CONFIG_NAME, SLO_CONFIG_NAMESPACE
 from kubeclient.client import KubeClient, Obj
 from kubeclient.errors import ApiError
-from kubeclient.informer import Informer
+from kubeclient.events import core_event
+from kubeclient.informer import Informer, name_of
 from kubeclient.resources import CONFIGMAPS, EVENTS, NODES
 from manager.workqueue import WorkQueue
 
-
-def name_of(obj: Obj) -> str:
-    """``metadata.name`` of ``obj`` ("" when absent)."""
-    return str((obj.get("metadata") or {}).get("name") or "")
-
-
-def invalid_config_event(
-    cm: Obj,
-    message: str,
-    *,
-    name: str,
-    namespace: str,
-    now: datetime,
-    component: str = "koord-manager",
-    reason: str = "InvalidConfig",
-) -> Obj:
-    """A core v1 Warning Event about the ConfigMap ``namespace/name`` (``cm`` gives its uid and
-    resourceVersion), named as client-go's recorder names it: ``<object>.<nanoseconds in hex>``."""
-    meta = cm.get("metadata") or {}
-    stamp = now.strftime("%Y-%m-%dT%H:%M:%SZ")
-    return {
-        "apiVersion": "v1",
-        "kind": "Event",
-        "metadata": {"name": f"{name}.{time.time_ns():x}", "namespace": namespace},
-        "involvedObject": {
-            "apiVersion": "v1",
-            "kind": "ConfigMap",
-            "name": name,
-            "namespace": namespace,
-            "uid": meta.get("uid", ""),
-            "resourceVersion": meta.get("resourceVersion", ""),
-        },
-        "reason": reason,
-        "message": message[:1024],
-        "type": "Warning",
-        "source": {"component": component},
-        "firstTimestamp": stamp,
-        "lastTimestamp": stamp,
-        "count": 1,
-    }
+EVENT_COMPONENT = "koord-manager"
+"""The ``source.component`` of the manager's Events."""
+REASON_INVALID_CONFIG = "InvalidConfig"
+"""The reason of the Warning Event on a refused ``slo-controller-config``."""
 
 
 class Options(TypedDict, total=False):
@@ -174,13 +138,26 @@ class NodeKeyedController(abc.ABC):
     def _post_event(self, cm: Obj, message: str) -> None:
         """Post a Warning Event on the ConfigMap, in the background (none outside a loop)."""
         meta = cm.get("metadata") or {}
-        event = invalid_config_event(
-            cm,
-            message,
-            name=str(meta.get("name") or self.config_name),
-            namespace=str(meta.get("namespace") or self.config_namespace),
-            now=self._clock(),
+        involved = {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "name": str(meta.get("name") or self.config_name),
+            "namespace": str(meta.get("namespace") or self.config_namespace),
+            "uid": meta.get("uid", ""),
+            "resourceVersion": meta.get("resourceVersion", ""),
+        }
+        self._post(
+            core_event(
+                involved,
+                reason=REASON_INVALID_CONFIG,
+                message=message,
+                component=EVENT_COMPONENT,
+                now=self._clock().timestamp(),
+            )
         )
+
+    def _post(self, event: Obj) -> None:
+        """Create ``event`` in the background (nothing outside a loop)."""
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:  # parsed outside a loop (tests): nothing to post with
@@ -193,7 +170,7 @@ class NodeKeyedController(abc.ABC):
         try:
             await self._client.create(EVENTS, event)
         except ApiError as err:
-            self.log.warning("cannot post the InvalidConfig event: %s", err)
+            self.log.warning("cannot post the %s event: %s", event.get("reason"), err)
 
     # Loops ---------------------------------------------------------------------------------------
     async def worker(self) -> NoReturn:

@@ -27,11 +27,13 @@ from apis.gobool import parse_go_bool
 from kubeclient.client import KubeClient
 from kubeclient.elected import ElectedRunner
 from kubeclient.errors import KubeError
+from kubeclient.flags import SuggestingParser
 from kubeclient.leaderelection import LeaderElectionConfig, identity
 from kubeclient.signals import StopSignals
 from manager.nodekeyed import Options
 from manager.nodemetric.controller import NodeMetricController
 from manager.noderesource.controller import NodeResourceController
+from manager.noderesource.gpudevice import GPUDeviceLabelController
 from manager.slo.controller import NodeSLOController
 
 logger = logging.getLogger(__name__)
@@ -96,10 +98,15 @@ def _nodemetric(client: KubeClient, s: ManagerSettings) -> Controller:
     return NodeMetricController(client, **_options(s))
 
 
+def _gpudevice(client: KubeClient, s: ManagerSettings) -> Controller:
+    return GPUDeviceLabelController(client, **_options(s))
+
+
 CONTROLLERS: Mapping[str, ControllerFactory] = {
     "noderesource": _noderesource,
     "nodeslo": _nodeslo,
     "nodemetric": _nodemetric,
+    "gpudevice": _gpudevice,
 }
 """Every controller ``koord-manager run`` knows, by the name ``--controllers`` takes."""
 
@@ -160,7 +167,7 @@ def _controllers(text: str) -> tuple[str, ...]:
 
 def parser() -> argparse.ArgumentParser:
     """The options of ``koord-manager run``."""
-    p = argparse.ArgumentParser(
+    p = SuggestingParser(
         prog="koord-manager run",
         description="Run the controllers against the API server, only while holding the "
         f"{LEASE_NAME} Lease unless leader election is off. SIGTERM or SIGINT stops them and "

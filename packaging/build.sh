@@ -71,10 +71,12 @@ if grep -rlI -- "$STAGE" "$VENV"; then die "staging path left in the files above
 # 3. The rest of the tree ----------------------------------------------------------------------
 install -d "$STAGE/usr/bin" "$STAGE/etc/koordinator" "$STAGE/usr/share/doc/$NAME"
 ln -s "$PREFIX/bin/koordlet" "$STAGE/usr/bin/koordlet"
+ln -s "$PREFIX/bin/koord-runtime-proxy" "$STAGE/usr/bin/koord-runtime-proxy"
 install -m 0644 packaging/etc/koordlet.yaml packaging/etc/nodeslo.yaml "$STAGE/etc/koordinator/"
-install -m 0644 docs/baremetal.md "$STAGE/usr/share/doc/$NAME/baremetal.md"
+install -m 0644 docs/baremetal.md docs/runtimehooks.md "$STAGE/usr/share/doc/$NAME/"
 printf 'koordinator-py %s\nLicense: Apache-2.0\n' "$VERSION" >"$STAGE/usr/share/doc/$NAME/copyright"
-UNITS=(koordlet.service koordlet.slice host-latency-sensitive.slice host-best-effort.slice)
+UNITS=(koordlet.service koordlet.slice host-latency-sensitive.slice host-best-effort.slice
+  koord-runtime-proxy.service)
 mkdir -p "$DIST"
 
 # 4. .deb ---------------------------------------------------------------------------------------

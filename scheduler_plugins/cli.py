@@ -39,7 +39,8 @@ import yaml
 
 from apis.duration import parse_duration
 from apis.gobool import parse_go_bool
-from scheduler_plugins.config import SchedulerConfig, load_config
+from kubeclient.flags import SuggestingParser
+from scheduler_plugins.config import SchedulerConfig, load_config, parse_feature_gates
 from scheduler_plugins.errors import InputError
 from scheduler_plugins.framework import Evaluation, Framework
 from scheduler_plugins.leader import LeaderElection, from_config
@@ -49,12 +50,15 @@ logger = logging.getLogger(__name__)
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="koord-scheduler", description=__doc__.split("\n")[0])
+    parser = SuggestingParser(prog="koord-scheduler", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
     ex = sub.add_parser("explain", help="explain where a pod would go and why")
     ex.add_argument("--pod", required=True, type=Path, help="a v1 Pod (YAML or JSON)")
     ex.add_argument("--snapshot", required=True, type=Path, help="a v1 List of cluster objects")
     ex.add_argument("--config", type=Path, help="KubeSchedulerConfiguration-style plugin args")
+    ex.add_argument(
+        "--feature-gates", default="", help="A=true,B=false (ElasticQuotaGuaranteeUsage)"
+    )
     ex.add_argument("--now", help="evaluate at this RFC 3339 time (default: the wall clock)")
     ex.add_argument("--json", action="store_true", help="end with one JSON line")
     ext = sub.add_parser("extender", help="serve the kube-scheduler extender protocol")
@@ -63,6 +67,9 @@ def _parser() -> argparse.ArgumentParser:
     )
     ext.add_argument("--addr", default="127.0.0.1:10262", help="listen address HOST:PORT")
     ext.add_argument("--config", type=Path, help="KubeSchedulerConfiguration-style plugin args")
+    ext.add_argument(
+        "--feature-gates", default="", help="A=true,B=false (ElasticQuotaGuaranteeUsage)"
+    )
     ext.add_argument("--bind", action="store_true", help="bind through the API server")
     ext.add_argument(
         "--kubeconfig", help="kubeconfig for informers and --bind (default: in-cluster)"
@@ -71,6 +78,9 @@ def _parser() -> argparse.ArgumentParser:
     run = sub.add_parser("run", help="schedule pods with schedulerName koord-scheduler")
     run.add_argument("--kubeconfig", help="kubeconfig (default: in-cluster)")
     run.add_argument("--config", type=Path, help="KubeSchedulerConfiguration-style plugin args")
+    run.add_argument(
+        "--feature-gates", default="", help="A=true,B=false (ElasticQuotaGuaranteeUsage)"
+    )
     run.add_argument("--scheduler-name", default="koord-scheduler")
     run.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     le = run.add_argument_group("leader election (kube-scheduler's flags)")
@@ -190,14 +200,21 @@ def render(
     return lines
 
 
+def _config(path: Path | None, feature_gates: str) -> SchedulerConfig:
+    """The ``--config`` file (or the defaults) with the ``--feature-gates``."""
+    cfg = load_config(path) if path else SchedulerConfig()
+    return dataclasses.replace(cfg, feature_gates=parse_feature_gates(feature_gates))
+
+
 def explain(
     pod_path: Path,
     snapshot_path: Path,
     config_path: Path | None,
     now: float | None,
     as_json: bool,
+    feature_gates: str = "",
 ) -> int:
-    cfg = load_config(config_path) if config_path else SchedulerConfig()
+    cfg = _config(config_path, feature_gates)
     fw = cfg.framework()
     snapshot: Snapshot = load_snapshot(snapshot_path)
     pod = load_pod(pod_path)
@@ -217,21 +234,28 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
         if args.command == "explain":
-            return explain(args.pod, args.snapshot, args.config, _parse_now(args.now), args.json)
+            return explain(
+                args.pod,
+                args.snapshot,
+                args.config,
+                _parse_now(args.now),
+                args.json,
+                args.feature_gates,
+            )
         logging.basicConfig(
             level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
         )
         import uvloop
 
         if args.command == "run":
-            cfg = load_config(args.config) if args.config else SchedulerConfig()
+            cfg = _config(args.config, args.feature_gates)
             election = leader_election(args)
             from scheduler_plugins.leader import run_elected  # the Kubernetes client, when running
 
             return uvloop.run(run_elected(cfg, args.kubeconfig, election, args.scheduler_name))
         from scheduler_plugins.extender import serve  # aiohttp only for the server
 
-        cfg = load_config(args.config) if args.config else SchedulerConfig()
+        cfg = _config(args.config, args.feature_gates)
         host, port = _split_addr(args.addr)
         return uvloop.run(
             serve(args.snapshot, cfg, host, port, bind=args.bind, kubeconfig=args.kubeconfig)

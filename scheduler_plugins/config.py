@@ -5,11 +5,16 @@ Accepted shapes (YAML or JSON):
 - a ``KubeSchedulerConfiguration``: the profile whose ``schedulerName`` is ``koord-scheduler``
   (else the first profile) gives ``pluginConfig`` (``[{name, args}]``), score weights
   (``plugins.score.enabled[].weight``, ``plugins.multiPoint.enabled[].weight``) and disabled
-  plugins (``plugins.<point>.disabled[].name``; ``"*"`` is ignored);
+  plugins (``plugins.filter.disabled[].name`` and ``multiPoint``: the plugin does not run;
+  ``plugins.score.disabled``: it filters but does not score; ``"*"`` is ignored);
 - a bare plugin args file: ``{"pluginConfig": [{name, args}]}``.
 
 ``percentageOfNodesToScore`` (top level, or in the chosen profile, which wins) is read for the
 standalone scheduler.
+
+Feature gates come from the command line (``--feature-gates ElasticQuotaGuaranteeUsage=true``,
+:func:`parse_feature_gates`), as koord-scheduler takes them; only the gates this scheduler
+implements are accepted.
 
 ``args.apiVersion`` and ``args.kind`` (``LoadAwareSchedulingArgs``) are accepted and dropped.
 Plugins this scheduler does not have are ignored (a stock configuration names many), but a
@@ -27,9 +32,29 @@ import yaml
 
 from scheduler_plugins.errors import InputError
 from scheduler_plugins.framework import Framework
+from scheduler_plugins.plugins import elasticquota
 from scheduler_plugins.table import PLUGINS, PluginFactory, build_framework
 
 SCHEDULER_NAME = "koord-scheduler"
+ELASTIC_QUOTA_GUARANTEE_USAGE = "ElasticQuotaGuaranteeUsage"
+"""Koordinator's feature gate (default off): what a quota uses is guaranteed to it."""
+FEATURE_GATES = {ELASTIC_QUOTA_GUARANTEE_USAGE: False}
+"""The gates koord-scheduler here implements, with their defaults."""
+
+
+def parse_feature_gates(text: str) -> dict[str, bool]:
+    """``A=true,B=false`` as kube components read ``--feature-gates``; raises
+    :class:`InputError` naming an unknown gate or a value that is not a bool."""
+    gates = dict(FEATURE_GATES)
+    for item in filter(None, (p.strip() for p in text.split(","))):
+        name, sep, value = item.partition("=")
+        if not sep or name not in FEATURE_GATES:
+            known = ", ".join(sorted(FEATURE_GATES))
+            raise InputError("--feature-gates", name, f"unknown feature gate (known: {known})")
+        if value.lower() not in ("true", "false"):
+            raise InputError("--feature-gates", name, f"must be true or false, got {value!r}")
+        gates[name] = value.lower() == "true"
+    return gates
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,9 +73,13 @@ class SchedulerConfig:
     """``percentageOfNodesToScore`` (top level, or the profile's, which wins): the standalone
     scheduler stops filtering once this share of the nodes is found feasible; 0 is
     kube-scheduler's adaptive default, 100 every node. The extender scores what it is sent."""
+    feature_gates: dict[str, bool] = field(default_factory=lambda: dict(FEATURE_GATES))
+    """``--feature-gates``: Koordinator's gates this scheduler implements."""
 
     def framework(self, table: Mapping[str, PluginFactory] = PLUGINS) -> Framework:
         """The framework this configuration describes. Raises :class:`InputError`."""
+        if self.feature_gates.get(ELASTIC_QUOTA_GUARANTEE_USAGE) and elasticquota.NAME in table:
+            table = {**table, elasticquota.NAME: elasticquota.build_guaranteeing}
         return build_framework(
             table,
             self.plugin_args,
@@ -120,8 +149,12 @@ def parse_config(doc: Any, source: str) -> SchedulerConfig:
         for i, item in enumerate(sets.get("disabled") or []):
             if not isinstance(item, Mapping) or not isinstance(item.get("name"), str):
                 raise InputError(source, f"{pwhere}.disabled[{i}]", "needs a name")
-            if item["name"] != "*" and point in ("filter", "multiPoint"):
+            if item["name"] == "*":
+                continue
+            if point in ("filter", "multiPoint"):
                 disabled.append(item["name"])
+            elif point == "score":  # still filters, no longer scores
+                weights[item["name"]] = 0
     percentage = 0
     for holder, pwhere in ((doc, ""), (profile, where)):
         value = holder.get("percentageOfNodesToScore")

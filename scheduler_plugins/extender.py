@@ -42,7 +42,6 @@ import gc
 import json
 import logging
 import os
-import signal
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -53,6 +52,7 @@ from aiohttp import web
 
 from kubeclient.errors import KubeError
 from kubeclient.resources import PODS
+from kubeclient.signals import StopSignals
 from scheduler_plugins.config import SchedulerConfig
 from scheduler_plugins.errors import InputError, NotReady
 from scheduler_plugins.extenderapi import (
@@ -87,6 +87,7 @@ from scheduler_plugins.snapshot import (
     parse_node,
     parse_pod,
 )
+from scheduler_plugins.table import EXTENDER_PLUGINS
 
 if TYPE_CHECKING:
     from scheduler_plugins.informed import InformedSnapshot
@@ -496,27 +497,24 @@ async def serve(
             snapshot = informed.snapshot
         binder: Binder | None = KubeBinder(client) if bind else None
         extender = Extender(
-            cfg.framework(),
+            cfg.framework(EXTENDER_PLUGINS),
             snapshot,
             source=source,
             binder=binder,
             tune_gc=True,
             gate=informed.not_ready if informed is not None else None,
         )
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, stop.set)
         runner = web.AppRunner(make_app(extender), access_log=None)
         await runner.setup()
         try:
-            await web.TCPSite(runner, host, port).start()
-            logger.info("extender serving on %s:%d", host, port)
-            if informed is None:
-                await stop.wait()
-                return 0
-            sync = OwnerSync(client, informed.snapshot) if bind else None
-            return await _serve_informed(informed, extender, stop, sync_timeout, sync)
+            with StopSignals() as signals:  # SIGTERM or SIGINT; a second one exits at once
+                await web.TCPSite(runner, host, port).start()
+                logger.info("extender serving on %s:%d", host, port)
+                if informed is None:
+                    await signals.stop.wait()
+                    return 0
+                sync = OwnerSync(client, informed.snapshot) if bind else None
+                return await _serve_informed(informed, extender, signals.stop, sync_timeout, sync)
         finally:
             await runner.cleanup()
     finally:

@@ -9,11 +9,20 @@ As kube-scheduler's framework does it, in one synchronous call per pod:
    plugin on every node and keeps every reason; otherwise a node leaves the candidate list at its
    first failure, as the scheduler does.
 3. **Score** per plugin over the feasible nodes; a plugin that has nothing to say about this pod
-   (``None``) takes no part. Each plugin's scores are normalized to 0..100, then the node's score
-   is the weighted mean ``sum(weight * score) // sum(weight)`` over the plugins that scored.
+   (``None``, kube-scheduler's ``Skip``) takes no part. Each plugin's scores are normalized to
+   0..100 and weighted: the node's rank is kube-scheduler's ``sum(weight * score)`` over the
+   plugins that scored (:attr:`NodeResult.weighted`), shown as the weighted mean
+   ``sum(weight * score) // sum(weight)`` on the 0..100 scale (:attr:`NodeResult.score`, what
+   the extender answers), which orders nodes the same way.
 4. **Reserve** on the chosen node: each plugin may return annotations to patch on the pod
    (NodeNUMAResource's ``scheduling.koordinator.sh/resource-status``); a failure unreserves the
    plugins already reserved, in reverse order.
+
+Preemption (``preemption.py``) asks two more things of a plugin: whether one of its reasons can
+be cured by evicting pods (:meth:`Plugin.unresolvable`, kube-scheduler's
+``UnschedulableAndUnresolvable``), and, for plugins that precompute per pod over other pods
+(PodTopologySpread, InterPodAffinity), to update that state when a pod is taken off a node or put
+back (:meth:`Plugin.remove_pod`, :meth:`Plugin.add_pod`, kube-scheduler's PreFilterExtensions).
 
 Plugins subclass :class:`Plugin`; nothing registers itself: ``table.PLUGINS`` lists them.
 """
@@ -23,6 +32,8 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from itertools import repeat
+from operator import add, mul
 from typing import Any, ClassVar
 
 from scheduler_plugins.errors import SchedulerError
@@ -83,6 +94,18 @@ class Cycle:
     """Epoch seconds of this cycle (NodeMetric expiry, reservation expiry, gang timeouts)."""
     data: dict[str, Any] = field(default_factory=dict)
     """Per-plugin scratch, keyed by plugin name."""
+    _names: tuple[Sequence[NodeInfo], list[str], dict[str, int]] | None = field(
+        default=None, init=False, repr=False
+    )
+
+    def names_of(self, nodes: Sequence[NodeInfo]) -> tuple[list[str], dict[str, int]]:
+        """The names of ``nodes`` in order, and each name mapped to 0 (copy it: ``dict(z)``
+        copies in C what a comprehension over 5,000 nodes builds in Python), kept for the
+        last ``nodes`` asked about: the scoring plugins of a pod share them."""
+        if self._names is None or self._names[0] is not nodes:
+            names = [n.name for n in nodes]
+            self._names = (nodes, names, dict.fromkeys(names, 0))
+        return self._names[1], self._names[2]
 
 
 class Plugin:
@@ -148,6 +171,26 @@ class Plugin:
     def unreserve(self, cycle: Cycle, pod: PodInfo, node: NodeInfo) -> None:
         """Undo :meth:`reserve`."""
 
+    def unresolvable(self, reason: str) -> bool:
+        """Whether evicting pods from the node cannot cure ``reason`` (kube-scheduler's
+        ``UnschedulableAndUnresolvable``: a node selector, a taint); preemption skips such
+        nodes. The default: evicting may help."""
+        return False
+
+    def might_help(
+        self, cycle: Cycle, pod: PodInfo, node: NodeInfo, victims: Sequence[PodInfo]
+    ) -> bool:
+        """Whether this plugin could accept ``pod`` on ``node`` once ``victims`` are taken off
+        it; a cheap check before preemption's dry run of the node. The default: perhaps."""
+        return True
+
+    def remove_pod(self, cycle: Cycle, pod: PodInfo, victim: PodInfo, node: NodeInfo) -> None:
+        """``victim`` was taken off ``node`` while preemption tries it: update what
+        :meth:`pre_filter` computed for ``pod``."""
+
+    def add_pod(self, cycle: Cycle, pod: PodInfo, victim: PodInfo, node: NodeInfo) -> None:
+        """Undo :meth:`remove_pod` (``victim`` is back on ``node``)."""
+
 
 def default_normalize(scores: dict[str, int]) -> dict[str, int]:
     """kube-scheduler's ``DefaultNormalizeScore``: scale so the highest score is 100."""
@@ -170,7 +213,9 @@ class NodeResult:
     scores: dict[str, int] = field(default_factory=dict)
     """Plugin name → normalized score (0..100), feasible nodes only."""
     score: int = 0
-    """Weighted total (0..100)."""
+    """Weighted mean (0..100)."""
+    weighted: int = 0
+    """``sum(weight * score)``: kube-scheduler's total, what ranks the node."""
 
 
 @dataclass(slots=True)
@@ -187,8 +232,8 @@ class Evaluation:
         best: str | None = None
         top = -1
         for name, r in self.nodes.items():
-            if r.feasible and r.score > top:
-                best, top = name, r.score
+            if r.feasible and r.weighted > top:
+                best, top = name, r.weighted
         return best
 
     def as_json(self) -> dict[str, Any]:
@@ -216,6 +261,30 @@ class Framework:
     def new_cycle(self, snapshot: Snapshot, now: float | None = None) -> Cycle:
         """A fresh :class:`Cycle` (``now`` defaults to the wall clock)."""
         return Cycle(snapshot, time.time() if now is None else now)
+
+    def plugin(self, name: str) -> Plugin | None:
+        """The plugin called ``name``, if this framework runs it."""
+        return next((p for p in self.plugins if p.name == name), None)
+
+    def pre_filter(self, cycle: Cycle, pod: PodInfo) -> tuple[str, str] | None:
+        """The pre-filters in order: ``(plugin, reason)`` of the first that rejects the pod."""
+        for plugin in self.plugins:
+            reason = plugin.pre_filter(cycle, pod)
+            if reason is not None:
+                return plugin.name, reason
+        return None
+
+    def unresolvable(self, plugin: str, reason: str) -> bool:
+        """Whether ``plugin``'s ``reason`` is one evicting pods cannot cure."""
+        p = self.plugin(plugin)
+        return p is not None and p.unresolvable(reason)
+
+    def might_help(
+        self, cycle: Cycle, pod: PodInfo, node: NodeInfo, victims: Sequence[PodInfo]
+    ) -> bool:
+        """Whether every plugin could accept ``pod`` on ``node`` once ``victims`` are gone, as
+        far as their cheap checks tell (:meth:`Plugin.might_help`)."""
+        return all(p.might_help(cycle, pod, node, victims) for p in self.plugins)
 
     def filter_nodes(
         self,
@@ -265,6 +334,14 @@ class Framework:
         if all_verdicts:
             candidates = [n for n in nodes if n.name not in failures]
         return candidates
+
+    def first_failure(self, cycle: Cycle, pod: PodInfo, node: NodeInfo) -> str | None:
+        """The node filters (no pre-filter) on one node: the first reason it fails, or
+        ``None`` when it passes (preemption's dry run)."""
+        failures: dict[str, list[tuple[str, str]]] = {}
+        self._run_filters(cycle, pod, [node], failures)
+        failed = failures.get(node.name)
+        return failed[0][1] if failed else None
 
     def find_feasible(
         self,
@@ -370,13 +447,14 @@ class Framework:
                 results[n.name] = NodeResult()
         return results
 
-    def score_nodes(
+    def weighted_scores(
         self, cycle: Cycle, pod: PodInfo, nodes: Sequence[NodeInfo]
-    ) -> tuple[dict[str, dict[str, int]], dict[str, int]]:
-        """Normalized scores by plugin (only plugins that scored), and weighted totals."""
+    ) -> tuple[dict[str, dict[str, int]], dict[str, int], int]:
+        """Normalized scores by plugin (only plugins that scored), kube-scheduler's weighted
+        sums ``sum(weight * score)`` by node, and the sum of the weights that took part."""
         per_plugin: dict[str, dict[str, int]] = {}
         if not nodes:
-            return per_plugin, {}
+            return per_plugin, {}, 0
         weighted: list[tuple[int, dict[str, int]]] = []
         for plugin in self.plugins:
             raw = plugin.score_nodes(cycle, pod, nodes)
@@ -386,27 +464,71 @@ class Framework:
             per_plugin[plugin.name] = scores
             weighted.append((self.weights[plugin.name], scores))
         weight_sum = sum(w for w, _ in weighted)
-        if not weighted or weight_sum == 0:
-            return per_plugin, dict.fromkeys((n.name for n in nodes), 0)
-        if len(weighted) == 1:
-            return per_plugin, dict(weighted[0][1])
-        totals = dict.fromkeys((n.name for n in nodes), 0)
+        uniform = 0  # plugins giving every node the same score shift all totals alike
+        varying: list[tuple[int, dict[str, int]]] = []
         for w, scores in weighted:
-            if w:
-                for name, s in scores.items():
-                    totals[name] += w * s
+            if not w or not scores:
+                continue
+            values = scores.values()
+            low = min(values)
+            if low == max(values):
+                uniform += w * low
+            else:
+                varying.append((w, scores))
+        totals: dict[str, int]
+        if len(varying) == 1 and varying[0][0] == 1 and len(varying[0][1]) == len(nodes):
+            totals = dict(varying[0][1])  # the usual extender case: one plugin scored
+        else:
+            names, _ = cycle.names_of(nodes)
+            acc: list[int] = [uniform] * len(names)
+            uniform = 0
+            for w, scores in varying:
+                if list(scores) == names:  # in node order, as plugins build them: add in C
+                    acc = list(map(add, acc, map(mul, scores.values(), repeat(w))))
+                else:
+                    get = scores.get
+                    acc = [t + w * get(name, 0) for name, t in zip(names, acc, strict=True)]
+            totals = dict(zip(names, acc, strict=True))
+        if uniform:
+            totals = {name: t + uniform for name, t in totals.items()}
+        return per_plugin, totals, weight_sum
+
+    def score_nodes(
+        self, cycle: Cycle, pod: PodInfo, nodes: Sequence[NodeInfo]
+    ) -> tuple[dict[str, dict[str, int]], dict[str, int]]:
+        """Normalized scores by plugin (only plugins that scored), and the weighted means
+        (0..100)."""
+        per_plugin, totals, weight_sum = self.weighted_scores(cycle, pod, nodes)
+        if weight_sum <= 0:
+            return per_plugin, dict.fromkeys(totals, 0)
+        if weight_sum == 1:
+            return per_plugin, totals
         return per_plugin, {name: t // weight_sum for name, t in totals.items()}
+
+    def best_node(self, cycle: Cycle, pod: PodInfo, nodes: Sequence[NodeInfo]) -> str:
+        """The node of ``nodes`` (not empty) with the highest weighted sum (ties: the first)."""
+        _, totals, _ = self.weighted_scores(cycle, pod, nodes)
+        names, _ = cycle.names_of(nodes)
+        if len(totals) == len(names) and totals.keys() >= set(names):
+            return max(names, key=totals.__getitem__)  # the first of the highest
+        best, top = names[0], totals.get(names[0], 0)
+        for name in names:
+            if totals.get(name, 0) > top:
+                best, top = name, totals[name]
+        return best
 
     def score(
         self, cycle: Cycle, pod: PodInfo, nodes: Sequence[NodeInfo], results: dict[str, NodeResult]
     ) -> list[str]:
-        """Fill ``scores`` and ``score`` of ``results`` for ``nodes``; the plugins that scored."""
-        per_plugin, totals = self.score_nodes(cycle, pod, nodes)
+        """Fill ``scores``, ``weighted`` and ``score`` of ``results`` for ``nodes``; the plugins
+        that scored."""
+        per_plugin, totals, weight_sum = self.weighted_scores(cycle, pod, nodes)
         for plugin, scores in per_plugin.items():
             for name, s in scores.items():
                 results[name].scores[plugin] = s
         for name, total in totals.items():
-            results[name].score = total
+            results[name].weighted = total
+            results[name].score = total // weight_sum if weight_sum > 0 else 0
         return list(per_plugin)
 
     def resolve(

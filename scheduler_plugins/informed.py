@@ -2,7 +2,9 @@
 
 :class:`InformedSnapshot` runs one :class:`~kubeclient.informer.Informer` per kind a decision
 reads: Nodes, Pods, NodeMetrics, NodeResourceTopologies, ElasticQuotas, ElasticQuotaProfiles,
-PodGroups, Reservations, Devices and PriorityClasses, and applies every event to one
+PodGroups, Reservations, Devices, PriorityClasses, and for kube-scheduler's in-tree plugins and
+preemption Namespaces, PersistentVolumeClaims, PersistentVolumes and PodDisruptionBudgets, and
+applies every event to one
 :class:`~scheduler_plugins.snapshot.Snapshot` on the event loop (where the extender's handlers
 run too, so there is no lock). A pod the scheduler assumed is replaced by the API server's
 version once its binding is seen.
@@ -35,14 +37,24 @@ from kubeclient.resources import (
     DEVICES,
     ELASTIC_QUOTA_PROFILES,
     ELASTIC_QUOTAS,
+    NAMESPACES,
     NODE_METRICS,
     NODE_RESOURCE_TOPOLOGIES,
     NODES,
+    PERSISTENT_VOLUME_CLAIMS,
+    PERSISTENT_VOLUMES,
+    POD_DISRUPTION_BUDGETS,
     POD_GROUPS,
     PODS,
     PRIORITY_CLASSES,
     RESERVATIONS,
     Resource,
+)
+from scheduler_plugins.clusterobjects import (
+    parse_budget,
+    parse_claim,
+    parse_namespace_labels,
+    parse_volume,
 )
 from scheduler_plugins.errors import InputError
 from scheduler_plugins.plugins.quotaprofile import parse_profile
@@ -75,6 +87,10 @@ KINDS: tuple[Resource, ...] = (
     RESERVATIONS,
     DEVICES,
     PRIORITY_CLASSES,
+    NAMESPACES,
+    PERSISTENT_VOLUME_CLAIMS,
+    PERSISTENT_VOLUMES,
+    POD_DISRUPTION_BUDGETS,
 )
 """What a decision reads, in the order the informers start; every one is waited for."""
 
@@ -185,6 +201,22 @@ class InformedSnapshot:
             return keyed(snap.reservations, _name, dict)
         if res is PRIORITY_CLASSES:
             return keyed(snap.priority_classes, _name, dict)
+        if res is NAMESPACES:
+            return keyed(
+                snap.namespaces, _name, lambda o: parse_namespace_labels(o, "Namespace", _name(o))
+            )
+        if res is PERSISTENT_VOLUME_CLAIMS:
+            return keyed(
+                snap.claims, _ns_name, lambda o: parse_claim(o, "PersistentVolumeClaim", _name(o))
+            )
+        if res is PERSISTENT_VOLUMES:
+            return keyed(
+                snap.volumes, _name, lambda o: parse_volume(o, "PersistentVolume", _name(o))
+            )
+        if res is POD_DISRUPTION_BUDGETS:
+            return keyed(
+                snap.budgets, _ns_name, lambda o: parse_budget(o, "PodDisruptionBudget", _name(o))
+            )
         return keyed(snap.devices, _name, dict)
 
     async def run(self) -> None:

@@ -16,10 +16,13 @@ aggregation (``tools/events/event_broadcaster.go``, ``recordToSink``):
   ``eventTime``; a patch that finds the Event gone creates it again.
 
 kube-scheduler writes ``FailedScheduling`` (Warning, action ``Scheduling``) for a pod it could not
-place and ``Scheduled`` (Normal, action ``Binding``, ``Successfully assigned ns/name to node``)
-once it is bound; the controller is the profile's scheduler name, the instance
-``<controller>-<host name>``, a note cut to 1 KiB (``truncateMessage``). Events about
-cluster-scoped objects (a Reservation) go to namespace ``default``.
+place, ``Scheduled`` (Normal, action ``Binding``, ``Successfully assigned ns/name to node``)
+once it is bound, and ``Preempted`` (Normal, action ``Preempting``, ``Preempted by ns/name on
+node N``) regarding each victim of a preemption, with the preemptor as ``related``
+(``prepareCandidate`` in ``pkg/scheduler/framework/preemption``, v1.25); the controller is the
+profile's scheduler name, the instance ``<controller>-<host name>``, a note cut to 1 KiB
+(``truncateMessage``). Events about cluster-scoped objects (a Reservation) go to namespace
+``default``.
 
 **The PodScheduled condition** (:class:`PodConditions`): after a failed attempt kube-scheduler
 (``handleSchedulingFailure`` → ``updatePod``) sets ``PodScheduled`` False with reason
@@ -61,6 +64,7 @@ REASON_SCHEDULER_ERROR = "SchedulerError"
 """``v1.PodReasonSchedulerError``: reserve, permit or bind failed."""
 FAILED_SCHEDULING = "FailedScheduling"
 SCHEDULED = "Scheduled"
+PREEMPTED = "Preempted"
 
 
 def micro_time(epoch: float) -> str:
@@ -138,6 +142,18 @@ class EventRecorder:
         note = f"Successfully assigned {pod.namespace}/{pod.name} to {node}"
         await self.record(pod_reference(pod), "Normal", SCHEDULED, "Binding", note)
 
+    async def preempted(self, victim: PodInfo, preemptor: PodInfo, node: str) -> None:
+        """kube-scheduler's ``Preempted`` Event regarding a victim, related to the preemptor."""
+        note = f"Preempted by {preemptor.namespace}/{preemptor.name} on node {node}"
+        await self.record(
+            pod_reference(victim),
+            "Normal",
+            PREEMPTED,
+            "Preempting",
+            note,
+            related=pod_reference(preemptor),
+        )
+
     async def warn_about(
         self, involved: Mapping[str, str], namespace: str, reason: str, message: str
     ) -> None:
@@ -154,16 +170,27 @@ class EventRecorder:
         note: str,
         *,
         namespace: str = "",
+        related: Mapping[str, str] | None = None,
     ) -> None:
         """Record one occurrence (client-go's ``Eventf`` then ``recordToSink``); the Event goes
-        to the object's namespace, else ``namespace``, else ``default``."""
+        to the object's namespace, else ``namespace``, else ``default``. ``related``: a second
+        object's ObjectReference (part of the aggregation key, as ``regarding`` is)."""
         ref = dict(regarding)
         namespace = ref.get("namespace") or namespace or NAMESPACE_CLUSTER_SCOPED
         logger.info("%s %s/%s: %s", reason, namespace, ref.get("name", ""), note)
         if self.client is None:
             return
         now = self.clock()
-        key = (type_, action, reason, self.controller, self.instance, tuple(sorted(ref.items())))
+        rel = tuple(sorted(related.items())) if related else ()
+        key = (
+            type_,
+            action,
+            reason,
+            self.controller,
+            self.instance,
+            tuple(sorted(ref.items())),
+            rel,
+        )
         cached = self._cache.get(key)
         if cached is not None:
             cached.count += 1
@@ -187,6 +214,8 @@ class EventRecorder:
             "note": truncate_note(note),
             "type": type_,
         }
+        if related:
+            event["related"] = dict(related)
         cached = _Cached(event, 1, now, now)
         self._cache[key] = cached
         await self._write(cached)

@@ -7,7 +7,9 @@ milli-cores for ``kubernetes.io/batch-cpu`` and ``kubernetes.io/mid-cpu`` (which
 writes as plain integers of milli-cores), counts for ``pods`` and devices.
 
 Kinds read: Node, Pod, NodeMetric, NodeResourceTopology, ElasticQuota, ElasticQuotaProfile,
-PodGroup, Reservation, Device; any other kind is ignored (a ``kubectl get all`` dump works).
+PodGroup, Reservation, Device, Namespace, PersistentVolumeClaim, PersistentVolume,
+PodDisruptionBudget; any other kind is ignored (a ``kubectl get all`` dump works). A pod's and a
+node's placement fields (selectors, affinity, taints...) are parsed by ``constraints.py``.
 Pods in phase Succeeded or Failed hold nothing and are dropped. A Pod with ``spec.nodeName`` is
 assigned to that node.
 
@@ -30,11 +32,29 @@ import yaml
 
 from apis import nodemetric
 from apis.cpulist import parse_cpulist
-from apis.extension import ANNOTATION_CPU_TOPOLOGY, LABEL_POD_PRIORITY_CLASS, LABEL_POD_QOS
-from apis.priority import PRIORITY_BATCH, PRIORITY_PROD, priority_class_of
+from apis.extension import ANNOTATION_CPU_TOPOLOGY, LABEL_POD_QOS
+from apis.kubernetes_keys import DEFAULT_MEMORY_REQUEST, DEFAULT_MILLI_CPU_REQUEST
+from apis.priority import pod_priority_class_with_default
 from apis.quantity import resource_value
 from apis.scheduling_keys import ANNOTATION_KUBELET_CPU_MANAGER_POLICY, ANNOTATION_POD_CPU_ALLOCS
 from apis.slo import SchemaError
+from scheduler_plugins.clusterobjects import (
+    ClaimInfo,
+    DisruptionBudget,
+    VolumeInfo,
+    parse_budget,
+    parse_claim,
+    parse_namespace_labels,
+    parse_volume,
+)
+from scheduler_plugins.constraints import (
+    EMPTY,
+    PodConstraints,
+    Taint,
+    parse_images,
+    parse_pod_constraints,
+    parse_taints,
+)
 from scheduler_plugins.errors import InputError
 
 ALL = "*"
@@ -130,8 +150,8 @@ class PodInfo:
     qos_label: str
     """The raw ``koordinator.sh/qosClass`` label (``""`` when absent)."""
     priority_class: str
-    """Koordinator priority class from ``spec.priority`` or the priority-class label, else by
-    QoS (BE→koord-batch, others→koord-prod): ``GetPodPriorityClassWithDefault``."""
+    """Koordinator priority class: the priority-class label, else the band of ``spec.priority``,
+    else by QoS (``GetPodPriorityClassWithDefault``, ``apis.priority``)."""
     priority: int
     """``spec.priority`` (0 when unset)."""
     scheduled_at: float | None
@@ -140,6 +160,11 @@ class PodInfo:
     """Kinds of ``metadata.ownerReferences`` (``DaemonSet`` exempts a pod from load-aware)."""
     raw: dict[str, Any] = field(repr=False)
     """The object as read."""
+    constraints: PodConstraints = EMPTY
+    """Its placement fields (node selector, affinity, tolerations...)."""
+    non_zero: tuple[int, int] = (0, 0)
+    """cpu (milli) and memory requests with kube-scheduler's defaults for containers that
+    request none (100m, 200 MiB): what its scores count (``NonZeroRequested``)."""
 
     @property
     def key(self) -> str:
@@ -186,6 +211,7 @@ def parse_pod(obj: Mapping[str, Any], source: str, where: str = "") -> PodInfo:
     init_containers = _list(spec.get("initContainers"), source, prefix + "spec.initContainers")
     requests: ResourceList = {}
     limits: ResourceList = {}
+    nz_cpu = nz_mem = 0
     for i, c in enumerate(containers):
         cwhere = f"{prefix}spec.containers[{i}].resources"
         res = _map(
@@ -197,6 +223,8 @@ def parse_pod(obj: Mapping[str, Any], source: str, where: str = "") -> PodInfo:
             req.setdefault(rname, value)
         add_into(requests, req)
         add_into(limits, lim)
+        nz_cpu += req.get("cpu", DEFAULT_MILLI_CPU_REQUEST)
+        nz_mem += req.get("memory", DEFAULT_MEMORY_REQUEST)
     for i, c in enumerate(init_containers):
         cwhere = f"{prefix}spec.initContainers[{i}].resources"
         res = _map(
@@ -209,7 +237,12 @@ def parse_pod(obj: Mapping[str, Any], source: str, where: str = "") -> PodInfo:
         for rname, value in req.items():
             if value > requests.get(rname, 0):
                 requests[rname] = value
-    add_into(requests, parse_resource_list(spec.get("overhead"), source, prefix + "spec.overhead"))
+        nz_cpu = max(nz_cpu, req.get("cpu", DEFAULT_MILLI_CPU_REQUEST))
+        nz_mem = max(nz_mem, req.get("memory", DEFAULT_MEMORY_REQUEST))
+    overhead = parse_resource_list(spec.get("overhead"), source, prefix + "spec.overhead")
+    add_into(requests, overhead)
+    nz_cpu += overhead.get("cpu", 0)
+    nz_mem += overhead.get("memory", 0)
     raw_priority = spec.get("priority")
     if raw_priority is not None and not isinstance(raw_priority, int):
         raise InputError(
@@ -219,9 +252,7 @@ def parse_pod(obj: Mapping[str, Any], source: str, where: str = "") -> PodInfo:
     qos_label = labels.get(LABEL_POD_QOS, "")
     kube_qos = str(status.get("qosClass") or _kube_qos(containers))
     qos = qos_label or ("BE" if kube_qos == "BestEffort" else "LS")
-    pclass = priority_class_of(raw_priority) or labels.get(LABEL_POD_PRIORITY_CLASS, "")
-    if not pclass:
-        pclass = PRIORITY_BATCH if qos == "BE" else PRIORITY_PROD
+    pclass = pod_priority_class_with_default(labels, raw_priority, qos)
     scheduled_at = None
     for i, cond in enumerate(_list(status.get("conditions"), source, prefix + "status.conditions")):
         if isinstance(cond, Mapping) and cond.get("type") == "PodScheduled":
@@ -257,6 +288,8 @@ def parse_pod(obj: Mapping[str, Any], source: str, where: str = "") -> PodInfo:
         scheduled_at=scheduled_at,
         owner_kinds=owners,
         raw=dict(obj),
+        constraints=parse_pod_constraints(obj, namespace, name, labels, source, prefix),
+        non_zero=(nz_cpu, nz_mem),
     )
 
 
@@ -274,18 +307,27 @@ class NodeInfo:
     """``status.allocatable`` (``capacity`` where allocatable is absent)."""
     unschedulable: bool
     """``spec.unschedulable``."""
+    taints: tuple[Taint, ...] = ()
+    """``spec.taints``."""
+    images: dict[str, int] = field(default_factory=dict)
+    """``status.images``: every image name → its size in bytes."""
     pods: dict[str, PodInfo] = field(default_factory=dict)
     """Assigned pods by uid."""
     requested: ResourceList = field(default_factory=dict)
     """Sum of the assigned pods' requests, plus ``pods`` (their count)."""
     generation: int = 0
     """Bumped on every assume/forget, so per-node caches know when to rebuild."""
+    non_zero_requested: list[int] = field(default_factory=lambda: [0, 0])
+    """Sum of the assigned pods' :attr:`PodInfo.non_zero` (cpu, memory)."""
 
     def add_pod(self, pod: PodInfo) -> None:
         """Account an assigned pod."""
         self.pods[pod.uid] = pod
         add_into(self.requested, pod.requests)
         self.requested["pods"] = self.requested.get("pods", 0) + 1
+        nz = self.non_zero_requested
+        nz[0] += pod.non_zero[0]
+        nz[1] += pod.non_zero[1]
         self.generation += 1
 
     def remove_pod(self, uid: str) -> PodInfo | None:
@@ -294,6 +336,9 @@ class NodeInfo:
         if pod is not None:
             add_into(self.requested, pod.requests, -1)
             self.requested["pods"] = self.requested.get("pods", 0) - 1
+            nz = self.non_zero_requested
+            nz[0] -= pod.non_zero[0]
+            nz[1] -= pod.non_zero[1]
             self.generation += 1
         return pod
 
@@ -413,6 +458,8 @@ def parse_node(obj: Mapping[str, Any], source: str, where: str) -> NodeInfo:
             status.get(alloc_key), source, f"{where}.status.{alloc_key}"
         ),
         unschedulable=bool(spec.get("unschedulable", False)),
+        taints=parse_taints(spec.get("taints"), source, where + ".spec.taints"),
+        images=parse_images(status.get("images"), source, where + ".status.images"),
     )
 
 
@@ -516,6 +563,14 @@ class Snapshot:
     """Devices (raw objects) by node name."""
     priority_classes: dict[str, dict[str, Any]] = field(default_factory=dict)
     """PriorityClasses (``scheduling.k8s.io/v1``, raw objects) by name."""
+    namespaces: dict[str, dict[str, str]] = field(default_factory=dict)
+    """Namespaces' labels by name (affinity terms' ``namespaceSelector``)."""
+    claims: dict[str, ClaimInfo] = field(default_factory=dict)
+    """PersistentVolumeClaims by ``namespace/name``."""
+    volumes: dict[str, VolumeInfo] = field(default_factory=dict)
+    """PersistentVolumes by name."""
+    budgets: dict[str, DisruptionBudget] = field(default_factory=dict)
+    """PodDisruptionBudgets by ``namespace/name``."""
     orphans: dict[str, dict[str, PodInfo]] = field(default_factory=dict)
     """Pods bound to nodes the snapshot does not have (yet), by node name then uid."""
     generation: int = 0
@@ -676,6 +731,10 @@ def build_snapshot(objects: Sequence[Mapping[str, Any]], source: str = "<snapsho
                 "PodGroup",
                 "Reservation",
                 "Device",
+                "Namespace",
+                "PersistentVolumeClaim",
+                "PersistentVolume",
+                "PodDisruptionBudget",
             )
             and not name
         ):
@@ -701,6 +760,16 @@ def build_snapshot(objects: Sequence[Mapping[str, Any]], source: str = "<snapsho
             snap.quota_profiles[f"{meta.get('namespace') or 'default'}/{name}"] = dict(obj)
         elif kind == "Device":
             snap.devices[name] = dict(obj)
+        elif kind == "Namespace":
+            snap.namespaces[name] = parse_namespace_labels(obj, source, where)
+        elif kind == "PersistentVolumeClaim":
+            claim = parse_claim(obj, source, where)
+            snap.claims[claim.key] = claim
+        elif kind == "PersistentVolume":
+            snap.volumes[name] = parse_volume(obj, source, where)
+        elif kind == "PodDisruptionBudget":
+            budget = parse_budget(obj, source, where)
+            snap.budgets[f"{budget.namespace}/{budget.name}"] = budget
     for pod in pods:
         node = snap.nodes.get(pod.node_name)
         if node is not None:

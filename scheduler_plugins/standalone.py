@@ -21,11 +21,21 @@ One asyncio task, fed by the informer snapshot (``informed.py``):
 5. **Events and conditions** (``reporting.py``), as kube-scheduler writes them: an
    unschedulable pod gets a ``FailedScheduling`` Warning Event in kube-scheduler's form,
    ``0/3 nodes are available: 1 Insufficient cpu, 2 node(s) cpu usage exceed threshold.``
-   (reasons counted over nodes, sorted), aggregated over attempts into one
-   ``events.k8s.io/v1`` series with a count, and its ``PodScheduled`` condition set False with
-   reason ``Unschedulable`` (``SchedulerError`` when reserve or bind failed); a bound pod gets a
-   ``Scheduled`` Event. Before any decision the informers must be current (``gate``).
-6. **Reservations.** A Pending Reservation whose ``spec.template.spec.schedulerName`` is ours
+   (reasons counted over nodes, sorted; a reason with per-node numbers counted under its
+   wording with an example, ``2 node(s) cpu usage exceed threshold (e.g. cpu usage 91% >
+   threshold 65%)``), aggregated over attempts into one ``events.k8s.io/v1`` series with a
+   count, and its ``PodScheduled`` condition set False with reason ``Unschedulable``
+   (``SchedulerError`` when reserve or bind failed); a bound pod gets a ``Scheduled`` Event.
+   Before any decision the informers must be current (``gate``).
+6. **Preemption** (``preemption.py``, with an :class:`~scheduler_plugins.preemption.Evictor`):
+   a pod that fits nowhere may evict lower-priority pods (kube-scheduler's DefaultPreemption with
+   Koordinator's ElasticQuota rules); the victims are evicted through the API (each gets a
+   ``Preempted`` Event through the same recorder), the pod's ``nominatedNodeName`` set, and the
+   node held for it (lower-priority pods see it there) until it is bound; its next attempt tries
+   that node first. The FailedScheduling Event and condition then say ``preemption: ...`` when
+   preemption did not help. Preemption follows the gate too: no dry run, eviction or
+   nomination while an informer is not current.
+7. **Reservations.** A Pending Reservation whose ``spec.template.spec.schedulerName`` is ours
    (``reservations.py``) is queued with the pods (priority: the template's ``spec.priority``)
    and scheduled as its reserve pod through the same plugins. On the chosen node the plugins
    reserve it and the snapshot takes the Reservation as placed (so the next pod sees what it
@@ -64,6 +74,7 @@ from scheduler_plugins.errors import InputError
 from scheduler_plugins.extender import GC_GEN0_THRESHOLD, Binder
 from scheduler_plugins.framework import Cycle, Framework, ReserveError
 from scheduler_plugins.plugins.coscheduling import DEFAULT_WAIT_S, gang_of
+from scheduler_plugins.preemption import Evictor, Nominations, Preemption
 from scheduler_plugins.reporting import (
     FAILED_SCHEDULING,
     NAMESPACE_CLUSTER_SCOPED,
@@ -104,9 +115,25 @@ def scheduler_name_of(pod: PodInfo) -> str:
 
 
 def failure_message(total: int, reasons: dict[str, list[str]]) -> str:
-    """kube-scheduler's ``FailedScheduling`` message."""
+    """kube-scheduler's ``FailedScheduling`` message: reasons counted over nodes, sorted. A
+    reason with per-node numbers after its kube-scheduler or Koordinator wording
+    (``node(s) cpu usage exceed threshold, cpu usage 91% > threshold 65%``) counts under that
+    wording when the numbers differ between nodes, with the most frequent numbers as the example
+    (``2 node(s) cpu usage exceed threshold (e.g. cpu usage 91% > threshold 65%)``)."""
     counts = Counter(r for rs in reasons.values() for r in dict.fromkeys(rs))
-    parts = ", ".join(f"{n} {r}" for r, n in sorted(counts.items(), key=lambda kv: kv[0]))
+    details: dict[str, Counter[str]] = {}
+    for r, n in counts.items():
+        head, sep, detail = r.partition(", ")
+        details.setdefault(head if sep else r, Counter())[detail] += n
+    lines: dict[str, int] = {}
+    for head, by_detail in details.items():
+        if len(by_detail) == 1:
+            (detail,) = by_detail
+            lines[f"{head}, {detail}" if detail else head] = by_detail[detail]
+        else:
+            example = min(by_detail.items(), key=lambda kv: (-kv[1], kv[0]))[0]
+            lines[f"{head} (e.g. {example})"] = sum(by_detail.values())
+    parts = ", ".join(f"{n} {r}" for r, n in sorted(lines.items(), key=lambda kv: kv[0]))
     return (
         f"0/{total} nodes are available: {parts}." if parts else f"0/{total} nodes are available."
     )
@@ -143,6 +170,7 @@ class Scheduler:
         clock: Callable[[], float] = time.time,
         percentage_of_nodes_to_score: int = 0,
         reservations: ReservationWriter | None = None,
+        evictor: Evictor | None = None,
         gate: Callable[[], list[str]] | None = None,
         conditions: PodConditions | None = None,
         owner_sync: OwnerSync | None = None,
@@ -176,6 +204,11 @@ class Scheduler:
         """Queued Reservations: uid → name (their reserve pods are built when popped)."""
         self.placed = 0
         """Reservations placed so far."""
+        self.evictor = evictor
+        """Carries out preemptions; ``None``: pods never preempt."""
+        self.preemption = Preemption(framework, snapshot) if evictor is not None else None
+        self.nominations = Nominations()
+        """Pods that preempted and the nodes held for them."""
         self.gate = gate
         """What decisions wait for (:meth:`InformedSnapshot.not_ready`): while it names
         anything, :meth:`run` schedules nothing."""
@@ -285,28 +318,46 @@ class Scheduler:
     async def schedule_one(self, pod: PodInfo) -> str | None:
         """Schedule ``pod``: the node it was bound (or assumed, for a waiting gang member) to,
         or ``None`` (requeued with backoff)."""
+        if not self.nominations.pods:
+            return await self._schedule(pod)
+        with self.nominations.held(self.snapshot, pod):
+            return await self._schedule(pod)
+
+    def _nominated_fits(self, cycle: Cycle, pod: PodInfo) -> NodeInfo | None:
+        """The node this pod was nominated for, when it now passes every filter there."""
+        name = self.nominations.node_of(pod.uid) or pod.constraints.nominated_node
+        node = self.snapshot.nodes.get(name) if name else None
+        if node is None or self.framework.pre_filter(cycle, pod) is not None:
+            return None
+        feasible, _ = self.framework.filter_nodes(cycle, pod, [node])
+        return node if feasible else None
+
+    async def _schedule(self, pod: PodInfo) -> str | None:
         cycle = self.framework.new_cycle(self.snapshot, self.clock())
         nodes = list(self.snapshot.nodes.values())
-        found = self.framework.find_feasible(
-            cycle,
-            pod,
-            nodes,
-            percentage=self.percentage_of_nodes_to_score,
-            start=self.next_start,
-        )
-        feasible, failures = found.feasible, found.failures
-        if nodes:
-            self.next_start = (self.next_start + found.processed) % len(nodes)
+        nominated = self._nominated_fits(cycle, pod)
+        failures: dict[str, list[tuple[str, str]]] = {}
+        if nominated is not None:
+            feasible: list[NodeInfo] = [nominated]
+        else:
+            found = self.framework.find_feasible(
+                cycle,
+                pod,
+                nodes,
+                percentage=self.percentage_of_nodes_to_score,
+                start=self.next_start,
+            )
+            feasible, failures = found.feasible, found.failures
+            if nodes:
+                self.next_start = (self.next_start + found.processed) % len(nodes)
         if not feasible:
             reasons = {n: [r for _, r in f] for n, f in failures.items()}
-            await self._failed(pod, failure_message(len(nodes), reasons), REASON_UNSCHEDULABLE)
+            message = failure_message(len(nodes), reasons)
+            if self.preemption is not None:
+                message = await self._preempt(cycle, pod, failures, message)
+            await self._failed(pod, message, REASON_UNSCHEDULABLE)
             return None
-        _, totals = self.framework.score_nodes(cycle, pod, feasible)
-        best = feasible[0].name
-        top = totals.get(best, 0)
-        for n in feasible:
-            if totals.get(n.name, 0) > top:
-                best, top = n.name, totals[n.name]
+        best = self.framework.best_node(cycle, pod, feasible)
         try:
             annotations = self.framework.reserve(cycle, pod, best)
         except ReserveError as err:
@@ -338,6 +389,39 @@ class Scheduler:
         await self._bind(pod, best, cycle, annotations)
         return best
 
+    async def _preempt(
+        self,
+        cycle: Cycle,
+        pod: PodInfo,
+        failures: dict[str, list[tuple[str, str]]],
+        message: str,
+    ) -> str:
+        """Try preemption for ``pod``; the FailedScheduling message (with kube-scheduler's
+        ``preemption: ...`` when it did not help)."""
+        assert self.preemption is not None
+        assert self.evictor is not None
+        waiting = self.gate() if self.gate is not None else []
+        if waiting:  # an informer fell behind since the loop looked: no dry run on stale state
+            return f"{message} preemption: held: waiting for {', '.join(waiting)}"
+        outcome = self.preemption.find(
+            cycle, pod, failures, self.nominations.victims.get(pod.uid, ())
+        )
+        if outcome.candidate is None:
+            return f"{message} preemption: {outcome.message}"
+        refused = await self.evictor.preempt(
+            pod, outcome.candidate, events=self.events, gate=self.gate
+        )
+        if refused is not None:
+            return f"{message} preemption: {refused}"
+        self.nominations.add(pod, outcome.candidate.node, outcome.candidate.victims)
+        logger.info(
+            "%s nominated to %s, %d victim(s) evicted",
+            pod.key,
+            outcome.candidate.node,
+            len(outcome.candidate.victims),
+        )
+        return message
+
     async def _bind(
         self, pod: PodInfo, node: str, cycle: Cycle, annotations: dict[str, str]
     ) -> None:
@@ -349,6 +433,7 @@ class Scheduler:
             await self._failed(pod, f"binding rejected: {err}", REASON_SCHEDULER_ERROR)
             return
         self.bound += 1
+        self.nominations.drop(pod.uid)
         self._attempts.pop(pod.uid, None)
         self._not_before.pop(pod.uid, None)
         logger.info("bound %s to %s", pod.key, node)
@@ -519,6 +604,7 @@ def build_scheduler(
         scheduler_name=scheduler_name,
         percentage_of_nodes_to_score=cfg.percentage_of_nodes_to_score,
         reservations=ReservationWriter(client),
+        evictor=Evictor(client),
         gate=informed.not_ready,
         conditions=PodConditions(client),
         owner_sync=OwnerSync(client, informed.snapshot),

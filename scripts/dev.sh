@@ -45,8 +45,10 @@ setup() {
     local ver; ver=$("$py" -c 'import sys; print(f"{sys.version_info[0]}.{sys.version_info[1]}")')
     apt_install "python${ver}-venv" || apt_install python3-venv
   fi
+  # The stamp is the lock plus pyproject.toml: a new console script or package reinstalls too.
   local stamp=$VENV/.lock-stamp
-  if [ -x "$VENV/bin/python" ] && [ -f "$stamp" ] && cmp -s "$stamp" requirements/lock.txt; then
+  if [ -x "$VENV/bin/python" ] && [ -f "$stamp" ] &&
+     cat requirements/lock.txt pyproject.toml | cmp -s "$stamp" -; then
     return 0
   fi
   log "creating $VENV with $py"
@@ -54,17 +56,42 @@ setup() {
   "$VENV/bin/python" -m pip install -q --disable-pip-version-check --upgrade pip </dev/null
   "$VENV/bin/python" -m pip install -q --disable-pip-version-check -r requirements/lock.txt </dev/null
   "$VENV/bin/python" -m pip install -q --disable-pip-version-check --no-deps --no-build-isolation -e . </dev/null
-  cp requirements/lock.txt "$stamp"
+  cat requirements/lock.txt pyproject.toml >"$stamp"
 }
 
 test_tools() {
-  # The packaging tests build an .rpm (rpmbuild) and verify the units (systemd-analyze).
+  # The packaging tests build an .rpm (rpmbuild) and verify the units (systemd-analyze); the
+  # runtime hook tests run a real containerd (its CRI plugin, runc) on images built from a static
+  # busybox (tests/runtimehooks/containerd.py); the /debug/ui test renders the page in a headless
+  # Chromium (Debian's chromium).
   local need=()
   command -v rpmbuild >/dev/null || need+=(rpm)
   command -v systemd-analyze >/dev/null || need+=(systemd)
   command -v dpkg-deb >/dev/null || need+=(dpkg)
+  command -v containerd >/dev/null || need+=(containerd)
+  command -v runc >/dev/null || need+=(runc)
+  dpkg -s busybox-static >/dev/null 2>&1 || need+=(busybox-static)
+  command -v chromium >/dev/null || need+=(chromium)
+  command -v gcc >/dev/null || need+=(gcc libc6-dev)  # the GPU tests build a fake NVML library
   [ ${#need[@]} -eq 0 ] || apt_install "${need[@]}" ||
-    log "without ${need[*]}: the .rpm is not built and those packaging tests skip with the reason"
+    log "without ${need[*]}: the tests that need them skip with the reason"
+}
+
+dry_run_in() {
+  # Whether koordlet --dry-run "$@" runs in dry run: the last --dry-run[=BOOL] (or -dry-run, or
+  # --dry-run BOOL) wins, as the koordlet's parser reads it; Go's booleans.
+  local dry=true next=""
+  for a in "$@"; do
+    if [ -n "$next" ]; then
+      case "$a" in true|false|TRUE|FALSE|True|False|t|f|T|F|1|0) dry=$a ;; esac
+      next=""; continue
+    fi
+    case "$a" in
+      --dry-run|-dry-run) dry=true; next=1 ;;
+      --dry-run=*|-dry-run=*) dry=${a#*=} ;;
+    esac
+  done
+  case "$dry" in false|FALSE|False|f|F|0) return 1 ;; *) return 0 ;; esac
 }
 
 cmd=${1:-}
@@ -74,7 +101,12 @@ case "$cmd" in
   run)
     setup
     log "starting koordlet standalone on this host (Ctrl-C to stop); http://127.0.0.1:9316/metrics"
-    log "dry run: QoS decisions are logged and audited, nothing is written (--dry-run=false acts)"
+    if dry_run_in "$@"; then
+      log "dry run: QoS decisions are logged and audited, nothing is written (--dry-run=false acts)"
+    else
+      log "NOT a dry run: QoS strategies write cgroups, sysctls and resctrl and may evict;" \
+        "'koordlet reset' puts back what it wrote (docs/baremetal.md)"
+    fi
     exec "$VENV/bin/koordlet" --standalone --dry-run "$@"
     ;;
   test)

@@ -117,11 +117,15 @@ def _weight_of_shares(shares: int) -> int:
 
 
 def _write(path: str, data: str | bytes) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    """Replace the file whole: as with the kernel's own files, a reader sees the old value or the
+    new one, never an empty or half-written file (a daemon may collect while a test writes)."""
+    tmp = f"{path}.fakehost-tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
         os.write(fd, data.encode() if isinstance(data, str) else data)
     finally:
         os.close(fd)
+    os.replace(tmp, path)
 
 
 class CpuTimes(NamedTuple):

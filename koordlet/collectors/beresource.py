@@ -5,10 +5,14 @@
   ``kubepods.slice/kubepods-besteffort.slice``; v1 ``cpuacct.usage``, v2 ``cpu.stat``
   ``usage_usec``) differenced against the previous tick over the elapsed seconds. The first
   reading only seeds (upstream reports 0 then); a counter that went backwards re-seeds.
-- **request**: the sum of ``cpu_request_milli`` / 1000 over the inventory's pods of Koordinator
-  class BE. Upstream sums the pods' ``kubernetes.io/batch-cpu`` requests; the inventory carries
-  the pod's CPU request in ``PodInfo.cpu_request_milli``, and a pod whose request is unknown
-  (None: kubelet-free discovery knows no requests) counts as 0.
+- **request**: the sum over the inventory's pods of Koordinator class BE of their
+  ``kubernetes.io/batch-cpu`` requests (upstream's; ``PodInfo.extended_requests``), for a pod
+  the source knows no extended requests of, its plain CPU request (``cpu_request_milli``); a
+  pod whose request is unknown (kubelet-free discovery knows no requests) counts as 0.
+- **throttling** (ours: upstream has no such series): the fraction of the BestEffort QoS
+  cgroup's own CFS periods that were throttled since the previous tick (``cpu.stat``
+  ``nr_throttled`` / ``nr_periods`` differences, as the pod throttling collector computes them),
+  ``be_cpu_throttled_ratio``; what the ``cfsQuota`` suppress policy costs BE, as a whole.
 - **real limit**: what the BE tier can use at most, the smaller of
   - its cpuset: the fewest CPUs among the BestEffort QoS cgroup's ``cpuset.cpus`` and those of
     the BE containers below it (upstream takes the minimum so that a sandbox's all-CPU cpuset
@@ -28,6 +32,7 @@ from __future__ import annotations
 import logging
 
 from apis.extension import KubeQOS, QoSClass
+from apis.manager_keys import BATCH_CPU
 from koordlet.collectors.framework import CollectorContext, CollectResult, Tick
 from koordlet.collectors.shared import CpuCounters
 from koordlet.errors import CgroupGoneError, ParseError
@@ -35,6 +40,7 @@ from koordlet.metriccache.series import (
     BE,
     BE_CPU_REAL_LIMIT,
     BE_CPU_REQUEST,
+    BE_CPU_THROTTLED_RATIO,
     BE_CPU_USAGE,
     Sample,
     SeriesKey,
@@ -45,6 +51,7 @@ from koordlet.system.stats import (
     CPU_CFS_PERIOD,
     CPU_CFS_QUOTA,
     CPU_ONLINE,
+    CPU_THROTTLING,
     CPU_USAGE,
     CPUSET_EFFECTIVE_CPUS,
 )
@@ -58,6 +65,7 @@ NS_PER_SECOND = 1e9
 _LIMIT_KEY = SeriesKey(BE_CPU_REAL_LIMIT, BE)
 _REQUEST_KEY = SeriesKey(BE_CPU_REQUEST, BE)
 _USAGE_KEY = SeriesKey(BE_CPU_USAGE, BE)
+_THROTTLED_KEY = SeriesKey(BE_CPU_THROTTLED_RATIO, BE)
 
 
 def cfs_cores(quota: int | None, period: int, path: str) -> float | None:
@@ -86,6 +94,9 @@ class BEResourceCollector:
         self._period = CPU_CFS_PERIOD.bind(layout)
         self._quota_path = self._quota.path(be_dir)
         self._period_path = self._period.path(be_dir)
+        self._throttling = CPU_THROTTLING.bind(layout)
+        self._throttling_path = self._throttling.path(be_dir)
+        self._last_throttling: tuple[int, int] | None = None
         self._online_path = CPU_ONLINE.path(host.paths)
         self._snapshot: WorkloadSnapshot | None = None
         self._container_cpusets: tuple[str, ...] = ()
@@ -110,7 +121,12 @@ class BEResourceCollector:
         unknown = 0
         for pod in snapshot.pods.values():
             if pod.qos is QoSClass.BE:
-                if pod.cpu_request_milli is None:
+                batch = pod.extended_requests.get(BATCH_CPU)
+                if batch is not None:
+                    milli += max(0, batch)
+                elif pod.extended_requests:
+                    continue  # extended requests known, no batch-cpu among them: 0
+                elif pod.cpu_request_milli is None:
                     unknown += 1
                 else:
                     milli += max(0, pod.cpu_request_milli)
@@ -135,8 +151,12 @@ class BEResourceCollector:
             )
         except CgroupGoneError:
             self._counters.forget(BE)
+            self._last_throttling = None
             unsupported["be_cgroup"] = f"the BestEffort QoS cgroup {self._be_dir} does not exist"
             return CollectResult(samples=samples, unsupported=unsupported)
+        throttled = self._throttled_ratio(tick)
+        if throttled is not None:
+            samples.append(Sample(_THROTTLED_KEY, throttled))
 
         cpuset_cores = self._cpuset_cores(tick, unsupported)
         limit = cpuset_cores if quota is None else min(cpuset_cores, quota)
@@ -145,6 +165,22 @@ class BEResourceCollector:
         if rate is not None:
             samples.append(Sample(_USAGE_KEY, rate / NS_PER_SECOND))
         return CollectResult(samples=samples, unsupported=unsupported)
+
+    def _throttled_ratio(self, tick: Tick) -> float | None:
+        """Δ``nr_throttled`` / Δ``nr_periods`` of the BE QoS cgroup since the last tick (0 when no
+        period elapsed); None on the first reading or after a counter reset (re-seeds)."""
+        try:
+            periods, throttled = self._throttling.get(tick, self._throttling_path)
+        except CgroupGoneError:
+            self._last_throttling = None
+            return None
+        prev, self._last_throttling = self._last_throttling, (periods, throttled)
+        if prev is None:
+            return None
+        d_periods, d_throttled = periods - prev[0], throttled - prev[1]
+        if d_periods < 0 or d_throttled < 0:
+            return None
+        return d_throttled / d_periods if d_periods else 0.0
 
     def _cpuset_cores(self, tick: Tick, unsupported: dict[str, str]) -> int:
         """Fewest CPUs among the BE QoS cgroup's cpuset and its containers' (empty ones aside)."""

@@ -6,7 +6,8 @@ It reports no series: ``info["node_info"]`` holds a JSON-ready dict built from
 
     {"cpus": [{"cpu_id", "core_id", "socket_id", "numa_node"}...],
      "total": {"cpus", "cores", "sockets", "numa_nodes"},
-     "model_name", "hyperthreading", "turbo",              # turbo None: the host does not say
+     "model_name", "vendor_id", "hyperthreading", "turbo",  # turbo None: the host does not say
+     "cat_l3_cbm_mask",                                     # None without resctrl L3 CAT
      "numa": {"<id>": {"cpus": "0-3", "memory_total_bytes"}}}
 
 Upstream stores ``NodeCPUInfo`` (lscpu-style processor infos and totals) and ``NodeNUMAInfo``
@@ -51,6 +52,8 @@ def node_info_dict(topology: NodeCpuTopology) -> dict[str, Any]:
             "numa_nodes": len(topology.numa_nodes),
         },
         "model_name": topology.model_name,
+        "vendor_id": topology.vendor_id,
+        "cat_l3_cbm_mask": topology.cat_l3_cbm_mask,
         "hyperthreading": topology.hyperthreading,
         "turbo": topology.turbo,
         "numa": {

@@ -8,12 +8,17 @@ Each tick:
   (upstream: ``delta ticks / GetPeriodTicks(last, now)``). The first tick only seeds; a counter
   that went backwards (it cannot, short of a reboot under us) re-seeds.
 - **Memory**, in bytes: ``MemTotal - MemAvailable`` of ``/proc/meminfo`` (``MemUsageBytes``), and
-  with page cache ``MemTotal - MemFree`` (``MemUsageWithPageCache``) from the same bytes.
+  with page cache ``MemTotal - MemFree`` (``MemUsageWithPageCache``) from the same bytes; and
+  ``MemTotal`` itself (``node_memory_total``: the node's memory capacity where no Node object
+  says it, standalone memory eviction).
 - **NUMA**: for each node of ``/sys/devices/system/node``, ``MemTotal`` and the usage without
   page cache of its ``meminfo`` (``MemTotal - MemFree - Active(file) - Inactive(file)``: the
-  kernel prints no ``MemAvailable`` per node; see ``koordlet.system.procfs.NumaMemInfo``). The
-  node list is read once (NUMA nodes do not come and go); a kernel without NUMA support has
-  no such directory and the collector says so once as an unsupported source.
+  kernel prints no ``MemAvailable`` per node; see ``koordlet.system.procfs.NumaMemInfo``), and
+  its CPU usage in cores: the busy jiffies of its CPUs' ``cpu<N>`` lines of ``/proc/stat`` (the
+  same read as the node's line) differenced against the previous tick (upstream's
+  ``collectNodeNUMAResUsed``). The node list and each node's ``cpulist`` are read once (NUMA
+  nodes do not come and go); a kernel without NUMA support has no such directory and the
+  collector says so once as an unsupported source.
 """
 
 from __future__ import annotations
@@ -21,11 +26,14 @@ from __future__ import annotations
 import logging
 
 from koordlet.collectors.framework import CollectorContext, CollectResult, Fresh, OnDemand, Tick
+from koordlet.errors import HostError
 from koordlet.metriccache.series import (
     NODE,
     NODE_CPU_USAGE,
+    NODE_MEMORY_TOTAL,
     NODE_MEMORY_USAGE,
     NODE_MEMORY_WITH_PAGE_CACHE,
+    NUMA_CPU_USAGE,
     NUMA_MEMORY_TOTAL,
     NUMA_MEMORY_USAGE,
     Sample,
@@ -33,8 +41,9 @@ from koordlet.metriccache.series import (
     numa_entity,
 )
 from koordlet.system.host import Host
-from koordlet.system.procfs import USER_HZ, MemInfo, numa_node_ids
-from koordlet.system.stats import MEMINFO, NUMA_MEMINFO, PROC_STAT_CPU
+from koordlet.system.procfs import USER_HZ, MemInfo, numa_node_ids, read_host_file
+from koordlet.system.stats import MEMINFO, NUMA_MEMINFO, PROC_STAT_CPU, PROC_STAT_PER_CPU
+from koordlet.system.topology import read_cpulist
 
 logger = logging.getLogger(__name__)
 
@@ -43,6 +52,7 @@ NAME = "noderesource"
 _CPU_KEY = SeriesKey(NODE_CPU_USAGE, NODE)
 _MEM_KEY = SeriesKey(NODE_MEMORY_USAGE, NODE)
 _MEM_PC_KEY = SeriesKey(NODE_MEMORY_WITH_PAGE_CACHE, NODE)
+_MEM_TOTAL_KEY = SeriesKey(NODE_MEMORY_TOTAL, NODE)
 
 
 def memory_samples(meminfo: MemInfo) -> list[Sample]:
@@ -50,6 +60,7 @@ def memory_samples(meminfo: MemInfo) -> list[Sample]:
     return [
         Sample(_MEM_KEY, float(meminfo.used)),
         Sample(_MEM_PC_KEY, float(meminfo.used_with_page_cache)),
+        Sample(_MEM_TOTAL_KEY, float(meminfo.mem_total)),
     ]
 
 
@@ -80,12 +91,20 @@ class NodeResourceCollector:
         self._user_hz = float(user_hz)
         self._last: tuple[int, float] | None = None
         self._numa: tuple[tuple[str, SeriesKey, SeriesKey], ...] | None = None
+        self._numa_cpus: dict[int, tuple[int, ...]] = {}
+        """NUMA node → its CPUs (``node<N>/cpulist``, read with the node list)."""
+        self._numa_last: tuple[dict[int, int], float] | None = None
 
     def _numa_plan(self) -> tuple[tuple[str, SeriesKey, SeriesKey], ...]:
         if self._numa is None:
             plan = []
             for node in numa_node_ids(self._paths):
                 entity = numa_entity(node)
+                cpulist = self._paths.sys("devices", "system", "node", f"node{node}", "cpulist")
+                try:
+                    self._numa_cpus[node] = read_cpulist(read_host_file(cpulist), cpulist)
+                except HostError as err:
+                    logger.warning("NUMA node %d: its CPUs unknown (%s)", node, err)
                 plan.append(
                     (
                         NUMA_MEMINFO.path(self._paths, node=node),
@@ -116,7 +135,31 @@ class NodeResourceCollector:
             info = NUMA_MEMINFO.get(tick, path)
             samples.append(Sample(usage_key, float(info.used)))
             samples.append(Sample(total_key, float(info.mem_total)))
+        if self._numa_cpus:
+            samples.extend(self._numa_cpu(tick))
         return CollectResult(samples=samples, unsupported=unsupported)
+
+    def _numa_cpu(self, tick: Tick) -> list[Sample]:
+        """Each NUMA node's CPU usage since the previous tick; nothing on the first tick or
+        when a node's counter went backwards (CPU hot-plug)."""
+        per_cpu = PROC_STAT_PER_CPU.get(tick, self._stat_path)
+        busy = {
+            node: sum(per_cpu[c].busy for c in cpus if c in per_cpu)
+            for node, cpus in self._numa_cpus.items()
+        }
+        last, self._numa_last = self._numa_last, (busy, tick.now)
+        if last is None:
+            return []
+        elapsed = tick.now - last[1]
+        if elapsed <= 0:
+            return []
+        out = []
+        for node, value in busy.items():
+            delta = value - last[0].get(node, value + 1)
+            if delta >= 0:
+                key = SeriesKey(NUMA_CPU_USAGE, numa_entity(node))
+                out.append(Sample(key, delta / self._user_hz / elapsed))
+        return out
 
 
 def build(ctx: CollectorContext, interval: float) -> NodeResourceCollector:

@@ -19,9 +19,11 @@ from koordlet.collectors import (
     beresource,
     coldmemory,
     cpi,
+    gpu,
     hostapplication,
     nodeinfo,
     noderesource,
+    nodestorage,
     pagecache,
     podresource,
     podthrottled,
@@ -54,6 +56,8 @@ COLLECTORS: tuple[CollectorSpec, ...] = (
             "koordlet_node_used_memory_with_page_cache_bytes",
             "koordlet_numa_node_used_memory_bytes",
             "koordlet_numa_node_memory_total_bytes",
+            "koordlet_numa_node_used_cpu_cores",
+            "koordlet_node_memory_total_bytes",
         ),
     ),
     CollectorSpec(
@@ -61,6 +65,13 @@ COLLECTORS: tuple[CollectorSpec, ...] = (
         nodeinfo.build,
         lambda c: c.node_cpu_info_interval,
         "NodeInfoCollector",
+    ),
+    CollectorSpec(
+        nodestorage.NAME,
+        nodestorage.build,
+        lambda c: c.node_storage_info_interval,
+        "NodeStorageInfoCollector",
+        gate=nodestorage.FEATURE_GATE,
     ),
     CollectorSpec(
         podresource.NAME,
@@ -110,6 +121,7 @@ COLLECTORS: tuple[CollectorSpec, ...] = (
             "koordlet_be_suppress_be_used_cpu_cores",
             "koordlet_be_cpu_real_limit_cores",
             "koordlet_be_cpu_request_cores",
+            "koordlet_be_cpu_throttled_ratio",
         ),
     ),
     CollectorSpec(
@@ -167,6 +179,19 @@ COLLECTORS: tuple[CollectorSpec, ...] = (
         gate=psi.FEATURE_GATE,
         families=("koordlet_node_psi", "koordlet_pod_psi", "koordlet_container_psi"),
         max_age=lambda c: c.psi_interval + 2 * c.res_used_interval,
+    ),
+    CollectorSpec(
+        gpu.NAME,
+        gpu.build,
+        _base,  # upstream's GPU collector runs at --collect-res-used-interval-seconds
+        "GPU device collector (NVML)",
+        gate=gpu.FEATURE_GATE,
+        families=(
+            "koordlet_gpu_core_used_percent",
+            "koordlet_gpu_memory_used_bytes",
+            "koordlet_gpu_memory_total_bytes",
+            "koordlet_gpu_healthy",
+        ),
     ),
 )
 """Every collector, in execution order."""

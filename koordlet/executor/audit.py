@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from typing import IO, TYPE_CHECKING, Any, Final, Literal
 
 if TYPE_CHECKING:
+    from koordlet.config import KoordletConfig
     from koordlet.executor.writer import WriteResult
 
 logger = logging.getLogger(__name__)
@@ -344,3 +345,14 @@ class AuditLog:
             logger.warning("audit log %s: %s (entries stay in memory)", self.path, err)
         else:
             logger.debug("audit log %s: %s", self.path, err)
+
+
+def audit_log_for(cfg: KoordletConfig) -> AuditLog:
+    """The audit log in ``cfg.audit_dir``, its disk budget (``--audit-max-disk-space-mb``)
+    split over the current file and :data:`DEFAULT_BACKUPS` rotated ones."""
+    files = DEFAULT_BACKUPS + 1
+    return AuditLog(
+        cfg.audit_dir,
+        max_bytes=cfg.audit.max_disk_space_mb * 1024 * 1024 // files,
+        backups=DEFAULT_BACKUPS,
+    )

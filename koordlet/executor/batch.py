@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 from koordlet.errors import CgroupGoneError, HostError, InvalidValueError
-from koordlet.system.knobs import Knob, knob
+from koordlet.system.knobs import Knob
 
 if TYPE_CHECKING:
     from koordlet.executor.writer import WriteResult
@@ -50,20 +50,13 @@ logger = logging.getLogger(__name__)
 _V = TypeVar("_V")
 
 
-def as_knob(k: Knob[_V] | str) -> Knob[_V] | Knob[Any]:
-    """The knob itself, or the knob of the table called ``k``: the deprecated name adapter of
-    the executor's writes. ``UnsupportedError`` for a name not in the table."""
-    return k if isinstance(k, Knob) else knob(k)
-
-
 @dataclass(frozen=True, slots=True)
 class BatchWrite(Generic[_V]):
     """One write of a batch: ``BatchWrite(CPUSET_CPUS, rel_dir, frozenset({0, 1}))``; mypy
     checks the value against the knob's type."""
 
-    knob: Knob[_V] | str
-    """The knob (``koordlet.system.knobs.CPUSET_CPUS``...). Its logical name (``"cpuset_cpus"``)
-    is the deprecated adapter, kept until the strategies hand the objects."""
+    knob: Knob[_V]
+    """The knob (``koordlet.system.knobs.CPUSET_CPUS``...)."""
     rel_dir: str
     """The cgroup, relative to the hierarchy roots (``kubepods/besteffort/pod<uid>``)."""
     value: _V
@@ -75,8 +68,8 @@ class BatchWrite(Generic[_V]):
 
     @property
     def knob_name(self) -> str:
-        """The knob's logical name, whichever way it was given."""
-        return self.knob if isinstance(self.knob, str) else self.knob.name
+        """The knob's logical name (``cpuset_cpus``)."""
+        return self.knob.name
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,7 +101,7 @@ class BatchTarget(Protocol):
 
     def write(
         self,
-        knob: Knob[Any] | str,
+        knob: Knob[Any],
         rel_dir: str,
         value: object,
         *,
@@ -116,7 +109,7 @@ class BatchTarget(Protocol):
         reason: str = "",
     ) -> WriteResult: ...
 
-    def read(self, knob: Knob[Any] | str, rel_dir: str) -> Any: ...
+    def read(self, knob: Knob[Any], rel_dir: str) -> Any: ...
 
     def is_dry_run(self, strategy: str) -> bool: ...
 
@@ -167,7 +160,6 @@ def plan(
     """
     last: dict[tuple[str, str], BatchWrite[Any]] = {}
     for w in writes:
-        as_knob(w.knob)  # unknown names fail the whole batch before anything is written
         key = (w.knob_name, w.rel_dir.strip("/"))
         last.pop(key, None)
         last[key] = w
@@ -183,8 +175,7 @@ def plan(
 def apply_batch(target: BatchTarget, writes: Sequence[BatchWrite[Any]]) -> BatchResult:
     """Apply ``writes`` in the leveled order, on the calling thread (the writer thread).
 
-    Raises only for a knob name not in the table (before any write); every other failure is
-    in the result.
+    Raises nothing: every failure is in the result.
     """
     grow, shrink = plan(writes)
     results: list[WriteResult] = []
@@ -209,7 +200,7 @@ def apply_batch(target: BatchTarget, writes: Sequence[BatchWrite[Any]]) -> Batch
             continue
         try:
             current = target.read(w.knob, w.rel_dir)
-            merged = MERGE[w.knob_name](current, as_knob(w.knob).validate(w.value))
+            merged = MERGE[w.knob_name](current, w.knob.validate(w.value))
         except CgroupGoneError as err:
             gone.add(w.rel_dir.strip("/"))
             logger.debug("batch: %s is gone, skipping its writes (%s)", w.rel_dir, err)

@@ -33,14 +33,17 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from koordlet.errors import CgroupGoneError, HostError, ParseError, UnsupportedError
-from koordlet.executor.sysctl import notify
+from koordlet.executor.originals import Original, Recorder
+from koordlet.executor.sysctl import notify, record
 from koordlet.executor.writer import WriteResult
 from koordlet.system.cgroups import CgroupLayout, CgroupVersion
 from koordlet.system.oserrors import absent_error, host_file_error
 from koordlet.system.paths import HostPaths
-from koordlet.system.resctrl import is_mounted, read_cpu_flags, resctrl_root
+from koordlet.system.resctrl import RESCTRL_GROUPS, is_mounted, read_cpu_flags, resctrl_root
 
 logger = logging.getLogger(__name__)
+
+__all__ = ["L3", "MB", "RESCTRL_GROUPS", "AllocInfo", "ResctrlWriter", "read_alloc_info"]
 
 L3 = "L3"
 MB = "MB"
@@ -238,6 +241,7 @@ class ResctrlWriter:
         *,
         on_change: Callable[[WriteResult], None] | None = None,
         is_dry_run: Callable[[str], bool] | None = None,
+        record_original: Recorder | None = None,
     ) -> None:
         self.paths = paths
         """Host roots (``<sys>/fs/resctrl``, ``/proc/cpuinfo``)."""
@@ -246,10 +250,24 @@ class ResctrlWriter:
         have (the audit log)."""
         self.is_dry_run = is_dry_run or (lambda strategy: False)
         """Whether writes asked for by a strategy are only computed and audited."""
+        self.record_original = record_original
+        """Called before a group is made or a ``schemata`` line changed (the originals
+        journal)."""
+        self._flags: frozenset[str] | None = None
 
     @property
     def root(self) -> str:
         return resctrl_root(self.paths)
+
+    def alloc_info(self, groups: Iterable[str] = ()) -> AllocInfo:
+        """:func:`read_alloc_info` now, the CPU flags read once (they never change)."""
+        if self._flags is None:
+            try:
+                self._flags = read_cpu_flags(self.paths)
+            except (HostError, ParseError) as err:
+                why = f"cannot read CPU flags: {err}"
+                return AllocInfo(self.root, l3_reason=why, mb_reason=why)
+        return read_alloc_info(self.paths, groups, flags=self._flags)
 
     def ensure_group(self, group: str, *, strategy: str = "", reason: str = "") -> bool:
         """Make control group ``group`` when it does not exist; True when it was made."""
@@ -259,6 +277,7 @@ class ResctrlWriter:
         if self.is_dry_run(strategy):
             logger.info("dry run: would create resctrl group %s", path)
             return False
+        record(self.record_original, Original("resctrl_group", path, "resctrl", ""))
         try:
             os.mkdir(path, 0o755)
         except FileExistsError:
@@ -302,6 +321,7 @@ class ResctrlWriter:
         # The whole file, every other resource's line as read: the kernel applies each line
         # (the others to the values they have), and a plain file (a test tree) ends up as the
         # kernel would show it.
+        record(self.record_original, Original("resctrl_schemata", path, knob, old))
         lines[resource] = {**current, **domains}
         text = "".join(format_schemata_line(r, d) + "\n" for r, d in lines.items())
         try:

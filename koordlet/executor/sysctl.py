@@ -1,12 +1,16 @@
 """Node-wide kernel settings (procfs ``sys/vm`` and Anolis sysfs files): validated, deduplicated,
 audited writes, like :class:`~koordlet.executor.writer.CgroupWriter` does for cgroup knobs.
 
-Each :class:`SystemFile` is declared once with its valid range (Koordinator's validators in
-``pkg/koordlet/util/system/system_file.go``)::
+Each :class:`SystemFile` is declared once, as the knob table declares a cgroup knob: its file,
+its codec (the file's text ↔ the value, :mod:`koordlet.system.knobcodecs`) and its valid range
+(Koordinator's validators in ``pkg/koordlet/util/system/system_file.go``)::
 
-    vm.min_free_kbytes           <proc>/sys/vm/min_free_kbytes              10240..10485760 (kB)
-    vm.watermark_scale_factor    <proc>/sys/vm/watermark_scale_factor       10..400
-    memcg_reap_background        <sys>/kernel/mm/memcg_reaper/reap_background  0..1 (Anolis)
+    MIN_FREE_KBYTES          <proc>/sys/vm/min_free_kbytes                  int 10240..10485760 (kB)
+    WATERMARK_SCALE_FACTOR   <proc>/sys/vm/watermark_scale_factor           int 10..400
+    MEMCG_REAP_BACKGROUND    <sys>/kernel/mm/memcg_reaper/reap_background   int 0..1 (Anolis)
+
+Callers pass these objects (``writer.write(MIN_FREE_KBYTES, 90000)``), never a name; only what
+was persisted by name (the originals journal) is looked up with :func:`system_file`.
 
 :meth:`SystemFileWriter.write` validates the value (out of range: ``InvalidValueError``, nothing
 written), reads the file, writes only when the value differs, and hands every change to
@@ -30,8 +34,9 @@ from types import MappingProxyType
 from typing import Any, TypeVar
 
 from koordlet.errors import InvalidValueError, ParseError, UnsupportedError
+from koordlet.executor.originals import Original, Recorder
 from koordlet.executor.writer import WriteResult
-from koordlet.system.knobs import Range
+from koordlet.system.knobcodecs import IntCodec, Range
 from koordlet.system.oserrors import host_file_error, system_file_error
 from koordlet.system.paths import HostPaths
 
@@ -62,12 +67,17 @@ def call_on_writer(executor: object, fn: Callable[[], T]) -> Awaitable[T]:
     return asyncio.to_thread(locked)
 
 
+INT_CODEC = IntCodec()
+"""A decimal integer file."""
+
+
 @dataclass(frozen=True, slots=True)
 class SystemFile:
-    """One node-wide kernel setting."""
+    """One node-wide kernel setting: a row of the sysctl table."""
 
     name: str
-    """Logical name, the key in :data:`SYSTEM_FILES` (``vm.min_free_kbytes``)."""
+    """Logical name, the key in :data:`SYSTEM_FILES` and in the audit log and the originals
+    journal (``vm.min_free_kbytes``)."""
     root: str
     """``proc`` or ``sys``: which injected root the path is under."""
     parts: tuple[str, ...]
@@ -78,6 +88,8 @@ class SystemFile:
     """What it does, in one line."""
     requires: str = ""
     """What a kernel needs to have the file; shown when it is absent."""
+    codec: IntCodec = INT_CODEC
+    """The file's text ↔ the value (a decimal integer for every setting so far)."""
 
     def path(self, paths: HostPaths) -> str:
         """The file on this host."""
@@ -98,11 +110,12 @@ MEMCG_REAP_BACKGROUND = SystemFile(
 SYSTEM_FILES: Mapping[str, SystemFile] = MappingProxyType(
     {f.name: f for f in (MIN_FREE_KBYTES, WATERMARK_SCALE_FACTOR, MEMCG_REAP_BACKGROUND)}
 )
-"""Every node-wide setting the executor may write, by name."""
+"""Every node-wide setting the executor may write, by name (for what was persisted by name)."""
 
 
 def system_file(name: str) -> SystemFile:
-    """The setting called ``name``; ``UnsupportedError`` for an unknown name."""
+    """The setting called ``name`` (a name read back from the originals journal);
+    ``UnsupportedError`` for an unknown name."""
     try:
         return SYSTEM_FILES[name]
     except KeyError:
@@ -118,6 +131,7 @@ class SystemFileWriter:
         *,
         on_change: Callable[[WriteResult], None] | None = None,
         is_dry_run: Callable[[str], bool] | None = None,
+        record_original: Recorder | None = None,
     ) -> None:
         self.paths = paths
         """Host roots the files resolve under."""
@@ -127,10 +141,11 @@ class SystemFileWriter:
         self.is_dry_run = is_dry_run or (lambda strategy: False)
         """Whether writes asked for by a strategy are only computed and audited (the cgroup
         writer's rule)."""
+        self.record_original = record_original
+        """Called before a setting is changed with its value (the originals journal)."""
 
-    def probe(self, name: str) -> tuple[bool, str]:
+    def probe(self, f: SystemFile) -> tuple[bool, str]:
         """``(supported, reason)``: whether the file exists and is readable and writable."""
-        f = system_file(name)
         path = f.path(self.paths)
         if not os.path.exists(path):
             why = f" ({f.requires})" if f.requires else ""
@@ -139,19 +154,21 @@ class SystemFileWriter:
             return False, f"permission denied on {path} (read-only procfs/sysfs?)"
         return True, f"found at {path}"
 
-    def read(self, name: str) -> int:
-        """The current value; ``UnsupportedError`` when absent, ``ParseError`` when not a number."""
-        f = system_file(name)
+    def read(self, f: SystemFile) -> int:
+        """The current value; ``UnsupportedError`` when absent, ``ParseError`` when the text does
+        not decode."""
         path = f.path(self.paths)
         text = self._read(path, f)
         try:
-            return int(text.strip())
-        except ValueError:
-            raise ParseError(f"{path}: not an integer: {text[:40]!r}") from None
+            return f.codec.decode(text)
+        except ValueError as err:
+            raise ParseError(f"{path}: {err}: {text[:40]!r}") from None
 
-    def write(self, name: str, value: int, *, strategy: str = "", reason: str = "") -> WriteResult:
-        """Set ``name`` to ``value`` when it differs; see the module docstring."""
-        f = system_file(name)
+    def write(
+        self, f: SystemFile, value: int, *, strategy: str = "", reason: str = ""
+    ) -> WriteResult:
+        """Set ``f`` to ``value`` when it differs; see the module docstring."""
+        name = f.name
         try:
             canonical = f.valid.normalize(value)
         except (TypeError, ValueError) as err:
@@ -159,8 +176,8 @@ class SystemFileWriter:
                 f"{name}: invalid value {value!r} (valid: {f.valid.describe()}): {err}"
             ) from err
         path = f.path(self.paths)
-        current = self.read(name)
-        new = str(canonical)
+        current = self.read(f)
+        new = f.codec.encode(canonical, None)
         if current == canonical:
             return WriteResult(path, new, new, False, name, strategy, reason)
         if self.is_dry_run(strategy):
@@ -169,17 +186,47 @@ class SystemFileWriter:
             notify(self.on_change, dry)
             return dry
         result = WriteResult(path, str(current), new, True, name, strategy, reason)
-        try:
-            fd = os.open(path, os.O_WRONLY | os.O_TRUNC | os.O_CLOEXEC)
-            try:
-                os.write(fd, new.encode("ascii"))
-            finally:
-                os.close(fd)
-        except OSError as err:
-            raise host_file_error(path, err, f"writing {new!r}") from err
+        record(self.record_original, Original("sysctl", path, name, str(current)))
+        self._write(path, new)
         logger.info("wrote %s: %s -> %s (%s)", path, current, new, reason or strategy)
         notify(self.on_change, result)
         return result
+
+    def restore(
+        self, f: SystemFile, text: str, *, strategy: str = "", reason: str = ""
+    ) -> WriteResult:
+        """Write ``text``, a value this setting held before (``koordlet reset``), without the
+        range check (the kernel's own earlier value is valid to it); audited, dry run as the
+        rule says. ``ParseError`` when ``text`` does not decode."""
+        name = f.name
+        path = f.path(self.paths)
+        try:
+            value = f.codec.decode(text)
+        except ValueError as err:
+            raise ParseError(f"{path}: recorded value: {err}: {text[:40]!r}") from None
+        current = self.read(f)
+        new = f.codec.encode(value, None)
+        if current == value:
+            return WriteResult(path, str(current), new, False, name, strategy, reason)
+        if self.is_dry_run(strategy):
+            dry = WriteResult(path, str(current), new, False, name, strategy, reason, True)
+            notify(self.on_change, dry)
+            return dry
+        self._write(path, new)
+        result = WriteResult(path, str(current), new, True, name, strategy, reason)
+        notify(self.on_change, result)
+        return result
+
+    @staticmethod
+    def _write(path: str, text: str) -> None:
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_TRUNC | os.O_CLOEXEC)
+            try:
+                os.write(fd, text.encode("ascii"))
+            finally:
+                os.close(fd)
+        except OSError as err:
+            raise host_file_error(path, err, f"writing {text!r}") from err
 
     @staticmethod
     def _read(path: str, f: SystemFile) -> str:
@@ -188,6 +235,16 @@ class SystemFileWriter:
                 return fh.read()
         except OSError as err:
             raise system_file_error(path, err, f.name, f.requires) from err
+
+
+def record(hook: Recorder | None, original: Original) -> None:
+    """Hand ``original`` to the originals journal; a broken journal never stops a write."""
+    if hook is None:
+        return
+    try:
+        hook(original)
+    except Exception:
+        logger.exception("recording the original of %s failed", original.path)
 
 
 def notify(hook: Callable[[WriteResult], None] | None, result: WriteResult) -> None:
@@ -201,11 +258,11 @@ def notify(hook: Callable[[WriteResult], None] | None, result: WriteResult) -> N
 
 
 def executor_hooks(executor: object) -> dict[str, Any]:
-    """The audit hook and dry-run rule of the cgroup executor, for the node-wide writers to
-    share: ``{"on_change": ..., "is_dry_run": ...}`` (None where the executor has none)."""
-    on_change = getattr(executor, "on_change", None)
-    is_dry_run = getattr(executor, "is_dry_run", None)
-    return {
-        "on_change": on_change if callable(on_change) else None,
-        "is_dry_run": is_dry_run if callable(is_dry_run) else None,
-    }
+    """The audit hook, dry-run rule and originals journal of the cgroup executor, for the
+    node-wide writers to share: ``{"on_change": ..., "is_dry_run": ..., "record_original":
+    ...}`` (None where the executor has none)."""
+    hooks = {}
+    for name in ("on_change", "is_dry_run", "record_original"):
+        hook = getattr(executor, name, None)
+        hooks[name] = hook if callable(hook) else None
+    return hooks

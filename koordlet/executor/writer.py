@@ -4,8 +4,7 @@ Like Koordinator's ``ResourceUpdateExecutor``, it owns one writer thread, so wri
 each other and never block the event loop, and it skips writes that would change nothing:
 
 Writes name the knob by its :class:`~koordlet.system.knobs.Knob` object (``write(CPU_SHARES,
-rel_dir, 512)``), so mypy checks the value against the knob's type; a knob's name (``"cpu_shares"``)
-is still accepted as a deprecated adapter until every strategy hands the objects. Then:
+rel_dir, 512)``), so mypy checks the value against the knob's type. Then:
 
 1. the knob table validates the value (out of range → ``InvalidValueError``, nothing written);
 2. the knob's file is resolved through the cgroup layout (a knob this version or this host lacks
@@ -17,8 +16,14 @@ is still accepted as a deprecated adapter until every strategy hands the objects
    written only when the logical value differs;
 5. ENOENT or ENODEV on the cgroup → ``CgroupGoneError``: the cgroup was removed, a normal race.
 
+A keyed knob (one line per block device, :mod:`koordlet.system.devcodec`) is compared as the
+decoded file against the value, and its lines are written one ``write(2)`` each.
+
 ``on_change`` is called with each :class:`WriteResult` that changed a file, and with each
-dry-run result that would have (the audit log hooks in here). ``observe`` times every file write
+dry-run result that would have (the audit log hooks in here). ``record_original`` is called
+before a file is changed, with what it held (:mod:`koordlet.executor.originals`, the journal
+``koordlet reset`` puts back); it keeps the first value it sees of each file and knob.
+``observe`` times every file write
 (``koordlet_resource_update_duration_milliseconds{type,status}``).
 
 Dry run (``--dry-run``, ``--qos-dry-run-strategies``): a write submitted for a strategy in dry
@@ -40,10 +45,11 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypeVar, overload
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from koordlet.errors import ParseError, UnsupportedError
-from koordlet.executor.batch import BatchResult, BatchWrite, apply_batch, as_knob
+from koordlet.executor.batch import BatchResult, BatchWrite, apply_batch
+from koordlet.executor.originals import Original, Recorder
 from koordlet.system.knobs import KNOBS, Knob
 from koordlet.system.oserrors import knob_error
 
@@ -105,6 +111,7 @@ class CgroupWriter:
         dry_run_all: bool = False,
         dry_run_strategies: frozenset[str] = frozenset(),
         clock: Callable[[], float] = time.monotonic,
+        record_original: Recorder | None = None,
     ) -> None:
         self.host = host
         """Paths and cgroup layout the writes resolve through."""
@@ -121,6 +128,8 @@ class CgroupWriter:
         """``--dry-run``: nothing is written, whoever asks."""
         self.dry_run_strategies = dry_run_strategies
         """Strategies whose writes are computed and audited but not performed."""
+        self.record_original = record_original
+        """Called before a file is changed with what it held (the originals journal)."""
         self._clock = clock
         self._cache: dict[tuple[str, ...], _Cached] = {}
         self._lock = threading.Lock()
@@ -161,69 +170,29 @@ class CgroupWriter:
 
     # Writes --------------------------------------------------------------------------------------
 
-    @overload
     def submit(
         self, knob: Knob[_V], rel_dir: str, value: _V, *, strategy: str = "", reason: str = ""
-    ) -> Future[WriteResult]: ...
-
-    @overload
-    def submit(
-        self, knob: str, rel_dir: str, value: object, *, strategy: str = "", reason: str = ""
-    ) -> Future[WriteResult]: ...
-
-    def submit(
-        self,
-        knob: Knob[Any] | str,
-        rel_dir: str,
-        value: object,
-        *,
-        strategy: str = "",
-        reason: str = "",
     ) -> Future[WriteResult]:
         """Queue :meth:`write` on the writer thread; the future carries its result or error.
 
         ``knob`` is a :class:`~koordlet.system.knobs.Knob` of the table, so that mypy checks the
-        value against the knob's type. A knob's name (``"cpu_shares"``) is still accepted, as a
-        deprecated adapter for the strategies that have not moved to the objects yet.
+        value against the knob's type.
         """
         pool = self._pool
         if pool is None:
             raise RuntimeError("CgroupWriter.submit() before start() or after stop()")
-        # Resolved on the writer thread, as before: an unknown name fails the future.
-        return pool.submit(self._write_any, knob, rel_dir, value, strategy, reason)
+        return pool.submit(self._apply, knob, rel_dir, value, strategy, reason)
 
-    @overload
     def write(
         self, knob: Knob[_V], rel_dir: str, value: _V, *, strategy: str = "", reason: str = ""
-    ) -> WriteResult: ...
-
-    @overload
-    def write(
-        self, knob: str, rel_dir: str, value: object, *, strategy: str = "", reason: str = ""
-    ) -> WriteResult: ...
-
-    def write(
-        self,
-        knob: Knob[Any] | str,
-        rel_dir: str,
-        value: object,
-        *,
-        strategy: str = "",
-        reason: str = "",
     ) -> WriteResult:
         """Write ``value`` to ``knob`` of cgroup ``rel_dir`` now, on this thread.
 
-        For the writer thread itself (and tests); everyone else uses :meth:`submit`. ``knob`` as
-        for :meth:`submit` (a name is the deprecated adapter). Raises ``InvalidValueError``,
-        ``UnsupportedError``, ``CgroupGoneError``, ``ParseError`` or ``HostError``; the file is
-        untouched in every case but the last.
+        For the writer thread itself (and tests); everyone else uses :meth:`submit`. Raises
+        ``InvalidValueError``, ``UnsupportedError``, ``CgroupGoneError``, ``ParseError`` or
+        ``HostError``; the file is untouched in every case but the last.
         """
-        return self._write_any(knob, rel_dir, value, strategy, reason)
-
-    def _write_any(
-        self, knob: Knob[Any] | str, rel_dir: str, value: object, strategy: str, reason: str
-    ) -> WriteResult:
-        return self._apply(as_knob(knob), rel_dir, value, strategy, reason)
+        return self._apply(knob, rel_dir, value, strategy, reason)
 
     def _apply(
         self, k: Knob[Any], rel_dir: str, value: object, strategy: str, reason: str
@@ -250,7 +219,7 @@ class CgroupWriter:
 
         current = self._read(path, k)
         new = k.encode(canonical, version, current, path=path)
-        if self._same(k, current, new, path):
+        if self._same(k, current, new, path, canonical):
             if not dry:
                 self._remember(key, canonical, new, now)
             return WriteResult(path, current.strip(), new, False, k.name, strategy, reason, dry)
@@ -273,6 +242,7 @@ class CgroupWriter:
                 self._notify(result)
             return result
 
+        self._record(Original("cgroup", path, k.name, current.strip(), rel_dir.strip("/")))
         self._timed_write(path, new, k, filename)
         self._remember(key, canonical, new, now)
         result = WriteResult(path, current.strip(), new, True, k.name, strategy, reason)
@@ -288,20 +258,13 @@ class CgroupWriter:
             raise RuntimeError("CgroupWriter.submit_batch() before start() or after stop()")
         return pool.submit(apply_batch, self, tuple(writes))
 
-    @overload
-    def read(self, knob: Knob[_V], rel_dir: str) -> _V: ...
-
-    @overload
-    def read(self, knob: str, rel_dir: str) -> Any: ...
-
-    def read(self, knob: Knob[Any] | str, rel_dir: str) -> Any:
+    def read(self, knob: Knob[_V], rel_dir: str) -> _V:
         """The logical value of ``knob`` of cgroup ``rel_dir``, read from the file now.
 
         For the writer thread (batches) and tests. A cached value that disagrees with the file
-        is dropped, so the next write reads again. ``knob`` as for :meth:`submit` (a name is the
-        deprecated adapter). Raises like :meth:`write`.
+        is dropped, so the next write reads again. Raises like :meth:`write`.
         """
-        k = as_knob(knob)
+        k = knob
         version = self.host.layout.version
         filename = k.file_for(version)
         if filename is None:
@@ -337,10 +300,16 @@ class CgroupWriter:
 
     # Internals -----------------------------------------------------------------------------------
 
-    def _same(self, k: Knob[Any], current: str, new: str, path: str) -> bool:
+    def _same(self, k: Knob[Any], current: str, new: str, path: str, value: object) -> bool:
+        version = self.host.layout.version
+        if k.keyed:  # the file lists every device; ``new`` only the lines to write
+            try:
+                return bool(k.decode(current, version, path=path) == value)
+            except ParseError:
+                logger.debug("%s: unparsable current text %r, rewriting", path, current)
+                return False
         if current.split() == new.split():
             return True
-        version = self.host.layout.version
         try:
             return bool(k.decode(current, version, path=path) == k.decode(new, version, path=path))
         except ParseError:
@@ -379,16 +348,27 @@ class CgroupWriter:
                 logger.exception("observe hook failed for %s", path)
 
     def _write(self, path: str, text: str, k: Knob[Any]) -> None:
-        data = (text or "\n").encode("ascii")
+        # A keyed file takes one device per write(2) (koordlet.system.devcodec).
+        chunks = [f"{line}\n" for line in text.splitlines()] if k.keyed else [text or "\n"]
         try:
             fd = os.open(path, os.O_WRONLY | os.O_TRUNC | os.O_CLOEXEC)
             try:
-                os.write(fd, data)
+                for chunk in chunks:
+                    os.write(fd, chunk.encode("ascii"))
             finally:
                 os.close(fd)
         except OSError as err:
             self._drop((path, k.name))
             raise knob_error(path, err, k.name, f"writing {text!r}") from err
+
+    def _record(self, original: Original) -> None:
+        hook = self.record_original
+        if hook is None:
+            return
+        try:
+            hook(original)
+        except Exception:  # a broken journal must not stop a protective write
+            logger.exception("recording the original of %s failed", original.path)
 
     def _notify(self, result: WriteResult) -> None:
         hook = self.on_change

@@ -59,8 +59,10 @@ def resctrl_domain_entity(group: str, cache_id: int) -> str:
 NODE_CPU_USAGE = "node_cpu_usage"  # cores, entity NODE
 NODE_MEMORY_USAGE = "node_memory_usage"  # bytes: MemTotal - MemAvailable, entity NODE
 NODE_MEMORY_WITH_PAGE_CACHE = "node_memory_with_page_cache"  # bytes: MemTotal - MemFree
+NODE_MEMORY_TOTAL = "node_memory_total"  # bytes: MemTotal of /proc/meminfo, entity NODE
 NUMA_MEMORY_USAGE = "numa_memory_usage"  # bytes, entity numa/<id>
 NUMA_MEMORY_TOTAL = "numa_memory_total"  # bytes, entity numa/<id>
+NUMA_CPU_USAGE = "numa_cpu_usage"  # cores: the NUMA node's CPUs' busy time, entity numa/<id>
 
 POD_CPU_USAGE = "pod_cpu_usage"  # cores
 POD_MEMORY_USAGE = "pod_memory_usage"  # bytes: anon + unevictable
@@ -78,6 +80,7 @@ CONTAINER_CPI_INSTRUCTIONS = "container_cpi_instructions"
 BE_CPU_REAL_LIMIT = "be_cpu_real_limit"  # cores, entity BE
 BE_CPU_REQUEST = "be_cpu_request"  # cores, entity BE
 BE_CPU_USAGE = "be_cpu_usage"  # cores, entity BE
+BE_CPU_THROTTLED_RATIO = "be_cpu_throttled_ratio"  # 0..1 of the BE QoS cgroup's periods, entity BE
 
 SYSTEM_CPU_USAGE = "system_cpu_usage"  # cores, entity SYSTEM: node - pods - host apps
 SYSTEM_MEMORY_USAGE = "system_memory_usage"  # bytes, entity SYSTEM
@@ -124,3 +127,17 @@ def psi_full_supported_series(resource: str) -> str:
     """``psi_<resource>_full_supported``: 1 when the file has a ``full`` line, else 0 (cpu
     before Linux 5.13); no ``full`` series is recorded then."""
     return f"psi_{resource}_full_supported"
+
+
+# GPUs (gate Accelerators), one entity per card: node/gpu/<minor>/<uuid>, a node-kind entity.
+GPU_CORE_USAGE = "gpu_core_usage"  # percent of the last sample period a kernel ran (0..100)
+GPU_MEMORY_USAGE = "gpu_memory_usage"  # bytes of device memory in use
+GPU_MEMORY_TOTAL = "gpu_memory_total"  # bytes of device memory
+GPU_HEALTHY = "gpu_healthy"  # 1 healthy, 0 not (the Device object's health)
+GPU_ENTITY_PREFIX = "node/gpu/"
+
+
+def gpu_entity(minor: int, uuid: str) -> str:
+    """One GPU: ``node/gpu/<minor>/<uuid>`` (Koordinator's ``gpu_minor`` and
+    ``gpu_device_uuid`` properties)."""
+    return f"{GPU_ENTITY_PREFIX}{minor}/{uuid}"

@@ -3,10 +3,10 @@ CFS quota of the latency-sensitive pods, from NodeSLO ``spec.resourceQOSStrategy
 
 It gathers what Koordinator spreads over its ``cgreconcile`` QoS plugin and the ``groupidentity``
 and ``cpuset`` runtime hooks' reconcilers, and re-applies it every round, so a value changed
-behind our back (or by a kubelet sync) is put back. The NodeSLO section is read over Koordinator's
-defaults, and a class whose ``cpuQOS`` or ``memoryQOS`` has ``enable: false`` takes the disabled
-values (``apis.slo_strategies.strategies_of``): switching a class off writes the kernel defaults
-back, as upstream does. A pod's class is its ``koordinator.sh/qosClass``; without one, its
+behind our back (or by a kubelet sync) is put back. The section in force is read over
+Koordinator's defaults, and a class whose ``cpuQOS`` or ``memoryQOS`` has ``enable: false`` takes
+the disabled values (``apis.slo_inforce``): switching a class off writes the kernel defaults back,
+as upstream does. A pod's class is its ``koordinator.sh/qosClass``; without one, its
 Kubernetes QoS decides (Guaranteed LSR, Burstable LS, BestEffort BE); LSE pods use the LSR class.
 
 **Memory QoS** (per pod and container, from the class's ``memoryQOS``; Anolis knobs only where
@@ -45,6 +45,14 @@ containers that have such a cpuset: their CPUs are theirs (a pod without one, su
 unlabelled Guaranteed pod, keeps the quota the kubelet gave it). Host applications also get
 their class's CPU QoS.
 
+**Who writes what.** The runtime hooks' reconciler (``koordlet.runtimehooks.reconciler``) owns
+the pod-level knobs of its enabled hooks, as upstream's runtime-hook reconciler does: while the
+gate ``GroupIdentity`` is on, the group identity of the Kubernetes QoS cgroups and of pods, and
+pods' ``cpu.idle``, are the hook's (:data:`HOOK_OWNED`); while ``CPUSetAllocator`` is on, pods'
+and containers' cpusets and the unset quota of LSE/LSR pods are. This strategy then leaves those
+out and keeps the rest (memory QoS, the QoS cgroups' ``cpu.idle`` and shares fallback, host
+applications), so each knob of each cgroup has exactly one writer (docs/runtimehooks.md).
+
 Every write of a round goes to the executor as one leveled batch (parents grow before children,
 children shrink before parents; ``koordlet.executor.batch``). A knob the kernel lacks is reported
 once with the probe's reason and left out of later rounds, never silently skipped. Inputs are
@@ -59,23 +67,40 @@ import asyncio
 import logging
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
-from apis.extension import KUBE_QOS_TO_QOS, KubeQOS, QoSClass
-from apis.slo import SchemaError
+from apis.extension import KubeQOS, QoSClass
 from apis.slo_qos import CPUQOSConfig, CPUQOSPolicy, MemoryQOSConfig, ResourceQOS
-from apis.slo_strategies import ResourceQOSStrategy, strategies_of
+from apis.slo_strategies import ResourceQOSStrategy
 from koordlet.executor.batch import BatchResult, BatchWrite
-from koordlet.qos.cpusuppress import cpus_of_annotation
-from koordlet.qos.manager import StrategyContext, StrategyReport
+from koordlet.qos.framework import StrategyContext, StrategyReport
+from koordlet.qos.shared import cpus_of_annotation, pod_class
 from koordlet.statesinformer.model import HostAppInfo, PodInfo, WorkloadSnapshot
 from koordlet.system.cgroups import CgroupLayout
+from koordlet.system.knobs import (
+    CPU_BVT_WARP_NS,
+    CPU_CFS_QUOTA,
+    CPU_IDLE,
+    CPU_SHARES,
+    CPUSET_CPUS,
+    MEMORY_HIGH,
+    MEMORY_LOW,
+    MEMORY_MIN,
+    MEMORY_OOM_GROUP,
+    MEMORY_PRIORITY,
+    MEMORY_USE_PRIORITY_OOM,
+    MEMORY_WMARK_MIN_ADJ,
+    MEMORY_WMARK_RATIO,
+    MEMORY_WMARK_SCALE_FACTOR,
+    Knob,
+)
 
 logger = logging.getLogger(__name__)
+_V = TypeVar("_V")
 
 NAME = "cgreconcile"
 """Table name."""
-GATE = "CgroupReconcile"
+FEATURE_GATE = "CgroupReconcile"
 """Koordinator's feature gate."""
 DEFAULT_INTERVAL = 1.0
 """Seconds between rounds (Koordinator's ``--reconcile-interval-seconds``, 1)."""
@@ -89,6 +114,11 @@ BE_MIN_SHARES = 2
 MECH_GROUP_IDENTITY = "group identity (cpu.bvt_warp_ns)"
 MECH_CPU_IDLE = "cpu.idle (mainline SCHED_IDLE) for BE"
 MECH_SHARES = "cpu.shares for BE (no cpu.bvt_warp_ns, no cpu.idle)"
+
+POD_CPU_QOS = "pod_cpu_qos"
+POD_CPUSETS = "pod_cpusets"
+HOOK_OWNED: Mapping[str, str] = {POD_CPU_QOS: "GroupIdentity", POD_CPUSETS: "CPUSetAllocator"}
+"""Parts of the plan a runtime hook owns while its gate is on (the module docstring)."""
 
 MEMORY_KNOBS = (
     "memory_min",
@@ -104,13 +134,6 @@ MEMORY_KNOBS = (
 
 
 # Which class ------------------------------------------------------------------------------------
-
-
-def pod_class(pod: PodInfo) -> QoSClass:
-    """The Koordinator class a pod is treated as: its label, else its Kubernetes QoS's."""
-    if pod.qos is not QoSClass.NONE:
-        return pod.qos
-    return KUBE_QOS_TO_QOS.get(pod.kube_qos, QoSClass.LS)
 
 
 def class_qos(strategy: ResourceQOSStrategy, qos: QoSClass) -> ResourceQOS | None:
@@ -164,15 +187,15 @@ def memory_high(
     return max(high, minimum) if minimum > 0 else high
 
 
-def memory_static(cfg: MemoryQOSConfig) -> dict[str, int]:
+def memory_static(cfg: MemoryQOSConfig) -> dict[Knob[int], int]:
     """The memory knobs that take a configured value as it is (pods and containers)."""
     return {
-        "memory_wmark_ratio": cfg.wmark_ratio,
-        "memory_wmark_scale_factor": cfg.wmark_scale_permill,
-        "memory_wmark_min_adj": cfg.wmark_min_adj,
-        "memory_priority": cfg.priority,
-        "memory_use_priority_oom": cfg.priority_enable,
-        "memory_oom_group": cfg.oom_kill_group,
+        MEMORY_WMARK_RATIO: cfg.wmark_ratio,
+        MEMORY_WMARK_SCALE_FACTOR: cfg.wmark_scale_permill,
+        MEMORY_WMARK_MIN_ADJ: cfg.wmark_min_adj,
+        MEMORY_PRIORITY: cfg.priority,
+        MEMORY_USE_PRIORITY_OOM: cfg.priority_enable,
+        MEMORY_OOM_GROUP: cfg.oom_kill_group,
     }
 
 
@@ -263,8 +286,8 @@ class Plan:
     skipped: dict[str, str] = field(default_factory=dict)
     """What was not planned and why (``pod/<name>: no resource-status cpuset``)."""
 
-    def add(self, knob_name: str, rel_dir: str, value: object, reason: str) -> None:
-        self.writes.append(BatchWrite(knob_name, rel_dir, value, NAME, reason))
+    def add(self, knob: Knob[_V], rel_dir: str, value: _V, reason: str) -> None:
+        self.writes.append(BatchWrite(knob, rel_dir, value, NAME, reason))
 
 
 def _memory_plan(
@@ -284,17 +307,17 @@ def _memory_plan(
         minimum, low = memory_protection(cfg, pod.memory_request_bytes)
         sums[pod.kube_qos][0] += minimum
         sums[pod.kube_qos][1] += low
-        plan.add("memory_min", pod.cgroup_dir, minimum, why)
-        plan.add("memory_low", pod.cgroup_dir, low, why)
+        plan.add(MEMORY_MIN, pod.cgroup_dir, minimum, why)
+        plan.add(MEMORY_LOW, pod.cgroup_dir, low, why)
         for c in pod.containers:
             c_min, c_low = memory_protection(cfg, c.memory_request_bytes)
-            plan.add("memory_min", c.cgroup_dir, c_min, why)
-            plan.add("memory_low", c.cgroup_dir, c_low, why)
+            plan.add(MEMORY_MIN, c.cgroup_dir, c_min, why)
+            plan.add(MEMORY_LOW, c.cgroup_dir, c_low, why)
             high = memory_high(cfg, c.memory_request_bytes, c.memory_limit_bytes, node_memory)
             if isinstance(high, str):
                 plan.skipped[f"pod/{pod.name}/{c.name}: memory_high"] = high
             else:
-                plan.add("memory_high", c.cgroup_dir, high, why)
+                plan.add(MEMORY_HIGH, c.cgroup_dir, high, why)
         static = memory_static(cfg)
         for rel in (pod.cgroup_dir, *(c.cgroup_dir for c in pod.containers)):
             for name, value in static.items():
@@ -306,14 +329,14 @@ def _memory_plan(
         cfg = kube_qos_class(strategy, kube_qos).memory_qos
         why = f"{kube_qos} QoS cgroup: sum of its pods"
         if kube_qos is KubeQOS.GUARANTEED:
-            plan.add("memory_min", rel, total_min, "kubepods: sum of every pod")
-            plan.add("memory_low", rel, total_low, "kubepods: sum of every pod")
+            plan.add(MEMORY_MIN, rel, total_min, "kubepods: sum of every pod")
+            plan.add(MEMORY_LOW, rel, total_low, "kubepods: sum of every pod")
         else:
-            plan.add("memory_min", rel, sums[kube_qos][0], why)
-            plan.add("memory_low", rel, sums[kube_qos][1], why)
-        plan.add("memory_use_priority_oom", rel, cfg.priority_enable, f"{kube_qos} QoS cgroup")
-        plan.add("memory_priority", rel, cfg.priority, f"{kube_qos} QoS cgroup")
-        plan.add("memory_oom_group", rel, cfg.oom_kill_group, f"{kube_qos} QoS cgroup")
+            plan.add(MEMORY_MIN, rel, sums[kube_qos][0], why)
+            plan.add(MEMORY_LOW, rel, sums[kube_qos][1], why)
+        plan.add(MEMORY_USE_PRIORITY_OOM, rel, cfg.priority_enable, f"{kube_qos} QoS cgroup")
+        plan.add(MEMORY_PRIORITY, rel, cfg.priority, f"{kube_qos} QoS cgroup")
+        plan.add(MEMORY_OOM_GROUP, rel, cfg.oom_kill_group, f"{kube_qos} QoS cgroup")
 
 
 def _cpu_plan(
@@ -322,21 +345,23 @@ def _cpu_plan(
     mechanism: str,
     layout: CgroupLayout,
     snapshot: WorkloadSnapshot,
+    *,
+    pods_owned: bool = False,
 ) -> None:
-    pods = list(snapshot.pods.values())
+    pods = [] if pods_owned else list(snapshot.pods.values())
     apps = [a for a in snapshot.host_apps if a.present]
     be_dir = layout.qos_dir(KubeQOS.BESTEFFORT)
     if mechanism == MECH_GROUP_IDENTITY:
-        for kube_qos in KubeQOS:
+        for kube_qos in () if pods_owned else KubeQOS:
             value = kube_dir_bvt(strategy, kube_qos)
-            plan.add("cpu_bvt_warp_ns", layout.qos_dir(kube_qos), value, f"group identity {value}")
+            plan.add(CPU_BVT_WARP_NS, layout.qos_dir(kube_qos), value, f"group identity {value}")
         for pod in pods:
             value = pod_bvt(strategy, pod)
-            plan.add("cpu_bvt_warp_ns", pod.cgroup_dir, value, f"group identity of {pod.qos}")
+            plan.add(CPU_BVT_WARP_NS, pod.cgroup_dir, value, f"group identity of {pod.qos}")
         for app in apps:
             section = class_qos(strategy, app.qos)
             value = section.cpu_qos.group_identity if section is not None else 0
-            plan.add("cpu_bvt_warp_ns", app.cgroup_dir, value, f"host app of {app.qos}")
+            plan.add(CPU_BVT_WARP_NS, app.cgroup_dir, value, f"host app of {app.qos}")
         return
     be_dirs = [be_dir]
     be_dirs += [
@@ -348,19 +373,21 @@ def _cpu_plan(
     if mechanism == MECH_CPU_IDLE:
         idle = be_idle(strategy)
         for rel in be_dirs:
-            plan.add("cpu_idle", rel, idle, f"BE CPU QoS {'on' if idle else 'off'}: cpu.idle")
+            plan.add(CPU_IDLE, rel, idle, f"BE CPU QoS {'on' if idle else 'off'}: cpu.idle")
     elif strategy.be_class.cpu_qos.enable:
         for rel in be_dirs:
-            plan.add("cpu_shares", rel, BE_MIN_SHARES, "BE CPU QoS on: minimum shares fallback")
+            plan.add(CPU_SHARES, rel, BE_MIN_SHARES, "BE CPU QoS on: minimum shares fallback")
 
 
-def _cpuset_plan(plan: Plan, snapshot: WorkloadSnapshot, online: frozenset[int]) -> None:
+def _cpuset_plan(
+    plan: Plan, snapshot: WorkloadSnapshot, online: frozenset[int], *, pods_owned: bool = False
+) -> None:
     pods = list(snapshot.pods.values())
     if not online:
         plan.skipped["cpusets"] = "online CPUs unknown (no node info yet)"
         return
     pool = share_pool(online, pods)
-    for pod in pods:
+    for pod in () if pods_owned else pods:
         cls = pod_class(pod)
         rels = (pod.cgroup_dir, *(c.cgroup_dir for c in pod.containers))
         if cls in (QoSClass.LSR, QoSClass.LSE):
@@ -375,17 +402,17 @@ def _cpuset_plan(plan: Plan, snapshot: WorkloadSnapshot, online: frozenset[int])
                 # Quota is lifted only for a pod bound to CPUs of its own: an unlabelled
                 # Guaranteed pod (LSR by default) keeps the limit the kubelet gave it.
                 for rel in rels:
-                    plan.add("cpuset_cpus", rel, cpus, f"{cls}: resource-status cpuset")
-                    plan.add("cpu_cfs_quota", rel, None, f"{cls}: bound to its CPUs, quota unset")
+                    plan.add(CPUSET_CPUS, rel, cpus, f"{cls}: resource-status cpuset")
+                    plan.add(CPU_CFS_QUOTA, rel, None, f"{cls}: bound to its CPUs, quota unset")
         elif cls is QoSClass.LS:
             if not pool:
                 plan.skipped[f"pod/{pod.name}: cpuset"] = "LS share pool is empty"
                 continue
             for rel in rels:
-                plan.add("cpuset_cpus", rel, pool, "LS share pool")
+                plan.add(CPUSET_CPUS, rel, pool, "LS share pool")
     for app in snapshot.host_apps:
         if app.present and app.qos in (QoSClass.LS, QoSClass.LSR, QoSClass.LSE) and pool:
-            plan.add("cpuset_cpus", app.cgroup_dir, pool, f"host app of {app.qos}: LS share pool")
+            plan.add(CPUSET_CPUS, app.cgroup_dir, pool, f"host app of {app.qos}: LS share pool")
 
 
 def build_plan(
@@ -396,12 +423,16 @@ def build_plan(
     mechanism: str,
     online: frozenset[int],
     node_memory: int | None,
+    hooks_own: frozenset[str] = frozenset(),
 ) -> Plan:
-    """Every write of one round (pure: tests call it directly)."""
+    """Every write of one round (pure: tests call it directly); ``hooks_own``: the parts of
+    :data:`HOOK_OWNED` left out."""
     plan = Plan()
     _memory_plan(plan, strategy, layout, snapshot.pods.values(), node_memory)
-    _cpu_plan(plan, strategy, mechanism, layout, snapshot)
-    _cpuset_plan(plan, snapshot, online)
+    _cpu_plan(plan, strategy, mechanism, layout, snapshot, pods_owned=POD_CPU_QOS in hooks_own)
+    _cpuset_plan(plan, snapshot, online, pods_owned=POD_CPUSETS in hooks_own)
+    for part in sorted(hooks_own):
+        plan.skipped[part] = f"owned by the runtime hook {HOOK_OWNED[part]} (its gate is on)"
     return plan
 
 
@@ -421,7 +452,6 @@ class CgroupReconcile:
         self._ctx = ctx
         self._unsupported: dict[str, str] = {}
         self._applied: dict[tuple[str, str], tuple[object, float]] = {}
-        self._parsed: tuple[object, ResourceQOSStrategy] | None = None
         caps = ctx.capabilities
         if caps is not None:
             for name in (*MEMORY_KNOBS, "cpu_bvt_warp_ns", "cpu_idle", "cpu_shares"):
@@ -446,22 +476,12 @@ class CgroupReconcile:
 
     async def reconcile(self) -> None:
         ctx = self._ctx
-        spec = ctx.node_slo()
-        raw = spec.resource_qos_strategy
-        if self._parsed is not None and self._parsed[0] is raw:
-            strategy = self._parsed[1]
-        else:
-            try:
-                parsed = strategies_of(spec, source="NodeSLO", strict=False)
-            except SchemaError as err:
-                ctx.report(NAME, StrategyReport({}, f"invalid resourceQOSStrategy: {err}"))
-                return
-            strategy = parsed.resource_qos_strategy
-            self._parsed = (raw, strategy)
+        strategy = ctx.node_slo().resource_qos_strategy
         layout = ctx.host().layout
         snapshot = ctx.workloads()
         info = ctx.cache.get_info(NODE_INFO_KEY)
         mechanism = cpu_mechanism(self._supported(), strategy.policies.cpu_policy)
+        gates = ctx.config.feature_gates
         plan = build_plan(
             strategy,
             layout,
@@ -469,6 +489,7 @@ class CgroupReconcile:
             mechanism=mechanism,
             online=online_cpus(info),
             node_memory=_node_memory(info),
+            hooks_own=frozenset(part for part, gate in HOOK_OWNED.items() if gates.enabled(gate)),
         )
         writes = self._select(plan.writes)
         inputs: dict[str, Any] = {
@@ -516,7 +537,7 @@ class CgroupReconcile:
     def _select(self, writes: list[BatchWrite[Any]]) -> list[BatchWrite[Any]]:
         """Drop unsupported knobs and values applied within the executor's cache lifetime."""
         now = self._ctx.now()
-        ttl = float(getattr(self._ctx.executor, "cache_ttl", 0.0))
+        ttl = self._ctx.executor.cache_ttl
         out = []
         for w in writes:
             if w.knob_name in self._unsupported:
@@ -562,9 +583,6 @@ def _node_memory(info: object) -> int | None:
     return sum(v for v in values if isinstance(v, int)) or None
 
 
-def build(ctx: StrategyContext) -> CgroupReconcile:
-    """Table factory: the round interval is ``qos.reconcile_interval`` (Koordinator's
-    ``--reconcile-interval-seconds``), else 1 s."""
-    qos = getattr(ctx.config, "qos", None)
-    interval = float(getattr(qos, "reconcile_interval", DEFAULT_INTERVAL))
+def build(ctx: StrategyContext, interval: float) -> CgroupReconcile:
+    """Table factory."""
     return CgroupReconcile(ctx, interval=interval)

@@ -22,9 +22,9 @@ containers with a CPU limit, are touched. ``cpuBurstStrategy.policy`` picks the 
 The pod's quota moves by the same delta as its container's; scale-ups write pod quota, container
 quota, container burst, pod burst, scale-downs the reverse, so a child never exceeds its parent.
 Each container's own CPU limit (``ContainerInfo.cpu_limit_milli``) is its base; a pod with an
-unlimited container has no pod quota and gets no pod write. The settings are the NodeSLO's
-strategies as the Kubernetes source merges them (``apis.slo_strategies.strategies_of``; a NodeSLO
-that fails to parse keeps the last good ones), a pod's annotation merged over them. The strategy
+unlimited container has no pod quota and gets no pod write. The settings are ``cpuBurstStrategy``
+of the NodeSLO in force (``ctx.node_slo()``, typed; its last good value when the NodeSLO's was
+rejected), a pod's annotation merged over them. The strategy
 opens no file: every round it reads the current quotas of the pods and containers it may touch
 through the executor, in one job on the writer thread, as upstream reads them.
 """
@@ -49,9 +49,9 @@ from apis.slo import SchemaError
 from apis.slo_strategies import CPUBurstPolicy, CPUBurstStrategy, parse_cpu_burst_strategy
 from koordlet.errors import CgroupGoneError, HostError, UnsupportedError
 from koordlet.metriccache import series
-from koordlet.qos.cpusuppress import LastGoodStrategies
-from koordlet.qos.manager import StrategyContext, StrategyReport
+from koordlet.qos.framework import StrategyContext, StrategyReport
 from koordlet.statesinformer.model import ContainerInfo, PodInfo
+from koordlet.system.knobs import CPU_BURST, CPU_CFS_QUOTA, Knob
 
 logger = logging.getLogger(__name__)
 
@@ -65,6 +65,8 @@ CFS_INCREASE_STEP = 1.2
 CFS_DECREASE_STEP = 0.8
 SHARE_POOL_COOLING_RATIO = 0.9
 """Between this fraction of the threshold and the threshold the node is *cooling*."""
+SUMMARY_INTERVAL = 60.0
+"""Seconds between two info lines summing up the quota moves of CFS quota burst."""
 LIMITER_CONSUME_PERCENT = 100
 LIMITER_SAVE_PERCENT = 60
 
@@ -290,10 +292,8 @@ def container_limit_milli(pod: PodInfo, container: ContainerInfo) -> int | None:
     return None
 
 
-def _qos_setting(config: Any, name: str, default: float) -> float:
-    qos = getattr(config, "qos", None)
-    value = getattr(qos, name, None) if qos is not None else None
-    return float(value) if isinstance(value, int | float) and value > 0 else default
+_Step = tuple[Knob[Any], str, int]
+"""One quota or burst write of a scaling: ``(knob, cgroup, value)``."""
 
 
 @dataclass(slots=True)
@@ -317,16 +317,28 @@ class CPUBurst:
 
     name = NAME
 
-    def __init__(self, ctx: StrategyContext, *, rng: Callable[[], float] = random.random) -> None:
+    def __init__(
+        self,
+        ctx: StrategyContext,
+        interval: float = 1.0,
+        *,
+        rng: Callable[[], float] = random.random,
+    ) -> None:
         self._ctx = ctx
         self._rng = rng
-        self.interval = _qos_setting(ctx.config, "reconcile_interval", 1.0)
+        self.interval = interval
         """Seconds between rounds: Koordinator's ``--reconcile-interval-seconds`` (1)."""
-        self._node_name = str(getattr(ctx.config, "node_name", ""))
-        self._slo = LastGoodStrategies(NAME)
+        self._node_name = ctx.config.node_name
         self._limiters: dict[str, BurstLimiter] = {}
         self._gauges = _Gauges()
         self._unsupported: set[str] = set()
+        self._direction: dict[str, str] = {}
+        """Container id → ``up``/``down``: the last quota move (a turn is logged at info)."""
+        self._changes: dict[str, int] = {}
+        """Quota moves by direction since the last summary line."""
+        self._summary_at: float | None = None
+        self.summary_interval = SUMMARY_INTERVAL
+        """Seconds between two info summaries of the quota moves (each move is at debug)."""
 
     # Metrics ---------------------------------------------------------------------------------
 
@@ -404,7 +416,7 @@ class CPUBurst:
             out: dict[str, int | None] = {}
             for rel in dirs:
                 try:
-                    out[rel] = executor.read("cpu_cfs_quota", rel)
+                    out[rel] = executor.read(CPU_CFS_QUOTA, rel)
                 except CgroupGoneError:
                     continue
                 except HostError as err:
@@ -417,15 +429,10 @@ class CPUBurst:
 
     async def reconcile(self) -> None:
         ctx = self._ctx
-        node_settings = self._slo.of(ctx.node_slo()).cpu_burst_strategy
+        node_settings = ctx.node_slo().cpu_burst_strategy
         inputs: dict[str, Any] = {"policy": str(node_settings.policy)}
-        if self._slo.rejected:
-            inputs["nodeslo_rejected"] = self._slo.rejected
-        state = (
-            self._node_state(node_settings, inputs)
-            if cfs_quota_burst_enabled(node_settings)
-            else NodeState.UNKNOWN
-        )
+        quota_burst = cfs_quota_burst_enabled(node_settings)
+        state = self._node_state(node_settings, inputs) if quota_burst else NodeState.UNKNOWN
         now = ctx.now()
         targets = self._targets(node_settings)
         quotas = await self._read_quotas(targets)
@@ -438,8 +445,12 @@ class CPUBurst:
                     scaled += 1
         await self._settle(burst_futures)
         self._recycle(now)
+        self._summarize(now)
         decision = f"{len(burst_futures)} burst writes, {scaled} quota changes"
-        ctx.report(NAME, StrategyReport(inputs, decision, stale=state is NodeState.UNKNOWN))
+        # stale only when the share pool was wanted (quota burst on) and could not be judged:
+        # exactly the rounds counted by ctx.stale in _node_state
+        stale = quota_burst and state is NodeState.UNKNOWN
+        ctx.report(NAME, StrategyReport(inputs, decision, stale=stale))
 
     # CPU burst -------------------------------------------------------------------------------
 
@@ -459,7 +470,7 @@ class CPUBurst:
             out.append(
                 (
                     container.cgroup_dir,
-                    submit("cpu_burst", container.cgroup_dir, burst, strategy=NAME, reason=reason),
+                    submit(CPU_BURST, container.cgroup_dir, burst, strategy=NAME, reason=reason),
                 )
             )
             key = (pod.namespace, pod.name, container.id, container.name)
@@ -473,7 +484,7 @@ class CPUBurst:
         out.append(
             (
                 pod.cgroup_dir,
-                submit("cpu_burst", pod.cgroup_dir, pod_burst, strategy=NAME, reason=reason),
+                submit(CPU_BURST, pod.cgroup_dir, pod_burst, strategy=NAME, reason=reason),
             )
         )
         return out
@@ -536,26 +547,27 @@ class CPUBurst:
         pod_current = quotas.get(p_dir)
         pod_new = None if pod_current is None else pod_current + delta
         burst = safe_burst_us(limit, settings, new)
-        reason = f"CFSQuotaBurst: {op.value}, node {state.value}, throttled {throttled}"
-        quota_c = ("cpu_cfs_quota", c_dir, new)
-        burst_c = ("cpu_burst", c_dir, burst)
-        pod_steps = []
+        throttled_text = "unknown" if throttled is None else f"{throttled:.2f}"
+        reason = f"CFSQuotaBurst: {op.value}, node {state.value}, throttled {throttled_text}"
+        quota_c: _Step = (CPU_CFS_QUOTA, c_dir, new)
+        burst_c: _Step = (CPU_BURST, c_dir, burst)
+        pod_steps: list[_Step] = []
         if pod_new is not None:
-            pod_steps = [("cpu_cfs_quota", p_dir, pod_new), ("cpu_burst", p_dir, burst)]
+            pod_steps = [(CPU_CFS_QUOTA, p_dir, pod_new), (CPU_BURST, p_dir, burst)]
             # upstream: the pod takes its container's burst
         if delta > 0:  # grow: parent quota first, bursts after the quotas they must not exceed
             steps = [*pod_steps[:1], quota_c, burst_c, *pod_steps[1:]]
         else:  # shrink: bursts first, child before parent
             steps = [burst_c, quota_c, *pod_steps[::-1]]
         if not cpu_burst_enabled(settings):
-            steps = [s for s in steps if s[0] != "cpu_burst"]
+            steps = [s for s in steps if s[0] is not CPU_BURST]
         for knob, rel, value in steps:
             try:
                 await asyncio.wrap_future(
                     self._ctx.executor.submit(knob, rel, value, strategy=NAME, reason=reason)
                 )
             except UnsupportedError as err:
-                if knob == "cpu_burst":
+                if knob is CPU_BURST:
                     self._note_unsupported(err)
                     continue
                 raise
@@ -569,12 +581,17 @@ class CPUBurst:
             return True
         key = (pod.namespace, pod.name, container.id, container.name)
         self._gauges.quota[key] = float(new)
-        logger.info(
-            "%s: %s/%s/%s quota %d -> %d (%s)",
+        direction = "up" if new > current else "down"
+        turned = self._direction.get(container.id) != direction
+        self._direction[container.id] = direction
+        self._changes[direction] = self._changes.get(direction, 0) + 1
+        (logger.info if turned else logger.debug)(
+            "%s: %s/%s/%s quota %s: %d -> %d us (%s)",
             NAME,
             pod.namespace,
             pod.name,
             container.name,
+            "scaled up" if direction == "up" else "scaled down",
             current,
             new,
             reason,
@@ -606,9 +623,31 @@ class CPUBurst:
                 "%s: %d burst writes failed: %s", NAME, len(failed), "; ".join(failed[:5])
             )
 
+    def _summarize(self, now: float) -> None:
+        """One info line a ``summary_interval`` with the quota moves since the last one (a busy
+        node moves quotas every second; each move is at debug, a turn at info)."""
+        if self._summary_at is None:
+            self._summary_at = now
+        if now - self._summary_at < self.summary_interval or not self._changes:
+            return
+        logger.info(
+            "%s: %d quota scale-ups and %d scale-downs in the last %.0fs; %d containers last "
+            "scaled up",
+            NAME,
+            self._changes.get("up", 0),
+            self._changes.get("down", 0),
+            now - self._summary_at,
+            sum(1 for d in self._direction.values() if d == "up"),
+        )
+        self._changes.clear()
+        self._summary_at = now
+
     def _recycle(self, now: float) -> None:
         for cid in [c for c, lim in self._limiters.items() if lim.expired(now)]:
             del self._limiters[cid]
+        live_ids = {c.id for p in self._ctx.workloads().pods.values() for c in p.containers}
+        for cid in [c for c in self._direction if c not in live_ids]:
+            del self._direction[cid]
         live = {
             (p.namespace, p.name, c.id, c.name)
             for p in self._ctx.workloads().pods.values()
@@ -619,6 +658,6 @@ class CPUBurst:
                 del gauge[key]
 
 
-def new_cpu_burst(ctx: StrategyContext) -> CPUBurst:
+def build(ctx: StrategyContext, interval: float) -> CPUBurst:
     """Table factory."""
-    return CPUBurst(ctx)
+    return CPUBurst(ctx, interval)

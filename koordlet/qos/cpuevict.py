@@ -1,32 +1,38 @@
 """CPU eviction: evict pods when BE is starved of CPU, or the node's CPU is over a threshold.
 
-Koordinator's ``cpuevict`` plugin, re-implemented. Each round builds up to three tasks, in
-upstream's order, and hands their victims to the evictor:
+Koordinator's ``cpuevict`` plugin, re-implemented. Each round builds up to three tasks
+(:mod:`koordlet.qos.evicttask`), each under its own feature gate, in upstream's order, and one
+plan serves them all (release accumulated per target, evicted-but-present pods as pending
+releases, a victim taken once):
 
-1. ``BECPUEvict`` (the table's gate), **BE satisfaction**. Over the window
-   (``cpuEvictTimeWindowSeconds``, at least the collection interval) the averages of BE CPU
-   usage, request and real limit (``be_cpu_usage``, ``be_cpu_request``,
-   ``be_cpu_real_limit``, in milli-cores) decide, and only when the window is covered: the
-   fewest samples of the three times the collection interval must reach a third of the window
-   (:func:`window_covered`). Then, when BE usage / limit is at least
+1. ``BECPUEvict``, **BE satisfaction**. Over the window (``cpuEvictTimeWindowSeconds`` when it
+   exceeds the collection interval, else twice the interval) the averages of BE CPU usage,
+   request and real limit (``be_cpu_usage``, ``be_cpu_request``, ``be_cpu_real_limit``, in
+   milli-cores) decide, and only when the window is covered: the fewest samples of the three
+   times the collection interval must reach a third of the window (:func:`window_covered`).
+   Then :func:`satisfaction_release`: when BE usage / limit is at least
    ``cpuEvictBEUsageThresholdPercent`` (default 90; a limit under one core always passes) and
    satisfaction = limit / request is at most ``cpuEvictBESatisfactionLowerPercent``, release
-   ``request * (upper% - satisfaction)`` milli-cores of BE requests. The same check on the
-   newest samples (within two intervals) must agree, and the smaller release wins. With
-   ``cpuEvictPolicy: evictByAllocatable`` the limit is BE's allocatable instead. Victims: BE
-   pods, lower ``spec.priority`` first, then higher usage / request.
-2. ``CPUAllocatableEvict`` (gate of that name): CPU requests of pods with priority ≤
-   ``allocatableEvictPriorityThreshold`` above ``cpuAllocatableEvictThresholdPercent`` of the
-   allocatable release down to ``cpuAllocatableEvictLowerPercent``.
-3. ``CPUEvict`` (gate of that name): node CPU usage averaged over the window, as an integer
-   percent of capacity, at or above ``cpuEvictThresholdPercent`` releases
-   ``capacity * (usage% - lower%) // 100`` (lower: ``cpuEvictLowerPercent`` or threshold - 2),
-   over opted-in pods with priority ≤ ``evictEnabledPriorityThreshold``, by priority then usage.
+   ``request * (upper% - satisfaction)`` milli-cores of ``batch-cpu`` requests; the newest
+   samples must agree and the smaller release wins. With ``cpuEvictPolicy:
+   evictByAllocatable`` the limit is the Node's ``batch-cpu`` allocatable (0 counts as 1).
+   Victims: BE pods (by their ``koordinator.sh/qosClass`` label), lower ``spec.priority`` first,
+   then higher usage / request.
+2. ``CPUAllocatableEvict``: per priority class, the CPU requests of pods with priority at most
+   ``allocatableEvictPriorityThreshold`` (``batch-cpu`` of koord-batch pods, ``mid-cpu`` of
+   koord-mid pods) against the Node's allocatable of that resource: above
+   ``cpuAllocatableEvictThresholdPercent`` the excess down to
+   ``cpuAllocatableEvictLowerPercent`` (0 when unset) is released, batch and mid separately.
+3. ``CPUEvict``: node CPU usage averaged over the window, as an integer percent of capacity, at
+   or above ``cpuEvictThresholdPercent`` releases ``capacity * (usage% - lower%) // 100``
+   (lower: ``cpuEvictLowerPercent`` or threshold - 2), over opted-in pods with priority at most
+   ``evictEnabledPriorityThreshold``, by priority then usage.
 
-Cool-down: ``cpu_evict_cool_time`` seconds (``--cpu-evict-cool-time-seconds``, 20) after a round
-that evicted; as upstream, the cool-down also runs from start-up, so nothing is evicted in the
-first 20 s. Stale inputs (the window's newest sample older than twice the collection interval)
-skip the round.
+Capacity is the Node's ``status.capacity.cpu`` in cluster mode (no round until the Node is
+known, nor with a capacity of 0), the online CPUs standalone. Cool-down: ``cpu_evict_cool_time``
+seconds (``--cpu-evict-cool-time-seconds``, 20) after a round that evicted; as upstream, the
+cool-down also runs from start-up, so nothing is evicted in the first 20 s. Stale inputs (the
+window's newest sample older than twice the collection interval) skip the round.
 """
 
 from __future__ import annotations
@@ -39,28 +45,37 @@ from dataclasses import dataclass
 from typing import Any
 
 from apis.extension import QoSClass
+from apis.manager_keys import BATCH_CPU
 from apis.priority import PRIORITY_MID_VALUE_MAX
-from apis.slo import SchemaError, thaw
-from apis.slo_strategies import CPUEvictPolicy, parse_resource_threshold_strategy
+from apis.slo_strategies import CPUEvictPolicy, ResourceThresholdStrategy
 from koordlet.features import gate_enabled
 from koordlet.metriccache import series
-from koordlet.qos.evictor import (
-    EVICT_REASON_PREFIX,
-    LABEL_EVICTION_ENABLED,
-    REASON_BE_CPU_SATISFACTION,
-    Outcome,
-    Victim,
-    order_by_priority,
+from koordlet.qos.evictor import EVICT_REASON_PREFIX, REASON_BE_CPU_SATISFACTION, Outcome, Victim
+from koordlet.qos.evicttask import (
+    TARGET_BATCH_REQUEST,
+    TARGET_REQUEST,
+    TARGET_USED,
+    Candidate,
+    EvictTask,
+    Pick,
+    ResourceList,
+    allocatable_release,
+    by_priority,
+    plan,
+    priority_class_raw,
+    priority_value_with_default,
+    qos_raw,
+    released_classes,
+    request_of,
 )
-from koordlet.qos.evictor import pick_victims as pick
-from koordlet.qos.manager import StrategyContext, StrategyReport
-from koordlet.qos.memoryevict import InvalidThreshold, eviction_policy_allowed
+from koordlet.qos.framework import StrategyContext, StrategyReport
+from koordlet.qos.shared import InvalidThreshold, eviction_policy_allowed, node_resources
 from koordlet.statesinformer.model import PodInfo
 
 logger = logging.getLogger(__name__)
 
 NAME = "cpuevict"
-GATE = "BECPUEvict"
+FEATURE_GATE = "BECPUEvict"
 """The table gate (Koordinator's ``BECPUEvict``)."""
 FEATURE_CPU_EVICT = "CPUEvict"
 FEATURE_ALLOCATABLE_EVICT = "CPUAllocatableEvict"
@@ -78,8 +93,6 @@ MIN_BATCH_ALLOCATABLE_MILLI = 1
 """A zero BE allocatable counts as this, so satisfaction can still be computed."""
 DEFAULT_INTERVAL = 1.0
 """Seconds between rounds (``--cpu-evict-interval-seconds``)."""
-DEFAULT_COOL_TIME = 20.0
-"""Seconds without eviction after one (``--cpu-evict-cool-time-seconds``)."""
 
 
 # Settings ------------------------------------------------------------------------------------
@@ -104,11 +117,8 @@ class CPUEvictSettings:
     allocatable_priority_threshold: int | None
 
 
-def settings_of(raw: Mapping[str, Any] | None) -> CPUEvictSettings:
-    """Settings from the raw ``resourceUsedThresholdWithBE``, parsed and merged over upstream's
-    defaults by ``apis.slo_strategies``. Raises :class:`apis.slo.SchemaError` for a value
-    outside the CRD's ranges."""
-    t = parse_resource_threshold_strategy(thaw(raw), strict=False)
+def settings_of(t: ResourceThresholdStrategy) -> CPUEvictSettings:
+    """The fields CPU eviction reads of ``resourceUsedThresholdWithBE`` in force."""
     return CPUEvictSettings(
         enabled=t.enable,
         satisfaction_lower=t.cpu_evict_be_satisfaction_lower_percent,
@@ -126,27 +136,78 @@ def settings_of(raw: Mapping[str, Any] | None) -> CPUEvictSettings:
 
 
 def satisfaction_bounds(lower: int | None, upper: int | None) -> tuple[int, int]:
-    """``(lower, upper)`` validated as upstream: lower in (0, 60], upper in (0, 100), upper ≥
-    lower."""
+    """``(lower, upper)`` validated as upstream's ``isSatisfactionConfigValid``: lower in (0, 60],
+    upper in (0, 100), upper ≥ lower."""
     if lower is None or upper is None:
-        raise InvalidThreshold("cpuEvictBESatisfactionLower/UpperPercent not set")
+        raise InvalidThreshold(
+            "CPUEvictBESatisfactionLowerPercent or CPUEvictBESatisfactionUpperPercent not config"
+        )
     if not 0 < lower <= BE_SATISFACTION_LOWER_MAX:
-        raise InvalidThreshold(f"cpuEvictBESatisfactionLowerPercent {lower} not in (0, 60]")
+        raise InvalidThreshold(
+            f"CPUEvictBESatisfactionLowerPercent({lower}) is not valid! must (0,60]"
+        )
     if not 0 < upper < BE_SATISFACTION_UPPER_MAX:
-        raise InvalidThreshold(f"cpuEvictBESatisfactionUpperPercent {upper} not in (0, 100)")
+        raise InvalidThreshold(
+            f"CPUEvictBESatisfactionUpperPercent({upper}) is not valid,must (0,100)"
+        )
     if upper < lower:
-        raise InvalidThreshold(f"cpuEvictBESatisfactionUpperPercent {upper} < lower {lower}")
+        raise InvalidThreshold(
+            f"CPUEvictBESatisfactionUpperPercent({upper}) < "
+            f"CPUEvictBESatisfactionLowerPercent({lower})"
+        )
     return lower, upper
+
+
+def used_thresholds(s: CPUEvictSettings) -> tuple[int, int, int]:
+    """``(threshold, lower, priority threshold)`` of the CPUEvict task, validated as upstream's
+    ``isUsedThresholdConfigValid``; the lower bound defaults to the threshold minus 2."""
+    if s.threshold is None:
+        raise InvalidThreshold("CPUEvictThresholdPercent not config")
+    if s.threshold < 0:
+        raise InvalidThreshold(f"threshold percent({s.threshold}) should greater than 0")
+    lower = s.threshold - CPU_RELEASE_BUFFER_PERCENT if s.lower is None else s.lower
+    if lower >= s.threshold:
+        raise InvalidThreshold(
+            f"lower percent({lower}) should less than threshold percent({s.threshold})"
+        )
+    if s.evict_enabled_priority_threshold is None:
+        raise InvalidThreshold("EvictEnabledPriorityThreshold not config")
+    return s.threshold, lower, s.evict_enabled_priority_threshold
+
+
+def allocatable_thresholds(s: CPUEvictSettings) -> tuple[int, int, int]:
+    """``(threshold, lower, priority threshold)`` of the allocatable task, validated as
+    upstream's ``isAllocatableThresholdConfigValid``: a missing lower percent is 0."""
+    if s.allocatable_threshold is None:
+        raise InvalidThreshold("CPUAllocatableEvictThresholdPercent not config")
+    if s.allocatable_threshold < 0:
+        raise InvalidThreshold(
+            f"threshold percent({s.allocatable_threshold}) should equal or greater than 0"
+        )
+    lower = s.allocatable_lower or 0
+    if lower >= s.allocatable_threshold:
+        raise InvalidThreshold(
+            f"lower percent({lower}) should less than threshold percent({s.allocatable_threshold})"
+        )
+    if s.allocatable_priority_threshold is None:
+        raise InvalidThreshold("AllocatableEvictPriorityThreshold not config")
+    if s.allocatable_priority_threshold > PRIORITY_MID_VALUE_MAX:
+        raise InvalidThreshold(
+            f"priorityThresholdPercent({s.allocatable_priority_threshold}) should less than "
+            f"{PRIORITY_MID_VALUE_MAX}, koor-prod pods should not be killed"
+        )
+    return s.allocatable_threshold, lower, s.allocatable_priority_threshold
 
 
 # Arithmetic ----------------------------------------------------------------------------------
 
 
 def window_seconds(collect_interval: float, configured: int | None) -> int:
-    """The averaging window: the collection interval (whole seconds), or the configured
-    ``cpuEvictTimeWindowSeconds`` when larger."""
-    window = int(collect_interval)
-    return configured if configured is not None and configured > window else window
+    """The averaging window, as upstream's ``cpuEvict``: twice the collection interval (whole
+    seconds), or the configured ``cpuEvictTimeWindowSeconds`` when it exceeds the interval."""
+    if configured is not None and configured > int(collect_interval):
+        return configured
+    return int(collect_interval * 2)
 
 
 def window_covered(window: int, collect_interval: float, count: int) -> bool:
@@ -179,6 +240,36 @@ def release_by_satisfaction(request: float, limit: float, lower: int, upper: int
     return int(request * gap)
 
 
+def satisfaction_release(
+    avg: tuple[float, float, float],
+    current: tuple[float, float, float],
+    lower: int,
+    upper: int,
+    usage_threshold: int | None,
+) -> int:
+    """Milli-cores of BE requests to release from the window's averages and the newest samples,
+    each ``(usage, request, limit)`` in milli-cores (upstream's
+    ``calculateMilliReleaseByBESatisfaction``, after the coverage check): the averages must show
+    BE using its limit and starved; the newest samples must still show it using its limit; when
+    the newest request and limit equal the averages the window's release stands, else the smaller
+    of the two (0 when the newest one releases nothing)."""
+    avg_usage, avg_request, avg_limit = avg
+    cur_usage, cur_request, cur_limit = current
+    if not be_usage_high_enough(avg_usage, avg_limit, usage_threshold):
+        return 0
+    release = release_by_satisfaction(avg_request, avg_limit, lower, upper)
+    if release <= 0:
+        return 0
+    if not be_usage_high_enough(cur_usage, cur_limit, usage_threshold):
+        return 0
+    if cur_request == avg_request and cur_limit == avg_limit:
+        return release
+    now = release_by_satisfaction(cur_request, cur_limit, lower, upper)
+    if now <= 0:
+        return 0
+    return min(release, now)
+
+
 def release_by_used(used_cores: float, capacity_milli: int, threshold: int, lower: int) -> int:
     """Milli-cores to release: ``int(used * 1000) * 100 // capacity`` percent at or above the
     threshold releases ``capacity * (pct - lower) // 100``."""
@@ -190,38 +281,7 @@ def release_by_used(used_cores: float, capacity_milli: int, threshold: int, lowe
     return capacity_milli * (pct - lower) // 100
 
 
-def release_by_allocatable(requested: int, allocatable: int, threshold: int, lower: int) -> int:
-    """Milli-cores of requests to release above ``threshold``% of the allocatable, down to
-    ``lower``%: ``int(requested - lower/100 * allocatable)``; every request without an
-    allocatable."""
-    if threshold < 0 or requested <= 0:
-        return 0
-    if allocatable <= 0:
-        return requested
-    if requested / allocatable <= threshold / 100:
-        return 0
-    return int(requested - lower / 100 * allocatable)
-
-
 # Candidates ----------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class Candidate:
-    pod: PodInfo
-    used: int = 0
-    """Milli-cores used (``pod_cpu_usage``); 0 when unknown."""
-    request: int = 0
-    """Milli-cores requested; 0 when unknown."""
-
-    @property
-    def key(self) -> str:
-        return f"pod/{self.pod.uid}"
-
-    @property
-    def usage_ratio(self) -> float:
-        """used / request; 0 without a request."""
-        return self.used / self.request if self.request > 0 else 0.0
 
 
 def order_be(candidates: Iterable[Candidate]) -> list[Candidate]:
@@ -243,16 +303,15 @@ def _be_before(a: Candidate, b: Candidate) -> bool:
     return pa < pb
 
 
+def _by_request(c: Candidate) -> ResourceList:
+    return {c.request_name: c.request}
+
+
+def _by_used(c: Candidate) -> ResourceList:
+    return {"cpu": c.used}
+
+
 # The strategy --------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class _Task:
-    feature: str
-    reason: str
-    need: int
-    victims: list[Candidate]
-    by: str
 
 
 class _Stale(Exception):
@@ -262,10 +321,13 @@ class _Stale(Exception):
 class CPUEvict:
     """The CPU eviction strategy (see the module docstring).
 
-    :param capacity_milli: node CPU capacity in milli-cores; None: the node info in the cache.
+    :param capacity_milli: node CPU capacity in milli-cores; None: the Node's
+        ``status.capacity.cpu`` in cluster mode, the node info's CPU count standalone.
     :param be_allocatable_milli: BE (batch) CPU allocatable for ``evictByAllocatable``; None:
-        unknown (that policy then skips, as upstream does without a node).
-    :param allocatable_milli: node CPU allocatable for the allocatable task; None: the capacity.
+        the Node's ``status.allocatable`` ``kubernetes.io/batch-cpu`` (unknown standalone: that
+        policy then skips, as upstream does without a node).
+    :param allocatable: the node's allocatable by resource name for the allocatable task; None:
+        the Node's ``status.allocatable``.
     """
 
     name = NAME
@@ -273,23 +335,22 @@ class CPUEvict:
     def __init__(
         self,
         ctx: StrategyContext,
+        interval: float = DEFAULT_INTERVAL,
         *,
         capacity_milli: Callable[[], int | None] | None = None,
         be_allocatable_milli: Callable[[], int | None] | None = None,
-        allocatable_milli: Callable[[], int | None] | None = None,
+        allocatable: Callable[[], Mapping[str, int] | None] | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.ctx = ctx
-        qos = getattr(ctx.config, "qos", None)
-        self.interval = float(getattr(qos, "cpu_evict_interval", DEFAULT_INTERVAL))
-        self.cool_time = float(getattr(qos, "cpu_evict_cool_time", DEFAULT_COOL_TIME))
+        self.interval = interval
+        self.cool_time = ctx.config.qos.cpu_evict_cool_time
         self._capacity_fn = capacity_milli
         self._be_allocatable_fn = be_allocatable_milli
-        self._allocatable_fn = allocatable_milli
+        self._allocatable_fn = allocatable
         self._clock = clock
         self._last_evict = clock()  # upstream starts the cool-down at start-up
         self._lock = asyncio.Lock()
-        self._parsed: tuple[object, CPUEvictSettings] | None = None
 
     async def reconcile(self) -> None:
         async with self._lock:
@@ -302,43 +363,49 @@ class CPUEvict:
             left = self.cool_time - (now - self._last_evict)
             ctx.report(name, StrategyReport({}, f"cool-down, {left:.1f}s left"))
             return []
-        raw = ctx.node_slo().resource_used_threshold_with_be
-        try:
-            if self._parsed is None or self._parsed[0] is not raw:
-                self._parsed = (raw, settings_of(raw))
-            s = self._parsed[1]
-        except SchemaError as err:
-            ctx.report(name, StrategyReport({}, f"skip: invalid NodeSLO: {err}"))
-            return []
+        s = settings_of(ctx.node_slo().resource_used_threshold_with_be)
         if not s.enabled:
             ctx.report(name, StrategyReport({}, "disabled in NodeSLO"))
             return []
-        inputs: dict[str, Any] = {}
-        pending = ctx.evictor.recent_keys() if ctx.evictor is not None else frozenset()
+        capacity = self.capacity_milli()
+        inputs: dict[str, Any] = {"capacity_milli": capacity}
+        if not capacity or capacity <= 0:
+            ctx.report(name, StrategyReport(inputs, "skip: node CPU capacity unknown"))
+            return []
         pods = list(ctx.workloads().pods.values())
-        features = [GATE] + [
-            f for f in (FEATURE_ALLOCATABLE_EVICT, FEATURE_CPU_EVICT) if gate_enabled(ctx.config, f)
+        features = [
+            f
+            for f in (FEATURE_GATE, FEATURE_ALLOCATABLE_EVICT, FEATURE_CPU_EVICT)
+            if gate_enabled(ctx.config, f)
         ]
-        tasks: list[_Task] = []
-        taken: set[str] = set()
+        tasks: list[EvictTask] = []
         try:
             for feature in features:
                 try:
-                    task = self._task(feature, s, pods, pending, frozenset(taken), inputs)
+                    task = self._task(feature, s, pods, capacity, inputs)
                 except InvalidThreshold as err:
-                    inputs[f"{feature}_skipped"] = str(err)
+                    inputs[f"{feature}_skipped"] = f"invalid config: {err}"
                     continue
                 if task is not None:
                     tasks.append(task)
-                    taken.update(c.key for c in task.victims)
         except _Stale as err:
             ctx.stale(name, str(err))
             ctx.report(name, StrategyReport(inputs, "skip: stale inputs", stale=True))
             return []
+        pending = ctx.evictor.recent_keys() if ctx.evictor is not None else frozenset()
+        the_plan = plan(tasks, pending)
         detail = {
-            t.feature: {"need_milli": t.need, "victims": [c.key for c in t.victims]} for t in tasks
+            t.feature: {
+                "need": dict(t.to_release),
+                "target": t.target,
+                "unmet": the_plan.unmet(t),
+                "victims": [p.candidate.key for p in the_plan.picks if p.task is t],
+                "pending": [p.candidate.key for p in the_plan.picks if p.task is t and p.pending],
+            }
+            for t in tasks
         }
-        victims = [(t, c) for t in tasks for c in t.victims]
+        inputs["released"] = the_plan.released
+        victims = the_plan.victims
         if not victims:
             decision = "nothing to do" if not tasks else "no victim left to evict"
             ctx.report(name, StrategyReport(inputs, decision, detail=detail))
@@ -347,13 +414,12 @@ class CPUEvict:
         if ctx.evictor is None:
             logger.warning("%s: no evictor; %d victims not evicted", name, len(victims))
         else:
-            for t in tasks:
-                outcomes += await ctx.evictor.evict(
-                    [self._victim(t, c) for c in t.victims],
-                    strategy=name,
-                    reason=t.reason,
-                    dry_run=ctx.dry_run(name),
-                )
+            for task in tasks:
+                mine = [self._victim(p) for p in victims if p.task is task]
+                if mine:
+                    outcomes += await ctx.evictor.evict(
+                        mine, strategy=name, reason=task.reason, dry_run=ctx.dry_run(name)
+                    )
         if any(o.status in ("evicted", "dry_run") for o in outcomes):
             self._last_evict = self._clock()
         counts: dict[str, int] = {}
@@ -366,14 +432,16 @@ class CPUEvict:
         return outcomes
 
     @staticmethod
-    def _victim(t: _Task, c: Candidate) -> Victim:
-        value = c.used if t.by == "used" else c.request
-        what = "used" if t.by == "used" else "requested"
+    def _victim(pick: Pick) -> Victim:
+        t, c = pick.task, pick.candidate
+        release = t.release_of(c)
+        what = ", ".join(f"{k} {v}" for k, v in sorted(release.items())) or "nothing counted"
+        need = ", ".join(f"{k} {v}" for k, v in sorted(t.to_release.items()))
         return Victim.of_pod(
             c.pod,
-            f"{EVICT_REASON_PREFIX}{t.feature}: release {t.need} milli-cores; {what} {value}m, "
-            f"priority {c.pod.priority}",
-            release=value,
+            f"{EVICT_REASON_PREFIX}{t.feature}: release {need}; this pod {what}, priority "
+            f"{priority_value_with_default(c.pod)}",
+            release=float(sum(release.values())),
         )
 
     def _task(
@@ -381,71 +449,78 @@ class CPUEvict:
         feature: str,
         s: CPUEvictSettings,
         pods: list[PodInfo],
-        pending: frozenset[str],
-        taken: frozenset[str],
+        capacity: int,
         inputs: dict[str, Any],
-    ) -> _Task | None:
-        if feature == GATE:
+    ) -> EvictTask | None:
+        if feature == FEATURE_GATE:
             need = self._be_satisfaction_release(s, inputs)
             if need <= 0:
                 return None
             cands = [
-                Candidate(p, self._pod_used(p), p.cpu_request_milli or 0)
+                Candidate(p, self._pod_used(p), p.extended_requests.get(BATCH_CPU, 0), BATCH_CPU)
                 for p in pods
-                if p.qos is QoSClass.BE and eviction_policy_allowed(p, feature)
+                if qos_raw(p) is QoSClass.BE and eviction_policy_allowed(p, feature)
             ]
-            picks, _ = pick(order_be(cands), need, lambda c: c.request, pending, taken)
-            return _Task(feature, REASON_BE_CPU_SATISFACTION, need, picks, "request")
-        if feature == FEATURE_ALLOCATABLE_EVICT:
-            if s.allocatable_threshold is None or s.allocatable_threshold < 0:
-                raise InvalidThreshold("cpuAllocatableEvictThresholdPercent not set")
-            if s.allocatable_lower is None or s.allocatable_lower >= s.allocatable_threshold:
-                raise InvalidThreshold("cpuAllocatableEvictLowerPercent not set or not below")
-            prio_max = s.allocatable_priority_threshold
-            if prio_max is None or prio_max > PRIORITY_MID_VALUE_MAX:
-                raise InvalidThreshold("allocatableEvictPriorityThreshold unset or koord-prod")
-            eligible = [p for p in pods if p.priority is not None and p.priority <= prio_max]
-            requested = sum(p.cpu_request_milli or 0 for p in eligible)
-            allocatable = (self._allocatable_fn or self.capacity_milli)() or 0
-            need = release_by_allocatable(
-                requested, allocatable, s.allocatable_threshold, s.allocatable_lower
+            return EvictTask(
+                feature,
+                REASON_BE_CPU_SATISFACTION,
+                TARGET_BATCH_REQUEST,
+                {BATCH_CPU: need},
+                order_be(cands),
+                _by_request,
             )
-            inputs[feature] = {"requested_milli": requested, "allocatable_milli": allocatable}
-            if need <= 0:
+        if feature == FEATURE_ALLOCATABLE_EVICT:
+            threshold, lower, prio_max = allocatable_thresholds(s)
+            requested: dict[str, int] = {}
+            for p in pods:
+                if priority_value_with_default(p) > prio_max:
+                    continue
+                res, value = request_of(p, "cpu")
+                requested[res] = requested.get(res, 0) + value
+            allocatable = self.allocatable()
+            if allocatable is None:
+                inputs[f"{feature}_skipped"] = "the Node's allocatable is unknown"
                 return None
-            cands = [
-                Candidate(p, self._pod_used(p), p.cpu_request_milli or 0)
-                for p in _opted_in(eligible, feature)
-            ]
-            ordered = order_by_priority(cands, "request")
-            picks, _ = pick(ordered, need, lambda c: c.request, pending, taken)
-            return _Task(feature, REASON_CPU_USAGE, need, picks, "request")
+            release = allocatable_release(requested, allocatable, threshold, lower)
+            inputs[feature] = {"requested": requested, "allocatable": dict(allocatable)}
+            if not release:
+                return None
+            classes = released_classes(release)
+
+            def by_class(c: Candidate) -> ResourceList:
+                if priority_class_raw(c.pod) not in classes:
+                    return {}
+                return {c.request_name: c.request}
+
+            def make(p: PodInfo) -> Candidate | None:
+                used = self.ctx.fresh_last(series.POD_CPU_USAGE, series.pod_entity(p.uid))
+                if used is None:
+                    return None  # upstream skips a pod without a metric
+                res, value = request_of(p, "cpu")
+                return Candidate(p, int(used * 1000), value, res)
+
+            ordered = by_priority(pods, feature, prio_max, make, "request")
+            return EvictTask(feature, REASON_CPU_USAGE, TARGET_REQUEST, release, ordered, by_class)
         # CPUEvict: node usage over the window
-        if s.threshold is None or s.threshold < 0:
-            raise InvalidThreshold("cpuEvictThresholdPercent not set")
-        lower = s.threshold - CPU_RELEASE_BUFFER_PERCENT if s.lower is None else s.lower
-        if lower >= s.threshold:
-            raise InvalidThreshold(f"cpuEvictLowerPercent {lower} not below the threshold")
-        prio_max = s.evict_enabled_priority_threshold
-        if prio_max is None:
-            raise InvalidThreshold("evictEnabledPriorityThreshold not set")
+        threshold, lower, prio_max = used_thresholds(s)
         window = window_seconds(self.ctx.collect_interval, s.window)
         agg = self.ctx.fresh_aggregate(series.NODE_CPU_USAGE, series.NODE, window)
         if agg is None:
             raise _Stale(f"{series.NODE_CPU_USAGE}/{series.NODE} stale or absent")
-        capacity = self.capacity_milli() or 0
-        need = release_by_used(agg.avg, capacity, s.threshold, lower)
-        inputs[feature] = {"node_cpu_avg": agg.avg, "capacity_milli": capacity, "window": window}
+        need = release_by_used(agg.avg, capacity, threshold, lower)
+        inputs[feature] = {"node_cpu_avg": agg.avg, "window": window}
         if need <= 0:
             return None
-        eligible = [p for p in pods if p.priority is not None and p.priority <= prio_max]
-        cands = []
-        for p in _opted_in(eligible, feature):
+
+        def make_used(p: PodInfo) -> Candidate | None:
             used = self.ctx.fresh_last(series.POD_CPU_USAGE, series.pod_entity(p.uid))
-            if used is not None:  # upstream skips pods without a metric here
-                cands.append(Candidate(p, int(used * 1000), p.cpu_request_milli or 0))
-        picks, _ = pick(order_by_priority(cands, "used"), need, lambda c: c.used, pending, taken)
-        return _Task(feature, REASON_CPU_USAGE, need, picks, "used")
+            if used is None:
+                return None  # upstream skips a pod without a metric
+            res, value = request_of(p, "cpu")
+            return Candidate(p, int(used * 1000), value, res)
+
+        ordered = by_priority(pods, feature, prio_max, make_used, "used")
+        return EvictTask(feature, REASON_CPU_USAGE, TARGET_USED, {"cpu": need}, ordered, _by_used)
 
     def _be_satisfaction_release(self, s: CPUEvictSettings, inputs: dict[str, Any]) -> int:
         ctx = self.ctx
@@ -466,10 +541,10 @@ class CPUEvict:
         cur_limit = aggs[series.BE_CPU_REAL_LIMIT].last * 1000
         be_allocatable: float | None = None
         if s.by_allocatable:
-            raw = self._be_allocatable_fn() if self._be_allocatable_fn is not None else None
+            raw = self.be_allocatable_milli()
             be_allocatable = -1 if raw is None or raw < 0 else max(raw, MIN_BATCH_ALLOCATABLE_MILLI)
             avg_limit = cur_limit = be_allocatable
-        inputs[GATE] = {
+        inputs[FEATURE_GATE] = {
             "window": window,
             "samples": count,
             "avg_milli": {"usage": avg_usage, "request": avg_request, "limit": avg_limit},
@@ -477,30 +552,55 @@ class CPUEvict:
             "be_allocatable_milli": be_allocatable,
         }
         if not window_covered(window, ctx.collect_interval, count):
-            inputs[GATE]["skipped"] = "window not covered"
+            inputs[FEATURE_GATE]["skipped"] = "window not covered"
             return 0
-        if not be_usage_high_enough(avg_usage, avg_limit, s.be_usage_threshold):
-            return 0
-        release = release_by_satisfaction(avg_request, avg_limit, lower, upper)
-        if release <= 0:
-            return 0
-        if not be_usage_high_enough(cur_usage, cur_limit, s.be_usage_threshold):
-            return 0
-        if cur_request == avg_request and cur_limit == avg_limit:
-            return release
-        current = release_by_satisfaction(cur_request, cur_limit, lower, upper)
-        if current <= 0:
-            return 0
-        return min(release, current)
+        return satisfaction_release(
+            (avg_usage, avg_request, avg_limit),
+            (cur_usage, cur_request, cur_limit),
+            lower,
+            upper,
+            s.be_usage_threshold,
+        )
 
     def _pod_used(self, p: PodInfo) -> int:
         used = self.ctx.fresh_last(series.POD_CPU_USAGE, series.pod_entity(p.uid))
         return 0 if used is None else int(used * 1000)
 
+    def _node(self) -> Mapping[str, Any] | None:
+        getter = self.ctx.node
+        if getter is None:
+            return None
+        try:
+            return getter()
+        except Exception:  # a broken getter must not stop eviction decisions
+            logger.exception("%s: reading the Node object failed", NAME)
+            return None
+
+    def allocatable(self) -> Mapping[str, int] | None:
+        """The Node's ``status.allocatable`` by resource name; None standalone or before the
+        Node is known (the allocatable task is then skipped)."""
+        if self._allocatable_fn is not None:
+            return self._allocatable_fn()
+        if self.ctx.config.standalone:
+            return None
+        return node_resources(self._node(), "allocatable")
+
+    def be_allocatable_milli(self) -> int | None:
+        """BE's (batch) CPU allocatable in milli-cores: the Node's ``kubernetes.io/batch-cpu``
+        allocatable (0 when it has none); None without a Node."""
+        if self._be_allocatable_fn is not None:
+            return self._be_allocatable_fn()
+        allocatable = self.allocatable()
+        return None if allocatable is None else allocatable.get(BATCH_CPU, 0)
+
     def capacity_milli(self) -> int | None:
-        """Node CPU capacity in milli-cores (the node info's CPU count), or None."""
+        """Node CPU capacity in milli-cores: the Node's ``status.capacity.cpu`` in cluster mode
+        (upstream's; None until the Node is known), the node info's CPU count standalone."""
         if self._capacity_fn is not None:
             return self._capacity_fn()
+        if not self.ctx.config.standalone:
+            capacity = node_resources(self._node(), "capacity")
+            return None if capacity is None else capacity.get("cpu")
         info = self.ctx.cache.get_info("node_info")
         if isinstance(info, Mapping):
             total = info.get("total")
@@ -512,14 +612,6 @@ class CPUEvict:
         return {"last_evict": self._last_evict, "cool_time": self.cool_time}
 
 
-def _opted_in(pods: Iterable[PodInfo], feature: str) -> list[PodInfo]:
-    return [
-        p
-        for p in pods
-        if p.labels.get(LABEL_EVICTION_ENABLED) == "true" and eviction_policy_allowed(p, feature)
-    ]
-
-
-def cpuevict(ctx: StrategyContext) -> CPUEvict:
+def build(ctx: StrategyContext, interval: float) -> CPUEvict:
     """Table factory."""
-    return CPUEvict(ctx)
+    return CPUEvict(ctx, interval)

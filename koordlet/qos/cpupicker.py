@@ -25,6 +25,8 @@ import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from koordlet.statesinformer.nodetopo import cpus_of_node_info
+
 BE_MIN_CPUSET_CPUS = 2
 """Koordinator's ``beMinCPUSetCores``: the cpuset policy never leaves BE fewer CPUs."""
 BE_MAX_INCREASE_RATIO = 0.1
@@ -47,29 +49,9 @@ class Processor:
 
 
 def processors_from_node_info(info: object) -> tuple[Processor, ...]:
-    """The processors of the ``node_info`` value the nodeinfo collector stores; () when absent
-    or malformed."""
-    if not isinstance(info, dict):
-        return ()
-    cpus = info.get("cpus")
-    if not isinstance(cpus, list):
-        return ()
-    out: list[Processor] = []
-    for cpu in cpus:
-        if not isinstance(cpu, dict):
-            return ()
-        try:
-            out.append(
-                Processor(
-                    int(cpu["cpu_id"]),
-                    int(cpu["core_id"]),
-                    int(cpu["socket_id"]),
-                    int(cpu["numa_node"]),
-                )
-            )
-        except (KeyError, TypeError, ValueError):
-            return ()
-    return tuple(sorted(out, key=lambda p: p.cpu_id))
+    """The processors of the ``node_info`` value the nodeinfo collector stores, by CPU id; ()
+    when absent or malformed (read by the states informer's :func:`cpus_of_node_info`)."""
+    return tuple(Processor(*cpu) for cpu in cpus_of_node_info(info))
 
 
 def be_cpuset_count(suppress_milli: int, old_count: int, total_cpus: int) -> int:

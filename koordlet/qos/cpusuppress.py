@@ -9,22 +9,28 @@ documented semantics (``docs/qos-cpu.md`` has the formulas and the differences):
   besteffort QoS cgroup, and ``system = max(node - all pods - all host apps, 0, reserved)``;
   with ``cpuSuppressMinPercent`` it never goes under ``capacity x min%``.
 * **Policy** ``cpuset`` (the default): ``ceil(suppress)`` CPUs, at least 2, growing by at most
-  10 % of the node's CPUs a round, picked by :mod:`koordlet.qos.cpupicker` (LSE pods' CPUs
-  excluded); written to the besteffort QoS cgroup, every BE pod and container and BE host
-  application below it, as one leveled executor batch (a child is never wider than its
-  parent at any moment).
+  10 % of the node's CPUs a round, picked by :mod:`koordlet.qos.cpupicker`; never the CPUs of
+  LSE pods, the CPUs the Node's ``node.koordinator.sh/reservation`` reserves, nor the exclusive
+  SYSTEM QoS CPUs of ``node.koordinator.sh/system-qos-resource`` (the CPUs the topology report
+  publishes, ``koordlet.statesinformer.nodetopo``); written to the besteffort QoS cgroup, every
+  BE pod and container and BE host application below it, as one leveled executor batch (a child
+  is never wider than its parent at any moment). When the 2-CPU floor covers every usable CPU
+  (a 2-CPU node) the policy can change nothing, and ``/debug/qos`` says so.
 * **Policy** ``cfsQuota``: ``quota = suppress x period`` (at least 2000 µs) on the besteffort QoS
   cgroup; a change smaller than 1 % of the node's CPUs is skipped (dead band, except towards the
   floor), a rise is limited to 10 % of the node's CPUs a round once a quota is set.
 * **Restore**: when ``resourceUsedThresholdWithBE.enable`` is false the BE cpusets go back to
-  every CPU that LSE pods do not own and the quota to unlimited; switching policy restores what
-  the other policy set.
+  every CPU that LSE pods, the reservation and exclusive SYSTEM QoS do not own, and the quota to
+  unlimited; switching policy restores what the other policy set.
+* **Logs**: each write at debug; at info a change of direction of the BE quota or cpuset (it
+  starts falling, or rising again), a restore that changed a file, and a skipped round's reason
+  only when it changes.
 * **Stale inputs**: when the node's CPU usage is older than twice the collection interval (or
   the CPU topology is unknown) the round holds the state last applied and counts it.
 
-The settings are the NodeSLO's strategies as the Kubernetes source merges them
-(:func:`apis.slo_strategies.strategies_of`; a NodeSLO that fails to parse keeps the last good
-ones). The node's reservation (the larger of the kubelet's ``capacity - allocatable`` and the
+The settings are ``resourceUsedThresholdWithBE`` of the NodeSLO in force (``ctx.node_slo()``:
+typed, over Koordinator's defaults, its last good value when the NodeSLO's was rejected). The
+node's reservation (the larger of the kubelet's ``capacity - allocatable`` and the
 ``node.koordinator.sh/reservation`` annotation) is the floor of the system usage when the
 context gives the Node object, else 0. A strategy never opens a file: the besteffort cgroup's
 current cpuset and quota are read through the executor
@@ -45,29 +51,32 @@ from typing import Any, TypeVar
 from prometheus_client.core import GaugeMetricFamily, Metric
 
 from apis.cpulist import format_cpulist, parse_cpulist
-from apis.extension import ANNOTATION_RESOURCE_STATUS as RESOURCE_STATUS_ANNOTATION
 from apis.extension import KubeQOS, QoSClass
 from apis.manager_keys import ANNOTATION_NODE_RESERVATION
 from apis.quantity import milli_value
-from apis.slo import NodeSLOSpec, SchemaError
-from apis.slo_strategies import (
-    CPUSuppressPolicy,
-    NodeSLOStrategies,
-    ResourceThresholdStrategy,
-    strategies_of,
-)
+from apis.slo_strategies import CPUSuppressPolicy, ResourceThresholdStrategy
 from koordlet.errors import CgroupGoneError, HostError, UnsupportedError
 from koordlet.executor.batch import BatchResult, BatchWrite
+from koordlet.executor.writer import WriteResult
 from koordlet.metriccache import series
 from koordlet.qos.cpupicker import (
     BE_MAX_INCREASE_RATIO,
+    BE_MIN_CPUSET_CPUS,
     Processor,
     be_cpuset_count,
     pick_be_cpus,
     processors_from_node_info,
 )
-from koordlet.qos.manager import StrategyContext, StrategyReport
+from koordlet.qos.framework import StrategyContext, StrategyReport
+from koordlet.qos.shared import cpus_of_annotation
 from koordlet.statesinformer.model import HostAppInfo, PodInfo, WorkloadSnapshot
+from koordlet.statesinformer.nodetopo import (
+    TopoCPU,
+    node_annotations,
+    reserved_cpus,
+    system_qos_exclusive_cpus,
+)
+from koordlet.system.knobs import CPU_CFS_QUOTA, CPUSET_CPUS, Knob
 
 logger = logging.getLogger(__name__)
 
@@ -87,44 +96,6 @@ POLICY_CFS_QUOTA = "cfsQuota"
 
 
 # Settings ---------------------------------------------------------------------------------------
-
-
-class LastGoodStrategies:
-    """The NodeSLO's strategy groups, merged over Koordinator's defaults exactly as the
-    Kubernetes states source merges them (``strategies_of(spec, strict=False)``), so that the
-    standalone and the cluster mode agree. A NodeSLO that fails to parse keeps the last good
-    strategies (Koordinator's defaults before the first good one); each rejected field is logged
-    once. Parsing is skipped while the spec object is the same."""
-
-    def __init__(self, strategy: str) -> None:
-        self._strategy = strategy
-        self._spec: NodeSLOSpec | None = None
-        self._value = NodeSLOStrategies()
-        self._logged: set[str] = set()
-        self.rejected = ""
-        """Why the spec in force was rejected; empty when it parsed."""
-
-    def of(self, spec: NodeSLOSpec) -> NodeSLOStrategies:
-        """The strategies of ``spec``, or the last good ones when it fails to parse."""
-        if spec is self._spec:
-            return self._value
-        self._spec = spec
-        try:
-            value = strategies_of(spec, source="NodeSLO", strict=False)
-        except SchemaError as err:
-            key = err.field or str(err)
-            self.rejected = str(err)
-            if key not in self._logged:
-                self._logged.add(key)
-                logger.warning(
-                    "%s: NodeSLO field %s rejected, keeping the last good settings: %s",
-                    self._strategy,
-                    err.field or "?",
-                    err,
-                )
-            return self._value
-        self._value, self.rejected = value, ""
-        return value
 
 
 # Node reservation -------------------------------------------------------------------------------
@@ -267,20 +238,6 @@ def cfs_quota_target(suppress_milli: int, current: int | None, capacity_cores: i
     return target
 
 
-def cpus_of_annotation(annotations: Mapping[str, str]) -> frozenset[int]:
-    """CPUs of a pod's ``scheduling.koordinator.sh/resource-status`` cpuset; empty when none or
-    malformed."""
-    raw = annotations.get(RESOURCE_STATUS_ANNOTATION)
-    if not raw:
-        return frozenset()
-    try:
-        status = json.loads(raw)
-        text = status.get("cpuset", "") if isinstance(status, dict) else ""
-        return parse_cpulist(text) if isinstance(text, str) else frozenset()
-    except ValueError:
-        return frozenset()
-
-
 def exclusive_cpus(pods: Iterable[PodInfo]) -> tuple[frozenset[int], frozenset[int]]:
     """``(LSR CPUs, LSE CPUs)`` from the pods' resource-status annotations."""
     lsr: set[int] = set()
@@ -312,6 +269,7 @@ def be_cgroup_dirs(snapshot: WorkloadSnapshot, be_dir: str) -> list[str]:
 # The strategy -----------------------------------------------------------------------------------
 
 _T = TypeVar("_T")
+_V = TypeVar("_V")
 NodeGetter = Callable[[], Mapping[str, Any] | None]
 """Returns the Node object (``metadata.annotations``, ``status.capacity``/``allocatable``) when
 the koordlet runs against a cluster, None in standalone mode."""
@@ -333,14 +291,14 @@ class _State:
     """``koordlet_be_suppress_ls_used_cpu_cores``."""
     stale_rounds: int = 0
     """Rounds that held the state because an input was stale."""
+    direction: dict[str, str] = field(default_factory=dict)
+    """By policy, ``down`` or ``up``: which way BE last moved (a change of direction is logged
+    at info, each step at debug)."""
+    last_note: str = ""
+    """The last reason logged at info for a round that changed nothing (logged again only when
+    it changes)."""
     last: dict[str, Any] = field(default_factory=dict)
     """Inputs, decision and result of the last round, for ``/debug/qos``."""
-
-
-def _qos_setting(config: Any, name: str, default: float) -> float:
-    qos = getattr(config, "qos", None)
-    value = getattr(qos, name, None) if qos is not None else None
-    return float(value) if isinstance(value, int | float) and value > 0 else default
 
 
 def _settings_dict(s: ResourceThresholdStrategy) -> dict[str, Any]:
@@ -361,13 +319,14 @@ class CPUSuppress:
 
     name = NAME
 
-    def __init__(self, ctx: StrategyContext, *, node: NodeGetter | None = None) -> None:
+    def __init__(
+        self, ctx: StrategyContext, interval: float = 1.0, *, node: NodeGetter | None = None
+    ) -> None:
         self._ctx = ctx
-        self.interval = _qos_setting(ctx.config, "cpu_suppress_interval", 1.0)
+        self.interval = interval
         """Seconds between rounds: Koordinator's ``--cpu-suppress-interval-seconds`` (1)."""
-        self._node_name = str(getattr(ctx.config, "node_name", ""))
-        self._node: NodeGetter | None = node if node is not None else getattr(ctx, "node", None)
-        self._slo = LastGoodStrategies(NAME)
+        self._node_name = ctx.config.node_name
+        self._node: NodeGetter | None = node if node is not None else ctx.node
         self._state = _State()
 
     # Introspection ---------------------------------------------------------------------------
@@ -409,34 +368,56 @@ class CPUSuppress:
 
     # The round -------------------------------------------------------------------------------
 
-    def _reserved_milli(self) -> int:
+    def _node_object(self) -> Mapping[str, Any] | None:
         getter = self._node
         if getter is None:
-            return 0
+            return None
         try:
-            return node_reserved_milli(getter())
-        except Exception:  # a broken getter must not stop suppression; the floor is then 0
-            logger.exception("%s: reading the Node object failed; reservation taken as 0", NAME)
-            return 0
+            return getter()
+        except Exception:  # a broken getter must not stop suppression; no reservation then
+            logger.exception("%s: reading the Node object failed; no reservation known", NAME)
+            return None
+
+    @staticmethod
+    def _excluded(
+        node: Mapping[str, Any] | None, processors: Sequence[Processor], lse: frozenset[int]
+    ) -> tuple[frozenset[int], dict[str, str]]:
+        """CPUs BE never gets: LSE pods', the reservation's, exclusive SYSTEM QoS (upstream's
+        ``adjustByCPUSet`` and ``calcBECPUSet``), and their cpulists for the report."""
+        annotations = node_annotations(node)
+        topo = tuple(TopoCPU(p.cpu_id, p.core_id, p.socket_id, p.numa_node) for p in processors)
+        reserved = reserved_cpus(annotations, topo)
+        system = system_qos_exclusive_cpus(annotations)
+        detail = {
+            "lse": format_cpulist(lse),
+            "reserved": format_cpulist(reserved),
+            "system_qos": format_cpulist(system),
+        }
+        return lse | reserved | system, detail
 
     async def reconcile(self) -> None:
         ctx = self._ctx
-        settings = self._slo.of(ctx.node_slo()).resource_used_threshold_with_be
+        settings = ctx.node_slo().resource_used_threshold_with_be
         snapshot = ctx.workloads()
         be_dir = ctx.host().layout.qos_dir(KubeQOS.BESTEFFORT)
         processors = processors_from_node_info(ctx.cache.get_info(NODE_INFO_KEY))
+        node_obj = self._node_object()
+        lsr, lse = exclusive_cpus(snapshot.pods.values())
+        excluded, excluded_detail = self._excluded(node_obj, processors, lse)
         last: dict[str, Any] = {"at": ctx.now(), "settings": _settings_dict(settings)}
-        if self._slo.rejected:
-            last["nodeslo_rejected"] = self._slo.rejected
         self._state.last = last
-        inputs: dict[str, Any] = {"settings": last["settings"]}
+        inputs: dict[str, Any] = {"settings": last["settings"], "excluded_cpus": excluded_detail}
 
         if not settings.enable:
             last["decision"] = "restore: resourceUsedThresholdWithBE.enable is false"
-            await self._restore_quota(be_dir, "BE suppress disabled")
+            results = [await self._restore_quota(be_dir, "BE suppress disabled")]
             if processors:
-                await self._restore_cpuset(snapshot, be_dir, processors, "BE suppress disabled")
-            ctx.report(NAME, StrategyReport(inputs, last["decision"]))
+                results.append(
+                    await self._restore_cpuset(
+                        snapshot, be_dir, processors, excluded, "BE suppress disabled"
+                    )
+                )
+            ctx.report(NAME, StrategyReport(inputs, last["decision"], _joined(results)))
             return
         if not processors:
             self._hold(inputs, last, "CPU topology (node_info) not collected yet")
@@ -458,7 +439,7 @@ class CPUSuppress:
             v = ctx.fresh_last(series.HOST_APP_CPU_USAGE, series.host_app_entity(app.name))
             if v is not None:
                 app_used[app.name] = v
-        reserved = self._reserved_milli() / 1000
+        reserved = node_reserved_milli(node_obj) / 1000
         usage = split_usage(
             node_used,
             pod_used,
@@ -492,11 +473,16 @@ class CPUSuppress:
 
         if settings.cpu_suppress_policy is CPUSuppressPolicy.CFS_QUOTA:
             await self._apply_quota(milli, capacity, be_dir, reason, last)
-            await self._restore_cpuset(snapshot, be_dir, processors, "policy is cfsQuota")
+            restored = await self._restore_cpuset(
+                snapshot, be_dir, processors, excluded, "policy is cfsQuota"
+            )
         else:
-            await self._apply_cpuset(milli, snapshot, be_dir, processors, reason, last)
-            await self._restore_quota(be_dir, "policy is cpuset")
-        ctx.report(NAME, StrategyReport(inputs, last["decision"], reason))
+            await self._apply_cpuset(
+                milli, snapshot, be_dir, processors, lsr, excluded, reason, last
+            )
+            restored = await self._restore_quota(be_dir, "policy is cpuset")
+        result = _joined([last.get("result", ""), restored])
+        ctx.report(NAME, StrategyReport(inputs, last["decision"], result or reason))
 
     def _hold(self, inputs: dict[str, Any], last: dict[str, Any], why: str) -> None:
         self._state.stale_rounds += 1
@@ -505,20 +491,36 @@ class CPUSuppress:
         self._ctx.stale(NAME, why)
         self._ctx.report(NAME, StrategyReport(inputs, last["decision"], stale=True))
 
+    def _note(self, text: str) -> None:
+        """Log at info why a round changed nothing, once per distinct reason."""
+        if text != self._state.last_note:
+            self._state.last_note = text
+            logger.info("%s: %s", NAME, text)
+
+    def _moved(self, policy: str, old: float, new: float, text: str) -> None:
+        """One step of BE's allowance: debug; info when it turns (first step, or the other way
+        than the last one)."""
+        if new == old:
+            return
+        direction = "down" if new < old else "up"
+        turned = self._state.direction.get(policy) != direction
+        self._state.direction[policy] = direction
+        log = logger.info if turned else logger.debug
+        verb = "suppressing" if direction == "down" else "releasing"
+        log("%s: %s BE, %s: %s", NAME, verb, policy, text)
+
     # Reading ---------------------------------------------------------------------------------
 
-    async def _read(self, knob_name: str, rel_dir: str, default: _T) -> Any | _T:
+    async def _read(self, knob: Knob[_V], rel_dir: str, default: _T) -> _V | _T:
         """The knob's current value, read from its file on the writer thread (in order with the
         queued writes); ``default`` when the cgroup is gone or the knob unsupported (logged)."""
         executor = self._ctx.executor
         try:
-            return await asyncio.wrap_future(
-                executor.call(lambda: executor.read(knob_name, rel_dir))
-            )
+            return await asyncio.wrap_future(executor.call(lambda: executor.read(knob, rel_dir)))
         except CgroupGoneError:
-            logger.debug("%s: %s gone while reading %s", NAME, rel_dir, knob_name)
+            logger.debug("%s: %s gone while reading %s", NAME, rel_dir, knob.name)
         except UnsupportedError as err:
-            logger.debug("%s: %s unreadable: %s", NAME, knob_name, err)
+            logger.debug("%s: %s unreadable: %s", NAME, knob.name, err)
         return default
 
     # cfsQuota -------------------------------------------------------------------------------
@@ -526,32 +528,46 @@ class CPUSuppress:
     async def _apply_quota(
         self, milli: int, capacity: int, be_dir: str, reason: str, last: dict[str, Any]
     ) -> None:
-        current: int | None = await self._read("cpu_cfs_quota", be_dir, None)
+        current = await self._read(CPU_CFS_QUOTA, be_dir, None)
         last["current_quota"] = current
         target = cfs_quota_target(milli, current, capacity)
         if target is None:
-            last["decision"] = f"cfsQuota: keep {current} (change under the dead band)"
+            last["decision"] = f"cfsQuota: keep {_quota_text(current)} (change under the dead band)"
             return
         last["decision"] = f"cfsQuota: {target} us"
-        if not await self._write_one("cpu_cfs_quota", be_dir, target, reason):
+        written = await self._write_one(CPU_CFS_QUOTA, be_dir, target, reason)
+        last["result"] = "1 write" if written is not None and written.changed else "unchanged"
+        if written is None or self._ctx.dry_run(NAME):
             return
         self._state.quota_restored = False
         self._state.suppressed_cores[POLICY_CFS_QUOTA] = target / CFS_PERIOD_US
-        if target != current:
-            logger.info("%s: BE cfs quota %s -> %d us (%s)", NAME, current, target, reason)
+        old = capacity * CFS_PERIOD_US if current is None else current
+        self._moved(
+            POLICY_CFS_QUOTA,
+            old,
+            target,
+            f"BE cfs quota {_quota_text(current)} -> {target} us ({reason})",
+        )
 
-    async def _restore_quota(self, be_dir: str, why: str) -> None:
+    async def _restore_quota(self, be_dir: str, why: str) -> str:
         if self._state.quota_restored:
-            return
-        if await self._write_one("cpu_cfs_quota", be_dir, None, f"restore: {why}"):
-            self._state.quota_restored = True
-            self._state.suppressed_cores.pop(POLICY_CFS_QUOTA, None)
+            return ""
+        written = await self._write_one(CPU_CFS_QUOTA, be_dir, None, f"restore: {why}")
+        if written is None or self._ctx.dry_run(NAME):
+            return ""
+        self._state.quota_restored = True
+        self._state.suppressed_cores.pop(POLICY_CFS_QUOTA, None)
+        self._state.direction.pop(POLICY_CFS_QUOTA, None)
+        if not written.changed:
+            return ""
+        try:
+            before = _quota_text(CPU_CFS_QUOTA.decode(written.old, self._ctx.host().layout.version))
+        except ValueError:
+            before = written.old
+        logger.info("%s: BE cfs quota restored %s -> unlimited (%s)", NAME, before, why)
+        return "quota restored to unlimited"
 
     # cpuset ---------------------------------------------------------------------------------
-
-    def _allowed(self, snapshot: WorkloadSnapshot, processors: Sequence[Processor]) -> list[int]:
-        _, lse = exclusive_cpus(snapshot.pods.values())
-        return [p.cpu_id for p in processors if p.cpu_id not in lse]
 
     async def _apply_cpuset(
         self,
@@ -559,20 +575,38 @@ class CPUSuppress:
         snapshot: WorkloadSnapshot,
         be_dir: str,
         processors: Sequence[Processor],
+        lsr: frozenset[int],
+        excluded: frozenset[int],
         reason: str,
         last: dict[str, Any],
     ) -> None:
-        lsr, lse = exclusive_cpus(snapshot.pods.values())
-        allowed = frozenset(self._allowed(snapshot, processors))
-        old: frozenset[int] = frozenset(await self._read("cpuset_cpus", be_dir, allowed))
+        allowed = frozenset(p.cpu_id for p in processors if p.cpu_id not in excluded)
+        current: frozenset[int] = await self._read(CPUSET_CPUS, be_dir, allowed)
+        old = frozenset(current)
         last["current_cpuset"] = format_cpulist(old)
         count = be_cpuset_count(milli, len(old), len(processors))
-        cpus = frozenset(pick_be_cpus(count, processors, lsr_cpus=lsr, excluded=lse))
+        cpus = frozenset(pick_be_cpus(count, processors, lsr_cpus=lsr, excluded=excluded))
         if not cpus:
-            last["decision"] = f"cpuset: {count} CPUs wanted, too few available; unchanged"
-            logger.warning("%s: %d CPUs wanted for BE but too few are available", NAME, count)
+            why = f"{count} CPUs wanted for BE but only {len(allowed)} usable"
+            last["decision"] = f"cpuset: unchanged, {why}"
+            self._note(why)
             return
         last["decision"] = f"cpuset: {format_cpulist(cpus)} ({len(cpus)} CPUs)"
+        if count == BE_MIN_CPUSET_CPUS and len(allowed) <= BE_MIN_CPUSET_CPUS:
+            why = (
+                f"the {BE_MIN_CPUSET_CPUS}-CPU floor of the cpuset policy (beMinCPUSetCores) "
+                f"covers all {len(allowed)} usable CPUs, so BE keeps them whatever LS uses; "
+                "the cfsQuota policy limits BE on such a node"
+            )
+            last["decision"] += f"; BE wanted {milli / 1000:.2f} cores, but {why}"
+            last["floor"] = {
+                "cpus": BE_MIN_CPUSET_CPUS,
+                "usable": len(allowed),
+                "wanted_milli": milli,
+            }
+            self._note(why)
+        else:
+            self._state.last_note = ""
         dirs = frozenset(be_cgroup_dirs(snapshot, be_dir))
         self._state.restored_cpuset = None
         if old == cpus and self._state.applied_cpuset == (cpus, dirs):
@@ -581,21 +615,45 @@ class CPUSuppress:
         self._state.applied_cpuset = (cpus, dirs) if done else None
         if done:
             self._state.suppressed_cores[POLICY_CPUSET] = float(len(cpus))
+            self._moved(
+                POLICY_CPUSET,
+                len(old),
+                len(cpus),
+                f"BE cpuset {format_cpulist(old)} -> {format_cpulist(cpus)} ({reason})",
+            )
 
     async def _restore_cpuset(
-        self, snapshot: WorkloadSnapshot, be_dir: str, processors: Sequence[Processor], why: str
-    ) -> None:
-        allowed = frozenset(self._allowed(snapshot, processors))
+        self,
+        snapshot: WorkloadSnapshot,
+        be_dir: str,
+        processors: Sequence[Processor],
+        excluded: frozenset[int],
+        why: str,
+    ) -> str:
+        allowed = frozenset(p.cpu_id for p in processors if p.cpu_id not in excluded)
         if not allowed:
-            return
+            return ""
         dirs = frozenset(be_cgroup_dirs(snapshot, be_dir))
         self._state.applied_cpuset = None
         if self._state.restored_cpuset == (allowed, dirs):
-            return
-        done = await self._batch(dirs, allowed, f"restore: {why}", {})
+            return ""
+        result: dict[str, Any] = {}
+        done = await self._batch(dirs, allowed, f"restore: {why}", result)
         self._state.restored_cpuset = (allowed, dirs) if done else None
-        if done:
-            self._state.suppressed_cores.pop(POLICY_CPUSET, None)
+        if not done:
+            return ""
+        self._state.suppressed_cores.pop(POLICY_CPUSET, None)
+        self._state.direction.pop(POLICY_CPUSET, None)
+        if not result.get("changed"):
+            return ""
+        logger.info(
+            "%s: BE cpusets restored to %s in %d cgroups (%s)",
+            NAME,
+            format_cpulist(allowed),
+            result["changed"],
+            why,
+        )
+        return f"cpusets restored to {format_cpulist(allowed)}"
 
     async def _batch(
         self, dirs: Iterable[str], cpus: frozenset[int], reason: str, last: dict[str, Any]
@@ -605,10 +663,11 @@ class CPUSuppress:
         real and nothing failed; a cgroup removed meanwhile is a normal race, not a failure.
         Raises :class:`HostError` naming the first failure after the rest was written."""
         writes = [
-            BatchWrite("cpuset_cpus", d, cpus, strategy=NAME, reason=reason)
+            BatchWrite(CPUSET_CPUS, d, cpus, strategy=NAME, reason=reason)
             for d in sorted(dirs, key=lambda d: (d.count("/"), d))
         ]
         result: BatchResult = await asyncio.wrap_future(self._ctx.executor.submit_batch(writes))
+        last["changed"] = result.changed
         last["result"] = (
             f"{len(writes)} cgroups: {result.changed} changed, {len(result.gone)} gone, "
             f"{len(result.errors)} failed"
@@ -622,23 +681,43 @@ class CPUSuppress:
 
     # Writing --------------------------------------------------------------------------------
 
-    async def _write_one(self, knob_name: str, rel_dir: str, value: object, reason: str) -> bool:
-        """One write through the single writer; True when it was real (not a dry run). A
-        vanished cgroup or an unsupported knob is logged and False; other failures raise."""
+    async def _write_one(
+        self, knob: Knob[_V], rel_dir: str, value: _V, reason: str
+    ) -> WriteResult | None:
+        """One write through the single writer (logged at debug); its result, or None when the
+        cgroup vanished or the knob is unsupported (logged); other failures raise."""
         executor = self._ctx.executor
         try:
-            await asyncio.wrap_future(
-                executor.submit(knob_name, rel_dir, value, strategy=NAME, reason=reason)
+            result: WriteResult = await asyncio.wrap_future(
+                executor.submit(knob, rel_dir, value, strategy=NAME, reason=reason)
             )
         except CgroupGoneError:
             logger.debug("%s: %s gone", NAME, rel_dir)
-            return False
+            return None
         except UnsupportedError as err:
-            logger.warning("%s: %s not written: %s", NAME, knob_name, err)
-            return False
-        return not self._ctx.dry_run(NAME)
+            logger.warning("%s: %s not written: %s", NAME, knob.name, err)
+            return None
+        logger.debug(
+            "%s: %s %s: %s -> %s (%s)",
+            NAME,
+            knob.name,
+            rel_dir,
+            result.old or "?",
+            result.new,
+            "changed" if result.changed else "unchanged",
+        )
+        return result
 
 
-def new_cpu_suppress(ctx: StrategyContext) -> CPUSuppress:
+def _quota_text(quota: int | None) -> str:
+    """A CFS quota as a person reads it: ``unlimited`` for none."""
+    return "unlimited" if quota is None else f"{quota} us"
+
+
+def _joined(parts: Iterable[str]) -> str:
+    return "; ".join(p for p in parts if p)
+
+
+def build(ctx: StrategyContext, interval: float) -> CPUSuppress:
     """Table factory."""
-    return CPUSuppress(ctx)
+    return CPUSuppress(ctx, interval)

@@ -36,8 +36,9 @@ import time
 from collections.abc import Callable
 
 from koordlet.qos.evictor import EvictionFailed, Victim
-from kubeclient.client import KubeClient, Obj
+from kubeclient.client import KubeClient
 from kubeclient.errors import ApiError, Conflict, NotFound, TooManyRequests
+from kubeclient.events import core_event
 from kubeclient.resources import EVENTS
 
 logger = logging.getLogger(__name__)
@@ -131,27 +132,15 @@ class EvictionApiBackend:
         return "eviction-api: policy/v1 Eviction accepted"
 
     async def _event(self, namespace: str, name: str, uid: str, reason: str, message: str) -> None:
-        now = self._wall_clock()
-        stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now))
-        event: Obj = {
-            "apiVersion": "v1",
-            "kind": "Event",
-            "metadata": {"name": f"{name}.{int(now * 1e9):x}", "namespace": namespace},
-            "involvedObject": {
-                "apiVersion": "v1",
-                "kind": "Pod",
-                "namespace": namespace,
-                "name": name,
-                "uid": uid,
-            },
-            "type": "Warning",
-            "reason": EVENT_REASON_SUCCESS,
-            "message": f"evict Pod:{name}, reason: {reason}, message: {message}",
-            "source": {"component": EVENT_COMPONENT, "host": self.node_name},
-            "firstTimestamp": stamp,
-            "lastTimestamp": stamp,
-            "count": 1,
-        }
+        involved = {"apiVersion": "v1", "kind": "Pod", "namespace": namespace, "name": name}
+        event = core_event(
+            {**involved, "uid": uid},
+            reason=EVENT_REASON_SUCCESS,
+            message=f"evict Pod:{name}, reason: {reason}, message: {message}",
+            component=EVENT_COMPONENT,
+            host=self.node_name,
+            now=self._wall_clock(),
+        )
         try:
             await self._client.create(EVENTS, event)
         except ApiError as err:

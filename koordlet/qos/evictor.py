@@ -21,8 +21,9 @@ shares, and a :class:`EvictionBackend` does the act:
 - **dedupe**: a workload evicted (or decided in a dry run) within ``dedupe_window`` seconds
   (Koordinator's expire cache: 120 s) is not evicted again; it is reported ``duplicate`` and the
   strategies count it as a pending release, as upstream counts an ``IsPodEvicted`` pod;
-- **cap**: at most ``max_per_round`` evictions per :meth:`Evictor.evict` call; the rest are
-  reported ``capped`` and wait for the next round;
+- **cap** (ours, off by default as upstream has none): with ``max_per_round`` > 0, at most that
+  many evictions per :meth:`Evictor.evict` call; the rest are reported ``capped`` and wait for
+  the next round;
 - **dry run** (global, or per call): the decision is made, logged and audited (``decision``
   entries with ``dry_run`` true), nothing is killed;
 - every outcome with its reason is audited and logged in one summary line; a done eviction
@@ -48,7 +49,7 @@ import logging
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from apis.extension import ANNOTATION_EVICTION_POLICY as ANNOTATION_EVICTION_POLICY
 from apis.extension import ANNOTATION_EVICTION_PRIORITY as ANNOTATION_EVICTION_PRIORITY
@@ -68,54 +69,6 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 
-class Keyed(Protocol):
-    """An eviction candidate: its ``key`` is the evictor's dedupe key (``pod/<uid>``)."""
-
-    @property
-    def key(self) -> str: ...
-
-
-_C = TypeVar("_C", bound=Keyed)
-
-
-def pick_victims(
-    ordered: Sequence[_C],
-    need: int,
-    release_of: Callable[[_C], int],
-    pending: frozenset[str] = frozenset(),
-    exclude: frozenset[str] = frozenset(),
-) -> tuple[list[_C], int]:
-    """Victims in order until their releases cover ``need``; a ``pending`` candidate (evicted
-    within the dedupe window) counts as released without being picked again, an ``exclude``d one
-    is passed over. Returns the picks and the release they (and the pending ones) add up to."""
-    picks: list[_C] = []
-    released = 0
-    for c in ordered:
-        if released >= need:
-            break
-        if c.key in exclude:
-            continue
-        released += release_of(c)
-        if c.key not in pending:
-            picks.append(c)
-    return picks, released
-
-
-class Ranked(Keyed, Protocol):
-    """A candidate the priority order can rank: its pod, and what it uses and requests (in the
-    strategy's unit)."""
-
-    @property
-    def pod(self) -> PodInfo: ...
-    @property
-    def used(self) -> int: ...
-    @property
-    def request(self) -> int: ...
-
-
-_R = TypeVar("_R", bound=Ranked)
-
-
 def eviction_priority(pod: PodInfo) -> int:
     """``koordinator.sh/eviction-priority`` as an int32; 0 when absent or invalid."""
     try:
@@ -133,18 +86,6 @@ def label_priority(pod: PodInfo, default: int) -> int:
         return default
 
 
-def order_by_priority(candidates: Iterable[_R], by: str) -> list[_R]:
-    """Upstream's priority order: ``koordinator.sh/eviction-priority``, ``spec.priority``,
-    ``koordinator.sh/priority`` ascending, then ``by`` (``used`` or ``request``) descending."""
-
-    def key(c: _R) -> tuple[int, int, int, int]:
-        prio = c.pod.priority or 0
-        sub = c.used if by == "used" else c.request
-        return (eviction_priority(c.pod), prio, label_priority(c.pod, prio), -sub)
-
-    return sorted(candidates, key=key)
-
-
 REASON_MEMORY = "EvictPodByNodeMemoryUsage"
 """Reason of memory eviction (Koordinator's ``resourceexecutor.EvictPodByNodeMemoryUsage``)."""
 REASON_BE_CPU_SATISFACTION = "EvictPodByBECPUSatisfaction"
@@ -154,8 +95,9 @@ EVICT_REASON_PREFIX = "trigger by koordlet feature "
 
 DEFAULT_DEDUPE_WINDOW = 120.0
 """Seconds a workload is not evicted again (Koordinator's evictor cache expiry, 2 min)."""
-DEFAULT_MAX_PER_ROUND = 5
-"""Evictions per :meth:`Evictor.evict` call (Koordinator has no cap; see docs/qos-eviction.md)."""
+DEFAULT_MAX_PER_ROUND = 0
+"""Evictions per :meth:`Evictor.evict` call at most; 0: no cap, as Koordinator (see
+docs/qos-eviction.md)."""
 
 Status = Literal["evicted", "dry_run", "duplicate", "capped", "refused", "failed", "gone"]
 
@@ -334,7 +276,8 @@ class Evictor:
     """The policy shared by every eviction: eligibility, dedupe, cap, dry run, audit, metrics.
 
     :param backend: performs the evictions.
-    :param max_per_round: evictions per :meth:`evict` call; must be at least 1.
+    :param max_per_round: evictions per :meth:`evict` call at most; 0 (the default): no cap,
+        as upstream.
     :param dedupe_window: seconds during which a workload is not evicted again.
     :param dry_run: decide, log and audit, evict nothing (the global ``--dry-run``).
     :param audit: where outcomes are recorded (the daemon's audit log); None: logs only.
@@ -355,8 +298,8 @@ class Evictor:
         node_name: str = "",
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        if max_per_round < 1:
-            raise InvalidValueError(f"max_per_round must be at least 1, got {max_per_round}")
+        if max_per_round < 0:
+            raise InvalidValueError(f"max_per_round must not be negative, got {max_per_round}")
         if dedupe_window < 0:
             raise InvalidValueError(f"dedupe_window must not be negative, got {dedupe_window}")
         self.backend = backend
@@ -431,7 +374,7 @@ class Evictor:
             )
         if self.recently_evicted(victim.key):
             return Outcome(victim, "duplicate", "evicted within the dedupe window")
-        if acted >= self.max_per_round:
+        if self.max_per_round and acted >= self.max_per_round:
             return Outcome(victim, "capped", f"over the cap of {self.max_per_round} a round")
         if dry:
             self._recent[victim.key] = self._clock()

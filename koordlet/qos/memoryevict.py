@@ -1,40 +1,46 @@
 """Memory eviction: evict pods when node memory usage crosses the NodeSLO threshold.
 
 Koordinator's ``memoryevict`` plugin, re-implemented. Each round builds up to three eviction
-tasks, in upstream's order, and hands their victims to the evictor:
+tasks (:mod:`koordlet.qos.evicttask`), in upstream's order, and one plan serves them all:
 
 1. ``BEMemoryEvict`` (the table's gate): node usage ``used * 100 // capacity`` (integer percent,
    floored) at or above ``memoryEvictThresholdPercent`` releases
-   ``capacity * (usage% - lower%) // 100`` bytes, where ``lower%`` is ``memoryEvictLowerPercent``
-   or the threshold minus 2. Victims: BE pods, ordered by :func:`order_be`;
-2. ``MemoryAllocatableEvict`` (gate of that name, when this koordlet knows it): the memory
-   requests of pods with priority ≤ ``allocatableEvictPriorityThreshold`` over the allocatable,
-   above ``memoryAllocatableEvictThresholdPercent``, release ``(ratio - lower/100) *
-   allocatable``; victims by priority, then request, largest first;
-3. ``MemoryEvict`` (gate of that name): the used threshold above, over pods with priority ≤
-   ``evictEnabledPriorityThreshold`` that carry ``koordinator.sh/eviction-enabled: "true"``;
-   victims by priority, then usage, largest first.
+   ``capacity * (usage% - lower%) // 100`` bytes of usage, where ``lower%`` is
+   ``memoryEvictLowerPercent`` or the threshold minus 2. Victims: BE pods, ordered by
+   :func:`order_be`;
+2. ``MemoryAllocatableEvict`` (gate of that name): per priority class, the requests of pods whose
+   priority is at most ``allocatableEvictPriorityThreshold`` (``batch-memory`` of koord-batch
+   pods, ``mid-memory`` of koord-mid pods) against the Node's allocatable of that resource:
+   above ``memoryAllocatableEvictThresholdPercent`` the excess down to
+   ``memoryAllocatableEvictLowerPercent`` (required) is released, batch and mid separately;
+   victims: opted-in pods by priority, then request, largest first;
+3. ``MemoryEvict`` (gate of that name): the usage threshold above, over opted-in pods
+   (``koordinator.sh/eviction-enabled: "true"``) with priority at most
+   ``evictEnabledPriorityThreshold``, by priority, then usage, largest first.
 
-A victim's release is its memory usage (or request, for the allocatable task); victims are taken
-in order until the releases cover the need, and a pod evicted within the evictor's dedupe window
-counts as a pending release without being evicted again (upstream's ``IsPodEvicted``). After a
-round that evicted (or decided, in dry run), rounds wait ``memory_evict_cool_time`` seconds
+What the tasks release accumulates per target across the round, and a pod evicted in an earlier
+round that is still present (the evictor's dedupe window) is a pending release: it counts, is
+not evicted again, and no extra victim is picked for it (``evicttask.plan``). After a round that
+evicted (or decided, in dry run), rounds wait ``memory_evict_cool_time`` seconds
 (``--memory-evict-cool-time-seconds``, 4). NodeSLO ``enable: false`` disables every task.
+
+**Capacity**: in cluster mode the Node's ``status.capacity.memory``, as upstream (no round until
+the Node is known); standalone, with no Node, ``MemTotal`` of ``/proc/meminfo``
+(``node_memory_total``), never the sum of the NUMA nodes (which leaves out memory outside them).
 
 **Stale inputs skip the round**: a node usage older than twice the collection interval evicts
 nobody (``ctx.stale``). **Pressure events** wake a round between ticks: on cgroup v1 a memcg
 threshold on the kubepods memory cgroup at the kubepods usage that puts the node at the
 threshold (re-armed when that value moves by more than 1% of capacity); on cgroup v2, or where the
 threshold cannot be armed, a PSI trigger on the node's memory pressure. An event round reads the
-node's ``/proc/meminfo`` once (through ``koordlet.system.procfs``) instead of the cache, whose
-newest sample may be a whole interval old; that read is the only host read of this module.
+node's memory now (``ctx.read_now(NODE_MEMORY)``) instead of the cache, whose newest sample may be
+a whole interval old.
 """
 
 from __future__ import annotations
 
 import asyncio
 import functools
-import json
 import logging
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -43,30 +49,37 @@ from typing import Any
 
 from apis.extension import QoSClass
 from apis.priority import PRIORITY_MID_VALUE_MAX
-from apis.slo import SchemaError, thaw
-from apis.slo_strategies import parse_resource_threshold_strategy
+from apis.slo_strategies import ResourceThresholdStrategy
+from koordlet.collectors.noderesource import NODE_MEMORY
 from koordlet.events.watches import PressureEvent
 from koordlet.features import gate_enabled
 from koordlet.metriccache import series
-from koordlet.qos.evictor import (
-    ANNOTATION_EVICTION_POLICY,
-    EVICT_REASON_PREFIX,
-    LABEL_EVICTION_ENABLED,
-    REASON_MEMORY,
-    Outcome,
-    Victim,
-    order_by_priority,
+from koordlet.qos.evictor import EVICT_REASON_PREFIX, REASON_MEMORY, Outcome, Victim
+from koordlet.qos.evicttask import (
+    TARGET_REQUEST,
+    TARGET_USED,
+    Candidate,
+    EvictTask,
+    Pick,
+    ResourceList,
+    allocatable_release,
+    by_priority,
+    plan,
+    priority_class_raw,
+    priority_value_with_default,
+    qos_raw,
+    released_classes,
+    request_of,
 )
-from koordlet.qos.evictor import pick_victims as pick
-from koordlet.qos.manager import StrategyContext, StrategyReport
+from koordlet.qos.framework import StrategyContext, StrategyReport
+from koordlet.qos.shared import InvalidThreshold, eviction_policy_allowed, node_resources
 from koordlet.statesinformer.model import PodInfo
 from koordlet.system.cgroups import CgroupVersion
-from koordlet.system.procfs import read_meminfo
 
 logger = logging.getLogger(__name__)
 
 NAME = "memoryevict"
-GATE = "BEMemoryEvict"
+FEATURE_GATE = "BEMemoryEvict"
 """The table gate (Koordinator's ``BEMemoryEvict``)."""
 FEATURE_MEMORY_EVICT = "MemoryEvict"
 """Upstream gate of the priority-based task (runs when this koordlet's gates know and enable it)."""
@@ -76,8 +89,6 @@ MEMORY_RELEASE_BUFFER_PERCENT = 2
 """``memoryEvictLowerPercent`` when unset: the threshold minus this (upstream's constant)."""
 DEFAULT_INTERVAL = 1.0
 """Seconds between rounds (``--memory-evict-interval-seconds``)."""
-DEFAULT_COOL_TIME = 4.0
-"""Seconds without rounds after an eviction (``--memory-evict-cool-time-seconds``)."""
 WATCH_NAME = "memoryevict"
 """Name of this strategy's pressure watch."""
 PSI_STALL_US = 100_000
@@ -91,10 +102,6 @@ FOLLOW_UP_ROUNDS = 50
 buffer), look again every 20 ms for up to 1 s (then the tick carries on): the memcg threshold
 counts charges a little differently from the node usage the round compares."""
 """Re-arm the memcg threshold when its target moves by more than this fraction of capacity."""
-
-
-class InvalidThreshold(ValueError):
-    """A NodeSLO threshold combination upstream refuses (the task is skipped, not failed)."""
 
 
 # Settings ------------------------------------------------------------------------------------
@@ -115,16 +122,13 @@ class MemoryEvictSettings:
     allocatable_threshold: int | None
     """``memoryAllocatableEvictThresholdPercent``."""
     allocatable_lower: int | None
-    """``memoryAllocatableEvictLowerPercent``; None: 0, as upstream reads it."""
+    """``memoryAllocatableEvictLowerPercent``; required by the allocatable task."""
     allocatable_priority_threshold: int | None
     """``allocatableEvictPriorityThreshold``."""
 
 
-def settings_of(raw: Mapping[str, Any] | None) -> MemoryEvictSettings:
-    """Settings from the raw ``resourceUsedThresholdWithBE``, parsed and merged over upstream's
-    defaults by ``apis.slo_strategies`` (unknown fields ignored). Raises
-    :class:`apis.slo.SchemaError` for a value outside the CRD's ranges."""
-    t = parse_resource_threshold_strategy(thaw(raw), strict=False)
+def settings_of(t: ResourceThresholdStrategy) -> MemoryEvictSettings:
+    """The fields memory eviction reads of ``resourceUsedThresholdWithBE`` in force."""
     return MemoryEvictSettings(
         enabled=t.enable,
         threshold=t.memory_evict_threshold_percent,
@@ -137,32 +141,53 @@ def settings_of(raw: Mapping[str, Any] | None) -> MemoryEvictSettings:
 
 
 def used_thresholds(threshold: int | None, lower: int | None) -> tuple[int, int]:
-    """``(threshold, lower)`` percent, upstream's validation: the threshold is set and not
-    negative; the lower bound defaults to threshold - 2 and must stay below the threshold."""
+    """``(threshold, lower)`` percent, upstream's ``generateConfigCheck``: the threshold is set
+    and not negative; the lower bound defaults to threshold - 2 and must stay below it."""
     if threshold is None:
-        raise InvalidThreshold("memoryEvictThresholdPercent is not set")
+        raise InvalidThreshold("threshold percent is nil")
     if threshold < 0:
-        raise InvalidThreshold(f"memoryEvictThresholdPercent {threshold} is negative")
+        raise InvalidThreshold(f"threshold percent({threshold}) should equal or greater than 0")
     low = threshold - MEMORY_RELEASE_BUFFER_PERCENT if lower is None else lower
     if low >= threshold:
-        raise InvalidThreshold(f"memoryEvictLowerPercent {low} is not below the threshold")
+        raise InvalidThreshold(
+            f"lower percent({low}) should less than threshold percent({threshold})"
+        )
     return threshold, low
 
 
+def priority_threshold(s: MemoryEvictSettings) -> int:
+    """``evictEnabledPriorityThreshold``, required by the MemoryEvict task."""
+    if s.evict_enabled_priority_threshold is None:
+        raise InvalidThreshold("EvictEnabledPriorityThreshold not config")
+    return s.evict_enabled_priority_threshold
+
+
 def allocatable_thresholds(s: MemoryEvictSettings) -> tuple[int, int, int]:
-    """``(threshold, lower, priority threshold)`` of the allocatable task, validated as upstream."""
+    """``(threshold, lower, priority threshold)`` of the allocatable task, validated as upstream's
+    ``isAllocatableThresholdConfigValid``. A missing ``memoryAllocatableEvictLowerPercent`` is
+    refused: upstream's task dereferences it (a missing one stops upstream's koordlet), so it is
+    no config a cluster can run with."""
     if s.allocatable_threshold is None:
-        raise InvalidThreshold("memoryAllocatableEvictThresholdPercent is not set")
+        raise InvalidThreshold("MemoryAllocatableEvictThresholdPercent not config")
     if s.allocatable_threshold < 0:
-        raise InvalidThreshold("memoryAllocatableEvictThresholdPercent is negative")
-    lower = s.allocatable_lower or 0
-    if lower >= s.allocatable_threshold:
-        raise InvalidThreshold(f"memoryAllocatableEvictLowerPercent {lower} is not below it")
+        raise InvalidThreshold(
+            f"threshold percent({s.allocatable_threshold}) should greater than 0"
+        )
+    if s.allocatable_lower is None:
+        raise InvalidThreshold("MemoryAllocatableEvictLowerPercent not config")
+    if s.allocatable_lower >= s.allocatable_threshold:
+        raise InvalidThreshold(
+            f"lower percent({s.allocatable_lower}) should less than threshold "
+            f"percent({s.allocatable_threshold})"
+        )
     if s.allocatable_priority_threshold is None:
-        raise InvalidThreshold("allocatableEvictPriorityThreshold is not set")
+        raise InvalidThreshold("AllocatableEvictPriorityThreshold not config")
     if s.allocatable_priority_threshold > PRIORITY_MID_VALUE_MAX:
-        raise InvalidThreshold("allocatableEvictPriorityThreshold reaches koord-prod")
-    return s.allocatable_threshold, lower, s.allocatable_priority_threshold
+        raise InvalidThreshold(
+            f"priorityThresholdPercent({s.allocatable_priority_threshold}) should less than "
+            f"{PRIORITY_MID_VALUE_MAX}, koor-prod pods should not be killed"
+        )
+    return s.allocatable_threshold, s.allocatable_lower, s.allocatable_priority_threshold
 
 
 # Arithmetic ----------------------------------------------------------------------------------
@@ -183,48 +208,7 @@ def release_by_used(used: float, capacity: int, threshold: int, lower: int) -> i
     return capacity * (pct - lower) // 100
 
 
-def release_by_allocatable(requested: int, allocatable: int, threshold: int, lower: int) -> int:
-    """Bytes of requests to release: ``(requested/allocatable - lower/100) * allocatable`` when
-    the ratio exceeds ``threshold/100``; everything requested when the allocatable is zero."""
-    if threshold < 0 or requested <= 0:
-        return 0
-    if allocatable <= 0:
-        return requested
-    ratio = requested / allocatable
-    if ratio <= threshold / 100:
-        return 0
-    return int((ratio - lower / 100) * allocatable)
-
-
 # Candidates and their order ------------------------------------------------------------------
-
-
-def eviction_policy_allowed(pod: PodInfo, feature: str) -> bool:
-    """``koordinator.sh/eviction-policy`` (a JSON list of features) allows ``feature``; absent:
-    allowed; unparsable: refused, as upstream."""
-    text = pod.annotations.get(ANNOTATION_EVICTION_POLICY)
-    if text is None:
-        return True
-    try:
-        policies = json.loads(text)
-    except ValueError:
-        return False
-    return isinstance(policies, list) and feature in policies
-
-
-@dataclass(frozen=True, slots=True)
-class Candidate:
-    """A pod that may be evicted, with what ordering and accounting need."""
-
-    pod: PodInfo
-    used: int = 0
-    """Memory usage in bytes (``pod_memory_usage``); 0 when unknown."""
-    request: int = 0
-    """Memory request in bytes; 0 when unknown."""
-
-    @property
-    def key(self) -> str:
-        return f"pod/{self.pod.uid}"
 
 
 def _compare_be(a: Candidate, b: Candidate) -> int:
@@ -246,26 +230,22 @@ def order_be(candidates: Iterable[Candidate]) -> list[Candidate]:
     return sorted(candidates, key=functools.cmp_to_key(_compare_be))
 
 
+def _used(c: Candidate) -> ResourceList:
+    return {"memory": c.used}
+
+
 # The strategy --------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class _Task:
-    feature: str
-    need: int
-    victims: list[Candidate]
-    released: int
-    by: str
 
 
 class MemoryEvict:
     """The memory eviction strategy (see the module docstring).
 
-    :param capacity: node memory capacity in bytes; None: the NUMA totals in the metric cache
-        (else the last ``MemTotal`` an event round read).
+    :param capacity: node memory capacity in bytes; None: the Node's ``status.capacity.memory``
+        in cluster mode, ``MemTotal`` (``node_memory_total``) standalone.
     :param fresh_usage: ``(used, total)`` bytes read now, for event rounds; None: ``/proc/meminfo``.
     :param watch_dir: the memory cgroup folder to arm the threshold on; None: the kubepods root.
-    :param allocatable: node allocatable memory for the allocatable task; None: the capacity.
+    :param allocatable: the node's allocatable by resource name (bytes) for the allocatable task;
+        None: the Node's ``status.allocatable``.
     """
 
     name = NAME
@@ -273,19 +253,19 @@ class MemoryEvict:
     def __init__(
         self,
         ctx: StrategyContext,
+        interval: float = DEFAULT_INTERVAL,
         *,
         capacity: Callable[[], int | None] | None = None,
         fresh_usage: Callable[[], tuple[int, int]] | None = None,
         watch_dir: str | None = None,
-        allocatable: Callable[[], int | None] | None = None,
+        allocatable: Callable[[], Mapping[str, int] | None] | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.ctx = ctx
-        qos = getattr(ctx.config, "qos", None)
-        self.interval = float(getattr(qos, "memory_evict_interval", DEFAULT_INTERVAL))
-        self.cool_time = float(getattr(qos, "memory_evict_cool_time", DEFAULT_COOL_TIME))
+        self.interval = interval
+        self.cool_time = ctx.config.qos.memory_evict_cool_time
         self._capacity_fn = capacity
-        self._fresh_usage = fresh_usage or self._read_meminfo
+        self._fresh_usage = fresh_usage
         self._watch_dir = watch_dir
         self._allocatable_fn = allocatable
         self._clock = clock
@@ -297,7 +277,6 @@ class MemoryEvict:
         self._tasks: set[asyncio.Task[None]] = set()
         self._event_waiting = False
         self._near = False
-        self._parsed: tuple[object, MemoryEvictSettings] | None = None
         self._memcg_refused = False
         self.event_rounds = 0
         """Rounds run on a pressure event."""
@@ -322,17 +301,13 @@ class MemoryEvict:
             left = self.cool_time - (now - self._last_evict)
             ctx.report(name, StrategyReport({"trigger": trigger}, f"cool-down, {left:.1f}s left"))
             return []
-        try:
-            settings = self._settings()
-        except SchemaError as err:
-            ctx.report(name, StrategyReport({"trigger": trigger}, f"skip: invalid NodeSLO: {err}"))
-            return []
+        settings = self._settings()
         if not settings.enabled:
             ctx.report(name, StrategyReport({"trigger": trigger}, "disabled in NodeSLO"))
             return []
         inputs: dict[str, Any] = {"trigger": trigger}
         if trigger == "event":
-            used_now, total = await asyncio.to_thread(self._fresh_usage)
+            used_now, total = await self._usage_now()
             self._last_total = total
             used: float = used_now
             inputs["node_memory_used"] = {"value": used_now, "age": 0.0, "fresh": True}
@@ -344,29 +319,37 @@ class MemoryEvict:
                 ctx.report(name, StrategyReport(inputs, "skip: stale inputs", stale=True))
                 return []
             used = reading.value
-        capacity = self.capacity()
+        capacity, source = self.capacity_and_source()
         inputs["capacity"] = capacity
-        if not capacity:
-            ctx.report(name, StrategyReport(inputs, "skip: node memory capacity unknown"))
+        inputs["capacity_source"] = source
+        if not capacity or capacity <= 0:
+            ctx.report(
+                name, StrategyReport(inputs, f"skip: node memory capacity unknown ({source})")
+            )
             return []
         tasks = self._tasks_for(settings, used, capacity, inputs)
         if settings.threshold is not None:
             near = settings.threshold - MEMORY_RELEASE_BUFFER_PERCENT
             self._near = usage_percent(used, capacity) >= near
-        victims = [c for t in tasks for c in t.victims]
+        pending = ctx.evictor.recent_keys() if ctx.evictor is not None else frozenset()
+        the_plan = plan(tasks, pending)
         detail = {
             t.feature: {
-                "need": t.need,
-                "released": t.released,
-                "victims": [c.key for c in t.victims],
+                "need": dict(t.to_release),
+                "target": t.target,
+                "unmet": the_plan.unmet(t),
+                "victims": [p.candidate.key for p in the_plan.picks if p.task is t],
+                "pending": [p.candidate.key for p in the_plan.picks if p.task is t and p.pending],
             }
             for t in tasks
         }
+        inputs["released"] = the_plan.released
+        victims = the_plan.victims
         if not victims:
             decision = "nothing to do" if not tasks else "no victim left to evict"
             ctx.report(name, StrategyReport(inputs, decision, detail=detail))
             return []
-        outcomes = await self._evict(tasks)
+        outcomes = await self._evict(victims)
         if any(o.status in ("evicted", "dry_run") for o in outcomes):
             self._last_evict = self._clock()
         counts: dict[str, int] = {}
@@ -380,29 +363,25 @@ class MemoryEvict:
 
     def _tasks_for(
         self, s: MemoryEvictSettings, used: float, capacity: int, inputs: dict[str, Any]
-    ) -> list[_Task]:
+    ) -> list[EvictTask]:
         ctx = self.ctx
-        evictor = ctx.evictor
-        pending = evictor.recent_keys() if evictor is not None else frozenset()
-        snapshot = ctx.workloads()
-        pods = list(snapshot.pods.values())
+        pods = list(ctx.workloads().pods.values())
         usage = self._pod_usage(pods)
-        tasks: list[_Task] = []
-        taken: set[str] = set()
-        features = [GATE] + [
+        tasks: list[EvictTask] = []
+        # upstream's triggerFeatures, in order; each task runs only with its own gate on
+        features = [
             f
-            for f in (FEATURE_ALLOCATABLE_EVICT, FEATURE_MEMORY_EVICT)
+            for f in (FEATURE_GATE, FEATURE_ALLOCATABLE_EVICT, FEATURE_MEMORY_EVICT)
             if gate_enabled(ctx.config, f)
         ]
         for feature in features:
             try:
-                task = self._task(feature, s, used, capacity, pods, usage, pending, taken)
+                task = self._task(feature, s, used, capacity, pods, usage, inputs)
             except InvalidThreshold as err:
-                inputs[f"{feature}_skipped"] = str(err)
+                inputs[f"{feature}_skipped"] = f"invalid config: {err}"
                 continue
             if task is not None:
                 tasks.append(task)
-                taken.update(c.key for c in task.victims)
         inputs["node_usage_percent"] = usage_percent(used, capacity)
         return tasks
 
@@ -414,55 +393,61 @@ class MemoryEvict:
         capacity: int,
         pods: list[PodInfo],
         usage: Mapping[str, int],
-        pending: frozenset[str],
-        taken: set[str],
-    ) -> _Task | None:
+        inputs: dict[str, Any],
+    ) -> EvictTask | None:
+        reason = EVICT_REASON_PREFIX + feature
         if feature == FEATURE_ALLOCATABLE_EVICT:
             threshold, lower, prio_max = allocatable_thresholds(s)
-            eligible = [p for p in pods if p.priority is not None and p.priority <= prio_max]
-            requested = sum(p.memory_request_bytes or 0 for p in eligible)
-            allocatable = (self._allocatable_fn or self.capacity)() or 0
-            need = release_by_allocatable(requested, allocatable, threshold, lower)
-            if need <= 0:
+            requested: dict[str, int] = {}
+            for p in pods:
+                if priority_value_with_default(p) > prio_max:
+                    continue
+                res, value = request_of(p, "memory")
+                requested[res] = requested.get(res, 0) + value
+            allocatable = self.allocatable()
+            if allocatable is None:
+                inputs[f"{feature}_skipped"] = "the Node's allocatable is unknown"
                 return None
-            cands = [
-                Candidate(p, usage.get(p.uid, 0), p.memory_request_bytes or 0)
-                for p in self._opted_in(eligible, feature)
-            ]
-            ordered = order_by_priority(cands, "request")
-            picks, released = pick(ordered, need, lambda c: c.request, pending, frozenset(taken))
-            return _Task(feature, need, picks, released, "request")
+            release = allocatable_release(requested, allocatable, threshold, lower)
+            inputs[feature] = {"requested": requested, "allocatable": dict(allocatable)}
+            if not release:
+                return None
+            classes = released_classes(release)
+
+            def by_request(c: Candidate) -> ResourceList:
+                if priority_class_raw(c.pod) not in classes:
+                    return {}
+                return {c.request_name: c.request}
+
+            def make(p: PodInfo) -> Candidate | None:
+                if p.uid not in usage:
+                    return None  # upstream skips a pod without a metric
+                res, value = request_of(p, "memory")
+                return Candidate(p, usage[p.uid], value, res)
+
+            ordered = by_priority(pods, feature, prio_max, make, "request")
+            return EvictTask(feature, reason, TARGET_REQUEST, release, ordered, by_request)
         threshold, lower = used_thresholds(s.threshold, s.lower)
+        if feature == FEATURE_MEMORY_EVICT:
+            prio_max = priority_threshold(s)
         need = release_by_used(used, capacity, threshold, lower)
         if need <= 0:
             return None
-        if feature == GATE:
-            be = [p for p in pods if p.qos is QoSClass.BE and eviction_policy_allowed(p, feature)]
+        if feature == FEATURE_GATE:
+            be = [
+                p for p in pods if qos_raw(p) is QoSClass.BE and eviction_policy_allowed(p, feature)
+            ]
             ordered = order_be(Candidate(p, usage.get(p.uid, 0)) for p in be)
         else:
-            used_max = s.evict_enabled_priority_threshold
-            if used_max is None:
-                raise InvalidThreshold("evictEnabledPriorityThreshold is not set")
-            eligible = [p for p in pods if p.priority is not None and p.priority <= used_max]
-            ordered = order_by_priority(
-                (
-                    Candidate(p, usage[p.uid], p.memory_request_bytes or 0)
-                    for p in self._opted_in(eligible, feature)
-                    if p.uid in usage  # upstream skips pods without a metric here
-                ),
-                "used",
-            )
-        picks, released = pick(ordered, need, lambda c: c.used, pending, frozenset(taken))
-        return _Task(feature, need, picks, released, "used")
 
-    @staticmethod
-    def _opted_in(pods: Iterable[PodInfo], feature: str) -> list[PodInfo]:
-        return [
-            p
-            for p in pods
-            if p.labels.get(LABEL_EVICTION_ENABLED) == "true"
-            and eviction_policy_allowed(p, feature)
-        ]
+            def make_used(p: PodInfo) -> Candidate | None:
+                if p.uid not in usage:
+                    return None  # upstream skips a pod without a metric
+                res, value = request_of(p, "memory")
+                return Candidate(p, usage[p.uid], value, res)
+
+            ordered = by_priority(pods, feature, prio_max, make_used, "used")
+        return EvictTask(feature, reason, TARGET_USED, {"memory": need}, ordered, _used)
 
     def _pod_usage(self, pods: Iterable[PodInfo]) -> dict[str, int]:
         """Fresh ``pod_memory_usage`` by UID (pods without a fresh sample are left out)."""
@@ -473,20 +458,23 @@ class MemoryEvict:
                 out[p.uid] = int(value)
         return out
 
-    async def _evict(self, tasks: list[_Task]) -> list[Outcome]:
+    async def _evict(self, picks: list[Pick]) -> list[Outcome]:
         ctx = self.ctx
         evictor = ctx.evictor
-        victims = [
-            Victim.of_pod(
-                c.pod,
-                f"{EVICT_REASON_PREFIX}{t.feature}: release {t.need} bytes; "
-                f"{'used' if t.by == 'used' else 'requested'} "
-                f"{c.used if t.by == 'used' else c.request}, priority {c.pod.priority}",
-                release=c.used if t.by == "used" else c.request,
+        victims = []
+        for pick in picks:
+            t, c = pick.task, pick.candidate
+            release = t.release_of(c)
+            what = ", ".join(f"{k} {v}" for k, v in sorted(release.items())) or "nothing counted"
+            need = ", ".join(f"{k} {v}" for k, v in sorted(t.to_release.items()))
+            victims.append(
+                Victim.of_pod(
+                    c.pod,
+                    f"{t.reason}: release {need}; this pod {what}, priority "
+                    f"{priority_value_with_default(c.pod)}",
+                    release=float(sum(release.values())),
+                )
             )
-            for t in tasks
-            for c in t.victims
-        ]
         if evictor is None:
             logger.warning("%s: no evictor; %d victims not evicted", self.name, len(victims))
             return []
@@ -498,31 +486,60 @@ class MemoryEvict:
     # Inputs ----------------------------------------------------------------------------------
 
     def _settings(self) -> MemoryEvictSettings:
-        """The NodeSLO's settings, parsed again only when the NodeSLO section changes."""
-        raw = self.ctx.node_slo().resource_used_threshold_with_be
-        cached = self._parsed
-        if cached is not None and cached[0] is raw:
-            return cached[1]
-        settings = settings_of(raw)
-        self._parsed = (raw, settings)
-        return settings
+        """The settings of the NodeSLO in force (typed and parsed once by the states informer)."""
+        return settings_of(self.ctx.node_slo().resource_used_threshold_with_be)
+
+    def _node(self) -> Mapping[str, Any] | None:
+        getter = self.ctx.node
+        if getter is None:
+            return None
+        try:
+            return getter()
+        except Exception:  # a broken getter must not stop eviction decisions
+            logger.exception("%s: reading the Node object failed", NAME)
+            return None
+
+    def capacity_and_source(self) -> tuple[int | None, str]:
+        """Node memory capacity in bytes and where it came from: the injected reader; in cluster
+        mode the Node's ``status.capacity.memory`` (upstream's only source; None until the Node
+        is known); standalone ``MemTotal`` of ``/proc/meminfo`` (the last ``node_memory_total``
+        sample, else the last event round's read)."""
+        if self._capacity_fn is not None:
+            return self._capacity_fn(), "injected"
+        if not self.ctx.config.standalone:
+            capacity = node_resources(self._node(), "capacity")
+            if capacity is None:
+                return None, "the Node object is not known yet"
+            return capacity.get("memory"), "Node status.capacity.memory"
+        total = self.ctx.cache.last(series.NODE_MEMORY_TOTAL, series.NODE)
+        if total is not None and total > 0:
+            return int(total), "MemTotal of /proc/meminfo"
+        return self._last_total, "MemTotal of /proc/meminfo (event read)"
 
     def capacity(self) -> int | None:
-        """Node memory capacity in bytes, or None when unknown."""
-        if self._capacity_fn is not None:
-            return self._capacity_fn()
-        cache = self.ctx.cache
-        total = 0.0
-        for entity in cache.entities(series.NUMA_MEMORY_TOTAL):
-            value = cache.last(series.NUMA_MEMORY_TOTAL, entity)
-            if value is not None:
-                total += value
-        if total > 0:
-            return int(total)
-        return self._last_total
+        """Node memory capacity in bytes, or None when unknown (see
+        :meth:`capacity_and_source`)."""
+        return self.capacity_and_source()[0]
 
-    def _read_meminfo(self) -> tuple[int, int]:
-        info = read_meminfo(self.ctx.host().paths)
+    def allocatable(self) -> Mapping[str, int] | None:
+        """The Node's ``status.allocatable`` by resource name; None standalone or before the
+        Node is known (the allocatable task is then skipped)."""
+        if self._allocatable_fn is not None:
+            return self._allocatable_fn()
+        if self.ctx.config.standalone:
+            return None
+        return node_resources(self._node(), "allocatable")
+
+    async def _usage_now(self) -> tuple[int, int]:
+        """The node's memory used and total now, for an event round: through the collector
+        runner's on-demand read (``noderesource.NODE_MEMORY``, which also refreshes the node
+        memory series), or the injected reader."""
+        if self._fresh_usage is not None:
+            return await asyncio.to_thread(self._fresh_usage)
+        read_now = self.ctx.read_now
+        if read_now is None:
+            raise RuntimeError(f"{NAME}: an event round needs ctx.read_now or fresh_usage")
+        info = await read_now(NODE_MEMORY)
         return info.used, info.mem_total
 
     # Pressure events -------------------------------------------------------------------------
@@ -533,10 +550,7 @@ class MemoryEvict:
         if ctx.events is None:
             return None
         host = ctx.host()
-        try:
-            settings = self._settings()
-        except SchemaError:
-            return None
+        settings = self._settings()
         if not settings.enabled:
             return None
         if host.layout.version is CgroupVersion.V2 or self._memcg_refused:
@@ -649,6 +663,6 @@ class MemoryEvict:
         }
 
 
-def memoryevict(ctx: StrategyContext) -> MemoryEvict:
+def build(ctx: StrategyContext, interval: float) -> MemoryEvict:
     """Table factory."""
-    return MemoryEvict(ctx)
+    return MemoryEvict(ctx, interval)

@@ -37,23 +37,22 @@ from typing import Any
 
 from apis.extension import ANNOTATION_POD_RESCTRL as POD_RESCTRL_ANNOTATION
 from apis.extension import QoSClass
-from apis.slo import SchemaError
+from apis.slo_inforce import RESOURCE_QOS_STRATEGY
 from apis.slo_qos import ResctrlQOSConfig
-from apis.slo_strategies import ResourceQOSStrategy, strategies_of
-from koordlet.errors import HostError, InvalidValueError, ParseError, UnsupportedError
-from koordlet.executor.resctrl import L3, MB, AllocInfo, ResctrlWriter, read_alloc_info
+from apis.slo_strategies import ResourceQOSStrategy
+from koordlet.errors import HostError, InvalidValueError, UnsupportedError
+from koordlet.executor.resctrl import L3, MB, RESCTRL_GROUPS, AllocInfo, ResctrlWriter
 from koordlet.executor.sysctl import call_on_writer, executor_hooks
-from koordlet.qos.cgreconcile import pod_class
-from koordlet.qos.manager import StrategyContext, StrategyReport
+from koordlet.qos.framework import StrategyContext, StrategyReport
+from koordlet.qos.shared import pod_class
 from koordlet.statesinformer.model import WorkloadSnapshot
 from koordlet.system.cgroups import CgroupLayout
-from koordlet.system.resctrl import RESCTRL_GROUPS, read_cpu_flags
 
 logger = logging.getLogger(__name__)
 
 NAME = "resctrl"
 """Table name."""
-GATE = "RdtResctrl"
+FEATURE_GATE = "RdtResctrl"
 """Koordinator's feature gate."""
 DEFAULT_INTERVAL = 1.0
 """Seconds between rounds (Koordinator's ``--reconcile-interval-seconds``, 1)."""
@@ -152,19 +151,14 @@ class ResctrlReconcile:
         self._ctx = ctx
         self._writer = ResctrlWriter(ctx.host().paths, **executor_hooks(ctx.executor))
         self._reported: set[str] = set()
-        self._flags: frozenset[str] | None = None
 
     async def reconcile(self) -> None:
         ctx = self._ctx
-        spec = ctx.node_slo()
-        if spec.resource_qos_strategy is None:
+        node_slo = ctx.node_slo()
+        if RESOURCE_QOS_STRATEGY not in node_slo.present:
             ctx.report(NAME, StrategyReport({}, "nothing to do: no resourceQOSStrategy"))
             return
-        try:
-            strategy = strategies_of(spec, source="NodeSLO", strict=False).resource_qos_strategy
-        except SchemaError as err:
-            ctx.report(NAME, StrategyReport({}, f"invalid resourceQOSStrategy: {err}"))
-            return
+        strategy = node_slo.resource_qos_strategy
         plans, skipped = group_plans(strategy, ctx.workloads())
         layout = ctx.host().layout
         done = await call_on_writer(ctx.executor, lambda: self._apply(plans, layout))
@@ -193,14 +187,7 @@ class ResctrlReconcile:
     def _apply(self, plans: list[GroupPlan], layout: CgroupLayout) -> _Round:
         """On the writer thread: check support, then groups, schemata and tasks."""
         out = _Round()
-        if self._flags is None:
-            try:
-                self._flags = read_cpu_flags(self._writer.paths)
-            except (HostError, ParseError) as err:
-                out.unsupported = f"cannot read CPU flags: {err}"
-                self._once("resctrl", out.unsupported)
-                return out
-        info = read_alloc_info(self._writer.paths, RESCTRL_GROUPS, flags=self._flags)
+        info = self._writer.alloc_info(RESCTRL_GROUPS)
         if not info.usable:
             out.unsupported = f"L3 CAT: {info.l3_reason}; MBA: {info.mb_reason}"
             self._once("resctrl", out.unsupported)
@@ -276,9 +263,6 @@ class ResctrlReconcile:
             logger.info("resctrl reconcile: %s: %s", key, why)
 
 
-def build(ctx: StrategyContext) -> ResctrlReconcile:
-    """Table factory: the round interval is ``qos.reconcile_interval`` (Koordinator's
-    ``--reconcile-interval-seconds``), else 1 s."""
-    qos = getattr(ctx.config, "qos", None)
-    interval = float(getattr(qos, "reconcile_interval", DEFAULT_INTERVAL))
+def build(ctx: StrategyContext, interval: float) -> ResctrlReconcile:
+    """Table factory."""
     return ResctrlReconcile(ctx, interval=interval)

@@ -1,8 +1,8 @@
 """System config (Koordinator's ``sysreconcile``, gate ``SystemConfig``): node-wide memory
 watermarks from NodeSLO ``spec.systemStrategy``.
 
-Each round, with ``systemStrategy`` read over Koordinator's defaults (``apis.slo_strategies``;
-every field unset by default, and an unset field is left alone):
+Each round, with ``systemStrategy`` of the NodeSLO in force (``ctx.node_slo()``, over
+Koordinator's defaults: every field unset by default, and an unset field is left alone):
 
 - ``vm.min_free_kbytes = total memory (kB) * minFreeKbytesFactor / 10000`` (integer division, as
   upstream), written only inside its valid range 10240..10485760 kB;
@@ -28,25 +28,24 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 
-from apis.slo import SchemaError, thaw
-from apis.slo_strategies import SystemStrategy, parse_system_strategy
+from apis.slo_strategies import SystemStrategy, to_json
 from koordlet.errors import HostError, InvalidValueError, KoordletError, UnsupportedError
 from koordlet.executor.sysctl import (
     MEMCG_REAP_BACKGROUND,
     MIN_FREE_KBYTES,
-    SYSTEM_FILES,
     WATERMARK_SCALE_FACTOR,
+    SystemFile,
     SystemFileWriter,
     call_on_writer,
     executor_hooks,
 )
-from koordlet.qos.manager import StrategyContext, StrategyReport
+from koordlet.qos.framework import StrategyContext, StrategyReport
 
 logger = logging.getLogger(__name__)
 
 NAME = "sysreconcile"
 """Table name."""
-GATE = "SystemConfig"
+FEATURE_GATE = "SystemConfig"
 """Koordinator's feature gate."""
 DEFAULT_INTERVAL = 1.0
 """Seconds between rounds (Koordinator's ``--reconcile-interval-seconds``, 1)."""
@@ -59,26 +58,27 @@ def min_free_kbytes(total_memory_bytes: int, factor: int) -> int:
     return (total_memory_bytes // 1024) * factor // 10000
 
 
-def desired_settings(
-    strategy: SystemStrategy, total_memory_bytes: int | None
-) -> dict[str, int | str | None]:
-    """Setting name → the value to write (int), why nothing is written (str), or None when the
-    field is unset (leave the host alone, restoring what this strategy changed)."""
-    out: dict[str, int | str | None] = {}
+Wanted = dict[SystemFile, int | str | None]
+"""Setting → the value to write (int), why nothing is written (str), or None when the field is
+unset (leave the host alone, restoring what this strategy changed)."""
+
+
+def desired_settings(strategy: SystemStrategy, total_memory_bytes: int | None) -> Wanted:
+    """What ``strategy`` asks of each setting on a node of ``total_memory_bytes`` (see
+    :data:`Wanted`)."""
+    out: Wanted = {}
     factor = strategy.min_free_kbytes_factor
     if factor is None:
-        out[MIN_FREE_KBYTES.name] = None
+        out[MIN_FREE_KBYTES] = None
     elif not total_memory_bytes or total_memory_bytes <= 0:
-        out[MIN_FREE_KBYTES.name] = "node memory total unknown (no node info yet)"
+        out[MIN_FREE_KBYTES] = "node memory total unknown (no node info yet)"
     else:
-        out[MIN_FREE_KBYTES.name] = min_free_kbytes(total_memory_bytes, factor)
-    out[WATERMARK_SCALE_FACTOR.name] = strategy.watermark_scale_factor
-    out[MEMCG_REAP_BACKGROUND.name] = strategy.memcg_reap_background
-    for name, value in out.items():
-        if isinstance(value, int):
-            valid = SYSTEM_FILES[name].valid
-            if not valid.lo <= value <= valid.hi:
-                out[name] = f"{value} outside {valid.describe()}: not written"
+        out[MIN_FREE_KBYTES] = min_free_kbytes(total_memory_bytes, factor)
+    out[WATERMARK_SCALE_FACTOR] = strategy.watermark_scale_factor
+    out[MEMCG_REAP_BACKGROUND] = strategy.memcg_reap_background
+    for f, value in out.items():
+        if isinstance(value, int) and not f.valid.lo <= value <= f.valid.hi:
+            out[f] = f"{value} outside {f.valid.describe()}: not written"
     return out
 
 
@@ -106,24 +106,19 @@ class SystemConfigStrategy:
         self.interval = interval
         self._ctx = ctx
         self._writer = SystemFileWriter(ctx.host().paths, **executor_hooks(ctx.executor))
-        self._originals: dict[str, int] = {}
-        self._reported: set[str] = set()
+        self._originals: dict[SystemFile, int] = {}
+        self._reported: set[SystemFile] = set()
 
     async def reconcile(self) -> None:
         ctx = self._ctx
-        raw = ctx.node_slo().system_strategy
-        try:
-            strategy = parse_system_strategy(thaw(raw), source="NodeSLO", strict=False)
-        except SchemaError as err:
-            ctx.report(NAME, StrategyReport({"systemStrategy": thaw(raw)}, f"invalid: {err}"))
-            return
+        strategy = ctx.node_slo().system_strategy
         total = node_memory_total(ctx.cache.get_info(NODE_INFO_KEY))
         wanted = desired_settings(strategy, total)
-        inputs = {"systemStrategy": thaw(raw), "memory_total_bytes": total}
+        inputs = {"systemStrategy": to_json(strategy), "memory_total_bytes": total}
         if all(v is None for v in wanted.values()) and not self._originals:
             ctx.report(NAME, StrategyReport(inputs, "nothing to do: no setting asked"))
             return
-        reason = ", ".join(f"{k}={v}" for k, v in wanted.items() if isinstance(v, int))
+        reason = ", ".join(f"{f.name}={v}" for f, v in wanted.items() if isinstance(v, int))
         results = await call_on_writer(ctx.executor, lambda: self._apply(wanted, reason))
         changed = sum(r.startswith(("changed", "restored")) for r in results.values())
         ctx.report(
@@ -132,30 +127,30 @@ class SystemConfigStrategy:
                 inputs,
                 f"set {reason}" if reason else "restore the host's values",
                 f"{changed} changed" + (" (dry run)" if ctx.dry_run(NAME) else ""),
-                detail={"decision": wanted, "results": results},
+                detail={"decision": {f.name: v for f, v in wanted.items()}, "results": results},
             ),
         )
 
-    def _apply(self, wanted: Mapping[str, int | str | None], reason: str) -> dict[str, str]:
+    def _apply(self, wanted: Wanted, reason: str) -> dict[str, str]:
         """On the writer thread: write what is asked, restore what is no longer asked."""
         results: dict[str, str] = {}
-        for name, value in wanted.items():
+        for f, value in wanted.items():
             if isinstance(value, str):
-                results[name] = f"skipped: {value}"
-                self._once(name, value)
+                results[f.name] = f"skipped: {value}"
+                self._once(f, value)
             elif value is None:
-                if name in self._originals:
-                    results[name] = self._restore(name)
+                if f in self._originals:
+                    results[f.name] = self._restore(f)
             else:
-                results[name] = self._set(name, value, f"systemStrategy: {reason}")
+                results[f.name] = self._set(f, value, f"systemStrategy: {reason}")
         return results
 
-    def _set(self, name: str, value: int, reason: str) -> str:
+    def _set(self, f: SystemFile, value: int, reason: str) -> str:
         try:
-            original = self._writer.read(name) if name not in self._originals else None
-            res = self._writer.write(name, value, strategy=NAME, reason=reason)
+            original = self._writer.read(f) if f not in self._originals else None
+            res = self._writer.write(f, value, strategy=NAME, reason=reason)
         except UnsupportedError as err:
-            self._once(name, err.reason)
+            self._once(f, err.reason)
             return f"unsupported: {err.reason}"
         except (InvalidValueError, HostError) as err:
             logger.warning("system config: %s", err)
@@ -163,30 +158,27 @@ class SystemConfigStrategy:
         if res.dry_run:
             return f"dry run: {res.old} -> {res.new}" if res.old != res.new else "unchanged"
         if res.changed and original is not None:
-            self._originals[name] = original
+            self._originals[f] = original
         return f"changed {res.old} -> {res.new}" if res.changed else f"unchanged {res.new}"
 
-    def _restore(self, name: str) -> str:
-        value = self._originals[name]
+    def _restore(self, f: SystemFile) -> str:
+        value = self._originals[f]
         try:
-            res = self._writer.write(name, value, strategy=NAME, reason="unset: host value back")
+            res = self._writer.write(f, value, strategy=NAME, reason="unset: host value back")
         except KoordletError as err:
-            logger.warning("system config: restoring %s to %s failed: %s", name, value, err)
+            logger.warning("system config: restoring %s to %s failed: %s", f.name, value, err)
             return f"restore failed: {err}"
         if res.dry_run:
             return f"dry run: restore {res.new}"
-        del self._originals[name]
+        del self._originals[f]
         return f"restored {res.new}"
 
-    def _once(self, name: str, why: str) -> None:
-        if name not in self._reported:
-            self._reported.add(name)
-            logger.info("system config: %s not set: %s", name, why)
+    def _once(self, f: SystemFile, why: str) -> None:
+        if f not in self._reported:
+            self._reported.add(f)
+            logger.info("system config: %s not set: %s", f.name, why)
 
 
-def build(ctx: StrategyContext) -> SystemConfigStrategy:
-    """Table factory: the round interval is ``qos.reconcile_interval`` (Koordinator's
-    ``--reconcile-interval-seconds``), else 1 s."""
-    qos = getattr(ctx.config, "qos", None)
-    interval = float(getattr(qos, "reconcile_interval", DEFAULT_INTERVAL))
+def build(ctx: StrategyContext, interval: float) -> SystemConfigStrategy:
+    """Table factory."""
     return SystemConfigStrategy(ctx, interval=interval)

@@ -11,7 +11,10 @@ v1alpha1``), following the Go koordlet's NodeMetric informer field by field:
   ``p95`` and ``p99`` (Koordinator's nearest-rank rule) and, beyond upstream, ``avg``; each is an
   empty object while the window's samples span less than half of it (the cold-start rule of
   ``validateTimeRangeRatio``), judged on the CPU series as upstream does;
-- ``nodeMetric.numaUsages``: per NUMA node, its memory usage average (``numaNodeID``);
+- ``nodeMetric.numaUsages``: per NUMA node (``numaNodeID``) its ``nodeUsage`` (the averages of
+  its CPUs' usage and of its memory usage without page cache) and its ``systemUsage``: CPU, the
+  node's system CPU apportioned by the NUMA node's share of the node's CPU usage (the CRD's
+  rule); memory is left out (the per-pod NUMA memory it needs is not collected here);
 - ``podsMetric``: per pod with CPU samples in the window: ``namespace``, ``name``,
   ``podUsage`` (averages), ``priority`` (Koordinator priority class) and ``qos``;
 - ``hostApplicationMetric``: the same for the NodeSLO's host applications.
@@ -25,9 +28,10 @@ milli-cores (``"1250m"``), memory in bytes in canonical binary form.
 :class:`NodeMetricReporter` writes the status through the ``status`` subresource every
 ``reportIntervalSeconds`` (default 60, minimum 30) with conflict retry, behind a token bucket of
 0.1 writes/s with a burst of 2 (upstream's ``statusUpdateQPS``/``Burst``), and not at all until
-the NodeMetric exists (the manager creates it). ``prodReclaimableMetric`` comes from the peak
-predictor (:mod:`koordlet.reporter.predictor`) when one is given and it can predict; otherwise
-the field is left out, which the manager reads as nothing reclaimable.
+the NodeMetric exists (the manager creates it). ``prodReclaimableMetric`` and
+``prodPeakMetric`` come from the peak predictor (:mod:`koordlet.reporter.predictor`) when one is
+given and it can predict; otherwise the fields are left out, which the manager reads as nothing
+reclaimable.
 """
 
 from __future__ import annotations
@@ -52,7 +56,8 @@ from apis.nodemetric import (
     node_metric_status_json,
     parse_node_metric_status,
 )
-from apis.slo import HostApplication, NodeSLOSpec
+from apis.slo import HostApplication
+from apis.slo_inforce import NodeSLOInForce
 from koordlet.metriccache import MIN_VALID_COVERAGE, MetricCache
 from koordlet.metriccache import series as s
 from koordlet.metriccache.aggregate import Aggregate
@@ -164,16 +169,27 @@ def build_metric_status(
     host_apps: Iterable[HostApplication],
     now: float,
     prod_reclaimable: ResourceMap | None = None,
+    prod_peak: ResourceMap | None = None,
 ) -> NodeMetricStatus:
     """The typed NodeMetric ``status`` for the window ending at ``now`` (see the module
-    docstring); ``prod_reclaimable`` is the predictor's ``prodReclaimableMetric.resource``."""
+    docstring); ``prod_reclaimable`` and ``prod_peak`` are the predictor's
+    ``prodReclaimableMetric.resource`` and ``prodPeakMetric.resource``."""
     r = _Reader(cache, policy, now)
     numa = []
-    for entity in cache.entities(s.NUMA_MEMORY_USAGE):
+    node_cpu = r.avg(s.NODE_CPU_USAGE, s.NODE)
+    system_cpu = r.avg(s.SYSTEM_CPU_USAGE, s.SYSTEM)
+    for entity in sorted(
+        set(cache.entities(s.NUMA_MEMORY_USAGE)) | set(cache.entities(s.NUMA_CPU_USAGE))
+    ):
         node_id = entity.rpartition("/")[2]
         mem = r.avg(s.NUMA_MEMORY_USAGE, entity)
-        if node_id.isdigit() and mem is not None:
-            numa.append(NUMAMetric(int(node_id), _resources(None, mem)))
+        cpu = r.avg(s.NUMA_CPU_USAGE, entity)
+        if not node_id.isdigit() or (mem is None and cpu is None):
+            continue
+        system = None
+        if cpu is not None and system_cpu is not None and node_cpu:
+            system = _resources(system_cpu * cpu / node_cpu, None)
+        numa.append(NUMAMetric(int(node_id), _resources(cpu, mem), system))
     node_metric = NodeMetricInfo(
         node_usage=r.usage(s.NODE_CPU_USAGE, r.memory.node, s.NODE),
         system_usage=r.usage(s.SYSTEM_CPU_USAGE, s.SYSTEM_MEMORY_USAGE, s.SYSTEM),
@@ -216,6 +232,7 @@ def build_metric_status(
         pods_metric=tuple(pods_metric),
         host_application_metric=tuple(apps_metric),
         prod_reclaimable_metric=prod_reclaimable,
+        prod_peak_metric=prod_peak,
     )
 
 
@@ -226,17 +243,20 @@ def build_status(
     host_apps: Iterable[HostApplication],
     now: float,
     prod_reclaimable: Obj | None = None,
+    prod_peak: Obj | None = None,
 ) -> Obj:
     """The NodeMetric ``status`` JSON (:func:`build_metric_status` written by
     :func:`apis.nodemetric.node_metric_status_json`); ``prod_reclaimable`` is the predictor's
     ``prodReclaimableMetric`` JSON (None: left out)."""
-    reclaim = None
+    reclaim = peak = None
     if prod_reclaimable is not None:
         reclaim = parse_node_metric_status(
             {"prodReclaimableMetric": prod_reclaimable}, "predictor"
         ).prod_reclaimable_metric
+    if prod_peak is not None:
+        peak = parse_node_metric_status({"prodPeakMetric": prod_peak}, "predictor").prod_peak_metric
     return node_metric_status_json(
-        build_metric_status(cache, policy, pods, host_apps, now, reclaim)
+        build_metric_status(cache, policy, pods, host_apps, now, reclaim, peak)
     )
 
 
@@ -245,7 +265,7 @@ class StatesView(Protocol):
 
     node_name: str
     collect_policy: CollectPolicy
-    node_slo: NodeSLOSpec
+    node_slo: NodeSLOInForce
 
     def node_metric(self) -> Obj | None: ...
 
@@ -256,6 +276,8 @@ class ReclaimablePredictor(Protocol):
     """What the reporter asks of the peak predictor (``PeakPredictor`` is one)."""
 
     def prod_reclaimable(self, now: float | None = None) -> Reclaimable | None: ...
+
+    def prod_peak(self, now: float | None = None) -> Reclaimable | None: ...
 
 
 @dataclass
@@ -297,10 +319,12 @@ class NodeMetricReporter:
     def build(self) -> Obj:
         """The status for now (synchronous, on the event loop: the cache is not thread-safe)."""
         now = self._clock()
-        reclaimable = None
+        reclaimable = peak = None
         if self._predictor is not None:
             prediction = self._predictor.prod_reclaimable(now)
             reclaimable = prediction.to_metric() if prediction is not None else None
+            predicted_peak = self._predictor.prod_peak(now)
+            peak = predicted_peak.to_metric() if predicted_peak is not None else None
         return build_status(
             self._cache,
             self._states.collect_policy,
@@ -308,6 +332,7 @@ class NodeMetricReporter:
             self._states.node_slo.host_applications,
             now,
             reclaimable,
+            peak,
         )
 
     async def report_once(self) -> bool:

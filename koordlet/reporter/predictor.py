@@ -138,13 +138,14 @@ class Model:
 
 @dataclass(frozen=True, slots=True)
 class Reclaimable:
-    """A prediction: what Prod pods request but will not use, capped by the node's capacity."""
+    """A prediction in CPU and memory: what Prod pods request but will not use, capped by the
+    node's capacity (``prodReclaimableMetric``), or the Prod peak (``prodPeakMetric``)."""
 
     cpu_milli: int
     memory_bytes: int
 
     def to_metric(self) -> Obj:
-        """``prodReclaimableMetric`` of a NodeMetric status."""
+        """``prodReclaimableMetric`` (or ``prodPeakMetric``) of a NodeMetric status."""
         return {
             "resource": {
                 "resources": {
@@ -269,6 +270,40 @@ class PeakPredictor:
             min(by_pod[0], by_priority[0]),
             min(by_pod[1], by_priority[1]),
         )
+
+    def prod_peak(self, now: float | None = None) -> Reclaimable | None:
+        """The predicted peak of the Prod pods with the system's usage, ``prodPeakMetric``
+        (the smaller of two estimates, as the reclaimable prediction), None when it cannot be
+        made: *per pod*, the system's peak plus each Prod (or no-class) pod's peak, a pod without
+        a valid prediction (cold start, no model) counting its request; *per priority*, the
+        system's peak plus those of the ``koord-prod`` and ``none`` priority models. Peaks are
+        CPU p95 and memory p98 scaled by the safety margin, as the CRD says consumers expect
+        (no extra margin on their side)."""
+        now = self._clock() if now is None else now
+        system = self.models.get(SYSTEM_UID)
+        if system is None:
+            return None
+        margin = self.config.safety_margin_percent
+        pods = [p for p in self._pods() if p.priority_class in RECLAIMABLE_PRIORITIES]
+        pod_cpu, pod_mem = system.peak(margin)
+        for pod in pods:
+            model = self.models.get(pod.uid)
+            cold = pod.created_at is None or now - pod.created_at <= self.config.cold_start
+            if cold or model is None:
+                pod_cpu += pod.cpu_request_milli or 0
+                pod_mem += pod.memory_request_bytes or 0
+                continue
+            cpu, mem = model.peak(margin)
+            pod_cpu, pod_mem = pod_cpu + cpu, pod_mem + mem
+        prio_cpu, prio_mem = system.peak(0)
+        for priority in sorted(RECLAIMABLE_PRIORITIES):
+            model = self.models.get(priority_uid(priority))
+            if model is None:
+                return None
+            cpu, mem = model.peak(0)
+            prio_cpu, prio_mem = prio_cpu + cpu, prio_mem + mem
+        ratio = (100 + margin) / 100
+        return Reclaimable(min(pod_cpu, int(prio_cpu * ratio)), min(pod_mem, int(prio_mem * ratio)))
 
     def _by_pod(
         self, pods: list[PodInfo], capacity: tuple[int, int], now: float

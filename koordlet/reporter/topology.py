@@ -16,14 +16,29 @@ the scheduler's NUMA-aware plugins read. :func:`build_nrt` derives the desired o
 - annotation ``node.koordinator.sh/cpu-topology``: ``{"detail": [{"id", "core", "socket",
   "node"}...]}`` by CPU id;
 - annotation ``node.koordinator.sh/cpu-shared-pools``: ``[{"socket", "node", "cpuset"}...]`` per
-  NUMA node, the CPUs left once the reserved CPUs and the cpusets of LSE and LSR pods
-  (``scheduling.koordinator.sh/resource-status``) are taken out.
+  NUMA node, the CPUs left once the kubelet's reserved CPUs, the CPUs the Node's reservation
+  annotation reserves, the exclusive SYSTEM QoS CPUs and the cpusets of LSE and LSR pods
+  (``scheduling.koordinator.sh/resource-status``) are taken out;
+- annotation ``node.koordinator.sh/be-cpu-shared-pools``: the same for BE, which may also use the
+  CPUs of LSR pods (only LSE pods' cpusets are taken out);
+- annotation ``node.koordinator.sh/cpu-basic-info``: the CPU model, hyper-threading, turbo, vendor
+  and L3 CAT mask (``apis.nodetopo.CPUBasicInfo``, written as Go marshals it), what koord-manager's
+  CPU normalization keys its ratio on;
+- annotation ``node.koordinator.sh/reservation``: ``{"reservedCPUs": "0-1"}``, the CPUs the Node's
+  ``node.koordinator.sh/reservation`` reserves (a CPU count is turned into CPUs by topology,
+  ``koordlet.statesinformer.nodetopo``), ``{}`` when none;
+- annotation ``node.koordinator.sh/system-qos-resource``: the Node's annotation of that name as
+  read (``{}`` when absent).
 
 :class:`TopologyReporter` compares the desired content (those labels, annotations, owner
-reference, policies and zones; never ``resourceVersion`` or fields others own) with the last one
-it wrote or read, and writes only on a difference: a create when the object does not exist, else
-a PUT of the current object with our parts replaced (compare-and-swap on ``resourceVersion``; a
-409 is retried on the next round). It re-reads the object every ``resync`` seconds so that an
+reference, policies, and the zones' names, types and ``cpu`` and ``memory``; never
+``resourceVersion`` or fields others own) with the last one it wrote or read, and writes only on
+a difference: a create when the object does not exist, else a PUT of the current object with our
+parts replaced (compare-and-swap on ``resourceVersion``; a 409 is retried on the next round).
+Zones merge as upstream's ``MergeZoneList(TrimDifferentZone(...))`` (:func:`merge_zones`): a zone
+the koordlet no longer reports goes, ``cpu`` and ``memory`` are the koordlet's, and any other
+resource of a zone (koord-manager's NUMA-level ``kubernetes.io/batch-cpu`` and ``batch-memory``)
+stays as its writer left it. It re-reads the object every ``resync`` seconds so that an
 edit by someone else is repaired. Upstream's Go agent rewrites the object every few seconds; this
 one writes once per real change.
 
@@ -48,11 +63,26 @@ import yaml
 from apis.cpulist import format_cpulist, parse_cpulist
 from apis.extension import ANNOTATION_CPU_SHARED_POOLS as ANNOTATION_CPU_SHARED_POOLS
 from apis.extension import ANNOTATION_CPU_TOPOLOGY as ANNOTATION_CPU_TOPOLOGY
-from apis.extension import ANNOTATION_RESOURCE_STATUS, LABEL_MANAGED_BY, QoSClass
+from apis.extension import (
+    ANNOTATION_NODE_BE_CPU_SHARED_POOLS,
+    ANNOTATION_NODE_SYSTEM_QOS_RESOURCE,
+    ANNOTATION_RESOURCE_STATUS,
+    LABEL_MANAGED_BY,
+    QoSClass,
+)
+from apis.kubernetes_keys import RESOURCE_CPU, RESOURCE_MEMORY
+from apis.nodetopo import ANNOTATION_CPU_BASIC_INFO, ANNOTATION_NODE_RESERVATION, reservation_json
 from apis.quantity import format_bytes, int_value
 from koordlet.metriccache import MetricCache
 from koordlet.metriccache import series as s
 from koordlet.statesinformer.model import PodInfo
+from koordlet.statesinformer.nodetopo import (
+    cpu_basic_info,
+    cpus_of_node_info,
+    node_annotations,
+    reserved_cpus,
+    system_qos_resource,
+)
 from kubeclient.client import KubeClient, Obj
 from kubeclient.errors import ApiError, Conflict, NotFound
 from kubeclient.resources import NODE_RESOURCE_TOPOLOGIES
@@ -62,6 +92,11 @@ logger = logging.getLogger(__name__)
 NODE_INFO_KEY = "node_info"
 """Metric cache info key of the node-info collector."""
 ZONE_TYPE = "Node"
+"""The type of the koordlet's zones (one a NUMA node)."""
+ZONE_RESOURCES = (RESOURCE_CPU, RESOURCE_MEMORY)
+"""The resources the koordlet owns within a zone, as upstream's koordlet (``calTopologyZoneList``,
+compared by ``isEqualNRTZones``); other resources of a zone belong to others (the manager's
+``kubernetes.io/batch-cpu`` and ``batch-memory``) and are kept."""
 
 _POLICY_NAMES = {
     "best-effort": "BestEffort",
@@ -94,6 +129,10 @@ class KubeletTopology:
     """``reservedSystemCPUs``: taken out of the zones' allocatable CPUs and the shared pools."""
     reserved_memory: Mapping[int, int] | None = None
     """``reservedMemory``: bytes per NUMA node taken out of the zones' allocatable memory."""
+    cpu_manager_policy: str | None = None
+    """``cpuManagerPolicy`` (``none``, ``static``) when a kubelet config file was read (the
+    kubelet's default ``none`` when it does not say); None when no file told it. The cpuset
+    runtime hook gives pods without a Koordinator class the share pools only under ``none``."""
 
     @classmethod
     def load(
@@ -102,11 +141,13 @@ class KubeletTopology:
         """From the kubelet config file (None, missing or unreadable: defaults, logged), with
         ``policy`` and ``scope`` (flags) taking precedence."""
         doc: Mapping[str, Any] = {}
+        cpu_policy: str | None = None
         if config_path:
             try:
                 with open(config_path, encoding="utf-8") as f:
                     loaded = yaml.safe_load(f)
                 doc = loaded if isinstance(loaded, dict) else {}
+                cpu_policy = str(doc.get("cpuManagerPolicy") or "none")
             except FileNotFoundError:
                 logger.info("kubelet config %s not found; topology policy None", config_path)
             except (OSError, yaml.YAMLError) as err:
@@ -129,6 +170,7 @@ class KubeletTopology:
             scope=scope or str(doc.get("topologyManagerScope") or "container"),
             reserved_cpus=reserved,
             reserved_memory=memory or None,
+            cpu_manager_policy=cpu_policy,
         )
 
     @property
@@ -170,12 +212,20 @@ def build_nrt(
     name = str(meta.get("name", ""))
     cpus = sorted(info.get("cpus") or [], key=lambda c: c["cpu_id"])
     exclusive: set[int] = set()
+    lse: set[int] = set()
     for pod in pods:
         if pod.qos in (QoSClass.LSE, QoSClass.LSR):
             exclusive |= _pod_cpus(pod)
+        if pod.qos is QoSClass.LSE:
+            lse |= _pod_cpus(pod)
+    annotations = node_annotations(node)
+    node_reserved = reserved_cpus(annotations, cpus_of_node_info(info))
+    system_qos = system_qos_resource(annotations)
+    taken = node_reserved | system_qos.exclusive_cpus
     reserved = kubelet.reserved_cpus
     zones = []
     pools = []
+    be_pools = []
     numa = info.get("numa") or {}
     for key in sorted(numa, key=int):
         node_id = int(key)
@@ -190,17 +240,25 @@ def build_nrt(
                 "name": f"node-{node_id}",
                 "type": ZONE_TYPE,
                 "resources": [
-                    _resource("cpu", str(len(ids)), str(len(free))),
+                    _resource(RESOURCE_CPU, str(len(ids)), str(len(free))),
                     _resource(
-                        "memory", format_bytes(mem), format_bytes(max(mem - mem_reserved, 0))
+                        RESOURCE_MEMORY,
+                        format_bytes(mem),
+                        format_bytes(max(mem - mem_reserved, 0)),
                     ),
                 ],
             }
         )
-        shared = [c for c in free if c not in exclusive]
+        shared = [c for c in free if c not in exclusive and c not in taken]
         if shared:
             socket = next(c["socket_id"] for c in cpus if c["cpu_id"] == shared[0])
             pools.append({"socket": socket, "node": node_id, "cpuset": format_cpulist(shared)})
+        be_shared = [c for c in free if c not in lse and c not in taken]
+        if be_shared:
+            socket = next(c["socket_id"] for c in cpus if c["cpu_id"] == be_shared[0])
+            be_pools.append(
+                {"socket": socket, "node": node_id, "cpuset": format_cpulist(be_shared)}
+            )
     detail = [
         {"id": c["cpu_id"], "core": c["core_id"], "socket": c["socket_id"], "node": c["numa_node"]}
         for c in cpus
@@ -222,6 +280,10 @@ def build_nrt(
             "annotations": {
                 ANNOTATION_CPU_TOPOLOGY: json.dumps({"detail": detail}, separators=(",", ":")),
                 ANNOTATION_CPU_SHARED_POOLS: json.dumps(pools, separators=(",", ":")),
+                ANNOTATION_NODE_BE_CPU_SHARED_POOLS: json.dumps(be_pools, separators=(",", ":")),
+                ANNOTATION_CPU_BASIC_INFO: cpu_basic_info(info).to_json(),
+                ANNOTATION_NODE_RESERVATION: reservation_json(node_reserved),
+                ANNOTATION_NODE_SYSTEM_QOS_RESOURCE: system_qos.to_json(),
             },
             "ownerReferences": [owner],
         },
@@ -230,9 +292,57 @@ def build_nrt(
     }
 
 
+def _owned_zones(zones: object) -> dict[str, Obj]:
+    """Zone name → its type and the resources the koordlet owns in it (whole entries)."""
+    out: dict[str, Obj] = {}
+    for zone in zones if isinstance(zones, list) else ():
+        if not isinstance(zone, Mapping):
+            continue
+        owned = {
+            str(r.get("name")): dict(r)
+            for r in zone.get("resources") or ()
+            if isinstance(r, Mapping) and r.get("name") in ZONE_RESOURCES
+        }
+        out[str(zone.get("name"))] = {"type": zone.get("type"), "resources": owned}
+    return out
+
+
+def merge_zones(current: object, desired: list[Obj]) -> list[Obj]:
+    """Upstream's ``MergeZoneList(TrimDifferentZone(current, desired), desired)``: the zones of
+    ``desired`` (a zone the koordlet no longer reports is dropped), each with the koordlet's
+    resources replacing the same-named ones of the current zone and every other resource of it
+    kept (the manager's ``kubernetes.io/batch-cpu``...), resources in name order. Zones keep the
+    koordlet's order (by NUMA node, the index the manager's zone calculation goes by)."""
+    have = {
+        str(z.get("name")): z
+        for z in (current if isinstance(current, list) else ())
+        if isinstance(z, Mapping)
+    }
+    out = []
+    for want in desired:
+        old = have.get(want["name"]) or {}
+        resources = {
+            str(r.get("name")): copy.deepcopy(dict(r))
+            for r in old.get("resources") or ()
+            if isinstance(r, Mapping)
+        }
+        for r in want["resources"]:
+            resources[r["name"]] = copy.deepcopy(r)
+        out.append(
+            {
+                "name": want["name"],
+                "type": want["type"],
+                "resources": [resources[k] for k in sorted(resources)],
+            }
+        )
+    return out
+
+
 def owned_view(obj: Mapping[str, Any], desired: Mapping[str, Any]) -> Obj:
     """The parts of ``obj`` that ``desired`` sets (its labels and annotations by key, owner
-    references, policies, zones): what decides whether a write is needed."""
+    references, policies, the zones' names and types and the koordlet's resources in them, as
+    upstream's ``isEqualNRTZones`` compares ``cpu`` and ``memory``): what decides whether a
+    write is needed. Resources others own in the zones do not count."""
     meta = obj.get("metadata") or {}
     want = desired["metadata"]
     return {
@@ -240,12 +350,13 @@ def owned_view(obj: Mapping[str, Any], desired: Mapping[str, Any]) -> Obj:
         "annotations": {k: (meta.get("annotations") or {}).get(k) for k in want["annotations"]},
         "ownerReferences": meta.get("ownerReferences") or [],
         "topologyPolicies": obj.get("topologyPolicies") or [],
-        "zones": obj.get("zones") or [],
+        "zones": _owned_zones(obj.get("zones")),
     }
 
 
 def merged(current: Obj, desired: Obj) -> Obj:
-    """``current`` with the desired parts replaced; other labels and annotations kept."""
+    """``current`` with the desired parts replaced; other labels and annotations kept, and the
+    zones merged (:func:`merge_zones`)."""
     out = copy.deepcopy(current)
     meta = out.setdefault("metadata", {})
     want = desired["metadata"]
@@ -253,7 +364,7 @@ def merged(current: Obj, desired: Obj) -> Obj:
     meta["annotations"] = {**(meta.get("annotations") or {}), **want["annotations"]}
     meta["ownerReferences"] = want["ownerReferences"]
     out["topologyPolicies"] = desired["topologyPolicies"]
-    out["zones"] = desired["zones"]
+    out["zones"] = merge_zones(current.get("zones"), desired["zones"])
     return out
 
 

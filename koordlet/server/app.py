@@ -13,8 +13,9 @@ Routes (GET and HEAD only; anything else is 405):
 - ``/healthz``: 200 ``ok`` whenever the event loop answers.
 - ``/readyz``: 200 once every start-up stage is done and no protective loop is behind
   (:mod:`.health`), else 503 naming the stage still pending or the loops behind.
-- ``/debug/...``: JSON views (see :mod:`koordlet.server.debug`), answered to loopback clients
-  only unless ``deps.debug_allow_remote``; others get 403.
+- ``/debug/...``: JSON views (see :mod:`koordlet.server.debug`) and the ``/debug/ui`` page with
+  its views (:mod:`koordlet.server.ui`), answered to loopback clients only unless
+  ``deps.debug_allow_remote``; others get 403.
 
 Every request goes through a :class:`~koordlet.server.limiter.RequestLimiter` first (the probes
 through their own): the server shares the event loop with the collection tick and the QoS
@@ -43,7 +44,9 @@ from koordlet.server.exposition import Exposition
 from koordlet.server.health import LoopHealth
 from koordlet.server.limiter import LimitConfig, Refusal, RequestLimiter
 from koordlet.server.render import FamilyRenderer
+from koordlet.server.summary import UiDeps
 from koordlet.server.textformat import accepts_gzip, content_type, negotiate
+from koordlet.server.ui import UiHandlers
 from koordlet.statesinformer.model import WorkloadSnapshot
 
 logger = logging.getLogger(__name__)
@@ -268,8 +271,9 @@ async def _readyz(request: web.Request) -> web.Response:
     return web.Response(text="ok")
 
 
-def build_app(deps: ServerDeps) -> web.Application:
-    """The aiohttp application serving the routes of the module docstring."""
+def build_app(deps: ServerDeps, ui: UiDeps | None = None) -> web.Application:
+    """The aiohttp application serving the routes of the module docstring; with ``ui``, also
+    ``/debug/ui`` and the views it polls (:mod:`koordlet.server.ui`)."""
     app = web.Application(middlewares=[_limit, _debug_guard])
     app[DEPS] = deps
     renderer = FamilyRenderer(deps.exporter) if deps.exporter is not None else None
@@ -279,12 +283,14 @@ def build_app(deps: ServerDeps) -> web.Application:
     app[LIMITERS] = Limiters(
         reads=RequestLimiter(deps.limits.reads), probes=RequestLimiter(deps.limits.probes)
     )
-    debug = DebugHandlers(deps)
+    ui_routes = UiHandlers(deps, ui).routes() if ui is not None else []
+    debug = DebugHandlers(deps, extra=[path for path, _ in ui_routes])
     app.router.add_get("/metrics", _metrics)
     app.router.add_get("/healthz", _healthz)
     app.router.add_get("/readyz", _readyz)
     app.router.add_get("/debug", debug.index)
-    for path, handler in debug.routes():
+    app.router.add_get("/debug/", debug.index)  # as README and --help write it
+    for path, handler in [*debug.routes(), *ui_routes]:
         app.router.add_get(path, handler)
     return app
 

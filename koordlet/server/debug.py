@@ -29,7 +29,7 @@ import ipaddress
 import json
 import math
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
@@ -194,8 +194,9 @@ def _json_bytes(body: bytes) -> web.Response:
 class DebugHandlers:
     """The ``/debug`` request handlers over the server's dependencies."""
 
-    def __init__(self, deps: ServerDeps) -> None:
+    def __init__(self, deps: ServerDeps, extra: Sequence[str] = ()) -> None:
         self._deps = deps
+        self._extra = tuple(extra)  # further /debug paths the index lists (the UI's)
         self._workloads: tuple[WorkloadSnapshot, bytes] | None = None
         self._metrics: tuple[object, float, bytes] | None = None
 
@@ -213,7 +214,7 @@ class DebugHandlers:
         ]
 
     async def index(self, request: web.Request) -> web.Response:
-        return _json({"endpoints": [path for path, _ in self.routes()]})
+        return _json({"endpoints": [*(path for path, _ in self.routes()), *self._extra]})
 
     async def capabilities(self, request: web.Request) -> web.Response:
         return _json(dict(self._deps.capabilities()))

@@ -70,6 +70,8 @@ class Scope(Enum):
     HOST_APP = "host_app"
     RESCTRL = "resctrl"
     """One L3 cache domain of a resctrl QoS group (``node/resctrl/<group>/<cache id>``)."""
+    GPU = "gpu"
+    """One GPU (``node/gpu/<minor>/<uuid>``)."""
 
     @property
     def labels(self) -> tuple[str, ...]:
@@ -91,6 +93,7 @@ SCOPE_LABELS: dict[Scope, tuple[str, ...]] = {
     ),
     Scope.HOST_APP: ("node", "host_application_name", "priority_class", "qos"),
     Scope.RESCTRL: ("node", "cache_id", "qos"),
+    Scope.GPU: ("node", "gpu_minor", "gpu_device_uuid"),
 }
 """Label keys of each scope, in exposition order (Koordinator's keys and order)."""
 
@@ -217,6 +220,14 @@ FAMILIES: tuple[FamilySpec, ...] = (
         s.BE,
     ),
     _one(
+        "koordlet_be_cpu_throttled_ratio",
+        "Fraction (0..1) of the BE QoS cgroup's CFS periods that were throttled over the last "
+        "interval",
+        Scope.NODE,
+        s.BE_CPU_THROTTLED_RATIO,
+        s.BE,
+    ),
+    _one(
         "koordlet_numa_node_used_memory_bytes",
         "Memory used on one NUMA node",
         Scope.NUMA,
@@ -227,6 +238,19 @@ FAMILIES: tuple[FamilySpec, ...] = (
         "Memory of one NUMA node",
         Scope.NUMA,
         s.NUMA_MEMORY_TOTAL,
+    ),
+    _one(
+        "koordlet_numa_node_used_cpu_cores",
+        "Cpu cores used on one NUMA node (the busy time of its CPUs)",
+        Scope.NUMA,
+        s.NUMA_CPU_USAGE,
+    ),
+    _one(
+        "koordlet_node_memory_total_bytes",
+        "Memory of the node (MemTotal of /proc/meminfo)",
+        Scope.NODE,
+        s.NODE_MEMORY_TOTAL,
+        s.NODE,
     ),
     _one("koordlet_pod_used_cpu_cores", "Cpu cores used by a pod", Scope.POD, s.POD_CPU_USAGE),
     _one(
@@ -380,6 +404,30 @@ FAMILIES: tuple[FamilySpec, ...] = (
         ),
         extra_labels=("mb_type",),
     ),
+    _one(
+        "koordlet_gpu_core_used_percent",
+        "Percent of the last sample period in which a kernel ran on the GPU (NVML utilization)",
+        Scope.GPU,
+        s.GPU_CORE_USAGE,
+    ),
+    _one(
+        "koordlet_gpu_memory_used_bytes",
+        "GPU device memory in use",
+        Scope.GPU,
+        s.GPU_MEMORY_USAGE,
+    ),
+    _one(
+        "koordlet_gpu_memory_total_bytes",
+        "GPU device memory",
+        Scope.GPU,
+        s.GPU_MEMORY_TOTAL,
+    ),
+    _one(
+        "koordlet_gpu_healthy",
+        "1 when the GPU is healthy (the Device object's health), 0 when not",
+        Scope.GPU,
+        s.GPU_HEALTHY,
+    ),
 )
 """Every family the exporter builds, in exposition order."""
 
@@ -501,6 +549,8 @@ class KoordletExporter:
                     yield s.container_entity(pod.uid, c.id), labels
         elif scope is Scope.RESCTRL:
             yield from self._resctrl_entities(src.series)
+        elif scope is Scope.GPU:
+            yield from self._gpu_entities(src.series)
         else:
             for app in snapshot.host_apps:
                 if app.present:
@@ -530,6 +580,18 @@ class KoordletExporter:
                 found.append((group, int(domain), entity))
         for group, cache_id, entity in sorted(found):
             yield entity, (self._node, str(cache_id), group)
+
+    def _gpu_entities(self, series: str) -> Iterator[tuple[str, tuple[str, ...]]]:
+        """``node/gpu/<minor>/<uuid>`` entities of ``series``, by minor number."""
+        found: list[tuple[int, str, str]] = []
+        for entity in self._cache.entities(series):
+            if not entity.startswith(s.GPU_ENTITY_PREFIX):
+                continue
+            text, _, uuid = entity[len(s.GPU_ENTITY_PREFIX) :].partition("/")
+            if text.isdigit() and uuid:
+                found.append((int(text), uuid, entity))
+        for minor, uuid, entity in sorted(found):
+            yield entity, (self._node, str(minor), uuid)
 
 
 def _sorted_pods(pods: Mapping[str, PodInfo]) -> list[PodInfo]:

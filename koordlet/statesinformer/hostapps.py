@@ -1,10 +1,13 @@
-"""Host applications from a local NodeSLO file (standalone mode's ``spec.hostApplications``).
+"""The local NodeSLO file (standalone mode): the NodeSLO in force and its host applications.
 
-:class:`NodeSLOFileSource` is a :class:`~koordlet.statesinformer.sources.HostAppSource`. It reads
-the file once at start (:meth:`~NodeSLOFileSource.load`, where a bad file is a configuration
-error) and afterwards whenever the file's modification time, size or inode changes, or a reload is
-requested (SIGHUP). A file that turns bad, or disappears, on a reload is logged once with the file
-and field, reported to ``on_error`` and otherwise ignored: the last good spec stays in force.
+:class:`NodeSLOFileSource` is a :class:`~koordlet.statesinformer.sources.HostAppSource` and holds
+the :class:`~apis.slo_inforce.NodeSLOInForce` the strategies read. It reads the file once at start
+(:meth:`~NodeSLOFileSource.load`, where any bad value is a configuration error) and afterwards
+whenever the file's modification time, size or inode changes, or a reload is requested (SIGHUP).
+On a reload each section is taken or rejected on its own (``apis.slo_inforce``): a rejected
+section keeps its last good value while the good ones apply; a file that cannot be read, or is not
+a NodeSLO, keeps everything. Either is logged once per change with the file and field and
+reported to ``on_error``.
 
 A changed file is read only once it has *settled*: its modification time lies at least
 ``settle_seconds`` (0.5 s) in the past. Editors and ``echo >`` truncate before they write, so a
@@ -37,8 +40,10 @@ import threading
 import time
 from collections.abc import Callable
 
+from apis.errors import FieldError
 from apis.extension import KubeQOS
-from apis.slo import CgroupBaseType, HostApplication, NodeSLOSpec
+from apis.slo import CgroupBaseType, HostApplication, SchemaError
+from apis.slo_inforce import NodeSLOInForce, read_node_slo_file
 from koordlet.config import load_node_slo
 from koordlet.errors import ConfigError
 from koordlet.statesinformer.kubepods import V1_WALK_CONTROLLERS
@@ -67,6 +72,18 @@ def host_app_cgroup_dir(app: HostApplication, layout: CgroupLayout) -> str:
     return app.cgroup_path.under(base_dir)
 
 
+def host_app_info(app: HostApplication, layout: CgroupLayout) -> HostAppInfo:
+    """A declared application as the inventory lists it: its cgroup and whether it exists."""
+    rel = host_app_cgroup_dir(app, layout)
+    return HostAppInfo(
+        name=app.name,
+        qos=app.qos,
+        cgroup_dir=rel,
+        priority_class=app.priority.value,
+        present=cgroup_present(layout, rel),
+    )
+
+
 def cgroup_present(layout: CgroupLayout, rel: str) -> bool:
     """Whether cgroup ``rel`` exists in any controller the inventory walks."""
     if layout.version is CgroupVersion.V2:
@@ -75,12 +92,14 @@ def cgroup_present(layout: CgroupLayout, rel: str) -> bool:
 
 
 class NodeSLOFileSource:
-    """Host applications declared in a local NodeSLO file; see the module docstring.
+    """The local NodeSLO file: the NodeSLO in force in standalone mode and its host
+    applications; see the module docstring.
 
     :param path: the NodeSLO file (YAML, or JSON when it ends in ``.json``).
     :param host: paths and cgroup layout the cgroup directories resolve through. The daemon
         replaces it when the cgroup driver is detected late.
-    :param on_error: called with each reload error (the daemon counts them).
+    :param on_error: called with each reload error (the daemon counts them): a file that cannot
+        be read or is not a NodeSLO, or the first newly rejected section of a reload.
     :param settle_seconds: how long a changed file must stay unwritten before it is read.
     :param clock: wall-clock seconds, compared with the file's modification time.
     """
@@ -101,7 +120,7 @@ class NodeSLOFileSource:
         self._on_error = on_error
         self._settle_ns = int(settle_seconds * 1e9)
         self._clock = clock
-        self._spec: NodeSLOSpec | None = None
+        self._in_force: NodeSLOInForce | None = None
         self._signature: _Signature | None = None
         self._failed: _Signature | None = None
         """Signature of the bad version already reported (a file that stays bad is logged
@@ -109,20 +128,21 @@ class NodeSLOFileSource:
         self._reload_requested = threading.Event()
 
     @property
-    def spec(self) -> NodeSLOSpec:
-        """The last good spec (empty before the first load)."""
-        return self._spec if self._spec is not None else NodeSLOSpec()
+    def in_force(self) -> NodeSLOInForce:
+        """The NodeSLO in force: each section's last good value (the defaults before the first
+        load)."""
+        return self._in_force if self._in_force is not None else NodeSLOInForce()
 
-    def load(self) -> NodeSLOSpec:
-        """Read and parse the file now and keep it as the last good spec.
+    def load(self) -> NodeSLOInForce:
+        """Read and parse the file now, every section, and put it in force.
 
-        Raises :class:`~koordlet.errors.ConfigError` naming the file and field; at start that
-        is a configuration error.
+        Raises :class:`~koordlet.errors.ConfigError` naming the file and the field of the first
+        bad value; at start that is a configuration error.
         """
         signature = self._stat()
-        spec = load_node_slo(self.path)
-        self._install(spec, signature)
-        return spec
+        in_force = load_node_slo(self.path)
+        self._install(in_force, signature)
+        return in_force
 
     def request_reload(self) -> None:
         """Re-read the file at the next :meth:`list_host_apps` even if it looks unchanged."""
@@ -133,24 +153,12 @@ class NodeSLOFileSource:
 
         Raises ConfigError only when no version of the file was ever good.
         """
-        if self._spec is None:
+        if self._in_force is None:
             self.load()
         else:
             self._maybe_reload()
         layout = self.host.layout
-        apps = []
-        for app in self.spec.host_applications:
-            rel = host_app_cgroup_dir(app, layout)
-            apps.append(
-                HostAppInfo(
-                    name=app.name,
-                    qos=app.qos,
-                    cgroup_dir=rel,
-                    priority_class=app.priority.value,
-                    present=cgroup_present(layout, rel),
-                )
-            )
-        return tuple(apps)
+        return tuple(host_app_info(app, layout) for app in self.in_force.host_applications)
 
     # Internals ---------------------------------------------------------------------------------
 
@@ -161,8 +169,8 @@ class NodeSLOFileSource:
             return None
         return (st.st_mtime_ns, st.st_size, st.st_ino)
 
-    def _install(self, spec: NodeSLOSpec, signature: _Signature | None) -> None:
-        self._spec = spec
+    def _install(self, in_force: NodeSLOInForce, signature: _Signature | None) -> None:
+        self._in_force = in_force
         self._signature = signature
         self._failed = None
 
@@ -183,24 +191,37 @@ class NodeSLOFileSource:
         bad = signature if signature is not None else (0, 0, 0)
         if not forced and bad == self._failed:
             return  # the same bad version, already reported
+        before = self.in_force
         try:
-            spec = load_node_slo(self.path)
-        except ConfigError as err:
+            in_force = read_node_slo_file(self.path, now=self._clock(), previous=before)
+        except SchemaError as err:
             self._failed = bad
             # A bad file is the operator's, not a bug: the message names file and field, no trace.
             logger.error(  # noqa: TRY400
                 "NodeSLO file reload failed; keeping the last good version (%d host "
                 "applications): %s",
-                len(self.spec.host_applications),
+                len(before.host_applications),
                 err,
             )
-            if self._on_error is not None:
-                self._on_error(err)
+            self._report(err)
             return
-        if spec != self._spec:
-            logger.info(
-                "NodeSLO file %s reloaded: %d host applications",
+        self._install(in_force, signature)
+        rejected = in_force.newly_rejected(before)
+        if rejected:
+            logger.error(
+                "NodeSLO file %s reloaded; rejected sections keep their last good value: %s",
                 self.path,
-                len(spec.host_applications),
+                "; ".join(str(r.error) for r in rejected.values()),
             )
-        self._install(spec, signature)
+            self._report(next(iter(rejected.values())).error)
+        elif in_force.generation != before.generation:
+            logger.info(
+                "NodeSLO file %s reloaded: %d host applications%s",
+                self.path,
+                len(in_force.host_applications),
+                f"; still rejected: {', '.join(in_force.rejected)}" if in_force.rejected else "",
+            )
+
+    def _report(self, err: FieldError) -> None:
+        if self._on_error is not None:
+            self._on_error(ConfigError(err.message, source=err.source, field=err.field))

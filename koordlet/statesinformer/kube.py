@@ -4,23 +4,24 @@ Four informers (:class:`kubeclient.informer.Informer`), each on one node's objec
 
 - the Node (``metadata.name=<node>``): :meth:`KubeStatesSource.node`;
 - the pods (``spec.nodeName=<node>``): :meth:`~KubeStatesSource.list_pods` (a ``PodSource``);
-- the NodeSLO (``metadata.name=<node>``): ``node_slo``, ``strategies`` and
+- the NodeSLO (``metadata.name=<node>``): ``node_slo`` (the NodeSLO in force) and
   :meth:`~KubeStatesSource.list_host_apps` (a ``HostAppSource``);
 - the NodeMetric (``metadata.name=<node>``): ``collect_policy``, and whether it exists.
 
 Pods map to :class:`~koordlet.statesinformer.model.PodInfo`: the Koordinator QoS from the
 ``koordinator.sh/qosClass`` label, else from the Kubernetes QoS (``apis.extension``); the priority
-class from the ``koordinator.sh/priority-class`` label, else from ``spec.priority``'s Koordinator
-band, else from the QoS (LSE/LSR/LS/SYSTEM: ``koord-prod``, BE: ``koord-batch``), as upstream's
-``GetPodPriorityClassWithDefault``; requests and limits summed over the containers; the cgroup
-directory from the UID and the Kubernetes QoS by the node's cgroup naming; containers from
-``status.containerStatuses[].containerID``. Pods that finished (``Succeeded``, ``Failed``) have no
-cgroup left and are not listed.
+class by upstream's ``GetPodPriorityClassWithDefault`` (``apis.priority``); requests and limits
+summed over the containers; the cgroup directory from the UID and the Kubernetes QoS by the node's
+cgroup naming; containers from ``status.containerStatuses[].containerID``. Pods that finished
+(``Succeeded``, ``Failed``) have no cgroup left and are not listed.
 
-The NodeSLO is merged over Koordinator's defaults field group by field group
-(:func:`apis.slo_strategies.strategies_of`) and persisted to ``<state_dir>/nodeslo.json`` on
-every change, so a restart while the API server is away runs on the last NodeSLO seen (the
-daemon's protect-only mode) rather than on bare defaults. ``list_pods`` and ``list_host_apps`` are
+The NodeSLO is read section by section over Koordinator's defaults
+(:func:`apis.slo_inforce.node_slo_in_force`): a section that does not parse keeps its last good
+value (the defaults when none was good yet), which is logged once per change with the field and
+posted as a Warning Event ``InvalidNodeSLO`` on the NodeSLO; the other sections apply. The
+document is persisted to ``<state_dir>/nodeslo.json`` on every change, so a restart while the API
+server is away runs on the last NodeSLO seen (the daemon's protect-only mode) rather than on bare
+defaults. ``list_pods`` and ``list_host_apps`` are
 called from the inventory's worker thread: they return immutable snapshots that the event loop
 replaces whole, never mutates.
 """
@@ -32,35 +33,45 @@ import json
 import logging
 import os
 import tempfile
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+import time
+from collections.abc import Callable, Coroutine, Iterable, Mapping
+from dataclasses import dataclass, replace
 from datetime import datetime
 from types import MappingProxyType
 from typing import Any, NoReturn
 
 from apis.duration import parse_duration
+from apis.errors import FieldError
 from apis.extension import (
     KUBE_QOS_TO_QOS,
-    LABEL_POD_PRIORITY_CLASS,
     LABEL_POD_QOS,
     KubeQOS,
     QoSClass,
 )
-from apis.priority import PriorityClass, priority_class_of
+from apis.manager_keys import EXTENDED_RESOURCES
+from apis.priority import pod_priority_class_with_default
 from apis.quantity import int_value, milli_value
-from apis.slo import NodeSLOSpec, SchemaError, parse_node_slo
-from apis.slo_strategies import NodeSLOStrategies, strategies_of
-from koordlet.statesinformer.hostapps import cgroup_present, host_app_cgroup_dir
+from apis.slo import API_VERSION as NODESLO_API_VERSION
+from apis.slo import KIND as NODESLO_KIND
+from apis.slo import SchemaError
+from apis.slo_inforce import NodeSLOInForce, Rejection, node_slo_in_force
+from koordlet.statesinformer.hostapps import host_app_info
 from koordlet.statesinformer.model import ContainerInfo, HostAppInfo, PodInfo
 from koordlet.system.cgroups import CgroupLayout
 from kubeclient.client import KubeClient, Obj
+from kubeclient.errors import ApiError
+from kubeclient.events import core_event
 from kubeclient.informer import Informer
-from kubeclient.resources import NODE_METRICS, NODE_SLOS, NODES, PODS
+from kubeclient.resources import EVENTS, NODE_METRICS, NODE_SLOS, NODES, PODS
 
 logger = logging.getLogger(__name__)
 
 NODESLO_FILE = "nodeslo.json"
 """Name of the persisted NodeSLO under the state directory."""
+EVENT_REASON_INVALID_NODESLO = "InvalidNodeSLO"
+"""Reason of the Warning Event posted on the NodeSLO when a section of it is rejected (ours:
+upstream's koordlet does not validate the NodeSLO)."""
+EVENT_COMPONENT = "koordlet"
 
 _RUNTIMES = {"containerd": "containerd", "cri-o": "cri-o", "docker": "docker"}
 """``containerID`` scheme → runtime name of the cgroup layout."""
@@ -147,18 +158,11 @@ def qos_of(labels: Mapping[str, str], kube_qos: KubeQOS) -> QoSClass:
     return KUBE_QOS_TO_QOS[kube_qos]
 
 
-def pod_priority_class(labels: Mapping[str, str], priority: int | None, qos: QoSClass) -> str:
-    raw = labels.get(LABEL_POD_PRIORITY_CLASS, "")
-    if raw and raw in PriorityClass.__members__.values():
-        return raw
-    band = priority_class_of(priority)
-    if band:
-        return band
-    if qos in (QoSClass.LSE, QoSClass.LSR, QoSClass.LS, QoSClass.SYSTEM):
-        return PriorityClass.PROD.value
-    if qos is QoSClass.BE:
-        return PriorityClass.BATCH.value
-    return ""
+def qos_label_of(labels: Mapping[str, str]) -> QoSClass:
+    """The class of the ``koordinator.sh/qosClass`` label alone (``GetPodQoSClassRaw``); NONE
+    without it or for an unknown value."""
+    raw = labels.get(LABEL_POD_QOS, "")
+    return QoSClass(raw) if raw in QoSClass.__members__.values() else QoSClass.NONE
 
 
 def _sum(containers: list[Obj], kind: str, name: str, parse: Callable[[str], int]) -> int | None:
@@ -173,6 +177,26 @@ def _sum(containers: list[Obj], kind: str, name: str, parse: Callable[[str], int
     return total
 
 
+def _extended_requests(spec: Obj) -> dict[str, int]:
+    """Koordinator's extended resources requested by the containers and the sidecars (init
+    containers with ``restartPolicy: Always``), as upstream's ``GetContainerBatchMilliCPURequest``
+    and friends read them (the quantity's integer value)."""
+    containers = list(spec.get("containers") or [])
+    containers += [
+        c for c in spec.get("initContainers") or [] if c.get("restartPolicy") == "Always"
+    ]
+    out: dict[str, int] = {}
+    for name in EXTENDED_RESOURCES:
+        total = 0
+        for c in containers:
+            value = ((c.get("resources") or {}).get("requests") or {}).get(name)
+            if value is not None:
+                total += max(int_value(str(value)), 0)
+        if total:
+            out[name] = total
+    return out
+
+
 def _created_at(meta: Obj) -> float | None:
     raw = meta.get("creationTimestamp")
     if not isinstance(raw, str):
@@ -181,6 +205,26 @@ def _created_at(meta: Obj) -> float | None:
         return datetime.fromisoformat(raw.replace("Z", "+00:00")).timestamp()
     except ValueError:
         return None
+
+
+def extended_resources(containers: list[Obj]) -> dict[str, Mapping[str, Mapping[str, str]]]:
+    """Container name -> the batch and mid resources of its ``requests`` and ``limits`` (the
+    quantities as written), for containers that have any (upstream
+    ``util.GetPodExtendedResources``)."""
+    out: dict[str, Mapping[str, Mapping[str, str]]] = {}
+    for c in containers:
+        resources = c.get("resources") or {}
+        kinds = {
+            kind: {
+                name: str(value)
+                for name, value in (resources.get(kind) or {}).items()
+                if name in EXTENDED_RESOURCES
+            }
+            for kind in ("requests", "limits")
+        }
+        if kinds["requests"] or kinds["limits"]:
+            out[str(c.get("name", ""))] = MappingProxyType(kinds)
+    return out
 
 
 def pod_info(pod: Obj, layout: CgroupLayout) -> PodInfo:
@@ -225,7 +269,7 @@ def pod_info(pod: Obj, layout: CgroupLayout) -> PodInfo:
         kube_qos=kube_qos,
         cgroup_dir=pod_dir,
         containers=tuple(sorted(containers, key=lambda c: c.id)),
-        priority_class=pod_priority_class(labels, priority, qos),
+        priority_class=pod_priority_class_with_default(labels, priority, qos),
         cpu_request_milli=_sum(spec_containers, "requests", "cpu", milli_value),
         memory_request_bytes=_sum(spec_containers, "requests", "memory", int_value),
         source=KubeStatesSource.name,
@@ -235,6 +279,9 @@ def pod_info(pod: Obj, layout: CgroupLayout) -> PodInfo:
         cpu_limit_milli=_sum(spec_containers, "limits", "cpu", milli_value),
         memory_limit_bytes=_sum(spec_containers, "limits", "memory", int_value),
         created_at=_created_at(meta),
+        qos_label=qos_label_of(labels),
+        extended_requests=MappingProxyType(_extended_requests(spec)),
+        extended_resources=MappingProxyType(extended_resources(spec_containers)),
     )
 
 
@@ -243,7 +290,7 @@ def _finished(pod: Obj) -> bool:
 
 
 # The source ------------------------------------------------------------------------------------
-NodeSLOListener = Callable[[NodeSLOSpec, NodeSLOStrategies], None]
+NodeSLOListener = Callable[[NodeSLOInForce], None]
 
 
 class KubeStatesSource:
@@ -259,8 +306,11 @@ class KubeStatesSource:
         state_dir: str,
         *,
         informer_factory: Callable[..., Informer] = Informer,
+        clock: Callable[[], float] = time.time,
     ) -> None:
         self.node_name = node_name
+        self._client = client
+        self._clock = clock
         self._layout = layout
         self.state_dir = state_dir
         by_name = f"metadata.name={node_name}"
@@ -270,10 +320,8 @@ class KubeStatesSource:
         self.node_metrics = informer_factory(client, NODE_METRICS, field_selector=by_name)
         self._pod_infos: dict[str, PodInfo] = {}
         self._pods_view: Mapping[str, PodInfo] = MappingProxyType({})
-        self.node_slo = NodeSLOSpec()
+        self.node_slo = NodeSLOInForce()
         """The NodeSLO in force (the persisted one until the API server answers)."""
-        self.strategies = NodeSLOStrategies()
-        """:attr:`node_slo`'s strategies merged over Koordinator's defaults."""
         self.collect_policy = CollectPolicy()
         """The NodeMetric's collect policy (defaults until the NodeMetric is seen)."""
         self._listeners: list[NodeSLOListener] = []
@@ -297,19 +345,7 @@ class KubeStatesSource:
 
     def list_host_apps(self) -> tuple[HostAppInfo, ...]:
         layout = self._layout()
-        apps = []
-        for app in self.node_slo.host_applications:
-            rel = host_app_cgroup_dir(app, layout)
-            apps.append(
-                HostAppInfo(
-                    name=app.name,
-                    qos=app.qos,
-                    cgroup_dir=rel,
-                    priority_class=app.priority.value,
-                    present=cgroup_present(layout, rel),
-                )
-            )
-        return tuple(apps)
+        return tuple(host_app_info(app, layout) for app in self.node_slo.host_applications)
 
     @property
     def informers(self) -> tuple[Informer, ...]:
@@ -325,7 +361,7 @@ class KubeStatesSource:
         return all(i.connected for i in self.informers)
 
     def add_node_slo_listener(self, listener: NodeSLOListener) -> None:
-        """Called on the event loop with the new spec and strategies whenever they change."""
+        """Called on the event loop with the new NodeSLO in force whenever it changes."""
         self._listeners.append(listener)
 
     # Running ------------------------------------------------------------------------------------
@@ -342,7 +378,7 @@ class KubeStatesSource:
         return all(results)
 
     async def flush(self) -> None:
-        """Wait for pending NodeSLO writes to disk (tests and shutdown)."""
+        """Wait for pending NodeSLO writes to disk and Events (tests and shutdown)."""
         while self._pending:
             await asyncio.gather(*list(self._pending))
 
@@ -353,21 +389,25 @@ class KubeStatesSource:
 
     def load_persisted(self) -> bool:
         """Blocking (call in a thread at start-up): adopt the NodeSLO persisted by an earlier
-        run. Whether one was there and good; a bad file is logged and left to be overwritten."""
+        run. Whether one was there and readable; a bad file is logged and left to be overwritten,
+        a bad section of it takes the defaults (logged)."""
         try:
             with open(self.nodeslo_path, encoding="utf-8") as f:
                 doc = json.load(f)
-            spec = parse_node_slo(doc, self.nodeslo_path, strict=False)
-            strategies = strategies_of(spec, source=self.nodeslo_path, strict=False)
+            in_force = node_slo_in_force(
+                doc, source=self.nodeslo_path, strict=False, now=self._clock()
+            )
         except FileNotFoundError:
             logger.info("no persisted NodeSLO at %s; Koordinator's defaults", self.nodeslo_path)
             return False
         except (OSError, ValueError, SchemaError) as err:
             logger.warning("persisted NodeSLO unusable (%s); Koordinator's defaults", err)
             return False
-        self.node_slo, self.strategies = spec, strategies
+        self.node_slo = in_force
         logger.info(
-            "using the NodeSLO persisted at %s until the API server answers", self.nodeslo_path
+            "using the NodeSLO persisted at %s until the API server answers%s",
+            self.nodeslo_path,
+            _rejections(in_force.rejected.values()),
         )
         return True
 
@@ -420,37 +460,79 @@ class KubeStatesSource:
 
     def _slo_changed(self, obj: Obj) -> None:
         source = f"NodeSLO {self.node_name}"
+        before = self.node_slo
         try:
-            spec = parse_node_slo(obj, source, strict=False)
-            strategies = strategies_of(spec, source=source, strict=False)
+            in_force = node_slo_in_force(
+                obj, source=source, strict=False, now=self._clock(), previous=before
+            )
         except SchemaError as err:
             logger.warning("%s rejected, keeping the one in force: %s", source, err)
+            self._post_invalid(obj, [err])
             return
-        self._install_slo(spec, strategies, obj.get("spec") or {})
+        rejected = in_force.newly_rejected(before)
+        if rejected:
+            logger.warning(
+                "%s: sections rejected%s",
+                source,
+                _rejections(rejected.values()),
+            )
+            self._post_invalid(obj, [r.error for r in rejected.values()])
+        self._install_slo(in_force, obj.get("spec") or {})
 
     def _slo_updated(self, old: Obj, new: Obj) -> None:
         self._slo_changed(new)
 
     def _slo_deleted(self, obj: Obj) -> None:
         logger.info("NodeSLO %s deleted; Koordinator's defaults", self.node_name)
-        self._install_slo(NodeSLOSpec(), NodeSLOStrategies(), {})
+        defaults = NodeSLOInForce(generation=self.node_slo.generation)
+        if defaults != self.node_slo:
+            self._install_slo(replace(defaults, generation=defaults.generation + 1), {})
 
-    def _install_slo(
-        self, spec: NodeSLOSpec, strategies: NodeSLOStrategies, raw: Mapping[str, Any]
-    ) -> None:
-        if spec == self.node_slo and strategies == self.strategies:
+    def _install_slo(self, in_force: NodeSLOInForce, raw: Mapping[str, Any]) -> None:
+        if in_force.generation == self.node_slo.generation:
             return
-        self.node_slo, self.strategies = spec, strategies
-        task = asyncio.get_running_loop().create_task(
-            self._persist_async(raw), name="nodeslo-persist"
-        )
-        self._pending.add(task)
-        task.add_done_callback(self._pending.discard)
+        self.node_slo = in_force
+        self._spawn(self._persist_async(raw), "nodeslo-persist")
         for listener in self._listeners:
             try:
-                listener(spec, strategies)
+                listener(in_force)
             except Exception:
                 logger.exception("NodeSLO listener %r failed", listener)
+
+    def _spawn(self, coro: Coroutine[Any, Any, None], name: str) -> None:
+        task = asyncio.get_running_loop().create_task(coro, name=name)
+        self._pending.add(task)
+        task.add_done_callback(self._pending.discard)
+
+    def _post_invalid(self, obj: Obj, errors: list[FieldError]) -> None:
+        """A Warning Event ``InvalidNodeSLO`` on the NodeSLO naming each rejected field."""
+        meta = obj.get("metadata") or {}
+        involved = {
+            "apiVersion": NODESLO_API_VERSION,
+            "kind": NODESLO_KIND,
+            "name": str(meta.get("name") or self.node_name),
+            "uid": meta.get("uid", ""),
+            "resourceVersion": meta.get("resourceVersion", ""),
+        }
+        message = (
+            "; ".join(f"{e.field or 'spec'}: {e.message}" for e in errors)
+            + " (the last good value of each rejected section stays in force)"
+        )
+        event = core_event(
+            involved,
+            reason=EVENT_REASON_INVALID_NODESLO,
+            message=message,
+            component=EVENT_COMPONENT,
+            host=self.node_name,
+            now=self._clock(),
+        )
+        self._spawn(self._create_event(event), "nodeslo-invalid-event")
+
+    async def _create_event(self, event: Obj) -> None:
+        try:
+            await self._client.create(EVENTS, event)
+        except ApiError as err:
+            logger.warning("cannot post the %s event: %s", EVENT_REASON_INVALID_NODESLO, err)
 
     def _metric_changed(self, obj: Obj) -> None:
         policy = parse_collect_policy(obj.get("spec"))
@@ -460,3 +542,9 @@ class KubeStatesSource:
 
     def _metric_updated(self, old: Obj, new: Obj) -> None:
         self._metric_changed(new)
+
+
+def _rejections(rejections: Iterable[Rejection]) -> str:
+    """``; rejected, last good kept: <file>: <field>: <why>; ...`` or empty."""
+    text = "; ".join(str(r.error) for r in rejections)
+    return f"; rejected, last good value kept: {text}" if text else ""

@@ -68,6 +68,19 @@ class PodInfo:
     """Sum of container memory limits in bytes; None when unknown or unlimited."""
     created_at: float | None = None
     """``metadata.creationTimestamp`` in Unix seconds; None when unknown."""
+    qos_label: QoSClass | None = None
+    """The class the ``koordinator.sh/qosClass`` label gives (``QoSClass.NONE`` without the
+    label), as upstream's ``GetPodQoSClassRaw`` reads it; None for a source without labels
+    (kubelet-free discovery), where ``qos`` stands in."""
+    extended_requests: Mapping[str, int] = field(default_factory=dict)
+    """Requests of Koordinator's extended resources summed over the containers and the sidecar
+    (restartable init) containers: ``kubernetes.io/batch-cpu`` and ``mid-cpu`` in milli-cores
+    (the quantity's integer value), ``batch-memory`` and ``mid-memory`` in bytes; empty when the
+    source knows none (kubelet-free discovery)."""
+    extended_resources: Mapping[str, Mapping[str, Mapping[str, str]]] = field(default_factory=dict)
+    """Container name -> ``{"requests": {...}, "limits": {...}}`` of its batch and mid resources
+    (``kubernetes.io/batch-cpu``...) as the spec writes them, for containers that have any;
+    empty when none or when the source has no spec (the runtime hooks' reconciler)."""
 
 
 @dataclass(frozen=True, slots=True)

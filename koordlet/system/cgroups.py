@@ -57,7 +57,7 @@ TMPFS_MAGIC = 0x01021994
 """``f_type`` of tmpfs, the conventional mount at a v1 (or hybrid) cgroup root."""
 
 V1_CONTROLLERS = frozenset(
-    {"cpu", "cpuacct", "cpuset", "memory", "blkio", "pids", "freezer", "perf_event"}
+    {"cpu", "cpuacct", "cpuset", "memory", "blkio", "pids", "freezer", "perf_event", "net_cls"}
 )
 """Controllers a layout can address; on v1 each is a folder under the cgroup root."""
 _V1_MARKERS = ("cpu", "cpuacct", "memory")

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
-from koordlet.errors import ConfigError
+from koordlet.errors import ConfigError, UnsupportedError
 from koordlet.system.cgroups import CgroupDriver, CgroupLayout, CgroupVersion, detect_layout
 from koordlet.system.paths import HostPaths
 
@@ -41,3 +42,33 @@ class Host:
         """
         layout = detect_layout(paths, version=version, driver=driver, kube_path=kube_path)
         return cls(paths=paths, layout=layout)
+
+    @classmethod
+    def detect_configured(
+        cls,
+        paths: HostPaths,
+        *,
+        version: CgroupVersion | None = None,
+        driver: CgroupDriver | None = None,
+        kube_path: str = "kubepods/",
+    ) -> Host:
+        """:meth:`detect` for a command that was given ``paths`` by its flags: a cgroup root
+        that is missing or not a cgroup mount is a :class:`ConfigError` naming
+        ``--cgroup-root-dir`` and the path (one line for the user, exit 2)."""
+        root = paths.cgroup_root
+        if not os.path.isdir(root):
+            raise ConfigError(
+                "no such directory (the host's cgroup mount, usually /sys/fs/cgroup)",
+                source=CGROUP_ROOT_FLAG,
+                field=root,
+            )
+        try:
+            return cls.detect(paths, version=version, driver=driver, kube_path=kube_path)
+        except UnsupportedError as err:
+            if err.what != "cgroup":
+                raise
+            raise ConfigError(err.reason, source=CGROUP_ROOT_FLAG, field=root) from err
+
+
+CGROUP_ROOT_FLAG = "--cgroup-root-dir"
+"""The flag (and ``paths.cgroupRootDir``) that names the cgroup root."""

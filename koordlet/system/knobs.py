@@ -13,7 +13,13 @@ Logical values:
 * ``None`` for "unlimited" (``cpu_cfs_quota``, ``memory_limit``, ``memory_min/low/high``);
   ``-1`` is accepted as an alias on input and normalized to ``None``;
 * ``frozenset[int]`` for CPU and memory-node lists (a cpulist string is accepted on input);
-* ``str`` for the read-only ``memory_idle_page_stats`` source.
+* ``str`` for the read-only ``memory_idle_page_stats`` source;
+* a read-only mapping ``"MAJ:MIN" → value`` for the *keyed* blkio/io knobs, whose file holds one
+  line per block device: the value is the whole set of entries the file should hold
+  (``koordlet.system.devcodec``).
+
+The validators and file codecs live in ``koordlet.system.knobcodecs`` (the per-device ones in
+``koordlet.system.devcodec``); this module holds the :class:`Knob` and the table.
 
 Two conversions are lossy on purpose. v2 has no ``cpu.shares``: ``cpu_shares`` is written as
 ``cpu.weight`` with runc's and the kernel documentation's mapping of shares [2, 262144] onto
@@ -26,23 +32,42 @@ use the exact inverse.) ``cpu_weight`` is the mirror image on v1.
 
 from __future__ import annotations
 
-import re
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Any, Generic, Protocol, TypeVar
+from typing import Any, Generic, TypeVar
 
-from apis.cpulist import MAX_CPU_ID, format_cpulist, parse_cpulist
 from koordlet.errors import InvalidValueError, ParseError, UnsupportedError
 from koordlet.system.cgroups import CgroupVersion
+from koordlet.system.devcodec import (
+    DeviceKeyCodec,
+    DeviceLinesCodec,
+    DeviceParams,
+    DeviceParamsCodec,
+    DeviceParamSet,
+    DeviceRange,
+    DeviceValues,
+)
+from koordlet.system.knobcodecs import (
+    INT64_MAX,
+    V1_UNLIMITED_MIN,
+    AnyText,
+    Codec,
+    ConvertedCodec,
+    CpuList,
+    CpuListCodec,
+    CpuMaxPeriodCodec,
+    CpuMaxQuotaCodec,
+    IntCodec,
+    LimitCodec,
+    Range,
+    RangeOrUnlimited,
+    RawTextCodec,
+    Validator,
+)
 
 T = TypeVar("T")
-T_co = TypeVar("T_co", covariant=True)
 
-INT64_MAX = (1 << 63) - 1
-V1_UNLIMITED_MIN = (1 << 63) - (1 << 20)
-"""v1 reports "no limit" as ``PAGE_COUNTER_MAX * PAGE_SIZE`` (9223372036854771712 with 4 KiB
-pages, less with bigger pages); any value at or above this (pages up to 1 MiB) means unlimited."""
 CPU_SHARES_MIN = 2
 CPU_SHARES_MAX = 262144
 """``MIN_SHARES`` and ``MAX_SHARES`` (1 << 18) of kernel/sched; the kernel clamps to them."""
@@ -74,274 +99,6 @@ def weight_to_shares(weight: int) -> int:
     return 2 + -((-(weight - 1) * 262142) // 9999)  # ceiling division
 
 
-_INT = re.compile(r"-?\d+")
-
-
-def _parse_int(text: str) -> int:
-    text = text.strip()
-    if not _INT.fullmatch(text):
-        raise ValueError("not a decimal integer")
-    return int(text)
-
-
-# Validators -----------------------------------------------------------------------------------
-
-
-class Validator(Protocol[T_co]):
-    """The valid logical values of a knob."""
-
-    def normalize(self, value: object) -> T_co:
-        """The canonical form of ``value``; raises ``TypeError``/``ValueError`` when invalid."""
-        ...
-
-    def describe(self) -> str:
-        """The valid values in words (``2..262144``)."""
-        ...
-
-
-def _check_int(value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"expected an int, got {type(value).__name__}")
-    return value
-
-
-@dataclass(frozen=True, slots=True)
-class Range:
-    """Integers in ``[lo, hi]``."""
-
-    lo: int
-    """Smallest valid value."""
-    hi: int
-    """Largest valid value."""
-
-    def normalize(self, value: object) -> int:
-        n = _check_int(value)
-        if not self.lo <= n <= self.hi:
-            raise ValueError(f"outside {self.lo}..{self.hi}")
-        return n
-
-    def describe(self) -> str:
-        return f"{self.lo}..{self.hi}"
-
-
-@dataclass(frozen=True, slots=True)
-class RangeOrUnlimited:
-    """Integers in ``[lo, hi]`` or ``None`` (unlimited); ``-1`` is read as ``None``."""
-
-    lo: int
-    """Smallest valid value."""
-    hi: int
-    """Largest valid limited value."""
-    saturate: bool = False
-    """Values above ``hi`` up to ``INT64_MAX`` mean unlimited (Go's ``math.MaxInt64``)."""
-
-    def normalize(self, value: object) -> int | None:
-        if value is None:
-            return None
-        n = _check_int(value)
-        if n == -1 or (self.saturate and self.hi < n <= INT64_MAX):
-            return None
-        if not self.lo <= n <= self.hi:
-            raise ValueError(f"outside {self.lo}..{self.hi}")
-        return n
-
-    def describe(self) -> str:
-        return f"{self.lo}..{self.hi} or None/-1 (unlimited)"
-
-
-@dataclass(frozen=True, slots=True)
-class CpuList:
-    """A set of CPU (or NUMA node) ids, from a set of ints or a cpulist string."""
-
-    def normalize(self, value: object) -> frozenset[int]:
-        if isinstance(value, str):
-            return parse_cpulist(value)
-        if not isinstance(value, Iterable):
-            raise TypeError(f"expected a set of ids or a cpulist, got {type(value).__name__}")
-        ids = frozenset(_check_int(i) for i in value)
-        bad = [i for i in ids if not 0 <= i <= MAX_CPU_ID]
-        if bad:
-            raise ValueError(f"ids {sorted(bad)} outside 0..{MAX_CPU_ID}")
-        return ids
-
-    def describe(self) -> str:
-        return f"a set of ids in 0..{MAX_CPU_ID} or a cpulist"
-
-
-@dataclass(frozen=True, slots=True)
-class AnyText:
-    """Any string (read-only sources)."""
-
-    def normalize(self, value: object) -> str:
-        if not isinstance(value, str):
-            raise TypeError(f"expected a str, got {type(value).__name__}")
-        return value
-
-    def describe(self) -> str:
-        return "text"
-
-
-# File codecs ----------------------------------------------------------------------------------
-
-
-class FileCodec(Protocol[T]):
-    """Text of one file on one cgroup version ↔ the logical value."""
-
-    @property
-    def needs_current(self) -> bool:
-        """The file holds more than this value: ``encode`` must see its current text."""
-        ...
-
-    def decode(self, text: str) -> T:
-        """The logical value; raises ``ValueError`` when the text is malformed."""
-        ...
-
-    def encode(self, value: T, current: str | None) -> str:
-        """The text to write for a valid ``value``; ``ValueError`` on malformed ``current``."""
-        ...
-
-
-@dataclass(frozen=True, slots=True)
-class IntCodec:
-    """A plain decimal integer."""
-
-    needs_current: bool = False
-
-    def decode(self, text: str) -> int:
-        return _parse_int(text)
-
-    def encode(self, value: int, current: str | None) -> str:
-        return str(value)
-
-
-@dataclass(frozen=True, slots=True)
-class LimitCodec:
-    """A non-negative integer or its "unlimited" spelling, which reads as ``None``.
-
-    v1 (``unlimited="-1"``) is written ``-1`` and reads back as the page-counter maximum, so any
-    value from :data:`V1_UNLIMITED_MIN` up reads as ``None`` too; v2 (``unlimited="max"``) is
-    ``max`` both ways.
-    """
-
-    unlimited: str
-    needs_current: bool = False
-
-    def decode(self, text: str) -> int | None:
-        text = text.strip()
-        if text == self.unlimited:
-            return None
-        n = _parse_int(text)
-        if self.unlimited == "-1" and n >= V1_UNLIMITED_MIN:
-            return None
-        if n < 0:
-            raise ValueError("negative limit")
-        return n
-
-    def encode(self, value: int | None, current: str | None) -> str:
-        return self.unlimited if value is None else str(value)
-
-
-@dataclass(frozen=True, slots=True)
-class ConvertedCodec:
-    """An integer kept in the file in another unit (shares in ``cpu.weight`` and back)."""
-
-    to_file: Callable[[int], int]
-    from_file: Callable[[int], int]
-    file_range: Range
-    """Values the kernel shows in the file."""
-    needs_current: bool = False
-
-    def decode(self, text: str) -> int:
-        return self.from_file(self.file_range.normalize(_parse_int(text)))
-
-    def encode(self, value: int, current: str | None) -> str:
-        return str(self.to_file(value))
-
-
-def _split_cpu_max(text: str) -> tuple[int | None, int | None]:
-    fields = text.split()
-    if not 1 <= len(fields) <= 2:
-        raise ValueError("cpu.max is '<quota|max> <period>'")
-    quota = None if fields[0] == "max" else _parse_int(fields[0])
-    if quota is not None and quota < 0:
-        raise ValueError("negative quota")
-    period = _parse_int(fields[1]) if len(fields) == 2 else None
-    return quota, period
-
-
-@dataclass(frozen=True, slots=True)
-class CpuMaxQuotaCodec:
-    """The quota half of v2 ``cpu.max``; a write keeps the period of the current text (without
-    it only the quota is written, and the kernel keeps the period itself)."""
-
-    needs_current: bool = False
-
-    def decode(self, text: str) -> int | None:
-        return _split_cpu_max(text)[0]
-
-    def encode(self, value: int | None, current: str | None) -> str:
-        quota = "max" if value is None else str(value)
-        period = _split_cpu_max(current)[1] if current is not None else None
-        return quota if period is None else f"{quota} {period}"
-
-
-@dataclass(frozen=True, slots=True)
-class CpuMaxPeriodCodec:
-    """The period half of v2 ``cpu.max``; a write needs the current text to keep the quota."""
-
-    needs_current: bool = True
-
-    def decode(self, text: str) -> int:
-        period = _split_cpu_max(text)[1]
-        if period is None:
-            raise ValueError("cpu.max has no period")
-        return period
-
-    def encode(self, value: int, current: str | None) -> str:
-        quota = _split_cpu_max(current or "")[0]
-        return f"{'max' if quota is None else quota} {value}"
-
-
-@dataclass(frozen=True, slots=True)
-class CpuListCodec:
-    """A cpulist file (``cpuset.cpus``, ``cpuset.mems``), written in canonical form."""
-
-    needs_current: bool = False
-
-    def decode(self, text: str) -> frozenset[int]:
-        return parse_cpulist(text)
-
-    def encode(self, value: frozenset[int], current: str | None) -> str:
-        return format_cpulist(value)
-
-
-@dataclass(frozen=True, slots=True)
-class RawTextCodec:
-    """A read-only file handed to its parser (a collector) as text."""
-
-    needs_current: bool = False
-
-    def decode(self, text: str) -> str:
-        return text
-
-    def encode(self, value: str, current: str | None) -> str:
-        raise ValueError("read-only")
-
-
-@dataclass(frozen=True, slots=True)
-class Codec(Generic[T]):
-    """The two file codecs of one knob: its text on cgroup v1 and on cgroup v2."""
-
-    v1: FileCodec[T]
-    """How the v1 file's text maps to the logical value."""
-    v2: FileCodec[T]
-    """How the v2 file's text maps to the logical value."""
-
-    def for_version(self, version: CgroupVersion) -> FileCodec[T]:
-        """The codec of ``version``."""
-        return self.v2 if version is CgroupVersion.V2 else self.v1
-
-
 # Knobs ----------------------------------------------------------------------------------------
 
 
@@ -371,6 +128,10 @@ class Knob(Generic[T]):
     """False for read-only sources (``memory.idle_page_stats``)."""
     requires: str = ""
     """What a mainline kernel needs to have the file (``Linux >= 5.14``); shown when absent."""
+    keyed: bool = False
+    """The file holds one line per block device and the value is the whole set of entries
+    (:mod:`koordlet.system.devcodec`): the writer compares the decoded file with the value and
+    writes the encoded lines one ``write(2)`` each, as the kernel parses one device per write."""
 
     def file_for(self, version: CgroupVersion) -> str | None:
         """The file name on ``version``, or None when that version has no such file."""
@@ -539,11 +300,86 @@ MEMORY_IDLE_PAGE_STATS: Knob[str] = Knob(
     Codec(RawTextCodec(), RawTextCodec()), AnyText(),
     "Anolis kidled cold-page histogram, read by the cold-memory collector",
     anolis_only=True, writable=False)
+# Block I/O: one line per device (koordlet.system.devcodec), all keyed. Throttle limits are the
+# kernel's u64 bytes/s and u32 IOs/s (block/blk-throttle.c); a device without an entry is
+# unlimited, so the logical value never holds 0. Weights are per scheduler: BFQ 1..1000 and
+# blk-iocost 1..10000, both defaulting to 100; CFQ 10..1000, default 500 (removed in Linux 5.0).
+THROTTLE_BPS = DeviceRange(1, INT64_MAX)
+THROTTLE_IOPS = DeviceRange(1, (1 << 32) - 2)
+IOCOST_QOS_KEYS = ("enable", "ctrl", "rpct", "rlat", "wpct", "wlat")
+IOCOST_MODEL_KEYS = ("ctrl", "rbps", "rseqiops", "rrandiops", "wbps", "wseqiops", "wrandiops")
+_V1_THROTTLE = DeviceLinesCodec("0")
+_WEIGHTS = DeviceLinesCodec("default")
+BLKIO_READ_BPS: Knob[DeviceValues] = Knob(
+    "blkio_read_bps", "blkio", "blkio.throttle.read_bps_device", "io.max",
+    Codec(_V1_THROTTLE, DeviceKeyCodec("rbps")), THROTTLE_BPS,
+    "read bytes/s limit per device (blk-throttle); v2: the rbps of io.max", keyed=True,
+    requires="CONFIG_BLK_DEV_THROTTLING")
+BLKIO_WRITE_BPS: Knob[DeviceValues] = Knob(
+    "blkio_write_bps", "blkio", "blkio.throttle.write_bps_device", "io.max",
+    Codec(_V1_THROTTLE, DeviceKeyCodec("wbps")), THROTTLE_BPS,
+    "write bytes/s limit per device (blk-throttle); v2: the wbps of io.max", keyed=True,
+    requires="CONFIG_BLK_DEV_THROTTLING")
+BLKIO_READ_IOPS: Knob[DeviceValues] = Knob(
+    "blkio_read_iops", "blkio", "blkio.throttle.read_iops_device", "io.max",
+    Codec(_V1_THROTTLE, DeviceKeyCodec("riops")), THROTTLE_IOPS,
+    "read IOs/s limit per device (blk-throttle); v2: the riops of io.max", keyed=True,
+    requires="CONFIG_BLK_DEV_THROTTLING")
+BLKIO_WRITE_IOPS: Knob[DeviceValues] = Knob(
+    "blkio_write_iops", "blkio", "blkio.throttle.write_iops_device", "io.max",
+    Codec(_V1_THROTTLE, DeviceKeyCodec("wiops")), THROTTLE_IOPS,
+    "write IOs/s limit per device (blk-throttle); v2: the wiops of io.max", keyed=True,
+    requires="CONFIG_BLK_DEV_THROTTLING")
+BLKIO_BFQ_WEIGHT: Knob[DeviceValues] = Knob(
+    "blkio_bfq_weight", "blkio", "blkio.bfq.weight_device", "io.bfq.weight",
+    Codec(_WEIGHTS, _WEIGHTS), DeviceRange(1, 1000),
+    "BFQ proportional weight per device, default 100; only where the device's scheduler is bfq",
+    keyed=True, requires="the BFQ I/O scheduler (CONFIG_IOSCHED_BFQ, BFQ_GROUP_IOSCHED)")
+BLKIO_COST_WEIGHT: Knob[DeviceValues] = Knob(
+    "blkio_cost_weight", "blkio", "blkio.cost.weight", "io.weight",
+    Codec(_WEIGHTS, _WEIGHTS), DeviceRange(1, 10000),
+    "blk-iocost proportional weight per device, default 100; effective once io.cost.qos enables "
+    "the device", keyed=True, v1_anolis_only=True,
+    requires="cgroup v2 with blk-iocost (CONFIG_BLK_CGROUP_IOCOST), or an Anolis kernel on v1")
+BLKIO_CFQ_WEIGHT: Knob[DeviceValues] = Knob(
+    "blkio_cfq_weight", "blkio", "blkio.weight_device", None,
+    Codec(DeviceLinesCodec("0"), DeviceLinesCodec("0")), DeviceRange(10, 1000),
+    "CFQ proportional weight per device, default 500", keyed=True,
+    requires="the CFQ I/O scheduler (Linux < 5.0)")
+BLKIO_IO_LATENCY: Knob[DeviceValues] = Knob(
+    "blkio_io_latency", "blkio", None, "io.latency",
+    Codec(DeviceKeyCodec("target"), DeviceKeyCodec("target")), DeviceRange(1, INT64_MAX),
+    "blk-iolatency target per device, µs: siblings are throttled while it is missed",
+    keyed=True, requires="cgroup v2 with blk-iolatency (CONFIG_BLK_CGROUP_IOLATENCY)")
+BLKIO_COST_QOS: Knob[DeviceParams] = Knob(
+    "blkio_cost_qos", "blkio", "blkio.cost.qos", "io.cost.qos",
+    Codec(DeviceParamsCodec("enable", "0", IOCOST_QOS_KEYS),
+          DeviceParamsCodec("enable", "0", IOCOST_QOS_KEYS)),
+    DeviceParamSet(IOCOST_QOS_KEYS),
+    "blk-iocost QoS per device (root cgroup): latency targets and percentiles", keyed=True,
+    v1_anolis_only=True, requires="cgroup v2 with blk-iocost (CONFIG_BLK_CGROUP_IOCOST), "
+    "or an Anolis kernel on v1; root cgroup only")
+BLKIO_COST_MODEL: Knob[DeviceParams] = Knob(
+    "blkio_cost_model", "blkio", "blkio.cost.model", "io.cost.model",
+    Codec(DeviceParamsCodec("ctrl", "auto", IOCOST_MODEL_KEYS),
+          DeviceParamsCodec("ctrl", "auto", IOCOST_MODEL_KEYS)),
+    DeviceParamSet(IOCOST_MODEL_KEYS),
+    "blk-iocost cost model per device (root cgroup): a user model, else the kernel's auto one",
+    keyed=True, v1_anolis_only=True,
+    requires="cgroup v2 with blk-iocost (CONFIG_BLK_CGROUP_IOCOST), or an Anolis kernel on v1; "
+    "root cgroup only")
+NET_CLS_CLASSID: Knob[int] = Knob(
+    "net_cls_classid", "net_cls", "net_cls.classid", None, INT, Range(0, (1 << 32) - 1),
+    "tc class id (major << 16 | minor) of the cgroup's sockets; 0 unclassified",
+    requires="the cgroup v1 net_cls controller (CONFIG_CGROUP_NET_CLASSID) mounted")
 KNOBS: Mapping[str, Knob[Any]] = MappingProxyType({k.name: k for k in (
     CPU_SHARES, CPU_WEIGHT, CPU_CFS_QUOTA, CPU_CFS_PERIOD, CPU_BURST, CPU_IDLE, CPU_BVT_WARP_NS,
     CPUSET_CPUS, CPUSET_MEMS, MEMORY_LIMIT, MEMORY_MIN, MEMORY_LOW, MEMORY_HIGH,
     MEMORY_WMARK_RATIO, MEMORY_WMARK_SCALE_FACTOR, MEMORY_WMARK_MIN_ADJ, MEMORY_PRIORITY,
     MEMORY_USE_PRIORITY_OOM, MEMORY_OOM_GROUP, MEMORY_IDLE_PAGE_STATS,
+    BLKIO_READ_BPS, BLKIO_WRITE_BPS, BLKIO_READ_IOPS, BLKIO_WRITE_IOPS, BLKIO_BFQ_WEIGHT,
+    BLKIO_COST_WEIGHT, BLKIO_CFQ_WEIGHT, BLKIO_IO_LATENCY, BLKIO_COST_QOS, BLKIO_COST_MODEL,
+    NET_CLS_CLASSID,
 )})
 # fmt: on
 """Every knob by logical name."""

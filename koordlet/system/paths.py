@@ -10,7 +10,8 @@ from dataclasses import dataclass
 class HostPaths:
     """Roots of the host file systems the koordlet reads and writes.
 
-    Mirrors Koordinator's ``--cgroup-root-dir``, ``--proc-root-dir`` and ``--sys-root-dir``; in a
+    Mirrors Koordinator's ``--cgroup-root-dir``, ``--proc-root-dir``, ``--sys-root-dir`` and
+    ``--var-lib-kubelet-dir``; in a
     container these point at the host's mounts, in tests at a temporary tree.
     """
 
@@ -20,6 +21,9 @@ class HostPaths:
     """The host's procfs."""
     sys_root: str = "/sys"
     """The host's sysfs (CPU topology, NUMA nodes, resctrl under ``fs/resctrl``)."""
+    kubelet_root: str = "/var/lib/kubelet"
+    """The kubelet's root directory (pod volumes under ``pods/<uid>/volumes``); Koordinator's
+    ``--var-lib-kubelet-dir``."""
 
     def proc(self, *parts: str) -> str:
         """A path under the procfs root."""
@@ -28,6 +32,10 @@ class HostPaths:
     def sys(self, *parts: str) -> str:
         """A path under the sysfs root."""
         return os.path.join(self.sys_root, *parts)
+
+    def kubelet(self, *parts: str) -> str:
+        """A path under the kubelet's root directory."""
+        return os.path.join(self.kubelet_root, *parts)
 
     def cgroup(self, *parts: str) -> str:
         """A path under the cgroup mount root (callers normally use ``CgroupLayout``)."""

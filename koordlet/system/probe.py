@@ -26,11 +26,20 @@ from koordlet.system.oserrors import refused_errno
 from koordlet.system.perf import CYCLES, INSTRUCTIONS, probe_events
 from koordlet.system.psi import probe_memcg_threshold, probe_psi_trigger
 from koordlet.system.resctrl import probe_resctrl
+from koordlet.system.tc import probe_classifier
 
 if TYPE_CHECKING:
     from koordlet.system.host import Host
 
 logger = logging.getLogger(__name__)
+
+
+V2_CONTROLLER_NAMES = {"blkio": "io"}
+"""v1 controllers that cgroup v2 names otherwise (``Documentation/admin-guide/cgroup-v2.rst``)."""
+TERWAY_REASON = (
+    "netQOSPolicy terway-qos needs the Terway CNI (its terway-qos daemon enforces the classes); "
+    "the koordlet implements the tc policy only"
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,11 +158,12 @@ class _Prober:
             names = sorted(e.name for e in os.scandir(root) if e.is_dir(follow_symlinks=False))
         except OSError:
             return ""
+        wanted = V2_CONTROLLER_NAMES.get(controller, controller)
         for name in names:
             path = os.path.join(root, name)
             try:
                 with open(os.path.join(path, "cgroup.controllers")) as f:
-                    if controller in f.read().split():
+                    if wanted in f.read().split():
                         return path
             except OSError:
                 continue
@@ -171,8 +181,9 @@ class _Prober:
                     available = f.read().split()
             except OSError as err:
                 return f"cannot read {root}/cgroup.controllers: {err.strerror}"
-            if controller not in available:
-                return f"controller {controller} not enabled in cgroup v2 ({root})"
+            name = V2_CONTROLLER_NAMES.get(controller, controller)
+            if name not in available:
+                return f"controller {name} not enabled in cgroup v2 ({root})"
         return ""
 
     def cgroup_file(
@@ -258,6 +269,9 @@ class _Prober:
             ),
             self._resctrl(),
             *self._perf_event_and_cpi(),
+            self._block_devices(),
+            Capability("tc_classifier", *probe_classifier(), ""),  # bpf(2): no file to name
+            Capability("netqos_terway", False, TERWAY_REASON, ""),
         ]
         if v2:
             caps.append(Capability("cpuacct_usage", False, "cgroup v2 has no cpuacct", ""))
@@ -270,6 +284,15 @@ class _Prober:
                 Capability("cpu_stat_usage", False, "cgroup v1 cpu.stat has no usage_usec", "")
             )
         return caps
+
+    def _block_devices(self) -> Capability:
+        """``class/block``, where blkio QoS resolves device names (``system.blockdev``)."""
+        root = self.host.paths.sys("class", "block")
+        try:
+            count = len(os.listdir(root))
+        except OSError as err:
+            return Capability("block_devices", False, f"cannot list {root}: {err.strerror}", root)
+        return Capability("block_devices", True, f"{count} block devices", root)
 
     def _numa_meminfo(self) -> Capability:
         node_root = self.host.paths.sys("devices", "system", "node")

@@ -56,6 +56,7 @@ from koordlet.system.procfs import (
     parse_meminfo,
     parse_numa_meminfo,
     parse_proc_stat_cpu,
+    parse_proc_stat_per_cpu,
 )
 from koordlet.system.psi import PSIStats, parse_psi
 from koordlet.system.resctrl import parse_cpu_flags
@@ -322,6 +323,9 @@ CGROUP_STATS: Mapping[str, CgroupStat[Any]] = MappingProxyType({s.name: s for s 
 PROC_STAT_CPU: HostStat[CpuTimes] = HostStat(
     "proc_stat_cpu", "proc", ("stat",), parse_proc_stat_cpu,
     "the aggregate cpu line of /proc/stat, jiffies")
+PROC_STAT_PER_CPU: HostStat[dict[int, CpuTimes]] = HostStat(
+    "proc_stat_per_cpu", "proc", ("stat",), parse_proc_stat_per_cpu,
+    "the cpu<N> lines of /proc/stat, jiffies by CPU id (the same read as proc_stat_cpu)")
 MEMINFO: HostStat[MemInfo] = HostStat(
     "meminfo", "proc", ("meminfo",), parse_meminfo, "the node's memory, /proc/meminfo")
 NUMA_MEMINFO: HostStat[NumaMemInfo] = HostStat(
@@ -338,7 +342,7 @@ PRESSURE: HostStat[PSIStats] = HostStat(
     "the node's PSI of one resource (path field: resource, cpu/memory/io); absent without PSI",
     required=False)
 HOST_STATS: Mapping[str, HostStat[Any]] = MappingProxyType({s.name: s for s in (
-    PROC_STAT_CPU, MEMINFO, NUMA_MEMINFO, CPU_ONLINE, CPUINFO_FLAGS, PRESSURE,
+    PROC_STAT_CPU, PROC_STAT_PER_CPU, MEMINFO, NUMA_MEMINFO, CPU_ONLINE, CPUINFO_FLAGS, PRESSURE,
 )})
 # fmt: on
 """Every host stat by logical name."""

@@ -6,8 +6,9 @@ Sources, all under :class:`~koordlet.system.paths.HostPaths` roots:
 - ``/sys/devices/system/cpu/online``: the online CPUs (a cpulist such as ``0-3,8-11``);
 - ``cpu<N>/topology/physical_package_id`` and ``thread_siblings_list``: socket and core;
 - ``/sys/devices/system/node/node<N>/cpulist`` and ``meminfo``: NUMA nodes, their CPUs and RAM;
-- ``/proc/cpuinfo``: the model name;
-- ``cpu/intel_pstate/no_turbo`` or ``cpu/cpufreq/boost``: whether turbo is on.
+- ``/proc/cpuinfo``: the model name and the vendor;
+- ``cpu/intel_pstate/no_turbo`` or ``cpu/cpufreq/boost``: whether turbo is on;
+- ``/sys/fs/resctrl/info/L3/cbm_mask``: the L3 CAT capacity bit mask, where resctrl is mounted.
 
 Core ids are logical, like ``lscpu``'s ``CORE`` column that Koordinator reads: CPUs that share
 a ``thread_siblings_list`` share a core id, numbered 0.. in order of their lowest CPU. Socket ids
@@ -70,6 +71,11 @@ class NodeCpuTopology:
     numa_memory_total: Mapping[int, int]
     """RAM of each NUMA node in bytes (``MemTotal`` of ``/proc/meminfo`` for node 0 on a kernel
     without NUMA)."""
+    vendor_id: str | None = None
+    """``vendor_id`` of ``/proc/cpuinfo`` (``GenuineIntel``, ``AuthenticAMD``); None where the
+    architecture prints none."""
+    cat_l3_cbm_mask: str | None = None
+    """``/sys/fs/resctrl/info/L3/cbm_mask`` (hex, ``fff``); None without resctrl L3 CAT."""
 
     @property
     def cpu_ids(self) -> tuple[int, ...]:
@@ -119,6 +125,26 @@ def read_turbo(paths: HostPaths) -> bool | None:
 
 def read_model_name(paths: HostPaths) -> str | None:
     """The first ``model name`` of ``/proc/cpuinfo``; None when the architecture prints none."""
+    return read_cpuinfo_field(paths, b"model name")
+
+
+def read_vendor_id(paths: HostPaths) -> str | None:
+    """The first ``vendor_id`` of ``/proc/cpuinfo``; None when the architecture prints none."""
+    return read_cpuinfo_field(paths, b"vendor_id")
+
+
+def read_cat_l3_cbm_mask(paths: HostPaths) -> str | None:
+    """The L3 CAT capacity bit mask of a mounted resctrl (``info/L3/cbm_mask``); None without."""
+    path = paths.sys("fs", "resctrl", "info", "L3", "cbm_mask")
+    try:
+        with open(path, encoding="ascii", errors="replace") as file:
+            return file.read().strip() or None
+    except OSError:
+        return None
+
+
+def read_cpuinfo_field(paths: HostPaths, name: bytes) -> str | None:
+    """The first value of field ``name`` in ``/proc/cpuinfo``; None when no record has it."""
     path = paths.proc("cpuinfo")
     try:
         # cpuinfo is a multi-record seq file: a short read is not its end, so read to EOF.
@@ -128,7 +154,7 @@ def read_model_name(paths: HostPaths) -> str | None:
         raise HostError(f"{path}: {err.strerror}") from err
     for line in data.splitlines():
         key, sep, value = line.partition(b":")
-        if sep and key.strip() == b"model name":
+        if sep and key.strip() == name:
             return value.strip().decode(errors="replace")
     return None
 
@@ -182,4 +208,6 @@ def read_cpu_topology(paths: HostPaths) -> NodeCpuTopology:
         turbo=read_turbo(paths),
         numa_nodes=numa_nodes,
         numa_memory_total=numa_memory,
+        vendor_id=read_vendor_id(paths),
+        cat_l3_cbm_mask=read_cat_l3_cbm_mask(paths),
     )

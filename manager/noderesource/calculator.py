@@ -21,11 +21,11 @@ from apis.manager_keys import (
     MID_CPU,
     MID_MEMORY,
 )
+from apis.nodetopo import parse_cpu_basic_info
 from manager.cpunormalization import (
     NormalizationResult,
     amplify_batch_cpu,
     normalization_ratio,
-    parse_cpu_basic_info,
 )
 from manager.noderesource.batch import BatchTerms, calculate_batch, hp_sums
 from manager.noderesource.inputs import NodeMetricView, NodeView, PodView
@@ -66,9 +66,14 @@ def _reset(
     return NodeResourceResult(node.name, values, reason, ns, None, None, norm, age)
 
 
-def node_normalization(config: SLOControllerConfig, node: NodeView) -> NormalizationResult:
-    """The node's CPU normalization ratio (CPU basic info from its annotation)."""
-    raw = node.annotations.get(ANNOTATION_CPU_BASIC_INFO)
+def node_normalization(
+    config: SLOControllerConfig, node: NodeView, topology_annotations: Mapping[str, str] = {}
+) -> NormalizationResult:
+    """The node's CPU normalization ratio. The CPU basic info comes from the annotations of the
+    node's NodeResourceTopology, where upstream's koordlet reports it, else from the Node's."""
+    raw = topology_annotations.get(ANNOTATION_CPU_BASIC_INFO)
+    if raw is None:
+        raw = node.annotations.get(ANNOTATION_CPU_BASIC_INFO)
     info = None
     if raw is not None:
         try:
@@ -86,10 +91,12 @@ def calculate(
     now: datetime,
     *,
     record: bool = True,
+    topology_annotations: Mapping[str, str] = {},
 ) -> NodeResourceResult:
-    """Batch and mid resources of ``node`` at ``now``. ``record`` keeps per-pod terms."""
+    """Batch and mid resources of ``node`` at ``now``. ``record`` keeps per-pod terms;
+    ``topology_annotations`` are those of the node's NodeResourceTopology (CPU basic info)."""
     ns = resolve(config.colocation, node)
-    norm = node_normalization(config, node)
+    norm = node_normalization(config, node, topology_annotations)
     age = None
     if metric is not None and metric.update_time is not None:
         age = (now - metric.update_time).total_seconds()

@@ -7,7 +7,11 @@ every node), and a periodic resync queues them all too. The worker's step,
 (the one ``explain`` uses) and, when :func:`~manager.noderesource.calculator.decide_update` says
 so, replaces the Node's status (capacity and allocatable of the four resources; removed on a
 reset) through the status subresource with conflict retry, and merge-patches the CPU
-normalization and resource amplification annotations when they change.
+normalization and resource amplification annotations when they change. With a
+NodeResourceTopology whose zones the koordlet has filled, it also writes each zone's batch
+resources there (:mod:`~manager.noderesource.zones`), when one moved by more than
+``resourceDiffThreshold`` or ``updateTimeThresholdSeconds`` passed since the last zone write
+(upstream's ``prepareForNodeResourceTopology``); a reset leaves the zones as they are, as upstream.
 
 The ConfigMap: a bad one (invalid JSON or values) is refused as a whole; the last good
 configuration stays in force, an error line and a Warning Event on the ConfigMap name the key
@@ -17,6 +21,7 @@ means Koordinator's defaults (colocation off: the resources are removed).
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import math
 from datetime import datetime
@@ -27,18 +32,27 @@ from apis.manager_keys import (
     ANNOTATION_CPU_NORMALIZATION_RATIO,
     ANNOTATION_NODE_RESOURCE_AMPLIFICATION_RATIO,
     EXTENDED_RESOURCES,
+    format_extended,
 )
 from apis.slo import SchemaError
+from kubeclient.backoff import Backoff
 from kubeclient.client import KubeClient, Obj
-from kubeclient.errors import ApiError, NotFound
-from kubeclient.informer import Informer
-from kubeclient.resources import NODE_METRICS, NODES, PODS
-from kubeclient.writes import update_status
+from kubeclient.errors import ApiError, Conflict, NotFound
+from kubeclient.informer import Informer, name_of
+from kubeclient.resources import NODE_METRICS, NODE_RESOURCE_TOPOLOGIES, NODES, PODS
+from kubeclient.writes import CONFLICT_ATTEMPTS, update_status
 from manager.cpunormalization import amplification_ratios
 from manager.errors import InputError
-from manager.nodekeyed import NodeKeyedController, Options, name_of
+from manager.nodekeyed import NodeKeyedController, Options
 from manager.noderesource.calculator import NodeResourceResult, calculate, decide_update
-from manager.noderesource.inputs import parse_node, parse_node_metric, parse_pod
+from manager.noderesource.inputs import (
+    NodeMetricView,
+    PodView,
+    parse_node,
+    parse_node_metric,
+    parse_pod,
+)
+from manager.noderesource.zones import calculate_zones, read_zones, update_zones
 
 logger = logging.getLogger(__name__)
 
@@ -63,27 +77,45 @@ class NodeResourceController(NodeKeyedController):
         super().__init__(client, **options)
         self.node_metrics = Informer(client, NODE_METRICS)
         self.pods = Informer(client, PODS)
+        self.topologies = Informer(client, NODE_RESOURCE_TOPOLOGIES)
         self.config: SLOControllerConfig | None = None
         """The configuration in force; None until a good one (or its absence) was seen."""
         self.config_error = ""
         """The last refusal of the ConfigMap (empty when the one in force is the latest)."""
         self.last_write: dict[str, datetime] = {}
+        self.last_zone_write: dict[str, datetime] = {}
+        """Node → when its NodeResourceTopology zones were last written (upstream's
+        ``nrtSyncContext``)."""
+        self.zone_writes = 0
+        """NodeResourceTopology writes made."""
         self._pods_by_node: dict[str, dict[str, Obj]] = {}
         self._pod_node: dict[str, str] = {}
         self.nodes.add_handler(self._queue, lambda _old, new: self._queue(new), self._node_gone)
         self.node_metrics.add_handler(self._queue, lambda _old, new: self._queue(new), self._queue)
         self.pods.add_handler(self._pod_seen, lambda _old, new: self._pod_seen(new), self._pod_gone)
+        self.topologies.add_handler(self._nrt_seen, self._nrt_changed, self._nrt_gone)
 
     @property
     def _config_read(self) -> bool:
         return self.config is not None
 
     def _informers(self) -> tuple[Informer, ...]:
-        return (*super()._informers(), self.node_metrics, self.pods)
+        return (*super()._informers(), self.node_metrics, self.pods, self.topologies)
 
     # Events ------------------------------------------------------------------------------------
     def _node_gone(self, obj: Obj) -> None:
         self.last_write.pop(name_of(obj), None)
+
+    def _nrt_seen(self, obj: Obj) -> None:
+        if _zone_inputs(obj) is not None:  # the koordlet has reported its zones
+            self.queue.add(name_of(obj))
+
+    def _nrt_changed(self, old: Obj, new: Obj) -> None:
+        if _zone_inputs(old) != _zone_inputs(new):  # our own zone writes do not queue
+            self.queue.add(name_of(new))
+
+    def _nrt_gone(self, obj: Obj) -> None:
+        self.last_zone_write.pop(name_of(obj), None)
 
     def _pod_seen(self, obj: Obj) -> None:
         key = _key(obj)
@@ -131,6 +163,12 @@ class NodeResourceController(NodeKeyedController):
     # The step ----------------------------------------------------------------------------------
     def compute(self, name: str) -> NodeResourceResult | None:
         """The result for node ``name`` from the informers' stores (None: no node or config)."""
+        inputs = self._inputs(name)
+        return None if inputs is None else inputs[0]
+
+    def _inputs(
+        self, name: str
+    ) -> tuple[NodeResourceResult, NodeMetricView | None, list[PodView]] | None:
         node_obj = self.nodes.get(name)
         if node_obj is None or self.config is None:
             return None
@@ -148,13 +186,20 @@ class NodeResourceController(NodeKeyedController):
                 pods.append(parse_pod(pod, f"pod {key}", ""))
             except InputError as err:  # one bad pod must not stop the node: count nothing of it
                 logger.warning("%s: skipped", err)
-        return calculate(self.config, node, metric, pods, self._clock(), record=False)
+        nrt = self.topologies.get(name) or {}
+        annotations = (nrt.get("metadata") or {}).get("annotations") or {}
+        result = calculate(
+            self.config, node, metric, pods, self._clock(), record=False,
+            topology_annotations=annotations,
+        )  # fmt: skip
+        return result, metric, pods
 
     async def reconcile(self, name: str) -> bool:
         """Bring node ``name`` up to date; whether its status was written."""
-        result = self.compute(name)
-        if result is None:
+        inputs = self._inputs(name)
+        if inputs is None:
             return False
+        result, metric, pods = inputs
         node = parse_node(self.nodes.get(name) or {}, f"node {name}")
         now = self._clock()
         decision = decide_update(result, node.extended, self.last_write.get(name), now)
@@ -173,7 +218,61 @@ class NodeResourceController(NodeKeyedController):
                 "node %s: wrote %s (%s)", name, dict(result.values), "; ".join(decision.reasons)
             )
         await self._sync_annotations(name, result)
+        if not result.reset_reason and metric is not None:
+            await self._sync_zones(name, result, metric, pods)
         return wrote
+
+    async def _sync_zones(
+        self, name: str, result: NodeResourceResult, metric: NodeMetricView, pods: list[PodView]
+    ) -> None:
+        """Write the zones' batch resources onto the node's NodeResourceTopology when due."""
+        if self.topologies.get(name) is None:
+            return
+        node = parse_node(self.nodes.get(name) or {}, f"node {name}")
+        strategy = result.strategy.strategy
+        now = self._clock()
+        last = self.last_zone_write.get(name)
+        expired = last is None or (now - last).total_seconds() > (
+            strategy.update_time_threshold_seconds
+        )
+        backoff = Backoff(base=0.01, cap=1.0)
+        for attempt in range(CONFLICT_ATTEMPTS):
+            current = (
+                await self._client.get(NODE_RESOURCE_TOPOLOGIES, name)
+                if attempt
+                else (self.topologies.get(name) or {})
+            )
+            try:
+                zones = read_zones(current)
+            except ValueError as err:
+                logger.warning("node %s: NodeResourceTopology zones unreadable: %s", name, err)
+                return
+            if zones is None:  # the koordlet has not reported its zones yet
+                return
+            batches = calculate_zones(strategy, node, metric, pods, zones)
+            updated, changed = update_zones(
+                current, batches, result.normalization.ratio, strategy.resource_diff_threshold
+            )
+            if not changed and not expired:
+                return
+            try:
+                await self._client.replace(NODE_RESOURCE_TOPOLOGIES, updated)
+            except NotFound:
+                return
+            except Conflict:
+                if attempt + 1 >= CONFLICT_ATTEMPTS:
+                    raise
+                await asyncio.sleep(backoff.next_delay())
+                continue
+            self.last_zone_write[name] = now
+            self.zone_writes += 1
+            logger.info(
+                "node %s: zone batch resources %s (%s)",
+                name,
+                {z: (b.cpu, b.memory_milli // 1000) for z, b in batches.items()},
+                "moved more than resourceDiffThreshold" if changed else "refreshed",
+            )
+            return
 
     async def _sync_annotations(self, name: str, result: NodeResourceResult) -> None:
         assert self.config is not None
@@ -186,10 +285,11 @@ class NodeResourceController(NodeKeyedController):
         ):
             patch[ANNOTATION_CPU_NORMALIZATION_RATIO] = ratio_text
         labels = (node_obj.get("metadata") or {}).get("labels") or {}
+        cpu_ratio = result.normalization.ratio
+        if cpu_ratio is None:  # none worked out now: the ratio on the node, as upstream reads it
+            cpu_ratio = current_ratio(annotations.get(ANNOTATION_CPU_NORMALIZATION_RATIO))
         try:
-            _, amp = amplification_ratios(
-                self.config.resource_amplification, labels, result.normalization.ratio
-            )
+            _, amp = amplification_ratios(self.config.resource_amplification, labels, cpu_ratio)
         except ValueError as err:
             logger.warning("node %s: %s", name, err)
         else:
@@ -197,6 +297,28 @@ class NodeResourceController(NodeKeyedController):
                 patch[ANNOTATION_NODE_RESOURCE_AMPLIFICATION_RATIO] = amp
         if patch:
             await self._client.patch(NODES, name, {"metadata": {"annotations": patch}})
+
+
+def _zone_inputs(nrt: Obj) -> list[tuple[str, str, str]] | None:
+    """The zone resources the calculation reads (``cpu`` and ``memory`` allocatable), None when
+    there are none (upstream's ``isNRTResourcesCreated`` / ``isNRTResourcesChanged``)."""
+    found = [
+        (str(zone.get("name")), str(res.get("name")), str(res.get("allocatable")))
+        for zone in nrt.get("zones") or ()
+        for res in zone.get("resources") or ()
+        if res.get("name") in ("cpu", "memory")
+    ]
+    return found or None
+
+
+def current_ratio(text: str | None) -> float | None:
+    """The normalization ratio a node carries (upstream ``GetCPUNormalizationRatio``: absent,
+    unreadable or not positive is none)."""
+    try:
+        ratio = float(text) if text is not None else None
+    except ValueError:
+        return None
+    return ratio if ratio is not None and ratio > 0 else None
 
 
 def _ratio_changed(old: str | None, new: str) -> bool:
@@ -217,6 +339,6 @@ def _status_with(current: Obj, result: NodeResourceResult) -> Obj:
             if value is None:
                 lst.pop(name, None)
             else:
-                lst[name] = str(value)
+                lst[name] = format_extended(name, value)
         status[field] = lst
     return status

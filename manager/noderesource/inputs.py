@@ -16,10 +16,10 @@ from typing import Any
 
 from apis import nodemetric
 from apis.cpulist import parse_cpulist
-from apis.extension import LABEL_POD_QOS
+from apis.extension import ANNOTATION_RESOURCE_STATUS, LABEL_POD_QOS
 from apis.manager_keys import ANNOTATION_NODE_RESERVATION
 from apis.nodemetric import NodeMetric, PodMetricInfo, ResourceMap
-from apis.priority import PRIORITY_BATCH, PRIORITY_PROD, priority_class_of
+from apis.priority import pod_priority_class_with_default
 from apis.quantity import int_value, milli_value, parse_quantity
 from apis.slo import SchemaError
 from manager.errors import InputError
@@ -118,11 +118,16 @@ class PodView:
     phase: str
     """status.phase (``Pending`` when absent, as for a pod just created)."""
     priority_class: str
-    """Koordinator priority class, from spec.priority, else from the QoS class."""
+    """Koordinator priority class: the ``koordinator.sh/priority-class`` label, else the band of
+    spec.priority, else by the QoS class (``GetPodPriorityClassWithDefault``, ``apis.priority``)."""
     qos: str
     """Koordinator QoS class, from the ``koordinator.sh/qosClass`` label, else Kubernetes QoS."""
     request: Resources
     """Effective request: max(sum of containers, each init container) plus overhead."""
+    numa_nodes: tuple[int, ...] = ()
+    """NUMA node ids the scheduler allocated it (``scheduling.koordinator.sh/resource-status``
+    ``numaNodeResources[].node``); empty when it shares every NUMA node or the annotation is
+    absent or unreadable (upstream then takes it as sharing them all)."""
 
 
 def _obj(value: object, source: str, path: str) -> Mapping[str, Any]:
@@ -160,6 +165,30 @@ def _resources(
     except ValueError as err:
         raise InputError(source, f"{path}.{MEMORY}", str(err)) from None
     return Resources(cpu, mem), CPU in obj and MEMORY in obj
+
+
+def numa_nodes_of(annotations: object) -> tuple[int, ...]:
+    """The NUMA nodes of a pod's ``resource-status`` annotation, as upstream's
+    ``GetPodNUMARequestAndUsage`` reads them: an unreadable annotation counts as none (the pod
+    then shares every NUMA node), entries without a whole ``node`` are skipped."""
+    if not isinstance(annotations, Mapping):
+        return ()
+    raw = annotations.get(ANNOTATION_RESOURCE_STATUS)
+    if not isinstance(raw, str) or not raw:
+        return ()
+    try:
+        doc = json.loads(raw)
+    except ValueError:
+        return ()
+    entries = doc.get("numaNodeResources") if isinstance(doc, Mapping) else None
+    if not isinstance(entries, list):
+        return ()
+    nodes = []
+    for entry in entries:
+        node = entry.get("node") if isinstance(entry, Mapping) else None
+        if isinstance(node, int) and not isinstance(node, bool):
+            nodes.append(node)
+    return tuple(nodes)
 
 
 def parse_time(value: object, source: str, path: str) -> datetime:
@@ -333,12 +362,11 @@ def _fast_pod(pod: Any) -> PodView:
         q = req.get(MEMORY, lim.get(MEMORY))
         if q is not None:
             mem += int_value(q)
-    qos = (meta.get("labels") or _EMPTY).get(LABEL_POD_QOS, "")
+    labels = meta.get("labels") or _EMPTY
+    qos = labels.get(LABEL_POD_QOS, "")
     if qos not in _QOS_NAMES:
         qos = "BE" if _kube_qos(spec, status) == "BestEffort" else "LS"
-    priority_class = priority_class_of(spec.get("priority"))
-    if not priority_class:
-        priority_class = PRIORITY_BATCH if qos == "BE" else PRIORITY_PROD
+    priority_class = pod_priority_class_with_default(labels, spec.get("priority"), qos)
     return PodView(
         f"{meta.get('namespace') or ''}/{meta.get('name') or ''}",
         str(spec.get("nodeName") or ""),
@@ -346,6 +374,7 @@ def _fast_pod(pod: Any) -> PodView:
         priority_class,
         qos,
         Resources(cpu, mem),
+        numa_nodes_of(meta.get("annotations")),
     )
 
 
@@ -376,12 +405,12 @@ def parse_pod(obj: object, source: str, path: str) -> PodView:
     overhead = spec.get("overhead")
     if overhead:
         request = request + _resources(overhead, source, f"{path}.spec.overhead")[0]
-    qos = labels.get(LABEL_POD_QOS, "") if isinstance(labels, Mapping) else ""
+    if not isinstance(labels, Mapping):
+        labels = _EMPTY
+    qos = labels.get(LABEL_POD_QOS, "")
     if qos not in _QOS_NAMES:
         qos = "BE" if _kube_qos(spec, status) == "BestEffort" else "LS"
-    priority_class = priority_class_of(spec.get("priority"))
-    if not priority_class:
-        priority_class = PRIORITY_BATCH if qos == "BE" else PRIORITY_PROD
+    priority_class = pod_priority_class_with_default(labels, spec.get("priority"), qos)
     return PodView(
         key=f"{meta.get('namespace') or ''}/{meta.get('name') or ''}",
         node_name=str(spec.get("nodeName") or ""),
@@ -389,6 +418,7 @@ def parse_pod(obj: object, source: str, path: str) -> PodView:
         priority_class=priority_class,
         qos=qos,
         request=request,
+        numa_nodes=numa_nodes_of(meta.get("annotations")),
     )
 
 

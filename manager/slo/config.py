@@ -11,12 +11,16 @@ list order, independently for each key.
 
 A key is parsed on its own (:func:`parse_key`), so the controller can keep the last good value of
 a bad key while taking the good ones.
+
+The node's annotation ``node.koordinator.sh/network-bandwidth`` (a quantity) takes precedence
+over the ``totalNetworkBandwidth`` of the system strategy the node gets, as upstream's
+``getSystemConfigSpec`` has it; the koordlet's network QoS reads it from the NodeSLO.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from types import MappingProxyType
 from typing import Any
 
@@ -30,7 +34,16 @@ from apis.configuration import (
     SelectorRequirement,
     parse_slo_controller_config,
 )
-from apis.slo import HostApplication, NodeSLOSpec, NodeSLOSpecJSON, parse_node_slo, thaw
+from apis.manager_keys import ANNOTATION_NODE_BANDWIDTH
+from apis.quantity import parse_quantity
+from apis.slo import (
+    HostApplication,
+    NodeSLOSpec,
+    NodeSLOSpecJSON,
+    SchemaError,
+    parse_node_slo,
+    thaw,
+)
 from apis.slo_strategies import (
     NodeSLOStrategies,
     parse_cpu_burst_strategy,
@@ -154,19 +167,52 @@ class RenderedSLO:
     """The full ``spec`` (every strategy group with defaults filled in)."""
     matched: Mapping[str, str]
     """Key → name of the node entry applied ("" for the cluster's)."""
+    bandwidth_error: str = ""
+    """Why the node's ``network-bandwidth`` annotation was not applied (empty: it was, or the
+    node has none)."""
 
 
-def render(keys: Mapping[str, KeyConfig], labels: Mapping[str, str]) -> RenderedSLO:
-    """The NodeSLO spec of a node with ``labels`` under the resolved ``keys`` (a missing key
-    counts as its defaults)."""
+def node_bandwidth(annotations: Mapping[str, str]) -> str | None:
+    """The node's ``network-bandwidth`` annotation as a canonical quantity (``"99M"``), None
+    without one (upstream ``GetNodeTotalBandwidth``). Raises :class:`~apis.slo.SchemaError` (a
+    ``ValueError``) naming the annotation for a value that is not a quantity."""
+    raw = annotations.get(ANNOTATION_NODE_BANDWIDTH)
+    if raw is None:
+        return None
+    try:
+        return str(parse_quantity(raw))
+    except ValueError as err:
+        raise SchemaError(
+            str(err), source=f"annotation {ANNOTATION_NODE_BANDWIDTH}={raw!r}"
+        ) from None
+
+
+def render(
+    keys: Mapping[str, KeyConfig],
+    labels: Mapping[str, str],
+    annotations: Mapping[str, str] | None = None,
+) -> RenderedSLO:
+    """The NodeSLO spec of a node with ``labels`` and ``annotations`` under the resolved
+    ``keys`` (a missing key counts as its defaults). A ``network-bandwidth`` annotation that is
+    not a quantity is left out (the configured bandwidth stays) and reported in
+    :attr:`RenderedSLO.bandwidth_error`."""
     values: dict[str, Any] = {}
     matched: dict[str, str] = {}
     for key in NODE_SLO_KEYS:
         cfg = keys.get(key) or default_key(key)
         values[key], matched[key] = cfg.for_node(labels)
+    bandwidth_error = ""
+    try:
+        bandwidth = node_bandwidth(annotations or {})
+    except ValueError as err:
+        bandwidth, bandwidth_error = None, str(err)
+    if bandwidth is not None:
+        values[SYSTEM_CONFIG_KEY] = replace(
+            values[SYSTEM_CONFIG_KEY], total_network_bandwidth=bandwidth
+        )
     strategies = NodeSLOStrategies(
         **{_STRATEGY_PARSERS[k][0]: values[k] for k in _STRATEGY_PARSERS},
     )
     apps: tuple[HostApplication, ...] = values[HOST_APPLICATION_CONFIG_KEY]
     spec = spec_json(strategies, NodeSLOSpec(host_applications=apps))
-    return RenderedSLO(spec, MappingProxyType(matched))
+    return RenderedSLO(spec, MappingProxyType(matched), bandwidth_error)

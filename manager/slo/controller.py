@@ -7,6 +7,12 @@ every node. The step, :meth:`NodeSLOController.reconcile`, renders the node's sp
 NodeSLO if it is missing or replaces it (compare-and-swap on ``resourceVersion``) only when its
 spec differs; one write carries the whole spec, so no NodeSLO is ever half-updated.
 
+The node's ``node.koordinator.sh/network-bandwidth`` annotation overrides the system strategy's
+``totalNetworkBandwidth`` (:func:`manager.slo.config.render`). Upstream leaves a bad value to its
+Node validating webhook (``getSystemConfigSpec`` then fails); without one here, a value that is
+not a quantity is left out, the configured bandwidth stays, and a Warning Event
+(``InvalidNodeBandwidth``, on the Node) and a log line say so once per bad value.
+
 The ConfigMap is read key by key, as upstream's config cache does: a key with invalid JSON or
 values is refused, its last good value stays in force, and an error line plus a Warning Event
 (``InvalidConfig``, on the ConfigMap) name the key and the field; the other keys still apply.
@@ -25,12 +31,16 @@ from apis.crdschema import CRDSet, load_crds
 from apis.slo import API_VERSION, KIND, SchemaError
 from kubeclient.client import KubeClient, Obj
 from kubeclient.errors import Conflict, NotFound
-from kubeclient.informer import Informer
+from kubeclient.events import core_event
+from kubeclient.informer import Informer, name_of
 from kubeclient.resources import NODE_SLOS
-from manager.nodekeyed import NodeKeyedController, Options, name_of
+from manager.nodekeyed import EVENT_COMPONENT, NodeKeyedController, Options
 from manager.slo.config import NODE_SLO_KEYS, KeyConfig, parse_key, render
 
 logger = logging.getLogger(__name__)
+
+REASON_INVALID_BANDWIDTH = "InvalidNodeBandwidth"
+"""Reason of the Warning Event on a Node whose ``network-bandwidth`` annotation is no quantity."""
 
 
 def _rv(obj: Obj) -> int:
@@ -64,6 +74,7 @@ class NodeSLOController(NodeKeyedController):
         """Key → the refusal of its latest text (empty when the latest text is in force)."""
         self._texts: dict[str, object] = {}
         self._written: dict[str, Obj] = {}
+        self._bad_bandwidth: dict[str, str] = {}
         self.nodes.add_handler(self._queue, lambda _o, new: self._queue(new))
         self.node_slos.add_handler(
             self._slo_event, lambda _o, new: self._slo_event(new), self._slo_event
@@ -149,8 +160,29 @@ class NodeSLOController(NodeKeyedController):
         node = self.nodes.get(name)
         if node is None or not self.ready:
             return None
-        labels: Mapping[str, str] = (node.get("metadata") or {}).get("labels") or {}
-        return dict(render(self.keys, labels).spec)
+        meta = node.get("metadata") or {}
+        labels: Mapping[str, str] = meta.get("labels") or {}
+        rendered = render(self.keys, labels, meta.get("annotations") or {})
+        if rendered.bandwidth_error and self._bad_bandwidth.get(name) != rendered.bandwidth_error:
+            self._bad_bandwidth[name] = rendered.bandwidth_error
+            logger.warning(
+                "node %s: %s; the configured totalNetworkBandwidth stays",
+                name,
+                rendered.bandwidth_error,
+            )
+            ref = {"apiVersion": "v1", "kind": "Node", "name": name, "uid": meta.get("uid")}
+            self._post(
+                core_event(
+                    ref,
+                    reason=REASON_INVALID_BANDWIDTH,
+                    message=f"{rendered.bandwidth_error} (the configured value stays)",
+                    component=EVENT_COMPONENT,
+                    now=self._clock().timestamp(),
+                )
+            )
+        elif not rendered.bandwidth_error:
+            self._bad_bandwidth.pop(name, None)
+        return dict(rendered.spec)
 
     def _latest(self, name: str) -> Obj | None:
         """The newest NodeSLO known: the informer's, or what our own last write returned when

@@ -7,7 +7,8 @@ certificates and caBundle injection), :mod:`~manager.webhook.server` (the aiohtt
 
 Errors::
 
-    ProfileError        a profile that cannot be used (names the profile and the field)
+    ProfileError        a profile that cannot be used (a manager.errors.ManagerError and an
+                        apis.errors.FieldError: source the profile, field its path)
     LookupError_        a namespace or PriorityClass the API server would not give
     CertificateError    the self-managed certificates could not be made
 """
@@ -22,9 +23,11 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from kubeclient.flags import SuggestingParser
+
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = SuggestingParser(
         prog="koord-manager webhook",
         description="Serve the pod mutating and validating webhooks over TLS.",
     )

@@ -25,10 +25,12 @@ from types import MappingProxyType
 from typing import Any
 
 from apis.configuration import LabelSelector, SelectorRequirement
+from apis.errors import FieldError
 from apis.extension import LABEL_POD_PRIORITY, LABEL_POD_QOS, QoSClass
 from apis.manager_keys import BATCH_CPU, BATCH_MEMORY, MID_CPU, MID_MEMORY
 from apis.priority import PRIORITY_BATCH, PRIORITY_MID, priority_class_of
 from apis.quantity import int_value, milli_value
+from manager.errors import ManagerError
 
 logger = logging.getLogger(__name__)
 
@@ -40,8 +42,9 @@ TRANSLATED: Mapping[str, Mapping[str, str]] = {
 """Priority class → native resource → the colocation resource it becomes."""
 
 
-class ProfileError(ValueError):
-    """A ClusterColocationProfile that cannot be used; names the profile and the field."""
+class ProfileError(ManagerError, FieldError, ValueError):
+    """A ClusterColocationProfile that cannot be used: ``source`` names the profile
+    (``clustercolocationprofile NAME``), ``field`` the path inside it (``spec.qosClass``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,28 +93,30 @@ def _empty(sel: LabelSelector | None) -> bool:
     return sel is None or (not sel.match_labels and not sel.match_expressions)
 
 
-def _selector(raw: object, where: str) -> LabelSelector | None:
+def _selector(raw: object, source: str, where: str) -> LabelSelector | None:
     if raw is None:
         return None
     if not isinstance(raw, Mapping):
-        raise ProfileError(f"{where}: must be an object")
+        raise ProfileError("must be an object", source=source, field=where)
     labels = raw.get("matchLabels") or {}
     exprs = []
     for i, e in enumerate(raw.get("matchExpressions") or ()):
         op = e.get("operator") if isinstance(e, Mapping) else None
         if op not in ("In", "NotIn", "Exists", "DoesNotExist"):
-            raise ProfileError(f"{where}.matchExpressions[{i}].operator: unknown {op!r}")
+            raise ProfileError(
+                f"unknown {op!r}", source=source, field=f"{where}.matchExpressions[{i}].operator"
+            )
         exprs.append(SelectorRequirement(str(e.get("key")), op, tuple(e.get("values") or ())))
     return LabelSelector(
         MappingProxyType({str(k): str(v) for k, v in labels.items()}), tuple(exprs)
     )
 
 
-def _str_map(raw: object, where: str) -> Mapping[str, str]:
+def _str_map(raw: object, source: str, where: str) -> Mapping[str, str]:
     if raw is None:
         return MappingProxyType({})
     if not isinstance(raw, Mapping) or not all(isinstance(v, str) for v in raw.values()):
-        raise ProfileError(f"{where}: must be a map of strings")
+        raise ProfileError("must be a map of strings", source=source, field=where)
     return MappingProxyType(dict(raw))
 
 
@@ -119,26 +124,28 @@ def parse_profile(obj: Mapping[str, Any]) -> Profile:
     """A ClusterColocationProfile object; raises :class:`ProfileError`."""
     name = str((obj.get("metadata") or {}).get("name") or "")
     spec = obj.get("spec") or {}
-    where = f"clustercolocationprofile {name}: spec"
+    source = f"clustercolocationprofile {name}"
     qos = spec.get("qosClass") or ""
     if qos and qos not in {q.value for q in QoSClass if q.value}:
-        raise ProfileError(f"{where}.qosClass: unknown QoS class {qos!r}")
+        raise ProfileError(f"unknown QoS class {qos!r}", source=source, field="spec.qosClass")
     prio = spec.get("koordinatorPriority")
     if prio is not None and (isinstance(prio, bool) or not isinstance(prio, int)):
-        raise ProfileError(f"{where}.koordinatorPriority: must be an integer")
+        raise ProfileError("must be an integer", source=source, field="spec.koordinatorPriority")
     patch = spec.get("patch")
     if patch is not None and not isinstance(patch, Mapping):
-        raise ProfileError(f"{where}.patch: must be an object")
+        raise ProfileError("must be an object", source=source, field="spec.patch")
     return Profile(
         name=name,
-        namespace_selector=_selector(spec.get("namespaceSelector"), f"{where}.namespaceSelector"),
-        selector=_selector(spec.get("selector"), f"{where}.selector"),
+        namespace_selector=_selector(
+            spec.get("namespaceSelector"), source, "spec.namespaceSelector"
+        ),
+        selector=_selector(spec.get("selector"), source, "spec.selector"),
         qos_class=str(qos),
         priority_class_name=str(spec.get("priorityClassName") or ""),
         koordinator_priority=prio,
         scheduler_name=str(spec.get("schedulerName") or ""),
-        labels=_str_map(spec.get("labels"), f"{where}.labels"),
-        annotations=_str_map(spec.get("annotations"), f"{where}.annotations"),
+        labels=_str_map(spec.get("labels"), source, "spec.labels"),
+        annotations=_str_map(spec.get("annotations"), source, "spec.annotations"),
         patch=patch,
     )
 
@@ -265,8 +272,9 @@ def mutate(
             value = priority_values.get(profile.priority_class_name)
             if value is None:
                 raise ProfileError(
-                    f"clustercolocationprofile {profile.name}: spec.priorityClassName: "
-                    f"PriorityClass {profile.priority_class_name!r} not found"
+                    f"PriorityClass {profile.priority_class_name!r} not found",
+                    source=f"clustercolocationprofile {profile.name}",
+                    field="spec.priorityClassName",
                 )
         apply_profile(out, profile, value)
     translate_resources(out)

@@ -8,8 +8,12 @@ On CREATE and UPDATE:
 - ``LSR`` may be combined only with a prod priority;
 - ``LSR`` and ``LSE`` pods must request CPU, in whole cores.
 
-On UPDATE also: the ``koordinator.sh/qosClass`` label, the priority class (of ``spec.priority``)
-and the ``koordinator.sh/priority`` label are immutable.
+On UPDATE also: the ``koordinator.sh/qosClass`` label, the priority class and the
+``koordinator.sh/priority`` label are immutable.
+
+The priority class in these rules is upstream's ``GetPodPriorityClassRaw``
+(``apis.priority.pod_priority_class_raw``: the ``koordinator.sh/priority-class`` label, else the
+band of ``spec.priority``), as in ``pkg/webhook/pod/validating/cluster_colocation_profile.go``.
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ from apis.priority import (
     PRIORITY_FREE,
     PRIORITY_MID,
     PRIORITY_PROD,
-    priority_class_of,
+    pod_priority_class_raw,
 )
 from apis.quantity import parse_quantity
 
@@ -42,6 +46,12 @@ def _labels(pod: Mapping[str, Any]) -> Mapping[str, str]:
 
 def _qos(pod: Mapping[str, Any]) -> str:
     return str(_labels(pod).get(LABEL_POD_QOS) or "")
+
+
+def _priority_class(pod: Mapping[str, Any]) -> str:
+    """``GetPodPriorityClassRaw``, what upstream's rules compare: the priority-class label, else
+    the band of ``spec.priority``."""
+    return pod_priority_class_raw(_labels(pod), (pod.get("spec") or {}).get("priority"))
 
 
 def pod_request(pod: Mapping[str, Any], resource: str) -> Fraction:
@@ -65,11 +75,11 @@ def validate_pod(pod: Mapping[str, Any], old: Mapping[str, Any] | None = None) -
     """Every rule ``pod`` breaks (``old``: the pod before an UPDATE), as ``field: message``."""
     errors: list[str] = []
     qos = _qos(pod)
-    prio = priority_class_of((pod.get("spec") or {}).get("priority"))
+    prio = _priority_class(pod)
     if old is not None:
         if _qos(old) != qos:
             errors.append(f"labels.{LABEL_POD_QOS}: field is immutable")
-        if priority_class_of((old.get("spec") or {}).get("priority")) != prio:
+        if _priority_class(old) != prio:
             errors.append("spec.priority: field is immutable (its priority class changed)")
         if _labels(old).get(LABEL_POD_PRIORITY) != _labels(pod).get(LABEL_POD_PRIORITY):
             errors.append(f"labels.{LABEL_POD_PRIORITY}: field is immutable")

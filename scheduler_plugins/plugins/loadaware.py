@@ -11,22 +11,24 @@ Koordinator's semantics (``pkg/scheduler/plugins/loadaware``), re-implemented:
   assigned too recently to be in the report (not in ``podsMetric``, or bound after
   ``updateTime - reportInterval``), their estimate less what was reported for them; the node is
   rejected when ``round(100 * estimated / allocatable) > threshold``, first for what runs there,
-  then with the incoming pod's estimate added: ``node(s) cpu usage exceed threshold``.
-  Thresholds: ``usageThresholds`` (cpu 65, memory 95); with ``aggregated.usageThresholds`` the
-  percentile usage of ``aggregated.usageAggregationType`` over
-  ``usageAggregatedDuration`` (longest reported window when unset) is used instead
-  (``node(s) cpu aggregated usage exceed threshold``); for a koord-prod pod with
-  ``prodUsageThresholds``, only prod pods' usage counts. A node annotation
-  ``scheduling.koordinator.sh/usage-thresholds`` (``{"usageThresholds": ...,
-  "prodUsageThresholds": ..., "aggregatedUsage": ...}``) overrides the args for that node.
-- **Estimator.** Per resource of ``resourceWeights``: the pod's request of the resource its
-  priority class uses (koord-batch: ``kubernetes.io/batch-cpu``, koord-mid: ``mid-cpu``...),
-  times ``estimatedScalingFactors`` (cpu 85 %, memory 70 %); a limit above the request is used
-  at 100 %; no request at all counts 250m cpu and 200 MiB memory.
-- **Score.** ``sum(weight * (alloc - used) * 100 // alloc) // sum(weight)`` over
-  ``resourceWeights`` (cpu 1, memory 1), with ``used`` the estimate above plus the pod's; 0 for
-  a node without a usable NodeMetric. With ``scoreAccordingProdUsage`` a prod pod is scored on
-  prod usage only; ``aggregated.scoreAggregationType`` scores on a percentile.
+  then with the incoming pod's estimate added, with Koordinator's reason and the numbers:
+  ``node(s) cpu usage exceed threshold, cpu usage 91% > threshold 65%``. Thresholds:
+  ``usageThresholds`` (cpu 65, memory 95); with ``aggregated.usageThresholds`` the percentile
+  usage of ``aggregated.usageAggregationType`` over ``usageAggregatedDuration`` (longest
+  reported window when unset) is used instead (``node(s) cpu aggregated usage exceed threshold,
+  cpu p95 usage 70% > threshold 60%``); for a koord-prod pod with ``prodUsageThresholds``, only
+  prod pods' usage counts (``cpu prod usage``). The node annotation
+  ``scheduling.koordinator.sh/usage-thresholds`` overrides the args for that node, its
+  ``aggregatedUsage`` with its own type and duration (``loadargs.py``). Allocatable is the
+  node's, with ``node.koordinator.sh/raw-allocatable`` over it.
+- **Estimator** (``loadargs.py``): per resource, ``max(request, limit)`` of the resource the
+  pod's priority class uses times ``estimatedScalingFactors`` (cpu 85 %, memory 70 %), capped at
+  the limit; no request at all counts 250m cpu and 200 MiB memory.
+- **Score.** ``(sum(weight * score_r) + dominantResourceWeight * min(score_r)) //
+  (sum(weight) + dominantResourceWeight)`` over ``resourceWeights`` (cpu 1, memory 1), with
+  ``score_r = (alloc - used) * 100 // alloc`` and ``used`` the estimate above plus the pod's; 0
+  for a node without a usable NodeMetric. With ``scoreAccordingProdUsage`` a prod pod is scored
+  on prod usage only; ``aggregated.scoreAggregationType`` scores on a percentile.
 - **Reserve** needs nothing beyond the framework's assume: an assumed pod is a recent pod.
 
 Cost. Per node and resource, the threshold test is one integer comparison against a headroom
@@ -43,177 +45,48 @@ applied on top, never memoized.
 from __future__ import annotations
 
 import contextlib
-import json
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from apis.manager_keys import BATCH_CPU, BATCH_MEMORY, MID_CPU, MID_MEMORY
-from apis.priority import PRIORITY_BATCH, PRIORITY_MID, PRIORITY_PROD
-from apis.scheduling_keys import ANNOTATION_CUSTOM_USAGE_THRESHOLDS
-from scheduler_plugins.args import ArgsReader, int_map
-from scheduler_plugins.errors import PluginArgsError
+from apis.priority import PRIORITY_PROD
 from scheduler_plugins.framework import Cycle, Plugin
+from scheduler_plugins.plugins.loadargs import (
+    NAME as NAME,
+)
+from scheduler_plugins.plugins.loadargs import (
+    LoadAwareArgs,
+    aggregated_usage,
+    estimate_pod,
+    go_round,
+    node_allocatable,
+    node_profile,
+    parse_args,
+)
 from scheduler_plugins.plugins.loadindex import ExpiryIndex, ThresholdIndex, headroom
 from scheduler_plugins.snapshot import NodeInfo, NodeMetricInfo, PodInfo, ResourceList
 
-NAME = "LoadAwareScheduling"
 ERR_USAGE = "node(s) %s usage exceed threshold"
+"""Koordinator's reason (``ErrReasonUsageExceedThreshold``); ours goes on with the numbers:
+``node(s) cpu usage exceed threshold, cpu usage 91% > threshold 65%``."""
 ERR_AGGREGATED_USAGE = "node(s) %s aggregated usage exceed threshold"
+"""``ErrReasonAggregatedUsageExceedThreshold``; ours adds
+``, cpu p95 usage 91% > threshold 60%``."""
 ERR_EXPIRED = "node(s) nodeMetric expired"
 MEMO_SHAPES = 32
 """Pod estimates whose per-node verdicts and scores are kept (oldest dropped first)."""
 _MemoKey = tuple[str, tuple[int, ...]]
 _T = TypeVar("_T")
-
-DEFAULT_MILLI_CPU_REQUEST = 250
-"""Estimate of a pod that requests no CPU (milli-cores)."""
-DEFAULT_MEMORY_REQUEST = 200 * 1024 * 1024
-"""Estimate of a pod that requests no memory (bytes)."""
-AGGREGATION_TYPES = ("avg", "p50", "p90", "p95", "p99")
-
-_TRANSLATE = {
-    PRIORITY_BATCH: {"cpu": BATCH_CPU, "memory": BATCH_MEMORY},
-    PRIORITY_MID: {"cpu": MID_CPU, "memory": MID_MEMORY},
-}
-
-
-@dataclass(frozen=True, slots=True)
-class AggregatedArgs:
-    """``LoadAwareSchedulingArgs.aggregated``."""
-
-    usage_thresholds: dict[str, int]
-    """``usageThresholds``: percent per resource on the aggregated usage; empty: not used."""
-    usage_aggregation_type: str
-    """``usageAggregationType`` (``avg``, ``p50``, ``p90``, ``p95``, ``p99``)."""
-    usage_aggregated_duration: float
-    """``usageAggregatedDuration`` in seconds; 0: the longest window reported."""
-    score_aggregation_type: str
-    """``scoreAggregationType``; empty: score on the instant usage."""
-    score_aggregated_duration: float
-    """``scoreAggregatedDuration`` in seconds; 0: the longest window reported."""
-
-
-@dataclass(frozen=True, slots=True)
-class LoadAwareArgs:
-    """``LoadAwareSchedulingArgs``, Koordinator's defaults."""
-
-    filter_expired_node_metrics: bool = True
-    """``filterExpiredNodeMetrics``: treat nodes with an expired NodeMetric specially."""
-    enable_schedule_when_node_metrics_expired: bool = False
-    """``enableScheduleWhenNodeMetricsExpired``: let such nodes pass instead of rejecting them."""
-    node_metric_expiration_seconds: int = 180
-    """``nodeMetricExpirationSeconds``."""
-    resource_weights: Mapping[str, int] | None = None
-    """``resourceWeights`` (default cpu 1, memory 1)."""
-    usage_thresholds: Mapping[str, int] | None = None
-    """``usageThresholds`` in percent (default cpu 65, memory 95)."""
-    prod_usage_thresholds: Mapping[str, int] | None = None
-    """``prodUsageThresholds`` in percent for koord-prod pods (default none)."""
-    score_according_prod_usage: bool = False
-    """``scoreAccordingProdUsage``."""
-    estimated_scaling_factors: Mapping[str, int] | None = None
-    """``estimatedScalingFactors`` in percent (default cpu 85, memory 70)."""
-    aggregated: AggregatedArgs | None = None
-    """``aggregated``."""
-
-    @property
-    def weights(self) -> dict[str, int]:
-        return dict(self.resource_weights or {"cpu": 1, "memory": 1})
-
-    @property
-    def thresholds(self) -> dict[str, int]:
-        return dict(self.usage_thresholds or {"cpu": 65, "memory": 95})
-
-    @property
-    def factors(self) -> dict[str, int]:
-        factors = {"cpu": 85, "memory": 70}
-        factors.update(self.estimated_scaling_factors or {})
-        return factors
-
-
-def parse_args(raw: Mapping[str, Any] | None, source: str) -> LoadAwareArgs:
-    """Validate ``LoadAwareSchedulingArgs``; raises :class:`PluginArgsError`."""
-    r = ArgsReader(raw, source, NAME)
-    agg = None
-    sub = r.section("aggregated")
-    if sub is not None:
-        agg = AggregatedArgs(
-            usage_thresholds=sub.percent_map("usageThresholds", {}) or {},
-            usage_aggregation_type=sub.string("usageAggregationType", "", (*AGGREGATION_TYPES, "")),
-            usage_aggregated_duration=sub.duration("usageAggregatedDuration", 0.0),
-            score_aggregation_type=sub.string("scoreAggregationType", "", (*AGGREGATION_TYPES, "")),
-            score_aggregated_duration=sub.duration("scoreAggregatedDuration", 0.0),
-        )
-        if agg.usage_thresholds and not agg.usage_aggregation_type:
-            raise sub.fail("usageAggregationType", "required with aggregated usageThresholds")
-    weights = r.percent_map("resourceWeights", None, low=0, high=100)
-    if weights is not None and sum(weights.values()) <= 0:
-        raise r.fail("resourceWeights", "needs at least one positive weight")
-    return LoadAwareArgs(
-        filter_expired_node_metrics=r.boolean("filterExpiredNodeMetrics", True),
-        enable_schedule_when_node_metrics_expired=r.boolean(
-            "enableScheduleWhenNodeMetricsExpired", False
-        ),
-        node_metric_expiration_seconds=r.integer("nodeMetricExpirationSeconds", 180, minimum=1),
-        resource_weights=weights or None,
-        usage_thresholds=r.percent_map("usageThresholds", None) or None,
-        prod_usage_thresholds=r.percent_map("prodUsageThresholds", None) or None,
-        score_according_prod_usage=r.boolean("scoreAccordingProdUsage", False),
-        estimated_scaling_factors=r.percent_map("estimatedScalingFactors", None, low=1),
-        aggregated=agg,
-    )
-
-
-def go_round(x: float) -> int:
-    """Go's ``math.Round`` (half away from zero) for non-negative ``x``."""
-    return math.floor(x + 0.5)
-
-
-def estimate_pod(pod: PodInfo, resources: Sequence[str], factors: Mapping[str, int]) -> list[int]:
-    """Koordinator's default estimator: the pod's expected usage per resource of ``resources``."""
-    translate = _TRANSLATE.get(pod.priority_class, {})
-    out: list[int] = []
-    for name in resources:
-        real = translate.get(name, name)
-        request = pod.requests.get(real, 0)
-        limit = pod.limits.get(real, 0)
-        factor = factors.get(name, 100)
-        if limit > request:
-            quantity, factor = limit, 100
-        else:
-            quantity = request
-        if quantity == 0:
-            if real in ("cpu", BATCH_CPU):
-                out.append(DEFAULT_MILLI_CPU_REQUEST)
-            elif real in ("memory", BATCH_MEMORY):
-                out.append(DEFAULT_MEMORY_REQUEST)
-            else:
-                out.append(0)
-            continue
-        out.append(go_round(quantity * factor / 100))
-    return out
+_Basis = tuple[list[int], list[int], list[int], str, str]
+"""A node's usage basis for one index: existing usage, thresholds, allocatable, the reason
+template and the usage's name (``usage``, ``p95 usage``, ``prod usage``)."""
 
 
 def _usage(rl: ResourceList | None, resources: Sequence[str]) -> list[int] | None:
     if rl is None:
         return None
     return [rl.get(r, 0) for r in resources]
-
-
-def aggregated_usage(metric: NodeMetricInfo, duration: float, kind: str) -> ResourceList | None:
-    """The ``kind`` percentile over ``duration`` (0: the longest window reported), or ``None``."""
-    if not metric.aggregated:
-        return None
-    if duration <= 0:
-        window = metric.aggregated[max(metric.aggregated)]
-    else:
-        found = metric.aggregated.get(duration)
-        if found is None:
-            return None
-        window = found
-    return window.get(kind)
 
 
 @dataclass(slots=True)
@@ -235,6 +108,8 @@ class _NodeLoad:
     prod_thresholds: list[int]
     agg_thresholds: list[int]
     filter_aggregated: bool
+    agg_kind: str
+    """The node's aggregated filter's percentile (``p95``), for the reason."""
 
 
 class LoadAwareScheduling(Plugin):
@@ -259,7 +134,10 @@ class LoadAwareScheduling(Plugin):
         self.resources: tuple[str, ...] = tuple(names)
         self.factors = a.factors
         self._weights = [(i, w) for i, w in enumerate(a.weights.get(r, 0) for r in names) if w > 0]
-        self._weight_sum = sum(w for _, w in self._weights)
+        self._dominant = a.dominant_resource_weight
+        self._weight_sum = sum(w for _, w in self._weights) + self._dominant
+        self._basis: dict[str, dict[str, _Basis]] = {"normal": {}, "prod": {}}
+        """Per threshold index, each node's usage basis (for the reasons' numbers)."""
         self._cache: dict[str, _NodeLoad] = {}
         self._token: tuple[int, int] | None = None
         self._normal_index = ThresholdIndex(len(names))
@@ -274,34 +152,6 @@ class LoadAwareScheduling(Plugin):
 
     # -- per-node precomputation ----------------------------------------------------------
 
-    def _thresholds(self, node: NodeInfo) -> tuple[list[int], list[int], list[int]]:
-        a = self.args
-        usage = dict(a.thresholds)
-        prod = dict(a.prod_usage_thresholds or {})
-        agg = dict(a.aggregated.usage_thresholds) if a.aggregated else {}
-        custom = node.annotations.get(ANNOTATION_CUSTOM_USAGE_THRESHOLDS)
-        if custom:
-            try:
-                parsed = json.loads(custom)
-                reader = ArgsReader(parsed, f"node {node.name}", NAME)
-                if parsed.get("usageThresholds"):
-                    usage = int_map(parsed["usageThresholds"], reader, "usageThresholds", 0, 100)
-                if parsed.get("prodUsageThresholds"):
-                    prod = int_map(
-                        parsed["prodUsageThresholds"], reader, "prodUsageThresholds", 0, 100
-                    )
-                agg_custom = (parsed.get("aggregatedUsage") or {}).get("usageThresholds")
-                if agg_custom:
-                    agg = int_map(agg_custom, reader, "aggregatedUsage.usageThresholds", 0, 100)
-            except (ValueError, AttributeError, PluginArgsError):
-                pass  # upstream ignores a node's unparsable custom thresholds too
-        res = self.resources
-        return (
-            [usage.get(r, 0) for r in res],
-            [prod.get(r, 0) for r in res],
-            [agg.get(r, 0) for r in res],
-        )
-
     def _load(self, cycle: Cycle, node: NodeInfo) -> _NodeLoad:
         metric = cycle.snapshot.node_metrics.get(node.name)
         cached = self._cache.get(node.name)
@@ -309,10 +159,15 @@ class LoadAwareScheduling(Plugin):
             return cached
         res = self.resources
         n = len(res)
-        alloc = [node.allocatable.get(r, 0) for r in res]
-        thresholds, prod_thresholds, agg_thresholds = self._thresholds(node)
+        allocatable = node_allocatable(node)
+        alloc = [allocatable.get(r, 0) for r in res]
+        profile = node_profile(node, self.args)
+        thresholds = [profile.usage.get(r, 0) for r in res]
+        prod_thresholds = [profile.prod.get(r, 0) for r in res]
+        agg_profile = profile.aggregated
+        agg_thresholds = [agg_profile.thresholds.get(r, 0) if agg_profile else 0 for r in res]
         agg = self.args.aggregated
-        filter_agg = bool(agg and any(agg_thresholds))
+        filter_agg = agg_profile is not None and any(agg_thresholds)
         expires_at = -math.inf
         if metric is not None and metric.update_time is not None:
             expires_at = metric.update_time + self.args.node_metric_expiration_seconds
@@ -330,6 +185,7 @@ class LoadAwareScheduling(Plugin):
             prod_thresholds=prod_thresholds,
             agg_thresholds=agg_thresholds,
             filter_aggregated=filter_agg,
+            agg_kind=agg_profile.kind if agg_profile else "",
         )
         self._cache[node.name] = load
         if metric is None or metric.node_usage is None:
@@ -346,7 +202,9 @@ class LoadAwareScheduling(Plugin):
         for pod in node.pods.values():
             pm = metric.pods.get(pod.key)
             reported = _usage(pm.usage, res) if pm is not None else None
-            est = estimate_pod(pod, res, self.factors)
+            est = estimate_pod(
+                pod, res, self.factors, allow_customize=self.args.allow_customize_estimation
+            )
             is_prod = pod.priority_class == PRIORITY_PROD
             for i in range(n):
                 all_estimated[i] += est[i]
@@ -382,19 +240,14 @@ class LoadAwareScheduling(Plugin):
             return out
 
         load.node_existing = existing(metric.node_usage) or all_estimated
-        if agg is not None:
-            if filter_agg:
-                load.agg_filter_existing = existing(
-                    aggregated_usage(
-                        metric, agg.usage_aggregated_duration, agg.usage_aggregation_type
-                    )
-                ) or list(all_estimated)
-            if agg.score_aggregation_type:
-                load.agg_score_existing = existing(
-                    aggregated_usage(
-                        metric, agg.score_aggregated_duration, agg.score_aggregation_type
-                    )
-                ) or list(all_estimated)
+        if filter_agg and agg_profile is not None:
+            load.agg_filter_existing = existing(
+                aggregated_usage(metric, agg_profile.duration, agg_profile.kind)
+            ) or list(all_estimated)
+        if agg is not None and agg.score_aggregation_type:
+            load.agg_score_existing = existing(
+                aggregated_usage(metric, agg.score_aggregated_duration, agg.score_aggregation_type)
+            ) or list(all_estimated)
         load.prod_existing = [prod_reported[i] + prod_delta[i] for i in range(n)]
         return load
 
@@ -444,19 +297,25 @@ class LoadAwareScheduling(Plugin):
         tuple[str, list[int | None]] | None,
         tuple[str, list[int | None]] | None,
         dict[str, tuple[float, list[tuple[int, int]]]],
+        tuple[_Basis, _Basis] | None,
     ]:
-        """A node's rows: (normal, prod) threshold rows and its score vectors."""
+        """A node's rows: (normal, prod) threshold rows, its score vectors, and the usage
+        basis of each row."""
         if load.metric is None or not load.has_usage:
-            return None, None, {}
+            return None, None, {}, None
         n = len(self.resources)
         alloc = load.allocatable
         if load.filter_aggregated and load.agg_filter_existing is not None:
             reason, ths, ex = ERR_AGGREGATED_USAGE, load.agg_thresholds, load.agg_filter_existing
+            label = f"{load.agg_kind} usage"
         else:
             reason, ths, ex = ERR_USAGE, load.thresholds, load.node_existing
+            label = "usage"
         heads = [headroom(ths[i], alloc[i], ex[i]) for i in range(n)]
         normal = (reason, heads)
         prod = normal
+        basis: _Basis = (ex, ths, alloc, reason, label)
+        prod_basis = basis
         if any(load.prod_thresholds):
             prod = (
                 ERR_USAGE,
@@ -465,6 +324,7 @@ class LoadAwareScheduling(Plugin):
                     for i in range(n)
                 ],
             )
+            prod_basis = (load.prod_existing, load.prod_thresholds, alloc, ERR_USAGE, "prod usage")
         weighted = [i for i, _ in self._weights]
         vecs = {
             kind: (
@@ -477,7 +337,7 @@ class LoadAwareScheduling(Plugin):
                 ("prod", load.prod_existing),
             )
         }
-        return normal, prod, vecs
+        return normal, prod, vecs, (basis, prod_basis)
 
     def _build_indexes(self) -> None:
         n = len(self.resources)
@@ -489,13 +349,15 @@ class LoadAwareScheduling(Plugin):
             "agg": {},
             "prod": {},
         }
+        self._basis = {"normal": {}, "prod": {}}
         for name, load in self._cache.items():
             if load.metric is not None:
                 expiry.append((load.expires_at, name))
-            nrow, prow, v = self._rows(name, load)
-            if nrow is not None and prow is not None:
+            nrow, prow, v, bases = self._rows(name, load)
+            if nrow is not None and prow is not None and bases is not None:
                 normal.append((name, *nrow))
                 prod.append((name, *prow))
+                self._basis["normal"][name], self._basis["prod"][name] = bases
             for kind, vec in v.items():
                 vecs[kind][name] = vec
         self._normal_index = ThresholdIndex.build(n, normal)
@@ -513,6 +375,8 @@ class LoadAwareScheduling(Plugin):
         self._normal_index.discard(name)
         self._prod_index.discard(name)
         self._expiry.discard(name)
+        self._basis["normal"].pop(name, None)
+        self._basis["prod"].pop(name, None)
         for kind in self._score_vecs.values():
             kind.pop(name, None)
 
@@ -520,30 +384,39 @@ class LoadAwareScheduling(Plugin):
         self._unindex(name)
         if load.metric is not None:
             self._expiry.upsert(name, load.expires_at)
-        nrow, prow, v = self._rows(name, load)
-        if nrow is not None and prow is not None:
+        nrow, prow, v, bases = self._rows(name, load)
+        if nrow is not None and prow is not None and bases is not None:
             self._normal_index.upsert(name, *nrow)
             self._prod_index.upsert(name, *prow)
+            self._basis["normal"][name], self._basis["prod"][name] = bases
         for kind, vec in v.items():
             self._score_vecs.setdefault(kind, {})[name] = vec
         self._rememo(name)
 
+    def _message(self, kind: str, name: str, i: int, est: Sequence[int]) -> str:
+        """The reason ``name`` fails on resource ``i`` for an estimate, with the numbers:
+        ``node(s) cpu usage exceed threshold, cpu usage 91% > threshold 65%``."""
+        ex, ths, alloc, template, label = self._basis[kind][name]
+        r = self.resources[i]
+        pct = go_round((ex[i] + est[i]) / alloc[i] * 100) if alloc[i] > 0 else 0
+        return f"{template % r}, {r} {label} {pct}% > threshold {ths[i]}%"
+
     def _rememo(self, name: str) -> None:
         """Recompute ``name``'s memoized verdicts and (where known) scores after a re-index."""
-        res = self.resources
         for (kind, est), fails in self._verdicts.items():
             index = self._prod_index if kind == "prod" else self._normal_index
             row = index.rows().get(name)
+            fails.pop(name, None)
             if row is not None:
                 for i, h in enumerate(row[1]):
                     if h is not None and est[i] > h:
-                        fails[name] = row[0] % res[i]
+                        fails[name] = self._message(kind, name, i, est)
                         break
         weight_sum = self._weight_sum or 1
         for (kind, est), scores in self._scores.items():
             vecs = self._score_vecs.get(kind, {})
             weights = [(w, est[i]) for i, w in self._weights]
-            scores[name] = _score(vecs.get(name), weights, weight_sum)
+            scores[name] = _score(vecs.get(name), weights, weight_sum, self._dominant)
 
     @staticmethod
     def _memo(memos: dict[_MemoKey, _T], key: _MemoKey, value: _T) -> _T:
@@ -557,7 +430,12 @@ class LoadAwareScheduling(Plugin):
         key = f"{NAME}/estimate/{pod.uid}"
         est = cycle.data.get(key)
         if est is None:
-            est = estimate_pod(pod, self.resources, self.factors)
+            est = estimate_pod(
+                pod,
+                self.resources,
+                self.factors,
+                allow_customize=self.args.allow_customize_estimation,
+            )
             cycle.data[key] = est
         return list(est)
 
@@ -572,45 +450,45 @@ class LoadAwareScheduling(Plugin):
         est = self._pod_estimate(cycle, pod)
         prod = pod.priority_class == PRIORITY_PROD
         index = self._prod_index if prod else self._normal_index
-        res = self.resources
-        if 2 * len(nodes) < len(cycle.snapshot.nodes):
-            # a few nodes (percentageOfNodesToScore's chunks): the memoized failing nodes
-            kind = "prod" if prod else "normal"
-            fails = self._verdicts.get((kind, tuple(est)))
-            if fails is None:
-                fails = {}
-                for i, name, reason in index.failing(est):
-                    if name not in fails:
-                        fails[name] = reason % res[i]
-                self._memo(self._verdicts, (kind, tuple(est)), fails)
+        kind = "prod" if prod else "normal"
+        # the failing nodes with their reasons, memoized per estimate (see the module docstring)
+        fails = self._verdicts.get((kind, tuple(est)))
+        if fails is None:
+            fails = {}
+            for i, name, _ in index.failing(est):
+                if name not in fails:
+                    fails[name] = self._message(kind, name, i, est)
+            self._memo(self._verdicts, (kind, tuple(est)), fails)
+        every = len(nodes) == len(cycle.snapshot.nodes)
+        if every:
+            out = dict(fails)
+        else:
             get = fails.get
             out = {n.name: r for n in nodes if (r := get(n.name)) is not None}
-            if a.filter_expired_node_metrics and self._expiry.count_expired(cycle.now):
-                asked = {n.name for n in nodes}
-                reject = not a.enable_schedule_when_node_metrics_expired
-                for name in self._expiry.expired(cycle.now):
-                    if name in asked:
-                        if reject:
-                            out[name] = ERR_EXPIRED
-                        else:
-                            out.pop(name, None)
-            return out
-        candidates: set[str] | None = None
-        if len(nodes) != len(cycle.snapshot.nodes):
-            candidates = {n.name for n in nodes}
-        skip: set[str] = set()
-        if a.filter_expired_node_metrics:
-            expired = self._expiry.expired(cycle.now)
-            skip.update(expired)
-            if not a.enable_schedule_when_node_metrics_expired:
-                for name in expired:
-                    if candidates is None or name in candidates:
+        if a.filter_expired_node_metrics and self._expiry.count_expired(cycle.now):
+            asked = None if every else {n.name for n in nodes}
+            reject = not a.enable_schedule_when_node_metrics_expired
+            for name in self._expiry.expired(cycle.now):
+                if asked is None or name in asked:
+                    if reject:
                         out[name] = ERR_EXPIRED
-        for i, name, reason in index.failing(est):
-            if name in out or name in skip or (candidates is not None and name not in candidates):
-                continue
-            out[name] = reason % res[i]
+                    else:
+                        out.pop(name, None)
         return out
+
+    def unresolvable(self, reason: str) -> bool:
+        return reason == ERR_EXPIRED  # evicting pods does not refresh a NodeMetric
+
+    def might_help(
+        self, cycle: Cycle, pod: PodInfo, node: NodeInfo, victims: Sequence[PodInfo]
+    ) -> bool:
+        """A node this plugin accepts stays accepted; on one it rejects, the reported usage
+        stays until the next report, so only victims counted by their estimate (too recent
+        for the report) can lower it now."""
+        if not self.filter_nodes(cycle, pod, [node]):
+            return True
+        metric = cycle.snapshot.node_metrics.get(node.name)
+        return metric is None or any(_recent(v, metric) for v in victims)
 
     def score_nodes(self, cycle: Cycle, pod: PodInfo, nodes: Sequence[NodeInfo]) -> dict[str, int]:
         a = self.args
@@ -642,7 +520,7 @@ class LoadAwareScheduling(Plugin):
                 name = node.name
                 sc = known(name)
                 if sc is None:
-                    sc = scores[name] = _score(get(name), weights, weight_sum)
+                    sc = scores[name] = _score(get(name), weights, weight_sum, self._dominant)
                 out[name] = sc
         if self._expiry.count_expired(now):
             for name in self._expiry.expired(now):
@@ -651,18 +529,36 @@ class LoadAwareScheduling(Plugin):
         return out
 
 
+def _recent(pod: PodInfo, metric: NodeMetricInfo) -> bool:
+    """Whether ``pod`` is counted by its estimate (too recent for the report)."""
+    pm = metric.pods.get(pod.key)
+    if pm is None or not pm.usage or metric.update_time is None or pod.scheduled_at is None:
+        return True
+    return pod.scheduled_at > metric.update_time - metric.report_interval_s
+
+
 def _score(
-    vec: tuple[float, list[tuple[int, int]]] | None, weights: list[tuple[int, int]], weight_sum: int
+    vec: tuple[float, list[tuple[int, int]]] | None,
+    weights: list[tuple[int, int]],
+    weight_sum: int,
+    dominant: int = 0,
 ) -> int:
     """A node's score for an estimate (``weights``: (weight, estimate) per weighted resource),
-    expiry not applied; 0 without a usable NodeMetric."""
+    expiry not applied; 0 without a usable NodeMetric. With a ``dominant`` weight the lowest
+    per-resource score (the node's most used resource) counts that much more
+    (``loadAwareSchedulingScorer``; ``weight_sum`` includes it)."""
     if vec is None:
         return 0
     total = 0
+    lowest = 100
     for (c, x), (w, e) in zip(vec[1], weights, strict=True):
         part = (c - x - e) * 100 // c
-        if part > 0:
-            total += part * w
+        if part < 0:
+            part = 0
+        total += part * w
+        lowest = min(lowest, part)
+    if dominant:
+        total += lowest * dominant
     return total // weight_sum
 
 

@@ -66,6 +66,12 @@ NAME = "NodeNUMAResource"
 ERR_NOT_MATCH_NUMA = "node(s) NUMA Topology policy not match"
 ERR_INVALID_REQUESTED_CPUS = "the requested CPUs must be integer"
 ERR_INVALID_CPU_TOPOLOGY = "node(s) invalid CPU Topology"
+HINT_NO_NRT = " (the node has no NodeResourceTopology: is the koordlet running there?)"
+"""Said after :data:`ERR_INVALID_CPU_TOPOLOGY` when the snapshot has no NRT for the node."""
+HINT_NO_CPU_TOPOLOGY = (
+    " (its NodeResourceTopology has no node.koordinator.sh/cpu-topology annotation)"
+)
+"""Said after :data:`ERR_INVALID_CPU_TOPOLOGY` when the NRT lacks the CPU topology."""
 ERR_SMT_ALIGNMENT = "node(s) requested cpus not multiple cpus per core"
 ERR_BIND_POLICY_CONFLICT = "node(s) cpu bind policy conflicts with pod's required cpu bind policy"
 ERR_NOT_ENOUGH_CPUS = "not enough cpus available to satisfy request"
@@ -392,7 +398,7 @@ class NodeNUMAResource(Plugin):
         topo = state.topo
         if need.bind:
             if topo is None or not topo.valid:
-                return ERR_INVALID_CPU_TOPOLOGY
+                return ERR_INVALID_CPU_TOPOLOGY + HINT_NO_CPU_TOPOLOGY
             if state.bind_policy == "FullPCPUsOnly":
                 if need.required and need.required != FULL_PCPUS:
                     return ERR_BIND_POLICY_CONFLICT
@@ -404,8 +410,10 @@ class NodeNUMAResource(Plugin):
                     return ERR_BIND_POLICY_CONFLICT
                 policy = SPREAD_BY_PCPUS
         numa_ids = sorted(state.numa_alloc) or (sorted(topo.numa_cpus) if topo else [])
+        # a NUMANodeLevel-exclusive pod prefers NUMA nodes no other such pod holds
+        preferred_ids = numa_ids
         if need.bind and need.exclusive == NUMA_NODE_LEVEL:
-            numa_ids = [n for n in numa_ids if n not in state.numa_exclusive_nodes]
+            preferred_ids = [n for n in numa_ids if n not in state.numa_exclusive_nodes]
         request = {r: pod.requests.get(r, 0) for r in _NUMA_RESOURCES}
 
         def free_of(nid: int, r: str) -> int:
@@ -441,7 +449,13 @@ class NodeNUMAResource(Plugin):
             for width in range(1, widest + 1):
                 hints = [m for m in combinations(numa_ids, width) if fits(m, free_of)]
                 if hints:
-                    hints.sort(key=lambda m: (free_total(m) if most else -free_total(m), m))
+                    hints.sort(
+                        key=lambda m: (
+                            any(n not in preferred_ids for n in m),
+                            free_total(m) if most else -free_total(m),
+                            m,
+                        )
+                    )
                     chosen = hints[0]
                     break
             if state.numa_policy == SINGLE_NUMA_NODE and (chosen is None or len(chosen) != 1):
@@ -452,23 +466,19 @@ class NodeNUMAResource(Plugin):
                 chosen = tuple(numa_ids)
         cpus: list[int] = []
         if need.bind and topo is not None:
-            order = list(chosen) if chosen is not None else numa_ids
-            if chosen is None:
-                # no NUMA policy: still prefer one NUMA node that holds the whole pod
-                most = state.numa_strategy == MOST_ALLOCATED
-                single = [n for n in order if free_of(n, "cpu") >= count * 1000]
-                single.sort(key=lambda n: (free_of(n, "cpu") if most else -free_of(n, "cpu"), n))
-                order = single + [n for n in order if n not in single]
+            available = state.free_cpus
+            if chosen is not None:  # the NUMA nodes the topology policy chose
+                allowed = frozenset().union(*(topo.numa_cpus.get(n, frozenset()) for n in chosen))
+                available = available & allowed
             got = take_cpus(
                 topo,
-                state.free_cpus,
-                order,
+                available,
                 count,
                 policy,
-                exclusive_cores=state.pcpu_exclusive_cores
-                if need.exclusive == PCPU_LEVEL
-                else frozenset(),
-                pcpu_exclusive=need.exclusive == PCPU_LEVEL,
+                exclusive_policy=need.exclusive,
+                exclusive_cores=state.pcpu_exclusive_cores,
+                exclusive_numa=state.numa_exclusive_nodes,
+                strategy=state.numa_strategy,
             )
             if got is None:
                 return ERR_NOT_ENOUGH_CPUS
@@ -526,11 +536,13 @@ class NodeNUMAResource(Plugin):
         bind = need.bind
         # a pod that binds cpus fails at once on a node without a valid CPU topology
         bindable = self._bindable_nodes if bind else frozenset()
+        topologies = cycle.snapshot.topologies
         for node in nodes:
             name = node.name
             if bind:
                 if name not in bindable:
-                    placements[name] = out[name] = ERR_INVALID_CPU_TOPOLOGY
+                    hint = HINT_NO_CPU_TOPOLOGY if name in topologies else HINT_NO_NRT
+                    placements[name] = out[name] = ERR_INVALID_CPU_TOPOLOGY + hint
                     continue
             elif name not in policy_nodes:
                 continue

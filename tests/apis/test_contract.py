@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = ("koordlet", "manager", "scheduler_plugins", "kubeclient", "bench")
+PACKAGES = ("koordlet", "manager", "scheduler_plugins", "kubeclient", "descheduler", "bench")
 KEY = re.compile(
     r"(koordinator\.sh|kubernetes\.io/|sigs\.k8s\.io|nvidia\.com/)|^koord-(prod|mid|batch|free)$"
 )

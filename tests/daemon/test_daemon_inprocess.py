@@ -9,7 +9,7 @@ import json
 import logging
 import re
 import socket
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
@@ -29,13 +29,21 @@ from koordlet.config import (
     CollectConfig,
     KoordletConfig,
     QoSConfig,
+    RuntimeHooksConfig,
     ServerConfig,
 )
+from koordlet.errors import ConfigError
 from koordlet.features import FeatureGates
-from koordlet.qos.manager import Strategy, StrategyContext, StrategyFactory, StrategyReport
-from koordlet.qos.table import FEATURE_GATES as QOS_GATES
+from koordlet.qos.framework import (
+    Strategy,
+    StrategyContext,
+    StrategyFactory,
+    StrategyReport,
+    StrategySpec,
+)
 from koordlet.qos.table import STRATEGIES
 from koordlet.system.cgroups import CgroupDriver, CgroupVersion
+from koordlet.system.knobs import CPU_SHARES
 from tests.daemon import Samples, free_port, one_value, parse_samples
 from tests.fakehost import FakeHost, container_id
 
@@ -57,6 +65,7 @@ def make_config(
     nodeslo: Path | None = None,
     port: int | None = None,
     qos: QoSConfig | None = None,
+    runtime_hooks: RuntimeHooksConfig | None = None,
 ) -> KoordletConfig:
     return KoordletConfig(
         node_name="node-1",
@@ -71,6 +80,8 @@ def make_config(
         nodeslo_file=None if nodeslo is None else str(nodeslo),
         state_dir=str(fake.root / "state"),  # the audit log goes here, never to /var/lib
         qos=qos or QoSConfig(),
+        # no hook server, no NRI plugin: nothing of the host's /var/run (tests/runtimehooks)
+        runtime_hooks=runtime_hooks or RuntimeHooksConfig(addr="", nri=False),
     )
 
 
@@ -116,7 +127,7 @@ async def running(
     cfg: KoordletConfig,
     *,
     collectors: Sequence[CollectorSpec] = COLLECTORS,
-    strategies: Mapping[str, StrategyFactory] | None = None,
+    strategies: Sequence[StrategySpec] | None = None,
     own_process: bool = False,
 ) -> AsyncIterator[Running]:
     """Start ``daemon.run``, wait for ``/readyz``, and stop it (within 5 s) on the way out."""
@@ -143,10 +154,15 @@ async def running(
     assert run.code == 0
 
 
+def row(name: str, factory: StrategyFactory) -> StrategySpec:
+    """A strategy table row for a test strategy: no gate, the reconcile interval."""
+    return StrategySpec(name, factory, lambda q: q.reconcile_interval, "test")
+
+
 def daemon_gate_on(strategy: str) -> bool:
     """Whether the strategy's gate is on by Koordinator's defaults (the test config's gates)."""
-    gate = QOS_GATES.get(strategy)
-    return gate is None or FeatureGates().enabled(gate)
+    gate = next(s.gate for s in STRATEGIES if s.name == strategy)
+    return not gate or FeatureGates().enabled(gate)
 
 
 def stage_events(records: list[logging.LogRecord]) -> list[tuple[str, str]]:
@@ -169,7 +185,11 @@ async def test_stages_start_in_order_serve_ready_and_stop_in_reverse(
         assert await run.get("/readyz") == (200, "ok")
         tasks = (await run.json("/debug/tasks"))["tasks"]
         assert sorted(t["name"] for t in tasks) == sorted(
-            ["collect", *(f"qos/{n}" for n in STRATEGIES if daemon_gate_on(n))]
+            [
+                "collect",
+                *(f"qos/{n}" for n in (s.name for s in STRATEGIES) if daemon_gate_on(n)),
+                "runtimehooks-reconciler",  # the default gates enable hooks it applies
+            ]
         )
 
     events = stage_events(caplog.records)
@@ -350,13 +370,13 @@ async def test_the_qos_manager_runs_each_strategy_and_counts_its_failures(fake: 
     seen: list[StrategyContext] = []
 
     def factory(strategy: Counting) -> StrategyFactory:
-        def build(ctx: StrategyContext) -> Strategy:
+        def build(ctx: StrategyContext, interval: float) -> Strategy:
             seen.append(ctx)
             return strategy
 
         return build
 
-    table = {"good": factory(good), "bad": factory(bad)}
+    table = [row("good", factory(good)), row("bad", factory(bad))]
     async with running(make_config(fake), strategies=table) as run:
 
         async def both_ran() -> bool:
@@ -366,7 +386,7 @@ async def test_the_qos_manager_runs_each_strategy_and_counts_its_failures(fake: 
         samples = await run.samples()
         names = {t["name"] for t in (await run.json("/debug/tasks"))["tasks"]}
 
-    assert names == {"collect", "qos/good", "qos/bad"}
+    assert names == {"collect", "qos/good", "qos/bad", "runtimehooks-reconciler"}
     errors = one_value(samples, "koordlet_step_errors_total", component="qos", name="qos/bad")
     assert errors is not None
     assert errors >= 1
@@ -386,7 +406,7 @@ class SharesWriter:
     async def reconcile(self) -> None:
         pod = next(iter(self.ctx.workloads().pods.values()))
         future = self.ctx.executor.submit(
-            "cpu_shares", pod.cgroup_dir, self.shares, strategy=self.name, reason="test"
+            CPU_SHARES, pod.cgroup_dir, self.shares, strategy=self.name, reason="test"
         )
         result = await asyncio.wrap_future(future)
         self.results.append(result)
@@ -403,14 +423,14 @@ async def test_dry_run_strategies_write_nothing_while_the_audit_log_records_both
     built: dict[str, SharesWriter] = {}
 
     def factory(name: str, shares: int) -> StrategyFactory:
-        def build(ctx: StrategyContext) -> Strategy:
+        def build(ctx: StrategyContext, interval: float) -> Strategy:
             built[name] = SharesWriter(ctx, name, shares)
             return built[name]
 
         return build
 
     cfg = make_config(fake, qos=QoSConfig(dry_run_strategies=frozenset({"dry"})))
-    table = {"real": factory("real", 64), "dry": factory("dry", 8)}
+    table = [row("real", factory("real", 64)), row("dry", factory("dry", 8))]
     async with running(cfg, strategies=table) as run:
 
         async def both_audited() -> bool:
@@ -446,43 +466,51 @@ async def test_dry_run_strategies_write_nothing_while_the_audit_log_records_both
 
 async def test_an_unknown_dry_run_strategy_name_is_a_config_error(fake: FakeHost) -> None:
     cfg = make_config(fake, qos=QoSConfig(dry_run_strategies=frozenset({"cpusupress"})))
-    table = {"cpusuppress": lambda ctx: Counting("cpusuppress")}
-    code = await asyncio.wait_for(daemon.run(cfg, strategies=table), daemon.STOP_TIMEOUT * 2)
-    assert code == daemon.EXIT_CONFIG
+    table = [row("cpusuppress", lambda ctx, interval: Counting("cpusuppress"))]
+    with pytest.raises(ConfigError) as info:
+        await asyncio.wait_for(daemon.run(cfg, strategies=table), daemon.STOP_TIMEOUT * 2)
+    assert info.value.source == "--qos-dry-run-strategies"
 
 
-async def test_a_stage_that_fails_to_start_stops_what_started_and_returns_1(
+async def test_a_busy_addr_stops_what_started_and_raises_one_line_naming_the_flag(
     fake: FakeHost, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.INFO)
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
-        cfg = make_config(fake, port=taken.getsockname()[1])
+        port = taken.getsockname()[1]
+        cfg = make_config(fake, port=port)
         async with asyncio.timeout(10):
-            code = await daemon.run(cfg, stop=asyncio.Event())
+            with pytest.raises(ConfigError) as info:
+                await daemon.run(cfg, stop=asyncio.Event())
 
-    assert code == daemon.EXIT_FAILED
+    assert str(info.value) == f"--addr: cannot listen on 127.0.0.1:{port}: address already in use"
     assert any("stage server failed to start" in r.getMessage() for r in caplog.records)
     stopped = [s for e, s in stage_events(caplog.records) if e == "stopped"]
-    assert stopped[0] == "qos"
+    assert stopped[0] == daemon.STAGES[-2]  # the stage before the server
     assert stopped[-1] == "executor"
 
 
-async def test_a_bad_nodeslo_file_at_start_returns_the_config_exit_code(
+async def test_a_bad_nodeslo_file_at_start_raises_the_config_error(
     fake: FakeHost, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
+    caplog.set_level(logging.DEBUG)
     slo = tmp_path / "nodeslo.yaml"
     write_nodeslo(slo, [{"name": "x", "qos": "NOPE"}])
 
     async with asyncio.timeout(10):
-        code = await daemon.run(make_config(fake, nodeslo=slo), stop=asyncio.Event())
+        with pytest.raises(ConfigError) as info:
+            await daemon.run(make_config(fake, nodeslo=slo), stop=asyncio.Event())
 
-    assert code == daemon.EXIT_CONFIG
-    (record,) = [r for r in caplog.records if "failed to start" in r.getMessage()]
-    assert str(slo) in record.getMessage()
-    assert "hostApplications[0].qos" in record.getMessage()
-    assert record.exc_info is None
+    assert info.value.source == str(slo)
+    assert "hostApplications[0].qos" in str(info.value)
+    shown = [r for r in caplog.records if r.levelno > logging.DEBUG]
+    assert [r.getMessage() for r in shown if "failed to start" in r.getMessage()] == [
+        "stage states failed to start; stopping what started"
+    ]
+    assert all(r.exc_info is None for r in shown)  # the traceback is logged at debug only
+    assert any(r.exc_info for r in caplog.records if r.levelno == logging.DEBUG)
 
 
 async def test_a_stop_requested_during_start_up_stops_what_started_and_returns_0(

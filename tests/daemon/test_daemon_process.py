@@ -219,6 +219,42 @@ def test_sighup_rereads_the_nodeslo_file(
         assert proc.stop() == 0
 
 
+def test_a_bad_section_on_sighup_keeps_its_last_good_value_and_says_so(
+    command: list[str], tmp_path: Path, host_root: Path
+) -> None:
+    fake = FakeHost(host_root, CgroupVersion.V1, CgroupDriver.CGROUPFS)
+    slo = tmp_path / "nodeslo.yaml"
+
+    def write(burst_policy: str, threshold: int) -> None:
+        spec = {
+            "resourceUsedThresholdWithBE": {"cpuSuppressThresholdPercent": threshold},
+            "cpuBurstStrategy": {"policy": burst_policy},
+        }
+        slo.write_text(yaml.safe_dump({"spec": spec}))
+
+    write("auto", 60)
+    with koordlet(command, fake_args(fake, "--nodeslo-file", str(slo)), tmp_path) as proc:
+        first = proc.json("/debug/qos")["nodeslo"]
+        assert first["sections"]["cpuBurstStrategy"] == {"status": "ok"}
+        write("sometimes", 55)
+        proc.popen.send_signal(signal.SIGHUP)
+
+        def rejected() -> bool:
+            sections = proc.json("/debug/qos")["nodeslo"]["sections"]
+            return sections["cpuBurstStrategy"]["status"] == "rejected"
+
+        proc.until("the bad section rejected on SIGHUP", rejected)
+        now = proc.json("/debug/qos")["nodeslo"]
+        assert now["sections"]["cpuBurstStrategy"]["field"] == "spec.cpuBurstStrategy.policy"
+        assert now["sections"]["resourceUsedThresholdWithBE"] == {"status": "ok"}  # applied
+        assert now["generation"] == first["generation"] + 1
+        _, metrics = proc.get("/metrics")
+        assert 'koordlet_nodeslo_section_rejected{section="cpuBurstStrategy"} 1.0' in metrics
+        assert "koordlet_nodeslo_reload_errors_total 1.0" in metrics
+        assert proc.stop() == 0
+    assert "spec.cpuBurstStrategy.policy" in proc.log.read_text()
+
+
 def test_koordlet_on_this_machine_reports_its_real_memory(
     command: list[str], tmp_path: Path
 ) -> None:
@@ -279,6 +315,36 @@ def test_a_broken_nodeslo_file_exits_2_naming_file_and_field(
     assert "hostApplications[0].qos" in done.stderr
 
 
+@pytest.mark.parametrize(
+    ("section", "value", "field"),
+    [
+        ("resourceUsedThresholdWithBE", {"cpuSuppressThresholdPercent": -5},
+         "spec.resourceUsedThresholdWithBE.cpuSuppressThresholdPercent"),
+        ("resourceUsedThresholdWithBE", {"memoryEvictThresholdPercent": 101},
+         "spec.resourceUsedThresholdWithBE.memoryEvictThresholdPercent"),
+        ("cpuBurstStrategy", {"cpuBurstPercent": "lots"}, "spec.cpuBurstStrategy.cpuBurstPercent"),
+        ("resourceUsedThresholdWithBE", {"cpuSuppressPolicy": "sometimes"},
+         "spec.resourceUsedThresholdWithBE.cpuSuppressPolicy"),
+    ],
+    ids=["negative", "over-100", "string-for-number", "unknown-policy"],
+)  # fmt: skip
+def test_a_bad_strategy_value_in_the_nodeslo_file_exits_2_from_the_console_script(
+    tmp_path: Path, section: str, value: dict[str, object], field: str
+) -> None:
+    """README's promise, through the installed ``koordlet`` entry point: a bad value is not
+    started on with every strategy off, it stops the start naming the file and the field."""
+    if not SCRIPT.exists():
+        pytest.skip(f"the console script is not installed ({SCRIPT}); pip install -e . adds it")
+    slo = tmp_path / "nodeslo.yaml"
+    doc = {"apiVersion": "slo.koordinator.sh/v1alpha1", "kind": "NodeSLO", "spec": {section: value}}
+    slo.write_text(yaml.safe_dump(doc))
+
+    done = run_to_exit(launcher(script=True), "--standalone", "--nodeslo-file", str(slo))
+
+    assert done.returncode == 2, done.stderr
+    assert f"koordlet: {slo}: {field}: " in done.stderr
+
+
 @pytest.mark.parametrize("script", [False, True], ids=["python-m", "console-script"])
 def test_version_and_help_print_and_exit_0(script: bool) -> None:
     if script and not SCRIPT.exists():
@@ -295,4 +361,5 @@ def test_version_and_help_print_and_exit_0(script: bool) -> None:
     assert "--feature-gates" in help_.stdout
     commands = help_.stdout.split("commands (koordlet COMMAND --help", 1)[1]
     assert re.search(r"^  host-app  start a host application", commands, re.MULTILINE)
-    assert "koordlet {host-app} ..." in help_.stdout  # the usage line names it too
+    assert re.search(r"^  status    summarize the running koordlet", commands, re.MULTILINE)
+    assert "koordlet {host-app,status,reset} ..." in help_.stdout  # the usage line names them too

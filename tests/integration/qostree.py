@@ -22,11 +22,9 @@ import sys
 import time
 import uuid
 from dataclasses import dataclass, field
-from types import SimpleNamespace
 from typing import Any
 
 from apis.extension import KubeQOS
-from apis.slo import NodeSLOSpec
 from koordlet.collectors.framework import CollectorContext
 from koordlet.collectors.nodeinfo import node_info_dict
 from koordlet.collectors.runner import CollectorRunner
@@ -36,13 +34,14 @@ from koordlet.executor import CgroupWriter, WriteResult
 from koordlet.executor.audit import AuditLog
 from koordlet.metriccache import MetricCache
 from koordlet.qos.cpusuppress import CPUSuppress
-from koordlet.qos.manager import QoSBook, StrategyContext
+from koordlet.qos.framework import QoSBook, StrategyContext
 from koordlet.statesinformer.kubepods import KubepodsSource
 from koordlet.statesinformer.model import PodInfo, WorkloadSnapshot
 from koordlet.system.cgroups import CgroupDriver, CgroupVersion, detect_layout
 from koordlet.system.host import Host
 from koordlet.system.paths import HostPaths
 from koordlet.system.topology import read_cpu_topology
+from tests.strategyrig import config, in_force
 
 PATHS = HostPaths()
 CONTROLLERS = ("cpu", "cpuacct", "cpuset", "memory")
@@ -197,11 +196,11 @@ class SuppressRig:
         )
         ctx = StrategyContext(
             host=lambda: tree.host,
-            config=SimpleNamespace(collect=SimpleNamespace(res_used_interval=1.0)),
+            config=config(),
             cache=self.cache,
             executor=self.writer,
             workloads=lambda: self.snapshot,
-            node_slo=lambda: NodeSLOSpec(resource_used_threshold_with_be=dict(self.slo)),
+            node_slo=lambda: in_force(resourceUsedThresholdWithBE=dict(self.slo)),
             audit=self.audit,
             book=QoSBook(),
         )

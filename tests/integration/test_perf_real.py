@@ -15,7 +15,7 @@ import errno
 import logging
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 
@@ -60,6 +60,36 @@ def root() -> Iterator[str]:
 
 def fd_count() -> int:
     return len(os.listdir("/proc/self/fd"))
+
+
+DEADLINE = 60.0
+"""Seconds a wait for the kernel may take before the test fails; only a hung machine gets near."""
+
+
+def until(what: str, done: Callable[[], bool]) -> None:
+    """Poll ``done()`` until true; fail naming ``what`` after :data:`DEADLINE` seconds."""
+    deadline = time.monotonic() + DEADLINE
+    while not done():
+        assert time.monotonic() < deadline, f"not within {DEADLINE:g}s: {what}"
+        time.sleep(0.01)
+
+
+def cpu_ticks(pid: int) -> int:
+    """utime + stime of a process, in clock ticks (``/proc/<pid>/stat`` fields 14 and 15)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return int(fields[11]) + int(fields[12])
+
+
+def rmdir_unless_busy(path: str) -> bool:
+    """Remove the cgroup folder; False while the kernel still counts a task in it (EBUSY)."""
+    try:
+        os.rmdir(path)
+    except OSError as err:
+        if err.errno != errno.EBUSY:
+            raise
+        return False
+    return True
 
 
 def entity(made: Containers, index: int) -> str:
@@ -134,18 +164,17 @@ def test_a_container_removed_mid_window_is_read_and_closed_without_a_failure(
         collector = cpi.CPICollector(made.host, period=10.0, window=1.0, events=SOFTWARE)
         before = fd_count()
         collector.collect(TickState(0.0, made.snapshot))
+        # The survivor must have run while its counters were open, or the window has no data for
+        # it (``totals is None``, no sample): on a busy machine a few milliseconds are not
+        # enough, so wait until the scheduler gave it CPU time, whatever that takes.
+        survivor = made.procs[0]
+        started = cpu_ticks(survivor.pid)
         victim = made.procs.pop()  # the second container's process, and below its folder
         victim.kill()
         victim.wait(timeout=10)
         leaf = made.dirs.pop()
-        for _ in range(100):  # the killed task leaves its cgroup asynchronously
-            try:
-                os.rmdir(leaf)
-                break
-            except OSError as err:
-                if err.errno != errno.EBUSY:
-                    raise
-                time.sleep(0.05)
+        until("the killed task left its cgroup", lambda: rmdir_unless_busy(leaf))
+        until("the survivor ran", lambda: cpu_ticks(survivor.pid) > started)
         assert not os.path.exists(leaf)
         with caplog.at_level(logging.WARNING):
             done = collector.collect(TickState(1.0, made.snapshot))

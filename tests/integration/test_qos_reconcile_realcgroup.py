@@ -23,18 +23,19 @@ from typing import Any
 import pytest
 
 from apis.extension import KubeQOS, QoSClass
-from apis.slo import NodeSLOSpec
 from koordlet.collectors.nodeinfo import node_info_dict
 from koordlet.executor import CgroupWriter
+from koordlet.features import FeatureGates
 from koordlet.metriccache.store import MetricCache
 from koordlet.qos.cgreconcile import MECH_CPU_IDLE, MECH_SHARES, CgroupReconcile
-from koordlet.qos.manager import QoSBook, StrategyContext
+from koordlet.qos.framework import QoSBook, StrategyContext
 from koordlet.statesinformer.model import ContainerInfo, PodInfo, WorkloadSnapshot
 from koordlet.system.cgroups import CgroupDriver, CgroupVersion, detect_layout
 from koordlet.system.host import Host
 from koordlet.system.paths import HostPaths
 from koordlet.system.probe import probe_capabilities
 from koordlet.system.topology import read_cpu_topology
+from tests.strategyrig import config, in_force
 
 PATHS = HostPaths()
 CONTROLLERS = ("cpu", "cpuset", "memory")
@@ -48,6 +49,10 @@ pytestmark = [
         reason="needs the cgroup v1 cpu, cpuset and memory hierarchies",
     ),
 ]
+
+HOOKS_OFF = FeatureGates({"GroupIdentity": False, "CPUSetAllocator": False})
+"""The runtime hooks that own pods' group identity and cpusets while their gates are on are off:
+this strategy writes those too (docs/runtimehooks.md, "Who writes what")."""
 
 
 def _read(path: str) -> str:
@@ -142,11 +147,11 @@ def _rig(t: Tree, pods: list[PodInfo], raw: dict[str, Any]) -> SimpleNamespace:
     writer = CgroupWriter(t.host)
     ctx = StrategyContext(
         host=lambda: t.host,
-        config=SimpleNamespace(),
+        config=config(HOOKS_OFF),
         cache=cache,
         executor=writer,
         workloads=lambda: WorkloadSnapshot(pods={p.uid: p for p in box["pods"]}),
-        node_slo=lambda: NodeSLOSpec(resource_qos_strategy=box["raw"]),
+        node_slo=lambda: in_force(resourceQOSStrategy=box["raw"]),
         capabilities=probe_capabilities(t.host),
         book=book,
     )

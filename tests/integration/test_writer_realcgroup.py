@@ -14,6 +14,7 @@ import pytest
 
 from koordlet.errors import CgroupGoneError, HostError, InvalidValueError
 from koordlet.executor import CgroupWriter
+from koordlet.system import tc
 from koordlet.system.cgroups import CgroupDriver, CgroupVersion, detect_layout
 from koordlet.system.host import Host
 from koordlet.system.knobs import (
@@ -139,7 +140,9 @@ def test_the_probe_claims_exactly_the_files_this_kernel_has(host: Host) -> None:
     assert caps.supported("cpu_shares")
     assert caps.supported("memory_limit")
     for cap in caps.values():
-        if cap.supported:
+        if cap.name == "tc_classifier":  # a bpf(2) load: the kernel's answer, no file
+            assert cap.supported == tc.probe_classifier()[0], cap
+        elif cap.supported:
             assert os.path.exists(cap.path), cap
         elif cap.path and not cap.reason.startswith(("permission", "cannot read")):
             assert not os.path.exists(cap.path) or "has no" in cap.reason, cap

@@ -103,7 +103,7 @@ def threshold_of(daemon: Daemon) -> int | None:
     states = daemon.kube_states
     if states is None:
         return None
-    return states.strategies.resource_used_threshold_with_be.cpu_suppress_threshold_percent
+    return states.node_slo.resource_used_threshold_with_be.cpu_suppress_threshold_percent
 
 
 OUTAGE_S = 3.0

@@ -6,7 +6,7 @@ import random
 
 from kubeclient.backoff import Backoff
 from kubeclient.client import KubeClient, Obj
-from kubeclient.informer import Informer
+from kubeclient.informer import Informer, name_of, namespaced_name, waiting_for
 from kubeclient.resources import ELASTIC_QUOTAS, NODE_METRICS, PODS
 from tests.kube.conftest import eventually, running
 from tests.kubefake import FakeApiServer, Fault
@@ -208,3 +208,32 @@ async def test_relisting_is_true_from_a_410_until_the_relist_is_applied(
     # the relist's callbacks ran while the store was still marked stale
     assert seen == [False, True]
     assert (informer.stats.gone, informer.stats.lists) == (1, 2)
+
+
+async def test_waiting_for_names_each_informer_not_current_with_its_last_error(
+    kube_api: FakeApiServer, kube_client: KubeClient
+) -> None:
+    """What a reader of several informers reports while not ready: a kind not listed yet (with
+    the last error), nothing for one listed or one the server does not serve."""
+    kube_api.put("pods", _pod("a", "n1"))
+    kube_api.faults.append(Fault(path_contains="nodemetrics", status=500, times=1000))
+    pods = _informer(kube_client)
+    metrics = Informer(kube_client, NODE_METRICS, backoff=Backoff(base=0.01, cap=0.02))
+    quotas = Informer(kube_client, ELASTIC_QUOTAS, backoff=Backoff(base=0.01, cap=0.02))
+    async with running(pods), running(metrics), running(quotas):
+        assert await pods.wait_synced(5.0)
+        assert await quotas.wait_settled(5.0)
+        await eventually(lambda: bool(metrics.last_error))
+        waiting = waiting_for([pods, metrics, quotas])
+    assert len(waiting) == 1
+    assert waiting[0].startswith(f"{metrics.name} (not listed yet: 500")
+
+
+def test_object_names_as_the_informers_key_them() -> None:
+    pod = _pod("a", "n1")
+    assert name_of(pod) == "a"
+    assert namespaced_name(pod) == "default/a"
+    assert namespaced_name({"metadata": {"name": "x", "namespace": "kube-system"}}) == (
+        "kube-system/x"
+    )
+    assert (name_of({}), namespaced_name({})) == ("", "default/")

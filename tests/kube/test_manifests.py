@@ -3,6 +3,7 @@ exactly what the code uses."""
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 from typing import Any
@@ -33,6 +34,10 @@ USED: set[tuple[str, str, str]] = {
     ("topology.node.k8s.io", "noderesourcetopologies", "get"),
     ("topology.node.k8s.io", "noderesourcetopologies", "create"),
     ("topology.node.k8s.io", "noderesourcetopologies", "update"),
+    # koordlet/reporter/device.py: the same for the node's Device (gate Accelerators)
+    ("scheduling.koordinator.sh", "devices", "get"),
+    ("scheduling.koordinator.sh", "devices", "create"),
+    ("scheduling.koordinator.sh", "devices", "update"),
     # koordlet/qos/evict_api.py: POST pods/<name>/eviction, and the evictPodSuccess Event
     ("", "pods/eviction", "create"),
     ("", "events", "create"),
@@ -117,6 +122,12 @@ def test_the_host_is_mounted_where_the_args_point() -> None:
     assert host[cfg.state_dir.rstrip("/")] == "/var/lib/koordlet"
     assert host["/var/lib/kubelet"] == "/var/lib/kubelet"
     assert not any(m.get("readOnly") for m in container["volumeMounts"] if "cgroup" in m["name"])
+    # the runtime hooks: the hook socket and koordlet.json where the host's proxy finds them,
+    # the host's /var/run for the runtime's NRI socket
+    hooks = cfg.runtime_hooks
+    assert host[os.path.dirname(hooks.addr)] == os.path.dirname(hooks.host_endpoint)
+    assert host[hooks.config_path.rstrip("/")] == "/etc/runtime/hookserver.d"
+    assert host[hooks.var_run_root.rstrip("/")] == "/var/run"
 
 
 def _granted() -> set[tuple[str, str, str]]:
@@ -159,3 +170,32 @@ def test_a_resource_the_koordlet_code_names_is_in_the_rbac_list(name: str) -> No
     if name == "PODS":  # the eviction subresource is named through PODS inside kubeclient
         named = True
     assert named == in_rbac, name
+
+
+RESET = ROOT / "packaging" / "kubernetes" / "koordlet-reset" / "daemonset.yaml"
+
+
+def test_the_reset_daemonset_runs_reset_on_the_koordlets_host_paths_and_state() -> None:
+    """docs/kubernetes.md's uninstall: the reset reads the same state and writes the same
+    cgroup tree as the koordlet it follows, and finds a koordlet still answering on its port."""
+    reset = yaml.safe_load(RESET.read_text(encoding="utf-8"))
+    spec = reset["spec"]["template"]["spec"]
+    (init,) = spec["initContainers"]
+    assert init["command"] == ["koordlet"]
+    assert init["args"][0] == "reset"
+    volumes = {v["name"]: v["hostPath"]["path"].rstrip("/") for v in spec["volumes"]}
+    host = {m["mountPath"].rstrip("/"): volumes[m["name"]] for m in init["volumeMounts"]}
+    cfg = load_config(init["args"][1:], environ={"NODE_NAME": "node-1"})
+    (koordlet,) = _pod_spec()["containers"]
+    daemon = load_config(koordlet["args"], environ={"NODE_NAME": "node-1"})
+    assert host[cfg.paths.cgroup_root.rstrip("/")] == "/sys/fs/cgroup"
+    assert host[cfg.paths.sys_root.rstrip("/")] == "/sys"
+    assert host[cfg.state_dir] == "/var/lib/koordlet"
+    assert (cfg.paths, cfg.state_dir, cfg.server.port) == (
+        daemon.paths,
+        daemon.state_dir,
+        daemon.server.port,
+    )
+    assert spec["hostPID"] is True  # the host's processes (a koordlet still running)
+    assert spec["hostNetwork"] is True  # the koordlet's port on the node
+    assert init["securityContext"]["privileged"] is True

@@ -58,6 +58,7 @@ def _fill(cache: MetricCache, *, samples: int = 180) -> None:
             Sample(SeriesKey(s.SYSTEM_MEMORY_USAGE, s.SYSTEM), GiB + 512),
             Sample(SeriesKey(s.NUMA_MEMORY_USAGE, s.numa_entity(1)), 5 * GiB),
             Sample(SeriesKey(s.NUMA_MEMORY_USAGE, s.numa_entity(0)), 3 * GiB),
+            Sample(SeriesKey(s.NUMA_CPU_USAGE, s.numa_entity(0)), 1.0),
             Sample(SeriesKey(s.HOST_APP_CPU_USAGE, s.host_app_entity("nginx")), 0.1),
             Sample(SeriesKey(s.HOST_APP_MEMORY_USAGE, s.host_app_entity("nginx")), 1.5 * MiB),
         ]
@@ -141,8 +142,15 @@ def test_pods_host_applications_and_numa_nodes_are_reported() -> None:
     assert status["hostApplicationMetric"] == [
         {"name": "nginx", "usage": _res("100m", "1536Ki"), "priority": "koord-prod", "qos": "LS"}
     ]
+    # NUMA 0: 1 core of the node's average; its system CPU is the node's system CPU (0.5) times
+    # its share of the node's CPU usage (the CRD's rule); NUMA 1 has no CPU series
+    node_cpu = (31 * 4.0 + 0 * 2.0) / 31  # the 300 s window holds the 4-core ticks only
     assert status["nodeMetric"]["numaUsages"] == [
-        {"numaNodeID": 0, "nodeUsage": {"resources": {"memory": "3Gi"}}},
+        {
+            "numaNodeID": 0,
+            "nodeUsage": _res("1", "3Gi"),
+            "systemUsage": {"resources": {"cpu": f"{int(0.5 * 1.0 / node_cpu * 1000)}m"}},
+        },
         {"numaNodeID": 1, "nodeUsage": {"resources": {"memory": "5Gi"}}},
     ]
 

@@ -320,6 +320,9 @@ async def test_the_reporter_writes_prod_reclaimable_that_validates(
     expected = p.prod_reclaimable(NOW)
     assert expected is not None
     assert stored["status"]["prodReclaimableMetric"] == expected.to_metric()
+    peak = p.prod_peak(NOW)
+    assert peak is not None
+    assert stored["status"]["prodPeakMetric"] == peak.to_metric()
     assert validate(stored) == []
 
 
@@ -333,4 +336,45 @@ def test_without_a_prediction_the_field_is_left_out(tmp_path: Path) -> None:
         predictor=p,
         clock=lambda: NOW,
     )
-    assert "prodReclaimableMetric" not in reporter.build()
+    built = reporter.build()
+    assert "prodReclaimableMetric" not in built
+    assert "prodPeakMetric" not in built
+
+
+def test_prod_peak_is_the_smaller_of_both_estimates_with_the_system_and_the_margin(
+    tmp_path: Path,
+) -> None:
+    rig = _known_rig(tmp_path)
+    p = rig.predictor()
+    assert p.prod_peak(NOW) is None  # nothing trained: no system model
+    p.train(NOW)
+    got = p.prod_peak(NOW)
+    assert got is not None
+    # per pod: system peak + the pod's peak, each raised by 10 %
+    sys_cpu = int(int(_end(CPU_BUCKETS, 0.5) * 1000) * 1.1)
+    sys_mem = int(int(_end(MEMORY_BUCKETS, GiB)) * 1.1)
+    by_pod = (2 * sys_cpu, 2 * sys_mem)
+    # per priority: (system + koord-prod + none) raised by 10 %
+    cpu_parts = 2 * int(_end(CPU_BUCKETS, 0.5) * 1000) + int(_end(CPU_BUCKETS, 0.0) * 1000)
+    mem_parts = 2 * int(_end(MEMORY_BUCKETS, GiB)) + int(_end(MEMORY_BUCKETS, 0.0))
+    by_priority = (int(cpu_parts * 1.1), int(mem_parts * 1.1))
+    assert (got.cpu_milli, got.memory_bytes) == (
+        min(by_pod[0], by_priority[0]),
+        min(by_pod[1], by_priority[1]),
+    )
+
+
+def test_prod_peak_counts_the_request_of_a_pod_in_cold_start(tmp_path: Path) -> None:
+    rig = _known_rig(tmp_path)
+    p = rig.predictor()
+    p.train(NOW)
+    known = p.prod_peak(NOW)
+    rig.pods = [_pod("p1", "koord-prod", age=HOUR, cpu=2000, mem=4 * GiB)]
+    cold = p.prod_peak(NOW)
+    assert known is not None
+    assert cold is not None
+    # the per-pod estimate now counts the 2 cores requested instead of the 0.5-core peak, so
+    # the per-priority estimate (which the pod's usage is part of) is the smaller one
+    assert cold.cpu_milli >= known.cpu_milli
+    sys_cpu = int(int(_end(CPU_BUCKETS, 0.5) * 1000) * 1.1)
+    assert cold.cpu_milli <= sys_cpu + 2000

@@ -186,16 +186,14 @@ async def test_the_nodeslo_merges_over_defaults_notifies_and_is_persisted(
     source = _source(kube_client, host, tmp_path / "state")
     seen: list[int] = []
     source.add_node_slo_listener(
-        lambda spec, s: seen.append(
-            s.resource_used_threshold_with_be.cpu_suppress_threshold_percent
-        )
+        lambda s: seen.append(s.resource_used_threshold_with_be.cpu_suppress_threshold_percent)
     )
     async with _running(source):
         assert await source.wait_synced(5.0)
         kube_api.put("nodeslos", _nodeslo(40))
         await eventually(lambda: seen == [50, 40])
         await source.flush()
-    threshold = source.strategies.resource_used_threshold_with_be
+    threshold = source.node_slo.resource_used_threshold_with_be
     assert threshold.enable is True
     assert threshold.cpu_suppress_threshold_percent == 40
     assert threshold.memory_evict_threshold_percent == 70  # Koordinator's default, kept
@@ -219,7 +217,7 @@ async def test_a_restart_without_the_api_server_runs_on_the_persisted_nodeslo(
     async with _running(second):
         assert not await second.wait_synced(0.3)
         assert not second.connected
-    threshold = second.strategies.resource_used_threshold_with_be
+    threshold = second.node_slo.resource_used_threshold_with_be
     assert threshold.cpu_suppress_threshold_percent == 45
     assert [a.name for a in second.list_host_apps()] == ["nginx"]
 
@@ -227,7 +225,7 @@ async def test_a_restart_without_the_api_server_runs_on_the_persisted_nodeslo(
 def test_without_a_persisted_nodeslo_the_defaults_are_used(tmp_path: Path, host: FakeHost) -> None:
     source = KubeStatesSource(None, NODE, lambda: host.layout, str(tmp_path))  # type: ignore[arg-type]
     assert not source.load_persisted()
-    assert source.strategies.resource_used_threshold_with_be.cpu_suppress_threshold_percent == 65
+    assert source.node_slo.resource_used_threshold_with_be.cpu_suppress_threshold_percent == 65
 
 
 async def test_the_nodemetric_spec_sets_the_collect_policy(
@@ -287,3 +285,68 @@ def test_each_container_carries_its_own_requests_and_limits(host: FakeHost) -> N
     assert by_name["a"].memory_limit_bytes is None
     assert (by_name["b"].memory_request_bytes, by_name["b"].cpu_limit_milli) == (1 << 30, None)
     assert info.cpu_limit_milli is None  # container b is unlimited, so the pod is
+
+
+def test_extended_requests_and_the_raw_qos_label_are_read(host: FakeHost) -> None:
+    # upstream's GetContainerBatchMilliCPURequest and friends: the integer value of each
+    # extended resource, summed over the containers and the sidecar (restartable init)
+    # containers; GetPodQoSClassRaw: the label alone
+    def container(name: str, requests: dict[str, str]) -> Obj:
+        return {"name": name, "resources": {"requests": requests, "limits": requests}}
+
+    pod: Obj = {
+        "metadata": {"name": "b", "namespace": "ns", "uid": UID_LS, "labels": {}},
+        "spec": {
+            "priority": 5500,
+            "containers": [
+                container(
+                    "a", {"kubernetes.io/batch-cpu": "1500", "kubernetes.io/batch-memory": "1Gi"}
+                ),
+                container("b", {"kubernetes.io/batch-cpu": "500"}),
+            ],
+            "initContainers": [
+                {
+                    **container("side", {"kubernetes.io/batch-cpu": "250"}),
+                    "restartPolicy": "Always",
+                },
+                container("init", {"kubernetes.io/batch-cpu": "9000"}),  # not a sidecar
+            ],
+        },
+        "status": {"phase": "Running", "containerStatuses": []},
+    }
+    info = pod_info(pod, host.layout)
+    assert info.extended_requests == {
+        "kubernetes.io/batch-cpu": 2250,
+        "kubernetes.io/batch-memory": 1 << 30,
+    }
+    assert info.qos is QoSClass.LS  # derived from the Kubernetes QoS (Burstable)
+    assert info.qos_label is QoSClass.NONE  # no koordinator.sh/qosClass label
+    labelled = {**pod, "metadata": {**pod["metadata"], "labels": {"koordinator.sh/qosClass": "BE"}}}
+    assert pod_info(labelled, host.layout).qos_label is QoSClass.BE
+
+
+async def test_a_nodeslo_with_one_bad_section_keeps_the_others_and_posts_a_warning_event(
+    kube_api: FakeApiServer, kube_client: KubeClient, host: FakeHost, tmp_path: Path
+) -> None:
+    bad = _nodeslo(45)
+    bad["spec"]["cpuBurstStrategy"] = {"policy": "sometimes"}
+    kube_api.put("nodeslos", bad)
+    source = _source(kube_client, host, tmp_path / "state")
+    async with _running(source):
+        assert await source.wait_synced(5.0)
+        await source.flush()
+
+    in_force = source.node_slo
+    assert in_force.resource_used_threshold_with_be.cpu_suppress_threshold_percent == 45
+    assert in_force.cpu_burst_strategy.policy.value == "none"  # the section's default
+    (rejection,) = in_force.rejected.values()
+    assert rejection.error.field == "spec.cpuBurstStrategy.policy"
+    (post,) = kube_api.writes("POST", "/events")
+    event = post.body
+    assert event["type"] == "Warning"
+    assert event["reason"] == "InvalidNodeSLO"
+    assert event["involvedObject"]["kind"] == "NodeSLO"
+    assert event["involvedObject"]["name"] == NODE
+    assert event["metadata"]["namespace"] == "default"  # a cluster-scoped object's Events
+    assert "spec.cpuBurstStrategy.policy" in event["message"]
+    assert "sometimes" in event["message"]

@@ -4,14 +4,16 @@ change."""
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from apis.configuration import CPUNormalizationConfig, CPUNormalizationStrategy, ModelRatio
 from apis.crdschema import validate
 from apis.extension import KubeQOS, QoSClass
+from apis.nodetopo import parse_cpu_basic_info
 from koordlet.collectors.nodeinfo import INFO_KEY, node_info_dict
 from koordlet.metriccache import MetricCache
 from koordlet.reporter.topology import (
@@ -20,11 +22,13 @@ from koordlet.reporter.topology import (
     KubeletTopology,
     TopologyReporter,
     build_nrt,
+    merge_zones,
     topology_policy,
 )
 from koordlet.statesinformer.model import PodInfo
 from koordlet.system.topology import CpuInfo, NodeCpuTopology
 from kubeclient.client import KubeClient, Obj
+from manager.cpunormalization import normalization_ratio
 from tests.kubefake import FakeApiServer
 
 GiB = 2**30
@@ -234,3 +238,109 @@ async def test_nothing_is_written_before_the_node_info_is_known(
     assert not await reporter.sync_once()
     assert reporter.stats.waiting == 1
     assert kube_api.requests == []
+
+
+# The annotations derived from the Node (upstream's calcNodeTopo) --------------------------------
+RESERVED_NODE: Obj = {
+    "metadata": {
+        "name": "node-1",
+        "uid": "node-uid-1",
+        "annotations": {
+            "node.koordinator.sh/reservation": '{"resources": {"cpu": "2"}}',
+            "node.koordinator.sh/system-qos-resource": '{"cpuset": "7"}',
+        },
+    }
+}
+
+
+def _identified_info() -> dict[str, Any]:
+    info = _info()
+    info.update(
+        model_name="Intel(R) Xeon(R) Platinum 8369B CPU @ 2.90GHz",
+        vendor_id="GenuineIntel",
+        turbo=True,
+    )
+    return info
+
+
+def test_cpu_basic_info_reservation_and_system_qos_are_published() -> None:
+    obj = build_nrt(RESERVED_NODE, _identified_info(), KubeletTopology(), [_lse("e", "5")])
+    assert validate(obj) == []
+    ann = obj["metadata"]["annotations"]
+    # the exact bytes Go's json.Marshal writes for CPUBasicInfo (omitempty, declaration order)
+    assert ann["node.koordinator.sh/cpu-basic-info"] == (
+        '{"cpuModel":"Intel(R) Xeon(R) Platinum 8369B CPU @ 2.90GHz",'
+        '"hyperThreadEnabled":true,"turboEnabled":true,"vendorID":"GenuineIntel"}'
+    )
+    # two CPUs reserved by count: the first whole core by topology (core 0 = CPUs 0 and 1)
+    assert ann["node.koordinator.sh/reservation"] == '{"reservedCPUs":"0-1"}'
+    assert ann["node.koordinator.sh/system-qos-resource"] == '{"cpuset":"7"}'
+    # reserved CPUs and the exclusive SYSTEM QoS CPU are out of both pools; the LSE pod's CPU is
+    # out of the BE pool too
+    assert json.loads(ann[ANNOTATION_CPU_SHARED_POOLS]) == [
+        {"socket": 0, "node": 0, "cpuset": "2-3"},
+        {"socket": 1, "node": 1, "cpuset": "4,6"},
+    ]
+    assert json.loads(ann["node.koordinator.sh/be-cpu-shared-pools"]) == [
+        {"socket": 0, "node": 0, "cpuset": "2-3"},
+        {"socket": 1, "node": 1, "cpuset": "4,6"},
+    ]
+    plain = build_nrt(NODE, _info(), KubeletTopology())["metadata"]["annotations"]
+    assert plain["node.koordinator.sh/reservation"] == "{}"
+    assert plain["node.koordinator.sh/system-qos-resource"] == "{}"
+    assert plain["node.koordinator.sh/cpu-basic-info"] == (
+        '{"cpuModel":"fake","hyperThreadEnabled":true}'
+    )
+
+
+def _lse(uid: str, cpuset: str) -> PodInfo:
+    return replace(_lsr(uid, cpuset), qos=QoSClass.LSE)
+
+
+async def test_the_manager_normalizes_from_the_published_basic_info(
+    kube_api: FakeApiServer, kube_client: KubeClient
+) -> None:
+    rig = Rig(kube_client)
+    rig.cache.set_info(INFO_KEY, _identified_info())
+    assert await rig.reporter().sync_once()
+    stored = kube_api.get(NRT, "node-1")
+    assert stored is not None
+    raw = stored["metadata"]["annotations"]["node.koordinator.sh/cpu-basic-info"]
+    config = CPUNormalizationConfig(
+        cluster=CPUNormalizationStrategy(
+            enable=True,
+            ratio_model={
+                "Intel(R) Xeon(R) Platinum 8369B CPU @ 2.90GHz": ModelRatio(
+                    base_ratio=1.5, hyper_thread_turbo_enabled_ratio=1.8
+                )
+            },
+        )
+    )
+    result = normalization_ratio(config, {}, parse_cpu_basic_info(raw))
+    assert result.annotation == "1.80"
+
+
+def test_zones_merge_as_upstreams_merge_zone_list() -> None:
+    """``MergeZoneList(TrimDifferentZone(current, desired), desired)``: the koordlet's zones, its
+    resources replacing the same-named ones, others' resources kept, resources in name order."""
+
+    def res(name: str, value: str) -> Obj:
+        return {"name": name, "capacity": value, "allocatable": value, "available": value}
+
+    batch = "kubernetes.io/batch-cpu"
+    current = [
+        {"name": "node-0", "type": "Node",
+         "resources": [res(batch, "3k"), res("cpu", "4"), res("memory", "8Gi")]},
+        {"name": "node-9", "type": "Node", "resources": [res(batch, "1k")]},
+    ]  # fmt: skip
+    desired = [
+        {"name": "node-0", "type": "Node", "resources": [res("cpu", "3"), res("memory", "7Gi")]},
+        {"name": "node-1", "type": "Node", "resources": [res("cpu", "4"), res("memory", "8Gi")]},
+    ]
+    out = merge_zones(current, desired)
+    assert [z["name"] for z in out] == ["node-0", "node-1"]  # node-9 trimmed
+    assert out[0]["resources"] == [
+        res("cpu", "3"), res(batch, "3k"), res("memory", "7Gi")
+    ]  # fmt: skip
+    assert out[1]["resources"] == desired[1]["resources"]
+    assert current[0]["resources"][1] == res("cpu", "4")  # the input is left alone

@@ -16,8 +16,17 @@ Faithful on:
 - JSON **merge patch** and a **strategic merge patch** subset (maps merge, ``null`` deletes;
   lists of objects merge by their patch merge key: ``name`` when every item has one, else
   ``type``, as ``conditions`` do; ``$setElementOrder`` directives are ignored);
-- creation (409 AlreadyExists), deletion (a DELETED event), **policy/v1 evictions** (UID
-  precondition, 429 while a pod's name is in ``eviction_blocked``).
+- creation (409 AlreadyExists), deletion (a DELETED event; a ``DeleteOptions`` body's UID
+  precondition, 409 when it does not match), **policy/v1 evictions** as the API server's
+  eviction REST handler (``registry/core/pod/storage/eviction.go``) does them: UID precondition;
+  a pod in phase Pending, Succeeded or Failed, or already terminating, is deleted without
+  looking at disruption budgets; otherwise the PodDisruptionBudgets of its namespace whose
+  selector matches its labels decide: none, deleted; more than one, 500; one whose
+  ``status.observedGeneration`` is behind its generation or whose ``status.disruptionsAllowed``
+  is 0, **429** ``TooManyRequests`` "Cannot evict pod as it would violate the pod's disruption
+  budget." with a ``DisruptionBudget`` cause; else ``disruptionsAllowed`` is decremented and the
+  pod recorded in ``disruptedPods`` (a PDB status write) before the pod is deleted. A pod name
+  in ``eviction_blocked`` is refused with 429 whatever the budgets say.
 
 Fault injection (:class:`Fault`, matched in order, each for ``times`` requests): an HTTP status
 with an optional ``Retry-After``, a dropped connection, a delay; ``drop_watches()`` cuts every
@@ -71,6 +80,12 @@ DEFAULT_KINDS = (
     Kind(
         "topology.node.k8s.io", "v1alpha1", "noderesourcetopologies", "NodeResourceTopology", False
     ),
+    # every API server serves these; the descheduler reads them
+    Kind("policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget", True),
+    Kind("apps", "v1", "replicasets", "ReplicaSet", True),
+    Kind("apps", "v1", "deployments", "Deployment", True),
+    Kind("apps", "v1", "statefulsets", "StatefulSet", True),
+    Kind("", "v1", "replicationcontrollers", "ReplicationController", True),
 )
 
 
@@ -138,11 +153,36 @@ def _status(code: int, reason: str, message: str, **details: Any) -> Obj:
 
 
 class ApiStatusError(Exception):
-    def __init__(self, code: int, reason: str, message: str) -> None:
+    def __init__(
+        self, code: int, reason: str, message: str, causes: list[Obj] | None = None
+    ) -> None:
         super().__init__(message)
         self.code = code
         self.reason = reason
         self.message = message
+        self.causes = causes or []
+
+
+def _selector_matches(selector: Any, labels: dict[str, str]) -> bool:
+    """A ``metav1.LabelSelector`` (``matchLabels``, ``matchExpressions`` In, NotIn, Exists,
+    DoesNotExist) against labels; a missing selector matches nothing, an empty one everything
+    (a PDB's rule)."""
+    if not isinstance(selector, dict):
+        return False
+    for k, v in (selector.get("matchLabels") or {}).items():
+        if labels.get(k) != v:
+            return False
+    for expr in selector.get("matchExpressions") or []:
+        key, op, values = expr.get("key"), expr.get("operator"), expr.get("values") or []
+        if op == "In" and labels.get(key) not in values:
+            return False
+        if op == "NotIn" and key in labels and labels[key] in values:
+            return False
+        if op == "Exists" and key not in labels:
+            return False
+        if op == "DoesNotExist" and key in labels:
+            return False
+    return True
 
 
 def _field_value(obj: Obj, path: str) -> str:
@@ -453,7 +493,10 @@ class FakeApiServer:
             ctype = request.headers.get("Content-Type", "")
             result = self._dispatch(request.method, kind, ns, name, sub, query, body, ctype)
         except ApiStatusError as err:
-            return web.json_response(_status(err.code, err.reason, err.message), status=err.code)
+            details = {"causes": err.causes} if err.causes else {}
+            return web.json_response(
+                _status(err.code, err.reason, err.message, **details), status=err.code
+            )
         code = 201 if request.method == "POST" else 200
         return web.json_response(result, status=code)
 
@@ -485,6 +528,15 @@ class FakeApiServer:
         if method == "GET":
             return copy.deepcopy(current)
         if method == "DELETE":
+            want_uid = ((body or {}) if isinstance(body, dict) else {}).get("preconditions") or {}
+            want_uid = want_uid.get("uid")
+            if want_uid and want_uid != current["metadata"].get("uid"):
+                raise ApiStatusError(
+                    409,
+                    "Conflict",
+                    f"Precondition failed: UID in precondition: {want_uid}, "
+                    f"UID in object meta: {current['metadata'].get('uid')}",
+                )
             del self.objects[key]
             self._emit(kind, "DELETED", self._bump(copy.deepcopy(current)))
             return copy.deepcopy(current)
@@ -580,9 +632,79 @@ class FakeApiServer:
                 "TooManyRequests",
                 "Cannot evict pod as it would violate the disruption budget.",
             )
+        self._check_disruption_budget(pod)
         del self.objects[key]
         self._emit(self.kind_of("pods"), "DELETED", self._bump(copy.deepcopy(pod)))
         return {"kind": "Status", "apiVersion": "v1", "status": "Success", "code": 201}
+
+    def _check_disruption_budget(self, pod: Obj) -> None:
+        """The eviction handler's PDB check (see the module docstring); decrements the budget
+        that allows the eviction."""
+        meta = pod.get("metadata") or {}
+        phase = (pod.get("status") or {}).get("phase")
+        if phase in ("Pending", "Succeeded", "Failed") or meta.get("deletionTimestamp"):
+            return
+        if ("poddisruptionbudgets", "policy", "v1") not in {
+            (k.plural, k.group, k.version) for k in self.kinds.values()
+        }:
+            return
+        labels = meta.get("labels") or {}
+        matching = [
+            (key, pdb)
+            for key, pdb in sorted(self.objects.items())
+            if key[0] == "poddisruptionbudgets"
+            and key[1] == meta.get("namespace", "")
+            and _selector_matches((pdb.get("spec") or {}).get("selector"), labels)
+        ]
+        if not matching:
+            return
+        if len(matching) > 1:
+            raise ApiStatusError(
+                500,
+                "InternalError",
+                "This pod has more than one PodDisruptionBudget, which the eviction "
+                "subresource does not support.",
+            )
+        key, pdb = matching[0]
+        status = pdb.get("status") or {}
+        name = pdb["metadata"]["name"]
+        if int(status.get("observedGeneration") or 0) < int(pdb["metadata"].get("generation", 1)):
+            raise ApiStatusError(
+                429,
+                "TooManyRequests",
+                "Cannot evict pod as it would violate the pod's disruption budget.",
+                causes=[
+                    {
+                        "reason": "DisruptionBudget",
+                        "message": f"The disruption budget {name} is still being processed "
+                        "by the server.",
+                    }
+                ],
+            )
+        allowed = int(status.get("disruptionsAllowed") or 0)
+        if allowed < 0:
+            raise ApiStatusError(403, "Forbidden", "pdb disruptions allowed is negative")
+        if allowed == 0:
+            raise ApiStatusError(
+                429,
+                "TooManyRequests",
+                "Cannot evict pod as it would violate the pod's disruption budget.",
+                causes=[
+                    {
+                        "reason": "DisruptionBudget",
+                        "message": f"The disruption budget {name} needs "
+                        f"{status.get('desiredHealthy', 0)} healthy pods and has "
+                        f"{status.get('currentHealthy', 0)} currently",
+                    }
+                ],
+            )
+        new = copy.deepcopy(pdb)
+        new_status = new.setdefault("status", {})
+        new_status["disruptionsAllowed"] = allowed - 1
+        disrupted = dict(new_status.get("disruptedPods") or {})
+        disrupted[meta["name"]] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        new_status["disruptedPods"] = disrupted
+        self._commit(self.kind_of("poddisruptionbudgets"), key, new, "MODIFIED")
 
     async def _watch(
         self, request: web.Request, kind: Kind, ns: str | None, query: dict[str, str]

@@ -169,22 +169,27 @@ def test_host_application_config_is_checked_as_nodeslo_host_applications() -> No
     assert info.value.field == "nodeConfigs[0].applications[0].qos"
 
 
-def test_cpu_normalization_ratios_outside_one_to_five_are_rejected() -> None:
-    for ratio in (0.9, 5.5):
-        doc = {"enable": True, "ratioModel": {"Xeon": {"turboEnabledRatio": ratio}}}
-        with pytest.raises(SchemaError) as info:
-            parse_slo_controller_config(config_map(cpu_normalization_config=doc), "cm")
-        assert info.value.field == "ratioModel['Xeon'].turboEnabledRatio"
-    doc = {"enable": True, "ratioModel": {"Xeon": {"turboEnabledRatio": 5.0, "baseRatio": 1.0}}}
+def test_ratios_are_taken_as_upstream_declares_them_without_a_range() -> None:
+    """Upstream's ``ModelRatioCfg``, ``defaultRatio`` and ``resourceAmplificationRatio`` are plain
+    ``float64`` without validation tags (``apis/configuration/slo_controller_config.go``): the
+    range is checked on the ratio a node ends up with, so the key is not refused."""
+    doc = {"enable": True, "ratioModel": {"Xeon": {"turboEnabledRatio": 5.5, "baseRatio": 0.9}}}
     cfg = parse_slo_controller_config(config_map(cpu_normalization_config=doc), "cm")
-    assert cfg.cpu_normalization.cluster.ratio_model["Xeon"].turbo_enabled_ratio == 5.0
+    assert cfg.cpu_normalization.cluster.ratio_model["Xeon"].turbo_enabled_ratio == 5.5
+    amp = {"enable": True, "resourceAmplificationRatio": {"cpu": 0.8}}
+    cfg = parse_slo_controller_config(config_map(resource_amplification_config=amp), "cm")
+    assert cfg.resource_amplification.cluster.ratios["cpu"] == 0.8
 
 
-def test_amplification_ratios_below_one_are_rejected() -> None:
-    doc = {"enable": True, "resourceAmplificationRatio": {"cpu": 0.5}}
+def test_a_ratio_that_is_not_a_number_still_refuses_the_key() -> None:
+    doc = {"enable": True, "resourceAmplificationRatio": {"cpu": "lots"}}
     with pytest.raises(SchemaError) as info:
         parse_slo_controller_config(config_map(resource_amplification_config=doc), "cm")
     assert info.value.field == "resourceAmplificationRatio.cpu"
+    doc = {"enable": True, "defaultRatio": True}
+    with pytest.raises(SchemaError) as info:
+        parse_slo_controller_config(config_map(cpu_normalization_config=doc), "cm")
+    assert info.value.field == "defaultRatio"
 
 
 def test_node_scoped_normalization_merges_ratio_models_over_the_clusters() -> None:

@@ -7,7 +7,10 @@ import json
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from datetime import timedelta
+from types import SimpleNamespace
 from typing import Any
+
+import pytest
 
 from apis.configuration import parse_slo_controller_config
 from apis.manager_keys import (
@@ -17,10 +20,13 @@ from apis.manager_keys import (
     BATCH_MEMORY,
     EXTENDED_RESOURCES,
     MID_CPU,
+    MID_MEMORY,
+    format_extended,
 )
+from apis.quantity import int_value
 from kubeclient.client import KubeClient
 from manager.noderesource.calculator import calculate
-from manager.noderesource.controller import NodeResourceController
+from manager.noderesource.controller import NodeResourceController, _status_with
 from manager.noderesource.inputs import parse_node, parse_node_metric, parse_pod_list
 from manager.workqueue import WorkQueue
 from tests.kubefake import FakeApiServer
@@ -87,11 +93,54 @@ async def test_batch_and_mid_reach_the_node_status_as_explain_computes_them(
     async with running(ctrl):
         await eventually(lambda: BATCH_CPU in allocatable(kube_api))
     alloc = allocatable(kube_api)
-    assert {name: int(alloc[name]) for name in EXTENDED_RESOURCES} == want
+    assert {name: int_value(alloc[name]) for name in EXTENDED_RESOURCES} == want
     capacity = kube_api.get("nodes", "node-1")["status"]["capacity"]  # type: ignore[index]
     assert capacity[BATCH_MEMORY] == alloc[BATCH_MEMORY]
     assert alloc["cpu"] == "32"  # the node's own resources are untouched
     assert all(w.path.endswith("/nodes/node-1/status") for w in kube_api.writes("PUT"))
+
+
+@pytest.mark.parametrize(
+    ("values", "printed"),
+    [
+        # upstream's batchresource plugin test: NewQuantity(40000, DecimalSI) and
+        # NewQuantity(110*1024*1024*1024, BinarySI), whose String() is "40k" and "110Gi"
+        (
+            {BATCH_CPU: 40_000, BATCH_MEMORY: 110 * 1024**3},
+            {BATCH_CPU: "40k", BATCH_MEMORY: "110Gi"},
+        ),
+        # DecimalSI keeps an exponent that is a multiple of 3 with an integer mantissa; BinarySI
+        # falls back to a plain integer when the bytes are not a whole number of KiB
+        ({MID_CPU: 1_500, MID_MEMORY: 1_000_000}, {MID_CPU: "1500", MID_MEMORY: "1000000"}),
+        ({BATCH_CPU: 0, MID_MEMORY: 1536 * 1024**2}, {BATCH_CPU: "0", MID_MEMORY: "1536Mi"}),
+        ({MID_CPU: 2_000_000, BATCH_MEMORY: 1023}, {MID_CPU: "2M", BATCH_MEMORY: "1023"}),
+    ],
+)
+def test_the_status_holds_the_values_as_resource_quantity_prints_them(
+    values: dict[str, int], printed: dict[str, str]
+) -> None:
+    result = SimpleNamespace(values={**dict.fromkeys(EXTENDED_RESOURCES), **values})
+    current = {"status": {"allocatable": {"cpu": "32", MID_CPU: "1"}, "capacity": {}}}
+    status = _status_with(current, result)  # type: ignore[arg-type]
+    assert status["allocatable"] == {"cpu": "32", **printed}
+    assert status["capacity"] == printed
+
+
+async def test_the_put_carries_the_canonical_text_of_each_value(
+    kube_api: FakeApiServer, kube_client: KubeClient
+) -> None:
+    """The bytes of the PUT, not the object the fake stores: each of the four values is the
+    ``String()`` of its quantity, the same text in capacity and allocatable."""
+    seed(kube_api)
+    want = expected(kube_api)
+    async with running(controller(kube_client)):
+        await eventually(lambda: bool(kube_api.writes("PUT", "/nodes/node-1/status")))
+    body = kube_api.writes("PUT", "/nodes/node-1/status")[0].body
+    for field in ("allocatable", "capacity"):
+        written = {name: body["status"][field][name] for name in EXTENDED_RESOURCES}
+        assert written == {
+            name: format_extended(name, value) for name, value in want.items() if value is not None
+        }
 
 
 async def test_small_moves_do_not_write_and_large_ones_do(
@@ -124,7 +173,7 @@ async def test_small_moves_do_not_write_and_large_ones_do(
         )
         kube_api.put("nodemetrics", large)
         await eventually(lambda: ctrl.writes == 2)
-    assert int(allocatable(kube_api)[BATCH_CPU]) == expected(kube_api)[BATCH_CPU]
+    assert int_value(allocatable(kube_api)[BATCH_CPU]) == expected(kube_api)[BATCH_CPU]
 
 
 async def test_a_bad_configmap_keeps_the_last_good_one_and_posts_an_event(
@@ -147,6 +196,18 @@ async def test_a_bad_configmap_keeps_the_last_good_one_and_posts_an_event(
     assert post.body["type"] == "Warning"
     assert post.body["involvedObject"]["name"] == "slo-controller-config"
     assert "cpuReclaimThresholdPercent" in post.body["message"]
+    # the one event writer (kubeclient.events.core_event): client-go's recorder's shape
+    stamp = NOW.strftime("%Y-%m-%dT%H:%M:%SZ")
+    assert post.body["metadata"] == {
+        "name": f"slo-controller-config.{int(NOW.timestamp() * 1e9):x}",
+        "namespace": "koordinator-system",
+    }
+    assert post.body["involvedObject"]["kind"] == "ConfigMap"
+    assert post.body["involvedObject"]["namespace"] == "koordinator-system"
+    assert post.body["source"] == {"component": "koord-manager"}
+    assert (post.body["firstTimestamp"], post.body["lastTimestamp"]) == (stamp, stamp)
+    assert post.body["count"] == 1
+    assert post.path == "/api/v1/namespaces/koordinator-system/events"
     assert ctrl.writes == 1
 
 
@@ -212,9 +273,9 @@ async def test_cpu_normalization_ratio_is_annotated_and_amplifies_batch_cpu(
             )
         )
         await eventually(lambda: BATCH_CPU in allocatable(kube_api))
-    assert int(allocatable(kube_api)[BATCH_CPU]) == expected(kube_api)[BATCH_CPU]
+    assert int_value(allocatable(kube_api)[BATCH_CPU]) == expected(kube_api)[BATCH_CPU]
     annotations = kube_api.get("nodes", "node-1")["metadata"]["annotations"]  # type: ignore[index]
-    assert annotations["node.koordinator.sh/resource-amplification-ratio"] == '{"cpu":1.5}'
+    assert annotations["node.koordinator.sh/resource-amplification-ratio"] == '{"cpu":1.50}'
 
 
 async def test_pods_of_other_nodes_do_not_count(
@@ -225,7 +286,7 @@ async def test_pods_of_other_nodes_do_not_count(
     ctrl = controller(kube_client)
     async with running(ctrl):
         await eventually(lambda: ctrl.writes == 1)
-    assert int(allocatable(kube_api)[BATCH_CPU]) == expected(kube_api)[BATCH_CPU]
+    assert int_value(allocatable(kube_api)[BATCH_CPU]) == expected(kube_api)[BATCH_CPU]
 
 
 # The work queue --------------------------------------------------------------------------------

@@ -16,13 +16,12 @@ from apis.manager_keys import (
     MID_CPU,
     MID_MEMORY,
 )
+from apis.nodetopo import CPUBasicInfo, parse_cpu_basic_info
 from manager.cpunormalization import (
-    CPUBasicInfo,
     amplification_ratios,
     amplified,
     amplify_batch_cpu,
     normalization_ratio,
-    parse_cpu_basic_info,
 )
 from manager.noderesource.calculator import calculate, decide_update, is_diff
 from manager.noderesource.inputs import parse_node, parse_node_metric, parse_pod_list
@@ -73,8 +72,8 @@ def test_cpu_basic_info_annotation_parses() -> None:
     raw = json.dumps(
         {"cpuModel": MODEL, "hyperThreadEnabled": True, "turboEnabled": False, "vendorID": "x"}
     )
-    assert parse_cpu_basic_info(raw) == CPUBasicInfo(MODEL, True, False)
-    with pytest.raises(ValueError, match="booleans"):
+    assert parse_cpu_basic_info(raw) == CPUBasicInfo(MODEL, True, False, vendor_id="x")
+    with pytest.raises(ValueError, match="turboEnabled: must be a bool"):
         parse_cpu_basic_info('{"cpuModel": "x", "turboEnabled": "yes"}')
 
 
@@ -89,7 +88,7 @@ def test_amplification_multiplies_the_cpu_ratio_by_normalization() -> None:
     cfg = parse_slo_controller_config(config_map(resource_amplification_config=doc), "cm")
     ratios, annotation = amplification_ratios(cfg.resource_amplification, {}, 2.0)
     assert ratios == {"cpu": 3.0, "memory": 1.2}
-    assert annotation == '{"cpu":3,"memory":1.2}'
+    assert annotation == '{"cpu":3.00,"memory":1.20}'
     assert amplified(32_000, ratios["cpu"]) == 96_000
 
 

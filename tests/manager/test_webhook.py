@@ -363,6 +363,24 @@ async def test_an_update_may_not_change_the_qos_class(webhook: Webhook) -> None:
     assert "koordinator.sh/qosClass: field is immutable" in response["status"]["message"]
 
 
+async def test_an_update_may_not_change_the_priority_class_label(webhook: Webhook) -> None:
+    """Upstream compares ``GetPodPriorityClassRaw``: the priority-class label counts, not only
+    the band of ``spec.priority`` (which stays the same here)."""
+    label = "koordinator.sh/priority-class"
+    old = pod({label: "koord-prod"}, requests={"cpu": "1"}, priority=9500)
+    new = pod({label: "koord-mid"}, requests={"cpu": "1"}, priority=9500)
+    response = await webhook.call("/validate-pod", new, operation="UPDATE", old=old)
+    assert response["allowed"] is False
+    assert "spec.priority: field is immutable" in response["status"]["message"]
+
+
+async def test_a_be_pod_labelled_batch_is_allowed_whatever_its_band(webhook: Webhook) -> None:
+    """The label wins over the band: BE with ``koord-batch`` is a valid combination."""
+    labels = {"koordinator.sh/qosClass": "BE", "koordinator.sh/priority-class": "koord-batch"}
+    response = await webhook.call("/validate-pod", pod(labels, requests={}, priority=9500))
+    assert response["allowed"] is True
+
+
 async def test_a_request_that_is_not_an_admission_review_is_a_400(webhook: Webhook) -> None:
     async with webhook.session.post(webhook.url + "/mutate-pod", json={"hello": 1}) as resp:
         assert resp.status == 400

@@ -16,7 +16,10 @@ from pathlib import Path
 
 import pytest
 
+from apis.extension import KubeQOS
 from koordlet import __version__
+from koordlet.system.cgroups import CgroupDriver, CgroupVersion
+from tests.fakehost import FakeHost
 from tests.packaging.conftest import Built
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
@@ -96,7 +99,12 @@ def test_deb_marks_the_configuration_and_ships_its_maintainer_scripts(
     postinst = (tmp_path / "postinst").read_text()
     assert "[ -d /run/systemd/system ]" in postinst
     assert "enable koordlet.service" in postinst
-    assert "stop koordlet.service" in (tmp_path / "prerm").read_text()
+    prerm = (tmp_path / "prerm").read_text()
+    assert "stop koordlet.service" in prerm
+    # reset on removal only (not on upgrade), after the stop, never on a --root installation
+    reset = prerm.index("koordlet reset --standalone --config /etc/koordinator/koordlet.yaml")
+    assert prerm.index("stop koordlet.service") < reset
+    assert '[ "$1" = remove ] && [ -z "$ROOT" ]' in prerm[:reset]
     postrm = (tmp_path / "postrm").read_text()
     purge = postrm.split("purge)", 1)[1].split(";;", 1)[0]
     for path in ("/var/lib/koordlet", "/etc/koordinator", "/opt/koordinator"):
@@ -196,5 +204,35 @@ def test_rpm_lists_its_files_configuration_and_scripts(built: Built) -> None:
     assert "systemctl enable koordlet.service" in scripts
     assert "systemctl stop koordlet.service" in scripts
     assert "rm -rf /opt/koordinator" in scripts
+    preun = scripts.split("preuninstall scriptlet", 1)[1].split("scriptlet", 1)[0]
+    assert 'if [ "$1" -eq 0 ]' in preun  # erase, not upgrade
+    assert "/usr/bin/koordlet reset --standalone --config /etc/koordinator/koordlet.yaml" in preun
     assert "/usr/bin/python3." in requires
     assert run("rpm", "-qp", "--qf", "%{VERSION}", rpm) == __version__
+
+
+def test_the_packaged_koordlet_resets_a_throttled_best_effort_cgroup(
+    built: Built, clean_root: Path, tmp_path: Path
+) -> None:
+    """What the removal runs, from the installed environment: on a (fake, cgroup v2) host where
+    a koordlet left the best-effort QoS cgroup at 2000 us, ``koordlet reset`` puts it back."""
+    dpkg(clean_root, "--force-depends", "-i", str(built.deb))
+    fake = FakeHost(tmp_path / "host", CgroupVersion.V2, CgroupDriver.SYSTEMD)
+    be = fake.layout.qos_dir(KubeQOS.BESTEFFORT)
+    fake.write("cpu", be, "cpu.max", "2000 100000\n")
+    venv = clean_root / "opt/koordinator"
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONHOME", "PYTHONPATH")}
+    flags = [
+        "--standalone", "--nodeslo-file", "", "--cgroup-root-dir", fake.paths.cgroup_root,
+        "--proc-root-dir", fake.paths.proc_root, "--sys-root-dir", fake.paths.sys_root,
+        "--state-dir", str(tmp_path / "state"), "--addr", "127.0.0.1:1",
+    ]  # fmt: skip
+
+    done = subprocess.run(
+        [str(venv / "bin/python"), str(venv / "bin/koordlet"), "reset", *flags],
+        capture_output=True, text=True, env=env, timeout=120, check=False,
+    )  # fmt: skip
+
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert fake.read("cpu", be, "cpu.max").strip() == "max 100000"
+    assert "koordlet reset: wrote " in done.stdout

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import configparser
+import shlex
 import shutil
 import subprocess
 from pathlib import Path
@@ -17,6 +18,7 @@ UNITS = (
     "koordlet.slice",
     "host-latency-sensitive.slice",
     "host-best-effort.slice",
+    "koord-runtime-proxy.service",
 )
 
 
@@ -34,9 +36,14 @@ def verifiable_units(tmp_path: Path) -> list[Path]:
     exe = tmp_path / "koordlet"
     exe.write_text("#!/bin/sh\n")
     exe.chmod(0o755)
+    proxy = tmp_path / "koord-runtime-proxy"
+    proxy.write_text("#!/bin/sh\n")
+    proxy.chmod(0o755)
     out = []
     for name in UNITS:
-        text = (REPO / "systemd" / name).read_text().replace("/usr/bin/koordlet", str(exe))
+        text = (REPO / "systemd" / name).read_text()
+        text = text.replace("/usr/bin/koordlet", str(exe))
+        text = text.replace("/usr/bin/koord-runtime-proxy", str(proxy))
         (tmp_path / name).write_text(text)
         out.append(tmp_path / name)
     return out
@@ -92,12 +99,40 @@ def test_the_agents_slice_has_a_memory_floor_and_a_cpu_weight() -> None:
     assert int(slice_["CPUWeight"]) > 100
 
 
-def test_the_shipped_configuration_loads_as_the_service_runs_it() -> None:
-    cfg = load_config(["--config", str(REPO / "packaging/etc/koordlet.yaml"), "--standalone"])
+def test_the_shipped_configuration_loads_as_the_service_runs_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Installed, its NodeSLO is /etc/koordinator/nodeslo.yaml; from a checkout (README's
+    example) the one beside it: the path is relative to the configuration file."""
+    monkeypatch.chdir(REPO)
+    etc = tmp_path / "etc/koordinator"
+    etc.mkdir(parents=True)
+    for name in ("koordlet.yaml", "nodeslo.yaml"):
+        shutil.copy(REPO / "packaging/etc" / name, etc / name)
+    installed = load_config(["--config", str(etc / "koordlet.yaml"), "--standalone"])
+    checkout = load_config(["--config", "packaging/etc/koordlet.yaml"])
 
-    assert cfg.standalone is True
-    assert cfg.nodeslo_file == "/etc/koordinator/nodeslo.yaml"
-    assert cfg.state_dir == "/var/lib/koordlet"
+    assert installed.standalone is True
+    assert installed.nodeslo_file == str(etc / "nodeslo.yaml")
+    assert installed.state_dir == "/var/lib/koordlet"
+    assert checkout.nodeslo_file == str(REPO / "packaging/etc/nodeslo.yaml")
+    load_node_slo(checkout.nodeslo_file)
+
+
+def test_readmes_example_command_line_loads_from_a_checkout(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """README's "Using the koordlet" runs the packaged configuration from a checkout."""
+    monkeypatch.chdir(REPO)
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    (line,) = [ln for ln in readme.splitlines() if ln.startswith(".venv/bin/koordlet --standalone")]
+    args = shlex.split(line.split("#", 1)[0])[1:]
+
+    cfg = load_config(args)
+
+    assert cfg.qos.dry_run is True  # the example changes nothing on the host
+    assert cfg.nodeslo_file is not None
+    load_node_slo(cfg.nodeslo_file)
 
 
 def test_the_shipped_nodeslo_is_valid_and_declares_no_application() -> None:

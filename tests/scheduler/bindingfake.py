@@ -15,6 +15,10 @@ CRDS = (
     Kind("scheduling.sigs.k8s.io", "v1alpha1", "podgroups", "PodGroup", True),
     Kind("scheduling.koordinator.sh", "v1alpha1", "reservations", "Reservation", False),
     Kind("scheduling.koordinator.sh", "v1alpha1", "devices", "Device", False),
+    Kind("", "v1", "namespaces", "Namespace", False, status_subresource=False),
+    Kind("", "v1", "persistentvolumeclaims", "PersistentVolumeClaim", True),
+    Kind("", "v1", "persistentvolumes", "PersistentVolume", False),
+    Kind("policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget", True),
 )
 
 

@@ -24,15 +24,26 @@ def node(
     annotations: dict[str, str] | None = None,
     extra: dict[str, str] | None = None,
     pods: str = "110",
+    taints: list[dict[str, str]] | None = None,
+    images: list[dict[str, Any]] | None = None,
+    unschedulable: bool = False,
 ) -> dict[str, Any]:
     alloc = {"cpu": cpu, "memory": memory, "pods": pods}
     alloc.update(extra or {})
-    return {
+    obj: dict[str, Any] = {
         "apiVersion": "v1",
         "kind": "Node",
         "metadata": {"name": name, "labels": labels or {}, "annotations": annotations or {}},
+        "spec": {},
         "status": {"allocatable": alloc, "capacity": dict(alloc)},
     }
+    if taints:
+        obj["spec"]["taints"] = taints
+    if unschedulable:
+        obj["spec"]["unschedulable"] = True
+    if images:
+        obj["status"]["images"] = images
+    return obj
 
 
 def pod(
@@ -47,7 +58,9 @@ def pod(
     scheduled_at: float | None = None,
     namespace: str = "default",
     owner_kind: str | None = None,
+    spec: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
+    """A pod; ``spec``: more ``spec`` fields (affinity, tolerations...)."""
     resources: dict[str, Any] = {}
     if requests:
         resources["requests"] = dict(requests)
@@ -64,19 +77,20 @@ def pod(
         meta["ownerReferences"] = [
             {"kind": owner_kind, "name": "owner", "apiVersion": "apps/v1", "uid": "o"}
         ]
-    spec: dict[str, Any] = {
+    spec_obj: dict[str, Any] = {
         "containers": [{"name": "main", "image": "busybox", "resources": resources}]
     }
     if node_name:
-        spec["nodeName"] = node_name
+        spec_obj["nodeName"] = node_name
     if priority is not None:
-        spec["priority"] = priority
+        spec_obj["priority"] = priority
+    spec_obj.update(spec or {})
     status: dict[str, Any] = {"phase": "Running" if node_name else "Pending"}
     if scheduled_at is not None:
         status["conditions"] = [
             {"type": "PodScheduled", "status": "True", "lastTransitionTime": ts(scheduled_at)}
         ]
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec, "status": status}
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec_obj, "status": status}
 
 
 def node_metric(

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 import yaml
 
+from scheduler_plugins.table import DEFAULT_WEIGHTS
 from tests.scheduler.builders import NOW, as_list, node, node_metric, nrt, pod, ts
 
 NOW_TEXT = ts(NOW)
@@ -52,7 +54,7 @@ def test_explain_json_last_line_reports_verdicts_reasons_and_scores_per_node(tmp
     hot, cool = last["nodes"]["hot"], last["nodes"]["cool"]
     assert hot == {
         "feasible": False,
-        "reasons": ["node(s) cpu usage exceed threshold"],
+        "reasons": ["node(s) cpu usage exceed threshold, cpu usage 80% > threshold 65%"],
         "scores": {},
         "score": 0,
     }
@@ -60,7 +62,11 @@ def test_explain_json_last_line_reports_verdicts_reasons_and_scores_per_node(tmp
     assert cool["reasons"] == []
     assert set(cool) == {"feasible", "reasons", "scores", "score"}
     assert 0 < cool["scores"]["LoadAwareScheduling"] <= 100
-    assert cool["score"] == cool["scores"]["LoadAwareScheduling"]  # the only plugin that scored
+    # kube-scheduler's scores take part beside Koordinator's, with the default profile's weights
+    weights = {"LoadAwareScheduling": 1, "NodeResourcesFit": 1, "TaintToleration": 3}
+    assert set(weights) <= set(cool["scores"])
+    total = sum(DEFAULT_WEIGHTS[p] * s for p, s in cool["scores"].items())
+    assert cool["score"] == total // sum(DEFAULT_WEIGHTS[p] for p in cool["scores"])
     assert last["nodes"]["numa"]["scores"]["LoadAwareScheduling"] == 0  # no NodeMetric
     assert "result: cool" in done.stdout
 
@@ -76,8 +82,23 @@ def test_explain_text_shows_each_plugins_verdict_and_the_reserved_cpuset(tmp_pat
     done = explain(tmp_path, CLUSTER, lsr)
     assert done.returncode == 0, done.stderr
     out = done.stdout
-    assert "LoadAwareScheduling  FAIL  node(s) cpu usage exceed threshold" in out
-    assert "NodeNUMAResource     FAIL  node(s) invalid CPU Topology" in out
+    assert re.search(
+        r"LoadAwareScheduling +FAIL  node\(s\) cpu usage exceed threshold, "
+        r"cpu usage 86% > threshold 65%",
+        out,
+    )
+    assert re.search(
+        r"NodeNUMAResource +FAIL  node\(s\) invalid CPU Topology \(the node has no "
+        r"NodeResourceTopology: is the koordlet running there\?\)",
+        out,
+    )
+    # kube-scheduler's in-tree plugins give their verdicts and scores too
+    assert re.search(
+        r"node numa: feasible.*\n(.*\n)*  TaintToleration +pass  score 100 "
+        r"\(weight 3\)",
+        out,
+    )
+    assert re.search(r"NodeResourcesBalancedAllocation +pass  score \d+ \(weight 1\)", out)
     assert "result: numa" in out
     assert 'scheduling.koordinator.sh/resource-status: {"cpuset":"0-1,8-9"}' in out
 

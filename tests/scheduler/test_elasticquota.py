@@ -6,15 +6,17 @@ import json
 
 import pytest
 
+from scheduler_plugins.config import SchedulerConfig, parse_feature_gates
+from scheduler_plugins.errors import InputError
 from scheduler_plugins.framework import Framework
-from scheduler_plugins.plugins.elasticquota import (
-    ElasticQuota,
-    build,
-    compute_runtime,
-    distribute,
-    parse_quotas,
-)
+from scheduler_plugins.plugins.elasticquota import ElasticQuota, build
 from scheduler_plugins.plugins.quotaprofile import parse_profiles
+from scheduler_plugins.plugins.quotatree import (
+    QuotaNode,
+    compute_runtime,
+    parse_quotas,
+    redistribute,
+)
 from scheduler_plugins.snapshot import parse_pod
 from tests.scheduler.builders import node, pod
 from tests.scheduler.helpers import evaluate, snapshot_of
@@ -160,10 +162,75 @@ def test_pods_without_a_quota_pass_and_namespace_quotas_apply_without_labels():
     )
 
 
-def test_distribution_is_exact_for_awkward_weights():
-    got = distribute(10, {"a": 10, "b": 10, "c": 10}, {}, {"a": 1, "b": 1, "c": 1})
-    assert sum(got.values()) == 10
-    assert sorted(got.values()) == [3, 3, 4]
+def test_shares_are_rounded_per_child_as_upstream_does():
+    # each child gets int(1 * 10 / 3 + 0.5) = 3; one unit stays unshared, as in Koordinator's
+    # iterationForRedistribution
+    got = redistribute(10, [QuotaNode(n, 10, 1, 0) for n in "abc"])
+    assert got == {"a": 3, "b": 3, "c": 3}
+
+
+# Koordinator's runtime_quota_calculator_test.go, TestRuntimeQuotaCalculator_IterationAdjustQuota:
+# a total of 100 over four children (name, shared weight, request, min, guarantee)
+UPSTREAM_NODES = {
+    "node1": QuotaNode("node1", 5, 40, 10),
+    "node2": QuotaNode("node2", 20, 60, 15),
+    "node3": QuotaNode("node3", 40, 50, 20),
+    "node4": QuotaNode("node4", 70, 80, 15),
+}
+
+
+@pytest.mark.parametrize(
+    ("node4", "want"),
+    [
+        (UPSTREAM_NODES["node4"], {"node1": 5, "node2": 20, "node3": 35, "node4": 40}),
+        (QuotaNode("node4", 70, 0, 15), {"node1": 5, "node2": 20, "node3": 40, "node4": 15}),
+        (QuotaNode("node4", 70, 0, 15, 45), {"node1": 5, "node2": 20, "node3": 30, "node4": 45}),
+    ],
+    ids=["no-guarantee", "node4-shared-weight-0", "node4-guarantee-over-min"],
+)
+def test_iteration_adjust_quota(node4, want):
+    nodes = [UPSTREAM_NODES["node1"], UPSTREAM_NODES["node2"], UPSTREAM_NODES["node3"], node4]
+    assert redistribute(100, nodes) == want
+
+
+def test_requests_below_min_get_their_request_or_min_when_not_lending():
+    # TestRuntimeQuotaCalculator_UpdateOneGroupRequest: request < min: runtime == request
+    assert redistribute(50, [QuotaNode("a", 10, 100, 80)]) == {"a": 10}
+    assert redistribute(50, [QuotaNode("a", 10, 100, 80, allow_lent=False)]) == {"a": 80}
+
+
+def test_children_keep_their_min_when_the_mins_exceed_the_parents_total():
+    # mins 6 + 6 over a total of 10: both keep 6, nothing is left to share
+    got = redistribute(10, [QuotaNode("a", 8, 1, 6), QuotaNode("b", 9, 1, 6)])
+    assert got == {"a": 6, "b": 6}
+    objects = [
+        *CLUSTER,
+        quota("a", 6, 10),
+        quota("b", 6, 10),
+        member("a1", "a", 8),
+        member("b1", "b", 9),
+    ]
+    assert runtimes(objects) == {"a": 6000, "b": 6000}
+
+
+def test_guarantee_usage_keeps_what_a_quota_uses_and_stops_lending():
+    # a uses 7 cores (above its min of 4) and asks for no more; b asks for 8 with a min of 4.
+    # Normally both get their min and share the 2 cores left by weight: a's runtime (5) falls
+    # below what it uses. With ElasticQuotaGuaranteeUsage a's 7 are guaranteed and b keeps its
+    # min.
+    objects = [
+        *CLUSTER,
+        quota("a", 4, 10),
+        quota("b", 4, 10),
+        member("a1", "a", 7, node_name="n1"),
+        member("b1", "b", 8),
+    ]
+    snap = snapshot_of(*objects)
+    quotas = parse_quotas(snap)
+    compute_runtime(snap, quotas, None, guarantee_usage=True)
+    assert {n: q.runtime["cpu"] for n, q in quotas.items()} == {"a": 7000, "b": 4000}
+    assert quotas["a"].guarantee == {"cpu": 7000}
+    assert runtimes(objects) == {"a": 5000, "b": 5000}
 
 
 POOL = "node-pool"
@@ -299,3 +366,17 @@ def test_profiles_in_the_snapshot_itself_make_their_trees():
     result = evaluate(objects, member("p", "tb", 1), plugins=[ElasticQuota()])
     assert result.nodes["b1"].feasible
     assert result.nodes["a1"].reasons == ["node(s) didn't match Pod's node affinity/selector"]
+
+
+def test_the_guarantee_usage_feature_gate_switches_the_plugin():
+    gates = parse_feature_gates("ElasticQuotaGuaranteeUsage=true")
+    plugin = SchedulerConfig(feature_gates=gates).framework().plugin("ElasticQuota")
+    assert isinstance(plugin, ElasticQuota)
+    assert plugin.guarantee_usage
+    default = SchedulerConfig().framework().plugin("ElasticQuota")
+    assert isinstance(default, ElasticQuota)
+    assert not default.guarantee_usage
+    with pytest.raises(InputError, match=r"NoSuchGate.*unknown feature gate"):
+        parse_feature_gates("NoSuchGate=true")
+    with pytest.raises(InputError, match="must be true or false"):
+        parse_feature_gates("ElasticQuotaGuaranteeUsage=maybe")

@@ -14,7 +14,7 @@ from aiohttp.test_utils import TestServer
 from kubeclient.errors import Conflict
 from scheduler_plugins.extender import Extender, SnapshotFile, make_app
 from scheduler_plugins.snapshot import PodInfo
-from scheduler_plugins.table import build_framework
+from scheduler_plugins.table import EXTENDER_PLUGINS, build_framework
 from tests.scheduler.builders import as_list, node, node_metric, nrt, pod, ts
 
 STATUS = "scheduling.koordinator.sh/resource-status"
@@ -75,7 +75,7 @@ async def http(
     snapshot_file: Path, binder: RecordingBinder
 ) -> AsyncIterator[tuple[aiohttp.ClientSession, str, Extender]]:
     source = SnapshotFile(snapshot_file)
-    ext = Extender(build_framework(), source.load(), source=source, binder=binder)
+    ext = Extender(build_framework(EXTENDER_PLUGINS), source.load(), source=source, binder=binder)
     server = TestServer(make_app(ext), host="127.0.0.1")
     await server.start_server()
     try:
@@ -99,7 +99,9 @@ async def test_filter_by_node_names_fails_hot_nodes_with_koordinators_reason(htt
         {"Pod": pod("p", requests={"cpu": "1"}), "NodeNames": ["hot", "cool", "numa"]},
     )
     assert result["NodeNames"] == ["cool", "numa"]
-    assert result["FailedNodes"] == {"hot": "node(s) cpu usage exceed threshold"}
+    assert result["FailedNodes"] == {
+        "hot": "node(s) cpu usage exceed threshold, cpu usage 78% > threshold 65%"
+    }
     assert result["Error"] == ""
 
 
@@ -151,7 +153,9 @@ async def test_bind_writes_the_cpuset_and_assumes_the_pod_for_the_next_one(http,
 
 async def test_a_failed_bind_is_reported_and_unreserved(snapshot_file):
     source = SnapshotFile(snapshot_file)
-    ext = Extender(build_framework(), source.load(), binder=RecordingBinder(fail=True))
+    ext = Extender(
+        build_framework(EXTENDER_PLUGINS), source.load(), binder=RecordingBinder(fail=True)
+    )
     p = lsr("a")
     ext.filter({"Pod": p, "NodeNames": ["numa"]})
     result = await ext.bind(
@@ -180,7 +184,7 @@ async def test_preempt_keeps_nodes_where_the_victims_make_room(tmp_path):
     ]
     path = tmp_path / "s.yaml"
     path.write_text(yaml.safe_dump(as_list(*objects)))
-    ext = Extender(build_framework(), SnapshotFile(path).load())
+    ext = Extender(build_framework(EXTENDER_PLUGINS), SnapshotFile(path).load())
     body = {
         "Pod": pod("big", requests={"cpu": "3"}),
         "NodeNameToMetaVictims": {

@@ -42,7 +42,8 @@ def test_load_aware_index_matches_the_per_node_formula(cluster, request_milli):
         if age >= 180:
             expected = "node(s) nodeMetric expired"
         elif go_round(used * 100 / total) > 65 or go_round((used + estimate) * 100 / total) > 65:
-            expected = "node(s) cpu usage exceed threshold"
+            pct = go_round((used + estimate) / total * 100)  # what the pod would make it
+            expected = f"node(s) cpu usage exceed threshold, cpu usage {pct}% > threshold 65%"
         else:
             expected = None
         got = failures.get(f"n{i}")

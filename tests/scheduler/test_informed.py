@@ -57,7 +57,10 @@ async def test_informer_events_change_the_verdicts(cluster):
     api, informed, ext = cluster
     p = pod("p", requests={"cpu": "2"})
     await eventually(lambda: "hot" in informed.snapshot.node_metrics)
-    assert filter_names(ext, p) == (["cool"], {"hot": "node(s) cpu usage exceed threshold"})
+    assert filter_names(ext, p) == (
+        ["cool"],
+        {"hot": "node(s) cpu usage exceed threshold, cpu usage 80% > threshold 65%"},
+    )
     # the koordlet reports the hot node cooled down
     api.put("nodemetrics", fresh_metric("hot", "2"))
     await eventually(lambda: filter_names(ext, p)[0] == ["hot", "cool"])
@@ -221,8 +224,9 @@ def test_every_kind_the_informers_watch_is_readable_by_both_packaged_scheduler_r
 def test_the_standalone_role_may_do_every_write_the_standalone_scheduler_makes() -> None:
     # Writes of `koord-scheduler run`: pod patches (reserve annotations), bindings, Events
     # (events.k8s.io/v1: created, then patched with their series), the PodScheduled condition
-    # (pods/status patch), and Reservation status (placed, Unschedulable, currentOwners) through
-    # the status subresource (PUT: update).
+    # and the preemptor's nominatedNodeName (pods/status patch), Reservation status (placed,
+    # Unschedulable, currentOwners) through the status subresource (PUT: update), and
+    # preemption's evictions.
     rbac = Path(__file__).resolve().parents[2] / "packaging/kubernetes/scheduler/rbac.yaml"
     (role,) = [
         d
@@ -243,5 +247,6 @@ def test_the_standalone_role_may_do_every_write_the_standalone_scheduler_makes()
         ("events.k8s.io", "events", "create"),
         ("events.k8s.io", "events", "patch"),
         (RESERVATIONS.group, f"{RESERVATIONS.plural}/status", "update"),
+        ("", "pods/eviction", "create"),  # preemption's victims
     }
     assert needed <= allowed

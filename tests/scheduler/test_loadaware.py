@@ -5,14 +5,14 @@ from __future__ import annotations
 import pytest
 
 from scheduler_plugins.errors import PluginArgsError
-from scheduler_plugins.plugins.loadaware import (
+from scheduler_plugins.plugins.loadargs import (
     DEFAULT_MEMORY_REQUEST,
     DEFAULT_MILLI_CPU_REQUEST,
     LoadAwareArgs,
-    LoadAwareScheduling,
     estimate_pod,
     parse_args,
 )
+from scheduler_plugins.plugins.loadaware import LoadAwareScheduling
 from scheduler_plugins.snapshot import parse_pod
 from tests.scheduler.builders import NOW, node, node_metric, pod
 from tests.scheduler.helpers import evaluate
@@ -28,10 +28,28 @@ def run(objects, p, args=None):
 @pytest.mark.parametrize(
     ("cpu_used", "mem_used", "request_cpu", "reason"),
     [
-        ("22400m", "10Gi", "100m", "node(s) cpu usage exceed threshold"),  # 70 % > 65 %
+        # 70 % + 85m estimated
+        (
+            "22400m",
+            "10Gi",
+            "100m",
+            "node(s) cpu usage exceed threshold, cpu usage 70% > threshold 65%",
+        ),
         ("19200m", "10Gi", "2", None),  # 60 % + 1.7 cores estimated = 65.3 % rounds to 65
-        ("19200m", "10Gi", "4", "node(s) cpu usage exceed threshold"),  # 60 % + 3.4 = 70.6 %
-        ("1", "62Gi", "100m", "node(s) memory usage exceed threshold"),  # 96.9 % > 95 %
+        # 60 % + 3.4 cores
+        (
+            "19200m",
+            "10Gi",
+            "4",
+            "node(s) cpu usage exceed threshold, cpu usage 71% > threshold 65%",
+        ),
+        # 96.9 % + 45 MiB
+        (
+            "1",
+            "62Gi",
+            "100m",
+            "node(s) memory usage exceed threshold, memory usage 97% > threshold 95%",
+        ),
     ],
 )
 def test_a_node_is_rejected_when_usage_plus_the_estimate_exceeds_the_default_threshold(
@@ -75,7 +93,7 @@ def test_pods_assigned_after_the_last_report_are_counted_by_their_estimate():
     recent = pod("recent", node_name="n1", requests={"cpu": "8"}, scheduled_at=NOW - 10)
     objects = [node("n1"), node_metric("n1", cpu="16"), recent]
     assert run(objects, pod("p", requests={"cpu": "100m"})).nodes["n1"].reasons == [
-        "node(s) cpu usage exceed threshold"
+        "node(s) cpu usage exceed threshold, cpu usage 72% > threshold 65%"
     ]
     # bound long before the report and reported at 1 core: the reported usage stands
     old = pod("recent", node_name="n1", requests={"cpu": "8"}, scheduled_at=NOW - 3600)
@@ -105,9 +123,9 @@ def test_resource_weights_change_the_score():
     [
         ({"requests": {"cpu": "2", "memory": "1Gi"}}, 1700, round(GI * 0.7)),
         ({}, DEFAULT_MILLI_CPU_REQUEST, DEFAULT_MEMORY_REQUEST),
-        (
+        (  # Burstable: the limit times the factor (not the whole limit)
             {"requests": {"cpu": "1", "memory": "1Gi"}, "limits": {"cpu": "4", "memory": "1Gi"}},
-            4000,
+            3400,
             round(GI * 0.7),
         ),
         (
@@ -141,7 +159,7 @@ def test_aggregated_thresholds_filter_on_the_percentile_usage():
     ]
     args = {"aggregated": {"usageThresholds": {"cpu": 70}, "usageAggregationType": "p95"}}
     assert run(objects, pod("p"), args).nodes["n1"].reasons == [
-        "node(s) cpu aggregated usage exceed threshold"
+        "node(s) cpu aggregated usage exceed threshold, cpu p95 usage 81% > threshold 70%"
     ]
     assert run(objects, pod("p")).nodes["n1"].feasible  # instant usage 9 %
 
@@ -154,14 +172,16 @@ def test_prod_usage_thresholds_apply_to_prod_pods_only():
     args = {"prodUsageThresholds": {"cpu": 30}}
     assert run(objects, pod("p", priority=9500, requests={"cpu": "1"}), args).nodes[
         "n1"
-    ].reasons == ["node(s) cpu usage exceed threshold"]
+    ].reasons == ["node(s) cpu usage exceed threshold, cpu prod usage 40% > threshold 30%"]
     assert run(objects, pod("b", priority=5500, requests={"cpu": "1"}), args).nodes["n1"].feasible
 
 
 def test_node_annotation_overrides_thresholds():
     custom = {"scheduling.koordinator.sh/usage-thresholds": '{"usageThresholds": {"cpu": 40}}'}
     objects = [node("n1", annotations=custom), node_metric("n1", cpu="16")]
-    assert run(objects, pod("p")).nodes["n1"].reasons == ["node(s) cpu usage exceed threshold"]
+    assert run(objects, pod("p")).nodes["n1"].reasons == [
+        "node(s) cpu usage exceed threshold, cpu usage 51% > threshold 40%"
+    ]
 
 
 def test_invalid_args_name_the_field():

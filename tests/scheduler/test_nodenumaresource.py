@@ -108,9 +108,19 @@ def test_unsatisfiable_requests_are_rejected_with_koordinators_reasons(labels, p
     assert reasons == [reason]
 
 
-def test_a_pod_that_needs_a_cpuset_cannot_use_a_node_without_cpu_topology():
+def test_a_pod_that_needs_a_cpuset_cannot_use_a_node_without_cpu_topology_and_is_told_why():
     reasons, _ = place([node("n1", cpu="16")], lsr_pod("p", 2))
-    assert reasons == ["node(s) invalid CPU Topology"]
+    assert reasons == [
+        "node(s) invalid CPU Topology "
+        "(the node has no NodeResourceTopology: is the koordlet running there?)"
+    ]
+    topology = nrt("n1")
+    del topology["metadata"]["annotations"]["node.koordinator.sh/cpu-topology"]
+    reasons, _ = place([node("n1", cpu="16"), topology], lsr_pod("p", 2))
+    assert reasons == [
+        "node(s) invalid CPU Topology "
+        "(its NodeResourceTopology has no node.koordinator.sh/cpu-topology annotation)"
+    ]
 
 
 def test_single_numa_node_policy_records_the_numa_node_resources():
@@ -162,8 +172,10 @@ def test_pcpu_level_exclusive_spread_pods_take_one_thread_of_unshared_cores():
     other = lsr_pod("other", 4, node_name="n1", spec=spec, status={"cpuset": "0-3"})
     _, status = place([node("n1", cpu="16"), nrt("n1"), other], lsr_pod("p", 4, spec=spec))
     assert (status or {}).get("cpuset") == "4-7"
-    reasons, _ = place([node("n1", cpu="16"), nrt("n1"), other], lsr_pod("p", 5, spec=spec))
-    assert reasons == ["not enough cpus available to satisfy request"]
+    # PCPULevel is a preference: with no fifth unshared core the pod shares one, spread
+    reasons, status = place([node("n1", cpu="16"), nrt("n1"), other], lsr_pod("p", 5, spec=spec))
+    assert reasons == []
+    assert (status or {}).get("cpuset") == "4-7,12"
 
 
 def test_ls_pods_on_nodes_without_numa_policy_are_not_scored():

@@ -52,15 +52,10 @@ def test_a_node_without_batch_resources_rejects_batch_pods():
     assert result.nodes["n1"].reasons == ["Insufficient kubernetes.io/batch-cpu"]
 
 
-def test_a_full_node_by_pod_count_and_an_unschedulable_node_are_rejected():
+def test_a_full_node_by_pod_count_is_rejected_in_kube_schedulers_words():
     full = [node("n1", pods="1"), pod("x", node_name="n1")]
     assert evaluate(full, pod("p"), plugins=[NodeResourcesFit()]).nodes["n1"].reasons == [
-        "Insufficient pods"
-    ]
-    cordoned = node("n2")
-    cordoned["spec"] = {"unschedulable": True}
-    assert evaluate([cordoned], pod("p"), plugins=[NodeResourcesFit()]).nodes["n2"].reasons == [
-        "node(s) were unschedulable"
+        "Too many pods"
     ]
 
 

@@ -89,6 +89,26 @@ async def test_the_first_event_is_created_in_the_events_k8s_io_form(recorder):
     assert post.body["metadata"]["name"] == event["metadata"]["name"]
 
 
+async def test_a_preempted_victim_gets_kube_schedulers_event_related_to_its_preemptor(recorder):
+    server, rec, _ = recorder
+    victim = a_pod("low")
+    await rec.preempted(victim, a_pod("urgent", rv="9"), "n1")
+    await rec.preempted(victim, a_pod("other", rv="3"), "n1")
+    by_preemptor = {e["related"]["name"]: e for e in events(server, "low")}
+    # ``related`` is part of client-go's key: two preemptors, two Events, no series
+    assert sorted(by_preemptor) == ["other", "urgent"]
+    event = by_preemptor["urgent"]
+    assert {k: event[k] for k in ("type", "reason", "action", "note")} == {
+        "type": "Normal",
+        "reason": "Preempted",
+        "action": "Preempting",
+        "note": "Preempted by default/urgent on node n1",
+    }
+    assert event["regarding"]["name"] == "low"
+    assert event["related"]["resourceVersion"] == "9"
+    assert all("series" not in e for e in by_preemptor.values())
+
+
 async def test_repeats_become_one_series_written_at_two_then_every_30_minutes_and_at_its_end(
     recorder,
 ):
@@ -257,7 +277,12 @@ async def test_failed_attempts_aggregate_and_the_pod_is_marked_unschedulable(sta
     s.server.put("nodemetrics", metric)
     await eventually(lambda: "hot" in s.informed.snapshot.node_metrics)
     s.server.put("pods", ours("p"))
-    message = "0/1 nodes are available: 1 node(s) cpu usage exceed threshold."
+    # this scheduler's wording with the numbers, and kube-scheduler's preemption verdict
+    message = (
+        "0/1 nodes are available: 1 node(s) cpu usage exceed threshold, cpu usage 99% > "
+        "threshold 65%. preemption: 0/1 nodes are available: 1 No preemption victims found for "
+        "incoming pod.."
+    )
     for _ in range(6):
         assert await attempt(s, "p") is None
     # kube-scheduler's shape: the condition patched once (it changes the pod's

@@ -158,7 +158,8 @@ async def test_a_placed_reservation_is_available_and_its_resources_go_to_owners_
     server.put("pods", ours("batch", requests={"cpu": "2"}))
     await eventually(lambda: bool(events_for(server, "batch")))
     assert events_for(server, "batch")[0]["note"] == (
-        "0/2 nodes are available: 2 Insufficient cpu."
+        "0/2 nodes are available: 2 Insufficient cpu. "
+        "preemption: 0/2 nodes are available: 2 No preemption victims found for incoming pod.."
     )
     assert node_of(server, "batch") == ""
     # an owner gets them

@@ -75,14 +75,16 @@ def events_for(server: BindingFakeApiServer, name: str) -> list[dict]:
 async def test_pods_are_bound_to_the_least_loaded_node_with_their_cpuset(running):
     server, sched = running
     server.put("nodes", node("hot", cpu="16"))
-    server.put("nodemetrics", metric("hot", "8"))
+    server.put("nodemetrics", metric("hot", "9"))
     server.put("nodes", node("cool", cpu="16"))
     server.put("nodemetrics", metric("cool", "1"))
     server.put("noderesourcetopologies", nrt("cool"))
     server.put("noderesourcetopologies", nrt("hot"))
     snap = sched.snapshot
     await eventually(lambda: len(snap.node_metrics) == 2 and len(snap.topologies) == 2)
-    server.put("pods", ours("web", requests={"cpu": "2", "memory": "1Gi"}))
+    # the requests-based scores (NodeResourcesFit, BalancedAllocation) prefer the emptier node
+    # a little; the real load decides
+    server.put("pods", ours("web", requests={"cpu": "500m", "memory": "1Gi"}))
     lsr = ours(
         "lsr",
         requests={"cpu": "2", "memory": "1Gi"},
@@ -111,7 +113,11 @@ async def test_an_unschedulable_pod_gets_a_failed_scheduling_event_in_koordinato
     event = events_for(server, "p")[0]
     assert event["reason"] == "FailedScheduling"
     assert event["type"] == "Warning"
-    assert event["note"] == "0/1 nodes are available: 1 node(s) cpu usage exceed threshold."
+    # 15 of 16 cores used, and the pod's 1 core estimated at 85 %: 99 %
+    assert event["note"] == (
+        "0/1 nodes are available: "
+        "1 node(s) cpu usage exceed threshold, cpu usage 99% > threshold 65%."
+    )
     assert node_of(server, "p") == ""
 
 
@@ -212,4 +218,23 @@ def test_failure_message_counts_reasons_over_nodes_as_kube_scheduler_does():
     }
     assert failure_message(3, reasons) == (
         "0/3 nodes are available: 2 Insufficient cpu, 1 node(s) cpu usage exceed threshold."
+    )
+
+
+def test_per_node_numbers_do_not_split_the_failure_message():
+    la = "node(s) cpu usage exceed threshold"
+    reasons = {
+        "a": [f"{la}, cpu usage 70% > threshold 65%"],
+        "b": [f"{la}, cpu usage 80% > threshold 65%"],
+        "c": [f"{la}, cpu usage 70% > threshold 65%"],
+        "d": ["Insufficient quotas, quotaName: q, runtime: {cpu: 1}"],
+    }
+    assert failure_message(4, reasons) == (
+        "0/4 nodes are available: 1 Insufficient quotas, quotaName: q, runtime: {cpu: 1}, "
+        f"3 {la} (e.g. cpu usage 70% > threshold 65%)."
+    )
+    # the same numbers everywhere: the reason as it is
+    same = {"a": [f"{la}, cpu usage 70% > threshold 65%"]}
+    assert failure_message(1, same) == (
+        f"0/1 nodes are available: 1 {la}, cpu usage 70% > threshold 65%."
     )

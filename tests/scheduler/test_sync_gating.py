@@ -136,7 +136,46 @@ def test_every_kind_a_decision_reads_is_informed() -> None:
         "reservations",
         "devices",
         "priorityclasses",
+        # kube-scheduler's in-tree plugins (namespaceSelector, VolumeBinding) and preemption
+        "namespaces",
+        "persistentvolumeclaims",
+        "persistentvolumes",
+        "poddisruptionbudgets",
     }
+
+
+@pytest.mark.parametrize(
+    "plural", ["namespaces", "persistentvolumeclaims", "persistentvolumes", "poddisruptionbudgets"]
+)
+async def test_the_in_tree_plugins_kinds_hold_decisions_until_listed(cluster, plural):
+    server, client = cluster
+    server.put("pods", ours("p", "1"))
+    hold_list(server, plural, QUOTA_LIST_DELAY_S)
+    term = start_term(client)
+    try:
+        await eventually(lambda: term.informed.not_ready() == [f"{plural} (not listed yet)"])
+        await eventually(lambda: node_of(server, "p") == "n1", within=10)
+        assert term.witness.seen == [("p", [])]
+    finally:
+        await term.stop()
+
+
+async def test_a_cluster_not_serving_an_in_tree_kind_counts_it_listed_and_empty(cluster):
+    """The 404 rule holds for the in-tree plugins' kinds as for the CRDs (an API server with
+    ``policy/v1`` turned off serves no PodDisruptionBudgets)."""
+    server, client = cluster
+    del server.kinds[("policy", "v1", "poddisruptionbudgets")]
+    server.put("pods", ours("p", "1"))
+    term = start_term(client)
+    try:
+        await eventually(lambda: node_of(server, "p") == "n1", within=10)
+        budgets = next(
+            i for i in term.informed.informers if i.resource.plural == "poddisruptionbudgets"
+        )
+        assert (budgets.synced, budgets.absent) == (False, True)
+        assert term.witness.seen == [("p", [])]
+    finally:
+        await term.stop()
 
 
 @pytest.mark.parametrize("gated", [True, False])

@@ -152,3 +152,12 @@ def test_daemon_bench_ends_with_one_json_line_of_cpu_and_memory_figures() -> Non
     assert figures["exit_code"] == 0  # stopped cleanly by SIGTERM
     assert figures["tree"] == "fake-v1"
     assert "daemon/collect" in figures["step_wall_ms"]
+
+
+def test_runtimehooks_reconcile_bench_ends_with_one_json_line_of_round_figures() -> None:
+    figures = run_bench("runtimehooks_reconcile", "--pods", "8", "--rounds", "2")
+    assert figures["pods"] == 8
+    assert figures["writes"] > 0
+    for key in ("first_round_ms", "round_ms", "round_p90_ms", "round_cpu_ms"):
+        assert is_number(figures[key]), key
+    assert figures["round_ms"] <= figures["round_p90_ms"]

@@ -182,3 +182,33 @@ def test_a_malformed_cfs_quota_fails_the_step_naming_the_file(
 
     with pytest.raises(ParseError, match=r"cpu\.(max|cfs_quota_us)"):
         collector.collect(TickState(1.0, snapshot(fake_host)))
+
+
+def test_request_sums_batch_cpu_when_the_source_knows_extended_requests(
+    fake_host: FakeHost, be_pod: tuple[str, list[str]]
+) -> None:
+    # upstream sums the BE pods' kubernetes.io/batch-cpu requests (milli-cores as an integer)
+    pods = dict(snapshot(fake_host).pods)
+    pods[BE_UID] = dataclasses.replace(
+        pods[BE_UID], cpu_request_milli=0, extended_requests={"kubernetes.io/batch-cpu": 2500}
+    )
+    got, _ = collect(BEResourceCollector(fake_host.host), 100.0, WorkloadSnapshot(pods=pods))
+    assert got[REQUEST] == 2.5
+
+
+def test_the_be_cgroups_own_throttling_is_a_ratio_of_periods(
+    fake_host: FakeHost, be_pod: tuple[str, list[str]]
+) -> None:
+    collector = BEResourceCollector(fake_host.host)
+    snap = snapshot(fake_host)
+    throttled = (s.BE_CPU_THROTTLED_RATIO, s.BE)
+    fake_host.set_throttle(be_dir(fake_host), periods=100, throttled=10)
+    first, _ = collect(collector, 100.0, snap)
+    fake_host.set_throttle(be_dir(fake_host), periods=150, throttled=30)
+    second, _ = collect(collector, 101.0, snap)
+    fake_host.set_throttle(be_dir(fake_host), periods=150, throttled=30)
+    idle, _ = collect(collector, 102.0, snap)
+
+    assert throttled not in first  # the first reading seeds
+    assert second[throttled] == pytest.approx(20 / 50)
+    assert idle[throttled] == 0.0  # no period elapsed

@@ -13,7 +13,7 @@ from koordlet.errors import HostError, ParseError
 from koordlet.metriccache import series as s
 from koordlet.statesinformer.model import WorkloadSnapshot
 from koordlet.system.cgroups import CgroupDriver, CgroupVersion
-from tests.fakehost import USER_HZ, FakeHost
+from tests.fakehost import USER_HZ, CpuTimes, FakeHost
 
 EMPTY = WorkloadSnapshot()
 KiB = 1024
@@ -115,3 +115,29 @@ def test_node_info_sees_hyperthread_siblings_share_a_core(host_root: Path) -> No
 
     assert info["hyperthreading"] is True
     assert info["total"]["cores"] == 2
+
+
+def test_cpu_is_reported_per_numa_node_from_its_cpus_lines(numa_host: FakeHost) -> None:
+    # 8 CPUs, NUMA node 0 holds CPUs 0-3, node 1 CPUs 4-7 (the kernel's node<N>/cpulist)
+    def times(busy: int) -> CpuTimes:
+        return CpuTimes(busy, 0, 0, 1000, 0, 0, 0, 0)
+
+    numa_host.set_proc_stat(per_cpu=[times(100)] * 8)
+    collector = NodeResourceCollector(numa_host.host, user_hz=USER_HZ)
+    first = collect(collector, 100.0)
+    numa_host.set_proc_stat(per_cpu=[times(300)] * 4 + [times(150)] * 4)
+    got = collect(collector, 102.0)
+
+    assert (s.NUMA_CPU_USAGE, "numa/0") not in first  # the first reading seeds
+    # node 0: 4 CPUs x 200 jiffies over 2 s = 4 cores busy; node 1: 4 x 50 = 1 core
+    assert got[(s.NUMA_CPU_USAGE, "numa/0")] == pytest.approx(4 * 200 / USER_HZ / 2)
+    assert got[(s.NUMA_CPU_USAGE, "numa/1")] == pytest.approx(4 * 50 / USER_HZ / 2)
+    assert got[(s.NODE_CPU_USAGE, s.NODE)] == pytest.approx(
+        got[(s.NUMA_CPU_USAGE, "numa/0")] + got[(s.NUMA_CPU_USAGE, "numa/1")]
+    )
+
+
+def test_node_memory_total_is_memtotal(fake_host: FakeHost) -> None:
+    fake_host.set_meminfo(MemTotal=24 * 1024 * 1024)  # 24 GiB in kB
+    got = collect(NodeResourceCollector(fake_host.host), 100.0)
+    assert got[(s.NODE_MEMORY_TOTAL, s.NODE)] == 24 * 1024**3

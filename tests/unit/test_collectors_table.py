@@ -23,6 +23,7 @@ from tests.fakehost import FakeHost, container_id
 ORDER = [
     "noderesource",
     "nodeinfo",
+    "nodestorage",
     "podresource",
     "podthrottled",
     "pagecache",
@@ -33,8 +34,9 @@ ORDER = [
     "sysresource",
     "cpi",
     "psi",
+    "gpu",
 ]
-GATED = {"coldmemory", "cpi", "psi", "resctrlmon"}
+GATED = {"coldmemory", "cpi", "gpu", "nodestorage", "psi", "resctrlmon"}
 """Behind feature gates or switches that are off by default, as upstream."""
 RUNNING = [name for name in ORDER if name not in GATED]
 DEFAULTS = KoordletConfig(node_name="n")
@@ -51,7 +53,9 @@ def test_every_gate_is_a_koordlet_feature_gate_that_upstream_leaves_off() -> Non
     assert gates == {
         "coldmemory": "ColdPageCollector",
         "cpi": "CPICollector",
+        "nodestorage": "BlkIOReconcile",
         "psi": "PSICollector",
+        "gpu": "Accelerators",
     }
     assert all(not KOORDLET_FEATURES[gate].default for gate in gates.values())
 

@@ -67,11 +67,13 @@ SAMPLES: dict[str, tuple[str, Any, Any, Any]] = {
     "paths.cgroupRootDir": ("/host-cgroup/", "/host-cgroup", "/c", "/c"),
     "paths.procRootDir": ("/host-proc", "/host-proc", "/p/", "/p"),
     "paths.sysRootDir": ("/host-sys/", "/host-sys", "/s", "/s"),
+    "paths.varLibKubeletDir": ("/host/kubelet/", "/host/kubelet", "/k", "/k"),
     "cgroup.version": ("v2", "v2", "v1", "v1"),
     "cgroup.driver": ("systemd", "systemd", "cgroupfs", "cgroupfs"),
     "cgroup.kubeDir": ("kubepods.slice", "kubepods.slice", "k8s/kubepods/", "k8s/kubepods/"),
     "collect.resUsedInterval": ("500ms", 0.5, 2, 2.0),
     "collect.nodeCPUInfoInterval": ("2m", 120.0, "90s", 90.0),
+    "collect.nodeStorageInfoInterval": ("5s", 5.0, "2s", 2.0),
     "collect.psiInterval": ("30", 30.0, 0.25, 0.25),
     "collect.cpiInterval": ("2m", 120.0, "90s", 90.0),
     "collect.cpiTimeWindow": ("5s", 5.0, 15, 15.0),
@@ -127,6 +129,31 @@ SAMPLES: dict[str, tuple[str, Any, Any, Any]] = {
     ),
     "audit.logDir": ("/var/log/koordlet/", "/var/log/koordlet", "", ""),
     "audit.maxDiskSpaceMB": ("32", 32, 64, 64),
+    "runtimeHooks.addr": (
+        "/host-var-run-koordlet/koordlet.sock",
+        "/host-var-run-koordlet/koordlet.sock",
+        "",
+        "",
+    ),
+    "runtimeHooks.hostEndpoint": ("/run/k/k.sock", "/run/k/k.sock", "/r/k.sock", "/r/k.sock"),
+    "runtimeHooks.configPath": ("/host-etc-hookserver/", "/host-etc-hookserver", "/h", "/h"),
+    "runtimeHooks.disableStages": (
+        "PreStartContainer, PostStopContainer",
+        frozenset({"PreStartContainer", "PostStopContainer"}),
+        ["PreCreateContainer"],
+        frozenset({"PreCreateContainer"}),
+    ),
+    "runtimeHooks.timeout": ("250ms", 0.25, 2, 2.0),
+    "runtimeHooks.reconcileInterval": ("30s", 30.0, 5, 5.0),
+    "runtimeHooks.nri": ("false", False, False, False),
+    "runtimeHooks.varRunRootDir": ("/host-var-run/", "/host-var-run", "/v", "/v"),
+    "runtimeHooks.nriSocketPath": ("nri.sock", "nri.sock", "/run/nri.sock", "/run/nri.sock"),
+    "runtimeHooks.nriPluginName": ("koordlet", "koordlet", "k_nri", "k_nri"),
+    "runtimeHooks.nriPluginIndex": ("10", "10", "99", "99"),
+    "runtimeHooks.nriConnectTimeout": ("3s", 3.0, "1m", 60.0),
+    "runtimeHooks.nriBackoffDuration": ("500ms", 0.5, 2, 2.0),
+    "runtimeHooks.nriBackoffFactor": ("1.5", 1.5, 3, 3.0),
+    "runtimeHooks.nriBackoffCap": ("1m", 60.0, "10s", 10.0),
 }
 
 
@@ -218,7 +245,13 @@ def test_malformed_durations_are_rejected(text: str) -> None:
 def test_a_go_duration_is_the_sum_of_its_parts(parts: list[tuple[int, str]]) -> None:
     unit = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 1e-3, "us": 1e-6, "ns": 1e-9}
     text = "".join(f"{n}{u}" for n, u in parts)
-    assert duration_seconds(text) == pytest.approx(sum(n * unit[u] for n, u in parts))
+    total = sum(n * unit[u] for n, u in parts)
+    if total * 1e9 > 2**63 - 1:
+        # Go's time.ParseDuration refuses what int64 nanoseconds cannot hold (about 2,562,047 h).
+        with pytest.raises(ValueError, match="invalid duration"):
+            duration_seconds(text)
+        return
+    assert duration_seconds(text) == pytest.approx(total)
 
 
 @pytest.mark.parametrize(
@@ -259,6 +292,31 @@ def test_a_bad_flag_value_is_an_error_naming_the_flag(argv: list[str], message: 
 def test_unknown_abbreviated_or_incomplete_flags_are_errors(argv: list[str]) -> None:
     with pytest.raises(ConfigError, match=r"^command line: "):
         load(*argv)
+
+
+@pytest.mark.parametrize(
+    ("argv", "level"),
+    [(["-v"], "debug"), (["--verbose"], "debug"), (["-v=4"], "debug"), (["-v", "2"], "info"),
+     (["--log-level", "warning", "-v"], "debug"), ([], "info")],
+)  # fmt: skip
+def test_v_turns_on_debug_logging_as_klog_verbosity_4_and_above(
+    argv: list[str], level: str
+) -> None:
+    assert load(*argv).log_level == level
+
+
+def test_an_unknown_flag_suggests_the_closest_known_one() -> None:
+    with pytest.raises(
+        ConfigError, match=r"unrecognized arguments: --adr=:1 \(did you mean --addr\?\)"
+    ):
+        load("--adr=:1")
+
+
+@pytest.mark.parametrize("value", ["https://10.0.0.7", "10.0.0.7:10250", "a b"])
+def test_the_kubelet_address_is_a_host_only(value: str) -> None:
+    with pytest.raises(ConfigError, match=r"^--kubelet-address: must be a host name or IP"):
+        load("--kubelet-address", value)
+    assert load("--kubelet-address", "fe80::1").kube.kubelet_address == "fe80::1"
 
 
 def test_switches_take_an_optional_go_bool() -> None:
@@ -419,8 +477,10 @@ def test_help_lists_every_flag_with_its_default(capsys: pytest.CaptureFixture[st
     for s in SETTINGS:
         for flag in s.flags:
             assert flag in out
-    assert out.count("(default:") == len(SETTINGS) + 2  # + --config, --feature-gates
+    assert out.count("(default:") == len(SETTINGS) + 3  # + --config, --feature-gates, -v
     assert "CPUBurst=true|false (BETA - default=true" in out
+    assert "--kubelet-address HOST" in out  # not FILE
+    assert "NodeTopologyReport=true|false (BETA - default=true)" in out  # implemented here
 
 
 @pytest.mark.parametrize(

@@ -7,13 +7,12 @@ import threading
 from pathlib import Path
 from typing import Any
 
-import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from koordlet.errors import CgroupGoneError, HostError
 from koordlet.executor import AuditLog, BatchWrite, CgroupWriter, WriteResult
-from koordlet.executor.batch import apply_batch, as_knob, plan
+from koordlet.executor.batch import apply_batch, plan
 from koordlet.system.cgroups import CgroupDriver, CgroupVersion, detect_layout
 from koordlet.system.host import Host
 from koordlet.system.knobs import CPU_CFS_QUOTA, CPUSET_CPUS, CPUSET_MEMS, Knob
@@ -69,14 +68,14 @@ class KernelModel:
 
     def write(
         self,
-        knob: Knob[Any] | str,
+        knob: Knob[Any],
         rel_dir: str,
         value: object,
         *,
         strategy: str = "",
         reason: str = "",
     ) -> WriteResult:
-        knob_name = as_knob(knob).name
+        knob_name = knob.name
         if rel_dir in self.gone:
             raise CgroupGoneError(f"{rel_dir}: gone")
         if isinstance(value, set | list | tuple):
@@ -89,10 +88,10 @@ class KernelModel:
         self.writes.append((knob_name, rel_dir, value))
         return WriteResult(rel_dir, str(old), str(value), True, knob_name, strategy, reason)
 
-    def read(self, knob: Knob[Any] | str, rel_dir: str) -> Any:
+    def read(self, knob: Knob[Any], rel_dir: str) -> Any:
         if rel_dir in self.gone:
             raise CgroupGoneError(f"{rel_dir}: gone")
-        return self.values[(as_knob(knob).name, rel_dir)]
+        return self.values[(knob.name, rel_dir)]
 
     def is_dry_run(self, strategy: str) -> bool:
         return self.dry
@@ -135,23 +134,6 @@ def test_a_move_to_disjoint_cpus_goes_through_the_union() -> None:
     assert result.ok, result.errors
     assert ("cpuset_cpus", "kubepods/besteffort", frozenset({0, 1, 2, 3})) in kernel.writes
     assert all(kernel.values[("cpuset_cpus", d)] == to for d in TREE[1:])
-
-
-def test_a_knob_given_by_its_deprecated_name_is_the_same_knob_in_a_batch() -> None:
-    kernel = KernelModel(cpusets(root=frozenset(range(4)), be=frozenset({0, 1}),
-                                 pod1=frozenset({0}), pod2=frozenset({1})))  # fmt: skip
-    writes = [
-        BatchWrite("cpuset_cpus", TREE[1], frozenset({3})),
-        BatchWrite(CPUSET_CPUS, TREE[1], frozenset({0, 1, 2})),  # the same knob: the last wins
-    ]
-
-    (only,) = plan(writes)[1]
-    result = apply_batch(kernel, writes)
-
-    assert only is writes[1]
-    assert {w.knob_name for w in writes} == {"cpuset_cpus"}
-    assert result.ok, result.errors
-    assert kernel.values[("cpuset_cpus", TREE[1])] == frozenset({0, 1, 2})
 
 
 def test_mems_grow_before_cpus_and_cpus_shrink_before_mems_in_one_cgroup() -> None:
@@ -212,25 +194,27 @@ def test_in_dry_run_the_grow_pass_is_skipped_and_nothing_changes() -> None:
     assert len(result.results) == 3  # only the final values, no grow steps
 
 
-cpu_sets = st.frozensets(st.integers(0, 7), min_size=1)
 quotas = st.one_of(st.none(), st.integers(1000, 800_000))
 
 
-def nested(draw: st.DrawFn, values: st.SearchStrategy[Any], within: Any) -> list[Any]:
-    """Four values for TREE, each within its parent (the root is kept as the outer bound)."""
+def nested(draw: st.DrawFn, within: Any) -> list[Any]:
+    """Four values for TREE, each within its parent (the root is kept as the outer bound):
+    a non-empty subset of the parent's CPUs, or a quota no larger than the parent's (any quota,
+    or none, under an unlimited parent). Built within the parent, not filtered, so drawing
+    never starves on a busy machine."""
     out = [within]
     for i in range(1, 4):
         parent = out[i - 1] if i < 3 else out[1]
-        out.append(draw(values.filter(lambda v, p=parent: within_(v, p))))
+        out.append(draw(within_(parent)))
     return out
 
 
-def within_(value: Any, parent: Any) -> bool:
-    if isinstance(value, frozenset):
-        return bool(value <= parent)
+def within_(parent: Any) -> st.SearchStrategy[Any]:
+    if isinstance(parent, frozenset):
+        return st.frozensets(st.sampled_from(sorted(parent)), min_size=1)
     if parent is None:
-        return True
-    return value is not None and bool(value <= parent)
+        return quotas
+    return st.integers(1000, parent)
 
 
 @settings(max_examples=150, deadline=None)
@@ -238,10 +222,10 @@ def within_(value: Any, parent: Any) -> bool:
 def test_any_consistent_cpuset_or_quota_change_is_accepted_at_every_step(data: Any) -> None:
     k = data.draw(st.sampled_from([CPUSET_CPUS, CPU_CFS_QUOTA]))
     knob = k.name
-    values, top = (cpu_sets, frozenset(range(8))) if k is CPUSET_CPUS else (quotas, None)
+    top = frozenset(range(8)) if k is CPUSET_CPUS else None
     draw = data.draw
-    before = nested(draw, values, top)
-    after = nested(draw, values, top)
+    before = nested(draw, top)
+    after = nested(draw, top)
     kernel = KernelModel({(knob, d): v for d, v in zip(TREE, before, strict=True)})
     order = draw(st.permutations(list(TREE[1:])))
     result = apply_batch(kernel, [BatchWrite(k, d, after[TREE.index(d)]) for d in order])
@@ -304,14 +288,3 @@ def test_a_batch_in_dry_run_writes_nothing_and_audits_the_decisions(tmp_path: Pa
     decisions = audit.recent()
     assert len(decisions) == 4
     assert all(e.kind == "decision" and e.dry_run and e.new == "1" for e in decisions)
-
-
-def test_a_batch_with_an_unknown_knob_fails_before_writing_anything(tmp_path: Path) -> None:
-    host = v1_host(tmp_path)
-    writer = CgroupWriter(host)
-    with pytest.raises(HostError, match="no such knob"):
-        apply_batch(
-            writer,
-            [BatchWrite(CPUSET_CPUS, TREE[1], {1}), BatchWrite("cpu_turbo", TREE[1], 1)],
-        )
-    assert (tmp_path / "cgroup/cpuset" / TREE[1] / "cpuset.cpus").read_text() == "0-7\n"

@@ -261,31 +261,3 @@ def test_a_failing_hook_does_not_undo_a_done_write(
     assert result.changed
     assert text_of(v1, "cpu", "cpu.shares") == "512"
     assert "on_change hook failed" in caplog.text
-
-
-# The deprecated name adapter (until koordlet/qos hands the Knob objects) ------------------------
-
-
-def test_a_knobs_name_still_writes_reads_and_submits_like_the_knob(host: Host) -> None:
-    by_name = CgroupWriter(host)
-    with by_name:
-        submitted = by_name.submit("cpu_cfs_quota", POD, 30000).result(timeout=10)
-    written = CgroupWriter(host).write(CPU_CFS_QUOTA, POD, 30000)
-
-    assert submitted.changed
-    assert (submitted.path, submitted.new, submitted.knob) == (
-        written.path,
-        written.new,
-        "cpu_cfs_quota",
-    )
-    assert not written.changed  # the name wrote the same file and text
-    assert (
-        by_name.read("cpu_cfs_quota", POD) == CgroupWriter(host).read(CPU_CFS_QUOTA, POD) == 30000
-    )
-
-
-def test_an_unknown_knob_name_fails_the_future_not_the_submitter(v1: Host) -> None:
-    with CgroupWriter(v1) as writer:
-        future = writer.submit("cpu_turbo", POD, 1)
-        with pytest.raises(UnsupportedError, match="cpu_turbo"):
-            future.result(timeout=10)

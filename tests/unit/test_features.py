@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 import pytest
 
 from koordlet.errors import ConfigError
@@ -16,8 +19,17 @@ from koordlet.features import (
     parse_overrides,
 )
 
-# Koordinator's koordlet gates that are beta, hence on by default (pkg/features upstream).
-KOORDINATOR_BETA_ON = {"BECPUSuppress", "CPUBurst", "RdtResctrl", "NodeTopologyReport"}
+# Koordinator's koordlet gates that are beta, hence on by default (pkg/features upstream, and the
+# runtime hooks' pkg/koordlet/runtimehooks/config.go).
+KOORDINATOR_BETA_ON = {
+    "BECPUSuppress",
+    "CPUBurst",
+    "RdtResctrl",
+    "NodeTopologyReport",
+    "GroupIdentity",
+    "CPUSetAllocator",
+    "BatchResource",
+}
 
 
 def test_the_table_has_koordinators_gates_with_their_stages_and_defaults() -> None:
@@ -129,3 +141,42 @@ def test_help_lists_every_accepted_name_with_its_stage_and_default() -> None:
         )
     assert "AllAlpha=true|false" in text
     assert "AllBeta=true|false" in text
+
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _named_in_code(gate: str) -> bool:
+    pattern = re.compile(rf"[\"']{re.escape(gate)}[\"']")
+    return any(
+        pattern.search(path.read_text(encoding="utf-8"))
+        for path in (REPO / "koordlet").rglob("*.py")
+        if path.name != "features.py"
+    )
+
+
+@pytest.mark.parametrize("gate", sorted(KOORDLET_FEATURES))
+def test_a_gate_is_marked_implemented_exactly_when_the_code_reads_it(gate: str) -> None:
+    """``--help``, ``/debug/config`` and docs/configuration.md say whether a gate is acted on;
+    that must be true: a gate marked implemented is read somewhere in ``koordlet/``, and a gate
+    the code reads is marked implemented."""
+    assert KOORDLET_FEATURES[gate].implemented == _named_in_code(gate), gate
+
+
+def test_the_configuration_doc_lists_every_gate_as_the_table_has_it() -> None:
+    doc = (REPO / "docs/configuration.md").read_text(encoding="utf-8")
+    rows = {
+        m[1]: (m[2], m[3], m[4])
+        for m in re.finditer(
+            r"^\| `(\w+)` \| (alpha|beta) \| (true|false) \| (yes|not yet) \|", doc, re.M
+        )
+    }
+    want = {
+        name: (
+            spec.stage.lower(),
+            str(spec.default).lower(),
+            "yes" if spec.implemented else "not yet",
+        )
+        for name, spec in KOORDLET_FEATURES.items()
+    }
+    assert rows == want

@@ -152,7 +152,7 @@ def test_an_edited_file_is_reloaded_when_its_modification_time_changes(
     os.utime(slo_file, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000))
 
     assert [a.name for a in source.list_host_apps()] == ["a", "b"]
-    assert [a.name for a in source.spec.host_applications] == ["a", "b"]
+    assert [a.name for a in source.in_force.host_applications] == ["a", "b"]
 
 
 def test_a_bad_reload_keeps_the_last_good_version_and_reports_file_and_field_once(
@@ -252,7 +252,7 @@ def test_a_bad_file_at_start_is_a_config_error_naming_file_and_field(
 
     assert info.value.source == str(slo_file)
     assert info.value.field == "spec.hostApplications[0].cgroupPath.base"
-    assert source.spec.host_applications == ()
+    assert source.in_force.host_applications == ()
 
 
 def test_the_host_can_be_replaced_when_the_driver_is_detected_late(

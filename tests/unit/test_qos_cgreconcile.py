@@ -16,11 +16,11 @@ from typing import Any
 import pytest
 
 from apis.extension import KubeQOS, QoSClass
-from apis.slo import NodeSLOSpec
 from apis.slo_qos import CPUQOSPolicy, MemoryQOSConfig
-from apis.slo_strategies import ResourceQOSStrategy, strategies_of
+from apis.slo_strategies import ResourceQOSStrategy
 from koordlet.collectors.nodeinfo import node_info_dict
 from koordlet.executor import CgroupWriter
+from koordlet.features import FeatureGates
 from koordlet.metriccache.store import MetricCache
 from koordlet.qos.cgreconcile import (
     MECH_CPU_IDLE,
@@ -35,20 +35,25 @@ from koordlet.qos.cgreconcile import (
     pod_bvt,
     share_pool,
 )
-from koordlet.qos.manager import QoSBook, StrategyContext
+from koordlet.qos.framework import QoSBook, StrategyContext
 from koordlet.statesinformer.model import ContainerInfo, HostAppInfo, PodInfo, WorkloadSnapshot
 from koordlet.system.cgroups import CgroupDriver, CgroupVersion
 from koordlet.system.probe import probe_capabilities
 from koordlet.system.topology import read_cpu_topology
 from tests.fakehost import FakeHost, container_id
+from tests.strategyrig import config, in_force
 
 GIB = 1 << 30
 MIB = 1 << 20
 STATUS = "scheduling.koordinator.sh/resource-status"
 
+HOOKS_OFF = FeatureGates({"GroupIdentity": False, "CPUSetAllocator": False})
+"""The runtime hooks that own pods' group identity and cpusets while their gates are on are off:
+this strategy writes those too (docs/runtimehooks.md, "Who writes what")."""
+
 
 def qos_strategy(raw: dict[str, Any]) -> ResourceQOSStrategy:
-    return strategies_of(NodeSLOSpec(resource_qos_strategy=raw)).resource_qos_strategy
+    return in_force(resourceQOSStrategy=raw).resource_qos_strategy
 
 
 # Memory QoS arithmetic --------------------------------------------------------------------------
@@ -258,11 +263,11 @@ def rig(fake_host: FakeHost) -> Iterator[SimpleNamespace]:
     book = QoSBook()
     ctx = StrategyContext(
         host=lambda: fake.host,
-        config=SimpleNamespace(),
+        config=config(HOOKS_OFF),
         cache=cache,
         executor=writer,
         workloads=lambda: snapshot,
-        node_slo=lambda: NodeSLOSpec(resource_qos_strategy=box["raw"]),
+        node_slo=lambda: in_force(resourceQOSStrategy=box["raw"]),
         book=book,
     )
     try:
@@ -452,6 +457,29 @@ def test_quota_is_lifted_only_for_pods_bound_to_their_own_cpus(host_root: Path) 
         online=frozenset(range(4)),
         node_memory=None,
     )
-    unset = {w.rel_dir for w in plan.writes if w.knob == "cpu_cfs_quota"}
+    unset = {w.rel_dir for w in plan.writes if w.knob_name == "cpu_cfs_quota"}
     assert unset == {bound.cgroup_dir, bound.containers[0].cgroup_dir}
     assert "without a resource-status cpuset" in plan.skipped["pod/plain: cpuset"]
+
+
+async def test_with_the_hook_gates_on_pods_group_identity_and_cpusets_are_left_to_the_hooks(
+    rig: SimpleNamespace,
+) -> None:
+    """One writer per knob and cgroup: while GroupIdentity and CPUSetAllocator are on (their
+    defaults), the runtime hooks' reconciler owns the QoS cgroups' and pods' group identity and
+    the pods' cpusets; this strategy keeps the host applications' and says why in the report."""
+    fake: FakeHost = rig.fake
+    add_anolis_files(fake, ["", *_rels(rig)])
+    rig.box["raw"] = {**ALL_ON, "lsClass": {"cpuQOS": {"enable": True}}}
+    ctx = replace(rig.ctx, config=config(), capabilities=probe_capabilities(fake.host))
+    lsr_before = fake.read("cpuset", rig.lsr.cgroup_dir, "cpuset.cpus")
+    await CgroupReconcile(ctx).reconcile()
+    layout = fake.layout
+    for rel in (*(layout.qos_dir(q) for q in KubeQOS), rig.lsr.cgroup_dir, rig.be.cgroup_dir):
+        assert fake.read("cpu", rel, "cpu.bvt_warp_ns").strip() == "0", rel  # untouched
+    assert fake.read("cpu", rig.app, "cpu.bvt_warp_ns").strip() == "2"  # the host app's: ours
+    assert fake.read("cpuset", rig.lsr.cgroup_dir, "cpuset.cpus") == lsr_before
+    assert fake.read("cpuset", rig.app, "cpuset.cpus").strip() == "2-3"
+    skipped = _report(rig).detail["skipped"]
+    assert "GroupIdentity" in skipped["pod_cpu_qos"]
+    assert "CPUSetAllocator" in skipped["pod_cpusets"]

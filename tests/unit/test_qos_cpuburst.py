@@ -11,7 +11,6 @@ from typing import Any
 import pytest
 
 from apis.extension import KubeQOS, QoSClass
-from apis.slo import NodeSLOSpec
 from apis.slo_strategies import CPUBurstPolicy
 from koordlet.collectors.nodeinfo import node_info_dict
 from koordlet.executor import CgroupWriter
@@ -34,11 +33,12 @@ from koordlet.qos.cpuburst import (
     share_pool_ratio,
     static_burst_us,
 )
-from koordlet.qos.manager import QoSBook, StrategyContext
+from koordlet.qos.framework import QoSBook, StrategyContext
 from koordlet.statesinformer.model import ContainerInfo, PodInfo, WorkloadSnapshot
 from koordlet.system.knobs import knob
 from koordlet.system.topology import read_cpu_topology
 from tests.fakehost import FakeHost, container_id
+from tests.strategyrig import config, in_force
 
 AUTO = BurstSettings(policy="auto")
 
@@ -46,7 +46,8 @@ AUTO = BurstSettings(policy="auto")
 @pytest.mark.parametrize(
     ("limit", "settings", "expected"),
     [
-        (2000, AUTO, 200000),  # 2 cores x 100% x 100 ms
+        (2000, AUTO, 2000000),  # 2 cores x 1000% (the default) x 100 ms
+        (2000, BurstSettings(policy="auto", cpu_burst_percent=100), 200000),
         (500, BurstSettings(policy="cpuBurstOnly", cpu_burst_percent=300), 150000),
         (2000, BurstSettings(policy="cfsQuotaBurstOnly"), 0),  # CPU burst off: 0
         (2000, BurstSettings(policy="none"), 0),
@@ -212,11 +213,11 @@ async def rig(fake_host: FakeHost) -> AsyncIterator[Rig]:
     writer.start()
     ctx = StrategyContext(
         host=lambda: fake.host,
-        config=SimpleNamespace(node_name="n", collect=SimpleNamespace(res_used_interval=1.0)),
+        config=config(),
         cache=cache,
         executor=writer,
         workloads=lambda: WorkloadSnapshot(pods={"ab-1": info}),
-        node_slo=lambda: NodeSLOSpec(cpu_burst_strategy=dict(slo)),
+        node_slo=lambda: in_force(cpuBurstStrategy=dict(slo)),
         book=QoSBook(clock=lambda: clock.now),
     )
     try:
@@ -330,11 +331,11 @@ async def _multi_rig(
     writer.start()
     ctx = StrategyContext(
         host=lambda: fake.host,
-        config=SimpleNamespace(node_name="n", collect=SimpleNamespace(res_used_interval=1.0)),
+        config=config(),
         cache=cache,
         executor=writer,
         workloads=lambda: WorkloadSnapshot(pods={"cc-1": info}),
-        node_slo=lambda: NodeSLOSpec(cpu_burst_strategy={"policy": "auto"}),
+        node_slo=lambda: in_force(cpuBurstStrategy={"policy": "auto"}),
         book=QoSBook(clock=lambda: NOW),
     )
     strategy = CPUBurst(ctx, rng=lambda: 0.0)
@@ -353,11 +354,11 @@ async def test_each_container_scales_from_its_own_limit_and_the_pod_by_the_sum(
     assert rig.read("cpu_cfs_quota", rig.small) == 60000
     assert rig.read("cpu_cfs_quota", rig.big) == 240000
     assert rig.read("cpu_cfs_quota", rig.pod) == 250000 + 10000 + 40000
-    # CPU burst: each container's limit x 100 %, capped at its quota; the pod took the last
-    # container's burst with its quota change (upstream's rule).
-    assert rig.read("cpu_burst", rig.small) == 50000
-    assert rig.read("cpu_burst", rig.big) == 200000
-    assert rig.read("cpu_burst", rig.pod) == 200000
+    # CPU burst: each container's limit x 1000 % (the default), capped at its new quota; the pod
+    # took the last container's burst with its quota change (upstream's rule).
+    assert rig.read("cpu_burst", rig.small) == 60000
+    assert rig.read("cpu_burst", rig.big) == 240000
+    assert rig.read("cpu_burst", rig.pod) == 240000
 
 
 async def test_quota_burst_starts_from_the_real_quota_left_by_an_earlier_run(
@@ -386,4 +387,37 @@ async def test_a_pod_with_an_unlimited_container_gets_container_writes_only(
     assert rig.read("cpu_cfs_quota", rig.big) is None  # no limit: left alone
     assert rig.read("cpu_cfs_quota", rig.pod) is None  # unlimited pod: no pod quota
     assert rig.read("cpu_burst", rig.pod) == 0
-    assert rig.read("cpu_burst", rig.small) == 50000
+    assert rig.read("cpu_burst", rig.small) == 60000  # capped at its scaled quota
+
+
+async def test_a_round_is_stale_only_when_it_counted_a_stale_input(rig: Rig) -> None:
+    # policy cpuBurstOnly needs no share pool: no stale round, whatever the node usage
+    rig.slo["policy"] = "cpuBurstOnly"
+    await rig.strategy.reconcile()
+    book = rig.strategy._ctx.book
+    state = book.describe("cpuburst")
+    assert state["stale_rounds"] == 0
+    assert state["last_round"]["stale"] is False
+    # quota burst with no node usage: the round is stale and counted
+    rig.slo["policy"] = "auto"
+    await rig.strategy.reconcile()
+    state = book.describe("cpuburst")
+    assert state["stale_rounds"] == 1
+    assert state["last_round"]["stale"] is True
+
+
+async def test_quota_moves_log_at_debug_with_turns_and_a_summary_at_info(
+    rig: Rig, caplog: pytest.LogCaptureFixture
+) -> None:
+    rig.strategy.summary_interval = 3.0
+    with caplog.at_level("DEBUG", logger="koordlet.qos.cpuburst"):
+        for i in range(5):  # throttled on an idle node: five scale-ups
+            rig.clock.now = NOW + i
+            rig.metrics(node=0.5, throttled=0.3, at=NOW + i)
+            await rig.strategy.reconcile()
+    info = [r.getMessage() for r in caplog.records if r.levelname == "INFO"]
+    debug = [r.getMessage() for r in caplog.records if r.levelname == "DEBUG"]
+    assert len([m for m in info if "quota scaled up" in m]) == 1  # the turn
+    assert len([m for m in debug if "quota scaled up" in m]) >= 2  # the following steps
+    assert any("quota scale-ups and 0 scale-downs in the last 3s" in m for m in info)
+    assert not [r for r in caplog.records if "None" in r.getMessage()]

@@ -4,22 +4,18 @@ tables, and whole rounds against the metric cache, the evictor and a recording b
 from __future__ import annotations
 
 from dataclasses import dataclass
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
 from apis.extension import KubeQOS, QoSClass
-from apis.slo import NodeSLOSpec
 from koordlet.executor.audit import AuditLog
 from koordlet.metriccache import series
 from koordlet.metriccache.store import MetricCache
 from koordlet.qos.cpuevict import (
-    Candidate,
     CPUEvict,
     be_usage_high_enough,
     order_be,
-    release_by_allocatable,
     release_by_satisfaction,
     release_by_used,
     satisfaction_bounds,
@@ -27,9 +23,13 @@ from koordlet.qos.cpuevict import (
     window_seconds,
 )
 from koordlet.qos.evictor import LABEL_EVICTION_ENABLED, REASON_BE_CPU_SATISFACTION, Evictor, Victim
-from koordlet.qos.manager import QoSBook, StrategyContext
-from koordlet.qos.memoryevict import InvalidThreshold
+from koordlet.qos.evicttask import Candidate, allocatable_release
+from koordlet.qos.framework import QoSBook, StrategyContext
+from koordlet.qos.shared import InvalidThreshold
 from koordlet.statesinformer.model import PodInfo, WorkloadSnapshot
+from tests.strategyrig import config, in_force
+
+BATCH_CPU = "kubernetes.io/batch-cpu"
 
 
 def pod(
@@ -52,6 +52,7 @@ def pod(
         priority=priority,
         cpu_request_milli=request,
         labels=labels or {},
+        extended_requests={BATCH_CPU: request} if request and qos is QoSClass.BE else {},
     )
 
 
@@ -100,10 +101,13 @@ def test_the_window_must_be_covered_a_third(
     assert window_covered(window, interval, count) is covered
 
 
-def test_the_window_is_at_least_the_collection_interval() -> None:
-    assert window_seconds(1.0, None) == 1
+def test_the_window_is_twice_the_interval_unless_configured_longer() -> None:
+    # upstream's cpuEvict: windowSeconds = 2 x interval, or the configured window when it
+    # exceeds the interval
+    assert window_seconds(1.0, None) == 2
     assert window_seconds(1.0, 60) == 60
-    assert window_seconds(10.0, 5) == 10
+    assert window_seconds(10.0, 5) == 20
+    assert window_seconds(10.0, 15) == 15
 
 
 @pytest.mark.parametrize(
@@ -129,9 +133,9 @@ def test_release_by_node_cpu_usage(
 
 
 def test_release_by_cpu_allocatable() -> None:
-    assert release_by_allocatable(12_000, 10_000, 110, 100) == 2_000
-    assert release_by_allocatable(11_000, 10_000, 110, 100) == 0
-    assert release_by_allocatable(500, 0, 110, 100) == 500
+    assert allocatable_release({"c": 12_000}, {"c": 10_000}, 110, 100) == {"c": 2_000}
+    assert allocatable_release({"c": 11_000}, {"c": 10_000}, 110, 100) == {}
+    assert allocatable_release({"c": 500}, {"c": 0}, 110, 100) == {"c": 500}
 
 
 def test_be_victims_go_by_priority_then_usage_over_request() -> None:
@@ -167,8 +171,11 @@ class RecordingBackend:
 
 
 class Gates:
-    def __init__(self, *on: str) -> None:
-        self.on = set(on)
+    """Feature gate stub: the named gates on; the BE task's gate (BECPUEvict) on unless
+    ``be=False``."""
+
+    def __init__(self, *on: str, be: bool = True) -> None:
+        self.on = set(on) | ({"BECPUEvict"} if be else set())
 
     def enabled(self, name: str) -> bool:
         return name in self.on
@@ -225,11 +232,11 @@ def make_rig(
     evictor = Evictor(backend, clock=clock, audit=AuditLog(None, clock=clock))
     ctx = StrategyContext(
         host=lambda: None,  # type: ignore[arg-type,return-value]
-        config=SimpleNamespace(collect=SimpleNamespace(res_used_interval=1.0), feature_gates=gates),
+        config=config(gates or Gates()),
         cache=cache,
         executor=None,  # type: ignore[arg-type]
         workloads=lambda: WorkloadSnapshot(pods={p.uid: p for p in pods}),
-        node_slo=lambda: NodeSLOSpec(resource_used_threshold_with_be=slo),
+        node_slo=lambda: in_force(resourceUsedThresholdWithBE=slo),
         evictor=evictor,
         book=QoSBook(clock=clock),
     )
@@ -258,10 +265,9 @@ async def test_starved_be_pods_are_evicted_until_satisfaction_reaches_the_upper_
     await rig.strategy.reconcile()
     # satisfaction 3/10 = 30%: release 10000 * (0.6 - 0.3) = 3000 milli of BE requests
     assert rig.backend.evicted == [("ns/p2", REASON_BE_CPU_SATISFACTION)]
-    assert rig.ctx.book.describe("cpuevict")["last_round"]["detail"]["BECPUEvict"] == {
-        "need_milli": 3000,
-        "victims": ["pod/" + BE_PODS[1].uid],
-    }
+    detail = rig.ctx.book.describe("cpuevict")["last_round"]["detail"]["BECPUEvict"]
+    assert detail["need"] == {BATCH_CPU: 3000}
+    assert detail["victims"] == ["pod/" + BE_PODS[1].uid]
 
 
 async def test_nothing_is_evicted_while_the_window_is_not_covered() -> None:
@@ -290,10 +296,8 @@ async def test_the_smaller_of_the_window_and_the_current_release_wins() -> None:
     rig.be(usage=2.9, request=10.0, limit=3.0, seconds=1)  # now: satisfaction 30%
     await rig.strategy.reconcile()
     # window avg limit 1.22 cores: 10000 * (0.6 - 0.122) = 4777; now: 3000 -> 3000 wins
-    assert (
-        rig.ctx.book.describe("cpuevict")["last_round"]["detail"]["BECPUEvict"]["need_milli"]
-        == 3000
-    )
+    detail = rig.ctx.book.describe("cpuevict")["last_round"]["detail"]["BECPUEvict"]
+    assert detail["need"] == {BATCH_CPU: 3000}
 
 
 async def test_stale_be_inputs_skip_the_round_and_are_counted() -> None:
@@ -327,10 +331,8 @@ async def test_evict_by_allocatable_measures_satisfaction_against_be_allocatable
     rig.be(usage=2.4, request=10.0, limit=6.0, seconds=9)  # real limit 60%: fine; allocatable 25%
     await rig.strategy.reconcile()
     # 10000 * (0.6 - 0.25) = 3500 milli
-    assert (
-        rig.ctx.book.describe("cpuevict")["last_round"]["detail"]["BECPUEvict"]["need_milli"]
-        == 3500
-    )
+    detail = rig.ctx.book.describe("cpuevict")["last_round"]["detail"]["BECPUEvict"]
+    assert detail["need"] == {BATCH_CPU: 3500}
 
 
 async def test_the_used_threshold_task_evicts_opted_in_pods_by_usage() -> None:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import logging
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from types import SimpleNamespace
@@ -13,7 +12,6 @@ from typing import Any
 import pytest
 
 from apis.extension import KubeQOS, QoSClass
-from apis.slo import NodeSLOSpec
 from koordlet.collectors.nodeinfo import node_info_dict
 from koordlet.executor import CgroupWriter
 from koordlet.executor.writer import WriteResult
@@ -22,7 +20,6 @@ from koordlet.metriccache.store import MetricCache
 from koordlet.qos.cpupicker import Processor, be_cpuset_count, pick_be_cpus, pick_cpus
 from koordlet.qos.cpusuppress import (
     CPUSuppress,
-    LastGoodStrategies,
     Usage,
     be_cgroup_dirs,
     be_suppress_milli,
@@ -30,11 +27,12 @@ from koordlet.qos.cpusuppress import (
     node_reserved_milli,
     split_usage,
 )
-from koordlet.qos.manager import QoSBook, StrategyContext
+from koordlet.qos.framework import QoSBook, StrategyContext
 from koordlet.statesinformer.model import ContainerInfo, HostAppInfo, PodInfo, WorkloadSnapshot
 from koordlet.system.knobs import knob
 from koordlet.system.topology import read_cpu_topology
 from tests.fakehost import FakeHost, container_id
+from tests.strategyrig import config, following, in_force
 
 # Arithmetic -------------------------------------------------------------------------------------
 
@@ -156,33 +154,6 @@ def test_picker_never_takes_lse_cpus_and_splits_lsr_by_share() -> None:
     assert not {6, 7} & set(pick_be_cpus(6, procs, excluded=frozenset({6, 7})))
 
 
-def test_settings_are_the_typed_nodeslo_strategies_and_a_bad_nodeslo_keeps_the_last_good(
-    caplog: pytest.LogCaptureFixture,
-) -> None:
-    slo = LastGoodStrategies("cpusuppress")
-    default = slo.of(NodeSLOSpec()).resource_used_threshold_with_be
-    assert (default.enable, default.cpu_suppress_threshold_percent) == (False, 65)
-    assert str(default.cpu_suppress_policy) == "cpuset"
-    good = NodeSLOSpec(
-        resource_used_threshold_with_be={"enable": True, "cpuSuppressPolicy": "cfsQuota"}
-    )
-    s = slo.of(good).resource_used_threshold_with_be
-    assert (s.enable, s.cpu_suppress_threshold_percent, str(s.cpu_suppress_policy)) == (
-        True,
-        65,
-        "cfsQuota",
-    )
-    bad = NodeSLOSpec(resource_used_threshold_with_be={"cpuSuppressThresholdPercent": 150})
-    with caplog.at_level(logging.WARNING, logger="koordlet.qos.cpusuppress"):
-        assert slo.of(bad).resource_used_threshold_with_be == s
-        assert slo.of(NodeSLOSpec(resource_used_threshold_with_be={
-            "cpuSuppressThresholdPercent": 150})).resource_used_threshold_with_be == s  # fmt: skip
-    warnings = [r.getMessage() for r in caplog.records]
-    assert len(warnings) == 1  # logged once
-    assert "cpuSuppressThresholdPercent" in warnings[0]
-    assert "cpuSuppressThresholdPercent" in slo.rejected
-
-
 def _node(capacity: str | None, allocatable: str | None, reservation: object = None) -> Any:
     status: dict[str, Any] = {}
     if capacity is not None:
@@ -287,11 +258,11 @@ async def rig(fake_host: FakeHost) -> AsyncIterator[Rig]:
     rig_box: dict[str, Rig] = {}
     ctx = StrategyContext(
         host=lambda: fake.host,
-        config=SimpleNamespace(node_name="node-a", collect=SimpleNamespace(res_used_interval=1.0)),
+        config=config(node_name="node-a"),
         cache=cache,
         executor=writer,
         workloads=lambda: rig_box["rig"].snapshot,
-        node_slo=lambda: NodeSLOSpec(resource_used_threshold_with_be=dict(rig_box["rig"].slo)),
+        node_slo=following(lambda: {"resourceUsedThresholdWithBE": dict(rig_box["rig"].slo)}),
         book=QoSBook(clock=lambda: clock.now),
     )
     strategy = CPUSuppress(ctx, node=lambda: rig_box["rig"].node)
@@ -417,7 +388,8 @@ async def test_a_rejected_nodeslo_keeps_suppressing_with_the_last_good_threshold
     rig.usage(node=3.2, ls=0.5, be=1.0, at=NOW + 1)
     await rig.strategy.reconcile()
     assert rig.quota(rig.be_dir) == 2000  # still 50 %: at 250 % BE would get more
-    assert "cpuSuppressThresholdPercent" in rig.strategy.debug_state()["nodeslo_rejected"]
+    rejected = rig.strategy._ctx.node_slo().rejected["resourceUsedThresholdWithBE"]
+    assert rejected.error.field == "resourceUsedThresholdWithBE.cpuSuppressThresholdPercent"
 
 
 async def test_first_quota_round_grows_from_the_real_quota_not_from_unlimited(rig: Rig) -> None:
@@ -490,11 +462,11 @@ async def test_dry_run_round_writes_nothing_and_keeps_no_applied_state(fake_host
     cache.append(NOW, [series.Sample(series.SeriesKey(series.NODE_CPU_USAGE, series.NODE), 3.5)])
     ctx = StrategyContext(
         host=lambda: fake.host,
-        config=SimpleNamespace(collect=SimpleNamespace(res_used_interval=1.0)),
+        config=config(),
         cache=cache,
         executor=writer,
         workloads=WorkloadSnapshot,
-        node_slo=lambda: NodeSLOSpec(resource_used_threshold_with_be={"enable": True}),
+        node_slo=lambda: in_force(resourceUsedThresholdWithBE={"enable": True}),
         dry_run_all=True,
         book=QoSBook(clock=lambda: NOW),
     )
@@ -508,3 +480,113 @@ async def test_dry_run_round_writes_nothing_and_keeps_no_applied_state(fake_host
     decisions = [r for r in changes if r.knob == "cpuset_cpus"]
     assert decisions
     assert all(r.dry_run and r.new == "0-1" for r in decisions)
+
+
+# Reserved and SYSTEM QoS CPUs, the 2-CPU floor, logs ---------------------------------------------
+
+
+def _annotated(**annotations: object) -> dict[str, Any]:
+    return {
+        "metadata": {
+            "annotations": {
+                f"node.koordinator.sh/{k}": json.dumps(v) for k, v in annotations.items()
+            }
+        }
+    }
+
+
+async def test_cpuset_policy_leaves_reserved_and_system_qos_cpus_to_the_system(rig: Rig) -> None:
+    # upstream adjustByCPUSet: CPUs in the reservation's reservedCPUs and the exclusive SYSTEM
+    # QoS cpuset are never BE's
+    # 4 CPUs x 50% - system 0.1 = 1.9 cores: 2 CPUs out of the usable 1-2
+    rig.node = _annotated(
+        **{"reservation": {"reservedCPUs": "0"}, "system-qos-resource": {"cpuset": "3"}}
+    )
+    rig.usage(node=0.4, ls=0.0, be=0.3)
+    await rig.strategy.reconcile()
+    for rel in (rig.be_dir, rig.be_pod, rig.be_container):
+        assert rig.cpuset(rel) == "1-2"
+    excluded = rig.strategy.debug_state()["inputs"]["excluded_cpus"]
+    assert excluded == {"lse": "", "reserved": "0", "system_qos": "3"}
+
+
+async def test_restore_gives_be_every_cpu_but_reserved_and_system_qos(rig: Rig) -> None:
+    # calcBECPUSet: all CPUs less LSE, reserved and exclusive SYSTEM QoS; a non-exclusive SYSTEM
+    # QoS cpuset stays BE's
+    rig.node = _annotated(
+        **{
+            "reservation": {"resources": {"cpu": "1"}},
+            "system-qos-resource": {"cpuset": "2-3", "cpusetExclusive": False},
+        }
+    )
+    rig.slo["enable"] = False
+    rig.usage(node=0.4, ls=0.0, be=0.3)
+    await rig.strategy.reconcile()
+    # one CPU reserved by count: CPU 0, picked by topology
+    assert rig.cpuset(rig.be_dir) == "1-3"
+
+
+async def test_the_two_cpu_floor_is_explained_when_it_covers_every_usable_cpu(
+    rig: Rig, caplog: pytest.LogCaptureFixture
+) -> None:
+    # 4 CPUs, two reserved: the cpuset policy cannot leave BE fewer than 2, which is all of them
+    rig.node = _annotated(reservation={"reservedCPUs": "0-1"})
+    rig.usage(node=3.9, ls=3.0, be=0.8)  # LS wants everything: BE would get nothing
+    with caplog.at_level("INFO", logger="koordlet.qos.cpusuppress"):
+        await rig.strategy.reconcile()
+        rig.usage(node=3.9, ls=3.0, be=0.8, at=NOW + 1)
+        await rig.strategy.reconcile()
+    assert rig.cpuset(rig.be_dir) == "2-3"
+    last = rig.strategy.debug_state()
+    assert "2-CPU floor" in last["decision"]
+    assert "cfsQuota" in last["decision"]
+    assert last["floor"] == {
+        "cpus": 2,
+        "usable": 2,
+        "wanted_milli": last["inputs"]["suppress_milli"],
+    }
+    report = rig.strategy._ctx.book.last_report("cpusuppress")
+    assert report is not None
+    assert "2-CPU floor" in report.decision
+    floor_lines = [r for r in caplog.records if "2-CPU floor" in r.getMessage()]
+    assert len(floor_lines) == 1  # said once, not every round
+
+
+async def test_quota_steps_log_at_info_only_when_the_direction_turns(
+    rig: Rig, caplog: pytest.LogCaptureFixture
+) -> None:
+    rig.slo["cpuSuppressPolicy"] = "cfsQuota"
+    steps = [(3.2, 0.5), (3.0, 0.3), (2.8, 0.2), (1.1, 0.0), (1.0, 0.0), (3.2, 0.5)]
+    with caplog.at_level("DEBUG", logger="koordlet.qos.cpusuppress"):
+        for i, (node, ls) in enumerate(steps):
+            rig.usage(node=node, ls=ls, be=1.0, at=NOW + i)
+            await rig.strategy.reconcile()
+    info = [r.getMessage() for r in caplog.records if r.levelname == "INFO"]
+    debug = [r.getMessage() for r in caplog.records if r.levelname == "DEBUG"]
+    # down (first), up (LS gone), down again: three turns at info, the rest at debug
+    turns = [m for m in info if "suppressing BE" in m or "releasing BE" in m]
+    assert [m.split(",")[0] for m in turns] == [
+        "cpusuppress: suppressing BE",
+        "cpusuppress: releasing BE",
+        "cpusuppress: suppressing BE",
+    ]
+    assert any("cpu_cfs_quota" in m for m in debug)  # each write at debug
+    assert not [m for m in caplog.records if "None" in m.getMessage()]
+    assert "unlimited -> 2000 us" in turns[0]
+
+
+async def test_restores_are_logged_when_they_change_a_file(
+    rig: Rig, caplog: pytest.LogCaptureFixture
+) -> None:
+    rig.slo["cpuSuppressPolicy"] = "cfsQuota"
+    rig.usage(node=3.2, ls=0.5, be=1.0)
+    await rig.strategy.reconcile()
+    rig.slo["enable"] = False
+    with caplog.at_level("INFO", logger="koordlet.qos.cpusuppress"):
+        await rig.strategy.reconcile()
+        await rig.strategy.reconcile()
+    restored = [r.getMessage() for r in caplog.records if "restored" in r.getMessage()]
+    assert restored == [
+        "cpusuppress: BE cfs quota restored 2000 us -> unlimited (BE suppress disabled)"
+    ]
+    assert rig.quota(rig.be_dir) is None

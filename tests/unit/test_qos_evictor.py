@@ -166,9 +166,19 @@ async def test_done_evictions_count_in_koordlet_pod_eviction_by_reason() -> None
     assert {e.new for e in audit.recent()} == {"evicted"}
 
 
-def test_a_cap_below_one_is_refused() -> None:
+def test_a_negative_cap_is_refused() -> None:
     with pytest.raises(InvalidValueError):
-        Evictor(RecordingBackend(), max_per_round=0)
+        Evictor(RecordingBackend(), max_per_round=-1)
+
+
+async def test_no_cap_by_default_as_upstream() -> None:
+    # Koordinator evicts every victim a round picks; the cap is ours and off unless set
+    backend = RecordingBackend()
+    evictor = Evictor(backend)
+    assert evictor.max_per_round == 0
+    victims = [Victim.of_pod(pod(n)) for n in range(8)]
+    out = await evictor.evict(victims, strategy="s", reason="r")
+    assert [o.status for o in out] == ["evicted"] * 8
 
 
 @pytest.mark.parametrize("driver", list(CgroupDriver))

@@ -3,22 +3,24 @@ on the real supervisor and metric cache."""
 
 from __future__ import annotations
 
-from types import SimpleNamespace
+import dataclasses
 from typing import Any
 
 import pytest
 from prometheus_client import CollectorRegistry
 
-from apis.slo import NodeSLOSpec
+from koordlet.config import CollectConfig
 from koordlet.errors import ConfigError
 from koordlet.features import FeatureGates
 from koordlet.metriccache.series import Sample, SeriesKey
 from koordlet.metriccache.store import MetricCache
+from koordlet.qos.framework import QoSBook, StrategyContext, StrategyReport, StrategySpec
 from koordlet.qos.inputs import fresh_last, max_input_age, read_last
-from koordlet.qos.manager import QoSBook, QoSManager, StrategyContext, StrategyReport
+from koordlet.qos.manager import QoSManager
 from koordlet.selfmetrics import SelfMetrics
 from koordlet.statesinformer.model import WorkloadSnapshot
 from koordlet.supervisor import Supervisor
+from tests.strategyrig import config, in_force
 
 
 class Clock:
@@ -41,19 +43,21 @@ def context(
     gates: FeatureGates | None = None,
     **kw: Any,
 ) -> StrategyContext:
-    config = SimpleNamespace(
-        collect=SimpleNamespace(res_used_interval=interval), feature_gates=gates or FeatureGates()
-    )
+    cfg = dataclasses.replace(config(gates), collect=CollectConfig(res_used_interval=interval))
     return StrategyContext(
         host=lambda: None,  # type: ignore[arg-type,return-value]
-        config=config,
+        config=cfg,
         cache=MetricCache(clock=clock),
         executor=None,  # type: ignore[arg-type]
         workloads=WorkloadSnapshot,  # type: ignore[arg-type]
-        node_slo=NodeSLOSpec,
+        node_slo=in_force,
         book=book or QoSBook(clock=clock),
         **kw,
     )
+
+
+def row(name: str, factory: Any, *, gate: str = "", sections: tuple[str, ...] = ()) -> StrategySpec:
+    return StrategySpec(name, factory, lambda q: 0.01, "test", gate=gate, sections=sections)
 
 
 def test_an_input_older_than_twice_the_collection_interval_is_stale() -> None:
@@ -131,10 +135,12 @@ def test_dry_run_is_global_or_per_strategy() -> None:
 class Probe:
     """A strategy that reports its rounds, fails when told."""
 
-    def __init__(self, ctx: StrategyContext, name: str = "probe", fail: bool = False) -> None:
+    def __init__(
+        self, ctx: StrategyContext, name: str = "probe", fail: bool = False, interval: float = 0.01
+    ) -> None:
         self.ctx = ctx
         self.name = name
-        self.interval = 0.01
+        self.interval = interval
         self.fail = fail
         self.rounds = 0
 
@@ -174,8 +180,8 @@ async def test_describe_shows_each_strategy_s_last_inputs_decision_result_and_er
     built: dict[str, Probe] = {}
 
     def factory(name: str, fail: bool = False) -> Any:
-        def make(c: StrategyContext) -> Probe:
-            built[name] = Probe(c, name, fail)
+        def make(c: StrategyContext, interval: float) -> Probe:
+            built[name] = Probe(c, name, fail, interval)
             return built[name]
 
         return make
@@ -184,9 +190,12 @@ async def test_describe_shows_each_strategy_s_last_inputs_decision_result_and_er
     supervisor = Supervisor(SelfMetrics(registry))
     manager = QoSManager(
         ctx,
-        {"probe": factory("probe"), "broken": factory("broken", True), "cpuevict": factory("x")},
+        [
+            row("probe", factory("probe")),
+            row("broken", factory("broken", True)),
+            row("cpuevict", factory("x"), gate="BECPUEvict"),
+        ],
         supervisor,
-        gates={"cpuevict": "BECPUEvict"},
     )
     manager.start()
     try:
@@ -212,7 +221,17 @@ async def test_describe_while_running_lists_interval_and_dry_run() -> None:
     clock = Clock()
     ctx = context(clock, dry_run_strategies=frozenset({"probe"}))
     supervisor = Supervisor(SelfMetrics(CollectorRegistry()))
-    manager = QoSManager(ctx, {"probe": Probe}, supervisor)
+    manager = QoSManager(
+        ctx,
+        [
+            row(
+                "probe",
+                lambda c, i: Probe(c, interval=i),
+                sections=("resourceUsedThresholdWithBE",),
+            )
+        ],
+        supervisor,
+    )
     manager.start()
     try:
         described = manager.describe()
@@ -222,12 +241,18 @@ async def test_describe_while_running_lists_interval_and_dry_run() -> None:
     assert described["max_input_age_s"] == 2.0
     assert described["strategies"]["probe"]["interval_s"] == 0.01
     assert described["strategies"]["probe"]["dry_run"] is True
+    assert described["strategies"]["probe"]["nodeslo"] == {
+        "resourceUsedThresholdWithBE": {"status": "ok"}
+    }
+    assert described["nodeslo"]["generation"] == 1
 
 
 def test_a_factory_that_builds_a_misnamed_strategy_is_a_config_error() -> None:
     ctx = context(Clock())
     supervisor = Supervisor(SelfMetrics(CollectorRegistry()))
-    manager = QoSManager(ctx, {"cpusuppress": lambda c: Probe(c, "other")}, supervisor)
+    manager = QoSManager(
+        ctx, [row("cpusuppress", lambda c, i: Probe(c, "other", interval=i))], supervisor
+    )
     with pytest.raises(ConfigError, match="named 'other'"):
         manager.start()
 

@@ -5,13 +5,11 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
 from apis.extension import KubeQOS, QoSClass
-from apis.slo import NodeSLOSpec
 from koordlet.events.watches import EventKind, PressureEvent
 from koordlet.executor.audit import AuditLog
 from koordlet.metriccache import series
@@ -25,17 +23,21 @@ from koordlet.qos.evictor import (
     Evictor,
     Victim,
 )
-from koordlet.qos.manager import QoSBook, StrategyContext
+from koordlet.qos.evicttask import (
+    TARGET_USED,
+    Candidate,
+    EvictTask,
+    allocatable_release,
+    by_priority,
+    plan,
+)
+from koordlet.qos.framework import QoSBook, StrategyContext
 from koordlet.qos.memoryevict import (
     WATCH_NAME,
-    Candidate,
     InvalidThreshold,
     MemoryEvict,
     eviction_policy_allowed,
     order_be,
-    order_by_priority,
-    pick,
-    release_by_allocatable,
     release_by_used,
     settings_of,
     used_thresholds,
@@ -44,6 +46,7 @@ from koordlet.statesinformer.model import PodInfo, WorkloadSnapshot
 from koordlet.system.cgroups import CgroupDriver, CgroupLayout, CgroupVersion
 from koordlet.system.host import Host
 from koordlet.system.paths import HostPaths
+from tests.strategyrig import config, in_force
 
 GiB = 1 << 30
 
@@ -56,6 +59,7 @@ def pod(
     labels: dict[str, str] | None = None,
     annotations: dict[str, str] | None = None,
     request: int | None = None,
+    extended: dict[str, int] | None = None,
 ) -> PodInfo:
     uid = f"00000000-0000-4000-8000-{n:012d}"
     kube = KubeQOS.BESTEFFORT if qos is QoSClass.BE else KubeQOS.BURSTABLE
@@ -70,6 +74,7 @@ def pod(
         labels=labels or {},
         annotations=annotations or {},
         memory_request_bytes=request,
+        extended_requests=extended or {},
     )
 
 
@@ -124,7 +129,8 @@ def test_release_by_used_threshold(
 def test_release_by_allocatable(
     requested: int, allocatable: int, threshold: int, lower: int, release: int
 ) -> None:
-    assert release_by_allocatable(requested, allocatable, threshold, lower) == release
+    got = allocatable_release({"x": requested}, {"x": allocatable}, threshold, lower)
+    assert got.get("x", 0) == release
 
 
 def _names(cands: list[Candidate]) -> list[str]:
@@ -151,32 +157,49 @@ def test_be_victims_without_priority_compare_by_usage() -> None:
     assert _names(order_be(cands)) == ["p3", "p2", "p1"]
 
 
+OPT_IN = {LABEL_EVICTION_ENABLED: "true"}
+
+
 def test_priority_order_is_eviction_priority_then_priority_then_label_then_usage() -> None:
-    cands = [
-        Candidate(pod(1, priority=5000), used=1 * GiB),
-        Candidate(pod(2, priority=5000, labels={LABEL_POD_PRIORITY: "10"}), used=1 * GiB),
-        Candidate(pod(3, priority=5000, labels={LABEL_POD_PRIORITY: "10"}), used=2 * GiB),
-        Candidate(pod(4, priority=6000), used=9 * GiB),
-        Candidate(pod(5, priority=7000, annotations={ANNOTATION_EVICTION_PRIORITY: "-1"})),
+    used = {1: GiB, 2: GiB, 3: 2 * GiB, 4: 9 * GiB, 5: 0}
+    pods = [
+        pod(1, priority=5000, labels=OPT_IN),
+        pod(2, priority=5000, labels={**OPT_IN, LABEL_POD_PRIORITY: "10"}),
+        pod(3, priority=5000, labels={**OPT_IN, LABEL_POD_PRIORITY: "10"}),
+        pod(4, priority=6000, labels=OPT_IN),
+        pod(5, priority=7000, labels=OPT_IN, annotations={ANNOTATION_EVICTION_PRIORITY: "-1"}),
     ]
-    assert _names(order_by_priority(cands, "used")) == ["p5", "p3", "p2", "p1", "p4"]
+    ordered = by_priority(
+        pods, "MemoryEvict", 9999, lambda p: Candidate(p, used[int(p.name[1:])]), "used"
+    )
+    assert _names(ordered) == ["p5", "p3", "p2", "p1", "p4"]
 
 
 def test_priority_order_by_request_for_the_allocatable_task() -> None:
-    cands = [
-        Candidate(pod(1, priority=5000), request=1),
-        Candidate(pod(2, priority=5000), request=2),
-    ]
-    assert _names(order_by_priority(cands, "request")) == ["p2", "p1"]
+    pods = [pod(1, priority=5000, labels=OPT_IN), pod(2, priority=5000, labels=OPT_IN)]
+    ordered = by_priority(
+        pods, "MemoryAllocatableEvict", 5999, lambda p: Candidate(p, 0, int(p.name[1:])), "request"
+    )
+    assert _names(ordered) == ["p2", "p1"]
 
 
-def test_pick_stops_once_covered_and_counts_pending_victims_as_released() -> None:
+def test_plan_stops_once_covered_and_counts_pending_victims_as_released() -> None:
     ordered = [Candidate(pod(n), used=u) for n, u in ((1, 3), (2, 2), (3, 4), (4, 1))]
-    picks, released = pick(ordered, 5, lambda c: c.used, frozenset({"pod/" + ordered[0].pod.uid}))
-    assert _names(picks) == ["p2"]
-    assert released == 5
-    picks, released = pick(ordered, 8, lambda c: c.used)
-    assert (_names(picks), released) == (["p1", "p2", "p3"], 9)
+
+    def task(need: int) -> EvictTask:
+        return EvictTask("BEMemoryEvict", "r", TARGET_USED, {"memory": need}, ordered,
+                         lambda c: {"memory": c.used})  # fmt: skip
+
+    pending = frozenset({ordered[0].key})
+    got = plan([task(5)], pending)
+    assert [(p.candidate.pod.name, p.pending) for p in got.picks] == [("p1", True), ("p2", False)]
+    assert _names([p.candidate for p in got.victims]) == ["p2"]
+    assert got.released == {TARGET_USED: {"memory": 5}}
+    got = plan([task(8)], frozenset())
+    assert (_names([p.candidate for p in got.victims]), got.released[TARGET_USED]) == (
+        ["p1", "p2", "p3"],
+        {"memory": 9},
+    )
 
 
 @pytest.mark.parametrize(
@@ -191,9 +214,11 @@ def test_the_eviction_policy_annotation_restricts_features(
 
 
 def test_settings_merge_over_upstream_defaults() -> None:
-    s = settings_of({"enable": True})
+    s = settings_of(
+        in_force(resourceUsedThresholdWithBE={"enable": True}).resource_used_threshold_with_be
+    )
     assert (s.enabled, s.threshold, s.lower) == (True, 70, None)
-    assert settings_of(None).enabled is False
+    assert settings_of(in_force().resource_used_threshold_with_be).enabled is False
 
 
 # Rounds ----------------------------------------------------------------------------------------
@@ -219,13 +244,14 @@ class RecordingBackend:
 
 
 class Gates:
-    def __init__(self, *on: str) -> None:
-        self.on = set(on)
+    """Feature gate stub: the named gates on; the BE task's gate (BEMemoryEvict) on unless
+    ``be=False``."""
+
+    def __init__(self, *on: str, be: bool = True) -> None:
+        self.on = set(on) | ({"BEMemoryEvict"} if be else set())
 
     def enabled(self, name: str) -> bool:
-        if name in ("MemoryEvict", "MemoryAllocatableEvict", "CPUEvict", "CPUAllocatableEvict"):
-            return name in self.on
-        raise KeyError(name)
+        return name in self.on
 
 
 @dataclass
@@ -294,6 +320,7 @@ def make_rig(
     events: FakeEvents | None = None,
     version: CgroupVersion = CgroupVersion.V1,
     fresh: tuple[int, int] | None = None,
+    allocatable: dict[str, int] | None = None,
 ) -> Rig:
     clock = Clock()
     cache = MetricCache(clock=clock)
@@ -306,11 +333,11 @@ def make_rig(
     host = Host(paths, CgroupLayout(paths, version, CgroupDriver.CGROUPFS, "kubepods"))
     ctx = StrategyContext(
         host=lambda: host,
-        config=SimpleNamespace(collect=SimpleNamespace(res_used_interval=1.0), feature_gates=gates),
+        config=config(gates or Gates()),
         cache=cache,
         executor=None,  # type: ignore[arg-type]  # eviction writes no cgroup file
         workloads=lambda: WorkloadSnapshot(pods=dict(by_uid)),
-        node_slo=lambda: NodeSLOSpec(resource_used_threshold_with_be=dict(slo_box)),
+        node_slo=lambda: in_force(resourceUsedThresholdWithBE=dict(slo_box)),
         evictor=evictor,
         events=events,  # type: ignore[arg-type]
         audit=audit,
@@ -321,6 +348,7 @@ def make_rig(
         ctx,
         capacity=lambda: 10 * GiB,
         fresh_usage=(lambda: fresh) if fresh is not None else None,
+        allocatable=lambda: allocatable,
         clock=clock,
     )
     return Rig(clock, cache, by_uid, slo_box, backend, evictor, audit, ctx, strategy)
@@ -337,7 +365,7 @@ async def test_be_pods_are_evicted_largest_first_until_usage_reaches_the_lower_b
     assert rig.backend.evicted == ["ns/p2", "ns/p1"]
     report = rig.ctx.book.describe("memoryevict")["last_round"]
     assert report["decision"] == "evict 2 pods"
-    assert report["detail"]["BEMemoryEvict"]["need"] == 10 * GiB * 15 // 100
+    assert report["detail"]["BEMemoryEvict"]["need"] == {"memory": 10 * GiB * 15 // 100}
     assert [e.kind for e in rig.audit.recent()] == ["evict", "evict"]
 
 
@@ -432,9 +460,10 @@ async def test_the_priority_task_does_not_run_without_its_gate() -> None:
 
 async def test_the_allocatable_task_evicts_by_request_over_the_allocatable() -> None:
     opted = {LABEL_EVICTION_ENABLED: "true"}
+    batch = "kubernetes.io/batch-memory"
     pods = [
-        pod(1, priority=5500, labels=opted, request=4 * GiB),
-        pod(2, priority=5500, labels=opted, request=7 * GiB),
+        pod(1, priority=5500, labels=opted, extended={batch: 4 * GiB}),
+        pod(2, priority=5500, labels=opted, extended={batch: 7 * GiB}),
         pod(3, priority=9500, labels=opted, request=9 * GiB),  # koord-prod: never counted
     ]
     slo = {
@@ -443,10 +472,12 @@ async def test_the_allocatable_task_evicts_by_request_over_the_allocatable() -> 
         "allocatableEvictPriorityThreshold": 5999,
         "memoryEvictThresholdPercent": 99,
     }
-    rig = make_rig(pods, slo=slo, gates=Gates("MemoryAllocatableEvict"))
+    rig = make_rig(
+        pods, slo=slo, gates=Gates("MemoryAllocatableEvict"), allocatable={batch: 10 * GiB}
+    )
     rig.sample(5 * GiB, {1: GiB, 2: GiB, 3: GiB})
     await rig.strategy.reconcile()
-    # 11 GiB requested of 10 GiB: release 1 GiB of requests, the biggest request first
+    # 11 GiB of batch-memory requested of 10 GiB: release 1 GiB, the biggest request first
     assert rig.backend.evicted == ["ns/p2"]
 
 
@@ -511,9 +542,9 @@ async def test_a_nodeslo_with_the_lower_bound_above_the_threshold_evicts_nobody(
     rig.sample(9.5 * GiB, {1: GiB, 2: GiB, 3: GiB})
     await rig.strategy.reconcile()
     assert rig.backend.evicted == []
-    decision = rig.ctx.book.describe("memoryevict")["last_round"]["decision"]
-    assert decision.startswith("skip: invalid NodeSLO")
-    assert "memoryEvictLowerPercent" in decision
+    # The section is rejected where it is read (its last good value, here the defaults, stays)
+    rejected = rig.ctx.node_slo().rejected["resourceUsedThresholdWithBE"]
+    assert rejected.error.field == "resourceUsedThresholdWithBE.memoryEvictLowerPercent"
 
 
 async def test_a_host_that_refuses_memcg_thresholds_falls_back_to_psi_for_good() -> None:

@@ -15,7 +15,6 @@ import pytest
 
 from apis.extension import ANNOTATION_POD_RESCTRL as POD_RESCTRL_ANNOTATION
 from apis.extension import KubeQOS, QoSClass
-from apis.slo import NodeSLOSpec
 from koordlet.executor import CgroupWriter
 from koordlet.executor.resctrl import (
     ResctrlWriter,
@@ -25,11 +24,12 @@ from koordlet.executor.resctrl import (
 )
 from koordlet.executor.writer import WriteResult
 from koordlet.metriccache.store import MetricCache
-from koordlet.qos.manager import QoSBook, StrategyContext
+from koordlet.qos.framework import QoSBook, StrategyContext
 from koordlet.qos.resctrl import ResctrlReconcile, cat_l3_mask, mba_value
 from koordlet.statesinformer.model import ContainerInfo, PodInfo, WorkloadSnapshot
 from koordlet.system.cgroups import CgroupVersion
 from tests.fakehost import FakeHost, container_id
+from tests.strategyrig import config, in_force
 
 GOLDEN = Path(__file__).parent.parent / "golden" / "resctrl"
 
@@ -139,11 +139,11 @@ def rig(fake_host: FakeHost) -> Iterator[SimpleNamespace]:
     book = QoSBook()
     ctx = StrategyContext(
         host=lambda: fake.host,
-        config=SimpleNamespace(),
+        config=config(),
         cache=MetricCache(),
         executor=writer,
         workloads=lambda: WorkloadSnapshot(pods={p.uid: p for p in box["pods"]}),
-        node_slo=lambda: NodeSLOSpec(resource_qos_strategy=box["raw"]),
+        node_slo=lambda: in_force(resourceQOSStrategy=box["raw"]),
         book=book,
     )
     try:

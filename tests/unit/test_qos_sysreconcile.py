@@ -14,15 +14,21 @@ from typing import Any
 
 import pytest
 
-from apis.slo import NodeSLOSpec
 from apis.slo_strategies import SystemStrategy
 from koordlet.collectors.nodeinfo import node_info_dict
-from koordlet.errors import InvalidValueError, UnsupportedError
+from koordlet.errors import InvalidValueError, ParseError, UnsupportedError
 from koordlet.executor import CgroupWriter
-from koordlet.executor.sysctl import SystemFileWriter
+from koordlet.executor.sysctl import (
+    MEMCG_REAP_BACKGROUND,
+    MIN_FREE_KBYTES,
+    SYSTEM_FILES,
+    WATERMARK_SCALE_FACTOR,
+    SystemFileWriter,
+    system_file,
+)
 from koordlet.executor.writer import WriteResult
 from koordlet.metriccache.store import MetricCache
-from koordlet.qos.manager import QoSBook, StrategyContext
+from koordlet.qos.framework import QoSBook, StrategyContext
 from koordlet.qos.sysreconcile import (
     SystemConfigStrategy,
     desired_settings,
@@ -33,6 +39,7 @@ from koordlet.statesinformer.model import WorkloadSnapshot
 from koordlet.system.cgroups import CgroupDriver, CgroupVersion
 from koordlet.system.topology import read_cpu_topology
 from tests.fakehost import FakeHost
+from tests.strategyrig import config, in_force
 
 GIB = 1 << 30
 
@@ -84,7 +91,7 @@ def test_min_free_kbytes_is_total_kb_times_factor_over_10000(
 def test_desired_settings_follow_the_strategy_and_the_ranges(
     strategy: SystemStrategy, total: int | None, expected: dict[str, Any]
 ) -> None:
-    got = {k: v for k, v in desired_settings(strategy, total).items() if v is not None}
+    got = {f.name: v for f, v in desired_settings(strategy, total).items() if v is not None}
     assert got == expected
 
 
@@ -111,8 +118,8 @@ def test_system_file_writer_writes_only_changes_and_audits_them(host_root: Path)
     path = _vm(fake, "watermark_scale_factor", 10)
     seen: list[WriteResult] = []
     writer = SystemFileWriter(fake.paths, on_change=seen.append)
-    first = writer.write("vm.watermark_scale_factor", 150, strategy="s", reason="r")
-    second = writer.write("vm.watermark_scale_factor", 150, strategy="s", reason="r")
+    first = writer.write(WATERMARK_SCALE_FACTOR, 150, strategy="s", reason="r")
+    second = writer.write(WATERMARK_SCALE_FACTOR, 150, strategy="s", reason="r")
     assert Path(path).read_text().strip() == "150"
     assert (first.changed, first.old, first.new) == (True, "10", "150")
     assert not second.changed
@@ -124,12 +131,33 @@ def test_system_file_writer_refuses_out_of_range_and_names_absent_files(host_roo
     path = _vm(fake, "min_free_kbytes", 67584)
     writer = SystemFileWriter(fake.paths)
     with pytest.raises(InvalidValueError, match=r"10240\.\.10485760"):
-        writer.write("vm.min_free_kbytes", 100)
+        writer.write(MIN_FREE_KBYTES, 100)
     assert Path(path).read_text().strip() == "67584"
     with pytest.raises(UnsupportedError, match=r"reap_background absent \(Anolis"):
-        writer.write("memcg_reap_background", 1)
-    assert writer.probe("memcg_reap_background")[0] is False
-    assert writer.probe("vm.min_free_kbytes")[0] is True
+        writer.write(MEMCG_REAP_BACKGROUND, 1)
+    assert writer.probe(MEMCG_REAP_BACKGROUND)[0] is False
+    assert writer.probe(MIN_FREE_KBYTES)[0] is True
+
+
+def test_the_sysctl_table_declares_each_setting_once_with_codec_and_range(
+    host_root: Path,
+) -> None:
+    """The rows are the objects callers pass; a name only resolves what was persisted by name."""
+    assert list(SYSTEM_FILES) == [
+        "vm.min_free_kbytes",
+        "vm.watermark_scale_factor",
+        "memcg_reap_background",
+    ]
+    for f in SYSTEM_FILES.values():
+        assert system_file(f.name) is f
+        assert f.codec.decode(f.codec.encode(f.valid.lo, None)) == f.valid.lo
+    with pytest.raises(UnsupportedError, match="no such setting"):
+        system_file("vm.swappiness")
+    fake = FakeHost(host_root, CgroupVersion.V1, CgroupDriver.CGROUPFS)
+    path = _vm(fake, "watermark_scale_factor", 10)
+    Path(path).write_text("ten\n")
+    with pytest.raises(ParseError, match="watermark_scale_factor: not a decimal integer"):
+        SystemFileWriter(fake.paths).read(WATERMARK_SCALE_FACTOR)
 
 
 # The strategy ---------------------------------------------------------------------------------
@@ -144,14 +172,14 @@ def rig(host_root: Path) -> Iterator[SimpleNamespace]:
     }
     cache = MetricCache()
     cache.set_info("node_info", node_info_dict(read_cpu_topology(fake.paths)))
-    box: dict[str, Any] = {"slo": NodeSLOSpec(system_strategy={"minFreeKbytesFactor": 100})}
+    box: dict[str, Any] = {"slo": in_force(systemStrategy={"minFreeKbytesFactor": 100})}
     audit: list[WriteResult] = []
     writer = CgroupWriter(fake.host, on_change=audit.append)
     writer.start()
     book = QoSBook()
     ctx = StrategyContext(
         host=lambda: fake.host,
-        config=SimpleNamespace(),
+        config=config(),
         cache=cache,
         executor=writer,
         workloads=WorkloadSnapshot,
@@ -179,17 +207,30 @@ async def test_a_round_sets_min_free_kbytes_from_node_memory(rig: SimpleNamespac
     assert "vm.min_free_kbytes=167772" in report.decision
 
 
+async def test_the_default_nodeslo_writes_no_kernel_setting(rig: SimpleNamespace) -> None:
+    """Upstream's DefaultSystemStrategy (at the version of our CRDs) leaves every knob unset: a
+    node whose NodeSLO has no systemStrategy keeps its kernel values."""
+    rig.box["slo"] = in_force()
+    strategy = SystemConfigStrategy(rig.ctx)
+    await strategy.reconcile()
+    assert (_read(rig.files["min"]), _read(rig.files["wsf"])) == (67584, 10)
+    assert rig.audit == []
+    report = rig.book.last_report("sysreconcile")
+    assert report is not None
+    assert report.decision == "nothing to do: no setting asked"
+
+
 async def test_unsetting_a_field_restores_the_host_value(rig: SimpleNamespace) -> None:
     strategy = SystemConfigStrategy(rig.ctx)
-    rig.box["slo"] = NodeSLOSpec(
-        system_strategy={"minFreeKbytesFactor": 100, "watermarkScaleFactor": 150}
+    rig.box["slo"] = in_force(
+        systemStrategy={"minFreeKbytesFactor": 100, "watermarkScaleFactor": 150}
     )
     await strategy.reconcile()
     assert (_read(rig.files["min"]), _read(rig.files["wsf"])) == (167772, 150)
-    rig.box["slo"] = NodeSLOSpec(system_strategy={"watermarkScaleFactor": 150})
+    rig.box["slo"] = in_force(systemStrategy={"watermarkScaleFactor": 150})
     await strategy.reconcile()
     assert (_read(rig.files["min"]), _read(rig.files["wsf"])) == (67584, 150)
-    rig.box["slo"] = NodeSLOSpec()  # the whole section gone
+    rig.box["slo"] = in_force()  # the whole section gone
     await strategy.reconcile()
     assert (_read(rig.files["min"]), _read(rig.files["wsf"])) == (67584, 10)
     await strategy.reconcile()  # nothing remembered any more: nothing written
@@ -197,7 +238,7 @@ async def test_unsetting_a_field_restores_the_host_value(rig: SimpleNamespace) -
 
 
 async def test_a_value_outside_the_range_is_reported_and_not_written(rig: SimpleNamespace) -> None:
-    rig.box["slo"] = NodeSLOSpec(system_strategy={"minFreeKbytesFactor": 1})
+    rig.box["slo"] = in_force(systemStrategy={"minFreeKbytesFactor": 1})
     strategy = SystemConfigStrategy(rig.ctx)
     await strategy.reconcile()
     assert _read(rig.files["min"]) == 67584
@@ -217,7 +258,7 @@ async def test_dry_run_audits_the_would_be_change_and_writes_nothing(rig: Simple
 
 
 async def test_an_absent_anolis_file_is_reported_unsupported(rig: SimpleNamespace) -> None:
-    rig.box["slo"] = NodeSLOSpec(system_strategy={"memcgReapBackGround": 1})
+    rig.box["slo"] = in_force(systemStrategy={"memcgReapBackGround": 1})
     strategy = SystemConfigStrategy(rig.ctx)
     await strategy.reconcile()
     report = rig.book.last_report("sysreconcile")

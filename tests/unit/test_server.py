@@ -569,6 +569,7 @@ async def test_debug_capabilities_and_config_serve_what_the_daemon_hands_in(
     assert await get_json(client, "/debug/config") == env.config
     index = await get_json(client, "/debug")
     assert "/debug/query" in index["endpoints"]
+    assert await get_json(client, "/debug/") == index  # as README and --help write it
 
 
 async def test_debug_audit_serves_the_newest_entries_filtered(

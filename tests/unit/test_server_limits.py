@@ -17,7 +17,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from koordlet.metriccache.series import SeriesKey
-from koordlet.qos.manager import QoSBook
+from koordlet.qos.framework import QoSBook
 from koordlet.selfmetrics import Readiness, SelfMetrics
 from koordlet.server import ServerDeps, build_app, start_server
 from koordlet.server.app import LIMITERS, PROBE_LIMITS, Limiters, ServerLimits

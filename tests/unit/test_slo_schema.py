@@ -15,17 +15,15 @@ from apis.crdschema import DEFAULT_CRD_DIR
 from apis.extension import QoSClass
 from apis.slo import (
     API_VERSION,
-    DEFAULT_CPU_BURST_STRATEGY,
-    DEFAULT_RESOURCE_USED_THRESHOLD_WITH_BE,
-    DEFAULT_SYSTEM_STRATEGY,
     CgroupBaseType,
     HostCgroupPath,
     NodeSLOSpec,
     PriorityClass,
     SchemaError,
-    load_node_slo_file,
     parse_node_slo,
 )
+from apis.slo_inforce import DEFAULTS, NodeSLOInForce, read_node_slo_file
+from apis.slo_strategies import to_json
 
 CRD = DEFAULT_CRD_DIR / "slo.koordinator.sh_nodeslos.yaml"
 
@@ -218,19 +216,28 @@ def test_every_field_the_crd_allows_is_accepted_and_others_are_not() -> None:
                 parse_node_slo({section: {"notInTheCRD": 1}}, "crd")
 
 
-def test_koordinators_defaults_are_provided_for_the_raw_sections() -> None:
-    assert dict(DEFAULT_RESOURCE_USED_THRESHOLD_WITH_BE) == {
+def test_koordinators_defaults_are_the_defaults_in_force() -> None:
+    threshold = DEFAULTS.resource_used_threshold_with_be
+    assert to_json(threshold) == {
         "enable": False,
         "cpuSuppressThresholdPercent": 65,
         "cpuSuppressPolicy": "cpuset",
         "memoryEvictThresholdPercent": 70,
         "cpuEvictPolicy": "evictByRealLimit",
     }
-    assert DEFAULT_CPU_BURST_STRATEGY["policy"] == "none"
-    assert DEFAULT_CPU_BURST_STRATEGY["cfsQuotaBurstPercent"] == 300
-    assert DEFAULT_CPU_BURST_STRATEGY["sharePoolThresholdPercent"] == 50
-    assert DEFAULT_SYSTEM_STRATEGY["totalNetworkBandwidth"] == "0"
+    burst = to_json(DEFAULTS.cpu_burst_strategy)
+    assert (burst["policy"], burst["cfsQuotaBurstPercent"]) == ("none", 300)
+    assert burst["sharePoolThresholdPercent"] == 50
+    assert to_json(DEFAULTS.system_strategy) == {"totalNetworkBandwidth": "0"}
     assert NodeSLOSpec().host_applications == ()
+
+
+def load_node_slo_file(path: str) -> NodeSLOInForce:
+    """The strict read at start: a rejected section is an error as well."""
+    in_force = read_node_slo_file(path, now=0.0)
+    for rejection in in_force.rejected.values():
+        raise rejection.error
+    return in_force
 
 
 def test_a_nodeslo_file_may_be_yaml_or_json_and_a_whole_object_or_a_spec(tmp_path: Path) -> None:
@@ -238,10 +245,12 @@ def test_a_nodeslo_file_may_be_yaml_or_json_and_a_whole_object_or_a_spec(tmp_pat
     as_yaml.write_text(SAMPLE)
     as_json = tmp_path / "spec.json"
     as_json.write_text(json.dumps(sample()["spec"]))
-    assert load_node_slo_file(str(as_yaml)) == load_node_slo_file(str(as_json))
+    from_yaml, from_json = load_node_slo_file(str(as_yaml)), load_node_slo_file(str(as_json))
+    assert from_yaml.strategies == from_json.strategies
+    assert from_yaml.host_applications == from_json.host_applications != ()
     empty = tmp_path / "empty.yaml"
     empty.write_text("# nothing yet\n")
-    assert load_node_slo_file(str(empty)) == NodeSLOSpec()
+    assert load_node_slo_file(str(empty)).strategies == DEFAULTS
 
 
 @pytest.mark.parametrize(
@@ -250,7 +259,7 @@ def test_a_nodeslo_file_may_be_yaml_or_json_and_a_whole_object_or_a_spec(tmp_pat
         ("bad.yaml", "spec:\n  hostApplications: [\n", r"invalid YAML: line \d+, column \d+"),
         ("dup.yaml", "spec: {}\nspec: {}\n", "duplicate key 'spec'"),
         ("dup.json", '{"hostApplications": [], "hostApplications": []}', "duplicate key"),
-        ("list.yaml", "- name: a\n", "must be a NodeSLO object or spec, got a list"),
+        ("list.yaml", "- name: a\n", "must be an object, got a list"),
         ("qos.yaml", "hostApplications:\n- name: a\n  qos: XX\n", r"hostApplications\[0\]\.qos"),
     ],
 )

@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from apis.crdschema import load_crds
 from apis.slo import SchemaError, parse_node_slo
 from apis.slo_qos import (
     DEFAULT_RESOURCE_QOS_STRATEGY,
@@ -62,14 +63,34 @@ def test_threshold_defaults_are_koordinators() -> None:
 
 
 def test_cpu_burst_and_system_defaults_are_koordinators() -> None:
+    # DefaultCPUBurstConfig (pkg/util/sloconfig): CPUBurstPercent 1000, as the CRD says
     assert to_json(DEFAULT_CPU_BURST_STRATEGY) == {
         "policy": "none",
-        "cpuBurstPercent": 100,
+        "cpuBurstPercent": 1000,
         "cfsQuotaBurstPercent": 300,
         "cfsQuotaBurstPeriodSeconds": -1,
         "sharePoolThresholdPercent": 50,
     }
     assert to_json(DEFAULT_SYSTEM_STRATEGY) == {"totalNetworkBandwidth": "0"}
+
+
+def test_the_system_defaults_are_what_the_crd_of_the_contract_documents() -> None:
+    """The NodeSLO CRD we ship (upstream's, commit a7a1b76) says of each kernel knob of
+    ``systemStrategy`` "Unset by default" (minFreeKbytesFactor and watermarkScaleFactor adding
+    "Recommended = 100" and "= 150"): at that version ``DefaultSystemStrategy`` sets only
+    ``totalNetworkBandwidth``. Older upstream releases set 100, 150 and 0; see
+    ``apis.slo_strategies.SystemStrategy``."""
+    schema = load_crds().version_for("NodeSLO").schema
+    props = schema["properties"]["spec"]["properties"]["systemStrategy"]["properties"]
+    for field in dataclasses.fields(SystemStrategy):
+        name = field.metadata["json"]
+        if name == "totalNetworkBandwidth":
+            continue
+        assert getattr(DEFAULT_SYSTEM_STRATEGY, field.name) is None, name
+        if name in ("minFreeKbytesFactor", "watermarkScaleFactor", "memcgReapBackGround"):
+            assert "Unset by default" in props[name]["description"], name
+    assert "Recommended = 100" in props["minFreeKbytesFactor"]["description"]
+    assert "Recommended = 150" in props["watermarkScaleFactor"]["description"]
 
 
 def test_resource_qos_defaults_are_koordinators_per_class() -> None:

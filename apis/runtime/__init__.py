@@ -1,0 +1,1 @@
+"""Generated protocol modules; see the .proto files and scripts/gen_protos.sh."""

@@ -1,0 +1,183 @@
+"""The runtime hook plugin table: one row a hook, Koordinator's names and feature gates.
+
+Nothing registers itself: the daemon passes :data:`HOOKS` to the dispatcher, tests pass their
+own table. A row holds everything about a hook: its name (upstream's plugin name, the ``hook``
+label of ``koordlet_runtime_hook_invoked_duration_milliseconds``), its gate (upstream
+``pkg/koordlet/runtimehooks/config.go``: ``defaultRuntimeHooksFG``; the gates themselves are
+declared with the koordlet's in :mod:`koordlet.features`), the points it runs at, the factory
+that builds it from the :class:`HookContext`, and the cgroup levels the reconciler applies it to
+(:class:`Level`; upstream's ``RegisterCgroupReconciler`` calls).
+
+A hook implements :class:`Hook`: ``pod()`` for the pod-level points of its row, ``container()``
+for the container-level ones (and ``kube_qos()`` for a row with ``Level.KUBE_QOS``); each returns
+a :class:`~koordlet.runtimehooks.model.Change` or None, raises
+:class:`~koordlet.runtimehooks.errors.BadPodInput` for malformed pod data, and never does I/O (the
+framework writes, audits and records events).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
+
+from apis.extension import KubeQOS
+from apis.slo_inforce import NodeSLOInForce
+from koordlet.runtimehooks import (
+    batchresource,
+    coresched,
+    cpuset,
+    gpu,
+    groupidentity,
+    resctrl,
+    tc,
+)
+from koordlet.runtimehooks.model import Change, ContainerRequest, HookPoint, PodRequest
+
+if TYPE_CHECKING:
+    from koordlet.system.host import Host
+    from koordlet.system.probe import Capabilities
+
+
+class Hook(Protocol):
+    """One hook plugin, built once per dispatcher by its row's factory."""
+
+    def pod(self, req: PodRequest) -> Change | None:
+        """The change for a pod-level point of the row; None for none."""
+
+    def container(self, req: ContainerRequest) -> Change | None:
+        """The change for a container-level point of the row; None for none."""
+
+
+@runtime_checkable
+class KubeQOSHook(Protocol):
+    """A hook that also sets the Kubernetes QoS cgroups (rows with :attr:`Level.KUBE_QOS`)."""
+
+    def kube_qos(self, kube_qos: KubeQOS) -> Change | None:
+        """The change for the QoS cgroup of ``kube_qos``; None for none."""
+
+
+class Level(StrEnum):
+    """The cgroups the reconciler applies a hook to (upstream ``ReconcilerLevel``)."""
+
+    KUBE_QOS = "kubeqos"
+    POD = "pod"
+    CONTAINER = "container"
+
+
+@dataclass(frozen=True, slots=True)
+class HookContext:
+    """What a hook may read: the node's state, never files."""
+
+    node_slo: Callable[[], NodeSLOInForce]
+    """The NodeSLO in force (Koordinator's defaults when there is none)."""
+    host: Callable[[], Host | None] = lambda: None
+    """The node's paths and cgroup layout, once detected."""
+    capabilities: Callable[[], Capabilities | None] = lambda: None
+    """The start-up probe of knobs and sources; None before it (every knob then counts as
+    unsupported for the hooks that choose a mechanism by it)."""
+    cpuset_rule: Callable[[], cpuset.CPUSetRule] = cpuset.CPUSetRule
+    """The node's CPU share pools and the kubelet's CPU manager policy, when known."""
+
+    def supported(self, knob: str) -> bool:
+        """Whether the probe found ``knob`` usable."""
+        caps = self.capabilities()
+        return caps is not None and knob in caps and caps.supported(knob)
+
+
+@dataclass(frozen=True, slots=True)
+class HookSpec:
+    """One row of the table."""
+
+    name: str
+    """Koordinator's plugin name (``BatchResource``); the metric's ``hook`` label."""
+    gate: str
+    """The koordlet feature gate that enables it (:mod:`koordlet.features`)."""
+    description: str
+    """One line for logs and ``/debug``."""
+    points: frozenset[HookPoint]
+    """Where it runs (upstream's ``hooks.Register`` calls of the plugin)."""
+    factory: Callable[[HookContext], Hook]
+    """Builds the hook."""
+    reconcile: frozenset[Level] = frozenset()
+    """The cgroups the reconciler applies it to (upstream's ``RegisterCgroupReconciler``
+    calls); empty: the reconciler leaves it out."""
+
+
+_POD_AND_CONTAINERS = frozenset({Level.POD, Level.CONTAINER})
+
+HOOKS: Mapping[str, HookSpec] = MappingProxyType(
+    {
+        "GroupIdentity": HookSpec(
+            name="GroupIdentity",
+            gate="GroupIdentity",
+            description="set bvt value (or cpu.idle) by priority and qos class",
+            points=frozenset({HookPoint.PRE_RUN_POD_SANDBOX}),
+            factory=lambda ctx: groupidentity.GroupIdentity(ctx.node_slo, ctx.supported),
+            reconcile=frozenset({Level.KUBE_QOS, Level.POD}),
+        ),
+        "CPUSetAllocator": HookSpec(
+            name="CPUSetAllocator",
+            gate="CPUSetAllocator",
+            description="set cpuset value by pod allocation",
+            points=frozenset(
+                {
+                    HookPoint.PRE_RUN_POD_SANDBOX,
+                    HookPoint.PRE_CREATE_CONTAINER,
+                    HookPoint.PRE_UPDATE_CONTAINER_RESOURCES,
+                }
+            ),
+            factory=lambda ctx: cpuset.CPUSetAllocator(ctx.cpuset_rule),
+            reconcile=_POD_AND_CONTAINERS,
+        ),
+        "GPUEnvInject": HookSpec(
+            name="GPUEnvInject",
+            gate="GPUEnvInject",
+            description="inject NVIDIA_VISIBLE_DEVICES env into container",
+            points=frozenset({HookPoint.PRE_CREATE_CONTAINER}),
+            factory=lambda _ctx: gpu.GPUEnvInject(),
+        ),
+        "BatchResource": HookSpec(
+            name="BatchResource",
+            gate="BatchResource",
+            description="set fundamental cgroups value for batch and mid pods",
+            points=frozenset(
+                {
+                    HookPoint.PRE_RUN_POD_SANDBOX,
+                    HookPoint.PRE_CREATE_CONTAINER,
+                    HookPoint.PRE_UPDATE_CONTAINER_RESOURCES,
+                }
+            ),
+            factory=lambda ctx: batchresource.BatchResource(ctx.node_slo),
+            reconcile=_POD_AND_CONTAINERS,
+        ),
+        "CoreSched": HookSpec(
+            name="CoreSched",
+            gate="CoreSched",
+            description="manage core sched cookies for pod and containers",
+            points=frozenset({HookPoint.POST_START_CONTAINER}),
+            factory=lambda ctx: coresched.CoreSched(ctx.node_slo),
+            reconcile=frozenset({Level.CONTAINER}),
+        ),
+        "TCNetworkQoS": HookSpec(
+            name="TCNetworkQoS",
+            gate="TCNetworkQoS",
+            description="set the pod's net_cls class id for network QoS by tc",
+            points=frozenset({HookPoint.PRE_RUN_POD_SANDBOX}),
+            factory=lambda ctx: tc.TCNetworkQoS(ctx.node_slo, ctx.supported),
+        ),
+        "Resctrl": HookSpec(
+            name="Resctrl",
+            gate="Resctrl",
+            description="move a started container's threads into its class's resctrl group",
+            points=frozenset({HookPoint.POST_START_CONTAINER}),
+            factory=lambda ctx: resctrl.Resctrl(ctx.node_slo),
+        ),
+    }
+)
+"""Every runtime hook this koordlet implements, in call order (upstream's registration order:
+``GroupIdentity``, ``CPUSetAllocator``, ``GPUEnvInject``, ``BatchResource``; then the
+``CoreSched``, ``TCNetworkQoS`` and ``Resctrl`` plugins). ``BatchResource`` after
+``CPUSetAllocator``: a BE pod's quota is the batch one."""

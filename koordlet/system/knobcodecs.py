@@ -1,0 +1,294 @@
+"""The validators and file codecs of the knob table (:mod:`koordlet.system.knobs`).
+
+A :class:`Validator` says which logical values a knob takes; a :class:`FileCodec` turns a
+logical value into the text of one file on one cgroup version and back; :class:`Codec` pairs a
+knob's v1 and v2 codecs. The per-device codecs of the blkio and io files are in
+:mod:`koordlet.system.devcodec`. The lossy conversions (shares in ``cpu.weight``) are explained
+in the knob table's docstring.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Generic, Protocol, TypeVar
+
+from apis.cpulist import MAX_CPU_ID, format_cpulist, parse_cpulist
+from koordlet.system.cgroups import CgroupVersion
+
+T = TypeVar("T")
+T_co = TypeVar("T_co", covariant=True)
+
+INT64_MAX = (1 << 63) - 1
+"""Go's ``math.MaxInt64``."""
+V1_UNLIMITED_MIN = (1 << 63) - (1 << 20)
+"""v1 reports "no limit" as ``PAGE_COUNTER_MAX * PAGE_SIZE`` (9223372036854771712 with 4 KiB
+pages, less with bigger pages); any value at or above this (pages up to 1 MiB) means unlimited."""
+
+_INT = re.compile(r"-?\d+")
+
+
+def _parse_int(text: str) -> int:
+    text = text.strip()
+    if not _INT.fullmatch(text):
+        raise ValueError("not a decimal integer")
+    return int(text)
+
+
+# Validators -----------------------------------------------------------------------------------
+
+
+class Validator(Protocol[T_co]):
+    """The valid logical values of a knob."""
+
+    def normalize(self, value: object) -> T_co:
+        """The canonical form of ``value``; raises ``TypeError``/``ValueError`` when invalid."""
+        ...
+
+    def describe(self) -> str:
+        """The valid values in words (``2..262144``)."""
+        ...
+
+
+def _check_int(value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"expected an int, got {type(value).__name__}")
+    return value
+
+
+@dataclass(frozen=True, slots=True)
+class Range:
+    """Integers in ``[lo, hi]``."""
+
+    lo: int
+    """Smallest valid value."""
+    hi: int
+    """Largest valid value."""
+
+    def normalize(self, value: object) -> int:
+        n = _check_int(value)
+        if not self.lo <= n <= self.hi:
+            raise ValueError(f"outside {self.lo}..{self.hi}")
+        return n
+
+    def describe(self) -> str:
+        return f"{self.lo}..{self.hi}"
+
+
+@dataclass(frozen=True, slots=True)
+class RangeOrUnlimited:
+    """Integers in ``[lo, hi]`` or ``None`` (unlimited); ``-1`` is read as ``None``."""
+
+    lo: int
+    """Smallest valid value."""
+    hi: int
+    """Largest valid limited value."""
+    saturate: bool = False
+    """Values above ``hi`` up to ``INT64_MAX`` mean unlimited (Go's ``math.MaxInt64``)."""
+
+    def normalize(self, value: object) -> int | None:
+        if value is None:
+            return None
+        n = _check_int(value)
+        if n == -1 or (self.saturate and self.hi < n <= INT64_MAX):
+            return None
+        if not self.lo <= n <= self.hi:
+            raise ValueError(f"outside {self.lo}..{self.hi}")
+        return n
+
+    def describe(self) -> str:
+        return f"{self.lo}..{self.hi} or None/-1 (unlimited)"
+
+
+@dataclass(frozen=True, slots=True)
+class CpuList:
+    """A set of CPU (or NUMA node) ids, from a set of ints or a cpulist string."""
+
+    def normalize(self, value: object) -> frozenset[int]:
+        if isinstance(value, str):
+            return parse_cpulist(value)
+        if not isinstance(value, Iterable):
+            raise TypeError(f"expected a set of ids or a cpulist, got {type(value).__name__}")
+        ids = frozenset(_check_int(i) for i in value)
+        bad = [i for i in ids if not 0 <= i <= MAX_CPU_ID]
+        if bad:
+            raise ValueError(f"ids {sorted(bad)} outside 0..{MAX_CPU_ID}")
+        return ids
+
+    def describe(self) -> str:
+        return f"a set of ids in 0..{MAX_CPU_ID} or a cpulist"
+
+
+@dataclass(frozen=True, slots=True)
+class AnyText:
+    """Any string (read-only sources)."""
+
+    def normalize(self, value: object) -> str:
+        if not isinstance(value, str):
+            raise TypeError(f"expected a str, got {type(value).__name__}")
+        return value
+
+    def describe(self) -> str:
+        return "text"
+
+
+# File codecs ----------------------------------------------------------------------------------
+
+
+class FileCodec(Protocol[T]):
+    """Text of one file on one cgroup version ↔ the logical value."""
+
+    @property
+    def needs_current(self) -> bool:
+        """The file holds more than this value: ``encode`` must see its current text."""
+        ...
+
+    def decode(self, text: str) -> T:
+        """The logical value; raises ``ValueError`` when the text is malformed."""
+        ...
+
+    def encode(self, value: T, current: str | None) -> str:
+        """The text to write for a valid ``value``; ``ValueError`` on malformed ``current``."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class IntCodec:
+    """A plain decimal integer."""
+
+    needs_current: bool = False
+
+    def decode(self, text: str) -> int:
+        return _parse_int(text)
+
+    def encode(self, value: int, current: str | None) -> str:
+        return str(value)
+
+
+@dataclass(frozen=True, slots=True)
+class LimitCodec:
+    """A non-negative integer or its "unlimited" spelling, which reads as ``None``.
+
+    v1 (``unlimited="-1"``) is written ``-1`` and reads back as the page-counter maximum, so any
+    value from :data:`V1_UNLIMITED_MIN` up reads as ``None`` too; v2 (``unlimited="max"``) is
+    ``max`` both ways.
+    """
+
+    unlimited: str
+    needs_current: bool = False
+
+    def decode(self, text: str) -> int | None:
+        text = text.strip()
+        if text == self.unlimited:
+            return None
+        n = _parse_int(text)
+        if self.unlimited == "-1" and n >= V1_UNLIMITED_MIN:
+            return None
+        if n < 0:
+            raise ValueError("negative limit")
+        return n
+
+    def encode(self, value: int | None, current: str | None) -> str:
+        return self.unlimited if value is None else str(value)
+
+
+@dataclass(frozen=True, slots=True)
+class ConvertedCodec:
+    """An integer kept in the file in another unit (shares in ``cpu.weight`` and back)."""
+
+    to_file: Callable[[int], int]
+    from_file: Callable[[int], int]
+    file_range: Range
+    """Values the kernel shows in the file."""
+    needs_current: bool = False
+
+    def decode(self, text: str) -> int:
+        return self.from_file(self.file_range.normalize(_parse_int(text)))
+
+    def encode(self, value: int, current: str | None) -> str:
+        return str(self.to_file(value))
+
+
+def _split_cpu_max(text: str) -> tuple[int | None, int | None]:
+    fields = text.split()
+    if not 1 <= len(fields) <= 2:
+        raise ValueError("cpu.max is '<quota|max> <period>'")
+    quota = None if fields[0] == "max" else _parse_int(fields[0])
+    if quota is not None and quota < 0:
+        raise ValueError("negative quota")
+    period = _parse_int(fields[1]) if len(fields) == 2 else None
+    return quota, period
+
+
+@dataclass(frozen=True, slots=True)
+class CpuMaxQuotaCodec:
+    """The quota half of v2 ``cpu.max``; a write keeps the period of the current text (without
+    it only the quota is written, and the kernel keeps the period itself)."""
+
+    needs_current: bool = False
+
+    def decode(self, text: str) -> int | None:
+        return _split_cpu_max(text)[0]
+
+    def encode(self, value: int | None, current: str | None) -> str:
+        quota = "max" if value is None else str(value)
+        period = _split_cpu_max(current)[1] if current is not None else None
+        return quota if period is None else f"{quota} {period}"
+
+
+@dataclass(frozen=True, slots=True)
+class CpuMaxPeriodCodec:
+    """The period half of v2 ``cpu.max``; a write needs the current text to keep the quota."""
+
+    needs_current: bool = True
+
+    def decode(self, text: str) -> int:
+        period = _split_cpu_max(text)[1]
+        if period is None:
+            raise ValueError("cpu.max has no period")
+        return period
+
+    def encode(self, value: int, current: str | None) -> str:
+        quota = _split_cpu_max(current or "")[0]
+        return f"{'max' if quota is None else quota} {value}"
+
+
+@dataclass(frozen=True, slots=True)
+class CpuListCodec:
+    """A cpulist file (``cpuset.cpus``, ``cpuset.mems``), written in canonical form."""
+
+    needs_current: bool = False
+
+    def decode(self, text: str) -> frozenset[int]:
+        return parse_cpulist(text)
+
+    def encode(self, value: frozenset[int], current: str | None) -> str:
+        return format_cpulist(value)
+
+
+@dataclass(frozen=True, slots=True)
+class RawTextCodec:
+    """A read-only file handed to its parser (a collector) as text."""
+
+    needs_current: bool = False
+
+    def decode(self, text: str) -> str:
+        return text
+
+    def encode(self, value: str, current: str | None) -> str:
+        raise ValueError("read-only")
+
+
+@dataclass(frozen=True, slots=True)
+class Codec(Generic[T]):
+    """The two file codecs of one knob: its text on cgroup v1 and on cgroup v2."""
+
+    v1: FileCodec[T]
+    """How the v1 file's text maps to the logical value."""
+    v2: FileCodec[T]
+    """How the v2 file's text maps to the logical value."""
+
+    def for_version(self, version: CgroupVersion) -> FileCodec[T]:
+        """The codec of ``version``."""
+        return self.v2 if version is CgroupVersion.V2 else self.v1

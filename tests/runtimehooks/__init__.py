@@ -1,0 +1,1 @@
+"""Tests of the runtime hooks: framework, hooks, hook server, NRI plugin, koord-runtime-proxy."""
