@@ -2,28 +2,37 @@
 
 The limiter's arithmetic runs on a virtual clock; its effect on the wire is checked on a real
 aiohttp server with real clients (503 and ``Retry-After`` beyond the limits, probes answered
-apart), without asserting on how long anything took.
+apart), without asserting on how long anything took. The ``/debug/ui`` page and its views are
+reads like the rest, and the page's own polling stays inside the default limits.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
 from collections.abc import AsyncIterator, Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import aiohttp
 import pytest
 from prometheus_client import CollectorRegistry
 
-from koordlet.metriccache.series import SeriesKey
+from apis.extension import KubeQOS, QoSClass
+from apis.slo_inforce import NodeSLOInForce
+from koordlet.config import CollectConfig, KoordletConfig
+from koordlet.metriccache import MetricCache
+from koordlet.metriccache import series as series_names
+from koordlet.metriccache.series import Sample, SeriesKey
 from koordlet.qos.framework import QoSBook
 from koordlet.selfmetrics import Readiness, SelfMetrics
 from koordlet.server import ServerDeps, build_app, start_server
 from koordlet.server.app import LIMITERS, PROBE_LIMITS, Limiters, ServerLimits
 from koordlet.server.health import LoopHealth
 from koordlet.server.limiter import LimitConfig, Refusal, RequestLimiter
-from koordlet.statesinformer.model import WorkloadSnapshot
+from koordlet.server.summary import UiDeps, thresholds_of
+from koordlet.server.ui import load_page
+from koordlet.statesinformer.model import PodInfo, WorkloadSnapshot
 
 
 class VirtualTime:
@@ -179,10 +188,22 @@ class _EmptyCache:
         return {}
 
 
+def ui_deps(points: Callable[[str, str, float, float], list[tuple[float, float]]]) -> UiDeps:
+    config = KoordletConfig(node_name="node-a", collect=CollectConfig(res_used_interval=1.0))
+    return UiDeps(
+        config=config,
+        thresholds=thresholds_of(NodeSLOInForce),
+        node_info=lambda: None,
+        points=points,
+    )
+
+
 @contextlib.asynccontextmanager
-async def serve(limits: ServerLimits, health: LoopHealth) -> AsyncIterator[Served]:
+async def serve(
+    limits: ServerLimits, health: LoopHealth, ui: UiDeps | None = None
+) -> AsyncIterator[Served]:
     deps, _ = deps_for(limits, health)
-    app = build_app(deps)
+    app = build_app(deps, ui)
     handle = await start_server(app, "127.0.0.1", 0)
     try:
         yield Served(f"http://127.0.0.1:{handle.port}", app[LIMITERS])
@@ -227,6 +248,97 @@ async def test_beyond_the_limits_requests_get_503_with_retry_after_and_probes_st
     assert budget[:2] == (503, "1")
     assert "budget" in budget[2]
     assert health == (200, None, "ok")
+
+
+async def test_the_ui_page_and_its_views_are_served_under_the_read_limits() -> None:
+    reads = LimitConfig(max_in_flight=8, cpu_share=1e-6, burst=1e-9, max_wait=0.05, reject_delay=0)
+    limits = ServerLimits(reads=reads, probes=PROBE_LIMITS)
+    async with (
+        serve(limits, LoopHealth(), ui_deps(lambda *_: [])) as served,
+        aiohttp.ClientSession() as session,
+    ):
+        async with session.get(served.base + "/debug/ui") as resp:
+            assert resp.status == 200  # the first one spends the whole bucket
+        for path in ("/debug/summary", "/debug/series?metric=a&group=qos", "/debug/ui"):
+            async with session.get(served.base + path) as resp:
+                assert (resp.status, resp.headers.get("Retry-After")) == (503, "1"), path
+        async with session.get(served.base + "/readyz") as resp:
+            assert resp.status == 200
+    assert served.limiters.reads.refused == {"busy": 0, "budget": 3}
+
+
+UI_PODS = 200
+UI_WINDOW_S = 600
+
+
+def page_fetches() -> tuple[list[str], list[str]]:
+    """What ``ui.html`` asks for each poll: the ``/debug/series`` queries of its charts and the
+    other ``/debug`` paths it fetches beside them (read from the page, not copied)."""
+    page = load_page()[0].decode()
+    feeds = re.findall(r'"(metric=\w+&(?:entity|group)=\w+)"', page)
+    others = re.findall(r'getJSON\("(/debug/(?:qos|audit)[^"]*)"\)', page)
+    assert len(feeds) >= 8, feeds
+    assert len(others) == 3, others
+    return feeds, others
+
+
+async def test_the_pages_own_polling_is_never_refused_under_the_default_limits() -> None:
+    """One browser tab on a 200-pod node with the cache full (600 s of pod samples): a first poll
+    with whole windows (the costliest: the class charts sum 240,000 samples), then one with the
+    short windows the page asks for afterwards, each over 6 connections, Chromium's limit per
+    host. Nothing is refused: the first poll costs about 0.1 s of CPU here, within the bucket's
+    burst and the 2 s an admitted request may wait for the 10 % refill."""
+    now = 1_700_000_000.0
+    cache = MetricCache(clock=lambda: now)
+    classes = [QoSClass.LS, QoSClass.LS, QoSClass.BE, QoSClass.LSR]
+    pods = {
+        f"u{i}": PodInfo(
+            uid=f"u{i}",
+            name=f"p{i}",
+            namespace="ns",
+            qos=classes[i % 4],
+            kube_qos=KubeQOS.BURSTABLE,
+            cgroup_dir=f"kubepods/podu{i}",
+        )
+        for i in range(UI_PODS)
+    }
+    metrics = (series_names.POD_CPU_USAGE, series_names.POD_MEMORY_USAGE)
+    for k in range(UI_WINDOW_S):
+        cache.append(
+            now - UI_WINDOW_S + 1 + k,
+            [
+                Sample(SeriesKey(m, series_names.pod_entity(u)), 1.0 + k)
+                for u in pods
+                for m in metrics
+            ],
+        )
+    deps, _ = deps_for(ServerLimits(), LoopHealth())
+    snapshot = WorkloadSnapshot(pods=pods)
+    deps = replace(deps, cache=cache, workloads=lambda: snapshot, clock=lambda: now)
+    app = build_app(deps, ui_deps(cache.points))
+    handle = await start_server(app, "127.0.0.1", 0)
+    feeds, others = page_fetches()
+    base = f"http://127.0.0.1:{handle.port}"
+    statuses: list[int] = []
+    try:
+        async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=6)) as session:
+
+            async def get(path: str) -> None:
+                async with session.get(base + path) as resp:
+                    await resp.read()
+                    statuses.append(resp.status)
+
+            for window in (UI_WINDOW_S, 6):
+                await get("/debug/summary")
+                queries = [f"/debug/series?{q}&window={window}&step=2" for q in feeds]
+                await asyncio.gather(*(get(path) for path in [*queries, *others]))
+    finally:
+        await handle.stop()
+    reads = app[LIMITERS].reads
+    assert reads.refused == {"busy": 0, "budget": 0}
+    assert len(statuses) == 2 * (1 + len(feeds) + len(others))
+    assert set(statuses) <= {200, 404}  # 404: this server has no audit log or QoS manager
+    assert statuses.count(200) == 2 * (1 + len(feeds))
 
 
 async def test_readyz_names_the_loops_that_are_behind_and_the_gauges_say_so() -> None:
