@@ -7,7 +7,8 @@ table has something to read (the BE collector needs BestEffort containers, the Q
 their QoS folders).
 
 - :func:`fake_tree`: ``tests.fakehost.FakeHost`` (kernel file formats from ``tests/golden``) on
-  ``/dev/shm``, with non-zero CPU and memory counters in every pod and container. Needs the
+  ``/dev/shm``, with non-zero CPU and memory counters in every pod and container (and, on
+  cgroup v2, PSI files in each). Needs the
   repository checkout on ``sys.path`` (run the benches from its root, as ``python -m bench.X``).
 - :func:`real_tree`: folders under this machine's cgroup v1 ``cpu``, ``cpuacct``, ``cpuset`` and
   ``memory`` hierarchies below a unique prefix ``kpytest-bench-<hex>/kubepods/``; no processes
@@ -115,6 +116,10 @@ def fake_tree(
             for c, rel in enumerate(ctr_rels):
                 fake.set_cpu_usage(rel, (p * 7 + c + 1) * 10**9)
                 fake.set_memory(rel, anon=(40 + c) * MiB, file=(10 + p % 7) * MiB)
+            if version is CgroupVersion.V2:  # v2 cgroups have PSI files (v1 ones have none)
+                for rel in (pod_rel, *ctr_rels):
+                    for res in ("cpu", "memory", "io"):
+                        fake.set_pressure(res, 1000 * (p + 1), 10 * p, some_avg10=0.5, rel=rel)
             fake.set_cpu_usage(pod_rel, sum((p * 7 + c + 1) * 10**9 for c in range(containers)))
             fake.set_memory(
                 pod_rel,

@@ -7,7 +7,8 @@ Exit codes: 0 after a clean stop (Ctrl-C included); 2 for a bad flag, config fil
 file, and for a start-up failure the configuration causes (``--addr`` in use, no
 ``--cgroup-root-dir``, no kubeconfig outside a cluster): one line ``koordlet: <flag or file>:
 <what>`` on stderr, the traceback only with ``-v``/``--log-level debug``; otherwise what
-``koordlet.daemon.run`` returns. uvloop is installed here and nowhere else.
+``koordlet.daemon.run`` returns. uvloop is installed here and nowhere else, and so is the one
+process-wide allocator setting (glibc's arena limit, ``koordlet.system.malloc``).
 """
 
 from __future__ import annotations
@@ -22,11 +23,15 @@ import uvloop
 
 from koordlet.config import KoordletConfig, load_config, load_node_slo
 from koordlet.errors import ConfigError
+from koordlet.system.malloc import limit_malloc_arenas
 
 logger = logging.getLogger(__name__)
 
 EXIT_CONFIG = 2
 """Exit code for configuration errors (as argparse uses for usage errors)."""
+
+MALLOC_ARENAS = 1
+"""glibc arenas for the daemon's threads (``koordlet.system.malloc``): they allocate in turns."""
 
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 """One line per record; newlines inside a message or traceback are written as ``\\n``."""
@@ -104,6 +109,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     root_level = logging.getLogger().level
     handler = _install_logging(cfg.log_level)
     try:
+        # Before any thread starts: an arena once given to a thread stays its own.
+        limit_malloc_arenas(MALLOC_ARENAS)
         # Imported only when running: the daemon knows every component, the CLI needs none.
         daemon = importlib.import_module("koordlet.daemon")
 

@@ -106,6 +106,14 @@ class ServerConfig:
     ``--addr``, whose default is ``:9316``: ours is loopback only, safe by default."""
     debug_allow_remote: bool = False
     """Whether ``/debug/`` answers clients other than loopback; ``--debug-allow-remote``, ours."""
+    max_requests_in_flight: int = 8
+    """Requests to ``/metrics`` and ``/debug/`` admitted at once; one more is answered 503 with
+    ``Retry-After``; ``--server-max-requests-in-flight``, ours (default 8). The probes have
+    their own limit."""
+    cpu_share: float = 0.1
+    """Fraction of one core that requests to ``/metrics`` and ``/debug/`` may use on average
+    (the event loop is shared with collection and the QoS strategies); past it they wait, then
+    get 503; ``--server-cpu-share``, ours (default 0.1)."""
 
     @property
     def host(self) -> str:
@@ -473,6 +481,19 @@ def _percent(value: object) -> float:
     return number
 
 
+def _cpu_share(value: object) -> float:
+    """A fraction of one core, above 0 and at most 1."""
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        raise TypeError(f"must be a number, got {value!r}")
+    try:
+        share = float(value)
+    except ValueError:
+        raise ValueError(f"must be a number, got {value!r}") from None
+    if not (math.isfinite(share) and 0 < share <= 1):
+        raise ValueError(f"must be above 0 and at most 1 (a fraction of one core), got {value!r}")
+    return share
+
+
 def _kube_dir(value: object) -> str:
     text = _nonempty(value)
     parts = text.strip("/").split("/")
@@ -640,15 +661,27 @@ def _plugin_name(value: object) -> str:
 
 def _evictions(value: object) -> int:
     """A whole number of evictions per round, 0 (no cap) to 1000."""
+    number = _whole_number(value)
+    if not 0 <= number <= 1000:
+        raise ValueError(f"must be between 0 (no cap) and 1000, got {number}")
+    return number
+
+
+def _requests_in_flight(value: object) -> int:
+    """A whole number of requests, 1 to 1000."""
+    number = _whole_number(value)
+    if not 1 <= number <= 1000:
+        raise ValueError(f"must be between 1 and 1000, got {number}")
+    return number
+
+
+def _whole_number(value: object) -> int:
     if isinstance(value, bool) or not isinstance(value, int | str):
         raise TypeError(f"must be a whole number, got {value!r}")
     text = str(value).strip()
     if not (text.isascii() and text.isdigit()):
         raise ValueError(f"must be a whole number, got {value!r}")
-    number = int(text)
-    if not 0 <= number <= 1000:
-        raise ValueError(f"must be between 0 (no cap) and 1000, got {number}")
-    return number
+    return int(text)
 
 
 @dataclass(frozen=True, slots=True)
@@ -728,6 +761,11 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("server.addr", "server.addr", ("--addr",), _addr, "HTTP listen address", "--addr"),
     Setting("server.debugAllowRemote", "server.debug_allow_remote", ("--debug-allow-remote",),
             _bool, "serve /debug/ to non-loopback clients", is_bool=True),
+    Setting("server.maxRequestsInFlight", "server.max_requests_in_flight",
+            ("--server-max-requests-in-flight",), _requests_in_flight,
+            "/metrics and /debug/ requests admitted at once"),
+    Setting("server.cpuShare", "server.cpu_share", ("--server-cpu-share",), _cpu_share,
+            "fraction of one core /metrics and /debug/ requests may use"),
     Setting("qos.dryRun", "qos.dry_run", ("--dry-run",), _bool,
             "QoS strategies compute and audit but change nothing", is_bool=True),
     Setting("qos.dryRunStrategies", "qos.dry_run_strategies", ("--qos-dry-run-strategies",),

@@ -24,6 +24,7 @@ import asyncio
 import logging
 import math
 import random
+from collections import deque
 from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import asdict, dataclass
 from types import TracebackType
@@ -39,6 +40,8 @@ Sleep = Callable[[float], Awaitable[None]]
 
 FAILING_WARN_EVERY = 60.0
 """Seconds between the one-line warnings of a loop that keeps failing."""
+HISTORY = 64
+"""Steps of each loop whose start and duration are kept for ``/debug/tasks``."""
 _TICK_EPSILON = 1e-9
 """Tolerance (in intervals) so a step ending exactly on a tick does not skip it to rounding."""
 
@@ -74,6 +77,10 @@ class TaskState:
     """Duration of the latest step (loop); None before the first."""
     since_last_run_s: float | None
     """Seconds since the latest step or start began; None before the first."""
+    recent_steps: tuple[tuple[float, float], ...] = ()
+    """``(start, seconds)`` of a loop's last :data:`HISTORY` steps, oldest first; ``start`` on
+    the supervisor's clock (the event loop's monotonic time by default). What a benchmark reads
+    to judge step times under load."""
 
     def as_dict(self) -> dict[str, object]:
         return asdict(self)
@@ -86,6 +93,7 @@ class _Record:
         "component",
         "consecutive_errors",
         "errors",
+        "history",
         "interval",
         "kind",
         "last_duration",
@@ -118,6 +126,7 @@ class _Record:
         self.last_duration: float | None = None
         self.last_started: float | None = None
         self.last_warned = -math.inf
+        self.history: deque[tuple[float, float]] = deque(maxlen=HISTORY)
 
 
 class Supervisor:
@@ -238,6 +247,7 @@ class Supervisor:
             ended = self._now()
             rec.runs += 1
             rec.last_duration = ended - began
+            rec.history.append((round(began, 6), round(ended - began, 6)))
             self._metrics.observe_step(rec.component, rec.name, ended - began, failed=failed)
             due = math.ceil((ended - start) / interval - _TICK_EPSILON)
             next_tick = max(tick + 1, due)
@@ -379,6 +389,7 @@ class Supervisor:
                 last_error=r.last_error,
                 last_duration_s=r.last_duration,
                 since_last_run_s=None if r.last_started is None else now - r.last_started,
+                recent_steps=tuple(r.history),
             )
             for r in sorted(self._records.values(), key=lambda r: r.name)
         )

@@ -284,9 +284,10 @@ class CollectorRunner:
         clock: Callable[[], float] = time.time,
     ) -> None:
         """``keep_open``: how many kernel files stay open between ticks (re-read with ``pread``;
-        ``koordlet.system.openfiles``); None: half the soft open-file limit; 0: none. Only with
-        the default reader. ``host``: what on-demand reads (:meth:`read_now`) read; None: they
-        are refused. ``clock``: their timestamps (``time.time``)."""
+        ``koordlet.system.openfiles``); None: ``openfiles.default_limit()``, three quarters of
+        the soft open-file limit; 0: none. Only with the default reader. ``host``: what
+        on-demand reads (:meth:`read_now`) read; None: they are refused. ``clock``: their
+        timestamps (``time.time``)."""
         if not base_interval > 0:
             raise ConfigError(
                 f"must be a positive duration, got {base_interval!r}",

@@ -40,7 +40,7 @@ import sys
 import time
 from array import array
 from bisect import bisect_left, bisect_right, insort
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -174,6 +174,8 @@ class MetricCache:
         self._clock = clock
         self._series: dict[SeriesKey, _Series] = {}
         self._by_entity: dict[str, dict[str, _Series]] = {}
+        self._per_metric: dict[str, int] = {}
+        """Metric name → how many series of it are stored (names with none are absent)."""
         self._entities: list[str] = []
         """Entity ids, sorted, so that a prefix is one contiguous run."""
         self._info: dict[str, object] = {}
@@ -255,6 +257,7 @@ class MetricCache:
         self._created += 1
         s = _Series(key, _ms(keep), tms, (self._created * _GOLDEN) % 1.0)
         self._series[key] = s
+        self._per_metric[key.metric] = self._per_metric.get(key.metric, 0) + 1
         metrics = self._by_entity.get(key.entity)
         if metrics is None:
             metrics = self._by_entity[key.entity] = {}
@@ -289,9 +292,17 @@ class MetricCache:
             logger.debug("metric cache gc: removed %d expired series", removed)
         return removed
 
+    def _forget(self, key: SeriesKey) -> None:
+        del self._series[key]
+        left = self._per_metric[key.metric] - 1
+        if left:
+            self._per_metric[key.metric] = left
+        else:
+            del self._per_metric[key.metric]
+
     def _remove(self, s: _Series) -> None:
         metric, entity = s.key
-        del self._series[s.key]
+        self._forget(s.key)
         metrics = self._by_entity[entity]
         del metrics[metric]
         if not metrics:
@@ -304,7 +315,7 @@ class MetricCache:
         if metrics is None:
             return 0
         for s in metrics.values():
-            del self._series[s.key]
+            self._forget(s.key)
         del self._entities[bisect_left(self._entities, entity)]
         return len(metrics)
 
@@ -321,7 +332,7 @@ class MetricCache:
         removed = 0
         while hi < len(entities) and entities[hi].startswith(prefix):
             for s in self._by_entity.pop(entities[hi]).values():
-                del self._series[s.key]
+                self._forget(s.key)
                 removed += 1
             hi += 1
         del entities[lo:hi]
@@ -345,6 +356,27 @@ class MetricCache:
         if last_ms < self._now_ms() - s.keep_ms:
             return None
         return last_ms / 1000.0, s.vals[-1]
+
+    def last_values(self, keys: Sequence[SeriesKey], since: float) -> list[float | None]:
+        """The newest value of each series when its timestamp is ``since`` or later and it is
+        unexpired, else None; in the order of ``keys``.
+
+        What the exporter reads at each build: one call per family, the clock read once, no
+        tuple built per series (``last_sample`` costs several times as much per series).
+        """
+        now_ms = self._now_ms()
+        since_ms = _ms(since)
+        get = self._series.get
+        out: list[float | None] = []
+        push = out.append
+        for key in keys:
+            s = get(key)
+            if s is None or not s.ts:
+                push(None)
+                continue
+            last_ms = s.base_ms + s.ts[-1]
+            push(s.vals[-1] if last_ms >= since_ms and last_ms >= now_ms - s.keep_ms else None)
+        return out
 
     def last(self, metric: str, entity: str, *, max_age: float | None = None) -> float | None:
         """Newest value of the series; None when absent, expired, or older than ``max_age`` s."""
@@ -398,6 +430,10 @@ class MetricCache:
         if metric is None:
             return list(self._entities)
         return [e for e in self._entities if metric in self._by_entity[e]]
+
+    def has_series(self, metric: str) -> bool:
+        """Whether any series of ``metric`` is stored (expired samples awaiting a trim count)."""
+        return metric in self._per_metric
 
     def series_count(self) -> int:
         """Number of stored series (empty ones linger until the next :meth:`gc`)."""

@@ -122,6 +122,7 @@ class _StrategyState:
     errors: int = 0
     stale_rounds: int = 0
     last_started: float | None = None
+    last_done: float | None = None
     last_duration: float | None = None
     last_error: str = ""
     last_report: StrategyReport | None = None
@@ -179,10 +180,18 @@ class QoSBook:
         with self._lock:
             state = self._state(strategy)
             state.rounds += 1
+            state.last_done = self.clock()
             state.last_duration = seconds
             if error is not None:
                 state.errors += 1
                 state.last_error = f"{type(error).__name__}: {error}"
+
+    def last_round_done(self, strategy: str) -> float | None:
+        """Wall-clock time the strategy's last round ended (raised or not); None before its
+        first. What ``/readyz`` judges a strategy by (``koordlet.server.health``)."""
+        with self._lock:
+            state = self._states.get(strategy)
+            return None if state is None else state.last_done
 
     def last_report(self, strategy: str) -> StrategyReport | None:
         """The strategy's last report, or None before its first."""

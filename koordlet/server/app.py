@@ -6,16 +6,24 @@ the start-up stages), so the daemon wires the real components and tests pass sma
 
 Routes (GET and HEAD only; anything else is 405):
 
-- ``/metrics``: the exposition of ``deps.registry`` (self metrics and the exporter), in the
-  format the scraper's ``Accept`` header asks for, gzip'd when it accepts that.
+- ``/metrics``: the registry's families (self metrics, the strategies', the evictor's) and the
+  exporter's usage families, in the format the ``Accept`` header asks for (OpenMetrics or text
+  0.0.4, :mod:`koordlet.server.textformat`), gzip'd when ``Accept-Encoding`` allows it. Bodies
+  are built at most once per collection tick and served as bytes (:mod:`.exposition`).
 - ``/healthz``: 200 ``ok`` whenever the event loop answers.
-- ``/readyz``: 200 once every start-up stage is done, else 503 naming the stage still pending.
+- ``/readyz``: 200 once every start-up stage is done and no protective loop is behind
+  (:mod:`.health`), else 503 naming the stage still pending or the loops behind.
 - ``/debug/...``: JSON views (see :mod:`koordlet.server.debug`) and the ``/debug/ui`` page with
   its views (:mod:`koordlet.server.ui`), answered to loopback clients only unless
   ``deps.debug_allow_remote``; others get 403.
 
-Building the exposition is CPU work over in-memory data owned by the event loop, so it runs on
-the loop: moving it to a thread would race with the collectors appending to the cache.
+Every request goes through a :class:`~koordlet.server.limiter.RequestLimiter` first (the probes
+through their own): the server shares the event loop with the collection tick and the QoS
+strategies, and no request load may take more than a bounded share of its CPU. Beyond the
+limits a request is answered ``503`` with ``Retry-After``.
+
+Building a body reads the metric cache, which belongs to the event loop, so it runs on the loop;
+it runs at most once per tick, whatever the number of requests.
 """
 
 from __future__ import annotations
@@ -23,17 +31,21 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from aiohttp import web
 from aiohttp.typedefs import Handler
-from prometheus_client.exposition import choose_encoder
 from prometheus_client.registry import Collector
 
 from koordlet.server.debug import DebugHandlers, is_loopback_peer
-from koordlet.server.exporter import EXPORTED_SERIES, SampleReader
+from koordlet.server.exporter import EXPORTED_SERIES, KoordletExporter, SampleReader
+from koordlet.server.exposition import Exposition
+from koordlet.server.health import LoopHealth
+from koordlet.server.limiter import LimitConfig, Refusal, RequestLimiter
+from koordlet.server.render import FamilyRenderer
 from koordlet.server.summary import UiDeps
+from koordlet.server.textformat import accepts_gzip, content_type, negotiate
 from koordlet.server.ui import UiHandlers
 from koordlet.statesinformer.model import WorkloadSnapshot
 
@@ -96,13 +108,32 @@ AuditQuery = Callable[[int, str | None, str | None], Mapping[str, Any]]
 ``entries`` (newest first) and ``log`` (the audit log's counters)."""
 
 
+PROBE_PATHS = frozenset({"/healthz", "/readyz"})
+"""Paths limited as probes, apart from the other requests: a scrape storm must not fail the
+kubelet's probes."""
+
+
+PROBE_LIMITS = LimitConfig(max_in_flight=4, cpu_share=0.02, burst=0.01)
+"""The probes' limits: 4 in flight, 2 % of one core."""
+
+
+@dataclass(frozen=True, slots=True)
+class ServerLimits:
+    """The request limits (:class:`~koordlet.server.limiter.LimitConfig`), per class."""
+
+    reads: LimitConfig = field(default_factory=LimitConfig)
+    """``/metrics`` and ``/debug``: 8 in flight, 10 % of one core."""
+    probes: LimitConfig = field(default_factory=lambda: PROBE_LIMITS)
+    """``/healthz`` and ``/readyz``: 4 in flight, 2 % of one core."""
+
+
 @dataclass(frozen=True, slots=True)
 class ServerDeps:
     """Everything the server reads; the daemon builds it from the real components."""
 
     registry: Collector
-    """What ``/metrics`` exposes: a ``CollectorRegistry`` holding the self metrics and the
-    exporter."""
+    """What ``/metrics`` exposes first: a ``CollectorRegistry`` holding the self metrics (not the
+    exporter: see ``exporter``)."""
     readiness: ReadinessView
     """Start-up stages behind ``/readyz``."""
     cache: MetricStore
@@ -120,6 +151,18 @@ class ServerDeps:
     ``/debug/audit``; None answers 404."""
     qos: Callable[[], Mapping[str, Any]] | None = None
     """The QoS manager's state (``QoSManager.describe``) for ``/debug/qos``; None answers 404."""
+    exporter: KoordletExporter | None = None
+    """The usage families, written after the registry's by the fast renderer (it must not also
+    be registered in ``registry``); None serves the registry alone."""
+    tick: Callable[[], object] = lambda: 0
+    """The collection tick's number: ``/metrics`` bodies and the full ``/debug/metrics`` view
+    are rebuilt when it changes."""
+    collect_interval: float = 1.0
+    """Seconds between collection ticks: a body is also rebuilt when it is this old."""
+    health: LoopHealth | None = None
+    """The protective loops' health behind ``/readyz`` (None: start-up stages only)."""
+    limits: ServerLimits = field(default_factory=ServerLimits)
+    """The request limits."""
     metric_names: Sequence[str] = EXPORTED_SERIES
     """Series that ``/debug/metrics`` lists (default: every series the exporter knows)."""
     debug_allow_remote: bool = False
@@ -132,6 +175,55 @@ class ServerDeps:
 
 DEPS = web.AppKey("koordlet_server_deps", ServerDeps)
 """Typed application state: the server's dependencies."""
+EXPOSITION = web.AppKey("koordlet_server_exposition", Exposition)
+"""The cached ``/metrics`` bodies."""
+
+
+@dataclass(frozen=True, slots=True)
+class Limiters:
+    """The limiter of each request class."""
+
+    reads: RequestLimiter
+    probes: RequestLimiter
+
+    def of(self, path: str) -> RequestLimiter:
+        return self.probes if path in PROBE_PATHS else self.reads
+
+
+LIMITERS = web.AppKey("koordlet_server_limiters", Limiters)
+"""The request limiters."""
+
+
+@web.middleware
+async def _limit(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Admit the request under its class's limits, serve and write it, and charge its CPU."""
+    limiter = request.app[LIMITERS].of(request.path)
+    refusal = await limiter.admit()
+    cpu0 = limiter.cpu_now()
+    if refusal is not None:
+        refused = _refused(refusal, limiter.config.retry_after)
+        limiter.charge(limiter.cpu_now() - cpu0)
+        return refused
+    try:
+        response = await handler(request)
+        # Written here, so that the transfer is charged to the request too.
+        await response.prepare(request)
+        await response.write_eof()
+        return response
+    finally:
+        limiter.release(limiter.cpu_now() - cpu0)
+
+
+def _refused(refusal: Refusal, retry_after: int) -> web.Response:
+    why = "too many requests in flight" if refusal.reason == "busy" else "request budget spent"
+    response = web.Response(
+        status=503,
+        text=f"busy: {why}; retry later\n",
+        headers={"Retry-After": str(retry_after)},
+    )
+    if refusal.close:
+        response.force_close()
+    return response
 
 
 @web.middleware
@@ -150,12 +242,13 @@ async def _debug_guard(request: web.Request, handler: Handler) -> web.StreamResp
 
 
 async def _metrics(request: web.Request) -> web.Response:
-    deps = request.app[DEPS]
-    encoder, content_type = choose_encoder(request.headers.get("Accept", ""))
-    body = encoder(deps.registry)
-    response = web.Response(body=body, headers={"Content-Type": content_type})
-    response.enable_compression()
-    return response
+    fmt = negotiate(request.headers.get("Accept", ""))
+    gzipped = accepts_gzip(request.headers.get("Accept-Encoding", ""))
+    body = request.app[EXPOSITION].body(fmt, gzipped=gzipped)
+    headers = {"Content-Type": content_type(fmt), "Vary": "Accept, Accept-Encoding"}
+    if gzipped:
+        headers["Content-Encoding"] = "gzip"
+    return web.Response(body=body, headers=headers)
 
 
 async def _healthz(request: web.Request) -> web.Response:
@@ -163,21 +256,33 @@ async def _healthz(request: web.Request) -> web.Response:
 
 
 async def _readyz(request: web.Request) -> web.Response:
-    readiness = request.app[DEPS].readiness
-    if readiness.ready():
-        return web.Response(text="ok")
-    pending = list(readiness.pending())
-    waiting = pending[0] if pending else "unknown"
-    return web.Response(
-        status=503, text=f"not ready: waiting for {waiting} (pending: {', '.join(pending)})"
-    )
+    deps = request.app[DEPS]
+    readiness = deps.readiness
+    if not readiness.ready():
+        pending = list(readiness.pending())
+        waiting = pending[0] if pending else "unknown"
+        return web.Response(
+            status=503, text=f"not ready: waiting for {waiting} (pending: {', '.join(pending)})"
+        )
+    behind = deps.health.behind() if deps.health is not None else []
+    if behind:
+        loops = "; ".join(state.describe() for state in behind)
+        return web.Response(status=503, text=f"not ready: behind: {loops}")
+    return web.Response(text="ok")
 
 
 def build_app(deps: ServerDeps, ui: UiDeps | None = None) -> web.Application:
     """The aiohttp application serving the routes of the module docstring; with ``ui``, also
     ``/debug/ui`` and the views it polls (:mod:`koordlet.server.ui`)."""
-    app = web.Application(middlewares=[_debug_guard])
+    app = web.Application(middlewares=[_limit, _debug_guard])
     app[DEPS] = deps
+    renderer = FamilyRenderer(deps.exporter) if deps.exporter is not None else None
+    app[EXPOSITION] = Exposition(
+        deps.registry, renderer, generation=deps.tick, max_age=deps.collect_interval
+    )
+    app[LIMITERS] = Limiters(
+        reads=RequestLimiter(deps.limits.reads), probes=RequestLimiter(deps.limits.probes)
+    )
     ui_routes = UiHandlers(deps, ui).routes() if ui is not None else []
     debug = DebugHandlers(deps, extra=[path for path, _ in ui_routes])
     app.router.add_get("/metrics", _metrics)

@@ -187,12 +187,18 @@ def _json(data: Any, status: int = 200) -> web.Response:
     return web.json_response(data, status=status, dumps=_dumps)
 
 
+def _json_bytes(body: bytes) -> web.Response:
+    return web.Response(body=body, content_type="application/json")
+
+
 class DebugHandlers:
     """The ``/debug`` request handlers over the server's dependencies."""
 
     def __init__(self, deps: ServerDeps, extra: Sequence[str] = ()) -> None:
         self._deps = deps
         self._extra = tuple(extra)  # further /debug paths the index lists (the UI's)
+        self._workloads: tuple[WorkloadSnapshot, bytes] | None = None
+        self._metrics: tuple[object, float, bytes] | None = None
 
     def routes(self) -> list[tuple[str, Handler]]:
         """``(path, handler)`` of every ``/debug/...`` endpoint."""
@@ -217,7 +223,12 @@ class DebugHandlers:
         return _json(dict(self._deps.config()))
 
     async def workloads(self, request: web.Request) -> web.Response:
-        return _json(workloads_payload(self._deps.workloads()))
+        # Served from the bytes of the current snapshot (immutable, replaced whole on a change).
+        snapshot = self._deps.workloads()
+        cached = self._workloads
+        if cached is None or cached[0] is not snapshot:
+            cached = self._workloads = (snapshot, _dumps(workloads_payload(snapshot)).encode())
+        return _json_bytes(cached[1])
 
     async def tasks(self, request: web.Request) -> web.Response:
         return _json({"tasks": [dict(t) for t in self._deps.tasks()]})
@@ -243,6 +254,17 @@ class DebugHandlers:
         only = request.query.get("entity")
         if only is not None and not _ENTITY_RE.fullmatch(only):
             return _json({"error": "entity must be an entity id such as pod/<uid>"}, 400)
+        if only is not None:
+            return _json(self._metrics_view(only))
+        # The full view (every series) is built once per collection tick, or once an interval.
+        tick, now = deps.tick(), deps.clock()
+        cached = self._metrics
+        if cached is None or cached[0] != tick or now - cached[1] >= deps.collect_interval:
+            cached = self._metrics = (tick, now, _dumps(self._metrics_view(None)).encode())
+        return _json_bytes(cached[2])
+
+    def _metrics_view(self, only: str | None) -> dict[str, Any]:
+        deps = self._deps
         now = deps.clock()
         by_entity: dict[str, dict[str, Any]] = {}
         for metric in deps.metric_names:
@@ -256,13 +278,11 @@ class DebugHandlers:
                     "ts": ts,
                     "age_s": round(now - ts, 3),
                 }
-        return _json(
-            {
-                "now": now,
-                "entities": {e: by_entity[e] for e in sorted(by_entity)},
-                "cache": dict(deps.cache.stats()),
-            }
-        )
+        return {
+            "now": now,
+            "entities": {e: by_entity[e] for e in sorted(by_entity)},
+            "cache": dict(deps.cache.stats()),
+        }
 
     async def query(self, request: web.Request) -> web.Response:
         deps = self._deps

@@ -17,7 +17,7 @@ them all. The table :data:`FAMILIES` is the single place that maps a series to a
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
 from typing import Protocol
@@ -25,6 +25,7 @@ from typing import Protocol
 from prometheus_client.core import GaugeMetricFamily, Metric
 
 from koordlet.metriccache import series as s
+from koordlet.metriccache.series import SeriesKey
 from koordlet.statesinformer.model import PodInfo, WorkloadSnapshot
 
 _NUMA_PREFIX = s.numa_entity(0).removesuffix("0")
@@ -45,6 +46,15 @@ class SampleReader(Protocol):
 
     def entities(self, metric: str | None = None, /) -> Iterable[str]:
         """Entities that have samples of ``metric`` (of any metric when None)."""
+        ...
+
+    def last_values(self, keys: Sequence[SeriesKey], since: float, /) -> list[float | None]:
+        """The newest value of each series when its timestamp is ``since`` or later, else
+        None, in the order of ``keys``."""
+        ...
+
+    def has_series(self, metric: str, /) -> bool:
+        """Whether any series of ``metric`` is stored."""
         ...
 
 
@@ -467,6 +477,23 @@ class KoordletExporter:
         self._clock = clock
         self._max_ages = dict(max_ages or {})
 
+    @property
+    def cache(self) -> SampleReader:
+        """The metric cache it reads."""
+        return self._cache
+
+    def workloads(self) -> WorkloadSnapshot:
+        """The current inventory snapshot."""
+        return self._workloads()
+
+    def now(self) -> float:
+        """Wall-clock seconds, the time base of the cache's timestamps."""
+        return self._clock()
+
+    def max_age_of(self, family: str) -> float:
+        """Seconds a sample of ``family`` stays exported."""
+        return self._max_ages.get(family, self.max_age)
+
     def describe(self) -> Iterable[Metric]:
         """The families without samples: lets a registry detect name clashes at registration
         without reading the cache."""
@@ -480,9 +507,9 @@ class KoordletExporter:
         flags: dict[tuple[str, str], float | None] = {}
         for spec in FAMILIES:
             family = GaugeMetricFamily(spec.name, spec.help, labels=spec.labels)
-            max_age = self._max_ages.get(spec.name, self.max_age)
+            max_age = self.max_age_of(spec.name)
             for src in spec.sources:
-                for entity, labels in self._entities(spec.scope, src, snapshot):
+                for entity, labels in self.entities(spec.scope, src, snapshot):
                     if src.only_if is not None:
                         key = (src.only_if[0], entity)
                         if key not in flags:
@@ -499,7 +526,7 @@ class KoordletExporter:
                     family.add_metric([*labels, *src.extra], value)
             yield family
 
-    def _entities(
+    def entities(
         self, scope: Scope, src: Source, snapshot: WorkloadSnapshot
     ) -> Iterator[tuple[str, tuple[str, ...]]]:
         """``(entity id, scope label values)`` for every entity a source may have samples of."""

@@ -133,13 +133,20 @@ class OpenFiles:
                 logger.warning("closing %s: %s", path, err)
 
 
+MAX_KEPT = 100_000
+"""Files kept open at most, whatever the limit."""
+
+
 def default_limit() -> int:
-    """Files to keep open: half the soft ``RLIMIT_NOFILE`` (the rest stays for sockets, the CPI
-    collector's perf events and the writer), at most 100,000."""
+    """Files to keep open: three quarters of the soft ``RLIMIT_NOFILE``, leaving a quarter (at
+    least 1,024, at most half) for sockets, the CPI collector's perf events and the writer; at
+    most :data:`MAX_KEPT`. With the 20,000 of a shell's hard limit that keeps 15,000: all
+    12,757 files of 1,000 pods (half, as before, left 2,757 of them opened at every tick)."""
     soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft == resource.RLIM_INFINITY:
-        return 100_000
-    return max(0, min(soft // 2, 100_000))
+        return MAX_KEPT
+    reserve = min(max(soft // 4, 1024), soft // 2)
+    return max(0, min(soft - reserve, MAX_KEPT))
 
 
 def _on_kernel_fs(fd: int) -> bool:

@@ -16,6 +16,8 @@ qdisc's default class exactly as with ``cls_cgroup``. The program is loaded with
 ``TCA_HTB_RATE64``/``CEIL64`` above 4 GiB/s), its parent and priority; the root qdisc's kind,
 handle and default class; the filters at a parent with their kind and name. Sockets are opened
 per call and closed; every function runs on the caller's thread (the executor's writer).
+pyroute2 is imported on the first socket (:func:`rtnl`), not with this module: the start-up probe
+imports this module on every node, and pyroute2 holds about 11 MiB resident.
 """
 
 from __future__ import annotations
@@ -30,9 +32,6 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
-
-from pyroute2 import IPRoute
-from pyroute2.netlink.exceptions import NetlinkError
 
 from koordlet.errors import HostError, UnsupportedError
 from koordlet.system.paths import HostPaths
@@ -158,9 +157,19 @@ def link_speed_bps(paths: HostPaths, name: str) -> int | None:
     return mbps * 1_000_000 if mbps > 0 else None
 
 
+def _netlink_error() -> Any:
+    """pyroute2's ``NetlinkError`` (its errno in ``code``); the ``except`` clauses below call
+    this only when an exception reaches them, after :func:`rtnl` has imported pyroute2."""
+    from pyroute2.netlink.exceptions import NetlinkError
+
+    return NetlinkError
+
+
 @contextmanager
 def rtnl() -> Iterator[Any]:
     """An rtnetlink socket of this network namespace, closed on exit."""
+    from pyroute2 import IPRoute
+
     ipr = IPRoute()
     try:
         yield ipr
@@ -168,7 +177,7 @@ def rtnl() -> Iterator[Any]:
         ipr.close()
 
 
-def _fail(what: str, err: NetlinkError) -> TCError:
+def _fail(what: str, err: Any) -> TCError:
     code = err.code
     return TCError(f"{what}: {errno.errorcode.get(code, code)} ({os.strerror(code)})")
 
@@ -244,7 +253,7 @@ def replace_root_htb(ipr: Any, index: int, handle: int, default_minor: int) -> N
     """Make an HTB qdisc ``handle`` with default class ``default_minor`` the root."""
     try:
         ipr.tc("replace", "htb", index, handle, default=default_minor)
-    except NetlinkError as err:
+    except _netlink_error() as err:
         raise _fail(f"replace the root qdisc of if{index} with htb", err) from err
 
 
@@ -252,7 +261,7 @@ def delete_root(ipr: Any, index: int) -> None:
     """Delete the root qdisc of interface ``index`` (the kernel restores its default one)."""
     try:
         ipr.tc("del", index=index, parent=TC_H_ROOT)
-    except NetlinkError as err:
+    except _netlink_error() as err:
         if err.code in (errno.ENOENT, errno.EINVAL):
             return
         raise _fail(f"delete the root qdisc of if{index}", err) from err
@@ -266,7 +275,7 @@ def set_class(ipr: Any, index: int, cls: HTBClass, *, exists: bool) -> None:
             command, "htb", index, cls.handle, parent=cls.parent, rate=cls.rate, ceil=cls.ceil,
             prio=cls.prio,
         )  # fmt: skip
-    except NetlinkError as err:
+    except _netlink_error() as err:
         raise _fail(f"{command} {cls.handle:#x} on if{index}", err) from err
 
 
@@ -274,7 +283,7 @@ def delete_class(ipr: Any, index: int, handle: int) -> None:
     """Delete HTB class ``handle`` of interface ``index`` (gone already: nothing to do)."""
     try:
         ipr.tc("del-class", index=index, handle=handle)
-    except NetlinkError as err:
+    except _netlink_error() as err:
         if err.code == errno.ENOENT:
             return
         raise _fail(f"del-class {handle:#x} on if{index}", err) from err
@@ -288,7 +297,7 @@ def add_classid_filter(ipr: Any, index: int, parent: int, prio: int) -> None:
             "add-filter", "bpf", index, ":1", fd=fd, name=BPF_PROG_NAME, parent=parent, prio=prio,
             protocol=0x0003,  # ETH_P_ALL: every protocol, as the cgroup classifier
         )  # fmt: skip
-    except NetlinkError as err:
+    except _netlink_error() as err:
         raise _fail(f"add the classid filter on if{index}", err) from err
     finally:
         os.close(fd)

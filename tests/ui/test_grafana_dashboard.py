@@ -143,7 +143,7 @@ def test_panels_tile_the_grid_without_overlap_and_use_the_datasource_variable() 
 
 def test_the_dashboard_covers_what_operators_asked_for() -> None:
     """Node usage against the BE allowance, suppress and burst decisions, evictions by reason,
-    pressure and throttling by class, collection health."""
+    pressure and throttling by class, collection health (the protective loops' too)."""
     used = set().union(*(uses(e).metrics for _, e in expressions(dashboard())))
     assert {
         "koordlet_node_used_cpu_cores",
@@ -157,6 +157,8 @@ def test_the_dashboard_covers_what_operators_asked_for() -> None:
         "koordlet_step_errors_total",
         "koordlet_step_duration_seconds_bucket",
         "koordlet_ready",
+        "koordlet_loop_behind",
+        "koordlet_loop_round_age_seconds",
     } <= used
     titles = {p["title"] for p in all_panels(dashboard())}
     assert "Evictions by reason" in titles

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -98,6 +99,44 @@ def test_collect_bench_on_real_cgroups_removes_its_tree() -> None:
 
 
 @pytest.mark.daemon
+@pytest.mark.skipif(
+    shutil.which("prometheus-node-exporter") is None,
+    reason="Debian's prometheus-node-exporter is not installed (bench.scrape installs it)",
+)
+def test_scrape_bench_compares_the_koordlet_with_node_exporter_per_sample() -> None:
+    figures = run_bench("scrape", "--pods", "2", "--scrapes", "2", "--warmup", "0")
+
+    for key in ("scrape_us_per_sample", "node_exporter_us_per_sample"):
+        assert is_number(figures[key]), key
+        assert figures[key] >= 0, key
+    koordlet, exporter = figures["koordlet"], figures["node_exporter"]
+    # Prometheus' Accept header: the koordlet answers OpenMetrics, gzip'd.
+    assert koordlet["content_type"].startswith("application/openmetrics-text; version=1.0.0")
+    assert koordlet["samples"] > 0
+    assert exporter["samples"] > 0
+    if figures["node_exporter_us_per_sample"] > 0:
+        expected = figures["scrape_us_per_sample"] / figures["node_exporter_us_per_sample"]
+        assert figures["ratio"] == pytest.approx(expected, rel=0.01)
+
+
+@pytest.mark.skipif(
+    shutil.which("wrk") is None, reason="Debian's wrk is not installed (bench.scrape_load does)"
+)
+def test_scrape_load_bench_reports_the_loops_quiet_and_under_wrk() -> None:
+    figures = run_bench("scrape_load", "--pods", "2", "--duration", "2", "--warmup", "0")
+
+    for phase in ("quiet", "load"):
+        collect = figures[phase]["collect"]
+        assert is_number(collect["rounds_per_s"])
+        assert collect["steps_seen"] >= 1
+        assert is_number(collect["step_p99_ms"])
+    wrk = figures["load"]["wrk"]
+    assert set(wrk) == {"/metrics", "/debug/workloads"}
+    assert wrk["/metrics"]["answered_per_s"] > 0
+    assert figures["load"]["readyz"]["asked"] >= 1
+    assert figures["ticks_per_s_load"] == figures["load"]["collect"]["rounds_per_s"]
+
+
 def test_daemon_bench_ends_with_one_json_line_of_cpu_and_memory_figures() -> None:
     figures = run_bench(
         "daemon", "--pods", "2", "--duration", "2", "--warmup", "1", "--interval", "0.2"

@@ -126,6 +126,8 @@ SAMPLES: dict[str, tuple[str, Any, Any, Any]] = {
     "kube.kubeletSyncInterval": ("5s", 5.0, 20, 20.0),
     "kube.kubeletSyncTimeout": ("1s", 1.0, 2, 2.0),
     "server.debugAllowRemote": ("1", True, "true", True),
+    "server.maxRequestsInFlight": ("16", 16, 4, 4),
+    "server.cpuShare": ("0.25", 0.25, 0.05, 0.05),
     "qos.dryRun": ("true", True, True, True),
     "qos.dryRunStrategies": (
         "cpusuppress, memoryevict",
@@ -281,6 +283,10 @@ def test_a_go_duration_is_the_sum_of_its_parts(parts: list[tuple[int, str]]) -> 
         (["--standalone=maybe"], "invalid bool value 'maybe'"),
         (["--feature-gates=CPUBrust=true"], "CPUBrust: unknown feature gate"),
         (["--nodeslo-file=/etc/x.yaml"], "only used with --standalone"),
+        (["--server-cpu-share=0"], "must be above 0 and at most 1"),
+        (["--server-cpu-share=1.5"], "must be above 0 and at most 1"),
+        (["--server-cpu-share=a-tenth"], "must be a number"),
+        (["--server-max-requests-in-flight=0"], "must be between 1 and 1000"),
     ],
 )
 def test_a_bad_flag_value_is_an_error_naming_the_flag(argv: list[str], message: str) -> None:

@@ -138,6 +138,41 @@ def test_last_with_max_age_ignores_a_stale_value(cache: MetricCache, clock: Fake
     assert cache.last(NODE_CPU_USAGE, NODE) == 3.0
 
 
+def test_last_values_reads_many_series_newer_than_a_bound_in_one_call(
+    cache: MetricCache, clock: FakeClock
+) -> None:
+    put(cache, clock, T0, NODE_CPU_USAGE, NODE, 1.0)
+    put(cache, clock, T0 + 5, POD_CPU_USAGE, pod_entity("a"), 2.0)
+    keys = [
+        SeriesKey(POD_CPU_USAGE, pod_entity("a")),
+        SeriesKey(NODE_CPU_USAGE, NODE),
+        SeriesKey(POD_CPU_USAGE, pod_entity("never")),
+    ]
+    assert cache.last_values(keys, T0) == [2.0, 1.0, None]
+    assert cache.last_values(keys, T0 + 1) == [2.0, None, None]  # the node's value is older
+    clock.now = T0 + 5 + 601  # past the pod retention (600 s); the node keeps 1800 s
+    assert cache.last_values(keys, 0.0) == [None, 1.0, None]
+
+
+def test_has_series_follows_series_created_dropped_and_collected(
+    cache: MetricCache, clock: FakeClock
+) -> None:
+    assert not cache.has_series(POD_CPU_USAGE)
+    put(cache, clock, T0, POD_CPU_USAGE, pod_entity("a"), 1.0)
+    put(cache, clock, T0, POD_CPU_USAGE, pod_entity("b"), 1.0)
+    put(cache, clock, T0, CONTAINER_CPU_USAGE, container_entity("a", "c1"), 1.0)
+    assert cache.has_series(POD_CPU_USAGE)
+    assert cache.has_series(CONTAINER_CPU_USAGE)
+
+    cache.drop_entity(pod_entity("a"))
+    assert cache.has_series(POD_CPU_USAGE)  # b's is left
+    cache.drop_prefix(container_entity("a", ""))
+    assert not cache.has_series(CONTAINER_CPU_USAGE)
+    clock.now = T0 + 700  # b's only sample expired: gc removes the series
+    cache.gc()
+    assert not cache.has_series(POD_CPU_USAGE)
+
+
 # Drops -----------------------------------------------------------------------------------------
 def test_an_out_of_order_sample_is_dropped_and_counted(
     cache: MetricCache, clock: FakeClock

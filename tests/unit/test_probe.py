@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
+import sys
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -314,3 +316,17 @@ def test_cpi_without_the_perf_event_controller_names_both_the_mount_and_the_pmus
     assert not cpi.supported
     assert "perf_event not mounted" in cpi.reason
     assert cpi.reason.endswith(f"; hardware events: {probe_events((CYCLES, INSTRUCTIONS)).reason}")
+
+
+def test_the_daemon_and_its_probe_load_pyroute2_only_when_network_qos_opens_a_socket() -> None:
+    """pyroute2 holds about 11 MiB resident (docs/benchmarks.md, resident memory): a daemon on a
+    node without network QoS never imports it, though its probe checks the tc classifier."""
+    code = (
+        "import sys, koordlet.daemon, koordlet.system.tc as tc\n"
+        "tc.probe_classifier()\n"
+        "assert 'pyroute2' not in sys.modules, 'pyroute2 imported at start'\n"
+        "with tc.rtnl() as ipr: tc.link_name(ipr, 1)\n"
+        "assert 'pyroute2' in sys.modules\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr

@@ -7,9 +7,10 @@ is a hand-built snapshot; the server runs on 127.0.0.1 port 0 through ``start_se
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import math
 import socket
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,7 @@ from prometheus_client.samples import Sample
 from apis.extension import KubeQOS, QoSClass
 from koordlet.executor.audit import AuditLog
 from koordlet.metriccache import series as s
+from koordlet.metriccache.series import SeriesKey
 from koordlet.selfmetrics import Readiness, SelfMetrics
 from koordlet.server import (
     FAMILIES,
@@ -34,6 +36,7 @@ from koordlet.server import (
     start_server,
 )
 from koordlet.server.exporter import STALE_INTERVALS, container_id_label
+from koordlet.server.health import LoopHealth
 from koordlet.statesinformer.model import ContainerInfo, HostAppInfo, PodInfo, WorkloadSnapshot
 from koordlet.supervisor import Supervisor
 
@@ -101,6 +104,16 @@ class DictCache:
             last_ts=pts[-1][0],
         )
 
+    def last_values(self, keys: Sequence[SeriesKey], since: float, /) -> list[float | None]:
+        out: list[float | None] = []
+        for key in keys:
+            sample = self.last_sample(*key)
+            out.append(sample[1] if sample is not None and sample[0] >= since else None)
+        return out
+
+    def has_series(self, metric: str, /) -> bool:
+        return any(m == metric for m, _ in self.points)
+
     def stats(self) -> dict[str, int]:
         return {"series": len(self.points), "samples": sum(map(len, self.points.values()))}
 
@@ -165,6 +178,7 @@ def filled_cache() -> DictCache:
 class Env:
     cache: DictCache
     registry: CollectorRegistry
+    exporter: KoordletExporter
     readiness: Readiness
     supervisor: Supervisor
     capabilities: dict[str, Any]
@@ -192,6 +206,7 @@ class Env:
             debug_allow_remote=self.debug_allow_remote,
             max_query_window=3600.0,
             clock=lambda: NOW,
+            exporter=self.exporter,
         )
 
 
@@ -212,10 +227,10 @@ def env() -> Env:
     metrics.mark_started(NOW - 60)
     metrics.record_capabilities({"cpu.cfs_quota": True, "cpu.idle": False})
     cache = filled_cache()
-    registry.register(make_exporter(cache))
     return Env(
         cache=cache,
         registry=registry,
+        exporter=make_exporter(cache),
         readiness=Readiness(("probe", "inventory"), metrics=metrics),
         supervisor=Supervisor(metrics),
         capabilities={"knobs": {"cpu.idle": {"supported": False, "reason": "kernel < 5.15"}}},
@@ -440,6 +455,39 @@ async def test_debug_metrics_shows_the_latest_sample_of_every_series_by_entity(
     assert list(only["entities"]) == [pod_entity]
 
 
+async def test_debug_views_answer_from_snapshots_until_the_inventory_or_the_tick_moves(
+    env: Env,
+) -> None:
+    snapshot = [SNAPSHOT]
+    tick = [1]
+    deps = dataclasses.replace(
+        env.deps(), workloads=lambda: snapshot[0], tick=lambda: tick[0], collect_interval=3600.0
+    )
+    handle = await start_server(build_app(deps), "127.0.0.1", 0)
+    try:
+        async with aiohttp.ClientSession() as session:
+
+            async def get(path: str) -> Any:
+                async with session.get(f"http://127.0.0.1:{handle.port}{path}") as resp:
+                    return await resp.json()
+
+            assert len((await get("/debug/workloads"))["pods"]) == 2
+            first = await get("/debug/metrics")
+            env.cache.add(s.NODE_CPU_USAGE, s.NODE, NOW, 7.0)
+            # Same tick: the full view is the one built at the tick; one entity is read fresh.
+            assert await get("/debug/metrics") == first
+            node = await get(f"/debug/metrics?entity={s.NODE}")
+            assert node["entities"][s.NODE][s.NODE_CPU_USAGE]["value"] == 7.0
+
+            snapshot[0] = dataclasses.replace(SNAPSHOT, pods={POD_A.uid: POD_A}, generation=8)
+            tick[0] = 2
+            assert [p["uid"] for p in (await get("/debug/workloads"))["pods"]] == [POD_A.uid]
+            later = await get("/debug/metrics")
+            assert later["entities"][s.NODE][s.NODE_CPU_USAGE]["value"] == 7.0
+    finally:
+        await handle.stop()
+
+
 async def test_debug_query_returns_the_window_aggregate(
     client: tuple[aiohttp.ClientSession, str], env: Env
 ) -> None:
@@ -632,6 +680,7 @@ def test_docs_metrics_md_documents_every_family_served() -> None:
     docs = (Path(__file__).parents[2] / "docs" / "metrics.md").read_text()
     registry = CollectorRegistry()
     SelfMetrics(registry)
+    registry.register(LoopHealth())
     served = [f.name for f in FAMILIES] + [fam.name for fam in registry.collect()]
 
     missing = [name for name in served if f"`{name}" not in docs]

@@ -16,7 +16,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from koordlet.selfmetrics import SelfMetrics
-from koordlet.supervisor import FAILING_WARN_EVERY, Supervisor
+from koordlet.supervisor import FAILING_WARN_EVERY, HISTORY, Supervisor
 
 
 class VirtualTime:
@@ -216,6 +216,25 @@ async def test_step_durations_go_into_the_histogram(
     total = registry.get_sample_value("koordlet_step_duration_seconds_sum", labels)
     assert count == 3
     assert total == pytest.approx(3 * duration)
+
+
+async def test_a_loop_keeps_the_start_and_duration_of_its_recent_steps(
+    sup: Supervisor, vt: VirtualTime
+) -> None:
+    durations = iter([0.25, 0.5] * 50)
+
+    async def step() -> None:
+        vt.now += next(durations)
+
+    sup.spawn_loop("paced", step, 1.0)
+    await vt.advance(2.0)
+    assert state_of(sup, "paced")["recent_steps"] == ((0.0, 0.25), (1.0, 0.5), (2.0, 0.25))
+
+    await vt.advance(100.0)  # only the last HISTORY steps are kept
+    recent = state_of(sup, "paced")["recent_steps"]
+    assert isinstance(recent, tuple)
+    assert len(recent) == HISTORY
+    assert recent[-1][0] == 102.0
 
 
 async def test_a_step_that_exceeds_its_timeout_fails_and_the_loop_goes_on(
