@@ -28,7 +28,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import math
 import os
 import platform
 import re
@@ -40,6 +39,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from bench._stats import percentile
 from bench._tools import ensure_program, process_cpu
 from bench._trees import BenchTree, exit_on_sigterm
 from bench.daemon import READY_TIMEOUT, Daemon, build, launcher, read_scrape, running
@@ -47,14 +47,6 @@ from bench.daemon import READY_TIMEOUT, Daemon, build, launcher, read_scrape, ru
 TARGET_TICKS_PER_S = 0.95
 TARGET_P99_FACTOR = 2.0
 ENDPOINTS = ("/metrics", "/debug/workloads")
-
-
-def percentile(values: Sequence[float], q: float) -> float | None:
-    """The ``q`` quantile (0..1) by the nearest-rank rule; None without values."""
-    if not values:
-        return None
-    ordered = sorted(values)
-    return ordered[max(0, math.ceil(q * len(ordered)) - 1)]
 
 
 def tasks(daemon: Daemon) -> dict[str, dict[str, Any]]:
@@ -70,13 +62,11 @@ def loop_figures(
     """A loop's rounds a second and step times over ``[start, end]`` (the daemon's monotonic
     clock, which is the bench's)."""
     durations = [d * 1e3 for t, d in after["recent_steps"] if start <= t <= end]
-    p99 = percentile(durations, 0.99)
-    p50 = percentile(durations, 0.5)
     return {
         "rounds_per_s": round((after["runs"] - before["runs"]) / (end - start), 3),
         "steps_seen": len(durations),
-        "step_p50_ms": None if p50 is None else round(p50, 2),
-        "step_p99_ms": None if p99 is None else round(p99, 2),
+        "step_p50_ms": round(percentile(durations, 50), 2) if durations else None,
+        "step_p99_ms": round(percentile(durations, 99), 2) if durations else None,
         "step_max_ms": round(max(durations), 2) if durations else None,
         "skipped_ticks": after["skipped_ticks"] - before["skipped_ticks"],
     }
