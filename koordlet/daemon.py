@@ -595,6 +595,7 @@ class Daemon:
                 capabilities=lambda: self.capabilities,
                 cpuset_rule=self._cpuset_rule,
                 pod_net_class_ids=self._pod_net_class_ids,
+                terway_qos_dir=self.cfg.runtime_hooks.terway_qos_dir,
             ),
             registry=self.registry,
             writer=self._need(self.writer),
@@ -603,6 +604,7 @@ class Daemon:
             kube=self.kube,
             enabled=self.cfg.feature_gates.enabled,
             workloads=self._snapshot,
+            originals=self.originals.entries() if self.originals is not None else (),
         )
         self.runtime_hooks = hooks
         self._on_stop("runtimehooks", hooks.stop)
