@@ -583,6 +583,13 @@ class Daemon:
             out["be_eviction_condition"] = self.eviction_condition.describe()
         return out
 
+    def _describe_runtimehooks(self) -> dict[str, Any]:
+        """``/debug/runtimehooks``."""
+        hooks = self.runtime_hooks
+        if hooks is None:
+            return {"error": "the runtime hooks have not started"}
+        return hooks.describe()
+
     async def _start_runtimehooks(self) -> None:
         from koordlet.runtimehooks.stage import start_runtime_hooks
         from koordlet.runtimehooks.table import HookContext
@@ -699,6 +706,7 @@ class Daemon:
             tasks=lambda: [t for s in self._supervisors for t in s.describe()],
             audit=self._describe_audit,
             qos=self._describe_qos,
+            runtimehooks=self._describe_runtimehooks,
             debug_allow_remote=self.cfg.server.debug_allow_remote,
         )
         ui = UiDeps(

@@ -120,6 +120,9 @@ class ServerDeps:
     ``/debug/audit``; None answers 404."""
     qos: Callable[[], Mapping[str, Any]] | None = None
     """The QoS manager's state (``QoSManager.describe``) for ``/debug/qos``; None answers 404."""
+    runtimehooks: Callable[[], Mapping[str, Any]] | None = None
+    """The runtime hooks' state (``RuntimeHooks.describe``) for ``/debug/runtimehooks``; None
+    answers 404."""
     metric_names: Sequence[str] = EXPORTED_SERIES
     """Series that ``/debug/metrics`` lists (default: every series the exporter knows)."""
     debug_allow_remote: bool = False
