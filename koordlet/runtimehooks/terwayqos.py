@@ -15,12 +15,15 @@ reconciler writes what changed through the executor (atomically, audited, dry-ru
 - with ``resourceQOSStrategy.policies.netQOSPolicy: terway-qos``: both files;
 - with any other policy: neither (upstream removes them).
 
-A NodeSLO value that cannot be applied (a percent above 100, a quantity that does not parse or
-is above ``totalNetworkBandwidth``) keeps the last good state: the same ``global_bps_config``
-(and whether the policy was terway-qos); the error names the field and is logged once per
-NodeSLO; ``pod.json`` still follows the pods. A pod whose ``koordinator.sh/networkQOS`` is
-malformed is listed with no limits (0) and gets one Warning Event ``InvalidPodAnnotation``
-(upstream leaves such a pod out of ``pod.json`` and only logs); the other pods are unaffected.
+A NodeSLO whose ``resourceQOSStrategy`` or ``systemStrategy`` was rejected before any good one
+was seen changes nothing (what is in force may be the defaults; the files stay as an earlier run
+left them). A NodeSLO value that cannot be applied (a percent above 100, a quantity that does not
+parse or is above ``totalNetworkBandwidth``) keeps the last good state: the same
+``global_bps_config`` (and whether the policy was terway-qos); the error names the field and is
+logged once per NodeSLO; ``pod.json`` still follows the pods. A pod whose
+``koordinator.sh/networkQOS`` is malformed is listed with no limits (0) and gets one Warning
+Event ``InvalidPodAnnotation`` (upstream leaves such a pod out of ``pod.json`` and only logs);
+the other pods are unaffected.
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 from apis.pod_overrides import INVALID_ANNOTATION_REASON, AnnotationError
 from apis.slo import SchemaError
-from apis.slo_inforce import NodeSLOInForce
+from apis.slo_inforce import RESOURCE_QOS_STRATEGY, SYSTEM_STRATEGY, NodeSLOInForce
 from apis.slo_qos import NetQOSPolicy
 from apis.terway import (
     GLOBAL_BPS_CONFIG,
@@ -114,6 +117,13 @@ class TerwayQoS:
         """Take a new NodeSLO in force, or keep the last good state and say why."""
         if slo.generation == 0:
             return  # the defaults: nothing read yet
+        rejected = [s for s in (RESOURCE_QOS_STRATEGY, SYSTEM_STRATEGY) if s in slo.rejected]
+        if rejected and self._good is None:
+            # what is in force may be the defaults: wait, leaving the files as they are
+            why = "; ".join(str(slo.rejected[s].error) for s in rejected)
+            self._error = f"{why}; terway-qos's files are left as they are until it parses"
+            logger.warning("runtime hook %s: %s", NAME, self._error)
+            return
         qos = slo.resource_qos_strategy
         if qos.policies.net_qos_policy is not NetQOSPolicy.TERWAY_QOS:
             self._good, self._error = (False, None), ""

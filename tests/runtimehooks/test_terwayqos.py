@@ -292,6 +292,23 @@ async def test_a_bad_nodeslo_value_keeps_the_last_good_file(rig: Rig) -> None:
     assert rig.read(GLOBAL) == WANT_GLOBAL
 
 
+async def test_a_rejected_section_before_any_good_one_leaves_an_earlier_runs_files(
+    rig: Rig,
+) -> None:
+    """At a start with resourceQOSStrategy rejected, the defaults (policy tc) stand in: the
+    files an earlier run wrote for terway-qos are not removed on their word."""
+    rig.folder.mkdir(parents=True)
+    (rig.folder / GLOBAL).write_text(WANT_GLOBAL)
+    rig.set_slo({**TERWAY, "policies": {"netQOSPolicy": "tc", "cpuPolicy": "nonsense"}})
+    assert rig.slo[0].rejected
+    report = await rig.reconciler.reconcile()
+    assert "resourceQOSStrategy" in report.errors[0]
+    assert rig.read(GLOBAL) == WANT_GLOBAL
+    rig.set_slo({**TERWAY, "policies": {"netQOSPolicy": "tc"}})
+    await rig.reconciler.reconcile()
+    assert os.listdir(rig.folder) == []
+
+
 async def test_a_malformed_annotation_lists_the_pod_without_limits_and_warns_once(
     rig: Rig,
 ) -> None:
