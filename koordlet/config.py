@@ -32,6 +32,7 @@ from apis.gobool import parse_go_bool
 from apis.kubernetes_keys import SERVICE_ACCOUNT_TOKEN_PATH
 from apis.slo import SchemaError, read_document
 from apis.slo_inforce import ALL_SECTIONS, NodeSLOInForce, read_node_slo_file
+from apis.terway import TERWAY_QOS_DIR
 from koordlet import __version__
 from koordlet.errors import ConfigError
 from koordlet.features import FLAG as FEATURE_GATES_FLAG
@@ -327,6 +328,10 @@ class RuntimeHooksConfig:
     nri_backoff_cap: float = 30.0
     """Longest reconnect delay in seconds; ``--runtime-hooks-nri-backoff-cap`` (upstream's
     default is unbounded; ours retries at least every 30 s so a restarted runtime is found)."""
+    terway_qos_dir: str = TERWAY_QOS_DIR
+    """terway-qos's folder, where the ``TerwayQoS`` hook writes ``global_bps_config`` and
+    ``pod.json``; ``--runtime-hooks-terway-qos-dir``, ours (upstream's koordlet hard-codes the
+    DaemonSet's ``/host-var-lib/terway/qos``). Created when first written."""
 
     @property
     def nri_socket(self) -> str:
@@ -904,6 +909,9 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("runtimeHooks.nriBackoffCap", "runtime_hooks.nri_backoff_cap",
             ("--runtime-hooks-nri-backoff-cap",), _positive_duration,
             "longest NRI reconnect delay", "--runtime-hooks-nri-backoff-cap"),
+    Setting("runtimeHooks.terwayQoSDir", "runtime_hooks.terway_qos_dir",
+            ("--runtime-hooks-terway-qos-dir",), _abs_path,
+            "terway-qos's folder, for the TerwayQoS hook's files"),
     Setting("audit.logDir", "audit.log_dir", ("--audit-log-dir",), _optional_abs_path,
             "audit log directory ('' for <state-dir>/audit)", "--audit-log-dir"),
     Setting("audit.maxDiskSpaceMB", "audit.max_disk_space_mb", ("--audit-max-disk-space-mb",),

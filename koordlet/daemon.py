@@ -626,6 +626,13 @@ class Daemon:
             out["be_eviction_condition"] = self.eviction_condition.describe()
         return out
 
+    def _describe_runtimehooks(self) -> dict[str, Any]:
+        """``/debug/runtimehooks``."""
+        hooks = self.runtime_hooks
+        if hooks is None:
+            return {"error": "the runtime hooks have not started"}
+        return hooks.describe()
+
     async def _start_runtimehooks(self) -> None:
         from koordlet.runtimehooks.stage import start_runtime_hooks
         from koordlet.runtimehooks.table import HookContext
@@ -638,6 +645,7 @@ class Daemon:
                 capabilities=lambda: self.capabilities,
                 cpuset_rule=self._cpuset_rule,
                 pod_net_class_ids=self._pod_net_class_ids,
+                terway_qos_dir=self.cfg.runtime_hooks.terway_qos_dir,
             ),
             registry=self.registry,
             writer=self._need(self.writer),
@@ -646,6 +654,7 @@ class Daemon:
             kube=self.kube,
             enabled=self.cfg.feature_gates.enabled,
             workloads=self._snapshot,
+            originals=self.originals.entries() if self.originals is not None else (),
         )
         self.runtime_hooks = hooks
         self._on_stop("runtimehooks", hooks.stop)
@@ -740,6 +749,7 @@ class Daemon:
             tasks=lambda: [t for s in self._supervisors for t in s.describe()],
             audit=self._describe_audit,
             qos=self._describe_qos,
+            runtimehooks=self._describe_runtimehooks,
             debug_allow_remote=server.debug_allow_remote,
             exporter=exporter,
             tick=lambda: self.collect_ticks,

@@ -125,7 +125,9 @@ KOORDLET_FEATURES: Mapping[str, FeatureSpec] = MappingProxyType(
             False, _A, False, "runtime hook: cpu cgroups of CPU-normalized LS pods"
         ),
         "CoreSched": FeatureSpec(False, _A, True, "runtime hook: core scheduling cookies"),
-        "TerwayQoS": FeatureSpec(False, _A, False, "runtime hook: Terway network QoS"),
+        "TerwayQoS": FeatureSpec(
+            False, _A, True, "runtime hook: terway-qos's bandwidth and pod files (Terway CNI)"
+        ),
         "TCNetworkQoS": FeatureSpec(
             False, _A, True, "network QoS by tc: the HTB tree and pods' net_cls class ids"
         ),

@@ -3,8 +3,9 @@
 The koordlet keeps what it wrote when it stops (best-effort pods stay throttled and LS pods stay
 protected across a restart or an upgrade). ``reset`` is for leaving the node: it puts back the
 best-effort QoS cgroup's CFS quota and cpuset (unlimited, all of the parent's), the QoS knobs it
-set (the kernel's defaults), the sysctls (the values found before its first write) and its
-resctrl groups, from the originals journal in ``<state-dir>/originals.jsonl``
+set (the kernel's defaults), the sysctls (the values found before its first write), its
+resctrl groups, its network QoS tree and the files it wrote for Terway's terway-qos, from the
+originals journal in ``<state-dir>/originals.jsonl``
 (:mod:`koordlet.executor.restore` has the table). Every write goes through the same writers as
 the daemon's, so it is validated and recorded in the audit log (strategy ``reset``).
 
@@ -51,7 +52,8 @@ def _parser() -> argparse.ArgumentParser:
         prog="koordlet reset",
         usage=USAGE,
         description="Put back what this koordlet wrote: the BE QoS cgroup's CFS quota and "
-        "cpuset, QoS knobs, sysctls and resctrl groups (docs/baremetal.md).",
+        "cpuset, QoS knobs, sysctls, resctrl groups, the network QoS tree and terway-qos's "
+        "files (docs/baremetal.md).",
         epilog="Every other flag is the koordlet's (koordlet --help): pass the same --config, "
         "--state-dir and --cgroup-root-dir as the daemon.",
     )

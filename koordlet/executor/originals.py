@@ -15,7 +15,7 @@ Rules:
   protected during an upgrade); only ``reset`` puts them back.
 - **One boot.** Cgroups and sysctls do not survive a reboot, so neither do the originals: the
   journal carries the kernel's ``boot_id``, and one written in another boot is discarded when
-  loaded.
+  loaded; but for the kinds of :data:`PERSISTENT_KINDS` (files on disk, which a reboot keeps).
 - **Durable enough, atomic.** Each new entry is one appended JSON line, written and flushed
   before the file it describes is touched (a torn last line, from a crash mid-append, is
   ignored when loading); a rewrite (:meth:`OriginalsJournal.forget`, the start-up clean-up) goes
@@ -23,7 +23,9 @@ Rules:
   is kernel state, which a power loss resets anyway (the boot id changes).
 
 The file is ``<state-dir>/originals.jsonl``: a header line ``{"version": 1, "bootId": ...}``,
-then one :class:`Original` per line.
+then one :class:`Original` per line. The writers that record: the cgroup writer (``cgroup``),
+``executor.sysctl`` (``sysctl``), ``executor.resctrl`` (``resctrl_group``, ``resctrl_schemata``),
+``executor.tc`` (``tc_tree``) and ``executor.ownedfile`` (``owned_file``).
 """
 
 from __future__ import annotations
@@ -46,8 +48,12 @@ FILE_NAME = "originals.jsonl"
 VERSION = 1
 """Format version in the header line."""
 
-Kind = Literal["cgroup", "sysctl", "resctrl_group", "resctrl_schemata", "tc_tree"]
-KINDS: tuple[Kind, ...] = ("cgroup", "sysctl", "resctrl_group", "resctrl_schemata", "tc_tree")
+Kind = Literal["cgroup", "sysctl", "resctrl_group", "resctrl_schemata", "tc_tree", "owned_file"]
+KINDS: tuple[Kind, ...] = (
+    "cgroup", "sysctl", "resctrl_group", "resctrl_schemata", "tc_tree", "owned_file"
+)  # fmt: skip
+PERSISTENT_KINDS: frozenset[str] = frozenset({"owned_file"})
+"""Kinds whose entries outlive a reboot: the file they name is on disk, not in the kernel."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,8 +63,9 @@ class Original:
     kind: Kind
     """``cgroup`` (a knob of a cgroup), ``sysctl`` (a node-wide setting of
     ``executor.sysctl``), ``resctrl_group`` (a control group the koordlet created) or
-    ``resctrl_schemata`` (the ``schemata`` of a group it did not create) or ``tc_tree`` (the
-    network QoS HTB tree it installed on an interface in place of the kernel's default)."""
+    ``resctrl_schemata`` (the ``schemata`` of a group it did not create), ``tc_tree`` (the
+    network QoS HTB tree it installed on an interface in place of the kernel's default) or
+    ``owned_file`` (a whole file it writes for another daemon, Terway's; ``reset`` removes it)."""
     path: str
     """The file written (the group's folder for ``resctrl_group``; ``tc:<interface>`` for
     ``tc_tree``)."""
@@ -144,14 +151,18 @@ class OriginalsJournal:
                 header = {}
         entries = [e for e in map(_parse, lines[1:]) if e is not None]
         if not isinstance(header, dict) or header.get("bootId") != self.boot_id:
-            self.discarded_stale = len(entries)
-            if entries:
+            kept = [e for e in entries if e.kind in PERSISTENT_KINDS]
+            self.discarded_stale = len(entries) - len(kept)
+            if self.discarded_stale:
                 logger.info(
                     "%s: %d originals of another boot discarded (a reboot restored them)",
                     self.path,
-                    len(entries),
+                    self.discarded_stale,
                 )
-            self._rewrite({})
+            with self._lock:
+                for entry in kept:
+                    self._entries.setdefault(entry.key, entry)
+                self._rewrite(self._entries)
             return self
         with self._lock:
             for entry in entries:

@@ -22,6 +22,9 @@ sysctls                   the value recorded before the first write (no range ch
                           the kernel's)
 resctrl                   a group the koordlet made is removed (its threads return to the
                           default group); a ``schemata`` line of a group it found is put back
+network QoS tree          removed (the kernel puts its default root qdisc back)
+owned files               removed: Terway's ``global_bps_config`` and ``pod.json``, whose only
+                          writer is the koordlet (the folder stays: terway-qos watches it)
 ========================  ===================================================================
 
 Cgroups whose folder is gone are skipped. Steps run parents first, so a widened parent
@@ -50,6 +53,7 @@ from koordlet.errors import (
     UnsupportedError,
 )
 from koordlet.executor.originals import Original, OriginalsJournal
+from koordlet.executor.ownedfile import OwnedFileWriter
 from koordlet.executor.resctrl import parse_schemata
 from koordlet.executor.sysctl import SystemFileWriter, notify, system_file
 from koordlet.executor.writer import CgroupWriter, WriteResult
@@ -103,7 +107,8 @@ class Step:
     """One thing to put back."""
 
     kind: str
-    """``cgroup``, ``sysctl``, ``resctrl_group``, ``resctrl_schemata`` or ``tc_tree``."""
+    """``cgroup``, ``sysctl``, ``resctrl_group``, ``resctrl_schemata``, ``tc_tree`` or
+    ``owned_file``."""
     path: str
     """The file (the group's folder for ``resctrl_group``)."""
     knob: str
@@ -166,7 +171,7 @@ def plan(host: Host, entries: Sequence[Original]) -> list[Step]:
             seen.add((e.rel_dir, e.knob))
         elif e.kind == "sysctl":
             steps.append(Step(e.kind, e.path, e.knob, "", "original", e))
-        elif e.kind in ("resctrl_group", "tc_tree"):
+        elif e.kind in ("resctrl_group", "tc_tree", "owned_file"):
             steps.append(Step(e.kind, e.path, e.knob, "", "remove", e))
         elif os.path.dirname(e.path) not in created_groups:  # schemata of a group found
             steps.append(Step(e.kind, e.path, e.knob, "", "original", e))
@@ -177,7 +182,8 @@ def plan(host: Host, entries: Sequence[Original]) -> list[Step]:
             continue
         path = layout.file(knob.controller, be_dir, filename)
         steps.append(Step("cgroup", path, knob.name, be_dir, target, None))
-    order = {"cgroup": 0, "sysctl": 1, "resctrl_schemata": 2, "resctrl_group": 3, "tc_tree": 4}
+    order = {"cgroup": 0, "sysctl": 1, "resctrl_schemata": 2, "resctrl_group": 3, "tc_tree": 4,
+             "owned_file": 5}  # fmt: skip
     return sorted(steps, key=lambda s: (order[s.kind], s.depth, s.rel_dir, s.knob))
 
 
@@ -270,6 +276,16 @@ def remove_tree_step(step: Step, dry: bool, on_change: Any) -> Outcome:
     return Outcome(step, WriteResult(step.path, old, new, not dry, "tc_htb", STRATEGY, reason, dry))
 
 
+def remove_owned_step(step: Step, dry: bool, on_change: Any) -> Outcome:
+    """Remove the file of an ``owned_file`` step (already gone: skipped)."""
+    files = OwnedFileWriter(on_change=on_change, is_dry_run=lambda _strategy: dry)
+    reason = "koordlet reset: written by the koordlet"
+    result = files.remove(step.path, knob=step.knob, strategy=STRATEGY, reason=reason)
+    if result is None:
+        return Outcome(step, skipped="file gone")
+    return Outcome(step, result)
+
+
 def apply(
     steps: Sequence[Step],
     *,
@@ -297,6 +313,8 @@ def apply(
                 outcome = _remove_group(step, writer, writer.on_change)
             elif step.kind == "tc_tree":
                 outcome = remove_tree_step(step, writer.dry_run_all, writer.on_change)
+            elif step.kind == "owned_file":
+                outcome = remove_owned_step(step, writer.dry_run_all, writer.on_change)
             else:
                 outcome = _restore_schemata(step, writer.dry_run_all, writer.on_change)
         except CgroupGoneError:

@@ -4,9 +4,10 @@ node's interface with a class for SYSTEM, LS and BE, and each pod's ``net_cls.cl
 
 Each round, with ``resourceQOSStrategy`` of the NodeSLO in force:
 
-- ``policies.netQOSPolicy: terway-qos`` is reported as needing the Terway CNI (its
-  ``terway-qos`` daemon enforces it; the koordlet installs nothing) and a tc tree the koordlet
-  installed earlier is removed;
+- ``policies.netQOSPolicy: terway-qos`` installs no tc tree (a tree the koordlet installed
+  earlier is removed): the Terway CNI's ``terway-qos`` daemon enforces it, from the files the
+  ``TerwayQoS`` runtime hook writes while its gate is on (``koordlet.runtimehooks.terwayqos``);
+  the round's notes say which;
 - with ``tc`` (the default) and ``networkQOS.enable`` on ``lsClass`` or ``beClass``, the tree of
   ``apis.netqos`` is kept on the interface of this network namespace's default route (upstream's
   ``GetLinkInfoByDefaultRoute``): root ``1:1`` at the node's total, LS and BE at their
@@ -80,9 +81,16 @@ NAME = "netqos"
 """Table name."""
 FEATURE_GATE = "TCNetworkQoS"
 """Koordinator's feature gate of the tc plugin."""
+TERWAY_GATE = "TerwayQoS"
+"""The gate of the runtime hook that writes terway-qos's files."""
 TERWAY = (
-    "netQOSPolicy terway-qos needs the Terway CNI: its terway-qos daemon enforces the classes "
-    "(eBPF); the koordlet installs nothing for it"
+    "netQOSPolicy terway-qos: no tc tree; the TerwayQoS runtime hook writes terway-qos's "
+    "global_bps_config and pod.json, which the Terway CNI's terway-qos daemon enforces (eBPF)"
+)
+TERWAY_GATE_OFF = (
+    "netQOSPolicy terway-qos: no tc tree; the Terway CNI's terway-qos daemon enforces it, from "
+    "files the TerwayQoS runtime hook writes, but its feature gate TerwayQoS is off: nothing "
+    "writes them"
 )
 FIELD = "spec.resourceQOSStrategy"
 
@@ -304,7 +312,8 @@ class NetQoS:
 
         out = await call_on_writer(ctx.executor, round_)
         if policy is NetQOSPolicy.TERWAY_QOS:
-            out.notes.insert(0, TERWAY)
+            gates = ctx.config.feature_gates
+            out.notes.insert(0, TERWAY if gates.enabled(TERWAY_GATE) else TERWAY_GATE_OFF)
         pods = {}
         if active and out.tree is not None and not out.tree.refused and not out.error:
             pods = await self._classify_pods(out.pod_ids)

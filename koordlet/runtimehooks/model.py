@@ -288,3 +288,24 @@ class Outcome:
     """Warning Events recorded for malformed pod data."""
     dry_run: bool = False
     """True when the change was computed and audited but not applied."""
+
+
+@dataclass(frozen=True, slots=True)
+class NodeFiles:
+    """What a node-level hook (the reconciler's ``Level.NODE``, ``TerwayQoS``) wants in its
+    folder: whole files, which the reconciler writes through the executor when they change."""
+
+    folder: str
+    """Where the files live (absolute)."""
+    files: Mapping[str, str | None] = field(default_factory=dict)
+    """File name → its content; None: the file must not exist. Empty: nothing is known yet
+    (the NodeSLO has not been read), the folder is left alone."""
+    reason: str = ""
+    """Why, in a few words, for the audit log."""
+    error: str = ""
+    """Why the NodeSLO could not be applied (the field named); :attr:`files` then hold the last
+    good content."""
+    warnings: tuple[tuple[PodMeta, HookWarning], ...] = ()
+    """Pods whose own data was malformed, each with its Warning Event."""
+    detail: Mapping[str, Any] = field(default_factory=dict)
+    """JSON-ready, for ``/debug/runtimehooks``."""

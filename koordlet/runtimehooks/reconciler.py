@@ -14,7 +14,13 @@ through a hook; nor does a value the kubelet or anyone else wrote back later. Ev
 3. **containers**: for each of its running containers, the rows with ``Level.CONTAINER``
    (``CPUSetAllocator``, ``BatchResource``, ``CoreSched``) as at
    ``PreCreateContainer``, into the container's cgroup; a core scheduling target goes to the
-   cookie manager (:mod:`koordlet.runtimehooks.effects`).
+   cookie manager (:mod:`koordlet.runtimehooks.effects`);
+4. **node files**: the rows with ``Level.NODE`` (``TerwayQoS``) say what their folder must hold
+   (:class:`~koordlet.runtimehooks.model.NodeFiles`); only when that differs from what was last
+   written (or :data:`RESYNC` seconds later, which reads the files and rewrites only what
+   differs) the files go to the executor's writer thread through
+   :class:`~koordlet.executor.ownedfile.OwnedFileWriter`: replaced atomically, removed, audited,
+   dry-run, recorded for ``koordlet reset``. A write that fails is tried again the next round.
 
 The request carries the pod's labels and annotations; its extended resources (batch, mid) come
 from the pod's spec where the source knows it (the API server, the kubelet), else from the
@@ -31,29 +37,38 @@ reconcile QoS strategy leaves those knobs alone while the hook's gate is on (doc
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
+import os
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from apis.extension import ANNOTATION_EXTENDED_RESOURCE_SPEC, KubeQOS
+from koordlet.errors import HostError
 from koordlet.executor.batch import BatchResult, BatchWrite
+from koordlet.executor.ownedfile import KIND as OWNED_FILE
+from koordlet.executor.ownedfile import OwnedFileWriter
+from koordlet.executor.sysctl import call_on_writer, executor_hooks
 from koordlet.runtimehooks.framework import AUDIT_PREFIX, HookDispatcher, knob_values
 from koordlet.runtimehooks.model import (
     NO_CHANGE,
     Change,
     ContainerRequest,
     HookPoint,
+    HookWarning,
+    NodeFiles,
     Outcome,
     PodMeta,
     PodRequest,
 )
-from koordlet.runtimehooks.table import KubeQOSHook, Level
+from koordlet.runtimehooks.table import HookSpec, KubeQOSHook, Level, NodeFilesHook
 from koordlet.statesinformer.model import PodInfo, WorkloadSnapshot
 
 if TYPE_CHECKING:
+    from koordlet.executor.originals import Original
     from koordlet.executor.writer import CgroupWriter
     from koordlet.system.host import Host
     from koordlet.system.probe import Capabilities
@@ -65,6 +80,11 @@ DEFAULT_INTERVAL = 10.0
 """Seconds between rounds: upstream's ``--runtime-hooks-reconcile-interval`` default."""
 MODE = "reconciler"
 """The ``mode`` label of the hooks' metrics and audit entries."""
+RESYNC = 60.0
+"""Seconds after which unchanged node files are read again and rewritten if they differ (the
+cgroup writer's ``cache_ttl``, Koordinator's ``--resource-force-update-seconds``)."""
+NODE_STAGE = "node"
+"""The ``stage`` label of ``koordlet_runtime_hook_bad_input_total`` for the node level."""
 
 
 @dataclass(slots=True)
@@ -78,8 +98,26 @@ class RoundReport:
     writes: int = 0
     """Writes planned (the executor skips those already in place)."""
     changed: int = 0
+    files_changed: int = 0
+    """Node files written or removed (in dry run: that would have been)."""
     errors: list[str] = field(default_factory=list)
     seconds: float = 0.0
+
+
+@dataclass(slots=True)
+class NodeFilesState:
+    """What the reconciler knows of one ``Level.NODE`` hook's folder."""
+
+    want: NodeFiles | None = None
+    """What the hook asked for last."""
+    applied: Mapping[str, str | None] | None = None
+    """What was last written without an error; None: write at the next round."""
+    at: float = 0.0
+    """When (the reconciler's clock)."""
+    written: dict[str, str] = field(default_factory=dict)
+    """File → what the last write did (``written``, ``removed``, ``unchanged``, ``dry run``...)."""
+    error: str = ""
+    """The last write's failure, empty when it went through."""
 
 
 def pod_annotations(pod: PodInfo) -> Mapping[str, str]:
@@ -104,6 +142,7 @@ class HookReconciler:
         executor: CgroupWriter,
         capabilities: Callable[[], Capabilities | None] = lambda: None,
         interval: float = DEFAULT_INTERVAL,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.name = NAME
         self.interval = interval
@@ -112,9 +151,13 @@ class HookReconciler:
         self._host = host
         self._executor = executor
         self._capabilities = capabilities
+        self._clock = clock
         self.unsupported: dict[str, str] = {}
         """Knob -> why the probe found it unusable; left out of every round."""
         self.last = RoundReport()
+        self.node_files: dict[str, NodeFilesState] = {}
+        """The ``Level.NODE`` hooks' folders, by hook."""
+        self._files = OwnedFileWriter(**executor_hooks(executor))
         self._warned: set[tuple[str, str, str]] = set()
 
     def describe(self) -> dict[str, Any]:
@@ -129,10 +172,19 @@ class HookReconciler:
                 "containers": last.containers,
                 "writes": last.writes,
                 "changed": last.changed,
+                "files_changed": last.files_changed,
                 "errors": last.errors[:20],
                 "seconds": round(last.seconds, 4),
             },
             "unsupported": dict(self.unsupported),
+            "node_files": {
+                name: {
+                    **(dict(st.want.detail) if st.want is not None else {}),
+                    "files": dict(st.written),
+                    "write_error": st.error,
+                }
+                for name, st in self.node_files.items()
+            },
         }
 
     async def reconcile(self) -> RoundReport:
@@ -149,7 +201,8 @@ class HookReconciler:
             strategy = AUDIT_PREFIX + ",".join(names)
             self._plan(writes, host.layout.qos_dir(kube_qos), change, strategy, "kubeqos")
         threads: list[tuple[PodInfo, str, str, Change, str]] = []
-        for pod in self._workloads().pods.values():
+        snapshot = self._workloads()
+        for pod in snapshot.pods.values():
             report.pods += 1
             outcome = self._pod(pod)
             self._plan(writes, pod.cgroup_dir, outcome.proposed, _strategy(outcome), "pod")
@@ -178,6 +231,9 @@ class HookReconciler:
             for pod, key, rel, change, strategy in threads:
                 meta = PodMeta(pod.name, pod.namespace, pod.uid)
                 await effects.apply(meta, key, rel, change, strategy=strategy)
+        for name, hook in self._dispatcher.by_level.get(Level.NODE, ()):
+            if isinstance(hook, NodeFilesHook):
+                await self._node_level(name, hook, snapshot.pods.values(), report)
         report.seconds = time.perf_counter() - t0
         self.last = report
         return report
@@ -251,13 +307,123 @@ class HookReconciler:
 
     def _warn(self, pod: PodMeta, outcome: Outcome) -> None:
         for warning in outcome.warnings:
-            key = (pod.uid, warning.hook, warning.reason)
-            if key in self._warned:
-                continue
-            self._warned.add(key)
-            self._dispatcher.warn(pod, warning, MODE)
+            self._warn_once(pod, warning)
+
+    def _warn_once(self, pod: PodMeta, warning: HookWarning) -> bool:
+        """Record ``warning`` on ``pod`` unless it was, for the same hook and reason; whether it
+        was recorded now."""
+        key = (pod.uid, warning.hook, warning.reason)
+        if key in self._warned:
+            return False
         if len(self._warned) > 10_000:  # pods come and go: forget, and warn again at most once
             self._warned.clear()
+        self._warned.add(key)
+        self._dispatcher.warn(pod, warning, MODE)
+        return True
+
+    # The node level ----------------------------------------------------------------------------
+
+    async def _node_level(
+        self, name: str, hook: NodeFilesHook, pods: Iterable[PodInfo], report: RoundReport
+    ) -> None:
+        """Keep one ``Level.NODE`` hook's files (module docstring, step 4)."""
+        state = self.node_files.setdefault(name, NodeFilesState())
+        try:
+            want = hook.node_files(pods)
+        except Exception:
+            logger.exception("runtime hook %s failed computing its files", name)
+            report.errors.append(f"{name}: failed computing its files")
+            return
+        for meta, warning in want.warnings:
+            if self._warn_once(meta, warning):
+                self._dispatcher.metrics.bad_input.labels(name, NODE_STAGE, warning.reason).inc()
+        state.want = want
+        if want.error:
+            report.errors.append(f"{name}: {want.error}")
+        if not want.files:
+            return
+        now = self._clock()
+        if state.applied == want.files and now - state.at < RESYNC:
+            return
+        strategy = AUDIT_PREFIX + name
+        job = functools.partial(self._write_files, name, want, strategy)
+        done, errors = await call_on_writer(self._executor, job)
+        state.written = done
+        report.files_changed += sum(1 for v in done.values() if v not in ("unchanged", "absent"))
+        if errors:
+            error = "; ".join(errors)
+            if error != state.error:
+                logger.warning("runtime hook %s: %s (tried again next round)", name, error)
+            report.errors += errors
+            state.error, state.applied = error, None
+        else:
+            state.error, state.applied, state.at = "", dict(want.files), now
+
+    def _write_files(
+        self, name: str, want: NodeFiles, strategy: str
+    ) -> tuple[dict[str, str], list[str]]:
+        """On the writer thread: make ``want.folder`` hold ``want.files``."""
+        done: dict[str, str] = {}
+        errors: list[str] = []
+        for filename, content in want.files.items():
+            path = os.path.join(want.folder, filename)
+            knob = f"{name}:{filename}"
+            try:
+                if content is None:
+                    result = self._files.remove(path, knob=knob, strategy=strategy,
+                                                reason=want.reason)  # fmt: skip
+                else:
+                    result = self._files.write(path, content, knob=knob, strategy=strategy,
+                                               reason=want.reason)  # fmt: skip
+            except HostError as err:
+                done[filename] = "failed"
+                errors.append(str(err))
+                continue
+            if result is None:
+                done[filename] = "absent"
+            elif result.dry_run:
+                done[filename] = "dry run: would " + ("remove" if content is None else "write")
+            elif result.changed:
+                done[filename] = "removed" if content is None else "written"
+            else:
+                done[filename] = "unchanged"
+        return done, errors
+
+
+async def remove_disabled_files(
+    table: Mapping[str, HookSpec],
+    enabled: Callable[[str], bool],
+    originals: Sequence[Original],
+    executor: CgroupWriter,
+) -> list[str]:
+    """Remove the files that ``Level.NODE`` hooks now off by their gate wrote in an earlier run
+    (the originals journal knows them as ``owned_file`` entries named ``<hook>:<file>``), through
+    the executor: audited, dry-run. Upstream removes them while the hook runs with another
+    policy; a gate switched off is the same intent. The paths handled (removed, or would be)."""
+    off = {s.name for s in table.values() if Level.NODE in s.reconcile and not enabled(s.gate)}
+    left = [
+        e for e in originals if e.kind == OWNED_FILE and e.knob.partition(":")[0] in off
+    ]  # fmt: skip
+    if not left:
+        return []
+    files = OwnedFileWriter(**executor_hooks(executor))
+
+    def remove() -> list[str]:
+        out = []
+        for e in left:
+            hook = e.knob.partition(":")[0]
+            reason = f"feature gate {table[hook].gate} is off: the file it wrote goes"
+            try:
+                result = files.remove(e.path, knob=e.knob, strategy=AUDIT_PREFIX + hook,
+                                      reason=reason)  # fmt: skip
+            except HostError as err:
+                logger.warning("cannot remove %s: %s", e.path, err)
+                continue
+            if result is not None:
+                out.append(e.path)
+        return out
+
+    return await call_on_writer(executor, remove)
 
 
 def _strategy(outcome: Outcome) -> str:

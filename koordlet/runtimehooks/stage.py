@@ -9,7 +9,9 @@ unit's ``RuntimeDirectory`` and the DaemonSet's mount provide it), then write ``
 for koord-runtime-proxy when its folder exists; with ``--enable-nri-runtime-hook`` run the NRI
 plugin's loop under the daemon's supervisor (it waits for the runtime's socket in the
 background); run the reconciler every ``--runtime-hooks-reconcile-interval`` under the same
-supervisor. Stop: the loops first, then the server (requests in flight get a second).
+supervisor (it also keeps the node files of ``TerwayQoS``). A node-file hook whose gate is off
+removes, once at start, the files an earlier run of it wrote (from the originals journal).
+Stop: the loops first, then the server (requests in flight get a second).
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from koordlet.runtimehooks.effects import ContainerEffects, build_effects
@@ -26,7 +28,7 @@ from koordlet.runtimehooks.framework import DispatcherOptions, HookDispatcher
 from koordlet.runtimehooks.metrics import HookMetrics
 from koordlet.runtimehooks.model import HookPoint
 from koordlet.runtimehooks.nri import NriOptions, NriPlugin
-from koordlet.runtimehooks.reconciler import HookReconciler
+from koordlet.runtimehooks.reconciler import HookReconciler, remove_disabled_files
 from koordlet.runtimehooks.table import HOOKS, HookContext
 
 if TYPE_CHECKING:
@@ -34,6 +36,7 @@ if TYPE_CHECKING:
 
     from koordlet.config import KoordletConfig
     from koordlet.executor.audit import AuditLog
+    from koordlet.executor.originals import Original
     from koordlet.executor.writer import CgroupWriter
     from koordlet.runtimehooks.hookserver import HookServer
     from koordlet.statesinformer.model import WorkloadSnapshot
@@ -92,9 +95,14 @@ async def start_runtime_hooks(
     kube: KubeClient | None,
     enabled: Callable[[str], bool],
     workloads: Callable[[], WorkloadSnapshot],
+    originals: Sequence[Original] = (),
 ) -> RuntimeHooks:
-    """Start the stage; see the module docstring."""
+    """Start the stage; see the module docstring. ``originals``: the journal's entries (what
+    earlier runs wrote)."""
     rh = cfg.runtime_hooks
+    removed = await remove_disabled_files(HOOKS, enabled, originals, writer)
+    if removed:
+        logger.info("runtime hooks: removed %s (their hooks' gates are off)", ", ".join(removed))
     events: EventSink = LogEventSink() if kube is None else KubeEventSink(kube, cfg.node_name)
     effects: ContainerEffects | None = None
     if enabled("CoreSched") or enabled("Resctrl"):

@@ -9,7 +9,8 @@ that builds it from the :class:`HookContext`, and the cgroup levels the reconcil
 (:class:`Level`; upstream's ``RegisterCgroupReconciler`` calls).
 
 A hook implements :class:`Hook`: ``pod()`` for the pod-level points of its row, ``container()``
-for the container-level ones (and ``kube_qos()`` for a row with ``Level.KUBE_QOS``); each returns
+for the container-level ones (and ``kube_qos()`` for a row with ``Level.KUBE_QOS``,
+``node_files()`` for one with ``Level.NODE``); each returns
 a :class:`~koordlet.runtimehooks.model.Change` or None, raises
 :class:`~koordlet.runtimehooks.errors.BadPodInput` for malformed pod data, and never does I/O (the
 framework writes, audits and records events).
@@ -17,7 +18,7 @@ framework writes, audits and records events).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from types import MappingProxyType
@@ -25,6 +26,7 @@ from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from apis.extension import KubeQOS
 from apis.slo_inforce import NodeSLOInForce
+from apis.terway import TERWAY_QOS_DIR
 from koordlet.runtimehooks import (
     batchresource,
     coresched,
@@ -34,10 +36,12 @@ from koordlet.runtimehooks import (
     oomscoreadj,
     resctrl,
     tc,
+    terwayqos,
 )
-from koordlet.runtimehooks.model import Change, ContainerRequest, HookPoint, PodRequest
+from koordlet.runtimehooks.model import Change, ContainerRequest, HookPoint, NodeFiles, PodRequest
 
 if TYPE_CHECKING:
+    from koordlet.statesinformer.model import PodInfo
     from koordlet.system.host import Host
     from koordlet.system.probe import Capabilities
 
@@ -60,12 +64,22 @@ class KubeQOSHook(Protocol):
         """The change for the QoS cgroup of ``kube_qos``; None for none."""
 
 
+@runtime_checkable
+class NodeFilesHook(Protocol):
+    """A hook that keeps whole files of the node (rows with :attr:`Level.NODE`)."""
+
+    def node_files(self, pods: Iterable[PodInfo]) -> NodeFiles:
+        """What its folder must hold for the inventory's ``pods`` and the NodeSLO in force."""
+
+
 class Level(StrEnum):
-    """The cgroups the reconciler applies a hook to (upstream ``ReconcilerLevel``)."""
+    """What the reconciler applies a hook to: cgroups (upstream ``ReconcilerLevel``), or the
+    node's files (ours: upstream's ``TerwayQoS`` does this from rule callbacks)."""
 
     KUBE_QOS = "kubeqos"
     POD = "pod"
     CONTAINER = "container"
+    NODE = "node"
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,6 +98,8 @@ class HookContext:
     pod_net_class_ids: Callable[[], Mapping[str, int]] = dict
     """The class ids of the pods' own HTB classes (``koordinator.sh/networkQOS``), by UID, as
     the network QoS strategy allots them to the inventory's pods; empty when none."""
+    terway_qos_dir: str = TERWAY_QOS_DIR
+    """terway-qos's folder as the koordlet sees it (``--runtime-hooks-terway-qos-dir``)."""
 
     def supported(self, knob: str) -> bool:
         """Whether the probe found ``knob`` usable."""
@@ -106,8 +122,8 @@ class HookSpec:
     factory: Callable[[HookContext], Hook]
     """Builds the hook."""
     reconcile: frozenset[Level] = frozenset()
-    """The cgroups the reconciler applies it to (upstream's ``RegisterCgroupReconciler``
-    calls); empty: the reconciler leaves it out."""
+    """What the reconciler applies it to (upstream's ``RegisterCgroupReconciler`` calls; the
+    node's files for ``Level.NODE``); empty: the reconciler leaves it out."""
 
 
 _POD_AND_CONTAINERS = frozenset({Level.POD, Level.CONTAINER})
@@ -172,6 +188,14 @@ HOOKS: Mapping[str, HookSpec] = MappingProxyType(
             points=frozenset({HookPoint.PRE_RUN_POD_SANDBOX}),
             factory=lambda ctx: tc.TCNetworkQoS(ctx.node_slo, ctx.supported, ctx.pod_net_class_ids),
         ),
+        "TerwayQoS": HookSpec(
+            name="TerwayQoS",
+            gate="TerwayQoS",
+            description="keep terway-qos's global_bps_config and pod.json from the NodeSLO",
+            points=frozenset(),
+            factory=lambda ctx: terwayqos.TerwayQoS(ctx.node_slo, ctx.terway_qos_dir),
+            reconcile=frozenset({Level.NODE}),
+        ),
         "Resctrl": HookSpec(
             name="Resctrl",
             gate="Resctrl",
@@ -190,5 +214,6 @@ HOOKS: Mapping[str, HookSpec] = MappingProxyType(
 )
 """Every runtime hook this koordlet implements, in call order (upstream's registration order:
 ``GroupIdentity``, ``CPUSetAllocator``, ``GPUEnvInject``, ``BatchResource``; then the
-``CoreSched``, ``TCNetworkQoS``, ``Resctrl`` and ``OOMScoreAdj`` plugins). ``BatchResource`` after
-``CPUSetAllocator``: a BE pod's quota is the batch one."""
+``CoreSched``, ``TCNetworkQoS``, ``TerwayQoS``, ``Resctrl`` and ``OOMScoreAdj`` plugins).
+``BatchResource`` after ``CPUSetAllocator``: a BE pod's quota is the batch one. ``TerwayQoS`` has
+no point: the reconciler keeps its files (``Level.NODE``)."""

@@ -163,6 +163,9 @@ class ServerDeps:
     """The protective loops' health behind ``/readyz`` (None: start-up stages only)."""
     limits: ServerLimits = field(default_factory=ServerLimits)
     """The request limits."""
+    runtimehooks: Callable[[], Mapping[str, Any]] | None = None
+    """The runtime hooks' state (``RuntimeHooks.describe``) for ``/debug/runtimehooks``; None
+    answers 404."""
     metric_names: Sequence[str] = EXPORTED_SERIES
     """Series that ``/debug/metrics`` lists (default: every series the exporter knows)."""
     debug_allow_remote: bool = False

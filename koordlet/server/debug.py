@@ -17,6 +17,8 @@
                            1000), ``&strategy=<name>``, ``&kind=write|evict|decision``
 ``/debug/qos``             the QoS strategies: dry-run settings, rounds, errors, stale rounds,
                            each one's last inputs, decision and result; disabled ones and why
+``/debug/runtimehooks``    the runtime hooks: by point, the hook server, NRI, the reconciler's
+                           last round and node files (``TerwayQoS``), what is unsupported
 =========================  ====================================================================
 
 The server answers them to loopback peers only (unless configured otherwise):
@@ -211,6 +213,7 @@ class DebugHandlers:
             ("/debug/tasks", self.tasks),
             ("/debug/audit", self.audit),
             ("/debug/qos", self.qos),
+            ("/debug/runtimehooks", self.runtimehooks),
         ]
 
     async def index(self, request: web.Request) -> web.Response:
@@ -247,6 +250,12 @@ class DebugHandlers:
         source = self._deps.qos
         if source is None:
             return _json({"error": "this koordlet runs no QoS manager"}, 404)
+        return _json(dict(source()))
+
+    async def runtimehooks(self, request: web.Request) -> web.Response:
+        source = self._deps.runtimehooks
+        if source is None:
+            return _json({"error": "this koordlet runs no runtime hooks"}, 404)
         return _json(dict(source()))
 
     async def metrics(self, request: web.Request) -> web.Response:

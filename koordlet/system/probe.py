@@ -19,6 +19,7 @@ from dataclasses import asdict, dataclass
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
+from apis.terway import BPF_PIN_PARTS
 from koordlet.system.cgroups import CgroupVersion
 from koordlet.system.kidled import probe_kidled
 from koordlet.system.knobs import KNOBS, Knob
@@ -36,9 +37,10 @@ logger = logging.getLogger(__name__)
 
 V2_CONTROLLER_NAMES = {"blkio": "io"}
 """v1 controllers that cgroup v2 names otherwise (``Documentation/admin-guide/cgroup-v2.rst``)."""
-TERWAY_REASON = (
-    "netQOSPolicy terway-qos needs the Terway CNI (its terway-qos daemon enforces the classes); "
-    "the koordlet implements the tc policy only"
+TERWAY_ABSENT = (
+    "no terway-qos seen (its BPF maps are not pinned at {path}): netQOSPolicy terway-qos needs "
+    "the Terway CNI's terway-qos daemon, which enforces the files the TerwayQoS runtime hook "
+    "writes; without it nothing does"
 )
 
 
@@ -278,7 +280,7 @@ class _Prober:
             self._block_devices(),
             self._oom_score_adj(),
             Capability("tc_classifier", *probe_classifier(), ""),  # bpf(2): no file to name
-            Capability("netqos_terway", False, TERWAY_REASON, ""),
+            self._terway_qos(),
         ]
         if v2:
             caps.append(Capability("cpuacct_usage", False, "cgroup v2 has no cpuacct", ""))
@@ -310,6 +312,19 @@ class _Prober:
         if not os.access(path, os.R_OK | os.W_OK):
             return Capability("oom_score_adj", False, f"permission denied on {path}", path)
         return Capability("oom_score_adj", True, "writable", path)
+
+    def _terway_qos(self) -> Capability:
+        """Whether Terway's terway-qos daemon is visibly there (``netQOSPolicy terway-qos``): its
+        BPF maps pinned under ``<sys>/fs/bpf/terway`` (``apis.terway.BPF_PIN_PARTS``), which it
+        does at start. At the koordlet's start only: a terway-qos started later is not seen."""
+        path = self.host.paths.sys(*BPF_PIN_PARTS)
+        try:
+            pinned = sorted(os.listdir(path))
+        except OSError:
+            pinned = []
+        if not pinned:
+            return Capability("netqos_terway", False, TERWAY_ABSENT.format(path=path), path)
+        return Capability("netqos_terway", True, f"terway-qos's BPF maps at {path}", path)
 
     def _numa_meminfo(self) -> Capability:
         node_root = self.host.paths.sys("devices", "system", "node")

@@ -30,6 +30,7 @@ import yaml
 
 from apis.extension import KubeQOS
 from apis.netqos import POD_CLASS_MINORS, NetQoSClass, class_id_of
+from apis.terway import GlobalBpsConfig, net_cls_dir, parse_pod_config
 from koordlet.executor import restore
 from koordlet.executor.originals import Original
 from koordlet.executor.tc import ClassPlan, TCWriter, TreePlan, TreeResult
@@ -161,8 +162,9 @@ def undo() -> Iterator[Undo]:
         assert not failed, f"cleanup failed: {failed}"
 
 
-def _nodeslo(path: Path, enable: bool) -> None:
+def _nodeslo(path: Path, enable: bool, policy: str = "tc") -> None:
     qos = {
+        "policies": {"netQOSPolicy": policy},
         "lsClass": {"networkQOS": {"enable": enable, "egressRequest": 60, "egressLimit": 100}},
         "beClass": {"networkQOS": {"enable": enable, "egressRequest": 10, "egressLimit": 20}},
     }
@@ -302,6 +304,65 @@ def test_be_egress_is_held_at_its_limit_while_ls_gets_its_request(
         k.until("the tree removed", removed, timeout=20)
         last: Any = k.json("/debug/qos")["strategies"]["netqos"]["last_round"]
         assert last["decision"] == "network QoS off: no koordlet tree"
+
+
+def test_with_terway_qos_the_tree_goes_and_terway_qos_gets_its_files(
+    undo: Undo, tmp_path: Path
+) -> None:
+    """netQOSPolicy terway-qos, gates TCNetworkQoS and TerwayQoS, the real koordlet: the tree
+    of the tc policy goes, the TerwayQoS hook writes terway-qos's files for the pods of the
+    cgroup inventory, the network QoS round says who writes them; back to tc, the files go and
+    the tree comes back."""
+    pair = veth_namespaces(undo)
+    paths = cgroup_root_with_net_cls(tmp_path, undo, PATHS)
+    tree = PodTree.create(paths, CONTROLLERS, undo)
+    be_uid, be_pod, _ = tree.add_pod(KubeQOS.BESTEFFORT)
+    ls_uid, ls_pod, _ = tree.add_pod(KubeQOS.BURSTABLE)
+    slo = tmp_path / "nodeslo.yaml"
+    _nodeslo(slo, True)
+    folder = tmp_path / "terway" / "qos"
+    args = [
+        "--standalone", "--nodeslo-file", str(slo), "--cgroup-root-dir", paths.cgroup_root,
+        "--cgroup-kube-dir", f"{tree.prefix}/kubepods/",
+        "--feature-gates", "TCNetworkQoS=true,TerwayQoS=true",
+        "--runtime-hooks-terway-qos-dir", str(folder), "--runtime-hooks-reconcile-interval", "1s",
+        "--runtime-hooks-addr", "", "--enable-nri-runtime-hook=false",
+    ]  # fmt: skip
+
+    def htb() -> bool:
+        qdisc, _ = _tree(pair)
+        return qdisc is not None and qdisc.kind == "htb"
+
+    with koordlet_in(pair.a, args, tmp_path) as k:
+        k.until("the HTB tree", htb, timeout=30)
+        assert not folder.exists()
+        _nodeslo(slo, True, policy="terway-qos")
+        k.until("terway-qos's files", lambda: (folder / "pod.json").exists(), timeout=20)
+        k.until("the tree removed", lambda: not htb(), timeout=20)
+        # 100 Mbit/s = 12_500_000 byte/s; LS 60 % / 100 %, BE 10 % / 20 % of it; the ingress
+        # limits are the CRD's default 100 %
+        got = GlobalBpsConfig.from_text((folder / "global_bps_config").read_text())
+        assert got == GlobalBpsConfig(12_500_000, 12_500_000, 7_500_000, 12_500_000, 0,
+                                      12_500_000, 1_250_000, 2_500_000, 0, 12_500_000)  # fmt: skip
+        pods = parse_pod_config((folder / "pod.json").read_text())
+        assert {uid: (p.prio, p.cgroup_dir) for uid, p in pods.items()} == {
+            be_uid: (2, net_cls_dir(be_pod)),
+            ls_uid: (1, net_cls_dir(ls_pod)),
+        }
+        notes = k.json("/debug/qos")["strategies"]["netqos"]["last_round"]["detail"]["notes"]
+        assert notes[0].startswith("netQOSPolicy terway-qos: no tc tree; the TerwayQoS runtime")
+        hooks = k.json("/debug/runtimehooks")["reconciler"]["node_files"]["TerwayQoS"]
+        assert hooks["state"] == "netQOSPolicy terway-qos"
+        assert hooks["pods"] == 2
+        writes = k.json("/debug/audit?kind=write&limit=1000")["entries"]
+        assert {e["knob"] for e in writes if e["strategy"] == "runtimehooks/TerwayQoS"} == {
+            "TerwayQoS:global_bps_config",
+            "TerwayQoS:pod.json",
+        }
+
+        _nodeslo(slo, True)
+        k.until("the files removed", lambda: os.listdir(folder) == [], timeout=20)
+        k.until("the HTB tree back", htb, timeout=20)
 
 
 def test_the_tree_writer_takes_over_only_default_or_its_own_qdiscs(undo: Undo) -> None:

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 import yaml
 
+from apis.terway import TERWAY_QOS_DIR
 from koordlet.config import load_config
 from kubeclient import resources
 
@@ -132,6 +133,8 @@ def test_the_host_is_mounted_where_the_args_point() -> None:
     assert host[os.path.dirname(hooks.addr)] == os.path.dirname(hooks.host_endpoint)
     assert host[hooks.config_path.rstrip("/")] == "/etc/runtime/hookserver.d"
     assert host[hooks.var_run_root.rstrip("/")] == "/var/run"
+    assert host[hooks.terway_qos_dir] == TERWAY_QOS_DIR  # terway-qos's folder, upstream's mount
+    assert hooks.terway_qos_dir == "/host-var-lib/terway/qos"
 
 
 def _granted() -> set[tuple[str, str, str]]:
@@ -195,6 +198,8 @@ def test_the_reset_daemonset_runs_reset_on_the_koordlets_host_paths_and_state() 
     assert host[cfg.paths.cgroup_root.rstrip("/")] == "/sys/fs/cgroup"
     assert host[cfg.paths.sys_root.rstrip("/")] == "/sys"
     assert host[cfg.state_dir] == "/var/lib/koordlet"
+    # the originals journal names the TerwayQoS files by the paths the koordlet wrote
+    assert host[daemon.runtime_hooks.terway_qos_dir] == TERWAY_QOS_DIR
     assert (cfg.paths, cfg.state_dir, cfg.server.port) == (
         daemon.paths,
         daemon.state_dir,

@@ -162,6 +162,7 @@ SAMPLES: dict[str, tuple[str, Any, Any, Any]] = {
     "runtimeHooks.nriBackoffDuration": ("500ms", 0.5, 2, 2.0),
     "runtimeHooks.nriBackoffFactor": ("1.5", 1.5, 3, 3.0),
     "runtimeHooks.nriBackoffCap": ("1m", 60.0, "10s", 10.0),
+    "runtimeHooks.terwayQoSDir": ("/host-terway/qos/", "/host-terway/qos", "/t", "/t"),
 }
 
 

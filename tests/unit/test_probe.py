@@ -227,6 +227,19 @@ def test_a_cpu_with_rdt_but_no_resctrl_mount_is_told_to_mount_it(tmp_path: Path)
     assert probe_capabilities(host).supported("resctrl")
 
 
+def test_terway_qos_is_seen_by_the_bpf_maps_it_pins(tmp_path: Path) -> None:
+    """netQOSPolicy terway-qos: the files are the TerwayQoS hook's, the enforcement Terway's
+    terway-qos daemon's, which pins its maps in /sys/fs/bpf/terway (its pkg/bpf/manager.go)."""
+    host = v1_host(tmp_path)
+    caps = probe_capabilities(host)
+    assert not caps.supported("netqos_terway")
+    assert "nothing does" in caps["netqos_terway"].reason
+    put(Path(host.paths.sys("fs", "bpf", "terway", "qos_global")), "")
+    caps = probe_capabilities(host)
+    assert caps.supported("netqos_terway")
+    assert caps["netqos_terway"].path == host.paths.sys("fs", "bpf", "terway")
+
+
 def test_missing_psi_files_make_node_psi_unsupported(tmp_path: Path) -> None:
     host = v1_host(tmp_path)
     os.unlink(host.paths.proc("pressure", "io"))

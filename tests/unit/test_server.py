@@ -186,6 +186,7 @@ class Env:
     debug_allow_remote: bool = False
     audit: AuditLog | None = None
     qos: dict[str, Any] | None = None
+    runtimehooks: dict[str, Any] | None = None
 
     def audit_query(self, limit: int, strategy: str | None, kind: str | None) -> dict[str, Any]:
         assert self.audit is not None
@@ -203,6 +204,7 @@ class Env:
             tasks=self.supervisor.describe,
             audit=None if self.audit is None else self.audit_query,
             qos=None if self.qos is None else (lambda: self.qos or {}),
+            runtimehooks=None if self.runtimehooks is None else (lambda: self.runtimehooks or {}),
             debug_allow_remote=self.debug_allow_remote,
             max_query_window=3600.0,
             clock=lambda: NOW,
@@ -608,6 +610,19 @@ async def test_debug_qos_serves_the_manager_description(
     assert {"/debug/audit", "/debug/qos"} <= set(index["endpoints"])
 
 
+async def test_debug_runtimehooks_serves_the_hooks_description(env: Env) -> None:
+    env.runtimehooks = {"reconciler": {"node_files": {"TerwayQoS": {"files": {}}}}}
+    handle = await start_server(build_app(env.deps()), "127.0.0.1", 0)
+    try:
+        async with aiohttp.ClientSession() as session:
+            client = (session, f"http://127.0.0.1:{handle.port}")
+            assert await get_json(client, "/debug/runtimehooks") == env.runtimehooks
+            assert "/debug/runtimehooks" in (await get_json(client, "/debug"))["endpoints"]
+    finally:
+        await handle.stop()
+        await env.supervisor.stop(timeout=1.0)
+
+
 async def test_debug_audit_and_qos_are_404_without_their_sources(env: Env) -> None:
     env.audit, env.qos = None, None
     handle = await start_server(build_app(env.deps()), "127.0.0.1", 0)
@@ -616,6 +631,8 @@ async def test_debug_audit_and_qos_are_404_without_their_sources(env: Env) -> No
             client = (session, f"http://127.0.0.1:{handle.port}")
             assert "no audit log" in (await get_json(client, "/debug/audit", 404))["error"]
             assert "no QoS manager" in (await get_json(client, "/debug/qos", 404))["error"]
+            hooks = await get_json(client, "/debug/runtimehooks", 404)
+            assert "no runtime hooks" in hooks["error"]
     finally:
         await handle.stop()
         await env.supervisor.stop(timeout=1.0)
