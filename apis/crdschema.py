@@ -12,7 +12,8 @@ integer, number, boolean), ``properties``, ``required``, ``additionalProperties`
 schema), ``items``, ``enum``, ``nullable``, ``format`` (date-time, int-or-string, int32, int64),
 ``x-kubernetes-int-or-string``, ``x-kubernetes-preserve-unknown-fields``, ``anyOf``/``oneOf``/
 ``allOf``/``not``, ``pattern``, ``minimum``/``maximum`` (and exclusive), ``minLength``/
-``maxLength``, ``minItems``/``maxItems``, ``minProperties``/``maxProperties``.
+``maxLength``, ``minItems``/``maxItems``, ``minProperties``/``maxProperties``. ``date-time`` is
+kube-openapi's check (:func:`apis.timestamp.is_openapi_date_time`), looser than ``metav1.Time``.
 
 Two choices to know: a ``null`` where the schema is not ``nullable`` counts as absent (the API
 server prunes it), and a field the schema does not declare is an error by default (``strict``, as
@@ -26,11 +27,11 @@ import functools
 import re
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from apis.slo import SchemaError, read_document
+from apis.timestamp import is_openapi_date_time
 
 DEFAULT_CRD_DIR = Path(__file__).resolve().parents[1] / "packaging" / "kubernetes" / "crds"
 """The CRDs this repository installs (``packaging/kubernetes/crds``, next to the package)."""
@@ -230,15 +231,6 @@ def _is_type(value: object, want: str) -> bool:
     return got == want or (want == "number" and got == "integer")
 
 
-def _date_time(text: str) -> bool:
-    # RFC 3339 as Kubernetes writes it (``2024-01-02T03:04:05Z``, optional fraction and offset).
-    try:
-        datetime.fromisoformat(text.replace("Z", "+00:00").replace("z", "+00:00"))
-    except ValueError:
-        return False
-    return "T" in text.upper()
-
-
 @dataclass(slots=True)
 class _Walker:
     strict: bool
@@ -279,7 +271,7 @@ class _Walker:
             self.fail(path, f"must be at most {schema['maxLength']} characters")
         if "pattern" in schema and not re.search(schema["pattern"], value):
             self.fail(path, f"must match {schema['pattern']}, got {_short(value)}")
-        if schema.get("format") == "date-time" and not _date_time(value):
+        if schema.get("format") == "date-time" and not is_openapi_date_time(value):
             self.fail(path, f"must be an RFC 3339 date-time, got {_short(value)}")
 
     def check_number(self, schema: Mapping[str, Any], value: float, path: str) -> None:

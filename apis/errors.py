@@ -4,6 +4,7 @@
 
     FieldError                       source, field path, message; str() "source: field: message"
     ├── apis.slo.SchemaError         (also a ValueError) NodeSLO, ConfigMap, NodeMetric, CRD checks
+    ├── apis.timestamp.TimestampError   (also a ValueError) text that is no metav1.Time/MicroTime
     ├── koordlet.errors.ConfigError  bad flags, config file or NodeSLO file
     ├── manager.errors.InputError    (also a ValueError) a Node, NodeMetric or pod that does not fit
     ├── manager.webhook.profiles.ProfileError   (also a ValueError) a ClusterColocationProfile
@@ -18,7 +19,9 @@ being caught by an ``except ValueError`` written for something else.
 
 The notation parsers (:mod:`apis.quantity`, :mod:`apis.cpulist`, :mod:`apis.duration`,
 :mod:`apis.gobool`) raise a plain ``ValueError`` naming the bad text; the validator that knows the
-field wraps it in its :class:`FieldError` (``raise InputError(...) from err``).
+field wraps it in its :class:`FieldError` (``raise InputError(...) from err``). The timestamp
+parsers take the source and field from their caller and raise a ``TimestampError`` naming them;
+a caller with an error type of its own translates it the same way.
 """
 
 from __future__ import annotations

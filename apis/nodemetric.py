@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 from types import MappingProxyType
 from typing import Any
 
@@ -41,6 +41,7 @@ from apis.quantity import (
     resource_value,
 )
 from apis.slo import SchemaError, freeze, thaw
+from apis.timestamp import TimestampError, format_time, parse_time_datetime
 
 KIND = "NodeMetric"
 API_VERSION = SLO_API_VERSION
@@ -293,14 +294,12 @@ class _Reader:
     def time(self, value: object, path: str) -> datetime | None:
         if value is None:
             return None
-        if isinstance(value, datetime):
-            return value if value.tzinfo else value.replace(tzinfo=UTC)
-        text = self.string(value, path)
+        if not isinstance(value, datetime):
+            self.string(value, path)
         try:
-            parsed = datetime.fromisoformat(text.replace("Z", "+00:00"))
-        except ValueError:
-            raise self.fail(path, f"must be an RFC 3339 time, got {value!r}") from None
-        return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+            return parse_time_datetime(value)
+        except TimestampError as err:
+            raise self.fail(path, err.message) from err
 
     def aggregated(self, value: object, path: str) -> tuple[AggregatedUsage, ...]:
         out = []
@@ -471,11 +470,6 @@ def resource_map_json(rm: ResourceMap) -> dict[str, Any]:
     if rm.devices:
         out["devices"] = thaw(rm.devices)
     return out
-
-
-def format_time(when: datetime) -> str:
-    """``metav1.Time`` as JSON: RFC 3339 in UTC, whole seconds."""
-    return when.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _aggregated_json(entries: Sequence[AggregatedUsage]) -> list[dict[str, Any]]:

@@ -13,12 +13,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Any
 
 from apis.duration import parse_duration
 from apis.groups import SCHEDULING_API_VERSION
 from apis.slo import SchemaError
+from apis.timestamp import TimestampError, parse_time
 
 KIND = "PodMigrationJob"
 API_VERSION = SCHEDULING_API_VERSION
@@ -202,21 +202,14 @@ def parse_ref(raw: object, source: str, path: str) -> ObjectRef:
     )
 
 
-def parse_time(raw: object, source: str, path: str) -> float:
-    """An RFC 3339 ``metav1.Time`` in epoch seconds (0 when absent)."""
-    if raw in (None, ""):
+def _time(raw: object, source: str, path: str) -> float:
+    """A ``metav1.Time`` in epoch seconds (0 when absent)."""
+    if raw is None or raw == "":
         return 0.0
-    if isinstance(raw, datetime):
-        return raw.timestamp()
     try:
-        return datetime.fromisoformat(str(raw).replace("Z", "+00:00")).timestamp()
-    except ValueError as err:
-        raise _fail(source, path, f"not an RFC 3339 time: {raw!r}") from err
-
-
-def format_time(epoch: float) -> str:
-    """``metav1.Time`` as it marshals (whole seconds, UTC)."""
-    return datetime.fromtimestamp(epoch, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        return parse_time(raw)
+    except TimestampError as err:
+        raise _fail(source, path, err.message) from err
 
 
 def _parse_spec(raw: Mapping[str, Any], source: str) -> JobSpec:
@@ -292,7 +285,7 @@ def parse_job(obj: Mapping[str, Any], source: str = "") -> PodMigrationJob:
     return PodMigrationJob(
         name=name,
         uid=_str(meta.get("uid"), source, "metadata.uid") or name,
-        created=parse_time(meta.get("creationTimestamp"), source, "metadata.creationTimestamp"),
+        created=_time(meta.get("creationTimestamp"), source, "metadata.creationTimestamp"),
         annotations={
             str(k): str(v)
             for k, v in _map(meta.get("annotations"), source, "metadata.annotations").items()

@@ -32,11 +32,11 @@ import json
 import random
 import sys
 import time
-from datetime import UTC, datetime
 from typing import Any
 
 from apis.groups import SLO_API_VERSION
 from apis.podmigrationjob import parse_job
+from apis.timestamp import format_time
 from descheduler.cluster import Cluster, build_cluster
 from descheduler.config import parse_config
 from descheduler.migration.arbitrator import Arbitrator
@@ -45,10 +45,6 @@ from descheduler.rounds import Descheduler
 RS_COUNT = 1000
 """ReplicaSets at full size (fewer on a small cluster: at least 55 replicas each)."""
 NOW = 1_800_000_000.0
-
-
-def _ts(epoch: float) -> str:
-    return datetime.fromtimestamp(epoch, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def build(nodes: int, per_node: int, hot: float, rng: random.Random) -> Cluster:
@@ -64,7 +60,7 @@ def build(nodes: int, per_node: int, hot: float, rng: random.Random) -> Cluster:
         for r in range(sets)
     ]
     containers = [{"name": "main", "resources": {"requests": {"cpu": "250m", "memory": "1Gi"}}}]
-    created = _ts(NOW - 86400)
+    created = format_time(NOW - 86400)
     conditions = [{"type": "Ready", "status": "True"}]
     cold_share = 0.2
     for n in range(nodes):
@@ -138,7 +134,7 @@ def build(nodes: int, per_node: int, hot: float, rng: random.Random) -> Cluster:
                 "kind": "NodeMetric",
                 "metadata": {"name": name},
                 "status": {
-                    "updateTime": _ts(NOW - 30),
+                    "updateTime": format_time(NOW - 30),
                     "nodeMetric": {
                         "nodeUsage": {"resources": {"cpu": "1", "memory": "1Gi"}},
                         "systemUsage": {"resources": {"cpu": "500m", "memory": "2Gi"}},
@@ -219,7 +215,7 @@ def arbitration_figures(cluster: Cluster, jobs: int, rng: random.Random) -> dict
                 "metadata": {
                     "name": f"job-{i}",
                     "uid": f"uid-job-{i}",
-                    "creationTimestamp": _ts(NOW - rng.randint(0, 600)),
+                    "creationTimestamp": format_time(NOW - rng.randint(0, 600)),
                 },
                 "spec": {"podRef": {"namespace": pod.namespace, "name": pod.name, "uid": pod.uid}},
             }

@@ -33,6 +33,7 @@ from typing import Any
 
 from apis.configuration import SLOControllerConfig, parse_slo_controller_config
 from apis.manager_keys import EXTENDED_RESOURCES
+from apis.timestamp import format_time
 from manager.noderesource.calculator import calculate, decide_update
 from manager.noderesource.inputs import parse_node, parse_node_metric, parse_pod_list
 
@@ -90,7 +91,7 @@ def _metric(
         "kind": "NodeMetric",
         "metadata": {"name": node},
         "status": {
-            "updateTime": (NOW - timedelta(seconds=30)).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "updateTime": format_time(NOW - timedelta(seconds=30)),
             "nodeMetric": {
                 "nodeUsage": _usage(total_cpu + 2000, total_mem + (4 << 30)),
                 "systemUsage": _usage(2000, 4 << 30),
@@ -179,7 +180,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         load = 3.0 if i in changed else rng.uniform(0.98, 1.02)
         # the same pods keep their metrics; only the usage moves
         state.metric = _metric(random.Random(i), state.node["metadata"]["name"], state.pods, load)
-        state.metric["status"]["updateTime"] = later.strftime("%Y-%m-%dT%H:%M:%SZ")
+        state.metric["status"]["updateTime"] = format_time(later)
     start = time.process_time()
     writes = full_pass(cluster, cfg, later)
     pass_ms = (time.process_time() - start) * 1000

@@ -56,7 +56,6 @@ import statistics
 import sys
 import time
 from collections.abc import Mapping, Sequence
-from datetime import UTC, datetime
 from typing import Any
 
 import aiohttp
@@ -65,6 +64,7 @@ from aiohttp import web
 from apis.extension import ANNOTATION_CPU_TOPOLOGY, LABEL_POD_QOS
 from apis.kubernetes_keys import LABEL_HOSTNAME, LABEL_TOPOLOGY_ZONE
 from apis.manager_keys import BATCH_CPU, BATCH_MEMORY
+from apis.timestamp import format_time
 from bench._stats import percentile
 from scheduler_plugins.extender import Extender, make_app
 from scheduler_plugins.framework import num_feasible_nodes_to_find
@@ -75,10 +75,6 @@ from scheduler_plugins.table import EXTENDER_PLUGINS, build_framework
 ZONE = LABEL_TOPOLOGY_ZONE
 ZONES = 10
 APPS = 20
-
-
-def _ts(epoch: float) -> str:
-    return datetime.fromtimestamp(epoch, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _topology(name: str) -> dict[str, Any]:
@@ -168,7 +164,7 @@ def cluster(nodes: int, pods_per_node: int, seed: int = 7) -> list[dict[str, Any
                             {
                                 "type": "PodScheduled",
                                 "status": "True",
-                                "lastTransitionTime": _ts(now - (5 if recent else 3600)),
+                                "lastTransitionTime": format_time(now - (5 if recent else 3600)),
                             }
                         ],
                     },
@@ -189,7 +185,7 @@ def cluster(nodes: int, pods_per_node: int, seed: int = 7) -> list[dict[str, Any
                 "metadata": {"name": name},
                 "spec": {"metricCollectPolicy": {"reportIntervalSeconds": 60}},
                 "status": {
-                    "updateTime": _ts(now - 10),
+                    "updateTime": format_time(now - 10),
                     "nodeMetric": {
                         "nodeUsage": {
                             "resources": {

@@ -19,10 +19,10 @@ import argparse
 import logging
 import sys
 from collections.abc import Sequence
-from datetime import datetime
 from pathlib import Path
 
 from apis.gobool import parse_go_bool
+from apis.timestamp import TimestampError, parse_time
 from descheduler.cluster import load_cluster
 from descheduler.config import DeschedulerConfig, default_config, load_config
 from descheduler.errors import ConfigError, InputError
@@ -75,9 +75,9 @@ def _parse_now(text: str | None) -> float | None:
     if text is None:
         return None
     try:
-        return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
-    except ValueError as err:
-        raise ConfigError("--now", "", f"not an RFC 3339 time: {text!r}") from err
+        return parse_time(text)
+    except TimestampError as err:
+        raise ConfigError("--now", "", err.message) from err
 
 
 def _check_rounds(rounds: int | None) -> None:

@@ -29,7 +29,7 @@ from apis.descheduler_keys import (
 from apis.extension import KUBE_QOS_TO_QOS, LABEL_POD_QOS, KubeQOS, QoSClass
 from apis.priority import pod_priority_class_with_default
 from apis.quantity import resource_value
-from scheduler_plugins.snapshot import PodInfo, parse_time
+from scheduler_plugins.snapshot import PodInfo, optional_time
 
 INT32_MAX = 2**31 - 1
 
@@ -83,9 +83,9 @@ def _created(text: Any, key: str) -> float | None:
             return hit
         if len(_TIMES) > 100_000:
             _TIMES.clear()
-        value = _TIMES[text] = parse_time(text, key, "metadata.creationTimestamp")
+        value = _TIMES[text] = optional_time(text, key, "metadata.creationTimestamp")
         return value
-    return parse_time(text, key, "metadata.creationTimestamp")
+    return optional_time(text, key, "metadata.creationTimestamp")
 
 
 def _text(value: Any) -> str:

@@ -14,7 +14,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from apis.podmigrationjob import PodMigrationJob, format_time
+from apis.podmigrationjob import PodMigrationJob
+from apis.timestamp import format_time
 from descheduler.cluster import Cluster
 from descheduler.config import DeschedulerConfig
 from descheduler.errors import ConfigError

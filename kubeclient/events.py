@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 
+from apis.timestamp import format_time
 from kubeclient.client import Obj
 
 DEFAULT_NAMESPACE = "default"
@@ -31,7 +32,7 @@ def core_event(
     them, ``namespace``, ``uid``, ``resourceVersion``), first and last seen ``now`` (wall-clock
     seconds; default the current time), counted once."""
     stamp_ns = time.time_ns() if now is None else int(now * 1e9)
-    stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(stamp_ns / 1e9))
+    stamp = format_time(stamp_ns // 1_000_000_000)
     ref = {k: v for k, v in involved.items() if v not in ("", None)}
     source = {"component": component, **({"host": host} if host else {})}
     return {

@@ -24,9 +24,9 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any
 
+from apis.timestamp import format_micro_time
 from kubeclient.client import KubeClient, Obj
 from kubeclient.errors import ApiError, KubeError, NotFound
 from kubeclient.resources import LEASES
@@ -61,11 +61,6 @@ def identity() -> str:
     ``$POD_NAME`` when set), ``_`` and a UUID, so a restarted replica is a new candidate."""
     host = os.environ.get("POD_NAME") or socket.gethostname()
     return f"{host}_{uuid.uuid4()}"
-
-
-def micro_time(ts: float) -> str:
-    """``metav1.MicroTime`` JSON: RFC 3339 with microseconds, UTC."""
-    return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 class LeaderElector:
@@ -134,8 +129,8 @@ class LeaderElector:
         return {
             "holderIdentity": cfg.identity,
             "leaseDurationSeconds": int(cfg.lease_duration),
-            "acquireTime": old.get("acquireTime") if mine else micro_time(now_wall),
-            "renewTime": micro_time(now_wall),
+            "acquireTime": old.get("acquireTime") if mine else format_micro_time(now_wall),
+            "renewTime": format_micro_time(now_wall),
             "leaseTransitions": transitions if mine or not old else transitions + 1,
         }
 

@@ -27,6 +27,7 @@ from datetime import UTC, datetime
 
 from apis.configuration import parse_slo_controller_config
 from apis.slo import SchemaError, read_document
+from apis.timestamp import TimestampError, parse_time_datetime
 from kubeclient.flags import SuggestingParser
 from manager.errors import InputError
 from manager.explain import to_json, to_text
@@ -35,7 +36,6 @@ from manager.noderesource.inputs import (
     parse_node,
     parse_node_metric,
     parse_pod_list,
-    parse_time,
 )
 
 EXIT_BAD_INPUT = 2
@@ -100,9 +100,16 @@ def _explain_main(argv: Sequence[str]) -> int:
         return EXIT_BAD_INPUT
 
 
+def _flag_time(text: str, flag: str) -> datetime:
+    try:
+        return parse_time_datetime(text)
+    except TimestampError as err:
+        raise InputError(flag, "", err.message) from err
+
+
 def _explain(args: argparse.Namespace) -> int:
-    now = datetime.now(UTC) if args.now is None else parse_time(args.now, "--now", "")
-    last = None if args.last_update is None else parse_time(args.last_update, "--last-update", "")
+    now = datetime.now(UTC) if args.now is None else _flag_time(args.now, "--now")
+    last = None if args.last_update is None else _flag_time(args.last_update, "--last-update")
     node = parse_node(read_document(args.node), args.node)
     metric = parse_node_metric(read_document(args.node_metric), args.node_metric)
     pods = parse_pod_list(read_document(args.pods), args.pods)

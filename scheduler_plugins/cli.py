@@ -32,13 +32,13 @@ import json
 import logging
 import sys
 from collections.abc import Sequence
-from datetime import datetime
 from pathlib import Path
 
 import yaml
 
 from apis.duration import parse_duration
 from apis.gobool import parse_go_bool
+from apis.timestamp import TimestampError, parse_time
 from kubeclient.flags import SuggestingParser
 from scheduler_plugins.config import SchedulerConfig, load_config, parse_feature_gates
 from scheduler_plugins.errors import InputError
@@ -152,9 +152,9 @@ def _parse_now(text: str | None) -> float | None:
     if text is None:
         return None
     try:
-        return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
-    except ValueError as err:
-        raise InputError("--now", "", f"not an RFC 3339 time: {text!r}") from err
+        return parse_time(text)
+    except TimestampError as err:
+        raise InputError("--now", "", err.message) from err
 
 
 def _split_addr(addr: str) -> tuple[str, int]:

@@ -39,9 +39,9 @@ import socket
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any
 
+from apis.timestamp import format_micro_time, format_time
 from kubeclient.client import PatchType
 from kubeclient.errors import KubeError, NotFound
 from kubeclient.resources import EVENTS_V1, PODS
@@ -65,16 +65,6 @@ REASON_SCHEDULER_ERROR = "SchedulerError"
 FAILED_SCHEDULING = "FailedScheduling"
 SCHEDULED = "Scheduled"
 PREEMPTED = "Preempted"
-
-
-def micro_time(epoch: float) -> str:
-    """``metav1.MicroTime`` as it is serialized (RFC 3339, microseconds, UTC)."""
-    return datetime.fromtimestamp(epoch, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
-def rfc3339(epoch: float) -> str:
-    """``metav1.Time`` (seconds)."""
-    return datetime.fromtimestamp(epoch, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def truncate_note(note: str) -> str:
@@ -205,7 +195,7 @@ class EventRecorder:
                 "name": f"{ref.get('name', '')}.{time.time_ns():x}",
                 "namespace": namespace,
             },
-            "eventTime": micro_time(now),
+            "eventTime": format_micro_time(now),
             "reportingController": self.controller,
             "reportingInstance": self.instance,
             "action": action,
@@ -248,7 +238,7 @@ class EventRecorder:
             if cached.count > 1:
                 series = {
                     "count": cached.count,
-                    "lastObservedTime": micro_time(cached.last_observed),
+                    "lastObservedTime": format_micro_time(cached.last_observed),
                 }
                 try:
                     await self.client.patch(
@@ -302,7 +292,7 @@ class PodConditions:
         since = (
             str(old["lastTransitionTime"])
             if old is not None and old.get("status") == "False" and old.get("lastTransitionTime")
-            else rfc3339(self.clock())
+            else format_time(self.clock())
         )
         condition = {
             "type": CONDITION_POD_SCHEDULED,

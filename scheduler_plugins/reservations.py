@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Mapping
-from datetime import UTC, datetime
 from typing import Any
 
 from apis.duration import parse_duration
@@ -38,8 +37,9 @@ from apis.scheduling_keys import (
     ANNOTATION_RESERVATION_NODE,
     ANNOTATION_RESERVE_POD,
 )
+from apis.timestamp import format_time
 from scheduler_plugins.errors import InputError
-from scheduler_plugins.snapshot import PodInfo, ResourceList, parse_pod, parse_time
+from scheduler_plugins.snapshot import PodInfo, ResourceList, optional_time, parse_pod
 
 DEFAULT_SCHEDULER_NAME = "default-scheduler"
 """``corev1.DefaultSchedulerName``: the template's scheduler when it names none."""
@@ -52,11 +52,6 @@ CONDITION_READY = "Ready"
 REASON_SCHEDULED = "Scheduled"
 REASON_UNSCHEDULABLE = "Unschedulable"
 REASON_AVAILABLE = "Available"
-
-
-def rfc3339(epoch: float) -> str:
-    """``metav1.Time`` as the API server writes it (seconds)."""
-    return datetime.fromtimestamp(epoch, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def scheduler_name_of_reservation(obj: Mapping[str, Any]) -> str:
@@ -79,10 +74,10 @@ def expired(obj: Mapping[str, Any], now: float) -> bool:
     """Past ``spec.expires``, else past ``creationTimestamp + spec.ttl`` (24 h; 0: never)."""
     where = f"Reservation {_name(obj)}"
     spec = obj.get("spec") or {}
-    expires = parse_time(spec.get("expires"), where, "spec.expires")
+    expires = optional_time(spec.get("expires"), where, "spec.expires")
     if expires is not None:
         return now >= expires
-    created = parse_time(
+    created = optional_time(
         (obj.get("metadata") or {}).get("creationTimestamp"), where, "metadata.creationTimestamp"
     )
     try:
@@ -162,7 +157,7 @@ def available_status(
     ``SetReservationAvailable``); ``requests``: its reserve pod's."""
     status = dict(obj.get("status") or {})
     status.pop("allocated", None)
-    stamp = rfc3339(now)
+    stamp = format_time(now)
     status.update(
         {
             "phase": PHASE_AVAILABLE,
@@ -196,7 +191,7 @@ def unschedulable_status(obj: Mapping[str, Any], message: str, now: float) -> di
     with reason ``Unschedulable`` and ``message`` (kept True when it was True)."""
     status = dict(obj.get("status") or {})
     conditions = [dict(c) for c in status.get("conditions") or [] if isinstance(c, Mapping)]
-    stamp = rfc3339(now)
+    stamp = format_time(now)
     found = next((c for c in conditions if c.get("type") == CONDITION_SCHEDULED), None)
     if found is None:
         conditions.append(

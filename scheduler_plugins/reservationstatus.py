@@ -32,6 +32,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, NoReturn
 
 from apis.scheduling_keys import ANNOTATION_RESERVATION_ALLOCATED
+from apis.timestamp import format_time
 from kubeclient.errors import KubeError, NotFound
 from kubeclient.resources import RESERVATIONS
 from kubeclient.writes import update_status
@@ -42,7 +43,6 @@ from scheduler_plugins.reservations import (
     available_status,
     format_resources,
     is_pending,
-    rfc3339,
     uid_of_reservation,
     unschedulable_status,
 )
@@ -168,7 +168,7 @@ def owners_status(obj: Mapping[str, Any], snapshot: Snapshot, now: float) -> dic
     allocate_once = (obj.get("spec") or {}).get("allocateOnce", True) is not False
     if allocate_once:
         new["phase"] = PHASE_SUCCEEDED
-        stamp = rfc3339(now)
+        stamp = format_time(now)
         conditions = [dict(c) for c in status.get("conditions") or [] if isinstance(c, Mapping)]
         ready = next((c for c in conditions if c.get("type") == CONDITION_READY), None)
         if ready is None:

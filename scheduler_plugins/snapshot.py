@@ -24,7 +24,6 @@ import json
 from bisect import bisect_right
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +37,7 @@ from apis.priority import pod_priority_class_with_default
 from apis.quantity import resource_value
 from apis.scheduling_keys import ANNOTATION_KUBELET_CPU_MANAGER_POLICY, ANNOTATION_POD_CPU_ALLOCS
 from apis.slo import SchemaError
+from apis.timestamp import TimestampError, parse_time
 from scheduler_plugins.clusterobjects import (
     ClaimInfo,
     DisruptionBudget,
@@ -92,16 +92,15 @@ def add_into(total: ResourceList, extra: Mapping[str, int], sign: int = 1) -> No
         total[name] = total.get(name, 0) + sign * value
 
 
-def parse_time(text: Any, source: str, where: str) -> float | None:
-    """An RFC 3339 timestamp as epoch seconds; ``None`` when absent."""
-    if text in (None, ""):
+def optional_time(raw: Any, source: str, where: str) -> float | None:
+    """A ``metav1.Time`` field (:func:`apis.timestamp.parse_time`) in epoch seconds; ``None``
+    when absent or empty. Raises :class:`InputError`."""
+    if raw is None or raw == "":
         return None
-    if isinstance(text, datetime):
-        return text.timestamp()
     try:
-        return datetime.fromisoformat(str(text).replace("Z", "+00:00")).timestamp()
-    except ValueError as err:
-        raise InputError(source, where, f"not an RFC 3339 time: {text!r}") from err
+        return parse_time(raw)
+    except TimestampError as err:
+        raise InputError(source, where, err.message) from err
 
 
 def _map(raw: Any, source: str, where: str) -> dict[str, Any]:
@@ -256,15 +255,15 @@ def parse_pod(obj: Mapping[str, Any], source: str, where: str = "") -> PodInfo:
     scheduled_at = None
     for i, cond in enumerate(_list(status.get("conditions"), source, prefix + "status.conditions")):
         if isinstance(cond, Mapping) and cond.get("type") == "PodScheduled":
-            scheduled_at = parse_time(
+            scheduled_at = optional_time(
                 cond.get("lastTransitionTime"),
                 source,
                 f"{prefix}status.conditions[{i}].lastTransitionTime",
             )
     if scheduled_at is None:
-        scheduled_at = parse_time(status.get("startTime"), source, prefix + "status.startTime")
+        scheduled_at = optional_time(status.get("startTime"), source, prefix + "status.startTime")
     if scheduled_at is None:
-        scheduled_at = parse_time(
+        scheduled_at = optional_time(
             meta.get("creationTimestamp"), source, prefix + "metadata.creationTimestamp"
         )
     owners = tuple(

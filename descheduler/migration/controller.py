@@ -73,11 +73,11 @@ from apis.podmigrationjob import (
     JobStatus,
     ObjectRef,
     PodMigrationJob,
-    format_time,
     parse_job,
     status_json,
     with_condition,
 )
+from apis.timestamp import format_time
 from descheduler.cluster import Cluster
 from descheduler.migration.args import MigrationControllerArgs
 from descheduler.migration.evicting import EvictionError, PodEvicter

@@ -26,7 +26,6 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from apis.device import (
@@ -48,6 +47,7 @@ from apis.device import (
     parse_device,
 )
 from apis.slo import SchemaError
+from apis.timestamp import format_time
 from koordlet.collectors.gpu import INFO_KEY, GPUDevices, GPUState
 from koordlet.metriccache import MetricCache
 from kubeclient.errors import ApiError, Conflict, NotFound
@@ -60,11 +60,6 @@ logger = logging.getLogger(__name__)
 
 OWNED_LABELS = (LABEL_GPU_VENDOR, LABEL_GPU_MODEL, LABEL_GPU_DRIVER_VERSION)
 """The Device labels the koordlet owns: set, replaced or removed by it alone."""
-
-
-def rfc3339(seconds: float) -> str:
-    """``metav1.Time`` text: UTC, whole seconds (``2024-05-01T10:00:00Z``)."""
-    return datetime.fromtimestamp(int(seconds), UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def device_labels(devices: GPUDevices) -> dict[str, str]:
@@ -98,7 +93,7 @@ def build_device(node: Obj, devices: GPUDevices, previous: Device | None, now: f
     ``previous`` (what the server holds) keeps each condition's transition time."""
     meta = node.get("metadata") or {}
     before = {d.uuid: d for d in previous.devices} if previous is not None else {}
-    at = rfc3339(now)
+    at = format_time(now)
     entries = []
     for gpu in sorted(devices.gpus, key=lambda g: g.minor):
         place = gpu.place

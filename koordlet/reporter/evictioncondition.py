@@ -27,7 +27,6 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from apis.node_conditions import (
@@ -36,6 +35,7 @@ from apis.node_conditions import (
     REASON_BE_EVICTION_COOLED_DOWN,
     REASON_EVICTING_BE_PODS,
 )
+from apis.timestamp import format_time
 from koordlet.qos.evictor import Outcome
 from kubeclient.backoff import Backoff
 from kubeclient.errors import ApiError
@@ -59,11 +59,6 @@ DEFAULT_COOL_DOWN = 300.0
 down``)."""
 
 
-def rfc3339(seconds: float) -> str:
-    """``metav1.Time`` text: UTC, whole seconds."""
-    return datetime.fromtimestamp(int(seconds), UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
 def condition_of(node: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
     """The Node's ``koordinator.sh/BEEvictionPressure`` condition, or None."""
     status = (node or {}).get("status")
@@ -84,7 +79,7 @@ def with_condition(
     old = next((c for c in conditions if c.get("type") == CONDITION_BE_EVICTION_PRESSURE), None)
     if old is not None and old.get("status") == want and old.get("reason") == reason:
         return None
-    stamp = rfc3339(now)
+    stamp = format_time(now)
     same = old is not None and old.get("status") == want
     new = {
         "type": CONDITION_BE_EVICTION_PRESSURE,
@@ -191,7 +186,7 @@ class EvictionCondition:
         if want:
             remaining = self.cool_down - (self._clock() - (self.last_eviction or 0.0))
             if self.written is not True or self._node_status() != "True":
-                until = rfc3339(self._wall() + remaining)
+                until = format_time(self._wall() + remaining)
                 await self._write(
                     True,
                     REASON_EVICTING_BE_PODS,

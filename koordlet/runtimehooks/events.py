@@ -13,6 +13,7 @@ import logging
 import time
 from typing import TYPE_CHECKING, Any, Protocol
 
+from apis.timestamp import format_time
 from kubeclient.errors import ApiError
 from kubeclient.resources import EVENTS
 
@@ -66,7 +67,7 @@ class KubeEventSink:
 
     async def _create(self, pod: PodMeta, reason: str, message: str) -> None:
         now = time.time()
-        stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now))
+        stamp = format_time(now)
         event: dict[str, Any] = {
             "apiVersion": "v1",
             "kind": "Event",

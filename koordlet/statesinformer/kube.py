@@ -36,7 +36,6 @@ import tempfile
 import time
 from collections.abc import Callable, Coroutine, Iterable, Mapping
 from dataclasses import dataclass, replace
-from datetime import datetime
 from types import MappingProxyType
 from typing import Any, NoReturn
 
@@ -55,6 +54,7 @@ from apis.slo import API_VERSION as NODESLO_API_VERSION
 from apis.slo import KIND as NODESLO_KIND
 from apis.slo import SchemaError
 from apis.slo_inforce import NodeSLOInForce, Rejection, node_slo_in_force
+from apis.timestamp import TimestampError, parse_time
 from koordlet.statesinformer.hostapps import host_app_info
 from koordlet.statesinformer.model import ContainerInfo, HostAppInfo, PodInfo
 from koordlet.system.cgroups import CgroupLayout
@@ -202,8 +202,8 @@ def _created_at(meta: Obj) -> float | None:
     if not isinstance(raw, str):
         return None
     try:
-        return datetime.fromisoformat(raw.replace("Z", "+00:00")).timestamp()
-    except ValueError:
+        return parse_time(raw)
+    except TimestampError:
         return None
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 from apis import nodemetric
@@ -189,19 +189,6 @@ def numa_nodes_of(annotations: object) -> tuple[int, ...]:
         if isinstance(node, int) and not isinstance(node, bool):
             nodes.append(node)
     return tuple(nodes)
-
-
-def parse_time(value: object, source: str, path: str) -> datetime:
-    """An RFC 3339 time (``2024-05-01T10:00:00Z``) as an aware datetime."""
-    if isinstance(value, datetime):
-        return value if value.tzinfo else value.replace(tzinfo=UTC)
-    if not isinstance(value, str):
-        raise InputError(source, path, f"must be an RFC 3339 time, got {value!r}")
-    try:
-        parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        raise InputError(source, path, f"must be an RFC 3339 time, got {value!r}") from None
-    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
 
 
 def parse_node(obj: object, source: str) -> NodeView:

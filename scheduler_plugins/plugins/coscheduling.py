@@ -37,7 +37,7 @@ from apis.scheduling_keys import (
 )
 from scheduler_plugins.args import ArgsReader
 from scheduler_plugins.framework import Cycle, Plugin
-from scheduler_plugins.snapshot import PodInfo, parse_time
+from scheduler_plugins.snapshot import PodInfo, optional_time
 
 NAME = "Coscheduling"
 DEFAULT_WAIT_S = 600.0
@@ -123,7 +123,7 @@ class Coscheduling(Plugin):
                 t
                 for p in members
                 if (
-                    t := parse_time(
+                    t := optional_time(
                         (p.raw.get("metadata") or {}).get("creationTimestamp"), p.key, ""
                     )
                 )

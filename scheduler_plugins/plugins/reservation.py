@@ -67,8 +67,8 @@ from scheduler_plugins.snapshot import (
     PodInfo,
     ResourceList,
     Snapshot,
+    optional_time,
     parse_resource_list,
-    parse_time,
 )
 
 NAME = "Reservation"
@@ -154,9 +154,9 @@ def _parse_held(name: str, obj: Mapping[str, Any]) -> _Held | None:
     node = str(status.get("nodeName") or "")
     if status.get("phase") != "Available" or not node:
         return None
-    deadline = parse_time(spec.get("expires"), where, "spec.expires")
+    deadline = optional_time(spec.get("expires"), where, "spec.expires")
     if deadline is None:
-        created = parse_time(meta.get("creationTimestamp"), where, "metadata.creationTimestamp")
+        created = optional_time(meta.get("creationTimestamp"), where, "metadata.creationTimestamp")
         try:
             ttl = parse_duration(str(spec["ttl"])) if spec.get("ttl") is not None else DEFAULT_TTL_S
         except ValueError:

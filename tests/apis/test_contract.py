@@ -29,10 +29,23 @@ PARSERS = frozenset(
         "format_duration",
         "parse_bool",
         "parse_go_bool",
+        "parse_time",
+        "parse_time_datetime",
+        "parse_micro_time",
+        "format_time",
+        "format_micro_time",
+        "is_openapi_date_time",
+        "rfc3339",
+        "micro_time",
     }
 )
-"""Functions of apis.quantity, apis.cpulist, apis.duration and apis.gobool (or their old
-copies' names) that nothing else may define."""
+"""Functions of apis.quantity, apis.cpulist, apis.duration, apis.gobool and apis.timestamp (or
+their old copies' names) that nothing else may define."""
+TIME_CALLS = frozenset({"fromisoformat", "isoformat"})
+"""``datetime`` methods that read or write ISO 8601, which is not Go's RFC 3339 (apis.timestamp's
+docstring lists the differences)."""
+TIME_LAYOUT = re.compile(r"%Y-%m-%d|%Y%m%d")
+"""A ``strftime``/``strptime`` layout that spells a Kubernetes timestamp by hand."""
 
 
 def _sources() -> list[Path]:
@@ -76,11 +89,32 @@ def test_no_second_parser_outside_apis() -> None:
                 found.append(f"{path.relative_to(ROOT)}:{node.lineno}: def {node.name}")
             if isinstance(node, ast.Constant) and node.value in ("TRUE", "\u00b5s", "Ki"):
                 found.append(f"{path.relative_to(ROOT)}:{node.lineno}: {node.value!r}")
-    assert found == [], "use apis.quantity/cpulist/duration/gobool:\n" + "\n".join(found)
+    assert found == [], "use apis.quantity/cpulist/duration/gobool/timestamp:\n" + "\n".join(found)
+
+
+def test_no_timestamp_read_or_written_by_hand_outside_apis_timestamp() -> None:
+    # apis/ too: its models read and write through apis.timestamp like everyone else
+    models = [p for p in (ROOT / "apis").rglob("*.py") if p.name != "timestamp.py"]
+    found = []
+    for path in [*_sources(), *models]:
+        tree = ast.parse(path.read_text(), str(path))
+        skip = _docstrings(tree)
+        for node in ast.walk(tree):
+            where = f"{path.relative_to(ROOT)}:{getattr(node, 'lineno', 0)}"
+            if isinstance(node, ast.Attribute) and node.attr in TIME_CALLS:
+                found.append(f"{where}: .{node.attr}")
+            if (
+                isinstance(node, ast.Constant)
+                and isinstance(node.value, str)
+                and id(node) not in skip
+                and TIME_LAYOUT.search(node.value)
+            ):
+                found.append(f"{where}: {node.value!r}")
+    assert found == [], "use apis.timestamp (parse_time, format_time, ...):\n" + "\n".join(found)
 
 
 @pytest.mark.parametrize(
-    "module", ["apis.quantity", "apis.cpulist", "apis.duration", "apis.gobool"]
+    "module", ["apis.quantity", "apis.cpulist", "apis.duration", "apis.gobool", "apis.timestamp"]
 )
 def test_each_notation_has_its_one_module(module: str) -> None:
     path = ROOT / (module.replace(".", "/") + ".py")
