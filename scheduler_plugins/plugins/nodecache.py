@@ -24,15 +24,19 @@ class Changes:
 
     def __init__(self) -> None:
         self._token: tuple[int, int] | None = None
+        self.new_snapshot = False
+        """Whether the last poll saw another snapshot than the poll before it (or was the
+        first): per-node values keyed by generation must then be dropped, not revalidated."""
 
     def poll(self, snap: Snapshot) -> set[str] | None:
         """The nodes changed since the last poll (empty: none); ``None`` when everything must
         be rebuilt (first poll, another snapshot, a gap in the log, a change not one node's)."""
         token = (id(snap), snap.generation)
+        self.new_snapshot = self._token is None or self._token[0] != id(snap)
         if token == self._token:
             return set()
         names = None
-        if self._token is not None and self._token[0] == id(snap):
+        if self._token is not None and not self.new_snapshot:
             names = snap.changed_since(self._token[1])
         self._token = token
         return names

@@ -1,0 +1,25 @@
+"""The plugins' shared per-node bookkeeping (scheduler_plugins.plugins.nodecache): the change-log
+cursor tells a new snapshot from a change on the same one."""
+
+from __future__ import annotations
+
+from scheduler_plugins.plugins.nodecache import Changes
+from scheduler_plugins.snapshot import parse_pod
+from tests.scheduler.builders import node, pod
+from tests.scheduler.helpers import snapshot_of
+
+
+def test_the_cursor_names_the_changed_nodes_and_tells_a_new_snapshot_apart() -> None:
+    snap = snapshot_of(node("n1"), node("n2"))
+    changes = Changes()
+    assert changes.poll(snap) is None
+    assert changes.new_snapshot
+    assert changes.poll(snap) == set()
+    assert not changes.new_snapshot
+    snap.assume(parse_pod(pod("p1", requests={"cpu": "1"}), "test"), "n2")
+    assert changes.poll(snap) == {"n2"}
+    assert not changes.new_snapshot
+    other = snapshot_of(node("n1"))
+    assert changes.poll(other) is None
+    assert changes.new_snapshot
+
