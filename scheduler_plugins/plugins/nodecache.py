@@ -68,6 +68,24 @@ class NodeMemo(Generic[_V]):
         table[node.name] = (node, node.generation, value)
         return value
 
+    def values(
+        self, shape: Hashable, nodes: Sequence[NodeInfo], compute: Callable[[NodeInfo], _V]
+    ) -> dict[str, _V]:
+        """``{node name: value}`` for each of ``nodes``, computed where missing or stale (a
+        plugin's ``score_nodes``)."""
+        table = self.table(shape)
+        out: dict[str, _V] = {}
+        for node in nodes:
+            name = node.name
+            hit = table.get(name)
+            if hit is not None and hit[0] is node and hit[1] == node.generation:
+                out[name] = hit[2]
+                continue
+            value = compute(node)
+            table[name] = (node, node.generation, value)
+            out[name] = value
+        return out
+
     def clear(self) -> None:
         """Forget everything."""
         self._tables.clear()

@@ -202,18 +202,7 @@ class NodeResourcesFit(Plugin):
             nz_cpu if r == "cpu" else nz_mem if r == "memory" else pod.requests.get(r, 0)
             for r, _ in weights
         )
-        table = self._scores.table(want)
-        out: dict[str, int] = {}
-        for node in nodes:
-            name = node.name
-            hit = table.get(name)
-            if hit is not None and hit[0] is node and hit[1] == node.generation:
-                out[name] = hit[2]
-                continue
-            s = self._score(node, weights, want)
-            table[name] = (node, node.generation, s)
-            out[name] = s
-        return out
+        return self._scores.values(want, nodes, lambda node: self._score(node, weights, want))
 
     def _score(
         self, node: NodeInfo, weights: Sequence[tuple[str, int]], want: Sequence[int]
