@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import os
 import platform
 import signal
@@ -56,6 +55,7 @@ from typing import Any, NamedTuple
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from bench._stats import print_result
 from bench._trees import BenchTree, exit_on_sigterm, fake_tree, real_cgroups_available, real_tree
 from koordlet.system.cgroups import CgroupDriver, CgroupVersion
 from koordlet.system.paths import HostPaths
@@ -341,7 +341,9 @@ def build(kind: str, pods: int) -> AbstractContextManager[BenchTree]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.daemon", description=__doc__)
-    parser.add_argument("--json", action="store_true", help="end with one JSON line")
+    parser.add_argument(
+        "--json", action="store_true", help="one JSON line instead of key: value lines"
+    )
     parser.add_argument("--pods", type=int, default=200)
     parser.add_argument("--duration", type=float, default=60.0, help="measured seconds")
     parser.add_argument("--interval", type=float, default=1.0, help="collect interval, seconds")
@@ -412,10 +414,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     figures["cpus"] = os.cpu_count()
     if args.keep_log:
         figures["log"] = str(log)
-    for key, value in figures.items():
-        print(f"{key:>20}: {value}")
-    if args.json:
-        print(json.dumps(figures, sort_keys=True))
+    print_result(figures, args.json, width=20)
     return 0
 
 

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import gc
-import json
 import random
 import sys
 import time
@@ -37,6 +36,7 @@ from typing import Any
 from apis.groups import SLO_API_VERSION
 from apis.podmigrationjob import parse_job
 from apis.timestamp import format_time
+from bench._stats import print_result
 from descheduler.cluster import Cluster, build_cluster
 from descheduler.config import parse_config
 from descheduler.migration.arbitrator import Arbitrator
@@ -260,11 +260,7 @@ def main(argv: list[str] | None = None) -> int:
     }
     figures.update(round_figures(cluster))
     figures.update(arbitration_figures(cluster, min(args.jobs, figures["pods"]), rng))
-    if args.json:
-        print(json.dumps(figures))
-    else:
-        for k, v in figures.items():
-            print(f"{k}: {v}")
+    print_result(figures, args.json)
     return 0
 
 

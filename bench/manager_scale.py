@@ -34,6 +34,7 @@ from typing import Any
 from apis.configuration import SLOControllerConfig, parse_slo_controller_config
 from apis.manager_keys import EXTENDED_RESOURCES
 from apis.timestamp import format_time
+from bench._stats import print_result
 from manager.noderesource.calculator import calculate, decide_update
 from manager.noderesource.inputs import parse_node, parse_node_metric, parse_pod_list
 
@@ -195,10 +196,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "nodes_changed": len(changed),
         "node_writes": writes,
     }
-    if not args.json:
-        for key, value in figures.items():
-            print(f"{key}: {value}")
-    print(json.dumps(figures))
+    print_result(figures, args.json)
     return 0
 
 

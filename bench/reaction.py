@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import random
 import statistics
@@ -37,7 +36,7 @@ from collections.abc import Callable, Coroutine, Mapping
 from typing import Any
 
 from apis.extension import KubeQOS
-from bench._stats import percentile
+from bench._stats import percentile, print_result
 
 
 async def suppress_reaction(runs: int, interval: float) -> dict[str, float]:
@@ -146,11 +145,7 @@ def main(argv: list[str] | None = None) -> int:
     merged: dict[str, float] = {"interval_s": args.interval}
     for name in args.scenario or list(SCENARIOS):
         merged.update(asyncio.run(SCENARIOS[name](args.runs, args.interval)))
-    if args.json:
-        print(json.dumps(merged))
-    else:
-        for key, value in merged.items():
-            print(f"{key}: {value}")
+    print_result(merged, args.json)
     return 0
 
 

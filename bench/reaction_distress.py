@@ -34,7 +34,6 @@ import asyncio
 import contextlib
 import os
 import secrets
-import statistics
 import subprocess
 import sys
 import time
@@ -43,7 +42,7 @@ from dataclasses import replace
 from typing import Any
 
 from apis.extension import QoSClass
-from bench._stats import percentile, print_result
+from bench._stats import latency_figures, print_result
 from bench.reaction_memory import (
     CAPACITY,
     CONTROLLERS,
@@ -249,10 +248,7 @@ def memory_distress_scenario(runs: int = 10) -> dict[str, Any]:
         os.remove(hog_file)
     return {
         "memory_distress_runs": runs,
-        "memory_distress_p50_ms": round(percentile(latencies, 50), 3),
-        "memory_distress_p99_ms": round(percentile(latencies, 99), 3),
-        "memory_distress_max_ms": round(max(latencies), 3),
-        "memory_distress_mean_ms": round(statistics.fmean(latencies), 3),
+        **latency_figures("memory_distress", latencies),
         "memory_distress_max_usage_percent": max(usage_pct),
     }
 

@@ -32,7 +32,6 @@ import contextlib
 import os
 import secrets
 import signal
-import statistics
 import subprocess
 import sys
 import time
@@ -40,7 +39,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from apis.extension import KubeQOS, QoSClass
-from bench._stats import percentile, print_result
+from bench._stats import latency_figures, print_result
 from koordlet.events.source import PressureEventSource
 from koordlet.executor.audit import AuditLog
 from koordlet.executor.kill import subtree_pids
@@ -332,10 +331,7 @@ def memory_evict_scenario(runs: int = 20) -> dict[str, Any]:
     latencies = [asyncio.run(one_run()) for _ in range(runs)]
     return {
         "memory_evict_runs": runs,
-        "memory_evict_p50_ms": round(percentile(latencies, 50), 3),
-        "memory_evict_p99_ms": round(percentile(latencies, 99), 3),
-        "memory_evict_max_ms": round(max(latencies), 3),
-        "memory_evict_mean_ms": round(statistics.fmean(latencies), 3),
+        **latency_figures("memory_evict", latencies),
     }
 
 

@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import json
 import os
 import shutil
 import subprocess
@@ -32,7 +31,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench._stats import percentile
+from bench._stats import percentile, print_result
 
 TARGET_ADDED_P99_MS = 5.0
 """The issue's target for what the proxy or NRI may add to a CreateContainer, p99."""
@@ -240,10 +239,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true", help="print only the JSON line")
     opts = parser.parse_args(args)
     figures = measure(opts.calls)
-    if not opts.json:
-        for key, value in figures.items():
-            print(f"{key:24} {value}")
-    print(json.dumps(figures))
+    print_result(figures, opts.json, width=24)
     return 0
 
 

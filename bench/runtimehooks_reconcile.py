@@ -28,6 +28,7 @@ from typing import Any
 from apis.extension import ANNOTATION_RESOURCE_STATUS, LABEL_POD_QOS, KubeQOS, QoSClass
 from apis.manager_keys import BATCH_CPU, BATCH_MEMORY
 from apis.slo_inforce import NodeSLOInForce
+from bench._stats import print_result
 from bench._trees import BenchTree, fake_tree
 from koordlet.collectors.nodeinfo import node_info_dict
 from koordlet.executor import CgroupWriter
@@ -124,14 +125,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pods", type=int, default=200)
     parser.add_argument("--rounds", type=int, default=20)
-    parser.add_argument("--json", action="store_true", help="end with one JSON line")
+    parser.add_argument(
+        "--json", action="store_true", help="one JSON line instead of key: value lines"
+    )
     args = parser.parse_args(argv)
     with fake_tree(args.pods) as tree:
         figures = asyncio.run(_run(tree, max(args.rounds, 1)))
-    if not args.json:
-        for key, value in figures.items():
-            print(f"{key:>16}: {value}")
-    print(json.dumps(figures))
+    print_result(figures, args.json, width=16)
     return 0
 
 

@@ -144,6 +144,11 @@ class Profile:
     balance: list[BalancePlugin] = field(default_factory=list)
     node_selector: Selector | None = None
 
+    def own_nodes(self, nodes: Sequence[NodeInfo]) -> list[NodeInfo]:
+        """The ``nodes`` its ``nodeSelector`` picks (all of them without one), in order."""
+        selector = self.node_selector
+        return [n for n in nodes if selector is None or selector.matches(n.labels)]
+
 
 def ready_nodes(cluster: Cluster, selector: Selector | None) -> list[NodeInfo]:
     """The nodes a round works on (``ReadyNodes``: no ``Ready`` condition other than True),
@@ -158,19 +163,11 @@ def ready_nodes(cluster: Cluster, selector: Selector | None) -> list[NodeInfo]:
 def run_round(profiles: Sequence[Profile], handle: Handle, nodes: Sequence[NodeInfo]) -> None:
     """Deschedule plugins of every profile, then Balance plugins of every profile."""
     for profile in profiles:
-        own = [
-            n
-            for n in nodes
-            if profile.node_selector is None or profile.node_selector.matches(n.labels)
-        ]
+        own = profile.own_nodes(nodes)
         for dp in profile.deschedule:
             dp.deschedule(handle, own)
     for profile in profiles:
-        own = [
-            n
-            for n in nodes
-            if profile.node_selector is None or profile.node_selector.matches(n.labels)
-        ]
+        own = profile.own_nodes(nodes)
         for bp in profile.balance:
             bp.balance(handle, own)
 

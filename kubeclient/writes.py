@@ -4,7 +4,8 @@
   PUTs it through the ``status`` subresource with the read ``resourceVersion``; a 409 means
   someone wrote in between, so it reads again and retries (client-go's ``RetryOnConflict``:
   five attempts, 10 ms doubling, with jitter).
-* :func:`merge_patch` is the RFC 7386 patch that turns one JSON document into another.
+* :func:`merge_patch` is the RFC 7386 patch that turns one JSON document into another;
+  :func:`apply_merge_patch` applies one (or the strategic merge patch subset pod patches use).
 * :class:`WriteRateLimiter` is a token bucket: an agent on every node must never turn a bug or a
   flapping value into a write storm against the API server.
 """
@@ -76,17 +77,39 @@ def merge_patch(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, Any
     return patch
 
 
-def apply_merge_patch(target: Any, patch: Any) -> Any:
-    """``patch`` applied to ``target`` per RFC 7386 (a new document; inputs untouched)."""
+def apply_merge_patch(target: Any, patch: Any, *, merge_named_lists: bool = False) -> Any:
+    """``patch`` applied to ``target`` per RFC 7386 (a new document; inputs untouched).
+
+    With ``merge_named_lists``, the subset of Kubernetes' strategic merge patch that pod patches
+    use: a list of objects that all have a ``name`` merges into the target's list by name
+    (an item with a new name is appended); other lists and scalars replace.
+    """
     if not isinstance(patch, Mapping):
         return copy.deepcopy(patch)
     out = dict(target) if isinstance(target, Mapping) else {}
     for key, value in patch.items():
         if value is None:
             out.pop(key, None)
+        elif merge_named_lists and isinstance(out.get(key), list) and _named(value):
+            merged = list(out[key])
+            for item in value:
+                idx = next((i for i, c in enumerate(merged) if c.get("name") == item["name"]), -1)
+                if idx < 0:
+                    merged.append(copy.deepcopy(item))
+                else:
+                    merged[idx] = apply_merge_patch(merged[idx], item, merge_named_lists=True)
+            out[key] = merged
         else:
-            out[key] = apply_merge_patch(out.get(key), value)
+            out[key] = apply_merge_patch(out.get(key), value, merge_named_lists=merge_named_lists)
     return out
+
+
+def _named(value: Any) -> bool:
+    return (
+        isinstance(value, list)
+        and bool(value)
+        and all(isinstance(i, Mapping) and "name" in i for i in value)
+    )
 
 
 _MISSING = object()

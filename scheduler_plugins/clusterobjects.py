@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from scheduler_plugins.errors import InputError
+from scheduler_plugins.rawjson import object_field
 from scheduler_plugins.selectors import (
     NOTHING,
     LabelSelector,
@@ -25,16 +26,8 @@ from scheduler_plugins.selectors import (
 CLAIM_BOUND = "Bound"
 
 
-def _map(raw: Any, source: str, where: str) -> Mapping[str, Any]:
-    if raw is None:
-        return {}
-    if not isinstance(raw, Mapping):
-        raise InputError(source, where, f"must be an object, got {type(raw).__name__}")
-    return raw
-
-
 def _meta(obj: Mapping[str, Any], source: str, where: str) -> tuple[str, str]:
-    meta = _map(obj.get("metadata"), source, where + ".metadata")
+    meta = object_field(obj.get("metadata"), source, where + ".metadata")
     return str(meta.get("namespace") or "default"), str(meta.get("name") or "")
 
 
@@ -65,9 +58,9 @@ class ClaimInfo:
 def parse_claim(obj: Mapping[str, Any], source: str, where: str) -> ClaimInfo:
     """A :class:`ClaimInfo` from a v1 PersistentVolumeClaim."""
     namespace, name = _meta(obj, source, where)
-    spec = _map(obj.get("spec"), source, where + ".spec")
-    status = _map(obj.get("status"), source, where + ".status")
-    meta = _map(obj.get("metadata"), source, where + ".metadata")
+    spec = object_field(obj.get("spec"), source, where + ".spec")
+    status = object_field(obj.get("status"), source, where + ".status")
+    meta = object_field(obj.get("metadata"), source, where + ".metadata")
     return ClaimInfo(
         namespace=namespace,
         name=name,
@@ -90,8 +83,8 @@ class VolumeInfo:
 def parse_volume(obj: Mapping[str, Any], source: str, where: str) -> VolumeInfo:
     """A :class:`VolumeInfo` from a v1 PersistentVolume."""
     _, name = _meta(obj, source, where)
-    spec = _map(obj.get("spec"), source, where + ".spec")
-    affinity = _map(spec.get("nodeAffinity"), source, where + ".spec.nodeAffinity")
+    spec = object_field(obj.get("spec"), source, where + ".spec")
+    affinity = object_field(spec.get("nodeAffinity"), source, where + ".spec.nodeAffinity")
     required = None
     if affinity.get("required") is not None:
         required = parse_node_selector(
@@ -122,8 +115,8 @@ class DisruptionBudget:
 def parse_budget(obj: Mapping[str, Any], source: str, where: str) -> DisruptionBudget:
     """A :class:`DisruptionBudget` from a policy/v1 PodDisruptionBudget."""
     namespace, name = _meta(obj, source, where)
-    spec = _map(obj.get("spec"), source, where + ".spec")
-    status = _map(obj.get("status"), source, where + ".status")
+    spec = object_field(obj.get("spec"), source, where + ".spec")
+    status = object_field(obj.get("status"), source, where + ".status")
     raw_selector = spec.get("selector")
     selector = NOTHING
     if raw_selector:  # nil and {} select nothing here
@@ -135,7 +128,7 @@ def parse_budget(obj: Mapping[str, Any], source: str, where: str) -> DisruptionB
         raise InputError(
             source, where + ".status.disruptionsAllowed", f"must be an integer, got {allowed!r}"
         )
-    disrupted = _map(status.get("disruptedPods"), source, where + ".status.disruptedPods")
+    disrupted = object_field(status.get("disruptedPods"), source, where + ".status.disruptedPods")
     return DisruptionBudget(
         namespace, name, selector, allowed, frozenset(str(k) for k in disrupted)
     )
@@ -143,6 +136,6 @@ def parse_budget(obj: Mapping[str, Any], source: str, where: str) -> DisruptionB
 
 def parse_namespace_labels(obj: Mapping[str, Any], source: str, where: str) -> dict[str, str]:
     """A Namespace's labels."""
-    meta = _map(obj.get("metadata"), source, where + ".metadata")
-    labels = _map(meta.get("labels"), source, where + ".metadata.labels")
+    meta = object_field(obj.get("metadata"), source, where + ".metadata")
+    labels = object_field(meta.get("labels"), source, where + ".metadata.labels")
     return {str(k): str(v) for k, v in labels.items()}

@@ -31,6 +31,7 @@ from apis.kubernetes_keys import (
     TOLERATION_OP_EXISTS,
 )
 from scheduler_plugins.errors import InputError
+from scheduler_plugins.rawjson import list_field, object_field
 from scheduler_plugins.selectors import (
     IN,
     NOT_IN,
@@ -187,22 +188,6 @@ EMPTY = PodConstraints()
 """A pod that asks nothing of placement."""
 
 
-def _map(raw: Any, source: str, where: str) -> Mapping[str, Any]:
-    if raw is None:
-        return {}
-    if not isinstance(raw, Mapping):
-        raise InputError(source, where, f"must be an object, got {type(raw).__name__}")
-    return raw
-
-
-def _list(raw: Any, source: str, where: str) -> list[Any]:
-    if raw is None:
-        return []
-    if not isinstance(raw, list):
-        raise InputError(source, where, f"must be a list, got {type(raw).__name__}")
-    return raw
-
-
 def _int(raw: Any, source: str, where: str, default: int, minimum: int = 0) -> int:
     if raw is None:
         return default
@@ -223,7 +208,7 @@ def _label_keys(
     keys: Any, labels: Mapping[str, str], op: str, source: str, where: str
 ) -> tuple[Requirement, ...]:
     out = []
-    for i, key in enumerate(_list(keys, source, where)):
+    for i, key in enumerate(list_field(keys, source, where)):
         if not isinstance(key, str):
             raise InputError(source, f"{where}[{i}]", "must be a label key")
         if key in labels:
@@ -234,7 +219,7 @@ def _label_keys(
 def _affinity_term(
     raw: Any, namespace: str, labels: Mapping[str, str], source: str, where: str, weight: int = 0
 ) -> AffinityTerm:
-    term = _map(raw, source, where)
+    term = object_field(raw, source, where)
     key = str(term.get("topologyKey") or "")
     if not key:
         raise InputError(source, where + ".topologyKey", "must not be empty")
@@ -246,7 +231,7 @@ def _affinity_term(
         )
     )
     namespaces = frozenset(
-        str(n) for n in _list(term.get("namespaces"), source, where + ".namespaces")
+        str(n) for n in list_field(term.get("namespaces"), source, where + ".namespaces")
     )
     ns_selector: LabelSelector | None = None
     if term.get("namespaceSelector") is not None:
@@ -261,20 +246,20 @@ def _affinity_term(
 def _pod_affinity(
     raw: Any, namespace: str, labels: Mapping[str, str], source: str, where: str
 ) -> tuple[tuple[AffinityTerm, ...], tuple[AffinityTerm, ...]]:
-    sect = _map(raw, source, where)
+    sect = object_field(raw, source, where)
     rwhere = where + ".requiredDuringSchedulingIgnoredDuringExecution"
     required = tuple(
         _affinity_term(t, namespace, labels, source, f"{rwhere}[{i}]")
         for i, t in enumerate(
-            _list(sect.get("requiredDuringSchedulingIgnoredDuringExecution"), source, rwhere)
+            list_field(sect.get("requiredDuringSchedulingIgnoredDuringExecution"), source, rwhere)
         )
     )
     pwhere = where + ".preferredDuringSchedulingIgnoredDuringExecution"
     preferred = []
     for i, p in enumerate(
-        _list(sect.get("preferredDuringSchedulingIgnoredDuringExecution"), source, pwhere)
+        list_field(sect.get("preferredDuringSchedulingIgnoredDuringExecution"), source, pwhere)
     ):
-        entry = _map(p, source, f"{pwhere}[{i}]")
+        entry = object_field(p, source, f"{pwhere}[{i}]")
         weight = _int(entry.get("weight"), source, f"{pwhere}[{i}].weight", 0, 1)
         preferred.append(
             _affinity_term(
@@ -293,9 +278,9 @@ def _spread(
     raw: Any, labels: Mapping[str, str], source: str, where: str
 ) -> tuple[SpreadConstraint, ...]:
     out = []
-    for i, c in enumerate(_list(raw, source, where)):
+    for i, c in enumerate(list_field(raw, source, where)):
         cwhere = f"{where}[{i}]"
-        entry = _map(c, source, cwhere)
+        entry = object_field(c, source, cwhere)
         key = str(entry.get("topologyKey") or "")
         if not key:
             raise InputError(source, cwhere + ".topologyKey", "must not be empty")
@@ -336,9 +321,9 @@ def _spread(
 
 def _tolerations(raw: Any, source: str, where: str) -> tuple[Toleration, ...]:
     out = []
-    for i, t in enumerate(_list(raw, source, where)):
+    for i, t in enumerate(list_field(raw, source, where)):
         twhere = f"{where}[{i}]"
-        entry = _map(t, source, twhere)
+        entry = object_field(t, source, twhere)
         op = str(entry.get("operator") or TOLERATION_OP_EQUAL)
         if op not in (TOLERATION_OP_EQUAL, TOLERATION_OP_EXISTS):
             raise InputError(source, twhere + ".operator", f"must be Equal or Exists, got {op!r}")
@@ -355,9 +340,9 @@ def _tolerations(raw: Any, source: str, where: str) -> tuple[Toleration, ...]:
 def _host_ports(containers: list[Any], source: str, where: str) -> tuple[HostPort, ...]:
     out = []
     for i, c in enumerate(containers):
-        cont = _map(c, source, f"{where}[{i}]")
-        for j, p in enumerate(_list(cont.get("ports"), source, f"{where}[{i}].ports")):
-            port = _map(p, source, f"{where}[{i}].ports[{j}]")
+        cont = object_field(c, source, f"{where}[{i}]")
+        for j, p in enumerate(list_field(cont.get("ports"), source, f"{where}[{i}].ports")):
+            port = object_field(p, source, f"{where}[{i}].ports[{j}]")
             host_port = _int(port.get("hostPort"), source, f"{where}[{i}].ports[{j}].hostPort", 0)
             if host_port <= 0:
                 continue
@@ -381,16 +366,16 @@ def parse_pod_constraints(
 ) -> PodConstraints:
     """A pod's :class:`PodConstraints` (:data:`EMPTY` when it asks nothing). Raises
     :class:`InputError` naming the field."""
-    meta = _map(obj.get("metadata"), source, prefix + "metadata")
-    spec = _map(obj.get("spec"), source, prefix + "spec")
-    status = _map(obj.get("status"), source, prefix + "status")
+    meta = object_field(obj.get("metadata"), source, prefix + "metadata")
+    spec = object_field(obj.get("spec"), source, prefix + "spec")
+    status = object_field(obj.get("status"), source, prefix + "status")
     sp = prefix + "spec"
     node_selector = tuple(
         (str(k), str(v))
-        for k, v in _map(spec.get("nodeSelector"), source, sp + ".nodeSelector").items()
+        for k, v in object_field(spec.get("nodeSelector"), source, sp + ".nodeSelector").items()
     )
-    affinity = _map(spec.get("affinity"), source, sp + ".affinity")
-    node_aff = _map(affinity.get("nodeAffinity"), source, sp + ".affinity.nodeAffinity")
+    affinity = object_field(spec.get("affinity"), source, sp + ".affinity")
+    node_aff = object_field(affinity.get("nodeAffinity"), source, sp + ".affinity.nodeAffinity")
     nwhere = sp + ".affinity.nodeAffinity"
     required = None
     if node_aff.get("requiredDuringSchedulingIgnoredDuringExecution") is not None:
@@ -402,9 +387,9 @@ def parse_pod_constraints(
     preferred = []
     pwhere = nwhere + ".preferredDuringSchedulingIgnoredDuringExecution"
     for i, p in enumerate(
-        _list(node_aff.get("preferredDuringSchedulingIgnoredDuringExecution"), source, pwhere)
+        list_field(node_aff.get("preferredDuringSchedulingIgnoredDuringExecution"), source, pwhere)
     ):
-        entry = _map(p, source, f"{pwhere}[{i}]")
+        entry = object_field(p, source, f"{pwhere}[{i}]")
         preferred.append(
             (
                 _int(entry.get("weight"), source, f"{pwhere}[{i}].weight", 0, 1),
@@ -419,8 +404,8 @@ def parse_pod_constraints(
     anti_req, anti_pref = _pod_affinity(
         affinity.get("podAntiAffinity"), namespace, labels, source, sp + ".affinity.podAntiAffinity"
     )
-    containers = _list(spec.get("containers"), source, sp + ".containers")
-    init_containers = _list(spec.get("initContainers"), source, sp + ".initContainers")
+    containers = list_field(spec.get("containers"), source, sp + ".containers")
+    init_containers = list_field(spec.get("initContainers"), source, sp + ".initContainers")
     ports = _host_ports(containers, source, sp + ".containers")
     # restartable init containers (sidecars) keep running: their ports stay bound
     sidecars = [
@@ -428,12 +413,15 @@ def parse_pod_constraints(
     ]
     ports += _host_ports(sidecars, source, sp + ".initContainers")
     claims = []
-    for i, v in enumerate(_list(spec.get("volumes"), source, sp + ".volumes")):
-        vol = _map(v, source, f"{sp}.volumes[{i}]")
+    for i, v in enumerate(list_field(spec.get("volumes"), source, sp + ".volumes")):
+        vol = object_field(v, source, f"{sp}.volumes[{i}]")
         pvc = vol.get("persistentVolumeClaim")
         if pvc is not None:
             claim = str(
-                _map(pvc, source, f"{sp}.volumes[{i}].persistentVolumeClaim").get("claimName") or ""
+                object_field(pvc, source, f"{sp}.volumes[{i}].persistentVolumeClaim").get(
+                    "claimName"
+                )
+                or ""
             )
             if not claim:
                 raise InputError(
@@ -501,8 +489,8 @@ def parse_pod_constraints(
 def parse_taints(raw: Any, source: str, where: str) -> tuple[Taint, ...]:
     """A node's ``spec.taints``."""
     out = []
-    for i, t in enumerate(_list(raw, source, where)):
-        entry = _map(t, source, f"{where}[{i}]")
+    for i, t in enumerate(list_field(raw, source, where)):
+        entry = object_field(t, source, f"{where}[{i}]")
         key = str(entry.get("key") or "")
         if not key:
             raise InputError(source, f"{where}[{i}].key", "must not be empty")
@@ -516,9 +504,9 @@ def parse_taints(raw: Any, source: str, where: str) -> tuple[Taint, ...]:
 def parse_images(raw: Any, source: str, where: str) -> dict[str, int]:
     """A node's ``status.images``: every name → the image's ``sizeBytes``."""
     out: dict[str, int] = {}
-    for i, img in enumerate(_list(raw, source, where)):
-        entry = _map(img, source, f"{where}[{i}]")
+    for i, img in enumerate(list_field(raw, source, where)):
+        entry = object_field(img, source, f"{where}[{i}]")
         size = _int(entry.get("sizeBytes"), source, f"{where}[{i}].sizeBytes", 0)
-        for n in _list(entry.get("names"), source, f"{where}[{i}].names"):
+        for n in list_field(entry.get("names"), source, f"{where}[{i}].names"):
             out[str(n)] = size
     return out

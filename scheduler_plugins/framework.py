@@ -296,15 +296,32 @@ class Framework:
     ) -> tuple[list[NodeInfo], dict[str, list[tuple[str, str]]]]:
         """The feasible nodes, and ``(plugin, reason)`` failures by node name."""
         failures: dict[str, list[tuple[str, str]]] = {}
+        if self._pre_filter(cycle, pod, nodes, failures, all_verdicts) and not all_verdicts:
+            return [], failures
+        candidates = self._run_filters(cycle, pod, nodes, failures, all_verdicts)
+        return candidates, failures
+
+    def _pre_filter(
+        self,
+        cycle: Cycle,
+        pod: PodInfo,
+        nodes: Sequence[NodeInfo],
+        failures: dict[str, list[tuple[str, str]]],
+        all_verdicts: bool,
+    ) -> bool:
+        """Run the plugins' pre-filters; one that rejects ``pod`` fails every node with its
+        reason (in ``failures``). Whether any rejected; without ``all_verdicts``, the first
+        rejection ends the run."""
+        rejected = False
         for plugin in self.plugins:
             reason = plugin.pre_filter(cycle, pod)
             if reason is not None:
+                rejected = True
                 for n in nodes:
                     failures.setdefault(n.name, []).append((plugin.name, reason))
                 if not all_verdicts:
-                    return [], failures
-        candidates = self._run_filters(cycle, pod, nodes, failures, all_verdicts)
-        return candidates, failures
+                    break
+        return rejected
 
     def _run_filters(
         self,
@@ -359,12 +376,8 @@ class Framework:
         total = len(nodes)
         want = num_feasible_nodes_to_find(percentage, total)
         failures: dict[str, list[tuple[str, str]]] = {}
-        for plugin in self.plugins:
-            reason = plugin.pre_filter(cycle, pod)
-            if reason is not None:
-                for n in nodes:
-                    failures.setdefault(n.name, []).append((plugin.name, reason))
-                return Found([], failures, total)
+        if self._pre_filter(cycle, pod, nodes, failures, False):
+            return Found([], failures, total)
         possible: frozenset[str] | None = None
         for plugin in self.plugins:
             only = plugin.possible_nodes(cycle, pod)

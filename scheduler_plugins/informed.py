@@ -32,7 +32,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from kubeclient.client import KubeClient, Obj
-from kubeclient.informer import Informer
+from kubeclient.informer import Informer, waiting_for
 from kubeclient.resources import (
     DEVICES,
     ELASTIC_QUOTA_PROFILES,
@@ -243,14 +243,7 @@ class InformedSnapshot:
     def not_ready(self) -> list[str]:
         """What a decision waits for: each kind not listed yet (with its last error) or
         relisting after a 410; empty when every kind is current (see the module docstring)."""
-        waiting: list[str] = []
-        for informer in self.informers:
-            if informer.relisting:
-                waiting.append(f"{informer.name} (relisting after 410 Gone)")
-            elif not (informer.synced or informer.absent):
-                why = f": {informer.last_error}" if informer.last_error else ""
-                waiting.append(f"{informer.name} (not listed yet{why})")
-        return waiting
+        return waiting_for(self.informers)
 
     async def wait_synced(self, timeout: float) -> bool:  # noqa: ASYNC109 - a bounded wait is the API
         """Wait up to ``timeout`` seconds for every kind's first list (or its 404: not

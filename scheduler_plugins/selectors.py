@@ -11,7 +11,9 @@ matches them.
   with no terms (``k8s.io/component-helpers/scheduling/corev1/nodeaffinity``).
 
 Parsing raises :class:`~scheduler_plugins.errors.InputError` naming the field, where the API
-server's validation would have rejected the object. Label selectors are interned
+server's validation would have rejected the object. :func:`raw_label_selector_matches` matches a
+selector the plugins read from raw custom objects without parsing it (leniently: an unknown
+operator rejects nothing). Label selectors are interned
 (:func:`label_selector`): equal selectors are one object, compared and hashed by identity, so
 plugins key their per-selector caches on them at no cost.
 """
@@ -163,6 +165,28 @@ def parse_label_selector(raw: Any, source: str, where: str) -> LabelSelector:
     for i, e in enumerate(exprs):
         reqs.append(_requirement(e, source, f"{where}.matchExpressions[{i}]"))
     return label_selector(tuple(reqs))
+
+
+def raw_label_selector_matches(selector: Mapping[str, Any], labels: Mapping[str, str]) -> bool:
+    """Whether ``labels`` satisfy a raw ``metav1.LabelSelector`` (``{}`` matches everything), as
+    read from a custom object without parsing it: keys and values are compared as strings, and
+    an expression with an unknown operator rejects nothing."""
+    for k, v in (selector.get("matchLabels") or {}).items():
+        if labels.get(str(k)) != str(v):
+            return False
+    for expr in selector.get("matchExpressions") or []:
+        key = str(expr.get("key") or "")
+        op = expr.get("operator")
+        values = [str(v) for v in expr.get("values") or []]
+        if op == IN and labels.get(key) not in values:
+            return False
+        if op == NOT_IN and key in labels and labels[key] in values:
+            return False
+        if op == EXISTS and key not in labels:
+            return False
+        if op == DOES_NOT_EXIST and key in labels:
+            return False
+    return True
 
 
 @dataclass(frozen=True, slots=True)

@@ -39,11 +39,25 @@ from koordlet.executor.writer import WriteResult
 from koordlet.system.cgroups import CgroupLayout, CgroupVersion
 from koordlet.system.oserrors import absent_error, host_file_error
 from koordlet.system.paths import HostPaths
-from koordlet.system.resctrl import RESCTRL_GROUPS, is_mounted, read_cpu_flags, resctrl_root
+from koordlet.system.resctrl import (
+    GROUP_OF_CLASS,
+    RESCTRL_GROUPS,
+    is_mounted,
+    read_cpu_flags,
+    resctrl_root,
+)
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["L3", "MB", "RESCTRL_GROUPS", "AllocInfo", "ResctrlWriter", "read_alloc_info"]
+__all__ = [
+    "GROUP_OF_CLASS",
+    "L3",
+    "MB",
+    "RESCTRL_GROUPS",
+    "AllocInfo",
+    "ResctrlWriter",
+    "read_alloc_info",
+]
 
 L3 = "L3"
 MB = "MB"

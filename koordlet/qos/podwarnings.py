@@ -17,7 +17,6 @@ A corrected value clears the entry; a new malformed value is reported again.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from collections.abc import Callable, Collection, Iterator
@@ -26,8 +25,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from prometheus_client.core import CounterMetricFamily
 
 from apis.pod_overrides import INVALID_ANNOTATION_REASON
-from kubeclient.errors import ApiError
-from kubeclient.resources import EVENTS
+from kubeclient.events import PodEventSink
 
 if TYPE_CHECKING:
     from prometheus_client.metrics_core import Metric
@@ -56,47 +54,14 @@ class LogSink:
         logger.warning("pod %s/%s: %s: %s", pod.namespace, pod.name, reason, message)
 
 
-class KubeEventSink:
-    """Cluster mode: a core/v1 Warning Event on the pod, created in an owned task."""
+class KubeEventSink(PodEventSink):
+    """Cluster mode: a core/v1 Warning Event on the pod (the shared
+    :class:`~kubeclient.events.PodEventSink`), created in an owned task."""
 
     def __init__(self, client: KubeClient, node_name: str) -> None:
-        self._client = client
-        self._node = node_name
-        self._tasks: set[asyncio.Task[None]] = set()
-
-    def warn(self, pod: PodInfo, reason: str, message: str) -> None:
-        from kubeclient.events import core_event  # cluster mode only: kubernetes_asyncio
-
-        logger.warning("pod %s/%s: %s: %s", pod.namespace, pod.name, reason, message)
-        involved = {
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "namespace": pod.namespace,
-            "name": pod.name,
-            "uid": pod.uid,
-        }
-        event = core_event(
-            involved, reason=reason, message=message, component=COMPONENT, host=self._node
+        super().__init__(
+            client, node_name, component=COMPONENT, task_prefix="qos/pod-warning-", log=logger
         )
-        task = asyncio.get_running_loop().create_task(
-            self._create(event), name=f"qos/pod-warning-{pod.uid}"
-        )
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-
-    async def _create(self, event: dict[str, Any]) -> None:
-        try:
-            await self._client.create(EVENTS, event)
-        except ApiError as err:
-            logger.info("event %s not recorded: %s", event.get("reason"), err)
-
-    async def close(self) -> None:
-        """Wait briefly for the Events in flight, then cancel what is left."""
-        if self._tasks:
-            _, pending = await asyncio.wait(set(self._tasks), timeout=1.0)
-            for task in pending:
-                task.cancel()
-            await asyncio.gather(*pending, return_exceptions=True)
 
 
 class PodAnnotationWarnings:

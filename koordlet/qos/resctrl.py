@@ -45,13 +45,19 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from apis.extension import ANNOTATION_POD_RESCTRL as POD_RESCTRL_ANNOTATION
-from apis.extension import QoSClass
 from apis.pod_overrides import RESCTRL_GROUP_PREFIX, AnnotationError, PodResctrl, parse_pod_resctrl
 from apis.slo_inforce import RESOURCE_QOS_STRATEGY
 from apis.slo_qos import ResctrlQOSConfig
 from apis.slo_strategies import ResourceQOSStrategy
 from koordlet.errors import HostError, InvalidValueError, UnsupportedError
-from koordlet.executor.resctrl import L3, MB, RESCTRL_GROUPS, AllocInfo, ResctrlWriter
+from koordlet.executor.resctrl import (
+    GROUP_OF_CLASS,
+    L3,
+    MB,
+    RESCTRL_GROUPS,
+    AllocInfo,
+    ResctrlWriter,
+)
 from koordlet.executor.sysctl import call_on_writer, executor_hooks
 from koordlet.qos.framework import StrategyContext, StrategyReport
 from koordlet.qos.shared import pod_class
@@ -70,13 +76,6 @@ AMD_MAX_MB = 160
 """Upstream's AMD CCD bandwidth ceiling: 25 GB/s * 8 (units of 1/8 GB/s) * 0.8."""
 AMD_UNLIMITED_MB = "2048"
 """What an AMD MB line holds for unlimited bandwidth."""
-GROUP_OF_CLASS: Mapping[QoSClass, str] = {
-    QoSClass.LSE: "LSR",
-    QoSClass.LSR: "LSR",
-    QoSClass.LS: "LS",
-    QoSClass.BE: "BE",
-}
-"""Control group of each class (SYSTEM pods stay in the default group)."""
 
 
 def cat_l3_mask(cbm: int, start_percent: int, end_percent: int, min_bits: int = 1) -> int:

@@ -295,15 +295,10 @@ class PeakPredictor:
                 continue
             cpu, mem = model.peak(margin)
             pod_cpu, pod_mem = pod_cpu + cpu, pod_mem + mem
-        prio_cpu, prio_mem = system.peak(0)
-        for priority in sorted(RECLAIMABLE_PRIORITIES):
-            model = self.models.get(priority_uid(priority))
-            if model is None:
-                return None
-            cpu, mem = model.peak(0)
-            prio_cpu, prio_mem = prio_cpu + cpu, prio_mem + mem
-        ratio = (100 + margin) / 100
-        return Reclaimable(min(pod_cpu, int(prio_cpu * ratio)), min(pod_mem, int(prio_mem * ratio)))
+        by_priority = self._priority_peak(system)
+        if by_priority is None:
+            return None
+        return Reclaimable(min(pod_cpu, by_priority[0]), min(pod_mem, by_priority[1]))
 
     def _by_pod(
         self, pods: list[PodInfo], capacity: tuple[int, int], now: float
@@ -335,19 +330,28 @@ class PeakPredictor:
             return None
         req_cpu = sum(p.cpu_request_milli or 0 for p in pods)
         req_mem = sum(p.memory_request_bytes or 0 for p in pods)
-        un_cpu, un_mem = system.peak(0)
-        for priority in sorted(RECLAIMABLE_PRIORITIES):
-            model = self.models.get(priority_uid(priority))
-            if model is None:
-                return None
-            cpu, mem = model.peak(0)
-            un_cpu, un_mem = un_cpu + cpu, un_mem + mem
-        ratio = (100 + self.config.safety_margin_percent) / 100
-        un_cpu, un_mem = int(un_cpu * ratio), int(un_mem * ratio)
+        peak = self._priority_peak(system)
+        if peak is None:
+            return None
+        un_cpu, un_mem = peak
         return (
             min(max(capacity[0] - un_cpu, 0), max(req_cpu - un_cpu, 0)),
             min(max(capacity[1] - un_mem, 0), max(req_mem - un_mem, 0)),
         )
+
+    def _priority_peak(self, system: Model) -> tuple[int, int] | None:
+        """The system's peak plus those of the reclaimable priority models (``koord-prod`` and
+        ``none``), unscaled, then scaled by the safety margin; None while a priority model is
+        missing."""
+        cpu, mem = system.peak(0)
+        for priority in sorted(RECLAIMABLE_PRIORITIES):
+            model = self.models.get(priority_uid(priority))
+            if model is None:
+                return None
+            model_cpu, model_mem = model.peak(0)
+            cpu, mem = cpu + model_cpu, mem + model_mem
+        ratio = (100 + self.config.safety_margin_percent) / 100
+        return int(cpu * ratio), int(mem * ratio)
 
     # Checkpoints ------------------------------------------------------------------------------
     def snapshot(self, now: float) -> bytes:

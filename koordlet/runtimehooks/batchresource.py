@@ -117,22 +117,15 @@ class BatchResource:
         tier = _tier(req.labels, spec)
         if tier is None:
             return None
-        period = req.resources.cfs_period or CFS_BASE_PERIOD_US
         containers = list(spec.containers.values())
-        request = sum(max(milli_cpu(c.requests.get(tier.cpu)), 0) for c in containers)
-        quota = UNLIMITED
-        if not tier.quota_rule or self.cfs_quota_enabled():
-            quota = milli_cpu_to_quota(_pod_limit(containers, tier.cpu, milli_cpu), period)
-        memory = _pod_limit(containers, tier.memory, memory_bytes)
-        return Change(
-            resources=Resources(
-                cpu_shares=milli_cpu_to_shares(request),
-                cfs_quota=quota,
-                cfs_period=period if quota > 0 else None,
-                memory_limit=memory if memory > 0 else UNLIMITED,
-            ),
-            reason=f"{tier.name} pod: cpu request {request}m, limit quota {quota}, "
-            f"memory limit {memory}",
+        return self._change(
+            tier,
+            "pod",
+            period=req.resources.cfs_period or CFS_BASE_PERIOD_US,
+            request=sum(max(milli_cpu(c.requests.get(tier.cpu)), 0) for c in containers),
+            cpu_limit=_pod_limit(containers, tier.cpu, milli_cpu),
+            memory=_pod_limit(containers, tier.memory, memory_bytes),
+            quota_is="limit quota",
         )
 
     # Container level ------------------------------------------------------------------------
@@ -145,12 +138,36 @@ class BatchResource:
         own = spec.containers.get(req.container_name)
         if tier is None or own is None:
             return None
-        period = req.resources.cfs_period or CFS_BASE_PERIOD_US
-        request = max(milli_cpu(own.requests.get(tier.cpu)), 0)
+        return self._change(
+            tier,
+            f"container {req.container_name}",
+            period=req.resources.cfs_period or CFS_BASE_PERIOD_US,
+            request=max(milli_cpu(own.requests.get(tier.cpu)), 0),
+            cpu_limit=milli_cpu(own.limits.get(tier.cpu)),
+            memory=memory_bytes(own.limits.get(tier.memory)),
+            quota_is="quota",
+        )
+
+    # Both levels ----------------------------------------------------------------------------
+
+    def _change(
+        self,
+        tier: _Tier,
+        what: str,
+        *,
+        period: int,
+        request: int,
+        cpu_limit: int,
+        memory: int,
+        quota_is: str,
+    ) -> Change:
+        """The settings of ``what`` (the pod or one container): shares from the ``request``
+        (milli-CPU), the quota from ``cpu_limit`` (milli-CPU) unless the quota rule holds it
+        at -1, and the memory limit from ``memory`` (bytes); -1 where there is none.
+        ``quota_is`` names the quota in the audited reason."""
         quota = UNLIMITED
         if not tier.quota_rule or self.cfs_quota_enabled():
-            quota = milli_cpu_to_quota(milli_cpu(own.limits.get(tier.cpu)), period)
-        memory = memory_bytes(own.limits.get(tier.memory))
+            quota = milli_cpu_to_quota(cpu_limit, period)
         return Change(
             resources=Resources(
                 cpu_shares=milli_cpu_to_shares(request),
@@ -158,8 +175,8 @@ class BatchResource:
                 cfs_period=period if quota > 0 else None,
                 memory_limit=memory if memory > 0 else UNLIMITED,
             ),
-            reason=f"{tier.name} container {req.container_name}: cpu request {request}m, "
-            f"quota {quota}, memory limit {memory}",
+            reason=f"{tier.name} {what}: cpu request {request}m, {quota_is} {quota}, "
+            f"memory limit {memory}",
         )
 
 

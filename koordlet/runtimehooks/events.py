@@ -8,14 +8,10 @@ and never raises into it.
 
 from __future__ import annotations
 
-import asyncio
 import logging
-import time
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
-from apis.timestamp import format_time
-from kubeclient.errors import ApiError
-from kubeclient.resources import EVENTS
+from kubeclient.events import PodEventSink
 
 if TYPE_CHECKING:
     from koordlet.runtimehooks.model import PodMeta
@@ -41,53 +37,11 @@ class LogEventSink:
         logger.warning("pod %s: %s: %s", pod, reason, message)
 
 
-class KubeEventSink:
-    """Cluster mode: a Warning Event on the pod through the API server, in an owned task."""
+class KubeEventSink(PodEventSink):
+    """Cluster mode: a Warning Event on the pod through the API server (the shared
+    :class:`~kubeclient.events.PodEventSink`), in an owned task."""
 
     def __init__(self, client: KubeClient, node_name: str) -> None:
-        self._client = client
-        self._node = node_name
-        self._tasks: set[asyncio.Task[None]] = set()
-
-    def warn(self, pod: PodMeta, reason: str, message: str) -> None:
-        logger.warning("pod %s: %s: %s", pod, reason, message)
-        task = asyncio.get_running_loop().create_task(
-            self._create(pod, reason, message), name=f"hook-event-{pod.uid}"
+        super().__init__(
+            client, node_name, component=COMPONENT, task_prefix="hook-event-", log=logger
         )
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-
-    async def close(self) -> None:
-        """Wait briefly for the Events in flight, then cancel what is left."""
-        if self._tasks:
-            _, pending = await asyncio.wait(set(self._tasks), timeout=1.0)
-            for task in pending:
-                task.cancel()
-            await asyncio.gather(*pending, return_exceptions=True)
-
-    async def _create(self, pod: PodMeta, reason: str, message: str) -> None:
-        now = time.time()
-        stamp = format_time(now)
-        event: dict[str, Any] = {
-            "apiVersion": "v1",
-            "kind": "Event",
-            "metadata": {"name": f"{pod.name}.{int(now * 1e9):x}", "namespace": pod.namespace},
-            "involvedObject": {
-                "apiVersion": "v1",
-                "kind": "Pod",
-                "namespace": pod.namespace,
-                "name": pod.name,
-                "uid": pod.uid,
-            },
-            "type": "Warning",
-            "reason": reason,
-            "message": message,
-            "source": {"component": COMPONENT, "host": self._node},
-            "firstTimestamp": stamp,
-            "lastTimestamp": stamp,
-            "count": 1,
-        }
-        try:
-            await self._client.create(EVENTS, event)
-        except ApiError as err:
-            logger.info("event %s on pod %s not recorded: %s", reason, pod, err)

@@ -25,27 +25,20 @@ remain the strategy's: the reconciler does not run this hook.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 
-from apis.extension import ANNOTATION_POD_RESCTRL, KUBE_QOS_TO_QOS, LABEL_POD_QOS, QoSClass
+from apis.extension import ANNOTATION_POD_RESCTRL, KUBE_QOS_TO_QOS, LABEL_POD_QOS
 from apis.pod_overrides import RESCTRL_GROUP_PREFIX, AnnotationError, parse_pod_resctrl
 from apis.slo_inforce import RESOURCE_QOS_STRATEGY, NodeSLOInForce
 from apis.slo_qos import ResctrlQOSConfig
 from koordlet.runtimehooks.cgroupparent import kube_qos_of
 from koordlet.runtimehooks.model import Change, ContainerRequest, PodRequest
+from koordlet.system.resctrl import GROUP_OF_CLASS
 
 logger = logging.getLogger(__name__)
 
 NAME = "Resctrl"
 """Upstream's plugin name."""
-GROUP_OF_CLASS: Mapping[str, str] = {
-    QoSClass.LSE: "LSR",
-    QoSClass.LSR: "LSR",
-    QoSClass.LS: "LS",
-    QoSClass.BE: "BE",
-}
-"""Control group of each class: Koordinator's ``LSRResctrlGroup``, ``LSResctrlGroup``,
-``BEResctrlGroup`` (the names ``koordlet.system.resctrl.RESCTRL_GROUPS`` lists)."""
 
 
 class Resctrl:

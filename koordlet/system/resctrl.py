@@ -27,6 +27,7 @@ import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
+from apis.extension import QoSClass
 from koordlet.errors import CgroupGoneError, HostError, ParseError, UnsupportedError
 from koordlet.system.cgroupstats import read_file_bytes
 from koordlet.system.oserrors import absent_error
@@ -35,6 +36,14 @@ from koordlet.system.procfs import read_host_file
 
 RESCTRL_GROUPS = ("LSR", "LS", "BE")
 """Koordinator's resctrl control groups, one per QoS class, in priority order."""
+GROUP_OF_CLASS: Mapping[str, str] = {
+    QoSClass.LSE: "LSR",
+    QoSClass.LSR: "LSR",
+    QoSClass.LS: "LS",
+    QoSClass.BE: "BE",
+}
+"""Control group of each QoS class: Koordinator's ``LSRResctrlGroup``, ``LSResctrlGroup``,
+``BEResctrlGroup``; SYSTEM pods stay in the default group."""
 LLC_OCCUPANCY = "llc_occupancy"
 MBM_TOTAL = "mbm_total_bytes"
 MBM_LOCAL = "mbm_local_bytes"

@@ -30,6 +30,7 @@ from apis.extension import LABEL_POD_PRIORITY, LABEL_POD_QOS, QoSClass
 from apis.manager_keys import BATCH_CPU, BATCH_MEMORY, MID_CPU, MID_MEMORY
 from apis.priority import PRIORITY_BATCH, PRIORITY_MID, priority_class_of
 from apis.quantity import int_value, milli_value
+from kubeclient.writes import apply_merge_patch
 from manager.errors import ManagerError
 
 logger = logging.getLogger(__name__)
@@ -161,33 +162,6 @@ def parse_profiles(objs: Sequence[Mapping[str, Any]]) -> list[Profile]:
     return sorted(out, key=lambda p: p.name)
 
 
-def strategic_merge(target: Any, patch: Any) -> Any:
-    """A strategic merge patch subset: maps merge (null deletes), lists of objects with a
-    ``name`` merge by name, other lists and scalars replace."""
-    if not isinstance(patch, Mapping):
-        return copy.deepcopy(patch)
-    out = dict(target) if isinstance(target, Mapping) else {}
-    for key, value in patch.items():
-        if value is None:
-            out.pop(key, None)
-        elif isinstance(value, list) and isinstance(out.get(key), list) and _named(value):
-            merged = list(out[key])
-            for item in value:
-                idx = next((i for i, c in enumerate(merged) if c.get("name") == item["name"]), -1)
-                if idx < 0:
-                    merged.append(copy.deepcopy(item))
-                else:
-                    merged[idx] = strategic_merge(merged[idx], item)
-            out[key] = merged
-        else:
-            out[key] = strategic_merge(out.get(key), value)
-    return out
-
-
-def _named(items: list[Any]) -> bool:
-    return bool(items) and all(isinstance(i, Mapping) and "name" in i for i in items)
-
-
 def apply_profile(pod: dict[str, Any], profile: Profile, priority_value: int | None) -> None:
     """Apply one profile to ``pod`` in place (``priority_value``: the value of the profile's
     PriorityClass, looked up by the caller)."""
@@ -210,7 +184,7 @@ def apply_profile(pod: dict[str, Any], profile: Profile, priority_value: int | N
             LABEL_POD_PRIORITY: str(profile.koordinator_priority),
         }
     if profile.patch:
-        patched = strategic_merge(pod, profile.patch)
+        patched = apply_merge_patch(pod, profile.patch, merge_named_lists=True)
         pod.clear()
         pod.update(patched)
 

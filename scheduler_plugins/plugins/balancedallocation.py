@@ -51,23 +51,15 @@ class BalancedAllocation(Plugin):
         want = tuple(pod.requests.get(r, 0) for r in res)
         if not any(want):
             return None
-        table = self._scores.table(want)
-        out: dict[str, int] = {}
-        for node in nodes:
-            name = node.name
-            hit = table.get(name)
-            if hit is not None and hit[0] is node and hit[1] == node.generation:
-                out[name] = hit[2]
-                continue
-            alloc = node.allocatable
+
+        def score(node: NodeInfo) -> int:
             requested = node.requested
-            s = balanced_score(
+            return balanced_score(
                 [requested.get(r, 0) + w for r, w in zip(res, want, strict=True)],
-                [alloc.get(r, 0) for r in res],
+                [node.allocatable.get(r, 0) for r in res],
             )
-            table[name] = (node, node.generation, s)
-            out[name] = s
-        return out
+
+        return self._scores.values(want, nodes, score)
 
 
 def build(args: Mapping[str, Any] | None, source: str) -> BalancedAllocation:

@@ -35,7 +35,7 @@ from typing import Any
 from scheduler_plugins.args import ArgsReader
 from scheduler_plugins.constraints import AffinityTerm
 from scheduler_plugins.framework import MAX_NODE_SCORE, Cycle, Plugin
-from scheduler_plugins.plugins.nodecache import Changes
+from scheduler_plugins.plugins.nodecache import Changes, NodeMemo
 from scheduler_plugins.snapshot import NodeInfo, PodInfo, Snapshot
 
 NAME = "InterPodAffinity"
@@ -95,7 +95,8 @@ class InterPodAffinity(Plugin):
         """Node → its pods that have any pod affinity or anti-affinity term."""
         self._with_anti: set[str] = set()
         """Nodes holding a pod with a required anti-affinity term."""
-        self._memo: dict[tuple[Any, ...], dict[str, tuple[NodeInfo, int, Any]]] = {}
+        self._memo: NodeMemo[Any] = NodeMemo(MEMO_SHAPES)
+        """Per-node term counts and score contributions, per pod shape."""
 
     # -- the index of pods with terms -----------------------------------------------------
 
@@ -117,19 +118,6 @@ class InterPodAffinity(Plugin):
                 self._with_terms[name] = pods
                 if any(p.constraints.anti_affinity for p in pods):
                     self._with_anti.add(name)
-
-    def _per_node(self, key: tuple[Any, ...], node: NodeInfo, compute: Any) -> Any:
-        memo = self._memo.get(key)
-        if memo is None:
-            if len(self._memo) >= MEMO_SHAPES:
-                del self._memo[next(iter(self._memo))]
-            memo = self._memo[key] = {}
-        hit = memo.get(node.name)
-        if hit is not None and hit[0] is node and hit[1] == node.generation:
-            return hit[2]
-        value = compute(node)
-        memo[node.name] = (node, node.generation, value)
-        return value
 
     # -- filter ---------------------------------------------------------------------------
 
@@ -164,7 +152,7 @@ class InterPodAffinity(Plugin):
             for node in snap.nodes.values():
                 if not node.pods:
                     continue
-                aff, anti = self._per_node(shape, node, per_node)
+                aff, anti = self._memo.get(shape, node, per_node)
                 if aff:
                     for t in c.affinity:
                         _bump(state.affinity, node, t.topology_key, aff)
@@ -294,7 +282,7 @@ class InterPodAffinity(Plugin):
             items = [
                 (
                     node,
-                    self._per_node(
+                    self._memo.get(
                         shape,
                         node,
                         lambda n: self._contributions(pod, n, list(n.pods.values()), snap),

@@ -65,6 +65,7 @@ from scheduler_plugins.plugins.loadargs import (
     parse_args,
 )
 from scheduler_plugins.plugins.loadindex import ExpiryIndex, ThresholdIndex, headroom
+from scheduler_plugins.plugins.nodecache import Changes
 from scheduler_plugins.snapshot import NodeInfo, NodeMetricInfo, PodInfo, ResourceList
 
 ERR_USAGE = "node(s) %s usage exceed threshold"
@@ -139,7 +140,7 @@ class LoadAwareScheduling(Plugin):
         self._basis: dict[str, dict[str, _Basis]] = {"normal": {}, "prod": {}}
         """Per threshold index, each node's usage basis (for the reasons' numbers)."""
         self._cache: dict[str, _NodeLoad] = {}
-        self._token: tuple[int, int] | None = None
+        self._changes = Changes()
         self._normal_index = ThresholdIndex(len(names))
         self._prod_index = ThresholdIndex(len(names))
         self._expiry = ExpiryIndex(())
@@ -259,16 +260,11 @@ class LoadAwareScheduling(Plugin):
         """Bring the per-node cache and the indexes up to date: only the nodes the snapshot's
         change log names, or everything after a new snapshot or a gap in the log."""
         snap = cycle.snapshot
-        token = (id(snap), snap.generation)
-        if token == self._token:
-            return
-        names = None
-        if self._token is not None and self._token[0] == id(snap):
-            names = snap.changed_since(self._token[1])
+        names = self._changes.poll(snap)
         cache = self._cache
         if names is None:
             metrics = snap.node_metrics
-            if self._token is None or self._token[0] != id(snap):
+            if self._changes.new_snapshot:
                 cache.clear()
             for name, node in snap.nodes.items():
                 load = cache.get(name)
@@ -289,7 +285,6 @@ class LoadAwareScheduling(Plugin):
                         self._unindex(name)
                     continue
                 self._index(name, self._load(cycle, changed))
-        self._token = token
 
     def _rows(
         self, name: str, load: _NodeLoad

@@ -24,15 +24,19 @@ class Changes:
 
     def __init__(self) -> None:
         self._token: tuple[int, int] | None = None
+        self.new_snapshot = False
+        """Whether the last poll saw another snapshot than the poll before it (or was the
+        first): per-node values keyed by generation must then be dropped, not revalidated."""
 
     def poll(self, snap: Snapshot) -> set[str] | None:
         """The nodes changed since the last poll (empty: none); ``None`` when everything must
         be rebuilt (first poll, another snapshot, a gap in the log, a change not one node's)."""
         token = (id(snap), snap.generation)
+        self.new_snapshot = self._token is None or self._token[0] != id(snap)
         if token == self._token:
             return set()
         names = None
-        if self._token is not None and self._token[0] == id(snap):
+        if self._token is not None and not self.new_snapshot:
             names = snap.changed_since(self._token[1])
         self._token = token
         return names
@@ -63,6 +67,24 @@ class NodeMemo(Generic[_V]):
         value = compute(node)
         table[node.name] = (node, node.generation, value)
         return value
+
+    def values(
+        self, shape: Hashable, nodes: Sequence[NodeInfo], compute: Callable[[NodeInfo], _V]
+    ) -> dict[str, _V]:
+        """``{node name: value}`` for each of ``nodes``, computed where missing or stale (a
+        plugin's ``score_nodes``)."""
+        table = self.table(shape)
+        out: dict[str, _V] = {}
+        for node in nodes:
+            name = node.name
+            hit = table.get(name)
+            if hit is not None and hit[0] is node and hit[1] == node.generation:
+                out[name] = hit[2]
+                continue
+            value = compute(node)
+            table[name] = (node, node.generation, value)
+            out[name] = value
+        return out
 
     def clear(self) -> None:
         """Forget everything."""

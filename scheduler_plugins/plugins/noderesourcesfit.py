@@ -29,7 +29,7 @@ from typing import Any
 from apis.scheduling_keys import DEVICE_RESOURCES
 from scheduler_plugins.args import ArgsReader
 from scheduler_plugins.framework import MAX_NODE_SCORE, Cycle, Plugin
-from scheduler_plugins.plugins.nodecache import NodeMemo
+from scheduler_plugins.plugins.nodecache import Changes, NodeMemo
 from scheduler_plugins.snapshot import NodeInfo, PodInfo
 
 NAME = "NodeResourcesFit"
@@ -62,7 +62,7 @@ class NodeResourcesFit(Plugin):
         """``scoringStrategy.resources``: resource → weight."""
         self._scores: NodeMemo[int] = NodeMemo()
         """Scores per pod shape (what it requests of the weighted resources)."""
-        self._token: tuple[int, int] | None = None
+        self._changes = Changes()
         self._free: dict[str, tuple[list[int], list[str]]] = {}
         self._free_of: dict[str, dict[str, int]] = {}
 
@@ -76,12 +76,7 @@ class NodeResourcesFit(Plugin):
         """Re-index the nodes the snapshot's change log names (everything after a new snapshot
         or a gap in the log)."""
         snap = cycle.snapshot
-        token = (id(snap), snap.generation)
-        if token == self._token:
-            return
-        names = None
-        if self._token is not None and self._token[0] == id(snap):
-            names = snap.changed_since(self._token[1])
+        names = self._changes.poll(snap)
         if names is None:
             self._free.clear()
             self._free_of.clear()
@@ -106,7 +101,6 @@ class NodeResourcesFit(Plugin):
                         keys.insert(k, free)
                         names_sorted.insert(k, name)
                         of[name] = free
-        self._token = token
 
     def _index(self, cycle: Cycle, resource: str) -> tuple[list[int], list[str]]:
         """Nodes sorted by what they have left of ``resource`` (``pods``: only nodes that
@@ -208,18 +202,7 @@ class NodeResourcesFit(Plugin):
             nz_cpu if r == "cpu" else nz_mem if r == "memory" else pod.requests.get(r, 0)
             for r, _ in weights
         )
-        table = self._scores.table(want)
-        out: dict[str, int] = {}
-        for node in nodes:
-            name = node.name
-            hit = table.get(name)
-            if hit is not None and hit[0] is node and hit[1] == node.generation:
-                out[name] = hit[2]
-                continue
-            s = self._score(node, weights, want)
-            table[name] = (node, node.generation, s)
-            out[name] = s
-        return out
+        return self._scores.values(want, nodes, lambda node: self._score(node, weights, want))
 
     def _score(
         self, node: NodeInfo, weights: Sequence[tuple[str, int]], want: Sequence[int]

@@ -31,6 +31,7 @@ from typing import Any
 
 from apis.scheduling_keys import LABEL_QUOTA_TREE_ID as LABEL_TREE_ID
 from scheduler_plugins.errors import InputError
+from scheduler_plugins.selectors import raw_label_selector_matches
 from scheduler_plugins.snapshot import NodeInfo, ResourceList, Snapshot
 
 KIND = "ElasticQuotaProfile"
@@ -60,27 +61,7 @@ class QuotaProfile:
 
     def selects(self, labels: Mapping[str, str]) -> bool:
         """Whether a node with ``labels`` is in the pool."""
-        return self.selector is not None and label_selector_matches(self.selector, labels)
-
-
-def label_selector_matches(selector: Mapping[str, Any], labels: Mapping[str, str]) -> bool:
-    """``metav1.LabelSelector`` semantics; an empty selector matches everything."""
-    for k, v in (selector.get("matchLabels") or {}).items():
-        if labels.get(str(k)) != str(v):
-            return False
-    for expr in selector.get("matchExpressions") or []:
-        key = str(expr.get("key") or "")
-        op = expr.get("operator")
-        values = [str(v) for v in expr.get("values") or []]
-        if op == "In" and labels.get(key) not in values:
-            return False
-        if op == "NotIn" and key in labels and labels[key] in values:
-            return False
-        if op == "Exists" and key not in labels:
-            return False
-        if op == "DoesNotExist" and key in labels:
-            return False
-    return True
+        return self.selector is not None and raw_label_selector_matches(self.selector, labels)
 
 
 def parse_ratio(raw: Any, source: str) -> Fraction:

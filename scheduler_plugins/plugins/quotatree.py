@@ -144,28 +144,15 @@ def parse_quotas(
         ann = meta.get("annotations") or {}
         spec = obj.get("spec") or {}
         qmax = parse_resource_list(spec.get("max"), where, "spec.max")
-        weight = dict(qmax)
-        if ann.get(ANNOTATION_SHARED_WEIGHT):
-            try:
-                weight = parse_resource_list(
-                    json.loads(ann[ANNOTATION_SHARED_WEIGHT]), where, ANNOTATION_SHARED_WEIGHT
-                )
-            except ValueError as err:
-                raise InputError(where, ANNOTATION_SHARED_WEIGHT, f"bad JSON: {err}") from err
+        shared_weight = _annotated_resources(ann, ANNOTATION_SHARED_WEIGHT, where)
+        weight = dict(qmax) if shared_weight is None else shared_weight
         namespaces: tuple[str, ...] = ()
         if ann.get(ANNOTATION_NAMESPACES):
             try:
                 namespaces = tuple(str(n) for n in json.loads(ann[ANNOTATION_NAMESPACES]))
             except (ValueError, TypeError) as err:
                 raise InputError(where, ANNOTATION_NAMESPACES, f"bad JSON list: {err}") from err
-        total: ResourceList | None = None
-        if ann.get(ANNOTATION_TOTAL_RESOURCE):
-            try:
-                total = parse_resource_list(
-                    json.loads(ann[ANNOTATION_TOTAL_RESOURCE]), where, ANNOTATION_TOTAL_RESOURCE
-                )
-            except ValueError as err:
-                raise InputError(where, ANNOTATION_TOTAL_RESOURCE, f"bad JSON: {err}") from err
+        total = _annotated_resources(ann, ANNOTATION_TOTAL_RESOURCE, where)
         quotas[name] = Quota(
             name=name,
             namespace=str(meta.get("namespace") or "default"),
@@ -216,6 +203,17 @@ def parse_quotas(
             elif q.tree in by_tree:
                 q.profile = by_tree[q.tree]
     return quotas
+
+
+def _annotated_resources(ann: Mapping[str, str], key: str, where: str) -> ResourceList | None:
+    """The resource list that annotation ``key`` holds as JSON; None when it is absent or
+    empty."""
+    if not ann.get(key):
+        return None
+    try:
+        return parse_resource_list(json.loads(ann[key]), where, key)
+    except ValueError as err:
+        raise InputError(where, key, f"bad JSON: {err}") from err
 
 
 def quota_of(pod: PodInfo, quotas: Mapping[str, Quota]) -> str | None:

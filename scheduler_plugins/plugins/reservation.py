@@ -62,6 +62,7 @@ from scheduler_plugins.errors import InputError
 from scheduler_plugins.framework import Cycle, Plugin
 from scheduler_plugins.plugins.noderesourcesfit import RESERVATION_ADJUST_KEY
 from scheduler_plugins.reservations import is_reserve_pod
+from scheduler_plugins.selectors import raw_label_selector_matches
 from scheduler_plugins.snapshot import (
     NodeInfo,
     PodInfo,
@@ -344,24 +345,6 @@ def active_reservations(snapshot: Snapshot, now: float) -> dict[str, list[Active
     return ReservationCache().active(snapshot, now)
 
 
-def _selector_matches(selector: Mapping[str, Any], labels: Mapping[str, str]) -> bool:
-    for k, v in (selector.get("matchLabels") or {}).items():
-        if labels.get(k) != v:
-            return False
-    for expr in selector.get("matchExpressions") or []:
-        key, op = expr.get("key"), expr.get("operator")
-        values = expr.get("values") or []
-        if op == "In" and labels.get(key) not in values:
-            return False
-        if op == "NotIn" and labels.get(key) in values:
-            return False
-        if op == "Exists" and key not in labels:
-            return False
-        if op == "DoesNotExist" and key in labels:
-            return False
-    return True
-
-
 def owner_matches(owner: Mapping[str, Any], pod: PodInfo) -> bool:
     """Whether ``pod`` is one of the owners ``owner`` describes."""
     obj = owner.get("object")
@@ -381,7 +364,7 @@ def owner_matches(owner: Mapping[str, Any], pod: PodInfo) -> bool:
         return False
     selector = owner.get("labelSelector")
     if isinstance(selector, dict):
-        return _selector_matches(selector, pod.labels)
+        return raw_label_selector_matches(selector, pod.labels)
     return False
 
 

@@ -103,6 +103,32 @@ def test_merge_patch_round_trips() -> None:
     assert apply_merge_patch(old, merge_patch(old, new)) == new
 
 
+def test_named_lists_merge_by_name_as_a_strategic_merge_patch_does() -> None:
+    # Kubernetes merges containers by their ``name`` (patchMergeKey in core/v1 types.go);
+    # a list without names, or a plain merge patch, replaces the list
+    pod = {
+        "spec": {
+            "containers": [{"name": "a", "image": "x", "args": ["1"]}, {"name": "b", "image": "y"}],
+            "tolerations": [{"key": "t"}],
+        }
+    }
+    patch = {
+        "spec": {
+            "containers": [{"name": "b", "image": "z"}, {"name": "c", "image": "w"}],
+            "tolerations": [{"key": "u"}],
+        }
+    }
+    got = apply_merge_patch(pod, patch, merge_named_lists=True)
+    assert got["spec"]["containers"] == [
+        {"name": "a", "image": "x", "args": ["1"]},
+        {"name": "b", "image": "z"},
+        {"name": "c", "image": "w"},
+    ]
+    assert got["spec"]["tolerations"] == [{"key": "u"}]
+    assert apply_merge_patch(pod, patch)["spec"]["containers"] == patch["spec"]["containers"]
+    assert pod["spec"]["containers"][1] == {"name": "b", "image": "y"}  # inputs untouched
+
+
 async def test_errors_are_translated_into_the_tree(
     kube_api: FakeApiServer, kube_client: KubeClient
 ) -> None:

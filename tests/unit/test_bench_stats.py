@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from bench._stats import percentile, print_result
+from bench._stats import latency_figures, percentile, print_result
 
 
 @pytest.mark.parametrize(
@@ -34,3 +34,13 @@ def test_print_result_json_is_one_line(capsys: pytest.CaptureFixture[str]) -> No
     assert json.loads(capsys.readouterr().out.strip().splitlines()[-1]) == {"a_ms": 1.5, "b": "x"}
     print_result({"a_ms": 1.5}, as_json=False, width=6)
     assert capsys.readouterr().out == "  a_ms: 1.5\n"
+
+
+def test_latency_figures_are_nearest_rank_max_and_mean_under_one_prefix() -> None:
+    ms = [float(v) for v in range(1, 11)]
+    assert latency_figures("evict", ms) == {
+        "evict_p50_ms": 5.0,
+        "evict_p99_ms": 10.0,
+        "evict_max_ms": 10.0,
+        "evict_mean_ms": 5.5,
+    }
