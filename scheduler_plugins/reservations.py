@@ -39,7 +39,8 @@ from apis.scheduling_keys import (
     ANNOTATION_RESERVE_POD,
 )
 from scheduler_plugins.errors import InputError
-from scheduler_plugins.snapshot import PodInfo, ResourceList, parse_pod, parse_time
+from scheduler_plugins.objectfields import ResourceList, parse_time
+from scheduler_plugins.snapshot import PodInfo, parse_pod
 
 DEFAULT_SCHEDULER_NAME = "default-scheduler"
 """``corev1.DefaultSchedulerName``: the template's scheduler when it names none."""

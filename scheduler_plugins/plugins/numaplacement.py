@@ -27,13 +27,15 @@ from apis.scheduling_keys import (
 )
 from scheduler_plugins.args import ArgsReader
 from scheduler_plugins.errors import InputError
+from scheduler_plugins.nodeviews import NRTInfo
+from scheduler_plugins.objectfields import ResourceList, parse_resource_list
 from scheduler_plugins.plugins.cpuaccumulator import (
     FULL_PCPUS,
     SPREAD_BY_PCPUS,
     Topology,
     take_cpus,
 )
-from scheduler_plugins.snapshot import NodeInfo, NRTInfo, PodInfo, ResourceList, parse_resource_list
+from scheduler_plugins.snapshot import NodeInfo, PodInfo
 
 NAME = "NodeNUMAResource"
 ERR_NOT_MATCH_NUMA = "node(s) NUMA Topology policy not match"
