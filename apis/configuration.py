@@ -200,6 +200,15 @@ class ModelRatio:
     """``hyperThreadTurboEnabledRatio``: both on."""
 
 
+MODEL_RATIO_FIELDS = {
+    "baseRatio": "base_ratio",
+    "hyperThreadEnabledRatio": "hyper_thread_enabled_ratio",
+    "turboEnabledRatio": "turbo_enabled_ratio",
+    "hyperThreadTurboEnabledRatio": "hyper_thread_turbo_enabled_ratio",
+}
+"""JSON name → :class:`ModelRatio` attribute (the ratios of ``ratioModel``)."""
+
+
 @dataclass(frozen=True, slots=True)
 class CPUNormalizationStrategy:
     """``CPUNormalizationStrategy`` upstream."""

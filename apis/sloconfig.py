@@ -27,6 +27,7 @@ from apis.configuration import (
     CONFIG_KEYS,
     CPU_BURST_CONFIG_KEY,
     CPU_NORMALIZATION_CONFIG_KEY,
+    MODEL_RATIO_FIELDS,
     RESOURCE_AMPLIFICATION_CONFIG_KEY,
     RESOURCE_QOS_CONFIG_KEY,
     RESOURCE_THRESHOLD_CONFIG_KEY,
@@ -119,14 +120,6 @@ _MEMORY_COLLECT_POLICIES = frozenset(
 )
 _POLICY_NAMES = ", ".join(sorted(_MEMORY_COLLECT_POLICIES))
 _PROFILE_KEYS = frozenset({"name", "nodeSelector"})
-
-
-_MODEL_RATIO_FIELDS = {
-    "baseRatio": "base_ratio",
-    "hyperThreadEnabledRatio": "hyper_thread_enabled_ratio",
-    "turboEnabledRatio": "turbo_enabled_ratio",
-    "hyperThreadTurboEnabledRatio": "hyper_thread_turbo_enabled_ratio",
-}
 
 
 # Parsing -------------------------------------------------------------------------------------
@@ -301,10 +294,10 @@ def _cpu_normalization_strategy(
     for model, raw in model_obj.items():
         path = f"{prefix}ratioModel[{model!r}]"
         ratios = ctx.mapping(raw, path)
-        ctx.check_keys(ratios, frozenset(_MODEL_RATIO_FIELDS), path, list_known=False)
+        ctx.check_keys(ratios, frozenset(MODEL_RATIO_FIELDS), path, list_known=False)
         values = {
             attr: _ratio(ctx, ratios[name], f"{path}.{name}")
-            for name, attr in _MODEL_RATIO_FIELDS.items()
+            for name, attr in MODEL_RATIO_FIELDS.items()
             if ratios.get(name) is not None
         }
         models[str(model)] = ModelRatio(**values)
