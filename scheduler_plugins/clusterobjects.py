@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from scheduler_plugins.errors import InputError
+from scheduler_plugins.objectfields import as_object as _map
 from scheduler_plugins.selectors import (
     NOTHING,
     LabelSelector,
@@ -23,14 +24,6 @@ from scheduler_plugins.selectors import (
 )
 
 CLAIM_BOUND = "Bound"
-
-
-def _map(raw: Any, source: str, where: str) -> Mapping[str, Any]:
-    if raw is None:
-        return {}
-    if not isinstance(raw, Mapping):
-        raise InputError(source, where, f"must be an object, got {type(raw).__name__}")
-    return raw
 
 
 def _meta(obj: Mapping[str, Any], source: str, where: str) -> tuple[str, str]:

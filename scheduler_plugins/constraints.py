@@ -31,6 +31,8 @@ from apis.kubernetes_keys import (
     TOLERATION_OP_EXISTS,
 )
 from scheduler_plugins.errors import InputError
+from scheduler_plugins.objectfields import as_list as _list
+from scheduler_plugins.objectfields import as_object as _map
 from scheduler_plugins.selectors import (
     IN,
     NOT_IN,
@@ -185,22 +187,6 @@ class PodConstraints:
 
 EMPTY = PodConstraints()
 """A pod that asks nothing of placement."""
-
-
-def _map(raw: Any, source: str, where: str) -> Mapping[str, Any]:
-    if raw is None:
-        return {}
-    if not isinstance(raw, Mapping):
-        raise InputError(source, where, f"must be an object, got {type(raw).__name__}")
-    return raw
-
-
-def _list(raw: Any, source: str, where: str) -> list[Any]:
-    if raw is None:
-        return []
-    if not isinstance(raw, list):
-        raise InputError(source, where, f"must be a list, got {type(raw).__name__}")
-    return raw
 
 
 def _int(raw: Any, source: str, where: str, default: int, minimum: int = 0) -> int:

@@ -1,5 +1,6 @@
 """Reading the fields of API objects as the scheduler's parsers do, each bad field an
-:class:`~scheduler_plugins.errors.InputError` naming it: maps, lists and string maps,
+:class:`~scheduler_plugins.errors.InputError` naming it: maps (copied, or as they are), lists and
+string maps,
 ``ResourceList`` quantities, RFC 3339 times.
 
 Resource values are integers in Koordinator's ``getResourceValue`` units: ``cpu`` in milli-cores
@@ -60,6 +61,15 @@ def as_map(raw: Any, source: str, where: str) -> dict[str, Any]:
     if not isinstance(raw, Mapping):
         raise InputError(source, where, f"must be a map, got {type(raw).__name__}")
     return dict(raw)
+
+
+def as_object(raw: Any, source: str, where: str) -> Mapping[str, Any]:
+    """An object field as it is (no copy; ``{}`` when absent)."""
+    if raw is None:
+        return {}
+    if not isinstance(raw, Mapping):
+        raise InputError(source, where, f"must be an object, got {type(raw).__name__}")
+    return raw
 
 
 def as_list(raw: Any, source: str, where: str) -> list[Any]:
