@@ -31,8 +31,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from apis.configuration import SLOControllerConfig, parse_slo_controller_config
+from apis.configuration import SLOControllerConfig
 from apis.manager_keys import EXTENDED_RESOURCES
+from apis.sloconfig import parse_slo_controller_config
 from apis.timestamp import format_time
 from bench._stats import print_result
 from manager.noderesource.calculator import calculate, decide_update

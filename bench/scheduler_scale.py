@@ -68,7 +68,8 @@ from apis.timestamp import format_time
 from bench._stats import percentile
 from scheduler_plugins.extender import Extender, make_app
 from scheduler_plugins.framework import num_feasible_nodes_to_find
-from scheduler_plugins.snapshot import PodInfo, build_snapshot, parse_pod
+from scheduler_plugins.loading import build_snapshot
+from scheduler_plugins.snapshot import PodInfo, parse_pod
 from scheduler_plugins.standalone import EventRecorder, Scheduler, tune_gc
 from scheduler_plugins.table import EXTENDER_PLUGINS, build_framework
 

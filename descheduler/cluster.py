@@ -36,7 +36,8 @@ from descheduler.migration.store import JobStore
 from descheduler.podfacts import PodFacts, pod_facts
 from descheduler.selectors import Selector, SelectorError, from_label_selector
 from scheduler_plugins.errors import InputError as SchedulerInputError
-from scheduler_plugins.snapshot import NodeInfo, PodInfo, Snapshot, build_snapshot, load_objects
+from scheduler_plugins.loading import build_snapshot, load_objects
+from scheduler_plugins.snapshot import NodeInfo, PodInfo, Snapshot
 
 WORKLOAD_KINDS = (KIND_REPLICA_SET, KIND_DEPLOYMENT, KIND_STATEFUL_SET, KIND_REPLICATION_CONTROLLER)
 

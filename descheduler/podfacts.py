@@ -29,7 +29,8 @@ from apis.descheduler_keys import (
 from apis.extension import KUBE_QOS_TO_QOS, LABEL_POD_QOS, KubeQOS, QoSClass
 from apis.priority import pod_priority_class_with_default
 from apis.quantity import resource_value
-from scheduler_plugins.snapshot import PodInfo, optional_time
+from scheduler_plugins.objectfields import optional_time
+from scheduler_plugins.snapshot import PodInfo
 
 INT32_MAX = 2**31 - 1
 

@@ -25,8 +25,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from apis.configuration import parse_slo_controller_config
 from apis.slo import SchemaError, read_document
+from apis.sloconfig import parse_slo_controller_config
 from apis.timestamp import TimestampError, parse_time_datetime
 from kubeclient.flags import SuggestingParser
 from manager.errors import InputError

@@ -8,7 +8,7 @@
     └── webhook.profiles.ProfileError   a ClusterColocationProfile that cannot be used
                         (also an apis.errors.FieldError and a ValueError)
 
-Configuration errors are :class:`apis.slo.SchemaError` (raised by ``apis.configuration``); the
+Configuration errors are :class:`apis.slo.SchemaError` (raised by ``apis.sloconfig``); the
 CLI reports both kinds the same way (exit 2, naming the file and the field).
 """
 

@@ -10,8 +10,9 @@ from __future__ import annotations
 from dataclasses import fields
 from typing import Any
 
-from apis.configuration import ColocationStrategy, colocation_fields
+from apis.configuration import ColocationStrategy
 from apis.manager_keys import BATCH_CPU, BATCH_MEMORY, EXTENDED_RESOURCES, MID_CPU, MID_MEMORY
+from apis.sloconfig import colocation_fields
 from manager.noderesource.batch import BatchTerms, MetricTerm, PodTerm
 from manager.noderesource.calculator import NodeResourceResult, UpdateDecision
 from manager.noderesource.inputs import Resources

@@ -44,7 +44,8 @@ from scheduler_plugins.config import SchedulerConfig, load_config, parse_feature
 from scheduler_plugins.errors import InputError
 from scheduler_plugins.framework import Evaluation, Framework
 from scheduler_plugins.leader import LeaderElection, from_config
-from scheduler_plugins.snapshot import PodInfo, Snapshot, load_pod, load_snapshot
+from scheduler_plugins.loading import load_pod, load_snapshot
+from scheduler_plugins.snapshot import PodInfo, Snapshot
 
 logger = logging.getLogger(__name__)
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from scheduler_plugins.errors import InputError
-from scheduler_plugins.rawjson import object_field
+from scheduler_plugins.objectfields import as_object
 from scheduler_plugins.selectors import (
     NOTHING,
     LabelSelector,
@@ -27,7 +27,7 @@ CLAIM_BOUND = "Bound"
 
 
 def _meta(obj: Mapping[str, Any], source: str, where: str) -> tuple[str, str]:
-    meta = object_field(obj.get("metadata"), source, where + ".metadata")
+    meta = as_object(obj.get("metadata"), source, where + ".metadata")
     return str(meta.get("namespace") or "default"), str(meta.get("name") or "")
 
 
@@ -58,9 +58,9 @@ class ClaimInfo:
 def parse_claim(obj: Mapping[str, Any], source: str, where: str) -> ClaimInfo:
     """A :class:`ClaimInfo` from a v1 PersistentVolumeClaim."""
     namespace, name = _meta(obj, source, where)
-    spec = object_field(obj.get("spec"), source, where + ".spec")
-    status = object_field(obj.get("status"), source, where + ".status")
-    meta = object_field(obj.get("metadata"), source, where + ".metadata")
+    spec = as_object(obj.get("spec"), source, where + ".spec")
+    status = as_object(obj.get("status"), source, where + ".status")
+    meta = as_object(obj.get("metadata"), source, where + ".metadata")
     return ClaimInfo(
         namespace=namespace,
         name=name,
@@ -83,8 +83,8 @@ class VolumeInfo:
 def parse_volume(obj: Mapping[str, Any], source: str, where: str) -> VolumeInfo:
     """A :class:`VolumeInfo` from a v1 PersistentVolume."""
     _, name = _meta(obj, source, where)
-    spec = object_field(obj.get("spec"), source, where + ".spec")
-    affinity = object_field(spec.get("nodeAffinity"), source, where + ".spec.nodeAffinity")
+    spec = as_object(obj.get("spec"), source, where + ".spec")
+    affinity = as_object(spec.get("nodeAffinity"), source, where + ".spec.nodeAffinity")
     required = None
     if affinity.get("required") is not None:
         required = parse_node_selector(
@@ -115,8 +115,8 @@ class DisruptionBudget:
 def parse_budget(obj: Mapping[str, Any], source: str, where: str) -> DisruptionBudget:
     """A :class:`DisruptionBudget` from a policy/v1 PodDisruptionBudget."""
     namespace, name = _meta(obj, source, where)
-    spec = object_field(obj.get("spec"), source, where + ".spec")
-    status = object_field(obj.get("status"), source, where + ".status")
+    spec = as_object(obj.get("spec"), source, where + ".spec")
+    status = as_object(obj.get("status"), source, where + ".status")
     raw_selector = spec.get("selector")
     selector = NOTHING
     if raw_selector:  # nil and {} select nothing here
@@ -128,7 +128,7 @@ def parse_budget(obj: Mapping[str, Any], source: str, where: str) -> DisruptionB
         raise InputError(
             source, where + ".status.disruptionsAllowed", f"must be an integer, got {allowed!r}"
         )
-    disrupted = object_field(status.get("disruptedPods"), source, where + ".status.disruptedPods")
+    disrupted = as_object(status.get("disruptedPods"), source, where + ".status.disruptedPods")
     return DisruptionBudget(
         namespace, name, selector, allowed, frozenset(str(k) for k in disrupted)
     )
@@ -136,6 +136,6 @@ def parse_budget(obj: Mapping[str, Any], source: str, where: str) -> DisruptionB
 
 def parse_namespace_labels(obj: Mapping[str, Any], source: str, where: str) -> dict[str, str]:
     """A Namespace's labels."""
-    meta = object_field(obj.get("metadata"), source, where + ".metadata")
-    labels = object_field(meta.get("labels"), source, where + ".metadata.labels")
+    meta = as_object(obj.get("metadata"), source, where + ".metadata")
+    labels = as_object(meta.get("labels"), source, where + ".metadata.labels")
     return {str(k): str(v) for k, v in labels.items()}

@@ -31,7 +31,7 @@ from apis.kubernetes_keys import (
     TOLERATION_OP_EXISTS,
 )
 from scheduler_plugins.errors import InputError
-from scheduler_plugins.rawjson import list_field, object_field
+from scheduler_plugins.objectfields import as_list, as_object
 from scheduler_plugins.selectors import (
     IN,
     NOT_IN,
@@ -208,7 +208,7 @@ def _label_keys(
     keys: Any, labels: Mapping[str, str], op: str, source: str, where: str
 ) -> tuple[Requirement, ...]:
     out = []
-    for i, key in enumerate(list_field(keys, source, where)):
+    for i, key in enumerate(as_list(keys, source, where)):
         if not isinstance(key, str):
             raise InputError(source, f"{where}[{i}]", "must be a label key")
         if key in labels:
@@ -219,7 +219,7 @@ def _label_keys(
 def _affinity_term(
     raw: Any, namespace: str, labels: Mapping[str, str], source: str, where: str, weight: int = 0
 ) -> AffinityTerm:
-    term = object_field(raw, source, where)
+    term = as_object(raw, source, where)
     key = str(term.get("topologyKey") or "")
     if not key:
         raise InputError(source, where + ".topologyKey", "must not be empty")
@@ -231,7 +231,7 @@ def _affinity_term(
         )
     )
     namespaces = frozenset(
-        str(n) for n in list_field(term.get("namespaces"), source, where + ".namespaces")
+        str(n) for n in as_list(term.get("namespaces"), source, where + ".namespaces")
     )
     ns_selector: LabelSelector | None = None
     if term.get("namespaceSelector") is not None:
@@ -246,20 +246,20 @@ def _affinity_term(
 def _pod_affinity(
     raw: Any, namespace: str, labels: Mapping[str, str], source: str, where: str
 ) -> tuple[tuple[AffinityTerm, ...], tuple[AffinityTerm, ...]]:
-    sect = object_field(raw, source, where)
+    sect = as_object(raw, source, where)
     rwhere = where + ".requiredDuringSchedulingIgnoredDuringExecution"
     required = tuple(
         _affinity_term(t, namespace, labels, source, f"{rwhere}[{i}]")
         for i, t in enumerate(
-            list_field(sect.get("requiredDuringSchedulingIgnoredDuringExecution"), source, rwhere)
+            as_list(sect.get("requiredDuringSchedulingIgnoredDuringExecution"), source, rwhere)
         )
     )
     pwhere = where + ".preferredDuringSchedulingIgnoredDuringExecution"
     preferred = []
     for i, p in enumerate(
-        list_field(sect.get("preferredDuringSchedulingIgnoredDuringExecution"), source, pwhere)
+        as_list(sect.get("preferredDuringSchedulingIgnoredDuringExecution"), source, pwhere)
     ):
-        entry = object_field(p, source, f"{pwhere}[{i}]")
+        entry = as_object(p, source, f"{pwhere}[{i}]")
         weight = _int(entry.get("weight"), source, f"{pwhere}[{i}].weight", 0, 1)
         preferred.append(
             _affinity_term(
@@ -278,9 +278,9 @@ def _spread(
     raw: Any, labels: Mapping[str, str], source: str, where: str
 ) -> tuple[SpreadConstraint, ...]:
     out = []
-    for i, c in enumerate(list_field(raw, source, where)):
+    for i, c in enumerate(as_list(raw, source, where)):
         cwhere = f"{where}[{i}]"
-        entry = object_field(c, source, cwhere)
+        entry = as_object(c, source, cwhere)
         key = str(entry.get("topologyKey") or "")
         if not key:
             raise InputError(source, cwhere + ".topologyKey", "must not be empty")
@@ -321,9 +321,9 @@ def _spread(
 
 def _tolerations(raw: Any, source: str, where: str) -> tuple[Toleration, ...]:
     out = []
-    for i, t in enumerate(list_field(raw, source, where)):
+    for i, t in enumerate(as_list(raw, source, where)):
         twhere = f"{where}[{i}]"
-        entry = object_field(t, source, twhere)
+        entry = as_object(t, source, twhere)
         op = str(entry.get("operator") or TOLERATION_OP_EQUAL)
         if op not in (TOLERATION_OP_EQUAL, TOLERATION_OP_EXISTS):
             raise InputError(source, twhere + ".operator", f"must be Equal or Exists, got {op!r}")
@@ -340,9 +340,9 @@ def _tolerations(raw: Any, source: str, where: str) -> tuple[Toleration, ...]:
 def _host_ports(containers: list[Any], source: str, where: str) -> tuple[HostPort, ...]:
     out = []
     for i, c in enumerate(containers):
-        cont = object_field(c, source, f"{where}[{i}]")
-        for j, p in enumerate(list_field(cont.get("ports"), source, f"{where}[{i}].ports")):
-            port = object_field(p, source, f"{where}[{i}].ports[{j}]")
+        cont = as_object(c, source, f"{where}[{i}]")
+        for j, p in enumerate(as_list(cont.get("ports"), source, f"{where}[{i}].ports")):
+            port = as_object(p, source, f"{where}[{i}].ports[{j}]")
             host_port = _int(port.get("hostPort"), source, f"{where}[{i}].ports[{j}].hostPort", 0)
             if host_port <= 0:
                 continue
@@ -366,16 +366,16 @@ def parse_pod_constraints(
 ) -> PodConstraints:
     """A pod's :class:`PodConstraints` (:data:`EMPTY` when it asks nothing). Raises
     :class:`InputError` naming the field."""
-    meta = object_field(obj.get("metadata"), source, prefix + "metadata")
-    spec = object_field(obj.get("spec"), source, prefix + "spec")
-    status = object_field(obj.get("status"), source, prefix + "status")
+    meta = as_object(obj.get("metadata"), source, prefix + "metadata")
+    spec = as_object(obj.get("spec"), source, prefix + "spec")
+    status = as_object(obj.get("status"), source, prefix + "status")
     sp = prefix + "spec"
     node_selector = tuple(
         (str(k), str(v))
-        for k, v in object_field(spec.get("nodeSelector"), source, sp + ".nodeSelector").items()
+        for k, v in as_object(spec.get("nodeSelector"), source, sp + ".nodeSelector").items()
     )
-    affinity = object_field(spec.get("affinity"), source, sp + ".affinity")
-    node_aff = object_field(affinity.get("nodeAffinity"), source, sp + ".affinity.nodeAffinity")
+    affinity = as_object(spec.get("affinity"), source, sp + ".affinity")
+    node_aff = as_object(affinity.get("nodeAffinity"), source, sp + ".affinity.nodeAffinity")
     nwhere = sp + ".affinity.nodeAffinity"
     required = None
     if node_aff.get("requiredDuringSchedulingIgnoredDuringExecution") is not None:
@@ -387,9 +387,9 @@ def parse_pod_constraints(
     preferred = []
     pwhere = nwhere + ".preferredDuringSchedulingIgnoredDuringExecution"
     for i, p in enumerate(
-        list_field(node_aff.get("preferredDuringSchedulingIgnoredDuringExecution"), source, pwhere)
+        as_list(node_aff.get("preferredDuringSchedulingIgnoredDuringExecution"), source, pwhere)
     ):
-        entry = object_field(p, source, f"{pwhere}[{i}]")
+        entry = as_object(p, source, f"{pwhere}[{i}]")
         preferred.append(
             (
                 _int(entry.get("weight"), source, f"{pwhere}[{i}].weight", 0, 1),
@@ -404,8 +404,8 @@ def parse_pod_constraints(
     anti_req, anti_pref = _pod_affinity(
         affinity.get("podAntiAffinity"), namespace, labels, source, sp + ".affinity.podAntiAffinity"
     )
-    containers = list_field(spec.get("containers"), source, sp + ".containers")
-    init_containers = list_field(spec.get("initContainers"), source, sp + ".initContainers")
+    containers = as_list(spec.get("containers"), source, sp + ".containers")
+    init_containers = as_list(spec.get("initContainers"), source, sp + ".initContainers")
     ports = _host_ports(containers, source, sp + ".containers")
     # restartable init containers (sidecars) keep running: their ports stay bound
     sidecars = [
@@ -413,14 +413,12 @@ def parse_pod_constraints(
     ]
     ports += _host_ports(sidecars, source, sp + ".initContainers")
     claims = []
-    for i, v in enumerate(list_field(spec.get("volumes"), source, sp + ".volumes")):
-        vol = object_field(v, source, f"{sp}.volumes[{i}]")
+    for i, v in enumerate(as_list(spec.get("volumes"), source, sp + ".volumes")):
+        vol = as_object(v, source, f"{sp}.volumes[{i}]")
         pvc = vol.get("persistentVolumeClaim")
         if pvc is not None:
             claim = str(
-                object_field(pvc, source, f"{sp}.volumes[{i}].persistentVolumeClaim").get(
-                    "claimName"
-                )
+                as_object(pvc, source, f"{sp}.volumes[{i}].persistentVolumeClaim").get("claimName")
                 or ""
             )
             if not claim:
@@ -489,8 +487,8 @@ def parse_pod_constraints(
 def parse_taints(raw: Any, source: str, where: str) -> tuple[Taint, ...]:
     """A node's ``spec.taints``."""
     out = []
-    for i, t in enumerate(list_field(raw, source, where)):
-        entry = object_field(t, source, f"{where}[{i}]")
+    for i, t in enumerate(as_list(raw, source, where)):
+        entry = as_object(t, source, f"{where}[{i}]")
         key = str(entry.get("key") or "")
         if not key:
             raise InputError(source, f"{where}[{i}].key", "must not be empty")
@@ -504,9 +502,9 @@ def parse_taints(raw: Any, source: str, where: str) -> tuple[Taint, ...]:
 def parse_images(raw: Any, source: str, where: str) -> dict[str, int]:
     """A node's ``status.images``: every name → the image's ``sizeBytes``."""
     out: dict[str, int] = {}
-    for i, img in enumerate(list_field(raw, source, where)):
-        entry = object_field(img, source, f"{where}[{i}]")
+    for i, img in enumerate(as_list(raw, source, where)):
+        entry = as_object(img, source, f"{where}[{i}]")
         size = _int(entry.get("sizeBytes"), source, f"{where}[{i}].sizeBytes", 0)
-        for n in list_field(entry.get("names"), source, f"{where}[{i}].names"):
+        for n in as_list(entry.get("names"), source, f"{where}[{i}].names"):
             out[str(n)] = size
     return out

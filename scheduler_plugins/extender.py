@@ -78,15 +78,9 @@ from scheduler_plugins.framework import (
     Framework,
     ReserveError,
 )
+from scheduler_plugins.loading import load_snapshot
 from scheduler_plugins.reservationstatus import OwnerSync
-from scheduler_plugins.snapshot import (
-    NodeInfo,
-    PodInfo,
-    Snapshot,
-    load_snapshot,
-    parse_node,
-    parse_pod,
-)
+from scheduler_plugins.snapshot import NodeInfo, PodInfo, Snapshot, parse_node, parse_pod
 from scheduler_plugins.table import EXTENDER_PLUGINS
 
 if TYPE_CHECKING:

@@ -57,16 +57,9 @@ from scheduler_plugins.clusterobjects import (
     parse_volume,
 )
 from scheduler_plugins.errors import InputError
+from scheduler_plugins.nodeviews import parse_node_metric, parse_nrt
 from scheduler_plugins.plugins.quotaprofile import parse_profile
-from scheduler_plugins.snapshot import (
-    ALL,
-    PodInfo,
-    Snapshot,
-    _parse_nrt,
-    parse_node,
-    parse_node_metric,
-    parse_pod,
-)
+from scheduler_plugins.snapshot import ALL, PodInfo, Snapshot, parse_node, parse_pod
 
 if TYPE_CHECKING:
     from scheduler_plugins.reservationstatus import OwnerSync
@@ -189,7 +182,7 @@ class InformedSnapshot:
             )
         if res is NODE_RESOURCE_TOPOLOGIES:
             return keyed(
-                snap.topologies, _name, lambda o: _parse_nrt(o, "NodeResourceTopology", _name(o))
+                snap.topologies, _name, lambda o: parse_nrt(o, "NodeResourceTopology", _name(o))
             )
         if res is ELASTIC_QUOTAS:
             return keyed(snap.quotas, _name, dict)

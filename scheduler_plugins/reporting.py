@@ -30,6 +30,8 @@ profile's scheduler name, the instance ``<controller>-<host name>``, a note cut 
 through a strategic merge patch of ``pods/<name>/status``, only when the condition changes
 (``podutil.UpdatePodCondition``: status, reason or message; ``lastTransitionTime`` kept while the
 status stays). The binding subresource sets it True.
+
+**The message** (:func:`failure_message`) is kube-scheduler's ``0/3 nodes are available: ...``.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from __future__ import annotations
 import logging
 import socket
 import time
+from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -72,6 +75,31 @@ def truncate_note(note: str) -> str:
     if len(note) <= NOTE_LIMIT:
         return note
     return note[: NOTE_LIMIT - 4] + " ..."
+
+
+def failure_message(total: int, reasons: dict[str, list[str]]) -> str:
+    """kube-scheduler's ``FailedScheduling`` message: reasons counted over nodes, sorted. A
+    reason with per-node numbers after its kube-scheduler or Koordinator wording
+    (``node(s) cpu usage exceed threshold, cpu usage 91% > threshold 65%``) counts under that
+    wording when the numbers differ between nodes, with the most frequent numbers as the example
+    (``2 node(s) cpu usage exceed threshold (e.g. cpu usage 91% > threshold 65%)``)."""
+    counts = Counter(r for rs in reasons.values() for r in dict.fromkeys(rs))
+    details: dict[str, Counter[str]] = {}
+    for r, n in counts.items():
+        head, sep, detail = r.partition(", ")
+        details.setdefault(head if sep else r, Counter())[detail] += n
+    lines: dict[str, int] = {}
+    for head, by_detail in details.items():
+        if len(by_detail) == 1:
+            (detail,) = by_detail
+            lines[f"{head}, {detail}" if detail else head] = by_detail[detail]
+        else:
+            example = min(by_detail.items(), key=lambda kv: (-kv[1], kv[0]))[0]
+            lines[f"{head} (e.g. {example})"] = sum(by_detail.values())
+    parts = ", ".join(f"{n} {r}" for r, n in sorted(lines.items(), key=lambda kv: kv[0]))
+    return (
+        f"0/{total} nodes are available: {parts}." if parts else f"0/{total} nodes are available."
+    )
 
 
 def pod_reference(pod: PodInfo) -> dict[str, str]:

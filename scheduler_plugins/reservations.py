@@ -39,7 +39,8 @@ from apis.scheduling_keys import (
 )
 from apis.timestamp import format_time
 from scheduler_plugins.errors import InputError
-from scheduler_plugins.snapshot import PodInfo, ResourceList, optional_time, parse_pod
+from scheduler_plugins.objectfields import ResourceList, optional_time
+from scheduler_plugins.snapshot import PodInfo, parse_pod
 
 DEFAULT_SCHEDULER_NAME = "default-scheduler"
 """``corev1.DefaultSchedulerName``: the template's scheduler when it names none."""

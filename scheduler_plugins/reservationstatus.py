@@ -37,6 +37,7 @@ from kubeclient.errors import KubeError, NotFound
 from kubeclient.resources import RESERVATIONS
 from kubeclient.writes import update_status
 from scheduler_plugins.errors import InputError
+from scheduler_plugins.objectfields import ResourceList, add_into, parse_resource_list
 from scheduler_plugins.reservations import (
     CONDITION_READY,
     PHASE_AVAILABLE,
@@ -46,12 +47,7 @@ from scheduler_plugins.reservations import (
     uid_of_reservation,
     unschedulable_status,
 )
-from scheduler_plugins.snapshot import (
-    ResourceList,
-    Snapshot,
-    add_into,
-    parse_resource_list,
-)
+from scheduler_plugins.snapshot import Snapshot
 
 logger = logging.getLogger(__name__)
 

@@ -1,17 +1,12 @@
-"""A cluster snapshot: what the plugins see, built from objects as ``kubectl get -o yaml`` prints
-them (a v1 ``List``, or a YAML stream of objects).
+"""A cluster snapshot: what the plugins see, by kind: nodes with their assigned pods, pending
+pods, NodeMetrics, NodeResourceTopologies and the other objects the plugins read.
+:mod:`scheduler_plugins.loading` builds one from objects as ``kubectl get -o yaml`` prints them;
+the informers (``informed.py``) keep one current.
 
-Resource values are integers in Koordinator's ``getResourceValue`` units: ``cpu`` in milli-cores
-(``Quantity.MilliValue()``), every other resource by ``Quantity.Value()``: bytes for memory,
-milli-cores for ``kubernetes.io/batch-cpu`` and ``kubernetes.io/mid-cpu`` (which Koordinator
-writes as plain integers of milli-cores), counts for ``pods`` and devices.
-
-Kinds read: Node, Pod, NodeMetric, NodeResourceTopology, ElasticQuota, ElasticQuotaProfile,
-PodGroup, Reservation, Device, Namespace, PersistentVolumeClaim, PersistentVolume,
-PodDisruptionBudget; any other kind is ignored (a ``kubectl get all`` dump works). A pod's and a
-node's placement fields (selectors, affinity, taints...) are parsed by ``constraints.py``.
-Pods in phase Succeeded or Failed hold nothing and are dropped. A Pod with ``spec.nodeName`` is
-assigned to that node.
+:class:`PodInfo` and :class:`NodeInfo` are parsed here; their placement fields (selectors,
+affinity, taints...) by ``constraints.py``, their fields and quantities through
+:mod:`scheduler_plugins.objectfields`; NodeMetrics and NodeResourceTopologies are
+:mod:`scheduler_plugins.nodeviews`'s.
 
 The snapshot is mutable in one way only: :meth:`Snapshot.assume` adds a pod to a node (the
 scheduler's "assume" after reserve) and :meth:`Snapshot.forget` takes it back;
@@ -20,32 +15,19 @@ scheduler's "assume" after reserve) and :meth:`Snapshot.forget` takes it back;
 
 from __future__ import annotations
 
-import json
 from bisect import bisect_right
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-import yaml
-
-from apis import nodemetric
-from apis.cpulist import parse_cpulist
-from apis.extension import ANNOTATION_CPU_TOPOLOGY, LABEL_POD_QOS
+from apis.extension import LABEL_POD_QOS
 from apis.kubernetes_keys import DEFAULT_MEMORY_REQUEST, DEFAULT_MILLI_CPU_REQUEST
 from apis.priority import pod_priority_class_with_default
 from apis.quantity import resource_value
-from apis.scheduling_keys import ANNOTATION_KUBELET_CPU_MANAGER_POLICY, ANNOTATION_POD_CPU_ALLOCS
-from apis.slo import SchemaError
-from apis.timestamp import TimestampError, parse_time
 from scheduler_plugins.clusterobjects import (
     ClaimInfo,
     DisruptionBudget,
     VolumeInfo,
-    parse_budget,
-    parse_claim,
-    parse_namespace_labels,
-    parse_volume,
 )
 from scheduler_plugins.constraints import (
     EMPTY,
@@ -56,6 +38,16 @@ from scheduler_plugins.constraints import (
     parse_taints,
 )
 from scheduler_plugins.errors import InputError
+from scheduler_plugins.nodeviews import NodeMetricInfo, NRTInfo
+from scheduler_plugins.objectfields import (
+    ResourceList,
+    add_into,
+    as_list,
+    as_map,
+    as_str_map,
+    optional_time,
+    parse_resource_list,
+)
 
 ALL = "*"
 """A change that is not one node's (see :meth:`Snapshot.touch`)."""
@@ -63,64 +55,6 @@ PENDING = ""
 """A change to the pending pods only (no node's index changes; quotas and gangs re-read)."""
 MAX_CHANGES = 4096
 """Change log entries kept; a consumer further behind re-indexes everything."""
-
-DEFAULT_REPORT_INTERVAL_S = 60.0
-"""``NodeMetric.spec.metricCollectPolicy.reportIntervalSeconds`` when unset (Koordinator: 60)."""
-
-
-ResourceList = dict[str, int]
-
-
-def parse_resource_list(raw: Any, source: str, where: str) -> ResourceList:
-    """A ``ResourceList`` mapping (``{"cpu": "500m", "memory": "1Gi"}``) in integer units."""
-    if raw is None:
-        return {}
-    if not isinstance(raw, Mapping):
-        raise InputError(source, where, f"must be a map of resource quantities, got {raw!r}")
-    out: ResourceList = {}
-    for name, quantity in raw.items():
-        try:
-            out[str(name)] = resource_value(str(name), quantity)
-        except (ValueError, TypeError) as err:
-            raise InputError(source, f"{where}.{name}", f"not a quantity: {quantity!r}") from err
-    return out
-
-
-def add_into(total: ResourceList, extra: Mapping[str, int], sign: int = 1) -> None:
-    """``total += sign * extra``, resource by resource."""
-    for name, value in extra.items():
-        total[name] = total.get(name, 0) + sign * value
-
-
-def optional_time(raw: Any, source: str, where: str) -> float | None:
-    """A ``metav1.Time`` field (:func:`apis.timestamp.parse_time`) in epoch seconds; ``None``
-    when absent or empty. Raises :class:`InputError`."""
-    if raw is None or raw == "":
-        return None
-    try:
-        return parse_time(raw)
-    except TimestampError as err:
-        raise InputError(source, where, err.message) from err
-
-
-def _map(raw: Any, source: str, where: str) -> dict[str, Any]:
-    if raw is None:
-        return {}
-    if not isinstance(raw, Mapping):
-        raise InputError(source, where, f"must be a map, got {type(raw).__name__}")
-    return dict(raw)
-
-
-def _list(raw: Any, source: str, where: str) -> list[Any]:
-    if raw is None:
-        return []
-    if not isinstance(raw, list):
-        raise InputError(source, where, f"must be a list, got {type(raw).__name__}")
-    return raw
-
-
-def _str_map(raw: Any, source: str, where: str) -> dict[str, str]:
-    return {str(k): str(v) for k, v in _map(raw, source, where).items()}
 
 
 @dataclass(slots=True)
@@ -197,24 +131,24 @@ def _kube_qos(containers: Sequence[Mapping[str, Any]]) -> str:
 def parse_pod(obj: Mapping[str, Any], source: str, where: str = "") -> PodInfo:
     """A :class:`PodInfo` from a v1 Pod. Raises :class:`InputError` naming the bad field."""
     prefix = f"{where}." if where else ""
-    meta = _map(obj.get("metadata"), source, prefix + "metadata")
-    spec = _map(obj.get("spec"), source, prefix + "spec")
-    status = _map(obj.get("status"), source, prefix + "status")
+    meta = as_map(obj.get("metadata"), source, prefix + "metadata")
+    spec = as_map(obj.get("spec"), source, prefix + "spec")
+    status = as_map(obj.get("status"), source, prefix + "status")
     name = str(meta.get("name") or "")
     if not name:
         raise InputError(source, prefix + "metadata.name", "a pod needs a name")
     namespace = str(meta.get("namespace") or "default")
-    labels = _str_map(meta.get("labels"), source, prefix + "metadata.labels")
-    annotations = _str_map(meta.get("annotations"), source, prefix + "metadata.annotations")
-    containers = _list(spec.get("containers"), source, prefix + "spec.containers")
-    init_containers = _list(spec.get("initContainers"), source, prefix + "spec.initContainers")
+    labels = as_str_map(meta.get("labels"), source, prefix + "metadata.labels")
+    annotations = as_str_map(meta.get("annotations"), source, prefix + "metadata.annotations")
+    containers = as_list(spec.get("containers"), source, prefix + "spec.containers")
+    init_containers = as_list(spec.get("initContainers"), source, prefix + "spec.initContainers")
     requests: ResourceList = {}
     limits: ResourceList = {}
     nz_cpu = nz_mem = 0
     for i, c in enumerate(containers):
         cwhere = f"{prefix}spec.containers[{i}].resources"
-        res = _map(
-            _map(c, source, f"{prefix}spec.containers[{i}]").get("resources"), source, cwhere
+        res = as_map(
+            as_map(c, source, f"{prefix}spec.containers[{i}]").get("resources"), source, cwhere
         )
         lim = parse_resource_list(res.get("limits"), source, cwhere + ".limits")
         req = parse_resource_list(res.get("requests"), source, cwhere + ".requests")
@@ -226,8 +160,8 @@ def parse_pod(obj: Mapping[str, Any], source: str, where: str = "") -> PodInfo:
         nz_mem += req.get("memory", DEFAULT_MEMORY_REQUEST)
     for i, c in enumerate(init_containers):
         cwhere = f"{prefix}spec.initContainers[{i}].resources"
-        res = _map(
-            _map(c, source, f"{prefix}spec.initContainers[{i}]").get("resources"), source, cwhere
+        res = as_map(
+            as_map(c, source, f"{prefix}spec.initContainers[{i}]").get("resources"), source, cwhere
         )
         lim = parse_resource_list(res.get("limits"), source, cwhere + ".limits")
         req = parse_resource_list(res.get("requests"), source, cwhere + ".requests")
@@ -253,7 +187,9 @@ def parse_pod(obj: Mapping[str, Any], source: str, where: str = "") -> PodInfo:
     qos = qos_label or ("BE" if kube_qos == "BestEffort" else "LS")
     pclass = pod_priority_class_with_default(labels, raw_priority, qos)
     scheduled_at = None
-    for i, cond in enumerate(_list(status.get("conditions"), source, prefix + "status.conditions")):
+    for i, cond in enumerate(
+        as_list(status.get("conditions"), source, prefix + "status.conditions")
+    ):
         if isinstance(cond, Mapping) and cond.get("type") == "PodScheduled":
             scheduled_at = optional_time(
                 cond.get("lastTransitionTime"),
@@ -268,7 +204,7 @@ def parse_pod(obj: Mapping[str, Any], source: str, where: str = "") -> PodInfo:
         )
     owners = tuple(
         str(o.get("kind", ""))
-        for o in _list(meta.get("ownerReferences"), source, prefix + "metadata.ownerReferences")
+        for o in as_list(meta.get("ownerReferences"), source, prefix + "metadata.ownerReferences")
         if isinstance(o, Mapping)
     )
     return PodInfo(
@@ -344,117 +280,16 @@ class NodeInfo:
         return pod
 
 
-@dataclass(frozen=True, slots=True)
-class PodMetric:
-    """One pod's entry of ``NodeMetric.status.podsMetric``."""
-
-    key: str
-    """``namespace/name``."""
-    usage: ResourceList
-    """``podUsage.resources``."""
-    priority: str
-    """``priority`` (the pod's priority class as the koordlet reported it)."""
-
-
-@dataclass(frozen=True, slots=True)
-class NodeMetricInfo:
-    """A NodeMetric's status, as load-aware scheduling reads it."""
-
-    name: str
-    """The node's name."""
-    update_time: float | None
-    """``status.updateTime`` in epoch seconds; ``None`` means never updated (expired)."""
-    report_interval_s: float
-    """``spec.metricCollectPolicy.reportIntervalSeconds`` (default 60)."""
-    node_usage: ResourceList | None
-    """``status.nodeMetric.nodeUsage.resources``; ``None`` without ``status.nodeMetric``."""
-    aggregated: dict[float, dict[str, ResourceList]]
-    """``aggregatedNodeUsages``: duration (s) → aggregation type (``p50``...) → usage."""
-    pods: dict[str, PodMetric]
-    """``status.podsMetric`` by ``namespace/name``."""
-
-
-def parse_node_metric(obj: Mapping[str, Any], source: str, where: str) -> NodeMetricInfo:
-    """What load-aware scheduling reads of a NodeMetric, derived from the typed model
-    (:func:`apis.nodemetric.parse_node_metric`). Raises :class:`InputError` naming the field."""
-    try:
-        metric = nodemetric.parse_node_metric(obj, source)
-    except SchemaError as err:
-        raise InputError(
-            source, f"{where}.{err.field}" if err.field else where, err.message
-        ) from err
-    status = metric.status
-    nm = status.node_metric
-    policy = metric.collect_policy
-    interval = policy.report_interval_seconds if policy is not None else None
-    pods: dict[str, PodMetric] = {}
-    for pm in status.pods_metric or ():
-        key = f"{pm.namespace or 'default'}/{pm.name}"
-        pods[key] = PodMetric(key, dict(pm.pod_usage.resources), pm.priority)
-    return NodeMetricInfo(
-        name=metric.name,
-        update_time=None if status.update_time is None else status.update_time.timestamp(),
-        report_interval_s=float(interval) if interval else DEFAULT_REPORT_INTERVAL_S,
-        node_usage=None if nm is None else dict(nm.node_usage.resources),
-        aggregated={}
-        if nm is None
-        else {
-            a.duration_seconds: {kind: dict(rm.resources) for kind, rm in a.usage.items()}
-            for a in nm.aggregated_node_usages
-        },
-        pods=pods,
-    )
-
-
-@dataclass(frozen=True, slots=True)
-class CPUInfo:
-    """One logical CPU of ``node.koordinator.sh/cpu-topology``."""
-
-    id: int
-    core: int
-    socket: int
-    node: int
-
-
-@dataclass(frozen=True, slots=True)
-class NUMAZone:
-    """One ``type: Node`` zone of a NodeResourceTopology."""
-
-    node: int
-    """The NUMA node id (``node-1`` → 1)."""
-    allocatable: ResourceList
-    """The zone's ``allocatable`` (``capacity`` when absent) per resource."""
-
-
-@dataclass(frozen=True, slots=True)
-class NRTInfo:
-    """A NodeResourceTopology as NodeNUMAResource reads it."""
-
-    name: str
-    cpus: tuple[CPUInfo, ...]
-    """``node.koordinator.sh/cpu-topology`` detail; empty when not reported."""
-    zones: tuple[NUMAZone, ...]
-    """NUMA node zones."""
-    topology_policies: tuple[str, ...]
-    """``topologyPolicies`` (kubelet topology manager policy names)."""
-    reserved_cpus: frozenset[int]
-    """``reservedCPUs`` of ``kubelet.koordinator.sh/cpu-manager-policy``."""
-    kubelet_allocated: frozenset[int]
-    """CPUs of ``node.koordinator.sh/pod-cpu-allocs`` (pods the kubelet's static policy pinned)."""
-    kubelet_full_pcpus_only: bool
-    """The kubelet's static CPU manager runs with ``full-pcpus-only=true``."""
-
-
 def parse_node(obj: Mapping[str, Any], source: str, where: str) -> NodeInfo:
     """A :class:`NodeInfo` (no pods yet) from a v1 Node."""
-    meta = _map(obj.get("metadata"), source, where + ".metadata")
-    status = _map(obj.get("status"), source, where + ".status")
-    spec = _map(obj.get("spec"), source, where + ".spec")
+    meta = as_map(obj.get("metadata"), source, where + ".metadata")
+    status = as_map(obj.get("status"), source, where + ".status")
+    spec = as_map(obj.get("spec"), source, where + ".spec")
     alloc_key = "allocatable" if "allocatable" in status else "capacity"
     return NodeInfo(
         name=str(meta.get("name") or ""),
-        labels=_str_map(meta.get("labels"), source, where + ".metadata.labels"),
-        annotations=_str_map(meta.get("annotations"), source, where + ".metadata.annotations"),
+        labels=as_str_map(meta.get("labels"), source, where + ".metadata.labels"),
+        annotations=as_str_map(meta.get("annotations"), source, where + ".metadata.annotations"),
         allocatable=parse_resource_list(
             status.get(alloc_key), source, f"{where}.status.{alloc_key}"
         ),
@@ -463,85 +298,9 @@ def parse_node(obj: Mapping[str, Any], source: str, where: str) -> NodeInfo:
         images=parse_images(status.get("images"), source, where + ".status.images"),
         conditions={
             str(c["type"]): str(c.get("status", ""))
-            for c in _list(status.get("conditions"), source, where + ".status.conditions")
+            for c in as_list(status.get("conditions"), source, where + ".status.conditions")
             if isinstance(c, Mapping) and "type" in c
         },
-    )
-
-
-def _parse_nrt(obj: Mapping[str, Any], source: str, where: str) -> NRTInfo:
-    meta = _map(obj.get("metadata"), source, where + ".metadata")
-    ann = _str_map(meta.get("annotations"), source, where + ".metadata.annotations")
-    cpus: list[CPUInfo] = []
-    topo_key = ANNOTATION_CPU_TOPOLOGY
-    if topo_key in ann:
-        try:
-            detail = json.loads(ann[topo_key]).get("detail") or []
-            cpus = [
-                CPUInfo(
-                    int(c["id"]),
-                    int(c.get("core", 0)),
-                    int(c.get("socket", 0)),
-                    int(c.get("node", 0)),
-                )
-                for c in detail
-            ]
-        except (ValueError, TypeError, KeyError, AttributeError) as err:
-            raise InputError(
-                source, f"{where}.metadata.annotations[{topo_key}]", f"bad JSON: {err}"
-            ) from err
-    zones: list[NUMAZone] = []
-    for i, z in enumerate(_list(obj.get("zones"), source, where + ".zones")):
-        zwhere = f"{where}.zones[{i}]"
-        zone = _map(z, source, zwhere)
-        if zone.get("type") != "Node":
-            continue
-        zname = str(zone.get("name") or "")
-        try:
-            node_id = int(zname.rsplit("-", 1)[-1])
-        except ValueError as err:
-            raise InputError(source, zwhere + ".name", f"not node-<id>: {zname!r}") from err
-        alloc: ResourceList = {}
-        for j, r in enumerate(_list(zone.get("resources"), source, zwhere + ".resources")):
-            rr = _map(r, source, f"{zwhere}.resources[{j}]")
-            rname = str(rr.get("name") or "")
-            q = rr.get("allocatable", rr.get("capacity"))
-            if rname and q is not None:
-                alloc.update(parse_resource_list({rname: q}, source, f"{zwhere}.resources[{j}]"))
-        zones.append(NUMAZone(node_id, alloc))
-    reserved: frozenset[int] = frozenset()
-    full_only = False
-    kpol_key = ANNOTATION_KUBELET_CPU_MANAGER_POLICY
-    if kpol_key in ann:
-        try:
-            kpol = json.loads(ann[kpol_key])
-            reserved = parse_cpulist(str(kpol.get("reservedCPUs") or ""))
-            full_only = (
-                kpol.get("policy") == "static"
-                and str((kpol.get("options") or {}).get("full-pcpus-only")) == "true"
-            )
-        except (ValueError, AttributeError) as err:
-            raise InputError(source, f"{where}.metadata.annotations[{kpol_key}]", str(err)) from err
-    kubelet_alloc: set[int] = set()
-    allocs_key = ANNOTATION_POD_CPU_ALLOCS
-    if allocs_key in ann:
-        try:
-            for a in json.loads(ann[allocs_key]) or []:
-                kubelet_alloc |= parse_cpulist(str(a.get("cpuset") or ""))
-        except (ValueError, AttributeError, TypeError) as err:
-            raise InputError(
-                source, f"{where}.metadata.annotations[{allocs_key}]", str(err)
-            ) from err
-    return NRTInfo(
-        name=str(meta.get("name") or ""),
-        cpus=tuple(sorted(cpus, key=lambda c: c.id)),
-        zones=tuple(sorted(zones, key=lambda z: z.node)),
-        topology_policies=tuple(
-            str(p) for p in _list(obj.get("topologyPolicies"), source, where + ".topologyPolicies")
-        ),
-        reserved_cpus=reserved,
-        kubelet_allocated=frozenset(kubelet_alloc),
-        kubelet_full_pcpus_only=full_only,
     )
 
 
@@ -687,113 +446,3 @@ class Snapshot:
         for waiting in self.orphans.values():
             if waiting.pop(uid, None) is not None:
                 return
-
-
-def load_objects(path: Path) -> list[dict[str, Any]]:
-    """The objects of a YAML or JSON file: the items of a ``List``, or each document of a stream.
-    Raises :class:`InputError` naming the file."""
-    source = str(path)
-    try:
-        text = path.read_text()
-    except OSError as err:
-        raise InputError(source, "", f"cannot read: {err.strerror or err}") from err
-    try:
-        docs = [d for d in yaml.safe_load_all(text) if d is not None]
-    except yaml.YAMLError as err:
-        raise InputError(source, "", f"not YAML: {err}") from err
-    objects: list[dict[str, Any]] = []
-    for i, doc in enumerate(docs):
-        if not isinstance(doc, dict):
-            raise InputError(source, f"document {i}", "must be an object")
-        if str(doc.get("kind", "")).endswith("List") and "items" in doc:
-            for j, item in enumerate(_list(doc.get("items"), source, "items")):
-                if not isinstance(item, dict):
-                    raise InputError(source, f"items[{j}]", "must be an object")
-                objects.append(item)
-        else:
-            objects.append(doc)
-    return objects
-
-
-def build_snapshot(objects: Sequence[Mapping[str, Any]], source: str = "<snapshot>") -> Snapshot:
-    """A :class:`Snapshot` from objects. Raises :class:`InputError` naming the bad field
-    (``items[3].status.allocatable.cpu``)."""
-    snap = Snapshot()
-    pods: list[PodInfo] = []
-    for i, obj in enumerate(objects):
-        where = f"items[{i}]"
-        kind = obj.get("kind")
-        meta = _map(obj.get("metadata"), source, where + ".metadata")
-        name = str(meta.get("name") or "")
-        if (
-            kind
-            in (
-                "Node",
-                "Pod",
-                "NodeMetric",
-                "NodeResourceTopology",
-                "ElasticQuota",
-                "ElasticQuotaProfile",
-                "PodGroup",
-                "Reservation",
-                "Device",
-                "Namespace",
-                "PersistentVolumeClaim",
-                "PersistentVolume",
-                "PodDisruptionBudget",
-            )
-            and not name
-        ):
-            raise InputError(source, where + ".metadata.name", f"a {kind} needs a name")
-        if kind == "Node":
-            snap.nodes[name] = parse_node(obj, source, where)
-        elif kind == "Pod":
-            phase = _map(obj.get("status"), source, where + ".status").get("phase")
-            if phase in ("Succeeded", "Failed"):
-                continue
-            pods.append(parse_pod(obj, source, where))
-        elif kind == "NodeMetric":
-            snap.node_metrics[name] = parse_node_metric(obj, source, where)
-        elif kind == "NodeResourceTopology":
-            snap.topologies[name] = _parse_nrt(obj, source, where)
-        elif kind == "ElasticQuota":
-            snap.quotas[name] = dict(obj)
-        elif kind == "PodGroup":
-            snap.pod_groups[f"{meta.get('namespace') or 'default'}/{name}"] = dict(obj)
-        elif kind == "Reservation":
-            snap.reservations[name] = dict(obj)
-        elif kind == "ElasticQuotaProfile":
-            snap.quota_profiles[f"{meta.get('namespace') or 'default'}/{name}"] = dict(obj)
-        elif kind == "Device":
-            snap.devices[name] = dict(obj)
-        elif kind == "Namespace":
-            snap.namespaces[name] = parse_namespace_labels(obj, source, where)
-        elif kind == "PersistentVolumeClaim":
-            claim = parse_claim(obj, source, where)
-            snap.claims[claim.key] = claim
-        elif kind == "PersistentVolume":
-            snap.volumes[name] = parse_volume(obj, source, where)
-        elif kind == "PodDisruptionBudget":
-            budget = parse_budget(obj, source, where)
-            snap.budgets[f"{budget.namespace}/{budget.name}"] = budget
-    for pod in pods:
-        node = snap.nodes.get(pod.node_name)
-        if node is not None:
-            node.add_pod(pod)
-        elif not pod.node_name:
-            snap.pending_pods[pod.uid] = pod
-    return snap
-
-
-def load_snapshot(path: Path) -> Snapshot:
-    """:func:`build_snapshot` over :func:`load_objects`."""
-    return build_snapshot(load_objects(path), str(path))
-
-
-def load_pod(path: Path) -> PodInfo:
-    """The one Pod of a file. Raises :class:`InputError` naming the file and field."""
-    objects = load_objects(path)
-    pods = [o for o in objects if o.get("kind", "Pod") == "Pod"]
-    if len(pods) != 1:
-        raise InputError(str(path), "kind", f"expected exactly one Pod, found {len(pods)}")
-    return parse_pod(pods[0], str(path))

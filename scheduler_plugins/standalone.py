@@ -2,9 +2,9 @@
 
 One asyncio task, fed by the informer snapshot (``informed.py``):
 
-1. **Queue.** Pending pods for our scheduler name, highest ``spec.priority`` first, then oldest.
-   A pod that failed is retried when its backoff ends (1 s doubling to 10 s, kube-scheduler's
-   ``podInitialBackoffSeconds``/``podMaxBackoffSeconds``).
+1. **Queue** (``podqueue.py``). Pending pods for our scheduler name, highest ``spec.priority``
+   first, then oldest. A pod that failed is retried when its backoff ends (1 s doubling to 10 s,
+   kube-scheduler's ``podInitialBackoffSeconds``/``podMaxBackoffSeconds``).
 2. **Cycle.** The framework filters nodes until it has found ``percentageOfNodesToScore`` of
    them feasible, as kube-scheduler does on large clusters (0, the default: adaptive, 50 % less
    one point per 125 nodes, at least 5 % and at least 100 nodes, so 10 % of 5,000 nodes; 100:
@@ -53,12 +53,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
-import heapq
 import logging
 import time
-from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from apis.groups import SCHEDULING_API_VERSION as RESERVATION_API_VERSION
@@ -74,6 +72,7 @@ from scheduler_plugins.errors import InputError
 from scheduler_plugins.extender import GC_GEN0_THRESHOLD, Binder
 from scheduler_plugins.framework import Cycle, Framework, ReserveError
 from scheduler_plugins.plugins.coscheduling import DEFAULT_WAIT_S, gang_of
+from scheduler_plugins.podqueue import PodQueue
 from scheduler_plugins.preemption import Evictor, Nominations, Preemption
 from scheduler_plugins.reporting import (
     FAILED_SCHEDULING,
@@ -82,6 +81,7 @@ from scheduler_plugins.reporting import (
     REASON_UNSCHEDULABLE,
     EventRecorder,
     PodConditions,
+    failure_message,
 )
 from scheduler_plugins.reservations import (
     available_status,
@@ -99,8 +99,6 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 SCHEDULER_NAME = "koord-scheduler"
-INITIAL_BACKOFF_S = 1.0
-MAX_BACKOFF_S = 10.0
 ERR_NODE_NAME = "node(s) didn't match the requested node name"
 """kube-scheduler's NodeName reason (a reservation pinned by ``spec.template.spec.nodeName``)."""
 GATE_POLL_S = 0.1
@@ -112,37 +110,6 @@ __all__ = ["EventRecorder", "PodConditions", "ReservationWriter", "Scheduler", "
 def scheduler_name_of(pod: PodInfo) -> str:
     """``spec.schedulerName`` (``default-scheduler`` when unset)."""
     return str((pod.raw.get("spec") or {}).get("schedulerName") or "default-scheduler")
-
-
-def failure_message(total: int, reasons: dict[str, list[str]]) -> str:
-    """kube-scheduler's ``FailedScheduling`` message: reasons counted over nodes, sorted. A
-    reason with per-node numbers after its kube-scheduler or Koordinator wording
-    (``node(s) cpu usage exceed threshold, cpu usage 91% > threshold 65%``) counts under that
-    wording when the numbers differ between nodes, with the most frequent numbers as the example
-    (``2 node(s) cpu usage exceed threshold (e.g. cpu usage 91% > threshold 65%)``)."""
-    counts = Counter(r for rs in reasons.values() for r in dict.fromkeys(rs))
-    details: dict[str, Counter[str]] = {}
-    for r, n in counts.items():
-        head, sep, detail = r.partition(", ")
-        details.setdefault(head if sep else r, Counter())[detail] += n
-    lines: dict[str, int] = {}
-    for head, by_detail in details.items():
-        if len(by_detail) == 1:
-            (detail,) = by_detail
-            lines[f"{head}, {detail}" if detail else head] = by_detail[detail]
-        else:
-            example = min(by_detail.items(), key=lambda kv: (-kv[1], kv[0]))[0]
-            lines[f"{head} (e.g. {example})"] = sum(by_detail.values())
-    parts = ", ".join(f"{n} {r}" for r, n in sorted(lines.items(), key=lambda kv: kv[0]))
-    return (
-        f"0/{total} nodes are available: {parts}." if parts else f"0/{total} nodes are available."
-    )
-
-
-@dataclass(order=True, slots=True)
-class _Entry:
-    sort_key: tuple[int, float, int]
-    uid: str = field(compare=False)
 
 
 @dataclass(slots=True)
@@ -189,13 +156,9 @@ class Scheduler:
         self.events = events
         self.scheduler_name = scheduler_name
         self.clock = clock
-        self._heap: list[_Entry] = []
-        self._queued: set[str] = set()
-        self._attempts: dict[str, int] = {}
-        self._not_before: dict[str, float] = {}
+        self.queue = PodQueue()
+        """Pending pods and reserve pods of ours, by priority, with their backoff."""
         self._waiting: dict[str, dict[str, _Waiting]] = {}
-        self._wake = asyncio.Event()
-        self._seq = 0
         self.bound = 0
         """Pods bound so far."""
         self.reservations = reservations
@@ -222,17 +185,9 @@ class Scheduler:
 
     def enqueue(self, pod: PodInfo) -> None:
         """Queue a pending pod of ours (idempotent)."""
-        if (
-            pod.node_name
-            or scheduler_name_of(pod) != self.scheduler_name
-            or pod.uid in self._queued
-        ):
+        if pod.node_name or scheduler_name_of(pod) != self.scheduler_name or pod.uid in self.queue:
             return
-        self._seq += 1
-        created = pod.scheduled_at or 0.0
-        heapq.heappush(self._heap, _Entry((-pod.priority, created, self._seq), pod.uid))
-        self._queued.add(pod.uid)
-        self._wake.set()
+        self.queue.push(pod)
 
     def enqueue_reservation(self, obj: dict[str, Any]) -> None:
         """Queue a Pending Reservation of ours (idempotent; the informer's hook)."""
@@ -241,7 +196,7 @@ class Scheduler:
         name = str((obj.get("metadata") or {}).get("name") or "")
         current = self.snapshot.reservations.get(name, obj)
         uid = uid_of_reservation(current)
-        if uid in self._queued or scheduler_name_of_reservation(current) != self.scheduler_name:
+        if uid in self.queue or scheduler_name_of_reservation(current) != self.scheduler_name:
             return
         try:
             if not is_pending(current, self.clock()):
@@ -277,40 +232,21 @@ class Scheduler:
 
     def _forget(self, uid: str) -> None:
         self._reservation_names.pop(uid, None)
-        self._attempts.pop(uid, None)
-        self._not_before.pop(uid, None)
+        self.queue.forget(uid)
+
+    def _queued_pod(self, uid: str) -> PodInfo | None:
+        """A queued uid's pod as the snapshot has it now (a Reservation's reserve pod)."""
+        pod = self.snapshot.pending_pods.get(uid)
+        if pod is None and uid in self._reservation_names:
+            pod = self._pending_reservation(uid)
+        return pod
 
     def _pop_ready(self) -> tuple[PodInfo | None, float | None]:
         """The next pod whose backoff is over, else ``None`` and how long until one is."""
-        now = self.clock()
-        deferred: list[_Entry] = []
-        found: PodInfo | None = None
-        soonest: float | None = None
-        while self._heap:
-            entry = heapq.heappop(self._heap)
-            pod = self.snapshot.pending_pods.get(entry.uid)
-            if pod is None and entry.uid in self._reservation_names:
-                pod = self._pending_reservation(entry.uid)
-            if pod is None:  # bound, deleted, or assumed meanwhile
-                self._queued.discard(entry.uid)
-                continue
-            ready_at = self._not_before.get(entry.uid, 0.0)
-            if ready_at > now:
-                deferred.append(entry)
-                soonest = ready_at if soonest is None else min(soonest, ready_at)
-                continue
-            self._queued.discard(entry.uid)
-            found = pod
-            break
-        for entry in deferred:
-            heapq.heappush(self._heap, entry)
-        return found, None if soonest is None else max(soonest - now, 0.0)
+        return self.queue.pop_ready(self._queued_pod, self.clock())
 
     def _backoff(self, pod: PodInfo) -> None:
-        n = self._attempts.get(pod.uid, 0) + 1
-        self._attempts[pod.uid] = n
-        delay = min(INITIAL_BACKOFF_S * 2 ** (n - 1), MAX_BACKOFF_S)
-        self._not_before[pod.uid] = self.clock() + delay
+        self.queue.back_off(pod.uid, self.clock())
         self.enqueue(pod)
 
     # -- one pod ------------------------------------------------------------------------------
@@ -434,8 +370,7 @@ class Scheduler:
             return
         self.bound += 1
         self.nominations.drop(pod.uid)
-        self._attempts.pop(pod.uid, None)
-        self._not_before.pop(pod.uid, None)
+        self.queue.forget(pod.uid)
         logger.info("bound %s to %s", pod.key, node)
         await self.events.scheduled(pod, node)
 
@@ -558,9 +493,9 @@ class Scheduler:
         self.enqueue_all()
         while True:
             if self._hold():
-                self._wake.clear()
+                self.queue.wake.clear()
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._wake.wait(), GATE_POLL_S)
+                    await asyncio.wait_for(self.queue.wake.wait(), GATE_POLL_S)
                 continue
             await self.events.tick()
             if self.owner_sync is not None:
@@ -568,10 +503,10 @@ class Scheduler:
             self.expire_gangs()
             pod, wait = self._pop_ready()
             if pod is None:
-                self._wake.clear()
+                self.queue.wake.clear()
                 timeout = min(wait if wait is not None else 1.0, 1.0)
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._wake.wait(), timeout)
+                    await asyncio.wait_for(self.queue.wake.wait(), timeout)
                 continue
             if pod.uid in self._reservation_names:
                 await self.schedule_reservation(pod)

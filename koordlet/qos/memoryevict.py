@@ -33,9 +33,8 @@ the Node is known); standalone, with no Node, ``MemTotal`` of ``/proc/meminfo``
 **Stale inputs skip the round**: a node usage older than twice the collection interval evicts
 nobody (``ctx.stale``). **Pressure events** wake a round between ticks: on cgroup v1 a memcg
 threshold on the kubepods memory cgroup at the kubepods usage that puts the node at the
-threshold (re-armed when that value moves by more than 1% of capacity); on cgroup v2, or where the
-threshold cannot be armed, a PSI trigger on the node's memory pressure (only where the start-up
-probe found PSI triggers supported). An event round reads the node's memory now
+threshold, on cgroup v2 (or where that cannot be armed) a PSI trigger on the node's memory
+pressure (:mod:`koordlet.qos.memorywatch` arms them). An event round reads the node's memory now
 (``ctx.read_now(NODE_MEMORY)``) instead of the cache, whose newest sample may be a whole interval
 old.
 
@@ -58,7 +57,6 @@ from typing import Any
 from apis.extension import QoSClass
 from apis.priority import pod_priority_class_raw
 from koordlet.collectors.noderesource import MEMORY_DISTRESS, NODE_MEMORY, DistressReading
-from koordlet.events.watches import PressureEvent
 from koordlet.features import gate_enabled
 from koordlet.metriccache import series
 from koordlet.qos.distress import DistressConfig, DistressMonitor
@@ -97,9 +95,9 @@ from koordlet.qos.memoryrules import (
     used_release,
     used_thresholds,
 )
+from koordlet.qos.memorywatch import PressureWatch
 from koordlet.qos.shared import InvalidThreshold, eviction_policy_allowed, node_resources
 from koordlet.statesinformer.model import PodInfo
-from koordlet.system.cgroups import CgroupVersion
 
 logger = logging.getLogger(__name__)
 
@@ -112,19 +110,11 @@ FEATURE_ALLOCATABLE_EVICT = "MemoryAllocatableEvict"
 """Upstream gate of the allocatable-based task."""
 DEFAULT_INTERVAL = 1.0
 """Seconds between rounds (``--memory-evict-interval-seconds``)."""
-WATCH_NAME = "memoryevict"
-"""Name of this strategy's pressure watch."""
-PSI_STALL_US = 100_000
-PSI_WINDOW_US = 2_000_000
-"""PSI wake-up: 100 ms of ``some`` memory stall within 2 s (2 s: allowed without
-CAP_SYS_RESOURCE)."""
-REARM_FRACTION = 0.01
 FOLLOW_UP_INTERVAL = 0.02
 FOLLOW_UP_ROUNDS = 50
 """After an event round that found the node just under the threshold (within the 2-point
 buffer), look again every 20 ms for up to 1 s (then the tick carries on): the memcg threshold
 counts charges a little differently from the node usage the round compares."""
-"""Re-arm the memcg threshold when its target moves by more than this fraction of capacity."""
 
 
 # The strategy --------------------------------------------------------------------------------
@@ -161,18 +151,17 @@ class MemoryEvict:
         self.cool_time = ctx.config.qos.memory_evict_cool_time
         self._capacity_fn = capacity
         self._fresh_usage = fresh_usage
-        self._watch_dir = watch_dir
         self._allocatable_fn = allocatable
         self._clock = clock
         self._last_evict: float | None = None
         self._last_total: int | None = None
         self._lock = asyncio.Lock()
-        self._armed: tuple[str, str, int] | None = None
-        self._unsubscribe: Callable[[], None] | None = None
+        self._watch = PressureWatch(
+            ctx, self._settings, self.capacity, self._on_pressure, watch_dir
+        )
         self._tasks: set[asyncio.Task[None]] = set()
         self._event_waiting = False
         self._near = False
-        self._memcg_refused = False
         self.event_rounds = 0
         """Rounds run on a pressure event or on the distress trigger turning on."""
         self._read_distress = distress
@@ -185,14 +174,13 @@ class MemoryEvict:
                 self.distress = DistressMonitor(config, self._distress_now, self._on_distress)
             else:
                 self._distress_note = f"configured but feature gate {FEATURE_GATE} is off"
-        self._psi_watch_note = ""
 
     # Rounds ----------------------------------------------------------------------------------
 
     async def reconcile(self) -> None:
         """One tick: (re-)arm the pressure watch and start the distress sampler, then one round
         on the cached inputs."""
-        await self._arm()
+        await self._watch.arm()
         if self.distress is not None:
             self.distress.start()
         await self.round("tick")
@@ -463,75 +451,8 @@ class MemoryEvict:
 
     # Pressure events -------------------------------------------------------------------------
 
-    def _desired_watch(self) -> tuple[str, str, int] | None:
-        """``(kind, path, threshold)`` this strategy wants armed now, or None."""
-        ctx = self.ctx
-        if ctx.events is None:
-            return None
-        host = ctx.host()
-        settings = self._settings()
-        if not settings.enabled:
-            return None
-        if host.layout.version is CgroupVersion.V2 or self._memcg_refused:
-            caps = ctx.capabilities
-            if caps is not None and "psi_trigger" in caps and not caps.supported("psi_trigger"):
-                # Arm only what the start-up probe found working (on a fake tree the write
-                # lands in a plain file, which epoll then refuses every round).
-                self._psi_watch_note = f"psi_trigger unsupported: {caps['psi_trigger'].reason}"
-                return None
-            return ("psi", host.paths.proc("pressure", "memory"), PSI_STALL_US)
-        try:
-            threshold, _ = used_thresholds(settings.threshold, settings.lower)
-        except InvalidThreshold:
-            return None
-        capacity = self.capacity()
-        node = ctx.fresh_last(series.NODE_MEMORY_USAGE, series.NODE)
-        if not capacity or node is None:
-            return None
-        pods = ctx.workloads().pods
-        kube = 0.0
-        for uid in pods:
-            v = ctx.fresh_last(series.POD_MEMORY_WITH_PAGE_CACHE, series.pod_entity(uid))
-            kube += v or 0.0
-        # Pods grow both the node's usage and kubepods' memcg usage by the same bytes: the node
-        # crosses its threshold when kubepods reaches this value.
-        target = int(capacity * threshold / 100 - (node - kube))
-        target = max(target, 1 << 20)
-        folder = self._watch_dir or host.layout.abs_dir("memory", host.layout.kube_root)
-        return ("memcg", folder, target)
-
-    async def _arm(self) -> None:
-        events = self.ctx.events
-        if events is None:
-            return
-        if self._unsubscribe is None:
-            self._unsubscribe = events.subscribe(self._on_event)
-        want = self._desired_watch()
-        have = self._armed
-        if want == have:
-            return
-        if want is not None and have is not None and want[:2] == have[:2] and want[0] == "memcg":
-            capacity = self.capacity() or 0
-            if abs(want[2] - have[2]) <= capacity * REARM_FRACTION:
-                return
-        if have is not None:
-            events.unwatch(WATCH_NAME)
-            self._armed = None
-        if want is None:
-            return
-        kind, path, value = want
-        if kind == "memcg":
-            ok = await events.watch_memcg_threshold(path, value, WATCH_NAME)
-            if not ok and WATCH_NAME in events.unsupported:
-                self._memcg_refused = True  # the host cannot: PSI from the next tick on
-        else:
-            ok = await events.watch_psi(path, "some", value, PSI_WINDOW_US, WATCH_NAME)
-        if ok:
-            self._armed = want
-
-    def _on_event(self, event: PressureEvent) -> None:
-        if event.name != WATCH_NAME:
-            return
+    def _on_pressure(self) -> None:
+        """The pressure watch fired: a round now, not at the next tick."""
         self._spawn_round("event")
 
     def _on_distress(self) -> None:
@@ -584,12 +505,7 @@ class MemoryEvict:
         what remains."""
         if self.distress is not None:
             await self.distress.close()
-        if self._unsubscribe is not None:
-            self._unsubscribe()
-            self._unsubscribe = None
-        if self._armed is not None and self.ctx.events is not None:
-            self.ctx.events.unwatch(WATCH_NAME)
-            self._armed = None
+        self._watch.close()
         await self.settle(timeout)
         tasks = list(self._tasks)
         for t in tasks:
@@ -602,8 +518,8 @@ class MemoryEvict:
             self.distress.describe() if self.distress is not None else self._distress_note or "off"
         )
         return {
-            "armed": None if self._armed is None else list(self._armed),
-            "watch_unsupported": self._psi_watch_note,
+            "armed": None if self._watch.armed is None else list(self._watch.armed),
+            "watch_unsupported": self._watch.unsupported_note,
             "distress": distress,
             "event_rounds": self.event_rounds,
             "last_evict": self._last_evict,

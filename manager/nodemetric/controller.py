@@ -25,14 +25,10 @@ import logging
 from collections.abc import Mapping
 from typing import Any, Unpack
 
-from apis.configuration import (
-    COLOCATION_CONFIG_KEY,
-    ColocationConfig,
-    ColocationStrategy,
-    parse_slo_controller_config,
-)
+from apis.configuration import COLOCATION_CONFIG_KEY, ColocationConfig, ColocationStrategy
 from apis.duration import format_duration, parse_duration
 from apis.slo import SchemaError
+from apis.sloconfig import parse_slo_controller_config
 from kubeclient.client import KubeClient, Obj
 from kubeclient.errors import Conflict, NotFound
 from kubeclient.informer import Informer

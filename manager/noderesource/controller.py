@@ -27,7 +27,7 @@ import math
 from datetime import datetime
 from typing import Any, Unpack
 
-from apis.configuration import SLOControllerConfig, parse_slo_controller_config
+from apis.configuration import SLOControllerConfig
 from apis.manager_keys import (
     ANNOTATION_CPU_NORMALIZATION_RATIO,
     ANNOTATION_NODE_RESOURCE_AMPLIFICATION_RATIO,
@@ -35,6 +35,7 @@ from apis.manager_keys import (
     format_extended,
 )
 from apis.slo import SchemaError
+from apis.sloconfig import parse_slo_controller_config
 from kubeclient.backoff import Backoff
 from kubeclient.client import KubeClient, Obj
 from kubeclient.errors import ApiError, Conflict, NotFound

@@ -14,13 +14,14 @@ import math
 from dataclasses import dataclass, replace
 from typing import Any
 
-from apis.configuration import ColocationConfig, ColocationStrategy, parse_colocation_overrides
+from apis.configuration import ColocationConfig, ColocationStrategy
 from apis.manager_keys import (
     ANNOTATION_NODE_COLOCATION_STRATEGY,
     LABEL_CPU_RECLAIM_RATIO,
     LABEL_MEMORY_RECLAIM_RATIO,
 )
 from apis.slo import SchemaError
+from apis.sloconfig import parse_colocation_overrides
 from manager.noderesource.inputs import NodeView
 
 

@@ -3,7 +3,7 @@
 Four keys hold ``{"clusterStrategy": {...}, "nodeStrategies": [{"name", "nodeSelector", ...}]}``
 (``resource-threshold-config``, ``resource-qos-config``, ``cpu-burst-config``,
 ``system-config``); ``host-application-config`` holds ``{"applications": [...], "nodeConfigs":
-[{"name", "nodeSelector", "applications"}]}``. Validation is :mod:`apis.configuration`'s (field
+[{"name", "nodeSelector", "applications"}]}``. Validation is :mod:`apis.sloconfig`'s (field
 names, types and upstream's ranges, selectors). Each cluster strategy is merged field by field
 over Koordinator's defaults, and each node strategy over the cluster strategy, as upstream's
 ``sloconfig`` does; a node takes the first node strategy whose selector matches its labels, in
@@ -32,7 +32,6 @@ from apis.configuration import (
     SYSTEM_CONFIG_KEY,
     LabelSelector,
     SelectorRequirement,
-    parse_slo_controller_config,
 )
 from apis.manager_keys import ANNOTATION_NODE_BANDWIDTH
 from apis.quantity import parse_quantity
@@ -52,6 +51,7 @@ from apis.slo_strategies import (
     parse_system_strategy,
     spec_json,
 )
+from apis.sloconfig import parse_slo_controller_config
 
 NODE_SLO_KEYS = (
     RESOURCE_THRESHOLD_CONFIG_KEY,
@@ -107,7 +107,7 @@ class KeyConfig:
 
 
 def _selector(raw: Mapping[str, Any] | None) -> LabelSelector:
-    """A LabelSelector from JSON already checked by :mod:`apis.configuration`."""
+    """A LabelSelector from JSON already checked by :mod:`apis.sloconfig`."""
     raw = raw or {}
     exprs = tuple(
         SelectorRequirement(str(e["key"]), str(e["operator"]), tuple(e.get("values") or ()))

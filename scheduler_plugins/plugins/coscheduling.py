@@ -37,7 +37,8 @@ from apis.scheduling_keys import (
 )
 from scheduler_plugins.args import ArgsReader
 from scheduler_plugins.framework import Cycle, Plugin
-from scheduler_plugins.snapshot import PodInfo, optional_time
+from scheduler_plugins.objectfields import optional_time
+from scheduler_plugins.snapshot import PodInfo
 
 NAME = "Coscheduling"
 DEFAULT_WAIT_S = 600.0

@@ -27,7 +27,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from scheduler_plugins.snapshot import CPUInfo
+from scheduler_plugins.nodeviews import CPUInfo
 
 FULL_PCPUS = "FullPCPUs"
 SPREAD_BY_PCPUS = "SpreadByPCPUs"

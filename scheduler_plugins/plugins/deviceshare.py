@@ -36,7 +36,8 @@ from apis.scheduling_keys import RESOURCE_GPU_MEMORY as GPU_MEMORY
 from apis.scheduling_keys import RESOURCE_GPU_MEMORY_RATIO as GPU_MEMORY_RATIO
 from apis.scheduling_keys import RESOURCE_NVIDIA_GPU as NVIDIA_GPU
 from scheduler_plugins.framework import Cycle, Plugin, ReserveError
-from scheduler_plugins.snapshot import NodeInfo, PodInfo, parse_resource_list
+from scheduler_plugins.objectfields import parse_resource_list
+from scheduler_plugins.snapshot import NodeInfo, PodInfo
 
 NAME = "DeviceShare"
 ERR_INSUFFICIENT = "Insufficient gpu devices"

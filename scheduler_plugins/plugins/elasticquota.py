@@ -50,6 +50,7 @@ from typing import Any
 from apis.scheduling_keys import LABEL_PREEMPTIBLE
 from scheduler_plugins.args import ArgsReader
 from scheduler_plugins.framework import Cycle, Plugin
+from scheduler_plugins.objectfields import ResourceList
 from scheduler_plugins.plugins.quotaprofile import (
     ERR_POOL,
     QuotaProfile,
@@ -65,12 +66,7 @@ from scheduler_plugins.plugins.quotatree import (
     quota_of,
     tally,
 )
-from scheduler_plugins.snapshot import (
-    NodeInfo,
-    PodInfo,
-    ResourceList,
-    Snapshot,
-)
+from scheduler_plugins.snapshot import NodeInfo, PodInfo, Snapshot
 
 NAME = "ElasticQuota"
 

@@ -40,13 +40,9 @@ from apis.scheduling_keys import (
 )
 from scheduler_plugins.args import ArgsReader
 from scheduler_plugins.errors import InputError
-from scheduler_plugins.snapshot import (
-    NodeInfo,
-    NodeMetricInfo,
-    PodInfo,
-    ResourceList,
-    parse_resource_list,
-)
+from scheduler_plugins.nodeviews import NodeMetricInfo
+from scheduler_plugins.objectfields import ResourceList, parse_resource_list
+from scheduler_plugins.snapshot import NodeInfo, PodInfo
 
 NAME = "LoadAwareScheduling"
 DEFAULT_MILLI_CPU_REQUEST = 250

@@ -52,6 +52,8 @@ from typing import Any, TypeVar
 
 from apis.priority import PRIORITY_PROD
 from scheduler_plugins.framework import Cycle, Plugin
+from scheduler_plugins.nodeviews import NodeMetricInfo
+from scheduler_plugins.objectfields import ResourceList
 from scheduler_plugins.plugins.loadargs import (
     NAME as NAME,
 )
@@ -66,7 +68,7 @@ from scheduler_plugins.plugins.loadargs import (
 )
 from scheduler_plugins.plugins.loadindex import ExpiryIndex, ThresholdIndex, headroom
 from scheduler_plugins.plugins.nodecache import Changes
-from scheduler_plugins.snapshot import NodeInfo, NodeMetricInfo, PodInfo, ResourceList
+from scheduler_plugins.snapshot import NodeInfo, PodInfo
 
 ERR_USAGE = "node(s) %s usage exceed threshold"
 """Koordinator's reason (``ErrReasonUsageExceedThreshold``); ours goes on with the numbers:

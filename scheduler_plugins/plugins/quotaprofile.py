@@ -31,8 +31,9 @@ from typing import Any
 
 from apis.scheduling_keys import LABEL_QUOTA_TREE_ID as LABEL_TREE_ID
 from scheduler_plugins.errors import InputError
+from scheduler_plugins.objectfields import ResourceList
 from scheduler_plugins.selectors import raw_label_selector_matches
-from scheduler_plugins.snapshot import NodeInfo, ResourceList, Snapshot
+from scheduler_plugins.snapshot import NodeInfo, Snapshot
 
 KIND = "ElasticQuotaProfile"
 ERR_POOL = "node(s) didn't match Pod's node affinity/selector"

@@ -40,13 +40,9 @@ from apis.scheduling_keys import (
     LABEL_QUOTA_TREE_ID,
 )
 from scheduler_plugins.errors import InputError
+from scheduler_plugins.objectfields import ResourceList, parse_resource_list
 from scheduler_plugins.plugins.quotaprofile import QuotaProfile, pool_total
-from scheduler_plugins.snapshot import (
-    PodInfo,
-    ResourceList,
-    Snapshot,
-    parse_resource_list,
-)
+from scheduler_plugins.snapshot import PodInfo, Snapshot
 
 LABEL_PARENT = LABEL_QUOTA_PARENT
 LABEL_IS_PARENT = LABEL_QUOTA_IS_PARENT

@@ -60,17 +60,15 @@ from apis.scheduling_keys import (
 )
 from scheduler_plugins.errors import InputError
 from scheduler_plugins.framework import Cycle, Plugin
-from scheduler_plugins.plugins.noderesourcesfit import RESERVATION_ADJUST_KEY
-from scheduler_plugins.reservations import is_reserve_pod
-from scheduler_plugins.selectors import raw_label_selector_matches
-from scheduler_plugins.snapshot import (
-    NodeInfo,
-    PodInfo,
+from scheduler_plugins.objectfields import (
     ResourceList,
-    Snapshot,
     optional_time,
     parse_resource_list,
 )
+from scheduler_plugins.plugins.noderesourcesfit import RESERVATION_ADJUST_KEY
+from scheduler_plugins.reservations import is_reserve_pod
+from scheduler_plugins.selectors import raw_label_selector_matches
+from scheduler_plugins.snapshot import NodeInfo, PodInfo, Snapshot
 
 NAME = "Reservation"
 DEFAULT_TTL_S = 24 * 3600.0

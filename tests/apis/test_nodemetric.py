@@ -23,7 +23,7 @@ from koordlet.metriccache.store import MetricCache
 from koordlet.reporter.nodemetric import build_metric_status
 from koordlet.statesinformer.kube import CollectPolicy
 from manager.noderesource.inputs import parse_node_metric as manager_view
-from scheduler_plugins.snapshot import parse_node_metric as scheduler_view
+from scheduler_plugins.nodeviews import parse_node_metric as scheduler_view
 from tests.kube.test_nodemetric import NOW, PODS, _fill, _host_apps
 
 SAMPLE = Path(__file__).resolve().parents[1] / "golden" / "koordinator" / "nodemetric-sample.yaml"

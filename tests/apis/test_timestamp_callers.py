@@ -18,7 +18,8 @@ from koordlet.statesinformer.kube import pod_info
 from koordlet.system.cgroups import CgroupDriver, CgroupLayout, CgroupVersion
 from koordlet.system.paths import HostPaths
 from scheduler_plugins.errors import InputError as SchedulerInputError
-from scheduler_plugins.snapshot import optional_time, parse_pod
+from scheduler_plugins.objectfields import optional_time
+from scheduler_plugins.snapshot import parse_pod
 
 GOOD = "2026-11-25T20:47:03Z"
 GOOD_EPOCH = datetime(2026, 11, 25, 20, 47, 3, tzinfo=UTC).timestamp()

@@ -27,7 +27,8 @@ from koordlet.collectors.nodeinfo import node_info_dict
 from koordlet.executor import CgroupWriter
 from koordlet.features import FeatureGates
 from koordlet.metriccache.store import MetricCache
-from koordlet.qos.cgreconcile import MECH_CPU_IDLE, MECH_SHARES, CgroupReconcile
+from koordlet.qos.cgplan import MECH_CPU_IDLE, MECH_SHARES
+from koordlet.qos.cgreconcile import CgroupReconcile
 from koordlet.qos.framework import QoSBook, StrategyContext
 from koordlet.statesinformer.model import ContainerInfo, PodInfo, WorkloadSnapshot
 from koordlet.system.cgroups import CgroupDriver, CgroupVersion, detect_layout

@@ -17,7 +17,7 @@ import pytest
 
 from apis.extension import ANNOTATION_RESOURCE_STATUS as RESOURCE_STATUS_ANNOTATION
 from apis.extension import KubeQOS, QoSClass
-from koordlet.qos.cpusuppress import BE_MIN_QUOTA_US, CFS_PERIOD_US
+from koordlet.qos.cpusuppressrules import BE_MIN_QUOTA_US, CFS_PERIOD_US
 from koordlet.statesinformer.model import PodInfo
 from tests.integration.qostree import QoSTree, SuppressRig, real_cgroup_v1_available
 

@@ -12,7 +12,6 @@ from typing import Any
 
 import pytest
 
-from apis.configuration import parse_slo_controller_config
 from apis.manager_keys import (
     ANNOTATION_CPU_BASIC_INFO,
     ANNOTATION_NODE_COLOCATION_STRATEGY,
@@ -23,6 +22,7 @@ from apis.manager_keys import (
     MID_CPU,
     MID_MEMORY,
 )
+from apis.sloconfig import parse_slo_controller_config
 from manager.noderesource.calculator import NodeResourceResult, calculate
 from manager.noderesource.inputs import parse_node, parse_node_metric, parse_pod_list
 from tests.manager.builders import NOW, config_map, node, node_metric, pod, pod_list

@@ -13,9 +13,9 @@ from apis.configuration import (
     ColocationStrategy,
     LabelSelector,
     SelectorRequirement,
-    parse_slo_controller_config,
 )
 from apis.slo import SchemaError
+from apis.sloconfig import parse_slo_controller_config
 from tests.manager.builders import config_map
 
 

@@ -12,7 +12,6 @@ from typing import Any
 
 import pytest
 
-from apis.configuration import parse_slo_controller_config
 from apis.manager_keys import (
     ANNOTATION_CPU_BASIC_INFO,
     ANNOTATION_CPU_NORMALIZATION_RATIO,
@@ -24,6 +23,7 @@ from apis.manager_keys import (
     format_extended,
 )
 from apis.quantity import int_value
+from apis.sloconfig import parse_slo_controller_config
 from kubeclient.client import KubeClient
 from manager.noderesource.calculator import calculate
 from manager.noderesource.controller import NodeResourceController, _status_with

@@ -8,7 +8,6 @@ from typing import Any
 
 import pytest
 
-from apis.configuration import parse_slo_controller_config
 from apis.manager_keys import (
     BATCH_CPU,
     BATCH_MEMORY,
@@ -17,6 +16,7 @@ from apis.manager_keys import (
     MID_MEMORY,
 )
 from apis.nodetopo import CPUBasicInfo, parse_cpu_basic_info
+from apis.sloconfig import parse_slo_controller_config
 from manager.cpunormalization import (
     amplification_ratios,
     amplified,

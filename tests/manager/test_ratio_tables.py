@@ -24,10 +24,10 @@ from apis.configuration import (
     ModelRatio,
     ResourceAmplificationConfig,
     ResourceAmplificationStrategy,
-    parse_slo_controller_config,
 )
 from apis.manager_keys import ANNOTATION_CPU_NORMALIZATION_RATIO, LABEL_CPU_NORMALIZATION_ENABLED
 from apis.nodetopo import CPUBasicInfo
+from apis.sloconfig import parse_slo_controller_config
 from manager.cpunormalization import (
     amplification_ratios,
     normalization_ratio,

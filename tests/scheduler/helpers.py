@@ -6,7 +6,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from scheduler_plugins.framework import Evaluation, Framework, Plugin
-from scheduler_plugins.snapshot import Snapshot, build_snapshot, parse_pod
+from scheduler_plugins.loading import build_snapshot
+from scheduler_plugins.snapshot import Snapshot, parse_pod
 from scheduler_plugins.table import build_framework
 from tests.scheduler.builders import NOW
 

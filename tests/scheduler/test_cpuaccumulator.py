@@ -12,6 +12,7 @@ from __future__ import annotations
 import pytest
 
 from apis.cpulist import parse_cpulist
+from scheduler_plugins.nodeviews import CPUInfo
 from scheduler_plugins.plugins.cpuaccumulator import (
     FULL_PCPUS,
     LEAST_ALLOCATED,
@@ -23,7 +24,6 @@ from scheduler_plugins.plugins.cpuaccumulator import (
     _Accumulator,
     take_cpus,
 )
-from scheduler_plugins.snapshot import CPUInfo
 
 
 def topology(sockets: int, numa_per_socket: int, cores_per_numa: int, threads: int) -> Topology:

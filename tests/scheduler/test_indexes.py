@@ -6,9 +6,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from scheduler_plugins.framework import Framework
+from scheduler_plugins.loading import build_snapshot
 from scheduler_plugins.plugins.loadaware import LoadAwareScheduling, go_round
 from scheduler_plugins.plugins.noderesourcesfit import NodeResourcesFit
-from scheduler_plugins.snapshot import build_snapshot, parse_pod
+from scheduler_plugins.snapshot import parse_pod
 from tests.scheduler.builders import NOW, node, node_metric, pod
 
 clusters = st.lists(

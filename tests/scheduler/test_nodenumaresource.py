@@ -12,7 +12,8 @@ import json
 import pytest
 
 from scheduler_plugins.framework import Framework
-from scheduler_plugins.plugins.nodenumaresource import NodeNUMAResource, parse_args
+from scheduler_plugins.plugins.nodenumaresource import NodeNUMAResource
+from scheduler_plugins.plugins.numaplacement import parse_args
 from scheduler_plugins.snapshot import parse_pod
 from tests.scheduler.builders import NOW, node, nrt, pod
 from tests.scheduler.helpers import evaluate, snapshot_of

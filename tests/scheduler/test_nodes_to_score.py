@@ -15,11 +15,12 @@ from hypothesis import strategies as st
 from scheduler_plugins.config import parse_config
 from scheduler_plugins.errors import InputError
 from scheduler_plugins.framework import Framework, num_feasible_nodes_to_find
+from scheduler_plugins.loading import build_snapshot
 from scheduler_plugins.plugins import loadaware
 from scheduler_plugins.plugins.loadindex import ExpiryIndex, ThresholdIndex
 from scheduler_plugins.plugins.nodenumaresource import NodeNUMAResource
 from scheduler_plugins.plugins.noderesourcesfit import NodeResourcesFit
-from scheduler_plugins.snapshot import PodInfo, Snapshot, build_snapshot, parse_pod
+from scheduler_plugins.snapshot import PodInfo, Snapshot, parse_pod
 from scheduler_plugins.standalone import EventRecorder, Scheduler
 from scheduler_plugins.table import build_framework
 from tests.scheduler.builders import NOW, node, node_metric, nrt, pod

@@ -23,6 +23,7 @@ from kubeclient.client import KubeClient
 from scheduler_plugins.config import SchedulerConfig
 from scheduler_plugins.extender import KubeBinder
 from scheduler_plugins.framework import Framework
+from scheduler_plugins.objectfields import parse_resource_list
 from scheduler_plugins.plugins.noderesourcesfit import NodeResourcesFit
 from scheduler_plugins.plugins.reservation import Reservation
 from scheduler_plugins.reservations import (
@@ -33,7 +34,7 @@ from scheduler_plugins.reservations import (
     scheduler_name_of_reservation,
     unschedulable_status,
 )
-from scheduler_plugins.snapshot import parse_pod, parse_resource_list
+from scheduler_plugins.snapshot import parse_pod
 from scheduler_plugins.standalone import (
     EventRecorder,
     ReservationWriter,

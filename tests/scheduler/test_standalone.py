@@ -11,7 +11,8 @@ import pytest
 
 from scheduler_plugins.extender import KubeBinder
 from scheduler_plugins.informed import InformedSnapshot
-from scheduler_plugins.standalone import EventRecorder, Scheduler, failure_message
+from scheduler_plugins.reporting import failure_message
+from scheduler_plugins.standalone import EventRecorder, Scheduler
 from scheduler_plugins.table import build_framework
 from tests.kubefake.fixtures import eventually as wait_for_state
 from tests.kubefake.server import Fault

@@ -197,7 +197,7 @@ async def test_an_elastic_quota_listed_late_is_never_exceeded(cluster, gated):
             assert await term.informed.wait_synced(10)
             return
         await eventually(lambda: bool(node_of(server, "a") or node_of(server, "b")), within=10)
-        await eventually(lambda: term.scheduler._attempts != {})  # the other one was tried
+        await eventually(lambda: term.scheduler.queue.attempts != {})  # the other one was tried
         assert sum(1 for n in ("a", "b") if node_of(server, n)) == 1
         loser = "b" if node_of(server, "a") else "a"
         events = [
@@ -225,7 +225,7 @@ async def test_a_restarted_term_does_not_exceed_the_quota_before_it_has_listed_q
     hold_list(server, "elasticquotas", QUOTA_LIST_DELAY_S)
     second = start_term(client)
     try:
-        await eventually(lambda: second.scheduler._attempts != {}, within=10)
+        await eventually(lambda: second.scheduler.queue.attempts != {}, within=10)
         assert node_of(server, "b") == ""
         assert second.witness.seen == []
     finally:

@@ -23,11 +23,10 @@ from koordlet.collectors.nodeinfo import node_info_dict
 from koordlet.executor import CgroupWriter
 from koordlet.features import FeatureGates
 from koordlet.metriccache.store import MetricCache
-from koordlet.qos.cgreconcile import (
+from koordlet.qos.cgplan import (
     MECH_CPU_IDLE,
     MECH_GROUP_IDENTITY,
     MECH_SHARES,
-    CgroupReconcile,
     build_plan,
     cpu_mechanism,
     kube_dir_bvt,
@@ -36,6 +35,7 @@ from koordlet.qos.cgreconcile import (
     pod_bvt,
     share_pool,
 )
+from koordlet.qos.cgreconcile import CgroupReconcile
 from koordlet.qos.framework import QoSBook, StrategyContext
 from koordlet.qos.podwarnings import PodAnnotationWarnings
 from koordlet.statesinformer.model import ContainerInfo, HostAppInfo, PodInfo, WorkloadSnapshot

@@ -16,10 +16,10 @@ from koordlet.collectors.nodeinfo import node_info_dict
 from koordlet.executor import CgroupWriter
 from koordlet.metriccache import series
 from koordlet.metriccache.store import MetricCache
-from koordlet.qos.cpuburst import (
+from koordlet.qos.cpuburst import CPUBurst, pod_settings
+from koordlet.qos.cpuburstrules import (
     BurstLimiter,
     BurstSettings,
-    CPUBurst,
     NodeState,
     Op,
     adjust_by_node,
@@ -28,7 +28,6 @@ from koordlet.qos.cpuburst import (
     container_op,
     next_quota,
     node_state,
-    pod_settings,
     safe_burst_us,
     share_pool_ratio,
     static_burst_us,

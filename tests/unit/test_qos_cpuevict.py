@@ -12,8 +12,8 @@ from apis.extension import KubeQOS, QoSClass
 from koordlet.executor.audit import AuditLog
 from koordlet.metriccache import series
 from koordlet.metriccache.store import MetricCache
-from koordlet.qos.cpuevict import (
-    CPUEvict,
+from koordlet.qos.cpuevict import CPUEvict
+from koordlet.qos.cpuevictrules import (
     be_usage_high_enough,
     order_be,
     release_by_satisfaction,

@@ -18,8 +18,8 @@ from koordlet.executor.writer import WriteResult
 from koordlet.metriccache import series
 from koordlet.metriccache.store import MetricCache
 from koordlet.qos.cpupicker import Processor, be_cpuset_count, pick_be_cpus, pick_cpus
-from koordlet.qos.cpusuppress import (
-    CPUSuppress,
+from koordlet.qos.cpusuppress import CPUSuppress
+from koordlet.qos.cpusuppressrules import (
     Usage,
     be_cgroup_dirs,
     be_suppress_milli,

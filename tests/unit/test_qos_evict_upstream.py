@@ -27,16 +27,16 @@ from apis.extension import LABEL_POD_PRIORITY_CLASS
 from koordlet.executor.audit import AuditLog
 from koordlet.metriccache import series
 from koordlet.metriccache.store import MetricCache
-from koordlet.qos.cpuevict import (
-    CPUEvict,
+from koordlet.qos.cpuevict import CPUEvict
+from koordlet.qos.cpuevictrules import (
     CPUEvictSettings,
     satisfaction_bounds,
     satisfaction_release,
 )
-from koordlet.qos.cpuevict import allocatable_thresholds as cpu_allocatable_thresholds
-from koordlet.qos.cpuevict import order_be as cpu_order_be
-from koordlet.qos.cpuevict import release_by_used as cpu_release_by_used
-from koordlet.qos.cpuevict import used_thresholds as cpu_used_thresholds
+from koordlet.qos.cpuevictrules import allocatable_thresholds as cpu_allocatable_thresholds
+from koordlet.qos.cpuevictrules import order_be as cpu_order_be
+from koordlet.qos.cpuevictrules import release_by_used as cpu_release_by_used
+from koordlet.qos.cpuevictrules import used_thresholds as cpu_used_thresholds
 from koordlet.qos.evictor import Evictor, Victim
 from koordlet.qos.evicttask import (
     Candidate,

@@ -35,8 +35,9 @@ from koordlet.qos.evicttask import (
     plan,
 )
 from koordlet.qos.framework import QoSBook, StrategyContext
-from koordlet.qos.memoryevict import WATCH_NAME, MemoryEvict
+from koordlet.qos.memoryevict import MemoryEvict
 from koordlet.qos.memoryrules import order_be, release_by_used, settings_of, used_thresholds
+from koordlet.qos.memorywatch import WATCH_NAME
 from koordlet.qos.shared import InvalidThreshold, eviction_policy_allowed
 from koordlet.statesinformer.model import PodInfo, WorkloadSnapshot
 from koordlet.system.cgroups import CgroupDriver, CgroupLayout, CgroupVersion

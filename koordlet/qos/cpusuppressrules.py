@@ -1,0 +1,200 @@
+"""CPU suppress's rules: the node's CPU reservation, how the node's CPU usage splits between LS,
+system and BE, what BE may use, the cfsQuota policy's quota, and the cgroups the cpuset policy
+writes (:mod:`koordlet.qos.cpusuppress` runs them; docs/qos-cpu.md has the formulas).
+
+Upstream: ``qosmanager/plugins/cpusuppress`` (``calculateBESuppressCPU``, ``adjustByCfsQuota``,
+``CalculateFilterPodsUsed``) and ``util.GetNodeResourceReserved``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from apis.cpulist import parse_cpulist
+from apis.extension import KubeQOS, QoSClass
+from apis.manager_keys import ANNOTATION_NODE_RESERVATION
+from apis.quantity import milli_value
+from koordlet.qos.cpupicker import BE_MAX_INCREASE_RATIO
+from koordlet.qos.shared import cpus_of_annotation
+from koordlet.statesinformer.model import HostAppInfo, PodInfo, WorkloadSnapshot
+
+logger = logging.getLogger(__name__)
+
+CFS_PERIOD_US = 100_000
+"""Koordinator's ``DefaultCPUCFSPeriod``: quotas are computed against a 100 ms period."""
+BE_MIN_QUOTA_US = 2000
+"""Koordinator's ``beMinQuota``: the cfsQuota policy never sets a smaller quota."""
+QUOTA_DEAD_BAND_RATIO = 0.01
+"""Koordinator's ``suppressBypassQuotaDeltaRatio``: quota changes under 1 % of the node skip."""
+
+
+# Node reservation -------------------------------------------------------------------------------
+
+
+def _cpu_of(resources: object) -> int | None:
+    if not isinstance(resources, Mapping):
+        return None
+    raw = resources.get("cpu")
+    if not isinstance(raw, str | int | float) or isinstance(raw, bool):
+        return None
+    try:
+        return milli_value(raw)
+    except ValueError:
+        return None
+
+
+def annotation_reserved_milli(annotations: Mapping[str, str]) -> int:
+    """CPU of the node's ``node.koordinator.sh/reservation`` annotation in milli-cores:
+    the number of ``reservedCPUs`` when given, else ``resources.cpu``; 0 when absent or
+    malformed (upstream logs and ignores a bad annotation)."""
+    raw = annotations.get(ANNOTATION_NODE_RESERVATION)
+    if not raw:
+        return 0
+    try:
+        doc = json.loads(raw)
+        if not isinstance(doc, dict):
+            return 0
+        cpus = doc.get("reservedCPUs") or ""
+        if isinstance(cpus, str) and cpus:
+            return len(parse_cpulist(cpus)) * 1000
+        return max(_cpu_of(doc.get("resources")) or 0, 0)
+    except ValueError:
+        logger.debug("node annotation %s unparsable: %r", ANNOTATION_NODE_RESERVATION, raw)
+        return 0
+
+
+def kubelet_reserved_milli(node: Mapping[str, Any]) -> int:
+    """``status.capacity.cpu - status.allocatable.cpu`` (the kubelet's ``--system-reserved``,
+    ``--kube-reserved`` and ``--reserved-cpus``), never negative; 0 unless both are known."""
+    status = node.get("status")
+    if not isinstance(status, Mapping):
+        return 0
+    capacity = _cpu_of(status.get("capacity"))
+    allocatable = _cpu_of(status.get("allocatable"))
+    if capacity is None or allocatable is None:
+        return 0
+    return max(capacity - allocatable, 0)
+
+
+def node_reserved_milli(node: Mapping[str, Any] | None) -> int:
+    """Upstream's ``GetNodeResourceReserved`` for CPU: the larger of the kubelet's reservation
+    and the node annotation's; 0 without a Node object."""
+    if not node:
+        return 0
+    meta = node.get("metadata")
+    annotations = meta.get("annotations") if isinstance(meta, Mapping) else None
+    anno = annotation_reserved_milli(annotations) if isinstance(annotations, Mapping) else 0
+    return max(kubelet_reserved_milli(node), anno)
+
+
+# Arithmetic -------------------------------------------------------------------------------------
+
+
+def is_be_pod(pod: PodInfo) -> bool:
+    """Koordinator ``BE`` or Kubernetes ``BestEffort`` (upstream's ``NonBEPodFilter``, negated)."""
+    return pod.qos is QoSClass.BE or pod.kube_qos is KubeQOS.BESTEFFORT
+
+
+def is_be_host_app(app: HostAppInfo, be_dir: str) -> bool:
+    """A ``BE`` host application whose cgroup sits under the besteffort QoS cgroup; any other
+    host application counts as LS (upstream's ``NonBEHostAppFilter``, negated)."""
+    return app.qos is QoSClass.BE and app.cgroup_dir.startswith(be_dir.rstrip("/") + "/")
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    """Where the node's CPU goes, in cores."""
+
+    ls_pods: float
+    """Pods that are not BE, plus pods the inventory does not know."""
+    ls_host_apps: float
+    """Host applications that are not BE under the besteffort cgroup."""
+    system: float
+    """``max(node - all pods - all host apps, 0, reserved)``."""
+    be: float
+    """BE pods and BE host applications (for the record only)."""
+
+
+def split_usage(
+    node_used: float,
+    pod_used: Mapping[str, float],
+    be_pods: Iterable[str],
+    host_app_used: Mapping[str, float],
+    be_host_apps: Iterable[str],
+    reserved: float = 0.0,
+) -> Usage:
+    """Split ``node_used`` into LS pods, LS host apps, system and BE (upstream's
+    ``CalculateFilterPodsUsed`` with the non-BE filters). ``pod_used`` is by UID (pods missing
+    from the inventory count as LS), ``host_app_used`` by name."""
+    be_pod_set = set(be_pods)
+    be_app_set = set(be_host_apps)
+    all_pods = sum(pod_used.values())
+    be_pod_sum = sum(v for uid, v in pod_used.items() if uid in be_pod_set)
+    all_apps = sum(host_app_used.values())
+    be_app_sum = sum(v for name, v in host_app_used.items() if name in be_app_set)
+    system = max(node_used - all_pods - all_apps, 0.0, reserved)
+    return Usage(all_pods - be_pod_sum, all_apps - be_app_sum, system, be_pod_sum + be_app_sum)
+
+
+def be_suppress_milli(
+    capacity_milli: int, threshold_percent: int, usage: Usage, min_percent: int | None = None
+) -> int:
+    """Milli-cores BE may use: ``capacity x threshold% - LS pods - LS host apps - system``,
+    floored at ``capacity x min%`` when a minimum is set. Each usage term is truncated to whole
+    milli-cores first and the capacity share uses integer division, as upstream; the result may
+    be negative (the callers floor it)."""
+    milli = capacity_milli * threshold_percent // 100
+    milli -= int(usage.ls_pods * 1000) + int(usage.ls_host_apps * 1000) + int(usage.system * 1000)
+    if min_percent is not None:
+        milli = max(milli, capacity_milli * min_percent // 100)
+    return milli
+
+
+def cfs_quota_target(suppress_milli: int, current: int | None, capacity_cores: int) -> int | None:
+    """The BE quota (µs a 100 ms period) to write, or None to leave it (dead band).
+
+    ``max(suppress x period, 2000)``; skipped when it differs from ``current`` by less than
+    1 % of the node's CPUs unless it is the floor; raised by at most 10 % of the node's CPUs a
+    round when a quota is set (``current`` None: unlimited, no step limit).
+    """
+    target = max(suppress_milli * CFS_PERIOD_US // 1000, BE_MIN_QUOTA_US)
+    cur = -1 if current is None else current
+    dead_band = capacity_cores * CFS_PERIOD_US * QUOTA_DEAD_BAND_RATIO
+    if abs(target - cur) < dead_band and target != BE_MIN_QUOTA_US:
+        return None
+    max_step = capacity_cores * CFS_PERIOD_US * BE_MAX_INCREASE_RATIO
+    if target - cur > max_step and current is not None:
+        target = cur + int(max_step)
+    return target
+
+
+def exclusive_cpus(pods: Iterable[PodInfo]) -> tuple[frozenset[int], frozenset[int]]:
+    """``(LSR CPUs, LSE CPUs)`` from the pods' resource-status annotations."""
+    lsr: set[int] = set()
+    lse: set[int] = set()
+    for pod in pods:
+        if pod.qos is QoSClass.LSR:
+            lsr |= cpus_of_annotation(pod.annotations)
+        elif pod.qos is QoSClass.LSE:
+            lse |= cpus_of_annotation(pod.annotations)
+    return frozenset(lsr), frozenset(lse)
+
+
+def be_cgroup_dirs(snapshot: WorkloadSnapshot, be_dir: str) -> list[str]:
+    """The besteffort QoS cgroup and every BE pod, container and BE host-app cgroup below it,
+    parents before children."""
+    prefix = be_dir.rstrip("/") + "/"
+    dirs = {be_dir}
+    for pod in snapshot.pods.values():
+        if not pod.cgroup_dir.startswith(prefix):
+            continue
+        dirs.add(pod.cgroup_dir)
+        dirs.update(c.cgroup_dir for c in pod.containers)
+    for app in snapshot.host_apps:
+        if app.present and is_be_host_app(app, be_dir):
+            dirs.add(app.cgroup_dir)
+    return sorted(dirs, key=lambda d: (d.count("/"), d))
