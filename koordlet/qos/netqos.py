@@ -269,6 +269,12 @@ def _ingress_set(cfg: NetworkQOSConfig) -> bool:
     return cfg.ingress_request not in (0, "0") or cfg.ingress_limit not in (100, 0, "0")
 
 
+OFF_CHECKED = (
+    "no koordlet tree on the interface since the last look; not looked for again until network"
+    " QoS turns on"
+)
+
+
 @dataclass(slots=True)
 class _Outcome:
     link: str = ""
@@ -288,6 +294,11 @@ class NetQoS:
         self._ctx = ctx
         self._tc = TCWriter(**executor_hooks(ctx.executor))
         self._reported: str = ""
+        self._off_checked = ""
+        """With network QoS off: the interface on which a round found no koordlet tree (or
+        removed it); later rounds skip the rtnetlink dumps (about 6 ms of CPU each) until the
+        policy turns on again. Only the koordlet installs its tree, and a restarted koordlet
+        checks again at its first round."""
 
     async def reconcile(self) -> None:
         ctx = self._ctx
@@ -310,7 +321,16 @@ class NetQoS:
             speed = lambda n: link_speed_bps(paths, n)  # noqa: E731 (on the writer thread)
             return self._round(qos, active, annotations, total, speed, limits)
 
-        out = await call_on_writer(ctx.executor, round_)
+        if active:
+            self._off_checked = ""
+        if not active and self._off_checked:
+            out = _Outcome(link=self._off_checked)
+            out.notes.append(OFF_CHECKED)
+        else:
+            out = await call_on_writer(ctx.executor, round_)
+            tree = out.tree
+            if not active and not out.error and tree is not None and not tree.refused:
+                self._off_checked = "" if tree.dry_run and tree.changes else out.link
         if policy is NetQOSPolicy.TERWAY_QOS:
             gates = ctx.config.feature_gates
             out.notes.insert(0, TERWAY if gates.enabled(TERWAY_GATE) else TERWAY_GATE_OFF)

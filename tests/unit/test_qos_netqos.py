@@ -6,6 +6,8 @@ real interface is in ``tests/integration/test_netqos_netns.py``."""
 
 from __future__ import annotations
 
+import dataclasses
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -18,9 +20,11 @@ from apis.netqos import (
     pod_class_minors,
 )
 from apis.pod_overrides import ANNOTATION_POD_NETWORK_QOS
-from koordlet.executor.tc import MIN_RATE_BYTES, ClassPlan
+from koordlet.executor.tc import MIN_RATE_BYTES, ClassPlan, TreeResult
 from koordlet.qos.framework import StrategyContext
 from koordlet.qos.netqos import (
+    NAME,
+    OFF_CHECKED,
     NetQoS,
     NetQoSConfigError,
     PodLimit,
@@ -30,6 +34,8 @@ from koordlet.qos.netqos import (
 )
 from koordlet.qos.podwarnings import PodAnnotationWarnings
 from koordlet.statesinformer.model import PodInfo, WorkloadSnapshot
+from koordlet.system.paths import HostPaths
+from koordlet.system.tc import Link
 from tests.strategyrig import config, in_force
 
 G = 1_000_000_000
@@ -218,3 +224,64 @@ def test_pod_limits_read_the_annotation_as_go_does_and_warn_once_for_a_bad_one()
     [message] = messages
     assert "annotation koordinator.sh/networkQOS ignored" in message
     assert "egressLimit 'fast'" in message
+
+
+class _CountingTC:
+    """Stands in for the rtnetlink writer: counts what a round asks the kernel."""
+
+    def __init__(self, *, tree_there: bool = False) -> None:
+        self.looks = 0
+        self.tree_there = tree_there
+        self.ensured = 0
+
+    def default_link(self) -> Link:
+        self.looks += 1
+        return Link(2, "eth0")
+
+    def remove(self, link: Link, *, strategy: str, reason: str) -> TreeResult:
+        result = TreeResult(link.name)
+        if self.tree_there:
+            result.changes.append("qdisc root: htb 1: -> the kernel's default")
+            self.tree_there = False
+        return result
+
+    def ensure(self, plan: Any, *, strategy: str, reason: str) -> TreeResult:
+        self.ensured += 1
+        self.tree_there = True
+        return TreeResult(plan.link.name)
+
+
+async def test_with_network_qos_off_the_kernel_is_asked_until_no_tree_is_left_then_not_again() -> (
+    None
+):
+    slo = {"systemStrategy": {"totalNetworkBandwidth": "100M"}}
+    on = in_force(slo, resourceQOSStrategy={"beClass": net(True)})
+    off = in_force(slo, resourceQOSStrategy={"beClass": net(False)})
+    current = [off]
+    strategy = _netqos([], None)
+    host = SimpleNamespace(paths=HostPaths())
+    strategy._ctx = dataclasses.replace(
+        strategy._ctx,
+        node_slo=lambda: current[0],
+        host=lambda: host,  # type: ignore[arg-type,return-value]
+    )
+    fake = _CountingTC(tree_there=True)  # left by an earlier koordlet
+    strategy._tc = fake  # type: ignore[assignment]
+
+    await strategy.reconcile()  # finds the old tree and removes it
+    await strategy.reconcile()  # the kernel said there is none: not asked again
+    await strategy.reconcile()
+    assert (fake.looks, fake.tree_there) == (1, False)
+    report = strategy._ctx.book._state(NAME).last_report
+    assert report is not None
+    assert OFF_CHECKED in report.detail["notes"]
+
+    current[0] = on  # turned on: every round keeps the tree as planned
+    await strategy.reconcile()
+    await strategy.reconcile()
+    assert (fake.looks, fake.ensured) == (3, 2)
+
+    current[0] = off  # off again: one look takes it down, then none
+    await strategy.reconcile()
+    await strategy.reconcile()
+    assert (fake.looks, fake.tree_there) == (4, False)
