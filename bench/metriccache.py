@@ -151,7 +151,7 @@ def floor_append(
 
 def run(
     ticks: int, pods: int, containers: int, trace: bool, values: str = "busy"
-) -> dict[str, float | int]:
+) -> dict[str, float | int | str]:
     now = [START]
     keys = node_keys() + workload_keys(pods, containers)
     source = Values(keys, values)
@@ -199,7 +199,7 @@ def run(
     steady = sorted(append_s[first:])
     steady_wall = sorted(append_wall_s[first:])
     stats = cache.stats()
-    figures: dict[str, float | int] = {
+    figures: dict[str, float | int | str] = {
         "ticks": ticks,
         "values": values,
         "samples_per_tick": len(keys),
