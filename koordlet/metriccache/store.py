@@ -363,8 +363,11 @@ class MetricCache:
                     "metric cache: unknown entity kind %r; its samples are dropped", kind
                 )
             return None
-        # One string object per distinct entity and metric, however many copies callers make.
-        key = SeriesKey(sys.intern(metric), sys.intern(entity))
+        # One string object per distinct entity and metric, however many copies callers make;
+        # the caller's key itself when it holds those (the collectors' plans keep theirs).
+        imetric, ientity = sys.intern(metric), sys.intern(entity)
+        if not (type(key) is SeriesKey and metric is imetric and entity is ientity):
+            key = SeriesKey(imetric, ientity)
         keep_ms = self._keep_ms.get(keep)
         if keep_ms is None:
             keep_ms = self._keep_ms[keep] = (_ms(keep), _ms(keep) // _SPAN_DIVISOR)
