@@ -25,7 +25,6 @@ With ``--json`` the last line is one JSON object (``memory_mib``, ``append_ms``,
 from __future__ import annotations
 
 import argparse
-import json
 import random
 import statistics
 import sys
@@ -34,6 +33,7 @@ import tracemalloc
 from array import array
 from collections.abc import Sequence
 
+from bench._stats import print_result
 from koordlet.metriccache import store
 from koordlet.metriccache.series import (
     BE,
@@ -222,7 +222,9 @@ def run(
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.metriccache", description=__doc__)
-    parser.add_argument("--json", action="store_true", help="end with one JSON line")
+    parser.add_argument(
+        "--json", action="store_true", help="one JSON line instead of key: value lines"
+    )
     parser.add_argument("--ticks", type=int, default=2400, help="1 s ticks to simulate")
     parser.add_argument("--pods", type=int, default=200)
     parser.add_argument("--containers-per-pod", type=int, default=3)
@@ -237,10 +239,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.ticks < 301:
         parser.error("--ticks must be at least 301 (a full 300 s window)")
     figures = run(args.ticks, args.pods, args.containers_per_pod, args.tracemalloc, args.values)
-    for name, value in figures.items():
-        print(f"{name:>20}: {value}")
-    if args.json:
-        print(json.dumps(figures, sort_keys=True))
+    print_result(figures, args.json, width=20)
     return 0
 
 
