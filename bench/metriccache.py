@@ -10,7 +10,13 @@ that other processes on a shared machine do not inflate it; the median wall time
 floor of any per-series store on this machine), and of aggregating a 300 s pod window and a
 1,800 s node window.
 
-    python -m bench.metriccache [--json] [--ticks N] [--pods N] [--tracemalloc]
+The values decide how small the sealed chunks get (``koordlet.metriccache.store``): ``--values
+busy`` (default) is a busy node's (CPU usage as noisy floats, memory moving by whole pages,
+throttling mostly 0), ``--values idle`` is what ``bench.daemon``'s trees give (counters that do
+not move).
+
+    python -m bench.metriccache [--json] [--ticks N] [--pods N] [--values busy|idle]
+                                [--tracemalloc]
 
 With ``--json`` the last line is one JSON object (``memory_mib``, ``append_ms``,
 ``aggregate_ms``, ``series``, ...).
@@ -19,6 +25,7 @@ With ``--json`` the last line is one JSON object (``memory_mib``, ``append_ms``,
 from __future__ import annotations
 
 import argparse
+import random
 import statistics
 import sys
 import time
@@ -58,6 +65,7 @@ from koordlet.metriccache.series import (
 
 START = 1_700_000_000.0
 GiB = 1 << 30
+PAGE = 4096
 
 
 def node_keys() -> list[tuple[SeriesKey, float]]:
@@ -99,10 +107,35 @@ def workload_keys(pods: int, containers: int) -> list[tuple[SeriesKey, float]]:
     return keys
 
 
-def tick_samples(keys: Sequence[tuple[SeriesKey, float]], i: int) -> list[Sample]:
-    """One tick's samples: each series wobbles around its magnitude."""
-    f = 1.0 + ((i * 7919) % 101) / 1000.0
-    return [Sample(k, v * f) for k, v in keys]
+class Values:
+    """Each tick's values, as a busy node's collectors produce them (``busy``: CPU usage as noisy
+    floats, memory in whole pages moving by a few pages, throttling ratios mostly 0) or as the
+    benchmark trees of ``bench.daemon`` do (``idle``: counters that do not move, so every
+    value is the same from tick to tick). Seeded: the same run gives the same values."""
+
+    def __init__(self, keys: Sequence[tuple[SeriesKey, float]], kind: str) -> None:
+        self.kind = kind
+        self.rng = random.Random(42)
+        self.keys = keys
+        self.pages = [round(v / PAGE) for _, v in keys]
+
+    def tick(self, i: int) -> list[Sample]:
+        if self.kind == "idle":
+            return [Sample(k, 0.0 if "throttled" in k.metric else v) for k, v in self.keys]
+        rng = self.rng.random
+        out = []
+        for j, (key, magnitude) in enumerate(self.keys):
+            metric = key.metric
+            if "memory" in metric:
+                if rng() < 0.5:
+                    self.pages[j] += int(rng() * 41) - 20
+                value = float(self.pages[j] * PAGE)
+            elif "throttled" in metric:
+                value = 0.0 if rng() < 0.97 else rng()
+            else:
+                value = magnitude * (0.7 + 0.6 * rng())
+            out.append(Sample(key, value))
+        return out
 
 
 def floor_append(
@@ -116,9 +149,12 @@ def floor_append(
         vals.append(value)
 
 
-def run(ticks: int, pods: int, containers: int, trace: bool) -> dict[str, float | int]:
+def run(
+    ticks: int, pods: int, containers: int, trace: bool, values: str = "busy"
+) -> dict[str, float | int | str]:
     now = [START]
     keys = node_keys() + workload_keys(pods, containers)
+    source = Values(keys, values)
     if trace:
         tracemalloc.start()
     cache = store.MetricCache(clock=lambda: now[0])
@@ -130,7 +166,7 @@ def run(ticks: int, pods: int, containers: int, trace: bool) -> dict[str, float 
     for i in range(ticks):
         ts = START + i
         now[0] = ts
-        samples = tick_samples(keys, i)
+        samples = source.tick(i)
         c0, w0 = cpu(), wall()
         cache.append(ts, samples)
         append_wall_s.append(wall() - w0)
@@ -163,8 +199,9 @@ def run(ticks: int, pods: int, containers: int, trace: bool) -> dict[str, float 
     steady = sorted(append_s[first:])
     steady_wall = sorted(append_wall_s[first:])
     stats = cache.stats()
-    figures: dict[str, float | int] = {
+    figures: dict[str, float | int | str] = {
         "ticks": ticks,
+        "values": values,
         "samples_per_tick": len(keys),
         "series": stats["series"],
         "samples": stats["samples"],
@@ -191,11 +228,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--ticks", type=int, default=2400, help="1 s ticks to simulate")
     parser.add_argument("--pods", type=int, default=200)
     parser.add_argument("--containers-per-pod", type=int, default=3)
+    parser.add_argument(
+        "--values",
+        choices=("busy", "idle"),
+        default="busy",
+        help="busy: noisy CPU, memory moving by pages; idle: constant, as bench.daemon's trees",
+    )
     parser.add_argument("--tracemalloc", action="store_true", help="cross-check memory (slow)")
     args = parser.parse_args(argv)
     if args.ticks < 301:
         parser.error("--ticks must be at least 301 (a full 300 s window)")
-    figures = run(args.ticks, args.pods, args.containers_per_pod, args.tracemalloc)
+    figures = run(args.ticks, args.pods, args.containers_per_pod, args.tracemalloc, args.values)
     print_result(figures, args.json, width=20)
     return 0
 

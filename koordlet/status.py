@@ -6,13 +6,19 @@ node usage against capacity, the BE allowance against the suppress threshold, th
 QoS class with their usage, the last action of every strategy (and why the others do not run),
 and the capabilities this host lacks. ``--json`` prints the three answers as one JSON object.
 
+A view the daemon's request limiter refuses (``503`` with ``Retry-After``: it is busy serving
+other requests) is asked again after the pause it names, at most :data:`RETRIES` times and
+:data:`MAX_RETRY_AFTER` seconds a pause.
+
 Exit codes: 0 when the daemon answered; 2 when none answers at ``--addr`` (one line on stderr
-saying where it looked), or when it answers something that is not the koordlet's ``/debug``.
+saying where it looked), when it answers something that is not the koordlet's ``/debug``, or when
+it stays busy through the retries.
 """
 
 from __future__ import annotations
 
 import argparse
+import email.utils
 import json
 import sys
 import time
@@ -27,6 +33,10 @@ EXIT_NO_DAEMON = 2
 """Exit code when no koordlet answers (as for a usage error: nothing was shown)."""
 PATHS = ("/debug/summary", "/debug/qos", "/debug/capabilities")
 """The views the summary is made of."""
+RETRIES = 3
+"""Times a view refused with ``503`` and ``Retry-After`` is asked again."""
+MAX_RETRY_AFTER = 5.0
+"""Longest pause honoured for one ``Retry-After``, seconds (a longer one waits this long)."""
 
 
 class NoDaemonError(Exception):
@@ -47,26 +57,60 @@ def base_url(addr: str) -> str:
     return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
 
 
-def fetch(base: str, path: str, timeout: float) -> Any:
-    """GET ``base + path`` as JSON; :class:`NoDaemonError` saying what went wrong."""
-    try:
-        with urllib.request.urlopen(base + path, timeout=timeout) as resp:
-            body = resp.read()
-    except urllib.error.HTTPError as err:
-        detail = err.read().decode("utf-8", "replace").strip()[:200]
-        raise NoDaemonError(f"{base}{path} answered {err.code}: {detail}") from err
-    except (urllib.error.URLError, OSError) as err:
-        reason = getattr(err, "reason", err)
-        raise NoDaemonError(f"no koordlet answers at {base} ({reason})") from err
+def retry_after(value: str | None, now: float) -> float | None:
+    """The pause a ``Retry-After`` header asks for (RFC 9110 section 10.2.3: delay-seconds or an
+    HTTP-date), in seconds within ``[0, MAX_RETRY_AFTER]``; None when absent or unreadable."""
+    if value is None:
+        return None
+    value = value.strip()
+    if value.isdigit():
+        seconds = float(value)
+    else:
+        try:
+            seconds = email.utils.parsedate_to_datetime(value).timestamp() - now
+        except (TypeError, ValueError):
+            return None
+    return min(max(seconds, 0.0), MAX_RETRY_AFTER)
+
+
+def fetch(
+    base: str,
+    path: str,
+    timeout: float,
+    *,
+    sleep: Callable[[float], object] = time.sleep,
+    clock: Callable[[], float] = time.time,
+) -> Any:
+    """GET ``base + path`` as JSON, asking again after a ``503`` with ``Retry-After`` (see the
+    module docstring); :class:`NoDaemonError` saying what went wrong."""
+    for attempt in range(RETRIES + 1):
+        try:
+            with urllib.request.urlopen(base + path, timeout=timeout) as resp:
+                body = resp.read()
+            break
+        except urllib.error.HTTPError as err:
+            detail = err.read().decode("utf-8", "replace").strip()[:200]
+            pause = (
+                retry_after(err.headers.get("Retry-After"), clock()) if err.code == 503 else None
+            )
+            if pause is None or attempt == RETRIES:
+                tries = f" (asked {attempt + 1} times)" if attempt else ""
+                raise NoDaemonError(f"{base}{path} answered {err.code}{tries}: {detail}") from err
+            sleep(pause)
+        except (urllib.error.URLError, OSError) as err:
+            reason = getattr(err, "reason", err)
+            raise NoDaemonError(f"no koordlet answers at {base} ({reason})") from err
     try:
         return json.loads(body)
     except ValueError as err:
         raise NoDaemonError(f"{base}{path} did not answer JSON: is this a koordlet?") from err
 
 
-def collect(base: str, timeout: float) -> dict[str, Any]:
+def collect(
+    base: str, timeout: float, *, sleep: Callable[[float], object] = time.sleep
+) -> dict[str, Any]:
     """The answers of :data:`PATHS`, by path."""
-    return {path: fetch(base, path, timeout) for path in PATHS}
+    return {path: fetch(base, path, timeout, sleep=sleep) for path in PATHS}
 
 
 # Formatting ----------------------------------------------------------------------------------
@@ -198,14 +242,16 @@ def main(
     out: TextIO | None = None,
     err: TextIO | None = None,
     clock: Callable[[], float] = time.time,
+    sleep: Callable[[float], object] = time.sleep,
 ) -> int:
-    """Run ``koordlet status`` with the words after ``status``; returns the exit code."""
+    """Run ``koordlet status`` with the words after ``status``; returns the exit code
+    (``sleep``: how to wait before asking a busy daemon again)."""
     out = out or sys.stdout
     err = err or sys.stderr
     args = _parser().parse_args(argv)
     try:
         base = base_url(args.addr)
-        answers = collect(base, args.timeout)
+        answers = collect(base, args.timeout, sleep=sleep)
     except (ValueError, NoDaemonError) as error:
         print(f"koordlet status: {error}", file=err)
         return EXIT_NO_DAEMON

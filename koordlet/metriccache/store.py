@@ -3,24 +3,27 @@
 Koordinator's koordlet keeps its metrics in an embedded TSDB (``pkg/koordlet/metriccache``) with
 ``--MetricExpireSeconds`` (1800 s) and a garbage collection every ``--MetricGCIntervalSeconds``
 (300 s); readers query a window ``[start, end]`` and aggregate it. This module keeps the same
-contract in a few MiB of ``array.array`` buffers.
+contract in a few MiB of ``array.array`` buffers; what the layout costs is measured in
+docs/benchmarks.md ("Metric cache").
 
-Layout, per series:
+Layout, per series: sealed chunks and an open tail, oldest first.
 
-* timestamps as ``array('I')``: unsigned 32-bit milliseconds relative to the series' base time
-  (its first sample). Millisecond resolution is what Koordinator's TSDB stores; 4 bytes instead of
-  8 for a float64. A series older than 49.7 days is rebased (once per 49.7 days, O(retention)).
-* values as ``array('d')``: float64, because memory is in bytes and a float32 is exact only up
-  to 16 MiB. 12 bytes a sample in all.
+* The tail: timestamps as ``array('I')``, unsigned 32-bit milliseconds from the tail's base
+  (millisecond resolution is what Koordinator's TSDB stores), values as ``array('d')``.
+* Once the tail holds 64 samples, or before it would span more than a quarter of the retention,
+  it is sealed into a chunk. A chunk's timestamps are interned: the series that one collector
+  tick appends seal in the same tick with the same timestamps, and share one array. Its values
+  are kept in the smallest exact form: one float when all are the same bit for bit (an idle
+  container's throttling ratio), the float64 bytes deflated when a quarter of them are zero and
+  deflate saves a quarter (memory in bytes: about 2 bytes a sample instead of 8), else
+  ``array('d')`` (CPU usage: noisy floats). Reads get every value back bit for bit.
 
 Samples older than the retention of the series' entity kind (:class:`RetentionPolicy`) are hidden
-from every read at once (reads bound the window by ``clock() - retention``) and deleted in chunks:
-once the oldest sample is 1/32 to 1/16 of the retention past expiry (spread over series, so that
-series born in one tick do not all trim in the same later tick), an append cuts the expired
-prefix: one memmove of the live samples. A chunk is at least 1/32 of the buffer, so an append
-moves at most 32 elements amortized, O(1), and a buffer never holds more than 1/16 of expired
-samples; there is no dead prefix to track. :meth:`MetricCache.gc` (run by ``append`` every
-``gc_interval`` seconds) trims series that no longer receive samples and removes the empty ones.
+from every read at once (reads bound the window by ``clock() - retention``) and deleted a chunk
+at a time, when the chunk's newest sample expires: a series holds at most one chunk (64 samples,
+or a quarter of its retention) of expired samples. :meth:`MetricCache.gc` (run by ``append``
+every ``gc_interval`` seconds) trims series that no longer receive samples and removes the empty
+ones.
 
 All timestamps, of samples and of query bounds, are rounded to the millisecond; window edges are
 inclusive. A sample not newer than the series' last one is dropped and counted (out of order when
@@ -38,11 +41,13 @@ import logging
 import math
 import sys
 import time
+import zlib
 from array import array
 from bisect import bisect_left, bisect_right, insort
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, fields
-from typing import Any
+from typing import Any, TypeAlias
+from weakref import WeakValueDictionary
 
 from koordlet.errors import ConfigError
 from koordlet.metriccache.aggregate import Aggregate, coverage, summarize
@@ -51,12 +56,19 @@ from koordlet.metriccache.series import Sample, SeriesKey
 logger = logging.getLogger(__name__)
 
 _TS_TYPECODE = "I"
-_MAX_OFFSET_MS = 0xFFFFFFFF
-"""Largest offset an ``array('I')`` holds (it is 4 bytes on every platform CPython supports)."""
 _MAX_RETENTION_S = 30 * 24 * 3600.0
-"""Retention must stay well below the 49.7 days a 32-bit millisecond offset spans."""
-_GOLDEN = 0.6180339887498949
-"""Fractional golden ratio: ``(i * _GOLDEN) % 1`` spreads consecutive ``i`` evenly over [0, 1)."""
+"""Retention must stay well below the 49.7 days a 32-bit millisecond offset spans: a tail spans
+at most a quarter of it."""
+_CHUNK = 64
+"""Samples the open tail of a series holds before it is sealed into a chunk."""
+_PHASES = 16
+"""Series are dealt round-robin into this many groups whose first chunk is shorter by a multiple
+of ``_CHUNK / _PHASES``: series created in one tick then seal in 16 different ticks, not all in
+one (3,200 seals at once would hold the loop for about 15 ms), and the series of one group still
+seal together and share their chunks' timestamps."""
+_SPAN_DIVISOR = 4
+"""A tail is also sealed once it spans a quarter of the series' retention, so that a series
+holds at most that much, or one chunk, of expired samples."""
 _KINDS = ("node", "system", "numa", "be", "hostapp", "pod", "container")
 
 
@@ -102,55 +114,150 @@ class RetentionPolicy:
         return seconds
 
 
+class _Stamps:
+    """The timestamps of one sealed chunk: ``base`` (absolute ms) plus ``array('I')`` offsets.
+
+    Immutable once built, and shared by every chunk with the same timestamps (the series of one
+    collector tick seal together): :meth:`MetricCache._seal` interns them.
+    """
+
+    __slots__ = ("__weakref__", "base", "ts")
+
+    def __init__(self, base: int, ts: array[int]) -> None:
+        self.base = base
+        self.ts = ts
+
+
+Payload: TypeAlias = "array[float] | bytes | float"
+"""A sealed chunk's values: one float when all are the same bit for bit, the float64 bytes
+deflated when that pays, else ``array('d')``."""
+
+_DEFLATE_WBITS = -9
+"""Raw deflate with a 512-byte window, the size of a full chunk: the compressor's set-up (its
+window and hash tables) costs about 4 µs a chunk where the default 32 KiB window costs 8-13."""
+
+
+def _pack(vals: array[float]) -> Payload:
+    """The smallest exact form of a chunk's values.
+
+    Only C-level work: a compare for a constant chunk; deflate only when at least a quarter of
+    the bytes are zero (byte counts in pages, ratios mostly 0: float64's low mantissa bytes are
+    zero), never for noisy floats such as CPU usage, which deflate cannot shrink.
+    """
+    raw = vals.tobytes()
+    if raw == raw[:8] * len(vals):
+        return vals[0]
+    if raw.count(0) * 4 >= len(raw):
+        packed = zlib.compress(raw, 1, _DEFLATE_WBITS)
+        if len(packed) * 4 <= len(raw) * 3:
+            return packed
+    return array("d", vals)
+
+
+def _unpack(payload: Payload, n: int) -> array[float]:
+    """A chunk's ``n`` values as ``array('d')``."""
+    if isinstance(payload, float):
+        return array("d", (payload,)) * n
+    if isinstance(payload, bytes):
+        values = array("d")
+        values.frombytes(zlib.decompress(payload, -15))
+        return values
+    return payload
+
+
 class _Series:
-    """One series: ``ts`` (ms offsets from ``base_ms``) and ``vals``, oldest first."""
+    """One series: sealed chunks (``stamps``, ``payloads``, oldest first) and an open tail
+    (``ts``: ms offsets from ``base_ms``; ``vals``), all in time order."""
 
-    __slots__ = ("base_ms", "keep_ms", "key", "last_ms", "next_trim", "slack_ms", "ts", "vals")
+    __slots__ = (
+        "base_ms",
+        "keep_ms",
+        "key",
+        "last_ms",
+        "limit",
+        "next_trim",
+        "payloads",
+        "span_ms",
+        "stamps",
+        "ts",
+        "vals",
+    )
 
-    def __init__(self, key: SeriesKey, keep_ms: int, first_ms: int, stagger: float) -> None:
+    def __init__(
+        self, key: SeriesKey, keep_ms: int, span_ms: int, first_ms: int, limit: int
+    ) -> None:
         self.key = key
+        self.limit = limit
+        """Samples the tail holds before it is sealed: ``_CHUNK`` after the first seal."""
         self.keep_ms = keep_ms
-        # Between 1/32 and 1/16 of the retention, spread by ``stagger`` in [0, 1) so that series
-        # created in one tick do not all trim in one later tick.
-        self.slack_ms = (keep_ms >> 5) + int((keep_ms >> 5) * stagger)
+        self.span_ms = span_ms
+        """The tail is sealed before a sample more than this past ``base_ms`` joins it."""
         self.ts: array[int] = array(_TS_TYPECODE)
         self.vals: array[float] = array("d")
-        self.base_ms = first_ms
+        self.stamps: list[_Stamps] = []
+        self.payloads: list[Payload] = []
+        self.base_ms = first_ms - 1
         self.last_ms = first_ms - 1
-        self.next_trim = first_ms + keep_ms + self.slack_ms
-        """When ``now`` reaches this (absolute ms), the oldest sample is ``slack_ms`` past
-        expiry and the next append trims."""
+        self.next_trim = first_ms + keep_ms + 1
+        """When ``now`` reaches this (absolute ms), a sample or a chunk may have expired: the
+        next append trims (never later than needed, possibly earlier)."""
 
     def trim(self, now_ms: int) -> None:
-        """Delete the samples older than the retention: one memmove of the rest."""
+        """Delete the chunks whose newest sample expired (and, with no chunk left, the expired
+        head of the tail)."""
+        cutoff = now_ms - self.keep_ms
+        stamps = self.stamps
+        n = 0
+        while n < len(stamps) and stamps[n].base + stamps[n].ts[-1] < cutoff:
+            n += 1
+        if n:
+            del stamps[:n]
+            del self.payloads[:n]
         ts = self.ts
-        cut = bisect_left(ts, now_ms - self.keep_ms - self.base_ms)
-        if cut:
-            del ts[:cut]
-            del self.vals[:cut]
-        oldest = self.base_ms + ts[0] if ts else now_ms
-        self.next_trim = oldest + self.keep_ms + self.slack_ms
+        if not stamps and ts:
+            cut = bisect_left(ts, cutoff - self.base_ms)
+            if cut:
+                del ts[:cut]
+                del self.vals[:cut]
+        if stamps:
+            self.next_trim = stamps[0].base + stamps[0].ts[-1] + self.keep_ms + 1
+        elif ts:
+            self.next_trim = self.base_ms + ts[0] + self.keep_ms + 1
+        else:
+            self.next_trim = now_ms + self.keep_ms
 
-    def rebase(self, tms: int, now_ms: int) -> int:
-        """Make room for ``tms`` in 32-bit offsets; returns how many samples had to go."""
-        self.trim(now_ms)
+    def segments(self, start_ms: int) -> list[tuple[int, array[int], Payload]]:
+        """``(base, offsets, values)`` of the chunks and the tail that hold samples at or after
+        ``start_ms``, oldest first (the tail's values are its live ``array('d')``)."""
+        out: list[tuple[int, array[int], Payload]] = []
         ts = self.ts
-        if ts and tms - (self.base_ms + ts[0]) <= _MAX_OFFSET_MS:
-            shift = ts[0]
-            self.ts = array(_TS_TYPECODE, [t - shift for t in ts])
-            self.base_ms += shift
-            return 0
-        dropped = len(ts)
-        self.ts = array(_TS_TYPECODE)
-        self.vals = array("d")
-        self.base_ms = tms
-        return dropped
+        if ts:
+            out.append((self.base_ms, ts, self.vals))
+            if self.base_ms + ts[0] <= start_ms:
+                return out
+        stamps = self.stamps
+        for i in range(len(stamps) - 1, -1, -1):
+            st = stamps[i]
+            if st.base + st.ts[-1] < start_ms:
+                break
+            out.append((st.base, st.ts, self.payloads[i]))
+            if st.base + st.ts[0] <= start_ms:
+                break
+        out.reverse()
+        return out
 
-    def window(self, start_ms: int, end_ms: int) -> tuple[int, int]:
-        """Index range of the samples with ``start_ms <= t <= end_ms`` (absolute ms)."""
-        lo = bisect_left(self.ts, start_ms - self.base_ms)
-        hi = bisect_right(self.ts, end_ms - self.base_ms, lo)
-        return lo, hi
+    def window(self, start_ms: int, end_ms: int) -> list[tuple[int, array[int], Payload, int, int]]:
+        """The segments holding samples with ``start_ms <= t <= end_ms`` (absolute ms), each with
+        the index range ``lo:hi`` of those samples; oldest first, none when the window is empty."""
+        out = []
+        for base, ts, payload in self.segments(start_ms):
+            lo = bisect_left(ts, start_ms - base)
+            hi = bisect_right(ts, end_ms - base, lo)
+            if lo < hi:
+                out.append((base, ts, payload, lo, hi))
+            if hi < len(ts):
+                break
+        return out
 
 
 def _ms(seconds: float) -> int:
@@ -183,6 +290,10 @@ class MetricCache:
         self._dropped_duplicate = 0
         self._dropped_invalid = 0
         self._unknown_kinds: set[str] = set()
+        self._stamps: WeakValueDictionary[tuple[int, bytes], _Stamps] = WeakValueDictionary()
+        """Interned chunk timestamps: the chunks of series appended in the same ticks share one."""
+        self._keep_ms: dict[float, tuple[int, int]] = {}
+        """Retention seconds → (retention, tail span) in ms, one int object each for all series."""
         self._created = 0
         self._gc_interval_ms = _ms(retention.gc_interval)
         self._last_gc_ms = self._now_ms()
@@ -217,11 +328,11 @@ class MetricCache:
             if not isfinite(value):
                 self._dropped_invalid += 1
                 continue
-            try:
-                s.ts.append(tms - s.base_ms)
-            except OverflowError:
-                self._rebase(s, tms, now_ms)
-                s.ts.append(tms - s.base_ms)
+            off = tms - s.base_ms
+            if off > s.span_ms or len(s.ts) >= s.limit:
+                self._seal(s, tms)
+                off = 1
+            s.ts.append(off)
             s.vals.append(value)
             s.last_ms = tms
             if now_ms >= s.next_trim:
@@ -252,10 +363,17 @@ class MetricCache:
                     "metric cache: unknown entity kind %r; its samples are dropped", kind
                 )
             return None
-        # One string object per distinct entity and metric, however many copies callers make.
-        key = SeriesKey(sys.intern(metric), sys.intern(entity))
+        # One string object per distinct entity and metric, however many copies callers make;
+        # the caller's key itself when it holds those (the collectors' plans keep theirs).
+        imetric, ientity = sys.intern(metric), sys.intern(entity)
+        if not (type(key) is SeriesKey and metric is imetric and entity is ientity):
+            key = SeriesKey(imetric, ientity)
+        keep_ms = self._keep_ms.get(keep)
+        if keep_ms is None:
+            keep_ms = self._keep_ms[keep] = (_ms(keep), _ms(keep) // _SPAN_DIVISOR)
         self._created += 1
-        s = _Series(key, _ms(keep), tms, (self._created * _GOLDEN) % 1.0)
+        phase = (self._created % _PHASES) * (_CHUNK // _PHASES)
+        s = _Series(key, keep_ms[0], keep_ms[1], tms, _CHUNK - phase)
         self._series[key] = s
         self._per_metric[key.metric] = self._per_metric.get(key.metric, 0) + 1
         metrics = self._by_entity.get(key.entity)
@@ -265,17 +383,21 @@ class MetricCache:
         metrics[key.metric] = s
         return s
 
-    def _rebase(self, s: _Series, tms: int, now_ms: int) -> None:
-        """Rebase a series whose offsets outgrew 32 bits (it has lived 49.7 days)."""
-        dropped = s.rebase(tms, now_ms)
-        if dropped:
-            logger.warning(
-                "metric cache: %s of %s jumped %.0f s past its %d stored samples; they are dropped",
-                s.key.metric,
-                s.key.entity,
-                (tms - s.last_ms) / 1000.0,
-                dropped,
-            )
+    def _seal(self, s: _Series, tms: int) -> None:
+        """Seal the tail into a chunk (values in their smallest exact form, timestamps interned)
+        and start an empty tail based just before ``tms``."""
+        ts = s.ts
+        if ts:
+            key = (s.base_ms, ts.tobytes())
+            stamps = self._stamps.get(key)
+            if stamps is None:
+                stamps = self._stamps[key] = _Stamps(s.base_ms, array(_TS_TYPECODE, ts))
+            s.stamps.append(stamps)
+            s.payloads.append(_pack(s.vals))
+            del ts[:]
+            del s.vals[:]
+            s.limit = _CHUNK
+        s.base_ms = tms - 1
 
     def gc(self) -> int:
         """Trim every series to its retention and remove the empty ones; returns how many."""
@@ -283,7 +405,7 @@ class MetricCache:
         self._last_gc_ms = now_ms
         removed = 0
         for s in list(self._series.values()):
-            if not s.ts or s.base_ms + s.ts[-1] < now_ms - s.keep_ms:
+            if not s.ts or s.last_ms < now_ms - s.keep_ms:
                 self._remove(s)
                 removed += 1
             elif now_ms >= s.next_trim:
@@ -389,20 +511,26 @@ class MetricCache:
 
     def _window(
         self, metric: str, entity: str, start: float, end: float
-    ) -> tuple[_Series, int, int]:
+    ) -> list[tuple[int, array[int], Payload, int, int]]:
         s = self._series.get(SeriesKey(metric, entity))
         if s is None:
-            return _EMPTY, 0, 0
-        lo, hi = s.window(max(_ms(start), self._now_ms() - s.keep_ms), _ms(end))
-        return s, lo, hi
+            return []
+        return s.window(max(_ms(start), self._now_ms() - s.keep_ms), _ms(end))
 
     def aggregate(self, metric: str, entity: str, start: float, end: float) -> Aggregate | None:
         """Aggregates of the unexpired samples with ``start <= ts <= end``; None if none."""
-        s, lo, hi = self._window(metric, entity, start, end)
-        if lo >= hi:
+        parts = self._window(metric, entity, start, end)
+        if not parts:
             return None
-        base = s.base_ms
-        return summarize(s.vals[lo:hi], (base + s.ts[lo]) / 1000.0, (base + s.ts[hi - 1]) / 1000.0)
+        if len(parts) == 1:
+            _, ts, payload, lo, hi = parts[0]
+            values = _unpack(payload, len(ts))[lo:hi]
+        else:
+            values = array("d")
+            for _, ts, payload, lo, hi in parts:
+                values += _unpack(payload, len(ts))[lo:hi]
+        first_ms, last_ms = _span(parts)
+        return summarize(values, first_ms / 1000.0, last_ms / 1000.0)
 
     def coverage(self, metric: str, entity: str, start: float, end: float) -> float:
         """Fraction of ``[start, end]`` spanned by the window's samples (0 with none).
@@ -411,19 +539,21 @@ class MetricCache:
         :func:`koordlet.metriccache.aggregate.coverage`. NodeMetric reports a window only when
         this is at least :data:`~koordlet.metriccache.aggregate.MIN_VALID_COVERAGE`.
         """
-        s, lo, hi = self._window(metric, entity, start, end)
-        if lo >= hi:
+        parts = self._window(metric, entity, start, end)
+        if not parts:
             return 0.0
-        base = s.base_ms
-        return coverage((base + s.ts[lo]) / 1000.0, (base + s.ts[hi - 1]) / 1000.0, start, end)
+        first_ms, last_ms = _span(parts)
+        return coverage(first_ms / 1000.0, last_ms / 1000.0, start, end)
 
     def points(
         self, metric: str, entity: str, start: float, end: float
     ) -> list[tuple[float, float]]:
         """The unexpired ``(ts, value)`` samples with ``start <= ts <= end``, oldest first."""
-        s, lo, hi = self._window(metric, entity, start, end)
-        base = s.base_ms
-        return [((base + t) / 1000.0, v) for t, v in zip(s.ts[lo:hi], s.vals[lo:hi], strict=True)]
+        out: list[tuple[float, float]] = []
+        for base, ts, payload, lo, hi in self._window(metric, entity, start, end):
+            values = _unpack(payload, len(ts))[lo:hi]
+            out += [((base + t) / 1000.0, v) for t, v in zip(ts[lo:hi], values, strict=True)]
+        return out
 
     def entities(self, metric: str | None = None) -> list[str]:
         """Sorted ids of the entities with stored series (of ``metric`` when given)."""
@@ -440,10 +570,11 @@ class MetricCache:
         return len(self._series)
 
     def memory_bytes(self) -> int:
-        """Bytes held by the stored series: buffers as allocated, series objects, keys, indexes.
+        """Bytes held by the stored series: buffers as allocated, chunks, series objects, keys,
+        indexes, and the interned chunk timestamps once each.
 
         ``sys.getsizeof`` of an ``array`` counts its whole allocation, spare capacity included.
-        Info values are not counted (the collectors own those objects). O(series).
+        Info values are not counted (the collectors own those objects). O(series + chunks).
         """
         size = sys.getsizeof
         total = size(self._series) + size(self._by_entity) + size(self._entities)
@@ -453,18 +584,23 @@ class MetricCache:
             for metric, s in metrics.items():
                 metric_names.add(metric)
                 total += size(s) + size(s.key) + size(s.ts) + size(s.vals)
+                total += size(s.stamps) + size(s.payloads) + sum(map(size, s.payloads))
+        for (base, raw), stamps in self._stamps.items():
+            total += size(stamps) + size(stamps.ts) + size(raw) + size(base) + 56  # key tuple
         return total + sum(size(m) for m in metric_names)
 
     def stats(self) -> dict[str, Any]:
         """Counters for ``/debug`` and ``/metrics``.
 
         ``samples`` counts the stored samples, including expired ones awaiting their trim (at
-        1/16 of a retention per series; reads never see them).
+        most one chunk per series; reads never see them).
         """
         return {
             "series": len(self._series),
             "entities": len(self._entities),
-            "samples": sum(len(s.ts) for s in self._series.values()),
+            "samples": sum(
+                len(s.ts) + sum(len(st.ts) for st in s.stamps) for s in self._series.values()
+            ),
             "dropped_out_of_order": self._dropped_out_of_order,
             "dropped_duplicate": self._dropped_duplicate,
             "dropped_invalid": self._dropped_invalid,
@@ -472,5 +608,8 @@ class MetricCache:
         }
 
 
-_EMPTY = _Series(SeriesKey("", ""), 0, 0, 0.0)
-"""Stand-in for an absent series in window reads (it holds no sample and is never written)."""
+def _span(parts: Sequence[tuple[int, array[int], Payload, int, int]]) -> tuple[int, int]:
+    """Absolute ms of the first and the last sample of a window's non-empty parts."""
+    base0, ts0, _, lo, _ = parts[0]
+    base1, ts1, _, _, hi = parts[-1]
+    return base0 + ts0[lo], base1 + ts1[hi - 1]

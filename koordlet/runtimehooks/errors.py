@@ -8,8 +8,10 @@
      │                          hook (or gets its ``fallback``, the value without the malformed
      │                          part), a Warning Event names the field,
      │                          koordlet_runtime_hook_bad_input_total counts it
-     └── ProtocolError          a peer sent bytes that are not the protocol (ttrpc framing, an
-                                NRI message that does not decode): the connection is dropped
+     ├── ProtocolError          a peer sent bytes that are not the protocol (ttrpc framing, an
+     │                          NRI message that does not decode): the connection is dropped
+     └── TtrpcError             a ttrpc call answered with a non-OK status (``code``,
+                                ``message``): the NRI session is redialled
 
 A hook that raises anything else has failed: the request goes on unchanged (fail open), the
 failure is counted and audited (docs/runtimehooks.md).
@@ -48,3 +50,12 @@ class BadPodInput(RuntimeHookError):
 
 class ProtocolError(RuntimeHookError):
     """A peer broke the wire protocol; the connection cannot go on."""
+
+
+class TtrpcError(RuntimeHookError):
+    """A ttrpc call answered with a non-OK status."""
+
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(f"ttrpc status {code}: {message}")
+        self.code = code
+        self.message = message

@@ -14,6 +14,7 @@ one is cores (``"0.5"`` and ``"500m"`` are 500 milli-cores).
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -73,6 +74,13 @@ def parse_spec(annotations: Mapping[str, str]) -> ExtendedResourceSpec | None:
     text = annotations.get(ANNOTATION_EXTENDED_RESOURCE_SPEC)
     if text is None:
         return None
+    return _parse_text(text)
+
+
+@functools.lru_cache(maxsize=1024)
+def _parse_text(text: str) -> ExtendedResourceSpec | None:
+    """The spec of one annotation text, kept: the reconciler asks for every container of every
+    pod each round, and the spec is immutable (an error is not kept: it is raised again)."""
     key = ANNOTATION_EXTENDED_RESOURCE_SPEC
     try:
         doc = json.loads(text)

@@ -53,7 +53,16 @@ class HookMetrics:
             registry=registry,
         )
 
+        self._invoked: dict[tuple[str, str, bool], Histogram] = {}
+        """The histogram's child per (hook, stage, failed): ``labels()`` costs several times an
+        ``observe``, and the reconciler observes every hook of every pod each round."""
+
     def observe(self, hook: str, stage: str, seconds: float, *, failed: bool) -> None:
         """One hook call took ``seconds``."""
-        status = STATUS_FAILED if failed else STATUS_SUCCEEDED
-        self.invoked.labels(self.node, hook, stage, status).observe(max(seconds, 0.0) * 1000.0)
+        child = self._invoked.get((hook, stage, failed))
+        if child is None:
+            status = STATUS_FAILED if failed else STATUS_SUCCEEDED
+            child = self._invoked[hook, stage, failed] = self.invoked.labels(
+                self.node, hook, stage, status
+            )
+        child.observe(max(seconds, 0.0) * 1000.0)

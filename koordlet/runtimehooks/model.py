@@ -86,10 +86,15 @@ class Resources:
 
     def set_fields(self) -> dict[str, Any]:
         """The fields that are not None, by name."""
-        return {f.name: v for f in fields(self) if (v := getattr(self, f.name)) is not None}
+        return {n: v for n in _RESOURCE_FIELDS if (v := getattr(self, n)) is not None}
 
     def __bool__(self) -> bool:
-        return bool(self.set_fields())
+        return any(getattr(self, n) is not None for n in _RESOURCE_FIELDS)
+
+
+_RESOURCE_FIELDS = tuple(f.name for f in fields(Resources))
+"""The field names of :class:`Resources`, once (``dataclasses.fields`` rebuilds its tuple at
+every call, and the reconciler asks a few thousand times a round)."""
 
 
 RUNTIME_FIELDS = frozenset(

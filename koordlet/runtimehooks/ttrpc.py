@@ -21,7 +21,7 @@ import struct
 from collections.abc import Awaitable, Callable, Mapping
 
 from apis.ttrpc import request_pb2 as ttrpcpb
-from koordlet.runtimehooks.errors import ProtocolError
+from koordlet.runtimehooks.errors import ProtocolError, TtrpcError
 
 logger = logging.getLogger(__name__)
 
@@ -41,15 +41,6 @@ CODE_UNIMPLEMENTED, CODE_INTERNAL, CODE_DEADLINE = 12, 13, 4
 
 Handler = Callable[[bytes], Awaitable[bytes]]
 """A unary method: request payload in, response payload out."""
-
-
-class TtrpcError(Exception):
-    """A call answered with a non-OK status."""
-
-    def __init__(self, code: int, message: str) -> None:
-        super().__init__(f"ttrpc status {code}: {message}")
-        self.code = code
-        self.message = message
 
 
 class MuxConn:

@@ -6,10 +6,11 @@ the start-up stages), so the daemon wires the real components and tests pass sma
 
 Routes (GET and HEAD only; anything else is 405):
 
-- ``/metrics``: the registry's families (self metrics, the strategies', the evictor's) and the
-  exporter's usage families, in the format the ``Accept`` header asks for (OpenMetrics or text
-  0.0.4, :mod:`koordlet.server.textformat`), gzip'd when ``Accept-Encoding`` allows it. Bodies
-  are built at most once per collection tick and served as bytes (:mod:`.exposition`).
+- ``/metrics``: the registry's families (self metrics, the strategies', the evictor's), the
+  request limiters' counters and the exporter's usage families, in the format the ``Accept``
+  header asks for (OpenMetrics or text 0.0.4, :mod:`koordlet.server.textformat`), gzip'd when
+  ``Accept-Encoding`` allows it. Bodies are built at most once per collection tick and served
+  as bytes (:mod:`.exposition`).
 - ``/healthz``: 200 ``ok`` whenever the event loop answers.
 - ``/readyz``: 200 once every start-up stage is done and no protective loop is behind
   (:mod:`.health`), else 503 naming the stage still pending or the loops behind.
@@ -30,19 +31,20 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from aiohttp import web
 from aiohttp.typedefs import Handler
+from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
 from koordlet.server.debug import DebugHandlers, is_loopback_peer
 from koordlet.server.exporter import EXPORTED_SERIES, KoordletExporter, SampleReader
 from koordlet.server.exposition import Exposition
 from koordlet.server.health import LoopHealth
-from koordlet.server.limiter import LimitConfig, Refusal, RequestLimiter
+from koordlet.server.limiter import LimitConfig, LimiterFamilies, Refusal, RequestLimiter
 from koordlet.server.render import FamilyRenderer
 from koordlet.server.summary import UiDeps
 from koordlet.server.textformat import accepts_gzip, content_type, negotiate
@@ -192,6 +194,21 @@ class Limiters:
     def of(self, path: str) -> RequestLimiter:
         return self.probes if path in PROBE_PATHS else self.reads
 
+    def families(self) -> LimiterFamilies:
+        """Their counters as ``/metrics`` families."""
+        return LimiterFamilies({"reads": self.reads, "probes": self.probes})
+
+
+class _Chain:
+    """Several collectors read as one registry by the encoders (the registry's families first)."""
+
+    def __init__(self, *collectors: Collector) -> None:
+        self._collectors = collectors
+
+    def collect(self) -> Iterator[Metric]:
+        for collector in self._collectors:
+            yield from collector.collect()
+
 
 LIMITERS = web.AppKey("koordlet_server_limiters", Limiters)
 """The request limiters."""
@@ -280,11 +297,14 @@ def build_app(deps: ServerDeps, ui: UiDeps | None = None) -> web.Application:
     app = web.Application(middlewares=[_limit, _debug_guard])
     app[DEPS] = deps
     renderer = FamilyRenderer(deps.exporter) if deps.exporter is not None else None
-    app[EXPOSITION] = Exposition(
-        deps.registry, renderer, generation=deps.tick, max_age=deps.collect_interval
-    )
-    app[LIMITERS] = Limiters(
+    limiters = app[LIMITERS] = Limiters(
         reads=RequestLimiter(deps.limits.reads), probes=RequestLimiter(deps.limits.probes)
+    )
+    app[EXPOSITION] = Exposition(
+        _Chain(deps.registry, limiters.families()),
+        renderer,
+        generation=deps.tick,
+        max_age=deps.collect_interval,
     )
     ui_routes = UiHandlers(deps, ui).routes() if ui is not None else []
     debug = DebugHandlers(deps, extra=[path for path, _ in ui_routes])

@@ -18,14 +18,24 @@ or reads) within two limits:
 
 So over any stretch of time, the requests of a class use at most ``cpu_share`` of one core plus
 one ``burst``, whatever the load; the ``403``/``404``/``405`` answers are charged like the rest.
+
+:class:`LimiterFamilies` serves the limiters' counters on ``/metrics``
+(``koordlet_http_requests_served_total``, ``koordlet_http_requests_limited_total``,
+``koordlet_http_request_cpu_seconds_total``; docs/metrics.md).
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass
+
+from prometheus_client.core import CounterMetricFamily
+from prometheus_client.metrics_core import Metric
+
+REASONS = ("busy", "budget")
+"""Why a request is refused: too many in flight, or no CPU budget within ``max_wait``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,7 +107,7 @@ class RequestLimiter:
         self._rejecting = 0
         self.served = 0
         """Requests admitted and served since start."""
-        self.refused: dict[str, int] = {"busy": 0, "budget": 0}
+        self.refused: dict[str, int] = dict.fromkeys(REASONS, 0)
         """Requests refused since start, by reason."""
         self.cpu_seconds = 0.0
         """CPU seconds charged since start."""
@@ -168,3 +178,45 @@ class RequestLimiter:
             "cpu_seconds": round(self.cpu_seconds, 6),
             "tokens_s": round(self.tokens(), 6),
         }
+
+
+class LimiterFamilies:
+    """The counters of the limiters, by request class (``reads``, ``probes``), as Prometheus
+    families built fresh at each collection (the Collector protocol)."""
+
+    def __init__(self, limiters: Mapping[str, RequestLimiter]) -> None:
+        self._limiters = dict(limiters)
+
+    def describe(self) -> list[Metric]:
+        """The families without samples, so a registry checks their names at registration."""
+        return list(self._families(with_samples=False))
+
+    def collect(self) -> Iterator[Metric]:
+        return self._families(with_samples=True)
+
+    def _families(self, *, with_samples: bool) -> Iterator[Metric]:
+        served = CounterMetricFamily(
+            "koordlet_http_requests_served",
+            "HTTP requests admitted by the request limiter and served, by request class",
+            labels=["class"],
+        )
+        limited = CounterMetricFamily(
+            "koordlet_http_requests_limited",
+            "HTTP requests the request limiter answered 503 with Retry-After, by request class "
+            "and reason (busy: too many in flight; budget: no CPU budget in time)",
+            labels=["class", "reason"],
+        )
+        cpu = CounterMetricFamily(
+            "koordlet_http_request_cpu_seconds",
+            "CPU seconds of the event loop's thread charged to HTTP requests, by request class",
+            labels=["class"],
+        )
+        if with_samples:
+            for name, limiter in sorted(self._limiters.items()):
+                served.add_metric([name], limiter.served)
+                for reason in REASONS:
+                    limited.add_metric([name, reason], limiter.refused[reason])
+                cpu.add_metric([name], limiter.cpu_seconds)
+        yield served
+        yield limited
+        yield cpu

@@ -8,6 +8,8 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import struct
+import subprocess
+import sys
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
@@ -21,7 +23,8 @@ from koordlet.executor.writer import CgroupWriter
 from koordlet.runtimehooks.framework import DispatcherOptions, HookDispatcher
 from koordlet.runtimehooks.metrics import HookMetrics
 from koordlet.runtimehooks.model import Change, Mount
-from koordlet.runtimehooks.nri import NriOptions, NriPlugin, adjustment
+from koordlet.runtimehooks.nri import NriOptions, NriPlugin
+from koordlet.runtimehooks.nrisession import adjustment
 from koordlet.runtimehooks.table import HOOKS, HookContext
 from koordlet.system.cgroups import CgroupDriver, CgroupVersion
 from tests.fakehost import FakeHost
@@ -246,3 +249,22 @@ def test_an_adjustment_carries_environment_and_mounts_at_nris_field_numbers() ->
     env = b"\x0a\x16NVIDIA_VISIBLE_DEVICES" + b"\x12\x010"
     want = b"\x1a" + bytes([len(mount)]) + mount + b"\x22" + bytes([len(env)]) + env
     assert adjustment(change).SerializeToString() == want
+
+
+def test_a_plugin_waiting_for_an_absent_socket_loads_no_protobuf(tmp_path: Path) -> None:
+    """The NRI messages and the protobuf runtime (about 2 MiB resident, docs/benchmarks.md)
+    load on the first connection: a daemon whose runtime serves no NRI never imports them."""
+    code = (
+        "import asyncio, sys, koordlet.daemon, koordlet.runtimehooks.stage\n"
+        "from koordlet.runtimehooks.nri import NriOptions, NriPlugin\n"
+        f"plugin = NriPlugin(None, NriOptions(socket={str(tmp_path / 'nri.sock')!r}))\n"
+        "try:\n"
+        "    asyncio.run(plugin._session())\n"
+        "except FileNotFoundError:\n"
+        "    pass\n"
+        "loaded = [m for m in ('google.protobuf', 'koordlet.runtimehooks.nrisession') "
+        "if m in sys.modules]\n"
+        "assert not loaded, loaded\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr

@@ -22,7 +22,7 @@ from koordlet.runtimehooks.framework import HookDispatcher
 from koordlet.runtimehooks.hookserver import HookServer
 from koordlet.runtimehooks.metrics import HookMetrics
 from koordlet.runtimehooks.model import Change, ContainerRequest, HookPoint, PodMeta, Resources
-from koordlet.runtimehooks.nri import adjustment, container_request
+from koordlet.runtimehooks.nrisession import adjustment, container_request
 from koordlet.runtimehooks.oomscoreadj import OOMScoreAdj
 from koordlet.runtimehooks.table import HOOKS, HookContext
 from runtimeproxy.convert import merge_resources

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
+import http.server
 import io
 import json
 import re
 import subprocess
+import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -162,3 +166,107 @@ def test_a_malformed_addr_is_a_one_line_error() -> None:
     code, _, err = run_status("--addr", "localhost")
     assert code == EXIT_NO_DAEMON
     assert err == "koordlet status: --addr must be HOST:PORT, got 'localhost'\n"
+
+
+class _Busy(http.server.BaseHTTPRequestHandler):
+    """Answers 503 with the server's ``retry_after`` header the first ``refusals`` times, then
+    ``{}`` as JSON, as the koordlet's request limiter and /debug views do."""
+
+    server: _BusyServer
+
+    def do_GET(self) -> None:
+        self.server.asked.append(self.path)
+        if self.server.refusals > 0:
+            self.server.refusals -= 1
+            body = b"busy: too many requests in flight; retry later\n"
+            self.send_response(503)
+            if self.server.retry_after is not None:
+                self.send_header("Retry-After", self.server.retry_after)
+        else:
+            body = b"{}"
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+class _BusyServer(http.server.ThreadingHTTPServer):
+    def __init__(self, refusals: int, retry_after: str | None) -> None:
+        super().__init__(("127.0.0.1", 0), _Busy)
+        self.refusals = refusals
+        self.retry_after = retry_after
+        self.asked: list[str] = []
+
+
+@contextlib.contextmanager
+def busy_daemon(refusals: int, retry_after: str | None = "1") -> Iterator[_BusyServer]:
+    server = _BusyServer(refusals, retry_after)
+    thread = threading.Thread(target=server.serve_forever, name="busy-daemon", daemon=True)
+    thread.start()
+    try:
+        yield server
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=10)
+
+
+def run_status_sleeping(*args: str) -> tuple[int, str, str, list[float]]:
+    slept: list[float] = []
+    out, err = io.StringIO(), io.StringIO()
+    code = status.main(list(args), out=out, err=err, sleep=slept.append)
+    return code, out.getvalue(), err.getvalue(), slept
+
+
+def test_a_busy_daemon_is_asked_again_after_its_retry_after() -> None:
+    with busy_daemon(refusals=2, retry_after="2") as server:
+        addr = f"127.0.0.1:{server.server_address[1]}"
+        code, out, err, slept = run_status_sleeping("--addr", addr, "--json")
+    assert (code, err) == (0, "")
+    assert set(json.loads(out)) == set(status.PATHS)
+    assert slept == [2.0, 2.0]
+    assert server.asked == ["/debug/summary"] * 3 + ["/debug/qos", "/debug/capabilities"]
+
+
+def test_a_daemon_busy_through_the_retries_is_one_line_and_exit_2() -> None:
+    with busy_daemon(refusals=100, retry_after="3600") as server:
+        addr = f"127.0.0.1:{server.server_address[1]}"
+        code, out, err, slept = run_status_sleeping("--addr", addr)
+    assert (code, out) == (EXIT_NO_DAEMON, "")
+    assert slept == [status.MAX_RETRY_AFTER] * status.RETRIES  # an hour asked, 5 s honoured
+    assert err == (
+        f"koordlet status: http://{addr}/debug/summary answered 503 (asked 4 times): "
+        "busy: too many requests in flight; retry later\n"
+    )
+
+
+def test_a_503_without_retry_after_is_not_retried() -> None:
+    with busy_daemon(refusals=1, retry_after=None) as server:
+        addr = f"127.0.0.1:{server.server_address[1]}"
+        code, _, err, slept = run_status_sleeping("--addr", addr)
+    assert (code, slept) == (EXIT_NO_DAEMON, [])
+    assert "answered 503: busy" in err
+
+
+@pytest.mark.parametrize(
+    ("header", "pause"),
+    [
+        ("1", 1.0),
+        (" 0 ", 0.0),
+        ("120", status.MAX_RETRY_AFTER),
+        ("Wed, 21 Oct 2015 07:28:02 GMT", 2.0),  # an HTTP-date, 2 s after "now"
+        ("Wed, 21 Oct 2015 07:27:00 GMT", 0.0),  # in the past
+        ("-1", None),
+        ("soon", None),
+        ("", None),
+    ],
+)
+def test_retry_after_reads_seconds_or_an_http_date_within_bounds(
+    header: str, pause: float | None
+) -> None:
+    now = 1445412480.0  # Wed, 21 Oct 2015 07:28:00 GMT
+    assert status.retry_after(header, now) == pause

@@ -14,7 +14,9 @@ from koordlet.collectors.pagecache import PageCacheCollector
 from koordlet.collectors.podresource import PodResourceCollector
 from koordlet.collectors.podthrottled import PodThrottledCollector
 from koordlet.collectors.runner import TickState
+from koordlet.collectors.shared import cgroup_targets
 from koordlet.errors import ParseError
+from koordlet.metriccache import MetricCache
 from koordlet.metriccache import series as s
 from koordlet.statesinformer.kubepods import KubepodsSource
 from koordlet.statesinformer.model import WorkloadSnapshot
@@ -234,6 +236,28 @@ def test_usage_and_page_cache_collectors_share_one_read_of_each_file_per_tick(
     files_per_cgroup = 2 if fake_host.version is CgroupVersion.V2 else 3
     assert len(reads) == cgroups * files_per_cgroup
     assert set(reads.values()) == {1}
+
+
+def test_the_collectors_and_the_metric_cache_share_one_copy_of_each_entity_id(
+    fake_host: FakeHost, pod: tuple[str, list[str]]
+) -> None:
+    """At 1,000 pods each copy of the entity ids and targets is about 1 MiB (docs/benchmarks.md,
+    resident memory): the collectors share one tuple of targets per snapshot, and the series
+    the cache creates hold the very strings (and keys) of the samples."""
+    snap = snapshot(fake_host)
+    cache = MetricCache()
+    results = run_all(
+        [PodResourceCollector(fake_host.host), PageCacheCollector(fake_host.host)], 100.0, snap
+    )
+    for result in results:
+        cache.append(100.0, result.samples)
+    assert cgroup_targets(snap) is cgroup_targets(snap)
+    entities = {t.entity: t.entity for t in cgroup_targets(snap)}
+    assert set(cache.entities()) == set(entities)
+    for entity in cache.entities():
+        assert entity is entities[entity]
+    for sample in results[0].samples:
+        assert sample.key.entity is entities[sample.key.entity]
 
 
 def test_a_malformed_memory_stat_raises_a_parse_error_naming_the_file(

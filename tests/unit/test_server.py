@@ -37,6 +37,7 @@ from koordlet.server import (
 )
 from koordlet.server.exporter import STALE_INTERVALS, container_id_label
 from koordlet.server.health import LoopHealth
+from koordlet.server.limiter import LimiterFamilies
 from koordlet.statesinformer.model import ContainerInfo, HostAppInfo, PodInfo, WorkloadSnapshot
 from koordlet.supervisor import Supervisor
 
@@ -698,6 +699,7 @@ def test_docs_metrics_md_documents_every_family_served() -> None:
     registry = CollectorRegistry()
     SelfMetrics(registry)
     registry.register(LoopHealth())
+    registry.register(LimiterFamilies({}))
     served = [f.name for f in FAMILIES] + [fam.name for fam in registry.collect()]
 
     missing = [name for name in served if f"`{name}" not in docs]

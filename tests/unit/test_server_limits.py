@@ -17,6 +17,7 @@ from dataclasses import dataclass, replace
 import aiohttp
 import pytest
 from prometheus_client import CollectorRegistry
+from prometheus_client.parser import text_string_to_metric_families
 
 from apis.extension import KubeQOS, QoSClass
 from apis.slo_inforce import NodeSLOInForce
@@ -29,7 +30,7 @@ from koordlet.selfmetrics import Readiness, SelfMetrics
 from koordlet.server import ServerDeps, build_app, start_server
 from koordlet.server.app import LIMITERS, PROBE_LIMITS, Limiters, ServerLimits
 from koordlet.server.health import LoopHealth
-from koordlet.server.limiter import LimitConfig, Refusal, RequestLimiter
+from koordlet.server.limiter import LimitConfig, LimiterFamilies, Refusal, RequestLimiter
 from koordlet.server.summary import UiDeps, thresholds_of
 from koordlet.server.ui import load_page
 from koordlet.statesinformer.model import PodInfo, WorkloadSnapshot
@@ -122,6 +123,33 @@ def test_a_request_is_charged_its_cpu_and_the_overhead() -> None:
     assert lim.cpu_seconds == pytest.approx(0.005)
     assert lim.tokens() == pytest.approx(0.995)
     assert lim.describe()["served"] == 1
+
+
+async def test_the_limiter_families_count_served_refused_and_charged_by_class() -> None:
+    vt = VirtualTime()
+    reads = limiter(vt, max_in_flight=1, reject_delay=0.0, overhead=0.0)
+    probes = limiter(vt, overhead=0.0)
+    assert await reads.admit() is None
+    assert await reads.admit() == Refusal("busy", close=False)
+    reads.release(0.25)
+    assert await probes.admit() is None
+    probes.release(0.5)
+
+    samples = {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in LimiterFamilies({"reads": reads, "probes": probes}).collect()
+        for s in family.samples
+    }
+    assert samples == {
+        ("koordlet_http_requests_served_total", (("class", "probes"),)): 1.0,
+        ("koordlet_http_requests_served_total", (("class", "reads"),)): 1.0,
+        ("koordlet_http_requests_limited_total", (("class", "probes"), ("reason", "budget"))): 0,
+        ("koordlet_http_requests_limited_total", (("class", "probes"), ("reason", "busy"))): 0,
+        ("koordlet_http_requests_limited_total", (("class", "reads"), ("reason", "budget"))): 0,
+        ("koordlet_http_requests_limited_total", (("class", "reads"), ("reason", "busy"))): 1.0,
+        ("koordlet_http_request_cpu_seconds_total", (("class", "probes"),)): 0.5,
+        ("koordlet_http_request_cpu_seconds_total", (("class", "reads"),)): 0.25,
+    }
 
 
 @pytest.mark.parametrize(
@@ -248,6 +276,29 @@ async def test_beyond_the_limits_requests_get_503_with_retry_after_and_probes_st
     assert budget[:2] == (503, "1")
     assert "budget" in budget[2]
     assert health == (200, None, "ok")
+
+
+async def test_metrics_serves_the_limiters_counters(starved: Served) -> None:
+    async with aiohttp.ClientSession() as session:
+        for _ in range(3):
+            async with session.get(starved.base + "/healthz") as resp:
+                assert resp.status == 200
+        async with session.get(starved.base + "/metrics") as resp:
+            assert resp.status == 200  # the first read spends the whole bucket
+            text = await resp.text()
+        async with session.get(starved.base + "/debug/config") as resp:
+            assert resp.status == 503
+    families = {f.name: f for f in text_string_to_metric_families(text)}
+    served = {s.labels["class"]: s.value for s in families["koordlet_http_requests_served"].samples}
+    assert served == {"probes": 3.0, "reads": 0.0}  # the scrape itself was still in flight
+    limited = families["koordlet_http_requests_limited"].samples
+    assert {(s.labels["class"], s.labels["reason"]) for s in limited} == {
+        ("reads", "busy"),
+        ("reads", "budget"),
+        ("probes", "busy"),
+        ("probes", "budget"),
+    }
+    assert starved.limiters.reads.refused == {"busy": 0, "budget": 1}
 
 
 async def test_the_ui_page_and_its_views_are_served_under_the_read_limits() -> None:
