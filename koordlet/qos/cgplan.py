@@ -17,8 +17,9 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from apis.extension import KubeQOS, QoSClass
+from apis.group_identity import kube_qos_group_identity, pod_group_identity
 from apis.pod_overrides import ANNOTATION_POD_CPU_QOS, PodCPUQoS
-from apis.slo_qos import CPUQOSConfig, CPUQOSPolicy, MemoryQOSConfig, ResourceQOS
+from apis.slo_qos import CPUQOSPolicy, MemoryQOSConfig, ResourceQOS
 from apis.slo_strategies import ResourceQOSStrategy
 from koordlet.executor.batch import BatchWrite
 from koordlet.qos.shared import cpus_of_annotation, pod_class
@@ -146,36 +147,12 @@ def total_memory(info: object) -> int | None:
 
 def pod_bvt(strategy: ResourceQOSStrategy, pod: PodInfo) -> int:
     """``cpu.bvt_warp_ns`` of a pod by upstream's group identity rule."""
-    by_class = {
-        QoSClass.LSR: strategy.lsr_class.cpu_qos.group_identity,
-        QoSClass.LS: strategy.ls_class.cpu_qos.group_identity,
-        QoSClass.BE: strategy.be_class.cpu_qos.group_identity,
-    }
-    if pod.qos in by_class:
-        return by_class[pod.qos]
-    return kube_pod_bvt(strategy, pod.kube_qos)
-
-
-def kube_pod_bvt(strategy: ResourceQOSStrategy, kube_qos: KubeQOS) -> int:
-    """The value for a pod whose class is not LSR, LS or BE, by its Kubernetes QoS."""
-    if kube_qos is KubeQOS.BESTEFFORT:
-        return strategy.be_class.cpu_qos.group_identity
-    if kube_qos is KubeQOS.BURSTABLE:
-        return strategy.ls_class.cpu_qos.group_identity
-    if strategy.lsr_class.cpu_qos.enable:
-        return strategy.lsr_class.cpu_qos.group_identity
-    if strategy.ls_class.cpu_qos.enable:
-        return strategy.ls_class.cpu_qos.group_identity
-    return CPUQOSConfig().group_identity
+    return pod_group_identity(strategy, pod.qos, pod.kube_qos)
 
 
 def kube_dir_bvt(strategy: ResourceQOSStrategy, kube_qos: KubeQOS) -> int:
     """``cpu.bvt_warp_ns`` of a Kubernetes QoS cgroup (the kubepods root stays 0)."""
-    if kube_qos is KubeQOS.BESTEFFORT:
-        return strategy.be_class.cpu_qos.group_identity
-    if kube_qos is KubeQOS.BURSTABLE:
-        return strategy.ls_class.cpu_qos.group_identity
-    return CPUQOSConfig().group_identity
+    return kube_qos_group_identity(strategy, kube_qos)
 
 
 def be_idle(strategy: ResourceQOSStrategy) -> int:

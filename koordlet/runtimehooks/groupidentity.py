@@ -40,6 +40,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from apis.extension import KUBE_QOS_TO_QOS, LABEL_POD_QOS, KubeQOS, QoSClass
+from apis.group_identity import kube_qos_group_identity, pod_group_identity
 from apis.pod_overrides import (
     ANNOTATION_POD_CPU_QOS,
     INVALID_ANNOTATION_REASON,
@@ -48,7 +49,7 @@ from apis.pod_overrides import (
     parse_pod_cpu_qos,
 )
 from apis.slo_inforce import NodeSLOInForce
-from apis.slo_qos import CPUQOSConfig, CPUQOSPolicy
+from apis.slo_qos import CPUQOSPolicy
 from apis.slo_strategies import ResourceQOSStrategy
 from koordlet.runtimehooks.cgroupparent import kube_qos_of
 from koordlet.runtimehooks.errors import BadPodInput
@@ -61,33 +62,10 @@ MECH_IDLE = "cpu_idle"
 """The mechanisms, by the knob each writes."""
 
 
-def pod_bvt(strategy: ResourceQOSStrategy, qos: str, kube_qos: KubeQOS) -> int:
-    """A pod's ``cpu.bvt_warp_ns`` (upstream ``bvtRule.getPodBvtValue``)."""
-    by_class = {
-        QoSClass.LSR: strategy.lsr_class.cpu_qos.group_identity,
-        QoSClass.LS: strategy.ls_class.cpu_qos.group_identity,
-        QoSClass.BE: strategy.be_class.cpu_qos.group_identity,
-    }
-    if qos in by_class:
-        return by_class[QoSClass(qos)]
-    if kube_qos is KubeQOS.BESTEFFORT:
-        return strategy.be_class.cpu_qos.group_identity
-    if kube_qos is KubeQOS.BURSTABLE:
-        return strategy.ls_class.cpu_qos.group_identity
-    if strategy.lsr_class.cpu_qos.enable:
-        return strategy.lsr_class.cpu_qos.group_identity
-    if strategy.ls_class.cpu_qos.enable:
-        return strategy.ls_class.cpu_qos.group_identity
-    return CPUQOSConfig().group_identity
-
-
-def kube_qos_bvt(strategy: ResourceQOSStrategy, kube_qos: KubeQOS) -> int:
-    """A Kubernetes QoS cgroup's ``cpu.bvt_warp_ns`` (``getKubeQOSDirBvtValue``)."""
-    if kube_qos is KubeQOS.BESTEFFORT:
-        return strategy.be_class.cpu_qos.group_identity
-    if kube_qos is KubeQOS.BURSTABLE:
-        return strategy.ls_class.cpu_qos.group_identity
-    return CPUQOSConfig().group_identity
+pod_bvt = pod_group_identity
+"""A pod's ``cpu.bvt_warp_ns`` (upstream ``bvtRule.getPodBvtValue``)."""
+kube_qos_bvt = kube_qos_group_identity
+"""A Kubernetes QoS cgroup's ``cpu.bvt_warp_ns`` (``getKubeQOSDirBvtValue``)."""
 
 
 def pod_idle(strategy: ResourceQOSStrategy, qos: str, kube_qos: KubeQOS) -> int:
