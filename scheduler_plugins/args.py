@@ -10,6 +10,9 @@ from typing import Any
 from apis.duration import parse_duration
 from scheduler_plugins.errors import PluginArgsError
 
+SCORING_TYPES = ("LeastAllocated", "MostAllocated")
+"""``scoringStrategy.type`` values, the default first."""
+
 
 class ArgsReader:
     """Typed access to one plugin's args."""
@@ -72,6 +75,35 @@ class ArgsReader:
         if value is None:
             return dict(default) if default is not None else None
         return int_map(value, self, key, low, high)
+
+    def scoring_strategy(self, *, max_weight: int | None) -> tuple[str, dict[str, int]]:
+        """``scoringStrategy``: its ``type`` (``LeastAllocated`` or ``MostAllocated``, default
+        the first) and ``resources[].{name, weight}`` (default cpu and memory at 1); a weight
+        runs from 0 to ``max_weight`` (no ceiling when None)."""
+        strategy, weights = SCORING_TYPES[0], {"cpu": 1, "memory": 1}
+        sub = self.section("scoringStrategy")
+        if sub is None:
+            return strategy, weights
+        strategy = sub.string("type", strategy, SCORING_TYPES)
+        resources = sub.args.get("resources")
+        if resources is None:
+            return strategy, weights
+        if not isinstance(resources, list) or not resources:
+            raise sub.fail("resources", "must be a non-empty list of {name, weight}")
+        weights = {}
+        for i, item in enumerate(resources):
+            if not isinstance(item, Mapping) or not isinstance(item.get("name"), str):
+                raise sub.fail(f"resources[{i}]", "needs a name")
+            w = item.get("weight", 1)
+            bad = isinstance(w, bool) or not isinstance(w, int) or w < 0
+            if max_weight is None and bad:
+                raise sub.fail(
+                    f"resources[{i}].weight", f"must be a non-negative integer, got {w!r}"
+                )
+            if max_weight is not None and (bad or w > max_weight):
+                raise sub.fail(f"resources[{i}].weight", f"must be 0..{max_weight}, got {w!r}")
+            weights[item["name"]] = w
+        return strategy, weights
 
     def section(self, key: str) -> ArgsReader | None:
         """A nested object as its own reader (``aggregated``), ``None`` when absent."""

@@ -239,23 +239,7 @@ def parse_scoring(
     """``NodeResourcesFitArgs``: the scoring strategy, its resource weights and
     ``ignoredResources``. Raises :class:`~scheduler_plugins.errors.PluginArgsError`."""
     r = ArgsReader(args, source, NAME)
-    strategy = LEAST_ALLOCATED
-    weights = {"cpu": 1, "memory": 1}
-    sub = r.section("scoringStrategy")
-    if sub is not None:
-        strategy = sub.string("type", LEAST_ALLOCATED, (LEAST_ALLOCATED, MOST_ALLOCATED))
-        resources = sub.args.get("resources")
-        if resources is not None:
-            if not isinstance(resources, list) or not resources:
-                raise sub.fail("resources", "must be a non-empty list of {name, weight}")
-            weights = {}
-            for i, item in enumerate(resources):
-                if not isinstance(item, Mapping) or not isinstance(item.get("name"), str):
-                    raise sub.fail(f"resources[{i}]", "needs a name")
-                w = item.get("weight", 1)
-                if isinstance(w, bool) or not isinstance(w, int) or not 0 <= w <= 100:
-                    raise sub.fail(f"resources[{i}].weight", f"must be 0..100, got {w!r}")
-                weights[item["name"]] = w
+    strategy, weights = r.scoring_strategy(max_weight=100)
     ignored = r.args.get("ignoredResources") or []
     if not isinstance(ignored, list) or not all(isinstance(x, str) for x in ignored):
         raise r.fail("ignoredResources", "must be a list of resource names")

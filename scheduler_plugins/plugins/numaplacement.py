@@ -94,25 +94,7 @@ def parse_args(raw: Mapping[str, Any] | None, source: str) -> NUMAArgs:
     """Validate ``NodeNUMAResourceArgs``."""
     r = ArgsReader(raw, source, NAME)
     policy = r.string("defaultCPUBindPolicy", FULL_PCPUS, (FULL_PCPUS, SPREAD_BY_PCPUS))
-    strategy = LEAST_ALLOCATED
-    weights: dict[str, int] = {"cpu": 1, "memory": 1}
-    sub = r.section("scoringStrategy")
-    if sub is not None:
-        strategy = sub.string("type", LEAST_ALLOCATED, (LEAST_ALLOCATED, MOST_ALLOCATED))
-        resources = sub.args.get("resources")
-        if resources is not None:
-            if not isinstance(resources, list) or not resources:
-                raise sub.fail("resources", "must be a non-empty list of {name, weight}")
-            weights = {}
-            for i, item in enumerate(resources):
-                if not isinstance(item, Mapping) or not isinstance(item.get("name"), str):
-                    raise sub.fail(f"resources[{i}]", "needs a name")
-                w = item.get("weight", 1)
-                if isinstance(w, bool) or not isinstance(w, int) or w < 0:
-                    raise sub.fail(
-                        f"resources[{i}].weight", f"must be a non-negative integer, got {w!r}"
-                    )
-                weights[item["name"]] = w
+    strategy, weights = r.scoring_strategy(max_weight=None)
     numa = r.string("numaAllocateStrategy", MOST_ALLOCATED, (LEAST_ALLOCATED, MOST_ALLOCATED))
     return NUMAArgs(policy, strategy, weights, numa)
 
