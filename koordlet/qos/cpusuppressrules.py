@@ -8,7 +8,6 @@ Upstream: ``qosmanager/plugins/cpusuppress`` (``calculateBESuppressCPU``, ``adju
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -17,6 +16,7 @@ from typing import Any
 from apis.cpulist import parse_cpulist
 from apis.extension import KubeQOS, QoSClass
 from apis.manager_keys import ANNOTATION_NODE_RESERVATION
+from apis.nodetopo import parse_node_reservation
 from apis.quantity import milli_value
 from koordlet.qos.cpupicker import BE_MAX_INCREASE_RATIO
 from koordlet.qos.shared import cpus_of_annotation
@@ -48,23 +48,19 @@ def _cpu_of(resources: object) -> int | None:
 
 
 def annotation_reserved_milli(annotations: Mapping[str, str]) -> int:
-    """CPU of the node's ``node.koordinator.sh/reservation`` annotation in milli-cores:
-    the number of ``reservedCPUs`` when given, else ``resources.cpu``; 0 when absent or
-    malformed (upstream logs and ignores a bad annotation)."""
-    raw = annotations.get(ANNOTATION_NODE_RESERVATION)
-    if not raw:
-        return 0
+    """CPU of the node's ``node.koordinator.sh/reservation`` annotation in milli-cores, read by
+    :func:`apis.nodetopo.parse_node_reservation`: the number of ``reservedCPUs`` when given, else
+    ``resources.cpu``; 0 when absent or malformed: upstream's ``GetNodeReservationFromAnnotation``
+    (pkg/util/node.go) returns nothing for a value ``json.Unmarshal`` or ``cpuset.Parse`` refuses.
+    """
     try:
-        doc = json.loads(raw)
-        if not isinstance(doc, dict):
-            return 0
-        cpus = doc.get("reservedCPUs") or ""
-        if isinstance(cpus, str) and cpus:
-            return len(parse_cpulist(cpus)) * 1000
-        return max(_cpu_of(doc.get("resources")) or 0, 0)
-    except ValueError:
-        logger.debug("node annotation %s unparsable: %r", ANNOTATION_NODE_RESERVATION, raw)
+        reservation = parse_node_reservation(annotations.get(ANNOTATION_NODE_RESERVATION))
+    except ValueError as exc:
+        logger.debug("node annotation %s ignored: %s", ANNOTATION_NODE_RESERVATION, exc)
         return 0
+    if reservation.reserved_cpus:
+        return len(parse_cpulist(reservation.reserved_cpus)) * 1000
+    return max(reservation.cpu_milli, 0)
 
 
 def kubelet_reserved_milli(node: Mapping[str, Any]) -> int:

@@ -179,6 +179,11 @@ def _node(capacity: str | None, allocatable: str | None, reservation: object = N
         (_node("8", "6", {"resources": {"cpu": "500m"}}), 2000),
         (_node("8", "8", {"reservedCPUs": "0-2", "resources": {"cpu": "1"}}), 3000),  # CPU count
         (_node("8", "7", "not json"), 1000),  # a bad annotation is ignored
+        # apis.nodetopo.parse_node_reservation reads it, as json.Unmarshal would: a field of the
+        # wrong type refuses the whole annotation (upstream then counts no reservation)
+        (_node("8", "8", {"reservedCPUs": 3, "resources": {"cpu": "2"}}), 0),
+        (_node("8", "8", {"reservedCPUs": "x-y"}), 0),
+        (_node("8", "8", {"reservedCPUs": "", "resources": {"cpu": "1500m"}}), 1500),
     ],
 )
 def test_node_reservation_is_the_larger_of_kubelet_and_annotation(node: Any, expected: int) -> None:
