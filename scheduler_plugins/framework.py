@@ -83,6 +83,12 @@ class ReserveError(SchedulerError):
     """A plugin could not reserve what it promised at filter time."""
 
 
+RESERVATION_ADJUST_KEY = "Reservation/adjust"
+"""Cycle data shared by two plugins: node name → resources to add to what is free there for this
+pod: what Reservations hold for others (negative) and what one of this pod's own holds
+(positive); set by the Reservation plugin's pre-filter, read by NodeResourcesFit."""
+
+
 @dataclass(slots=True)
 class Cycle:
     """One scheduling cycle of one pod: the snapshot, the clock, and plugins' scratch data

@@ -28,7 +28,7 @@ from typing import Any
 
 from apis.scheduling_keys import DEVICE_RESOURCES
 from scheduler_plugins.args import ArgsReader
-from scheduler_plugins.framework import MAX_NODE_SCORE, Cycle, Plugin
+from scheduler_plugins.framework import MAX_NODE_SCORE, RESERVATION_ADJUST_KEY, Cycle, Plugin
 from scheduler_plugins.plugins.nodecache import Changes, NodeMemo
 from scheduler_plugins.snapshot import NodeInfo, PodInfo
 
@@ -37,10 +37,6 @@ ERR_TOO_MANY_PODS = "Too many pods"
 """kube-scheduler's reason when the node's ``pods`` allocatable is full."""
 LEAST_ALLOCATED = "LeastAllocated"
 MOST_ALLOCATED = "MostAllocated"
-RESERVATION_ADJUST_KEY = "Reservation/adjust"
-"""Cycle data: node name → resources to add to what is free there for this pod: what
-Reservations hold for others (negative) and what one of this pod's own holds (positive); set by
-the Reservation plugin's pre-filter."""
 
 
 class NodeResourcesFit(Plugin):

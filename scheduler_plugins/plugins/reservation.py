@@ -59,13 +59,12 @@ from apis.scheduling_keys import (
     ANNOTATION_RESTRICTED_OPTIONS,
 )
 from scheduler_plugins.errors import InputError
-from scheduler_plugins.framework import Cycle, Plugin
+from scheduler_plugins.framework import RESERVATION_ADJUST_KEY, Cycle, Plugin
 from scheduler_plugins.objectfields import (
     ResourceList,
     optional_time,
     parse_resource_list,
 )
-from scheduler_plugins.plugins.noderesourcesfit import RESERVATION_ADJUST_KEY
 from scheduler_plugins.reservations import is_reserve_pod
 from scheduler_plugins.selectors import raw_label_selector_matches
 from scheduler_plugins.snapshot import NodeInfo, PodInfo, Snapshot

@@ -67,3 +67,20 @@ def test_every_koordlet_package_is_in_a_layer() -> None:
         and p.stem not in ("__init__", "__main__")
     }
     assert packages - placed == set()
+
+
+def _contract_modules(name: str) -> set[str]:
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    for contract in config["tool"]["importlinter"]["contracts"]:
+        if contract["name"].startswith(name):
+            return set(contract["modules"])
+    raise AssertionError(f"no contract {name!r} in pyproject.toml")
+
+
+def test_every_scheduler_plugin_is_in_the_independence_contract() -> None:
+    """A plugin added to the table without a line in the contract could import a sibling
+    plugin unnoticed; a helper module (nodecache, loadargs, ...) is not a plugin and stays out."""
+    from scheduler_plugins.table import PLUGINS
+
+    plugins = {factory.__module__ for factory in PLUGINS.values()}
+    assert plugins == _contract_modules("scheduler plugins are independent")
