@@ -48,7 +48,6 @@ from typing import Any
 
 from apis.extension import QoSClass
 from apis.manager_keys import BATCH_CPU
-from apis.priority import pod_priority_class_raw
 from koordlet.features import gate_enabled
 from koordlet.metriccache import series
 from koordlet.qos.cpuevictrules import (
@@ -66,19 +65,19 @@ from koordlet.qos.cpuevictrules import (
 from koordlet.qos.evictor import EVICT_REASON_PREFIX, REASON_BE_CPU_SATISFACTION, Outcome, Victim
 from koordlet.qos.evicttask import (
     TARGET_BATCH_REQUEST,
-    TARGET_REQUEST,
     TARGET_USED,
     Candidate,
     EvictTask,
     Pick,
     ResourceList,
-    allocatable_release,
+    allocatable_task,
     by_priority,
+    outcome_summary,
     plan,
+    plan_detail,
     priority_value_with_default,
     qos_raw,
-    released_classes,
-    request_of,
+    used_candidates,
 )
 from koordlet.qos.framework import StrategyContext, StrategyReport
 from koordlet.qos.shared import InvalidThreshold, eviction_policy_allowed, node_resources
@@ -190,16 +189,7 @@ class CPUEvict:
             return []
         pending = ctx.evictor.recent_keys() if ctx.evictor is not None else frozenset()
         the_plan = plan(tasks, pending)
-        detail = {
-            t.feature: {
-                "need": dict(t.to_release),
-                "target": t.target,
-                "unmet": the_plan.unmet(t),
-                "victims": [p.candidate.key for p in the_plan.picks if p.task is t],
-                "pending": [p.candidate.key for p in the_plan.picks if p.task is t and p.pending],
-            }
-            for t in tasks
-        }
+        detail = plan_detail(tasks, the_plan)
         inputs["released"] = the_plan.released
         victims = the_plan.victims
         if not victims:
@@ -218,10 +208,7 @@ class CPUEvict:
                     )
         if any(o.status in ("evicted", "dry_run") for o in outcomes):
             self._last_evict = self._clock()
-        counts: dict[str, int] = {}
-        for o in outcomes:
-            counts[o.status] = counts.get(o.status, 0) + 1
-        result = ", ".join(f"{n} {st}" for st, n in counts.items())
+        result = outcome_summary(outcomes)
         ctx.report(
             name, StrategyReport(inputs, f"evict {len(victims)} pods", result, detail=detail)
         )
@@ -266,37 +253,16 @@ class CPUEvict:
                 _by_request,
             )
         if feature == FEATURE_ALLOCATABLE_EVICT:
-            threshold, lower, prio_max = allocatable_thresholds(s)
-            requested: dict[str, int] = {}
-            for p in pods:
-                if priority_value_with_default(p) > prio_max:
-                    continue
-                res, value = request_of(p, "cpu")
-                requested[res] = requested.get(res, 0) + value
-            allocatable = self.allocatable()
-            if allocatable is None:
-                inputs[f"{feature}_skipped"] = "the Node's allocatable is unknown"
-                return None
-            release = allocatable_release(requested, allocatable, threshold, lower)
-            inputs[feature] = {"requested": requested, "allocatable": dict(allocatable)}
-            if not release:
-                return None
-            classes = released_classes(release)
-
-            def by_class(c: Candidate) -> ResourceList:
-                if pod_priority_class_raw(c.pod.labels, c.pod.priority) not in classes:
-                    return {}
-                return {c.request_name: c.request}
-
-            def make(p: PodInfo) -> Candidate | None:
-                used = self.ctx.fresh_last(series.POD_CPU_USAGE, series.pod_entity(p.uid))
-                if used is None:
-                    return None  # upstream skips a pod without a metric
-                res, value = request_of(p, "cpu")
-                return Candidate(p, int(used * 1000), value, res)
-
-            ordered = by_priority(pods, feature, prio_max, make, "request")
-            return EvictTask(feature, REASON_CPU_USAGE, TARGET_REQUEST, release, ordered, by_class)
+            return allocatable_task(
+                feature,
+                REASON_CPU_USAGE,
+                "cpu",
+                pods,
+                allocatable_thresholds(s),
+                self.allocatable(),
+                self._used_milli,
+                inputs,
+            )
         # CPUEvict: node usage over the window
         threshold, lower, prio_max = used_thresholds(s)
         window = window_seconds(self.ctx.collect_interval, s.window)
@@ -307,16 +273,14 @@ class CPUEvict:
         inputs[feature] = {"node_cpu_avg": agg.avg, "window": window}
         if need <= 0:
             return None
-
-        def make_used(p: PodInfo) -> Candidate | None:
-            used = self.ctx.fresh_last(series.POD_CPU_USAGE, series.pod_entity(p.uid))
-            if used is None:
-                return None  # upstream skips a pod without a metric
-            res, value = request_of(p, "cpu")
-            return Candidate(p, int(used * 1000), value, res)
-
-        ordered = by_priority(pods, feature, prio_max, make_used, "used")
+        make = used_candidates("cpu", self._used_milli)
+        ordered = by_priority(pods, feature, prio_max, make, "used")
         return EvictTask(feature, REASON_CPU_USAGE, TARGET_USED, {"cpu": need}, ordered, _by_used)
+
+    def _used_milli(self, pod: PodInfo) -> int | None:
+        """The pod's fresh CPU usage in milli-cores; None without a fresh sample."""
+        used = self.ctx.fresh_last(series.POD_CPU_USAGE, series.pod_entity(pod.uid))
+        return None if used is None else int(used * 1000)
 
     def _be_satisfaction_release(self, s: CPUEvictSettings, inputs: dict[str, Any]) -> int:
         ctx = self.ctx

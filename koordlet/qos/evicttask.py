@@ -41,9 +41,10 @@ from apis.priority import (
     PRIORITY_BATCH,
     PRIORITY_DEFAULT_VALUES,
     PRIORITY_MID,
+    pod_priority_class_raw,
     pod_priority_class_with_default,
 )
-from koordlet.qos.evictor import eviction_priority, label_priority
+from koordlet.qos.evictor import Outcome, eviction_priority, label_priority
 from koordlet.qos.shared import eviction_policy_allowed, pod_class
 from koordlet.statesinformer.model import PodInfo
 
@@ -226,6 +227,66 @@ class EvictTask:
     """What evicting a candidate releases for this task (``GetPodResourceFunc``)."""
 
 
+def used_candidates(
+    kind: str, used_of: Callable[[PodInfo], int | None]
+) -> Callable[[PodInfo], Candidate | None]:
+    """The ``make`` of :func:`by_priority` for ``kind`` (``cpu`` or ``memory``): the pod's
+    usage from ``used_of`` (None: no fresh sample, upstream skips the pod) and its request
+    (:func:`request_of`)."""
+
+    def make(pod: PodInfo) -> Candidate | None:
+        used = used_of(pod)
+        if used is None:
+            return None
+        name, value = request_of(pod, kind)
+        return Candidate(pod, used, value, name)
+
+    return make
+
+
+def allocatable_task(
+    feature: str,
+    reason: str,
+    kind: str,
+    pods: Sequence[PodInfo],
+    thresholds: tuple[int, int, int],
+    allocatable: ResourceList | None,
+    used_of: Callable[[PodInfo], int | None],
+    inputs: dict[str, object],
+) -> EvictTask | None:
+    """The ``CPUAllocatableEvict`` / ``MemoryAllocatableEvict`` task (upstream's
+    ``allocatableEvict`` of each plugin): the requests of ``kind`` of the pods at or under the
+    priority threshold, per resource, against the Node's ``allocatable``
+    (:func:`allocatable_release`); the candidates by priority and request, a victim releasing
+    its request when its priority class is one the release names. ``thresholds`` is ``(threshold,
+    lower, priority threshold)`` as each strategy's rules validate them; what the task saw goes
+    into ``inputs`` under ``feature``. None: nothing to release, or the allocatable unknown (said
+    in ``inputs``)."""
+    threshold, lower, prio_max = thresholds
+    requested: dict[str, int] = {}
+    for p in pods:
+        if priority_value_with_default(p) > prio_max:
+            continue
+        name, value = request_of(p, kind)
+        requested[name] = requested.get(name, 0) + value
+    if allocatable is None:
+        inputs[f"{feature}_skipped"] = "the Node's allocatable is unknown"
+        return None
+    release = allocatable_release(requested, allocatable, threshold, lower)
+    inputs[feature] = {"requested": requested, "allocatable": dict(allocatable)}
+    if not release:
+        return None
+    classes = released_classes(release)
+
+    def by_request(c: Candidate) -> ResourceList:
+        if pod_priority_class_raw(c.pod.labels, c.pod.priority) not in classes:
+            return {}
+        return {c.request_name: c.request}
+
+    ordered = by_priority(pods, feature, prio_max, used_candidates(kind, used_of), "request")
+    return EvictTask(feature, reason, TARGET_REQUEST, release, ordered, by_request)
+
+
 @dataclass(frozen=True, slots=True)
 class Pick:
     """One candidate of the plan."""
@@ -299,3 +360,26 @@ def plan(tasks: Sequence[EvictTask], pending: frozenset[str]) -> Plan:
             if not _lacking(task.to_release, result.released[task.target]):
                 break
     return result
+
+
+def plan_detail(tasks: Sequence[EvictTask], the_plan: Plan) -> dict[str, dict[str, object]]:
+    """Per task, what ``/debug/qos`` shows of the round: its need and target, what stays unmet,
+    its victims and which of them are pending releases."""
+    return {
+        t.feature: {
+            "need": dict(t.to_release),
+            "target": t.target,
+            "unmet": the_plan.unmet(t),
+            "victims": [p.candidate.key for p in the_plan.picks if p.task is t],
+            "pending": [p.candidate.key for p in the_plan.picks if p.task is t and p.pending],
+        }
+        for t in tasks
+    }
+
+
+def outcome_summary(outcomes: Iterable[Outcome]) -> str:
+    """``"2 evicted, 1 failed"``: the outcomes counted by status, in the order first seen."""
+    counts: dict[str, int] = {}
+    for o in outcomes:
+        counts[o.status] = counts.get(o.status, 0) + 1
+    return ", ".join(f"{n} {status}" for status, n in counts.items())

@@ -55,7 +55,6 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any
 
 from apis.extension import QoSClass
-from apis.priority import pod_priority_class_raw
 from koordlet.collectors.noderesource import MEMORY_DISTRESS, NODE_MEMORY, DistressReading
 from koordlet.features import gate_enabled
 from koordlet.metriccache import series
@@ -68,19 +67,18 @@ from koordlet.qos.evictor import (
     Victim,
 )
 from koordlet.qos.evicttask import (
-    TARGET_REQUEST,
     TARGET_USED,
     Candidate,
     EvictTask,
     Pick,
-    ResourceList,
-    allocatable_release,
+    allocatable_task,
     by_priority,
+    outcome_summary,
     plan,
+    plan_detail,
     priority_value_with_default,
     qos_raw,
-    released_classes,
-    request_of,
+    used_candidates,
 )
 from koordlet.qos.framework import StrategyContext, StrategyReport
 from koordlet.qos.memoryrules import (
@@ -231,16 +229,7 @@ class MemoryEvict:
             self._near = usage_percent(used, capacity) >= near
         pending = ctx.evictor.recent_keys() if ctx.evictor is not None else frozenset()
         the_plan = plan(tasks, pending)
-        detail = {
-            t.feature: {
-                "need": dict(t.to_release),
-                "target": t.target,
-                "unmet": the_plan.unmet(t),
-                "victims": [p.candidate.key for p in the_plan.picks if p.task is t],
-                "pending": [p.candidate.key for p in the_plan.picks if p.task is t and p.pending],
-            }
-            for t in tasks
-        }
+        detail = plan_detail(tasks, the_plan)
         inputs["released"] = the_plan.released
         victims = the_plan.victims
         if not victims:
@@ -251,10 +240,7 @@ class MemoryEvict:
         outcomes = await self._evict(victims, reason)
         if any(o.status in ("evicted", "dry_run") for o in outcomes):
             self._last_evict = self._clock()
-        counts: dict[str, int] = {}
-        for o in outcomes:
-            counts[o.status] = counts.get(o.status, 0) + 1
-        result = ", ".join(f"{n} {s}" for s, n in counts.items())
+        result = outcome_summary(outcomes)
         ctx.report(
             name, StrategyReport(inputs, f"evict {len(victims)} pods", result, detail=detail)
         )
@@ -296,36 +282,16 @@ class MemoryEvict:
     ) -> EvictTask | None:
         reason = EVICT_REASON_PREFIX + feature
         if feature == FEATURE_ALLOCATABLE_EVICT:
-            threshold, lower, prio_max = allocatable_thresholds(s)
-            requested: dict[str, int] = {}
-            for p in pods:
-                if priority_value_with_default(p) > prio_max:
-                    continue
-                res, value = request_of(p, "memory")
-                requested[res] = requested.get(res, 0) + value
-            allocatable = self.allocatable()
-            if allocatable is None:
-                inputs[f"{feature}_skipped"] = "the Node's allocatable is unknown"
-                return None
-            release = allocatable_release(requested, allocatable, threshold, lower)
-            inputs[feature] = {"requested": requested, "allocatable": dict(allocatable)}
-            if not release:
-                return None
-            classes = released_classes(release)
-
-            def by_request(c: Candidate) -> ResourceList:
-                if pod_priority_class_raw(c.pod.labels, c.pod.priority) not in classes:
-                    return {}
-                return {c.request_name: c.request}
-
-            def make(p: PodInfo) -> Candidate | None:
-                if p.uid not in usage:
-                    return None  # upstream skips a pod without a metric
-                res, value = request_of(p, "memory")
-                return Candidate(p, usage[p.uid], value, res)
-
-            ordered = by_priority(pods, feature, prio_max, make, "request")
-            return EvictTask(feature, reason, TARGET_REQUEST, release, ordered, by_request)
+            return allocatable_task(
+                feature,
+                reason,
+                "memory",
+                pods,
+                allocatable_thresholds(s),
+                self.allocatable(),
+                lambda p: usage.get(p.uid),
+                inputs,
+            )
         threshold, lower = used_thresholds(s.threshold, s.lower)
         if feature == FEATURE_MEMORY_EVICT:
             prio_max = priority_threshold(s)
@@ -346,14 +312,8 @@ class MemoryEvict:
             ]
             ordered = order_be(Candidate(p, usage.get(p.uid, 0)) for p in be)
         else:
-
-            def make_used(p: PodInfo) -> Candidate | None:
-                if p.uid not in usage:
-                    return None  # upstream skips a pod without a metric
-                res, value = request_of(p, "memory")
-                return Candidate(p, usage[p.uid], value, res)
-
-            ordered = by_priority(pods, feature, prio_max, make_used, "used")
+            make = used_candidates("memory", lambda p: usage.get(p.uid))  # no sample: skipped
+            ordered = by_priority(pods, feature, prio_max, make, "used")
         return EvictTask(feature, reason, TARGET_USED, {"memory": need}, ordered, used_release)
 
     def _pod_usage(self, pods: Iterable[PodInfo]) -> dict[str, int]:
