@@ -21,21 +21,14 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from apis.gobool import parse_go_bool
 from apis.timestamp import TimestampError, parse_time
 from descheduler.cluster import load_cluster
 from descheduler.config import DeschedulerConfig, default_config, load_config
 from descheduler.errors import ConfigError, InputError
 from descheduler.explain import explain
+from kubeclient.flags import go_bool_flag
 
 logger = logging.getLogger(__name__)
-
-
-def _go_bool(text: str) -> bool:
-    try:
-        return parse_go_bool(text)
-    except ValueError as err:
-        raise argparse.ArgumentTypeError(str(err)) from None
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -60,7 +53,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     run.add_argument(
         "--leader-elect",
-        type=_go_bool,
+        type=go_bool_flag,
         nargs="?",
         const=True,
         metavar="BOOL",

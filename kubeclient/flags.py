@@ -15,8 +15,29 @@ import difflib
 from collections.abc import Iterable, Iterator
 from typing import NoReturn
 
+from apis.duration import parse_duration
+from apis.gobool import parse_go_bool
+
 UNRECOGNIZED = "unrecognized arguments: "
 """How argparse starts the message for arguments no option takes."""
+
+
+def go_bool_flag(text: str) -> bool:
+    """An argparse ``type`` for a boolean flag read as Go's ``strconv.ParseBool``
+    (:func:`apis.gobool.parse_go_bool`); another spelling is a usage error naming it."""
+    try:
+        return parse_go_bool(text)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+
+
+def duration_flag(text: str) -> float:
+    """An argparse ``type`` for a Go duration flag (``15s``, ``1m30s``), in seconds
+    (:func:`apis.duration.parse_duration`); a bad one is a usage error naming it."""
+    try:
+        return parse_duration(text)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
 
 
 def closest(word: str, known: Iterable[str]) -> str | None:

@@ -23,11 +23,10 @@ from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NoReturn, Protocol
 
-from apis.gobool import parse_go_bool
 from kubeclient.client import KubeClient
 from kubeclient.elected import ElectedRunner
 from kubeclient.errors import KubeError
-from kubeclient.flags import SuggestingParser
+from kubeclient.flags import SuggestingParser, go_bool_flag
 from kubeclient.leaderelection import LeaderElectionConfig, identity
 from kubeclient.signals import StopSignals
 from manager.nodekeyed import Options
@@ -148,13 +147,6 @@ async def run_manager(
     return await runner.run(stop)
 
 
-def _go_bool(text: str) -> bool:
-    try:
-        return parse_go_bool(text)
-    except ValueError as err:
-        raise argparse.ArgumentTypeError(str(err)) from None
-
-
 def _controllers(text: str) -> tuple[str, ...]:
     names = tuple(n.strip() for n in text.split(",") if n.strip())
     bad = [n for n in names if n not in CONTROLLERS]
@@ -178,7 +170,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--slo-config-name", default="slo-controller-config")
     p.add_argument(
         "--enable-leader-election",
-        type=_go_bool,
+        type=go_bool_flag,
         default=True,
         metavar="BOOL",
         help=f"run controllers only while holding the {LEASE_NAME} Lease (default true)",

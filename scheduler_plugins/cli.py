@@ -36,10 +36,8 @@ from pathlib import Path
 
 import yaml
 
-from apis.duration import parse_duration
-from apis.gobool import parse_go_bool
 from apis.timestamp import TimestampError, parse_time
-from kubeclient.flags import SuggestingParser
+from kubeclient.flags import SuggestingParser, duration_flag, go_bool_flag
 from scheduler_plugins.config import SchedulerConfig, load_config, parse_feature_gates
 from scheduler_plugins.errors import InputError
 from scheduler_plugins.framework import Evaluation, Framework
@@ -87,7 +85,7 @@ def _parser() -> argparse.ArgumentParser:
     le = run.add_argument_group("leader election (kube-scheduler's flags)")
     le.add_argument(
         "--leader-elect",
-        type=_go_bool,
+        type=go_bool_flag,
         nargs="?",
         const=True,
         metavar="BOOL",
@@ -99,26 +97,15 @@ def _parser() -> argparse.ArgumentParser:
         ("retry-period", "2s"),
     ):
         le.add_argument(
-            f"--leader-elect-{flag}", type=_duration, metavar="DURATION", help=f"default {default}"
+            f"--leader-elect-{flag}",
+            type=duration_flag,
+            metavar="DURATION",
+            help=f"default {default}",
         )
     le.add_argument("--leader-elect-resource-lock", choices=["leases"], help="default leases")
     le.add_argument("--leader-elect-resource-name", help="default koord-scheduler")
     le.add_argument("--leader-elect-resource-namespace", help="default koordinator-system")
     return parser
-
-
-def _go_bool(text: str) -> bool:
-    try:
-        return parse_go_bool(text)
-    except ValueError as err:
-        raise argparse.ArgumentTypeError(str(err)) from None
-
-
-def _duration(text: str) -> float:
-    try:
-        return parse_duration(text)
-    except ValueError as err:
-        raise argparse.ArgumentTypeError(str(err)) from err
 
 
 def leader_election(args: argparse.Namespace) -> LeaderElection:
