@@ -467,14 +467,22 @@ def _duration_or_zero(value: object) -> float:
     return seconds
 
 
-def _non_negative(value: object) -> float:
+def _finite(value: object) -> float:
+    """A finite number from a number or its text; TypeError/ValueError naming the value."""
     if isinstance(value, bool) or not isinstance(value, int | float | str):
         raise TypeError(f"must be a number, got {value!r}")
     try:
         number = float(value)
     except ValueError as err:
         raise ValueError(f"must be a number, got {value!r}") from err
-    if not (math.isfinite(number) and number >= 0):
+    if not math.isfinite(number):
+        raise ValueError(f"must be a finite number, got {value!r}")
+    return number
+
+
+def _non_negative(value: object) -> float:
+    number = _finite(value)
+    if number < 0:
         raise ValueError(f"must be a number of 0 or more, got {value!r}")
     return number
 
@@ -639,13 +647,8 @@ def _optional_socket(value: object) -> str:
 
 
 def _factor(value: object) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float | str):
-        raise TypeError(f"must be a number, got {value!r}")
-    try:
-        number = float(value)
-    except ValueError as err:
-        raise ValueError(f"must be a number, got {value!r}") from err
-    if not (math.isfinite(number) and number >= 1.0):
+    number = _finite(value)
+    if number < 1.0:
         raise ValueError(f"must be a number >= 1, got {value!r}")
     return number
 
