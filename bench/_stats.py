@@ -4,13 +4,15 @@ The percentile is the nearest rank (the smallest sample with at least ``pct`` pe
 samples at or below it), so a p99 of 10 runs is the largest and every figure is a sample that
 was measured, never an interpolation; ``latency_figures`` reports a latency series with it.
 ``print_result`` prints ``key: value`` lines for people and, with ``--json``, one JSON object as
-the last line for scripts.
+the last line for scripts; ``machine_figures`` names the machine a result was measured on.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import os
+import platform
 import statistics
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -41,3 +43,12 @@ def print_result(result: Mapping[str, Any], as_json: bool, width: int = 0) -> No
         return
     for key, value in result.items():
         print(f"{key:>{width}}: {value}")
+
+
+def machine_figures() -> dict[str, Any]:
+    """The kernel, the Python and the CPU count: what a result needs to be compared."""
+    return {
+        "kernel": platform.release(),
+        "python": platform.python_version(),
+        "cpus": os.cpu_count(),
+    }

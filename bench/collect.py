@@ -36,7 +36,6 @@ import cProfile
 import io
 import json
 import os
-import platform
 import pstats
 import statistics
 import sys
@@ -46,7 +45,7 @@ from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from typing import Any, NamedTuple
 
-from bench._stats import percentile
+from bench._stats import machine_figures, percentile
 from bench._trees import BenchTree, exit_on_sigterm, fake_tree, real_cgroups_available, real_tree
 from koordlet.collectors.framework import CollectorContext
 from koordlet.collectors.runner import CollectorRunner
@@ -329,9 +328,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 print(summary(figures), flush=True)
     result = dict(headline(runs))
     result["meets_target"] = result["ratio"] <= TARGET_RATIO
-    result["kernel"] = platform.release()
-    result["python"] = platform.python_version()
-    result["cpus"] = os.cpu_count()
+    result.update(machine_figures())
     result["runs"] = runs
     if args.json:
         print(json.dumps(result, sort_keys=True))

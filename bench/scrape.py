@@ -30,9 +30,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import gzip
-import json
-import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -43,6 +40,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from bench._stats import machine_figures, print_result
 from bench._tools import ensure_program, process_cpu
 from bench._trees import BenchTree, exit_on_sigterm
 from bench.daemon import READY_TIMEOUT, build, free_port, launcher, read_scrape, running
@@ -212,15 +210,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             logs.rmdir()
     figures["target_ratio"] = TARGET_RATIO
     figures["meets_target"] = figures["ratio"] is not None and figures["ratio"] <= TARGET_RATIO
-    figures["kernel"] = platform.release()
-    figures["python"] = platform.python_version()
-    figures["cpus"] = os.cpu_count()
+    figures.update(machine_figures())
     if args.keep_logs:
         figures["logs"] = str(logs)
-    for key, value in figures.items():
-        print(f"{key:>28}: {value}")
-    if args.json:
-        print(json.dumps(figures, sort_keys=True))
+    print_result(figures, args.json, width=28)
     return 0
 
 

@@ -29,7 +29,6 @@ import argparse
 import contextlib
 import json
 import os
-import platform
 import re
 import subprocess
 import sys
@@ -39,7 +38,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from bench._stats import percentile
+from bench._stats import machine_figures, percentile, print_result
 from bench._tools import ensure_program, process_cpu
 from bench._trees import BenchTree, exit_on_sigterm
 from bench.daemon import READY_TIMEOUT, Daemon, build, launcher, read_scrape, running
@@ -240,15 +239,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             log.unlink(missing_ok=True)
     figures["target_ticks_per_s"] = TARGET_TICKS_PER_S
     figures["target_p99_factor"] = TARGET_P99_FACTOR
-    figures["kernel"] = platform.release()
-    figures["python"] = platform.python_version()
-    figures["cpus"] = os.cpu_count()
+    figures.update(machine_figures())
     if args.keep_log:
         figures["log"] = str(log)
-    for key, value in figures.items():
-        print(f"{key:>26}: {value}")
-    if args.json:
-        print(json.dumps(figures, sort_keys=True))
+    print_result(figures, args.json, width=26)
     return 0
 
 
