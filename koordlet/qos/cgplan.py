@@ -116,16 +116,17 @@ def memory_high(
     return max(high, minimum) if minimum > 0 else high
 
 
-def memory_static(cfg: MemoryQOSConfig) -> dict[Knob[int], int]:
-    """The memory knobs that take a configured value as it is (pods and containers)."""
-    return {
-        MEMORY_WMARK_RATIO: cfg.wmark_ratio,
-        MEMORY_WMARK_SCALE_FACTOR: cfg.wmark_scale_permill,
-        MEMORY_WMARK_MIN_ADJ: cfg.wmark_min_adj,
-        MEMORY_PRIORITY: cfg.priority,
-        MEMORY_USE_PRIORITY_OOM: cfg.priority_enable,
-        MEMORY_OOM_GROUP: cfg.oom_kill_group,
-    }
+def memory_static(cfg: MemoryQOSConfig) -> tuple[tuple[Knob[int], int], ...]:
+    """The memory knobs that take a configured value as it is (pods and containers), as
+    (knob, value) pairs: a tuple, not a dict, as a knob's hash walks its codec and validator."""
+    return (
+        (MEMORY_WMARK_RATIO, cfg.wmark_ratio),
+        (MEMORY_WMARK_SCALE_FACTOR, cfg.wmark_scale_permill),
+        (MEMORY_WMARK_MIN_ADJ, cfg.wmark_min_adj),
+        (MEMORY_PRIORITY, cfg.priority),
+        (MEMORY_USE_PRIORITY_OOM, cfg.priority_enable),
+        (MEMORY_OOM_GROUP, cfg.oom_kill_group),
+    )
 
 
 def total_memory(info: object) -> int | None:
@@ -239,8 +240,8 @@ def _memory_plan(
                 plan.add(MEMORY_HIGH, c.cgroup_dir, high, why)
         static = memory_static(cfg)
         for rel in (pod.cgroup_dir, *(c.cgroup_dir for c in pod.containers)):
-            for name, value in static.items():
-                plan.add(name, rel, value, why)
+            for knob, value in static:
+                plan.add(knob, rel, value, why)
     total_min = sum(s[0] for s in sums.values())
     total_low = sum(s[1] for s in sums.values())
     for kube_qos in KubeQOS:
