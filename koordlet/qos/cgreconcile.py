@@ -87,6 +87,7 @@ from koordlet.executor.batch import BatchResult, BatchWrite
 from koordlet.qos.cgplan import (
     HOOK_OWNED,
     POD_CPU_QOS,
+    PlanMemo,
     build_plan,
     cpu_mechanism,
     online_cpus,
@@ -136,6 +137,7 @@ class CgroupReconcile:
         self._ctx = ctx
         self._unsupported: dict[str, str] = {}
         self._applied: dict[tuple[str, str], tuple[object, float]] = {}
+        self._memo = PlanMemo()
         caps = ctx.capabilities
         if caps is not None:
             for name in (*MEMORY_KNOBS, "cpu_bvt_warp_ns", "cpu_idle", "cpu_shares"):
@@ -178,6 +180,7 @@ class CgroupReconcile:
             node_memory=total_memory(info),
             cpu_qos_overrides=overrides,
             hooks_own=hooks_own,
+            memo=self._memo,
         )
         writes = self._select(plan.writes)
         inputs: dict[str, Any] = {
