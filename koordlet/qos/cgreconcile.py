@@ -248,11 +248,13 @@ class CgroupReconcile:
         """Drop unsupported knobs and values applied within the executor's cache lifetime."""
         now = self._ctx.now()
         ttl = self._ctx.executor.cache_ttl
+        unsupported, applied = self._unsupported, self._applied
         out = []
-        for w in writes:
-            if w.knob_name in self._unsupported:
+        for w in writes:  # ~7,000 a round at 200 pods: no property, no method lookups
+            name = w.knob.name
+            if name in unsupported:
                 continue
-            hit = self._applied.get((w.knob_name, w.rel_dir))
+            hit = applied.get((name, w.rel_dir))
             if hit is not None and hit[0] == w.value and now - hit[1] < ttl:
                 continue
             out.append(w)
