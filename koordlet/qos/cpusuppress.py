@@ -54,6 +54,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 
 from apis.cpulist import format_cpulist
 from apis.extension import KubeQOS
+from apis.nodetopo import ANNOTATION_NODE_RESERVATION
 from apis.slo_strategies import CPUSuppressPolicy, ResourceThresholdStrategy
 from koordlet.errors import CgroupGoneError, HostError, UnsupportedError
 from koordlet.executor.batch import BatchResult, BatchWrite
@@ -131,6 +132,9 @@ class _State:
     it changes)."""
     last: dict[str, Any] = field(default_factory=dict)
     """Inputs, decision and result of the last round, for ``/debug/qos``."""
+    exclusive: tuple[WorkloadSnapshot, frozenset[int], frozenset[int]] | None = None
+    """The last snapshot and its pods' (LSR CPUs, LSE CPUs): a snapshot is replaced, never
+    mutated, so they are read again only when it is another one."""
 
 
 def _settings_dict(s: ResourceThresholdStrategy) -> dict[str, Any]:
@@ -210,6 +214,13 @@ class CPUSuppress:
             logger.exception("%s: reading the Node object failed; no reservation known", NAME)
             return None
 
+    def _exclusive(self, snapshot: WorkloadSnapshot) -> tuple[frozenset[int], frozenset[int]]:
+        """:func:`exclusive_cpus` of the snapshot's pods (``_State.exclusive``)."""
+        kept = self._state.exclusive
+        if kept is None or kept[0] is not snapshot:
+            kept = self._state.exclusive = (snapshot, *exclusive_cpus(snapshot.pods.values()))
+        return kept[1], kept[2]
+
     @staticmethod
     def _excluded(
         node: Mapping[str, Any] | None, processors: Sequence[Processor], lse: frozenset[int]
@@ -217,7 +228,12 @@ class CPUSuppress:
         """CPUs BE never gets: LSE pods', the reservation's, exclusive SYSTEM QoS (upstream's
         ``adjustByCPUSet`` and ``calcBECPUSet``), and their cpulists for the report."""
         annotations = node_annotations(node)
-        topo = tuple(TopoCPU(p.cpu_id, p.core_id, p.socket_id, p.numa_node) for p in processors)
+        # the topology matters only to a reservation by CPU count: not built every round for none
+        topo = (
+            tuple(TopoCPU(p.cpu_id, p.core_id, p.socket_id, p.numa_node) for p in processors)
+            if annotations.get(ANNOTATION_NODE_RESERVATION)
+            else ()
+        )
         reserved = reserved_cpus(annotations, topo)
         system = system_qos_exclusive_cpus(annotations)
         detail = {
@@ -234,7 +250,7 @@ class CPUSuppress:
         be_dir = ctx.host().layout.qos_dir(KubeQOS.BESTEFFORT)
         processors = processors_from_node_info(ctx.cache.get_info(NODE_INFO_KEY))
         node_obj = self._node_object()
-        lsr, lse = exclusive_cpus(snapshot.pods.values())
+        lsr, lse = self._exclusive(snapshot)
         excluded, excluded_detail = self._excluded(node_obj, processors, lse)
         last: dict[str, Any] = {"at": ctx.now(), "settings": _settings_dict(settings)}
         self._state.last = last
