@@ -68,7 +68,9 @@ children shrink before parents; ``koordlet.executor.batch``). A knob the kernel 
 once with the probe's reason and left out of later rounds, never silently skipped. Inputs are
 declarative (NodeSLO, pod specs, the node's CPUs), not measured series, so no staleness rule
 applies; a value this strategy applied is not resubmitted until the executor's cache would expire
-(``CgroupWriter.cache_ttl``), which keeps a round at 200 pods cheap.
+(``CgroupWriter.cache_ttl``), and each pod's memory entries are kept from one round to the next
+while their inputs are equal (:class:`~koordlet.qos.cgplan.PlanMemo`), which keeps a round at 200
+pods cheap.
 
 The round's writes are planned, purely, by :func:`koordlet.qos.cgplan.build_plan`; this module
 applies them and keeps what the kernel lacks and what it applied.
