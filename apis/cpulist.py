@@ -52,6 +52,8 @@ def parse_cpulist(text: str | bytes) -> frozenset[int]:
 
 def format_cpulist(ids: Iterable[int]) -> str:
     """The canonical cpulist of ``ids``: ``{0, 1, 2, 3, 8}`` → ``"0-3,8"``."""
+    if not ids:  # an empty set (a falsy iterable is an empty one); cpusuppress, every round
+        return ""
     ordered = sorted(set(ids))
     parts: list[str] = []
     i = 0

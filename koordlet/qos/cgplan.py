@@ -7,7 +7,8 @@ docs/qos-reconcile.md have the rules).
 - memory QoS: ``memory.min``/``memory.low``/``memory.high`` arithmetic and the static knobs;
 - CPU QoS: group identity values, ``cpu.idle``, the mechanism this kernel allows;
 - cpusets: the online CPUs and the LS share pool;
-- :func:`build_plan`: all of it as one list of writes, less the parts a runtime hook owns.
+- :func:`build_plan`: all of it as one list of writes, less the parts a runtime hook owns;
+  :class:`PlanMemo` keeps each pod's memory entries for the next round while their inputs hold.
 """
 
 from __future__ import annotations
@@ -116,16 +117,17 @@ def memory_high(
     return max(high, minimum) if minimum > 0 else high
 
 
-def memory_static(cfg: MemoryQOSConfig) -> dict[Knob[int], int]:
-    """The memory knobs that take a configured value as it is (pods and containers)."""
-    return {
-        MEMORY_WMARK_RATIO: cfg.wmark_ratio,
-        MEMORY_WMARK_SCALE_FACTOR: cfg.wmark_scale_permill,
-        MEMORY_WMARK_MIN_ADJ: cfg.wmark_min_adj,
-        MEMORY_PRIORITY: cfg.priority,
-        MEMORY_USE_PRIORITY_OOM: cfg.priority_enable,
-        MEMORY_OOM_GROUP: cfg.oom_kill_group,
-    }
+def memory_static(cfg: MemoryQOSConfig) -> tuple[tuple[Knob[int], int], ...]:
+    """The memory knobs that take a configured value as it is (pods and containers), as
+    (knob, value) pairs: a tuple, not a dict, as a knob's hash walks its codec and validator."""
+    return (
+        (MEMORY_WMARK_RATIO, cfg.wmark_ratio),
+        (MEMORY_WMARK_SCALE_FACTOR, cfg.wmark_scale_permill),
+        (MEMORY_WMARK_MIN_ADJ, cfg.wmark_min_adj),
+        (MEMORY_PRIORITY, cfg.priority),
+        (MEMORY_USE_PRIORITY_OOM, cfg.priority_enable),
+        (MEMORY_OOM_GROUP, cfg.oom_kill_group),
+    )
 
 
 def total_memory(info: object) -> int | None:
@@ -209,38 +211,116 @@ class Plan:
         self.writes.append(BatchWrite(knob, rel_dir, value, NAME, reason))
 
 
+@dataclass(frozen=True, slots=True)
+class _PodMemory:
+    """One pod's memory QoS entries and the inputs they were computed from."""
+
+    key: tuple[object, ...]
+    """Everything the entries depend on (:func:`_pod_memory_key`)."""
+    writes: tuple[BatchWrite[Any], ...]
+    skipped: tuple[tuple[str, str], ...]
+    minimum: int
+    """The pod's ``memory.min``, for its QoS cgroup's sum."""
+    low: int
+    """The pod's ``memory.low``, for its QoS cgroup's sum."""
+
+
+class PlanMemo:
+    """Each pod's memory QoS entries kept from one round to the next, so that a round at 200
+    pods does not build its ~7,000 writes again when nothing changed.
+
+    An entry is reused only while its key, every input it was computed from (the class's
+    ``memoryQOS`` section, the pod's class, name, cgroup, memory request and containers, the
+    node's memory), equals the round's; a pod gone from the snapshot is dropped. The QoS
+    cgroups' sums are added up again each round.
+    A reused entry is the same value :func:`build_plan` would compute, so a plan built with a
+    memo equals one built without.
+    """
+
+    __slots__ = ("_pods",)
+
+    def __init__(self) -> None:
+        self._pods: dict[str, _PodMemory] = {}
+
+    def __len__(self) -> int:
+        return len(self._pods)
+
+
+def _pod_memory_key(
+    cfg: MemoryQOSConfig, cls: QoSClass, pod: PodInfo, node_memory: int | None
+) -> tuple[object, ...]:
+    return (
+        cfg,
+        cls,
+        pod.name,
+        pod.cgroup_dir,
+        pod.memory_request_bytes,
+        pod.containers,
+        node_memory,
+    )
+
+
+def _pod_memory(
+    key: tuple[object, ...],
+    cfg: MemoryQOSConfig,
+    cls: QoSClass,
+    pod: PodInfo,
+    node_memory: int | None,
+) -> _PodMemory:
+    writes: list[BatchWrite[Any]] = []
+    skipped: list[tuple[str, str]] = []
+    why = f"memoryQOS of {cls} ({'on' if cfg.enable else 'off'})"
+
+    def add(knob: Knob[_V], rel_dir: str, value: _V) -> None:
+        writes.append(BatchWrite(knob, rel_dir, value, NAME, why))
+
+    minimum, low = memory_protection(cfg, pod.memory_request_bytes)
+    add(MEMORY_MIN, pod.cgroup_dir, minimum)
+    add(MEMORY_LOW, pod.cgroup_dir, low)
+    for c in pod.containers:
+        c_min, c_low = memory_protection(cfg, c.memory_request_bytes)
+        add(MEMORY_MIN, c.cgroup_dir, c_min)
+        add(MEMORY_LOW, c.cgroup_dir, c_low)
+        high = memory_high(cfg, c.memory_request_bytes, c.memory_limit_bytes, node_memory)
+        if isinstance(high, str):
+            skipped.append((f"pod/{pod.name}/{c.name}: memory_high", high))
+        else:
+            add(MEMORY_HIGH, c.cgroup_dir, high)
+    static = memory_static(cfg)
+    for rel in (pod.cgroup_dir, *(c.cgroup_dir for c in pod.containers)):
+        for knob, value in static:
+            add(knob, rel, value)
+    return _PodMemory(key, tuple(writes), tuple(skipped), minimum, low)
+
+
 def _memory_plan(
     plan: Plan,
     strategy: ResourceQOSStrategy,
     layout: CgroupLayout,
     pods: Iterable[PodInfo],
     node_memory: int | None,
+    memo: PlanMemo | None,
 ) -> None:
     sums: dict[KubeQOS, list[int]] = {q: [0, 0] for q in KubeQOS}
+    known = memo._pods if memo is not None else {}
+    kept: dict[str, _PodMemory] = {}
     for pod in pods:
-        section = class_qos(strategy, pod_class(pod))
+        cls = pod_class(pod)
+        section = class_qos(strategy, cls)
         if section is None:
             continue
         cfg = section.memory_qos
-        why = f"memoryQOS of {pod_class(pod)} ({'on' if cfg.enable else 'off'})"
-        minimum, low = memory_protection(cfg, pod.memory_request_bytes)
-        sums[pod.kube_qos][0] += minimum
-        sums[pod.kube_qos][1] += low
-        plan.add(MEMORY_MIN, pod.cgroup_dir, minimum, why)
-        plan.add(MEMORY_LOW, pod.cgroup_dir, low, why)
-        for c in pod.containers:
-            c_min, c_low = memory_protection(cfg, c.memory_request_bytes)
-            plan.add(MEMORY_MIN, c.cgroup_dir, c_min, why)
-            plan.add(MEMORY_LOW, c.cgroup_dir, c_low, why)
-            high = memory_high(cfg, c.memory_request_bytes, c.memory_limit_bytes, node_memory)
-            if isinstance(high, str):
-                plan.skipped[f"pod/{pod.name}/{c.name}: memory_high"] = high
-            else:
-                plan.add(MEMORY_HIGH, c.cgroup_dir, high, why)
-        static = memory_static(cfg)
-        for rel in (pod.cgroup_dir, *(c.cgroup_dir for c in pod.containers)):
-            for name, value in static.items():
-                plan.add(name, rel, value, why)
+        key = _pod_memory_key(cfg, cls, pod, node_memory)
+        entry = known.get(pod.uid)
+        if entry is None or entry.key != key:
+            entry = _pod_memory(key, cfg, cls, pod, node_memory)
+        kept[pod.uid] = entry
+        sums[pod.kube_qos][0] += entry.minimum
+        sums[pod.kube_qos][1] += entry.low
+        plan.writes.extend(entry.writes)
+        plan.skipped.update(entry.skipped)
+    if memo is not None:
+        memo._pods = kept
     total_min = sum(s[0] for s in sums.values())
     total_low = sum(s[1] for s in sums.values())
     for kube_qos in KubeQOS:
@@ -359,14 +439,16 @@ def build_plan(
     node_memory: int | None,
     cpu_qos_overrides: Mapping[str, PodCPUQoS] | None = None,
     hooks_own: frozenset[str] = frozenset(),
+    memo: PlanMemo | None = None,
 ) -> Plan:
     """Every write of one round (pure: tests call it directly); ``cpu_qos_overrides`` holds the
     parsed ``koordinator.sh/cpuQOS`` of the LS pods that carry one, by UID (ignored while the
-    pods' CPU QoS is a hook's); ``hooks_own``: the parts of :data:`HOOK_OWNED` left out."""
+    pods' CPU QoS is a hook's); ``hooks_own``: the parts of :data:`HOOK_OWNED` left out;
+    ``memo``: pods' memory entries kept from the last round (:class:`PlanMemo`), updated."""
     plan = Plan()
     pods_cpu_owned = POD_CPU_QOS in hooks_own
     overrides = {} if pods_cpu_owned else (cpu_qos_overrides or {})
-    _memory_plan(plan, strategy, layout, snapshot.pods.values(), node_memory)
+    _memory_plan(plan, strategy, layout, snapshot.pods.values(), node_memory, memo)
     _cpu_plan(plan, strategy, mechanism, layout, snapshot, overrides, pods_owned=pods_cpu_owned)
     _cpuset_plan(plan, snapshot, online, pods_owned=POD_CPUSETS in hooks_own)
     for part in sorted(hooks_own):

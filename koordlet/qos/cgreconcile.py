@@ -68,7 +68,9 @@ children shrink before parents; ``koordlet.executor.batch``). A knob the kernel 
 once with the probe's reason and left out of later rounds, never silently skipped. Inputs are
 declarative (NodeSLO, pod specs, the node's CPUs), not measured series, so no staleness rule
 applies; a value this strategy applied is not resubmitted until the executor's cache would expire
-(``CgroupWriter.cache_ttl``), which keeps a round at 200 pods cheap.
+(``CgroupWriter.cache_ttl``), and each pod's memory entries are kept from one round to the next
+while their inputs are equal (:class:`~koordlet.qos.cgplan.PlanMemo`), which keeps a round at 200
+pods cheap.
 
 The round's writes are planned, purely, by :func:`koordlet.qos.cgplan.build_plan`; this module
 applies them and keeps what the kernel lacks and what it applied.
@@ -87,6 +89,7 @@ from koordlet.executor.batch import BatchResult, BatchWrite
 from koordlet.qos.cgplan import (
     HOOK_OWNED,
     POD_CPU_QOS,
+    PlanMemo,
     build_plan,
     cpu_mechanism,
     online_cpus,
@@ -136,6 +139,7 @@ class CgroupReconcile:
         self._ctx = ctx
         self._unsupported: dict[str, str] = {}
         self._applied: dict[tuple[str, str], tuple[object, float]] = {}
+        self._memo = PlanMemo()
         caps = ctx.capabilities
         if caps is not None:
             for name in (*MEMORY_KNOBS, "cpu_bvt_warp_ns", "cpu_idle", "cpu_shares"):
@@ -178,6 +182,7 @@ class CgroupReconcile:
             node_memory=total_memory(info),
             cpu_qos_overrides=overrides,
             hooks_own=hooks_own,
+            memo=self._memo,
         )
         writes = self._select(plan.writes)
         inputs: dict[str, Any] = {
@@ -245,11 +250,13 @@ class CgroupReconcile:
         """Drop unsupported knobs and values applied within the executor's cache lifetime."""
         now = self._ctx.now()
         ttl = self._ctx.executor.cache_ttl
+        unsupported, applied = self._unsupported, self._applied
         out = []
-        for w in writes:
-            if w.knob_name in self._unsupported:
+        for w in writes:  # ~7,000 a round at 200 pods: no property, no method lookups
+            name = w.knob.name
+            if name in unsupported:
                 continue
-            hit = self._applied.get((w.knob_name, w.rel_dir))
+            hit = applied.get((name, w.rel_dir))
             if hit is not None and hit[0] == w.value and now - hit[1] < ttl:
                 continue
             out.append(w)

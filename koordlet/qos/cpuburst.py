@@ -38,7 +38,7 @@ import asyncio
 import json
 import logging
 import random
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
@@ -67,7 +67,7 @@ from koordlet.qos.cpuburstrules import (
     share_pool_ratio,
 )
 from koordlet.qos.framework import StrategyContext, StrategyReport
-from koordlet.statesinformer.model import ContainerInfo, PodInfo
+from koordlet.statesinformer.model import ContainerInfo, PodInfo, WorkloadSnapshot
 from koordlet.system.knobs import CPU_BURST, CPU_CFS_QUOTA, Knob
 
 logger = logging.getLogger(__name__)
@@ -111,10 +111,14 @@ _Step = tuple[Knob[Any], str, int]
 """One quota or burst write of a scaling: ``(knob, cgroup, value)``."""
 
 
+_GaugeKey = tuple[str, str, str, str]
+"""``(pod namespace, pod name, container id, container name)``."""
+
+
 @dataclass(slots=True)
 class _Gauges:
-    burst: dict[tuple[str, str, str, str], float] = field(default_factory=dict)
-    quota: dict[tuple[str, str, str, str], float] = field(default_factory=dict)
+    burst: dict[_GaugeKey, float] = field(default_factory=dict)
+    quota: dict[_GaugeKey, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,6 +129,10 @@ class _Target:
     settings: CPUBurstStrategy
     containers: tuple[tuple[ContainerInfo, int], ...]
     """``(container, limit milli)``."""
+
+
+_KeptTargets = tuple[WorkloadSnapshot, CPUBurstStrategy, tuple[_Target, ...]]
+_KeptLive = tuple[WorkloadSnapshot, frozenset[str], frozenset[_GaugeKey]]
 
 
 class CPUBurst:
@@ -152,6 +160,10 @@ class CPUBurst:
         self._changes: dict[str, int] = {}
         """Quota moves by direction since the last summary line."""
         self._summary_at: float | None = None
+        self._kept_targets: _KeptTargets | None = None
+        """The last snapshot, node settings and their targets (:meth:`_targets`)."""
+        self._kept_live: _KeptLive | None = None
+        """The last snapshot's container ids and gauge keys (:meth:`_live`)."""
         self.summary_interval = SUMMARY_INTERVAL
         """Seconds between two info summaries of the quota moves (each move is at debug)."""
 
@@ -207,9 +219,15 @@ class CPUBurst:
         inputs.update(node_used_avg=node.avg, share_pool_ratio=ratio, node_state=state.value)
         return state
 
-    def _targets(self, node_settings: CPUBurstStrategy) -> list[_Target]:
+    def _targets(self, node_settings: CPUBurstStrategy) -> tuple[_Target, ...]:
+        """The burstable pods with their settings; kept from the last round while the snapshot
+        is the same object (it is replaced, never changed) and the node's settings are equal."""
+        snapshot = self._ctx.workloads()
+        kept = self._kept_targets
+        if kept is not None and kept[0] is snapshot and kept[1] == node_settings:
+            return kept[2]
         out = []
-        for pod in self._ctx.workloads().pods.values():
+        for pod in snapshot.pods.values():
             if not is_burstable(pod):
                 continue
             known = tuple(
@@ -217,9 +235,10 @@ class CPUBurst:
             )
             if known:
                 out.append(_Target(pod, pod_settings(pod, node_settings), known))
-        return out
+        self._kept_targets = (snapshot, node_settings, tuple(out))
+        return self._kept_targets[2]
 
-    async def _read_quotas(self, targets: list[_Target]) -> dict[str, int | None]:
+    async def _read_quotas(self, targets: Sequence[_Target]) -> dict[str, int | None]:
         """The current ``cpu.cfs_quota_us`` of every pod and container of ``targets`` (None:
         unlimited), read in one job on the writer thread; a cgroup gone or unreadable is left
         out (it is then not touched this round)."""
@@ -460,17 +479,28 @@ class CPUBurst:
     def _recycle(self, now: float) -> None:
         for cid in [c for c, lim in self._limiters.items() if lim.expired(now)]:
             del self._limiters[cid]
-        live_ids = {c.id for p in self._ctx.workloads().pods.values() for c in p.containers}
+        gauges = (self._gauges.burst, self._gauges.quota)
+        if not self._direction and not any(gauges):
+            return  # nothing to forget (no burstable container with a limit)
+        live_ids, live = self._live(self._ctx.workloads())
         for cid in [c for c in self._direction if c not in live_ids]:
             del self._direction[cid]
-        live = {
-            (p.namespace, p.name, c.id, c.name)
-            for p in self._ctx.workloads().pods.values()
-            for c in p.containers
-        }
-        for gauge in (self._gauges.burst, self._gauges.quota):
+        for gauge in gauges:
             for key in [k for k in gauge if k not in live]:
                 del gauge[key]
+
+    def _live(self, snapshot: WorkloadSnapshot) -> tuple[frozenset[str], frozenset[_GaugeKey]]:
+        """The snapshot's container ids and gauge keys, kept while it is the same object."""
+        kept = self._kept_live
+        if kept is None or kept[0] is not snapshot:
+            ids = frozenset(c.id for p in snapshot.pods.values() for c in p.containers)
+            keys = frozenset(
+                (p.namespace, p.name, c.id, c.name)
+                for p in snapshot.pods.values()
+                for c in p.containers
+            )
+            kept = self._kept_live = (snapshot, ids, keys)
+        return kept[1], kept[2]
 
 
 def build(ctx: StrategyContext, interval: float) -> CPUBurst:

@@ -46,9 +46,12 @@ def cfs_quota_burst_enabled(settings: CPUBurstStrategy) -> bool:
 # Arithmetic -------------------------------------------------------------------------------------
 
 
+_NOT_BURSTABLE = (QoSClass.LSR, QoSClass.LSE, QoSClass.BE)
+
+
 def is_burstable(pod: PodInfo) -> bool:
     """Upstream's ``IsPodCPUBurstable``: not LSR, LSE or BE."""
-    return pod.qos not in (QoSClass.LSR, QoSClass.LSE, QoSClass.BE)
+    return pod.qos not in _NOT_BURSTABLE
 
 
 def base_quota_us(limit_milli: int) -> int:

@@ -54,6 +54,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 
 from apis.cpulist import format_cpulist
 from apis.extension import KubeQOS
+from apis.nodetopo import ANNOTATION_NODE_RESERVATION, ANNOTATION_NODE_SYSTEM_QOS_RESOURCE
 from apis.slo_strategies import CPUSuppressPolicy, ResourceThresholdStrategy
 from koordlet.errors import CgroupGoneError, HostError, UnsupportedError
 from koordlet.executor.batch import BatchResult, BatchWrite
@@ -107,6 +108,26 @@ NodeGetter = Callable[[], Mapping[str, Any] | None]
 the koordlet runs against a cluster, None in standalone mode."""
 
 
+@dataclass(frozen=True, slots=True)
+class _Cpus:
+    """The node's CPUs as one round sees them, and the inputs they were computed from."""
+
+    snapshot: WorkloadSnapshot
+    info: object
+    """The ``node_info`` value of the metric cache."""
+    reservation: str | None
+    """The Node's ``node.koordinator.sh/reservation``."""
+    system_qos: str | None
+    """The Node's ``node.koordinator.sh/system-qos-resource``."""
+    processors: tuple[Processor, ...]
+    lsr: frozenset[int]
+    """CPUs of the LSR pods' resource-status cpusets."""
+    excluded: frozenset[int]
+    """CPUs BE never gets, the LSE pods' among them (:meth:`CPUSuppress._excluded`)."""
+    detail: Mapping[str, str]
+    """Their cpulists, for the report."""
+
+
 @dataclass(slots=True)
 class _State:
     applied_cpuset: tuple[frozenset[int], frozenset[str]] | None = None
@@ -131,6 +152,8 @@ class _State:
     it changes)."""
     last: dict[str, Any] = field(default_factory=dict)
     """Inputs, decision and result of the last round, for ``/debug/qos``."""
+    cpus: _Cpus | None = None
+    """The last round's CPUs and what they were computed from (:meth:`CPUSuppress._cpus`)."""
 
 
 def _settings_dict(s: ResourceThresholdStrategy) -> dict[str, Any]:
@@ -210,14 +233,43 @@ class CPUSuppress:
             logger.exception("%s: reading the Node object failed; no reservation known", NAME)
             return None
 
+    def _cpus(
+        self, snapshot: WorkloadSnapshot, info: object, node: Mapping[str, Any] | None
+    ) -> _Cpus:
+        """The processors, the LSR and LSE pods' CPUs and the CPUs BE never gets; kept from the
+        last round while the snapshot and the ``node_info`` value are the same objects (both are
+        replaced, never changed) and the Node's two annotations are equal."""
+        annotations = node_annotations(node)
+        reservation = annotations.get(ANNOTATION_NODE_RESERVATION)
+        system_qos = annotations.get(ANNOTATION_NODE_SYSTEM_QOS_RESOURCE)
+        kept = self._state.cpus
+        if (
+            kept is not None
+            and kept.snapshot is snapshot
+            and kept.info is info
+            and kept.reservation == reservation
+            and kept.system_qos == system_qos
+        ):
+            return kept
+        processors = processors_from_node_info(info)
+        lsr, lse = exclusive_cpus(snapshot.pods.values())
+        excluded, detail = self._excluded(annotations, processors, lse)
+        kept = _Cpus(snapshot, info, reservation, system_qos, processors, lsr, excluded, detail)
+        self._state.cpus = kept
+        return kept
+
     @staticmethod
     def _excluded(
-        node: Mapping[str, Any] | None, processors: Sequence[Processor], lse: frozenset[int]
+        annotations: Mapping[str, str], processors: Sequence[Processor], lse: frozenset[int]
     ) -> tuple[frozenset[int], dict[str, str]]:
         """CPUs BE never gets: LSE pods', the reservation's, exclusive SYSTEM QoS (upstream's
         ``adjustByCPUSet`` and ``calcBECPUSet``), and their cpulists for the report."""
-        annotations = node_annotations(node)
-        topo = tuple(TopoCPU(p.cpu_id, p.core_id, p.socket_id, p.numa_node) for p in processors)
+        # the topology matters only to a reservation by CPU count: not built every round for none
+        topo = (
+            tuple(TopoCPU(p.cpu_id, p.core_id, p.socket_id, p.numa_node) for p in processors)
+            if annotations.get(ANNOTATION_NODE_RESERVATION)
+            else ()
+        )
         reserved = reserved_cpus(annotations, topo)
         system = system_qos_exclusive_cpus(annotations)
         detail = {
@@ -232,13 +284,12 @@ class CPUSuppress:
         settings = ctx.node_slo().resource_used_threshold_with_be
         snapshot = ctx.workloads()
         be_dir = ctx.host().layout.qos_dir(KubeQOS.BESTEFFORT)
-        processors = processors_from_node_info(ctx.cache.get_info(NODE_INFO_KEY))
         node_obj = self._node_object()
-        lsr, lse = exclusive_cpus(snapshot.pods.values())
-        excluded, excluded_detail = self._excluded(node_obj, processors, lse)
+        cpus = self._cpus(snapshot, ctx.cache.get_info(NODE_INFO_KEY), node_obj)
+        processors, lsr, excluded = cpus.processors, cpus.lsr, cpus.excluded
         last: dict[str, Any] = {"at": ctx.now(), "settings": _settings_dict(settings)}
         self._state.last = last
-        inputs: dict[str, Any] = {"settings": last["settings"], "excluded_cpus": excluded_detail}
+        inputs: dict[str, Any] = {"settings": last["settings"], "excluded_cpus": dict(cpus.detail)}
 
         if not settings.enable:
             last["decision"] = "restore: resourceUsedThresholdWithBE.enable is false"

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
+from typing import Any
 
 from apis.slo_strategies import SystemStrategy, to_json
 from koordlet.errors import HostError, InvalidValueError, KoordletError, UnsupportedError
@@ -108,13 +109,15 @@ class SystemConfigStrategy:
         self._writer = SystemFileWriter(ctx.host().paths, **executor_hooks(ctx.executor))
         self._originals: dict[SystemFile, int] = {}
         self._reported: set[SystemFile] = set()
+        self._kept: tuple[SystemStrategy, int | None, Wanted, dict[str, Any]] | None = None
+        """The last round's strategy and memory total, and what they asked (:meth:`_decide`)."""
 
     async def reconcile(self) -> None:
         ctx = self._ctx
         strategy = ctx.node_slo().system_strategy
         total = node_memory_total(ctx.cache.get_info(NODE_INFO_KEY))
-        wanted = desired_settings(strategy, total)
-        inputs = {"systemStrategy": to_json(strategy), "memory_total_bytes": total}
+        wanted, strategy_json = self._decide(strategy, total)
+        inputs = {"systemStrategy": strategy_json, "memory_total_bytes": total}
         if all(v is None for v in wanted.values()) and not self._originals:
             ctx.report(NAME, StrategyReport(inputs, "nothing to do: no setting asked"))
             return
@@ -131,7 +134,18 @@ class SystemConfigStrategy:
             ),
         )
 
-    def _apply(self, wanted: Wanted, reason: str) -> dict[str, str]:
+    def _decide(
+        self, strategy: SystemStrategy, total: int | None
+    ) -> tuple[Mapping[SystemFile, int | str | None], Mapping[str, Any]]:
+        """:func:`desired_settings` and the strategy's JSON for the report, kept from the last
+        round while the strategy and the memory total are equal (both are values)."""
+        kept = self._kept
+        if kept is None or not (kept[0] is strategy or kept[0] == strategy) or kept[1] != total:
+            kept = (strategy, total, desired_settings(strategy, total), to_json(strategy))
+            self._kept = kept
+        return kept[2], kept[3]
+
+    def _apply(self, wanted: Mapping[SystemFile, int | str | None], reason: str) -> dict[str, str]:
         """On the writer thread: write what is asked, restore what is no longer asked."""
         results: dict[str, str] = {}
         for f, value in wanted.items():

@@ -50,7 +50,7 @@ class TopoCPU(NamedTuple):
 
 def cpus_of_node_info(info: object) -> tuple[TopoCPU, ...]:
     """The CPUs of the nodeinfo collector's ``node_info`` value; () when absent or malformed."""
-    if not isinstance(info, Mapping):
+    if info is None or not isinstance(info, Mapping):  # None first: no ABC check every round
         return ()
     out = []
     for cpu in info.get("cpus") or ():
@@ -180,6 +180,8 @@ def reserved_cpus(annotations: Mapping[str, str] | None, topo: Sequence[TopoCPU]
     its ``reservedCPUs``, else ``ceil(resources.cpu)`` CPUs by :func:`take_by_topology`; empty
     when absent, malformed or without CPUs."""
     raw = (annotations or {}).get(ANNOTATION_NODE_RESERVATION)
+    if not raw:  # absent or empty: no reservation (the common case, every round)
+        return frozenset()
     try:
         listed, count = parse_node_reservation(raw).reserved_cpus_and_count()
     except ValueError as err:
@@ -192,9 +194,14 @@ def reserved_cpus(annotations: Mapping[str, str] | None, topo: Sequence[TopoCPU]
     return frozenset()
 
 
+_NO_SYSTEM_QOS = SystemQOSResource()
+
+
 def system_qos_resource(annotations: Mapping[str, str] | None) -> SystemQOSResource:
     """The Node's ``node.koordinator.sh/system-qos-resource``; empty when absent or malformed."""
     raw = (annotations or {}).get(ANNOTATION_NODE_SYSTEM_QOS_RESOURCE)
+    if not raw:  # absent or empty: none (the common case, every round)
+        return _NO_SYSTEM_QOS
     try:
         return parse_system_qos_resource(raw)
     except ValueError as err:
@@ -209,7 +216,9 @@ def system_qos_exclusive_cpus(annotations: Mapping[str, str] | None) -> frozense
 
 def node_annotations(node: Mapping[str, Any] | None) -> Mapping[str, str]:
     """``metadata.annotations`` of a Node object; empty without one."""
-    meta = (node or {}).get("metadata")
+    if node is None:  # standalone, or not fetched yet: every round, no ABC check
+        return {}
+    meta = node.get("metadata")
     annotations = meta.get("annotations") if isinstance(meta, Mapping) else None
     return annotations if isinstance(annotations, Mapping) else {}
 

@@ -27,6 +27,7 @@ from koordlet.qos.cgplan import (
     MECH_CPU_IDLE,
     MECH_GROUP_IDENTITY,
     MECH_SHARES,
+    PlanMemo,
     build_plan,
     cpu_mechanism,
     kube_dir_bvt,
@@ -216,7 +217,7 @@ def test_plan_without_node_info_skips_cpusets_and_says_why(host_root: Path) -> N
         node_memory=None,
     )
     assert plan.skipped["cpusets"] == "online CPUs unknown (no node info yet)"
-    assert not [w for w in plan.writes if w.knob == "cpuset_cpus"]
+    assert not [w for w in plan.writes if w.knob_name == "cpuset_cpus"]
 
 
 # Rounds on the fake host ------------------------------------------------------------------------
@@ -462,6 +463,77 @@ def test_quota_is_lifted_only_for_pods_bound_to_their_own_cpus(host_root: Path) 
     unset = {w.rel_dir for w in plan.writes if w.knob_name == "cpu_cfs_quota"}
     assert unset == {bound.cgroup_dir, bound.containers[0].cgroup_dir}
     assert "without a resource-status cpuset" in plan.skipped["pod/plain: cpuset"]
+
+
+# The plan memo: a pod's memory entries reused while their inputs hold ---------------------------
+
+
+def test_a_plan_built_with_the_memo_equals_one_built_without_as_inputs_change(
+    host_root: Path,
+) -> None:
+    fake = FakeHost(host_root, CgroupVersion.V1, CgroupDriver.CGROUPFS)
+    ls = _pod("ls", QoSClass.LS, KubeQOS.BURSTABLE, fake, request=GIB, limit=2 * GIB)
+    be = _pod("be", QoSClass.BE, KubeQOS.BESTEFFORT, fake)  # no limit: node memory decides
+    on = {"memoryQOS": {"enable": True, "minLimitPercent": 50, "throttlingPercent": 80}}
+    strategy = qos_strategy({"lsrClass": on, "lsClass": on, "beClass": on})
+    memo = PlanMemo()
+
+    def both(pods: list[PodInfo], strategy: ResourceQOSStrategy, node: int | None) -> Any:
+        snapshot = WorkloadSnapshot(pods={p.uid: p for p in pods})
+        plans = [
+            build_plan(
+                strategy,
+                fake.layout,
+                snapshot,
+                mechanism=MECH_CPU_IDLE,
+                online=frozenset(range(4)),
+                node_memory=node,
+                memo=m,
+            )
+            for m in (memo, None)
+        ]
+        assert plans[0].writes == plans[1].writes
+        assert plans[0].skipped == plans[1].skipped
+        return plans[0]
+
+    first = both([ls, be], strategy, 16 * GIB)
+    again = both([ls, be], strategy, 16 * GIB)
+    pod_dirs = {
+        ls.cgroup_dir,
+        be.cgroup_dir,
+        *(c.cgroup_dir for p in (ls, be) for c in p.containers),
+    }
+    kept = [w for w in again.writes if w.rel_dir in pod_dirs and w.knob_name.startswith("memory")]
+    # each pod: min, low and the six static knobs; its container: min, low, high and the six
+    assert len(kept) == 2 * (2 + 6 + 3 + 6)
+    assert all(any(w is f for f in first.writes) for w in kept), "unchanged: reused, not rebuilt"
+
+    # each input of a pod's entries, changed alone, is seen (both() compares every step)
+    ls = replace(ls, memory_request_bytes=2 * GIB)  # the pod's request
+    assert _write(both([ls, be], strategy, 16 * GIB), "memory_min", ls.cgroup_dir).value == GIB
+    main = replace(ls.containers[0], memory_request_bytes=2 * GIB)  # a container's
+    ls = replace(ls, containers=(main,))
+    assert _write(both([ls, be], strategy, 16 * GIB), "memory_min", main.cgroup_dir).value == GIB
+    plan = both([ls, be], strategy, 8 * GIB)  # the node's memory
+    high = _write(plan, "memory_high", be.containers[0].cgroup_dir).value
+    assert high == 8 * GIB * 80 // 100 // 4096 * 4096
+    plan = both([ls, be], strategy, None)  # unknown: said, not written
+    assert "pod/be/main: memory_high" in plan.skipped
+    be = replace(be, name="be-renamed")  # the pod's name
+    assert "pod/be-renamed/main: memory_high" in both([ls, be], strategy, None).skipped
+    be = replace(be, cgroup_dir=be.cgroup_dir + "-moved")  # the pod's cgroup
+    assert _write(both([ls, be], strategy, None), "memory_min", be.cgroup_dir).value == 0
+    ls = replace(ls, qos=QoSClass.LSR)  # the class (LSR's section equals LS's)
+    plan = both([ls, be], strategy, None)
+    assert _write(plan, "memory_low", ls.cgroup_dir).reason == "memoryQOS of LSR (on)"
+    plan = both([ls, be], qos_strategy({"lsrClass": on, "lsClass": on}), None)  # BE's section
+    assert "pod/be-renamed/main: memory_high" not in plan.skipped
+    both([ls], strategy, None)  # a pod gone is forgotten
+    assert len(memo) == 1
+
+
+def _write(plan: Any, knob_name: str, rel_dir: str) -> Any:
+    return next(w for w in plan.writes if (w.knob_name, w.rel_dir) == (knob_name, rel_dir))
 
 
 # koordinator.sh/cpuQOS (upstream's groupidentity hook test cases, pkg/koordlet/runtimehooks/

@@ -234,6 +234,34 @@ async def test_cpu_burst_writes_limit_times_percent_to_container_and_pod(rig: Ri
     assert rig.read("cpu_burst", rig.container) == 0
 
 
+async def test_one_snapshot_kept_for_rounds_still_follows_settings_limits_and_pods(
+    rig: Rig,
+) -> None:
+    # the targets are kept while the snapshot is the same object: each change still shows
+    ctx = rig.strategy._ctx
+    pod = ctx.workloads().pods["ab-1"]
+    box = {"snapshot": WorkloadSnapshot(pods={"ab-1": pod})}
+    strategy = CPUBurst(replace(ctx, workloads=lambda: box["snapshot"]), rng=lambda: 0.0)
+
+    def burst_gauge() -> list[float]:
+        families = {f.name: f for f in strategy.collect()}
+        return [s.value for s in families["koordlet_container_scaled_cfs_burst_us"].samples]
+
+    await strategy.reconcile()
+    assert rig.read("cpu_burst", rig.container) == 100000  # 1 core x 1000%, capped at the quota
+    rig.slo["cpuBurstPercent"] = 50  # the node's settings, same snapshot
+    await strategy.reconcile()
+    assert rig.read("cpu_burst", rig.container) == 50000
+    assert burst_gauge() == [50000.0]
+    main = replace(pod.containers[0], cpu_limit_milli=500)  # a new snapshot: a new limit
+    box["snapshot"] = WorkloadSnapshot(pods={"ab-1": replace(pod, containers=(main,))})
+    await strategy.reconcile()
+    assert rig.read("cpu_burst", rig.container) == 25000
+    box["snapshot"] = WorkloadSnapshot()  # the pod is gone: its gauge too
+    await strategy.reconcile()
+    assert burst_gauge() == []
+
+
 async def test_throttled_container_on_idle_node_gets_its_quota_scaled_up(rig: Rig) -> None:
     rig.metrics(node=0.5, throttled=0.3, at=NOW)  # pool 0.5 / 4 = 12.5% < 45%: idle
     await rig.strategy.reconcile()

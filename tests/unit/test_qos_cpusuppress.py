@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from apis.extension import KubeQOS, QoSClass
+from apis.extension import ANNOTATION_RESOURCE_STATUS, KubeQOS, QoSClass
 from koordlet.collectors.nodeinfo import node_info_dict
 from koordlet.executor import CgroupWriter
 from koordlet.executor.writer import WriteResult
@@ -513,6 +513,38 @@ async def test_cpuset_policy_leaves_reserved_and_system_qos_cpus_to_the_system(r
         assert rig.cpuset(rel) == "1-2"
     excluded = rig.strategy.debug_state()["inputs"]["excluded_cpus"]
     assert excluded == {"lse": "", "reserved": "0", "system_qos": "3"}
+
+
+async def test_each_round_sees_new_pods_node_info_and_node_annotations(rig: Rig) -> None:
+    # the CPUs are kept from one round to the next while their inputs are the same: each input
+    # changed alone shows in the next round
+    async def excluded() -> dict[str, str]:
+        await rig.strategy.reconcile()
+        value: dict[str, str] = rig.strategy.debug_state()["inputs"]["excluded_cpus"]
+        return value
+
+    rig.usage(node=0.4, ls=0.0, be=0.3)
+    assert await excluded() == {"lse": "", "reserved": "", "system_qos": ""}
+    rig.node = _annotated(reservation={"reservedCPUs": "0"})
+    assert await excluded() == {"lse": "", "reserved": "0", "system_qos": ""}
+    rig.node = _annotated(
+        reservation={"reservedCPUs": "0"}, **{"system-qos-resource": {"cpuset": "3"}}
+    )
+    assert await excluded() == {"lse": "", "reserved": "0", "system_qos": "3"}
+    lse = PodInfo(
+        "lse-1",
+        "lse",
+        "default",
+        QoSClass.LSE,
+        KubeQOS.GUARANTEED,
+        "kubepods/podlse-1",
+        annotations={ANNOTATION_RESOURCE_STATUS: json.dumps({"cpuset": "2"})},
+    )
+    rig.snapshot = WorkloadSnapshot(pods={**rig.snapshot.pods, lse.uid: lse})
+    assert await excluded() == {"lse": "2", "reserved": "0", "system_qos": "3"}
+    rig.cache.set_info("node_info", {"cpus": []})  # a new value: no CPUs known
+    await rig.strategy.reconcile()
+    assert "node_info" in rig.strategy.debug_state()["decision"]
 
 
 async def test_restore_gives_be_every_cpu_but_reserved_and_system_qos(rig: Rig) -> None:

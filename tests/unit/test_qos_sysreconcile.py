@@ -207,6 +207,22 @@ async def test_a_round_sets_min_free_kbytes_from_node_memory(rig: SimpleNamespac
     assert "vm.min_free_kbytes=167772" in report.decision
 
 
+async def test_min_free_kbytes_follows_the_node_memory_under_the_same_nodeslo(
+    rig: SimpleNamespace, host_root: Path
+) -> None:
+    # the decision is kept while the strategy and the memory total are equal: a new total shows
+    strategy = SystemConfigStrategy(rig.ctx)
+    await strategy.reconcile()
+    assert _read(rig.files["min"]) == 167772
+    bigger = FakeHost(host_root / "bigger", CgroupVersion.V1, CgroupDriver.CGROUPFS, numa_nodes=2)
+    rig.ctx.cache.set_info("node_info", node_info_dict(read_cpu_topology(bigger.paths)))
+    await strategy.reconcile()
+    assert _read(rig.files["min"]) == 2 * 167772  # 32 GiB
+    report = rig.book.last_report("sysreconcile")
+    assert report is not None
+    assert report.inputs["memory_total_bytes"] == 32 * GIB
+
+
 async def test_the_default_nodeslo_writes_no_kernel_setting(rig: SimpleNamespace) -> None:
     """Upstream's DefaultSystemStrategy (at the version of our CRDs) leaves every knob unset: a
     node whose NodeSLO has no systemStrategy keeps its kernel values."""
