@@ -17,6 +17,7 @@ Errors are :class:`SchemaError` (``apis`` imports no binary); the koordlet re-ra
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import posixpath
@@ -24,9 +25,10 @@ from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from types import MappingProxyType
-from typing import Any, NotRequired, TypedDict, TypeVar
+from typing import TYPE_CHECKING, Any, NotRequired, TypedDict, TypeVar
 
-import yaml
+if TYPE_CHECKING:
+    import yaml
 
 from apis.errors import FieldError
 from apis.extension import QoSClass
@@ -461,18 +463,31 @@ def parse_spec(
 
 
 # Files ---------------------------------------------------------------------------------------
-class _UniqueKeyLoader(yaml.SafeLoader):
-    """A YAML loader for which a repeated mapping key is an error, not a silent overwrite."""
+@functools.cache
+def _unique_key_loader() -> type[yaml.SafeLoader]:
+    """A YAML loader for which a repeated mapping key is an error, not a silent overwrite.
 
-    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Hashable, Any]:
-        seen: set[Hashable] = set()
-        for key_node, _ in node.value:
-            key = self.construct_object(key_node, deep=deep)
-            if key in seen:
-                mark = key_node.start_mark
-                raise yaml.constructor.ConstructorError(None, None, f"duplicate key {key!r}", mark)
-            seen.add(key)
-        return super().construct_mapping(node, deep=deep)
+    PyYAML is imported here, at the first file read, not with this module: a koordlet whose
+    NodeSLO comes from the API server or a JSON file never pays its 1 MiB (docs/benchmarks.md).
+    """
+    import yaml
+
+    class UniqueKeyLoader(yaml.SafeLoader):
+        def construct_mapping(
+            self, node: yaml.MappingNode, deep: bool = False
+        ) -> dict[Hashable, Any]:
+            seen: set[Hashable] = set()
+            for key_node, _ in node.value:
+                key = self.construct_object(key_node, deep=deep)
+                if key in seen:
+                    mark = key_node.start_mark
+                    raise yaml.constructor.ConstructorError(
+                        None, None, f"duplicate key {key!r}", mark
+                    )
+                seen.add(key)
+            return super().construct_mapping(node, deep=deep)
+
+    return UniqueKeyLoader
 
 
 def read_document(path: str) -> Any:
@@ -489,8 +504,11 @@ def read_document(path: str) -> Any:
             return json.loads(text, object_pairs_hook=unique_json_object)
         except ValueError as err:
             raise SchemaError(f"invalid JSON: {err}", source=path) from err
+    loader = _unique_key_loader()
+    import yaml  # loaded by _unique_key_loader
+
     try:
-        return yaml.load(text, Loader=_UniqueKeyLoader)  # a SafeLoader subclass
+        return yaml.load(text, Loader=loader)  # a SafeLoader subclass
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""

@@ -113,7 +113,7 @@ async def _rounds(pods: int, rounds: int) -> dict[str, Any]:
                 audit=audit,
                 book=QoSBook(clock=lambda: sweep.now),
             )
-            strategies = [spec.factory(ctx, spec.interval(ctx.config.qos)) for spec in STRATEGIES]
+            strategies = [spec.build(ctx, spec.interval(ctx.config.qos)) for spec in STRATEGIES]
             for s in strategies:
                 if isinstance(s, CPUEvict):
                     s.cool_time = 0.0  # no start-up cool-down: measure its full arithmetic

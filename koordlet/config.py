@@ -16,7 +16,6 @@ docs/configuration.md); an unknown key is an error, never ignored. Every error i
 from __future__ import annotations
 
 import argparse
-import difflib
 import ipaddress
 import math
 import os
@@ -1060,6 +1059,8 @@ def _config_error(err: SchemaError) -> ConfigError:
 
 
 def _unknown_key(key: str, path: str) -> ConfigError:
+    import difflib  # only for a misspelt key: not worth its import on every start
+
     known = [*_BY_KEY, FEATURE_GATES_KEY, *_SECTIONS]
     close = difflib.get_close_matches(key, known, n=1)
     hint = f" (did you mean {close[0]!r}?)" if close else ""

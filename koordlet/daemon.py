@@ -55,7 +55,6 @@ from prometheus_client.registry import Collector
 from apis.errors import FieldError
 from apis.slo_inforce import NodeSLOInForce
 from koordlet import __version__
-from koordlet.collectors import gpu as gpu_collector
 from koordlet.collectors.framework import CollectorContext, CollectorSpec, OnDemand
 from koordlet.collectors.nodeinfo import INFO_KEY as NODE_INFO_KEY
 from koordlet.collectors.runner import CollectorRunner, TickReport
@@ -112,6 +111,9 @@ STOP_TIMEOUT = 5.0
 SERVER_SHUTDOWN_TIMEOUT = 2.0
 """Seconds the HTTP server waits for in-flight requests when stopping."""
 EXIT_OK, EXIT_FAILED, EXIT_CONFIG = 0, 1, 2
+
+ACCELERATORS_GATE = "Accelerators"
+"""The gate of the GPU collector (its row in the collector table) and of the Device report."""
 
 _Stop = Callable[[float], Awaitable[object]]
 _DEFAULT_NODE_SLO = NodeSLOInForce()
@@ -534,7 +536,7 @@ class Daemon:
             topology = TopologyReporter(kube, cache, states.node, pods, kubelet)
             self.kubelet_topology = kubelet
             supervisor.spawn("nrt-report", topology.run, component="reporter")
-        if self.cfg.feature_gates.enabled(gpu_collector.FEATURE_GATE):
+        if self.cfg.feature_gates.enabled(ACCELERATORS_GATE):
             from koordlet.reporter.device import DeviceReporter
 
             devices = DeviceReporter(kube, cache, states.node)

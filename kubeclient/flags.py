@@ -11,7 +11,6 @@ exit code for a usage error stays 2).
 from __future__ import annotations
 
 import argparse
-import difflib
 from collections.abc import Iterable, Iterator
 from typing import NoReturn
 
@@ -46,6 +45,8 @@ def closest(word: str, known: Iterable[str]) -> str | None:
     name = word.split("=", 1)[0]
     if not name.startswith("-"):
         return None
+    import difflib  # only for a misspelt option: not worth its import on every start
+
     match = difflib.get_close_matches(name, list(known), n=1, cutoff=0.6)
     return match[0] if match else None
 

@@ -317,13 +317,6 @@ class CPICollector:
         self._failing = True
 
 
-def export_max_age(period: float = DEFAULT_PERIOD, step: float = 1.0) -> float:
-    """Seconds a CPI sample should stay exported: until the next window replaces it (one
-    ``period``, give or take a base tick each end). A container whose next count failed then
-    drops out, as upstream resets its gauge at every window."""
-    return period + 2 * step
-
-
 def build(ctx: CollectorContext, interval: float) -> CPICollector:
     """The table's factory: steps every base tick (``interval``, ``collect.res_used_interval``),
     windows from ``collect.cpi_interval`` and ``collect.cpi_window``."""

@@ -17,7 +17,8 @@ Collectors are built from one explicit table (``koordlet.collectors.table.COLLEC
 to the daemon: one :class:`CollectorSpec` row per collector holds everything about it (factory,
 feature gate, configuration switch, interval, the ``/metrics`` families it feeds and how long their
 samples stay exported). A factory takes a :class:`CollectorContext`, typed with the real classes,
-and the interval its row computed.
+and the interval its row computed; the table names it by reference (``"module:build"``,
+:mod:`koordlet.plugins`), so a collector's module is imported only when its row is enabled.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from typing import Any, Generic, Protocol, TypeVar
 
 from koordlet.config import CollectConfig, KoordletConfig
 from koordlet.metriccache.series import Sample
+from koordlet.plugins import load
 from koordlet.statesinformer.model import WorkloadSnapshot
 from koordlet.system.host import Host
 from koordlet.system.probe import Capabilities
@@ -145,8 +147,9 @@ class CollectorSpec:
 
     name: str
     """Table name: the collector's ``name``, in logs, self-metrics and ``/debug``."""
-    factory: CollectorFactory
-    """Builds the collector (each module's ``build``)."""
+    factory: CollectorFactory | str
+    """Builds the collector: each module's ``build``, named ``"koordlet.collectors.x:build"`` so
+    that the module is imported only when the row is enabled (:mod:`koordlet.plugins`)."""
     interval: Callable[[CollectConfig], float]
     """Seconds between its steps, from the ``collect`` configuration (Koordinator's flag)."""
     upstream: str
@@ -168,3 +171,9 @@ class CollectorSpec:
         if self.gate and not config.feature_gates.enabled(self.gate):
             return False
         return self.switch is None or self.switch(config.collect)
+
+    def build(self, ctx: CollectorContext, interval: float) -> Collector:
+        """The collector, its factory imported now if the row names it by reference (an import
+        error propagates: the start that builds the row fails)."""
+        factory: CollectorFactory = load(self.factory)
+        return factory(ctx, interval)

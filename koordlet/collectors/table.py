@@ -1,10 +1,12 @@
 """The collector table: one :class:`~koordlet.collectors.framework.CollectorSpec` row per
 collector, in execution order. Nothing registers itself.
 
-A row holds everything about its collector: the factory (each module's ``build``), Koordinator's
-feature gate or ``collect`` switch when it has one, its interval from the ``collect``
-configuration, and the ``/metrics`` families built from its series with how long their samples
-stay exported. The daemon takes the table as an argument; tests pass their own.
+A row holds everything about its collector as data: its name, the factory by reference (each
+module's ``build``, ``"koordlet.collectors.<name>:build"``, imported only when the row is
+enabled: :mod:`koordlet.plugins`), Koordinator's feature gate or ``collect`` switch when it has
+one, its interval from the ``collect`` configuration, and the ``/metrics`` families built from its
+series with how long their samples stay exported. The daemon takes the table as an argument;
+tests pass their own.
 
 The order matters: every collector of a tick sees, through ``Tick.last``, the samples of those
 before it, and the system collector (node - pods - host applications) must come after the node,
@@ -15,22 +17,6 @@ from __future__ import annotations
 
 from collections.abc import Collection, Sequence
 
-from koordlet.collectors import (
-    beresource,
-    coldmemory,
-    cpi,
-    gpu,
-    hostapplication,
-    nodeinfo,
-    noderesource,
-    nodestorage,
-    pagecache,
-    podresource,
-    podthrottled,
-    psi,
-    resctrlmon,
-    sysresource,
-)
 from koordlet.collectors.framework import Collector, CollectorContext, CollectorSpec
 from koordlet.config import CollectConfig
 from koordlet.errors import ConfigError
@@ -44,10 +30,17 @@ def _base(c: CollectConfig) -> float:
     return c.res_used_interval
 
 
+def until_next_window(period: float, step: float) -> float:
+    """Seconds a windowed collector's sample (CPI, PSI) stays exported: until the next window
+    replaces it (one ``period``, give or take a base tick ``step`` each end). A container whose
+    next count failed then drops out, as upstream resets its gauge at every window."""
+    return period + 2 * step
+
+
 COLLECTORS: tuple[CollectorSpec, ...] = (
     CollectorSpec(
-        noderesource.NAME,
-        noderesource.build,
+        "noderesource",
+        "koordlet.collectors.noderesource:build",
         _base,
         "NodeResourceCollector",
         families=(
@@ -61,21 +54,21 @@ COLLECTORS: tuple[CollectorSpec, ...] = (
         ),
     ),
     CollectorSpec(
-        nodeinfo.NAME,
-        nodeinfo.build,
+        "nodeinfo",
+        "koordlet.collectors.nodeinfo:build",
         lambda c: c.node_cpu_info_interval,
         "NodeInfoCollector",
     ),
     CollectorSpec(
-        nodestorage.NAME,
-        nodestorage.build,
+        "nodestorage",
+        "koordlet.collectors.nodestorage:build",
         lambda c: c.node_storage_info_interval,
         "NodeStorageInfoCollector",
-        gate=nodestorage.FEATURE_GATE,
+        gate="BlkIOReconcile",
     ),
     CollectorSpec(
-        podresource.NAME,
-        podresource.build,
+        "podresource",
+        "koordlet.collectors.podresource:build",
         _base,
         "PodResourceCollector",
         families=(
@@ -86,15 +79,15 @@ COLLECTORS: tuple[CollectorSpec, ...] = (
         ),
     ),
     CollectorSpec(
-        podthrottled.NAME,
-        podthrottled.build,
+        "podthrottled",
+        "koordlet.collectors.podthrottled:build",
         _base,
         "PodThrottledCollector",
         families=("koordlet_pod_cpu_throttled_ratio", "koordlet_container_cpu_throttled_ratio"),
     ),
     CollectorSpec(
-        pagecache.NAME,
-        pagecache.build,
+        "pagecache",
+        "koordlet.collectors.pagecache:build",
         _base,
         "PageCacheCollector",
         families=(
@@ -103,8 +96,8 @@ COLLECTORS: tuple[CollectorSpec, ...] = (
         ),
     ),
     CollectorSpec(
-        hostapplication.NAME,
-        hostapplication.build,
+        "hostapplication",
+        "koordlet.collectors.hostapplication:build",
         _base,
         "HostApplicationCollector",
         families=(
@@ -113,8 +106,8 @@ COLLECTORS: tuple[CollectorSpec, ...] = (
         ),
     ),
     CollectorSpec(
-        beresource.NAME,
-        beresource.build,
+        "beresource",
+        "koordlet.collectors.beresource:build",
         _base,
         "BEResourceCollector",
         families=(
@@ -125,11 +118,11 @@ COLLECTORS: tuple[CollectorSpec, ...] = (
         ),
     ),
     CollectorSpec(
-        coldmemory.NAME,
-        coldmemory.build,
+        "coldmemory",
+        "koordlet.collectors.coldmemory:build",
         lambda c: c.cold_page_interval,
         "ColdMemoryCollector",
-        gate=coldmemory.FEATURE_GATE,
+        gate="ColdPageCollector",
         families=(
             "koordlet_node_memory_cold_page_bytes",
             "koordlet_node_used_memory_with_hot_page_cache_bytes",
@@ -143,8 +136,8 @@ COLLECTORS: tuple[CollectorSpec, ...] = (
         max_age=lambda c: EXPORT_INTERVALS * max(c.cold_page_interval, c.res_used_interval),
     ),
     CollectorSpec(
-        resctrlmon.NAME,
-        resctrlmon.build,
+        "resctrlmon",
+        "koordlet.collectors.resctrlmon:build",
         lambda c: c.resctrl_interval,
         "resctrlCollector",
         switch=lambda c: c.enable_resctrl_collector,
@@ -156,36 +149,36 @@ COLLECTORS: tuple[CollectorSpec, ...] = (
         max_age=lambda c: EXPORT_INTERVALS * max(c.resctrl_interval, c.res_used_interval),
     ),
     CollectorSpec(
-        sysresource.NAME,
-        sysresource.build,
+        "sysresource",
+        "koordlet.collectors.sysresource:build",
         _base,
         "SystemResourceCollector",
         families=("koordlet_system_used_cpu_cores", "koordlet_system_used_memory_bytes"),
     ),
     CollectorSpec(
-        cpi.NAME,
-        cpi.build,
+        "cpi",
+        "koordlet.collectors.cpi:build",
         _base,  # it steps every base tick; its windows start every collect.cpi_interval
         "CPICollector",
-        gate=cpi.FEATURE_GATE,
+        gate="CPICollector",
         families=("koordlet_container_cpi",),
-        max_age=lambda c: cpi.export_max_age(c.cpi_interval, c.res_used_interval),
+        max_age=lambda c: until_next_window(c.cpi_interval, c.res_used_interval),
     ),
     CollectorSpec(
-        psi.NAME,
-        psi.build,
+        "psi",
+        "koordlet.collectors.psi:build",
         lambda c: c.psi_interval,
         "performanceCollector (PSI)",
-        gate=psi.FEATURE_GATE,
+        gate="PSICollector",
         families=("koordlet_node_psi", "koordlet_pod_psi", "koordlet_container_psi"),
-        max_age=lambda c: c.psi_interval + 2 * c.res_used_interval,
+        max_age=lambda c: until_next_window(c.psi_interval, c.res_used_interval),
     ),
     CollectorSpec(
-        gpu.NAME,
-        gpu.build,
+        "gpu",
+        "koordlet.collectors.gpu:build",
         _base,  # upstream's GPU collector runs at --collect-res-used-interval-seconds
         "GPU device collector (NVML)",
-        gate=gpu.FEATURE_GATE,
+        gate="Accelerators",
         families=(
             "koordlet_gpu_core_used_percent",
             "koordlet_gpu_memory_used_bytes",
@@ -220,7 +213,7 @@ def build_collectors(
     for spec in table:
         if spec.name in disabled or not spec.enabled(ctx.config):
             continue
-        collector = spec.factory(ctx, spec.interval(collect))
+        collector = spec.build(ctx, spec.interval(collect))
         if collector.name != spec.name:
             raise ConfigError(
                 f"row {spec.name!r} built a collector named {collector.name!r}", field="collectors"

@@ -2,9 +2,10 @@
 
 Koordinator's ``qosmanager`` runs one loop per enabled strategy (CPU suppress, CPU burst, memory
 evict, resctrl...). Here a strategy is a plugin with one step, ``reconcile()``, built by the
-factory of its :class:`StrategySpec` row in ``koordlet.qos.table.STRATEGIES`` from a
-:class:`StrategyContext` and its interval; :class:`~koordlet.qos.manager.QoSManager` builds the
-enabled ones and runs each as a supervised fixed-rate loop.
+factory of its :class:`StrategySpec` row in ``koordlet.qos.table.STRATEGIES`` (a reference,
+imported only when the row is enabled) from a :class:`StrategyContext` and its interval;
+:class:`~koordlet.qos.manager.QoSManager` builds the enabled ones and runs each as a supervised
+fixed-rate loop.
 
 A strategy reads the metric cache, the inventory and the NodeSLO in force (``ctx.node_slo()``,
 typed, parsed once per change by the states informer: a strategy never parses, thaws or caches
@@ -38,6 +39,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from apis.slo_inforce import NodeSLOInForce
 from koordlet.config import KoordletConfig, QoSConfig
+from koordlet.plugins import load
 from koordlet.qos.inputs import Reading, fresh_aggregate, max_input_age, read_last
 from koordlet.qos.podwarnings import PodAnnotationWarnings
 from koordlet.statesinformer.model import WorkloadSnapshot
@@ -333,8 +335,10 @@ class StrategySpec:
     name: str
     """Table name: the strategy's ``name``, its loop ``qos/<name>``, ``--qos-dry-run-strategies``
     and ``/debug/qos``."""
-    factory: StrategyFactory
-    """Builds the strategy (each module's ``build(ctx, interval)``)."""
+    factory: StrategyFactory | str
+    """Builds the strategy: each module's ``build(ctx, interval)``, named
+    ``"koordlet.qos.x:build"`` so that the module is imported only when the row is enabled
+    (:mod:`koordlet.plugins`)."""
     interval: Callable[[QoSConfig], float]
     """Seconds between its rounds, from the ``qos`` configuration (Koordinator's flag)."""
     upstream: str
@@ -357,6 +361,12 @@ class StrategySpec:
         """Whether its gates let it run under ``config``: no gate, or any of them on."""
         gates = (self.gate, *self.other_gates) if self.gate else self.other_gates
         return not gates or any(config.feature_gates.enabled(g) for g in gates)
+
+    def build(self, ctx: StrategyContext, interval: float) -> Strategy:
+        """The strategy, its factory imported now if the row names it by reference (an import
+        error propagates: the start that builds the row fails)."""
+        factory: StrategyFactory = load(self.factory)
+        return factory(ctx, interval)
 
     @property
     def gates_text(self) -> str:

@@ -86,7 +86,7 @@ class QoSManager:
                     f"strategy {name!r} has a non-positive interval {interval!r}",
                     field="strategies",
                 )
-            strategy = spec.factory(self._ctx, interval)
+            strategy = spec.build(self._ctx, interval)
             if strategy.name != name:
                 raise ConfigError(
                     f"factory of {name!r} built a strategy named {strategy.name!r}",

@@ -1,11 +1,13 @@
 """The QoS strategy table: one :class:`~koordlet.qos.framework.StrategySpec` row per strategy, in
 start order. Nothing registers itself.
 
-A row holds everything about its strategy: the factory (each module's ``build(ctx, interval)``),
-Koordinator's feature gate, the interval from the ``qos`` configuration, the NodeSLO sections it
-reads (``/debug/qos`` shows their status under it) and the ``koordlet_*`` families it exports
-itself. The daemon passes the table to :class:`~koordlet.qos.manager.QoSManager`; tests pass
-their own. ``docs/qos.md`` and the pages it links describe each strategy.
+A row holds everything about its strategy as data: its name, the factory by reference (each
+module's ``build(ctx, interval)``, ``"koordlet.qos.<name>:build"``, imported only when the row is
+enabled: :mod:`koordlet.plugins`), Koordinator's feature gates, the interval from the ``qos``
+configuration, the NodeSLO sections it reads (``/debug/qos`` shows their status under it) and
+the ``koordlet_*`` families it exports itself. The daemon passes the table to
+:class:`~koordlet.qos.manager.QoSManager`; tests pass their own. ``docs/qos.md`` and the pages
+it links describe each strategy.
 """
 
 from __future__ import annotations
@@ -18,18 +20,6 @@ from apis.slo_inforce import (
     SYSTEM_STRATEGY,
 )
 from koordlet.config import QoSConfig
-from koordlet.qos import (
-    blkio,
-    cgreconcile,
-    cpuburst,
-    cpuevict,
-    cpusuppress,
-    memoryevict,
-    netqos,
-    oomscoreadj,
-    resctrl,
-    sysreconcile,
-)
 from koordlet.qos.framework import StrategySpec
 
 
@@ -40,20 +30,20 @@ def _reconcile(q: QoSConfig) -> float:
 
 STRATEGIES: tuple[StrategySpec, ...] = (
     StrategySpec(
-        cpusuppress.NAME,
-        cpusuppress.build,
+        "cpusuppress",
+        "koordlet.qos.cpusuppress:build",
         lambda q: q.cpu_suppress_interval,
         "cpuSuppress",
-        gate=cpusuppress.FEATURE_GATE,
+        gate="BECPUSuppress",
         sections=(RESOURCE_USED_THRESHOLD_WITH_BE, HOST_APPLICATIONS),
         families=("koordlet_be_suppress_cpu_cores", "koordlet_be_suppress_ls_used_cpu_cores"),
     ),
     StrategySpec(
-        cpuburst.NAME,
-        cpuburst.build,
+        "cpuburst",
+        "koordlet.qos.cpuburst:build",
         _reconcile,
         "cpuBurst",
-        gate=cpuburst.FEATURE_GATE,
+        gate="CPUBurst",
         sections=(CPU_BURST_STRATEGY,),
         families=(
             "koordlet_container_scaled_cfs_burst_us",
@@ -61,68 +51,68 @@ STRATEGIES: tuple[StrategySpec, ...] = (
         ),
     ),
     StrategySpec(
-        cgreconcile.NAME,
-        cgreconcile.build,
+        "cgreconcile",
+        "koordlet.qos.cgreconcile:build",
         _reconcile,
         "cgroupReconcile",
-        gate=cgreconcile.FEATURE_GATE,
+        gate="CgroupReconcile",
         sections=(RESOURCE_QOS_STRATEGY, HOST_APPLICATIONS),
     ),
     StrategySpec(
-        sysreconcile.NAME,
-        sysreconcile.build,
+        "sysreconcile",
+        "koordlet.qos.sysreconcile:build",
         _reconcile,
         "systemConfig",
-        gate=sysreconcile.FEATURE_GATE,
+        gate="SystemConfig",
         sections=(SYSTEM_STRATEGY,),
     ),
     StrategySpec(
-        resctrl.NAME,
-        resctrl.build,
+        "resctrl",
+        "koordlet.qos.resctrl:build",
         _reconcile,
         "resctrlReconcile",
-        gate=resctrl.FEATURE_GATE,
+        gate="RdtResctrl",
         sections=(RESOURCE_QOS_STRATEGY,),
     ),
     StrategySpec(
-        blkio.NAME,
-        blkio.build,
+        "blkio",
+        "koordlet.qos.blkio:build",
         _reconcile,
         "blkIOReconcile",
-        gate=blkio.FEATURE_GATE,
+        gate="BlkIOReconcile",
         sections=(RESOURCE_QOS_STRATEGY,),
     ),
     StrategySpec(
-        netqos.NAME,
-        netqos.build,
+        "netqos",
+        "koordlet.qos.netqos:build",
         _reconcile,
         "tcPlugin (netqos)",
-        gate=netqos.FEATURE_GATE,
+        gate="TCNetworkQoS",
         sections=(RESOURCE_QOS_STRATEGY, SYSTEM_STRATEGY),
     ),
     StrategySpec(
-        oomscoreadj.NAME,
-        oomscoreadj.build,
+        "oomscoreadj",
+        "koordlet.qos.oomscoreadj:build",
         _reconcile,
         "OOMScoreAdj (runtime hook reconciler)",
-        gate=oomscoreadj.FEATURE_GATE,
+        gate="OOMScoreAdj",
     ),
     StrategySpec(
-        memoryevict.NAME,
-        memoryevict.build,
+        "memoryevict",
+        "koordlet.qos.memoryevict:build",
         lambda q: q.memory_evict_interval,
         "memoryEvict",
-        gate=memoryevict.FEATURE_GATE,
-        other_gates=(memoryevict.FEATURE_MEMORY_EVICT, memoryevict.FEATURE_ALLOCATABLE_EVICT),
+        gate="BEMemoryEvict",
+        other_gates=("MemoryEvict", "MemoryAllocatableEvict"),
         sections=(RESOURCE_USED_THRESHOLD_WITH_BE,),
     ),
     StrategySpec(
-        cpuevict.NAME,
-        cpuevict.build,
+        "cpuevict",
+        "koordlet.qos.cpuevict:build",
         lambda q: q.cpu_evict_interval,
         "cpuEvict",
-        gate=cpuevict.FEATURE_GATE,
-        other_gates=(cpuevict.FEATURE_CPU_EVICT, cpuevict.FEATURE_ALLOCATABLE_EVICT),
+        gate="BECPUEvict",
+        other_gates=("CPUEvict", "CPUAllocatableEvict"),
         sections=(RESOURCE_USED_THRESHOLD_WITH_BE,),
     ),
 )

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING
 
 from apis.extension import LABEL_POD_QOS, QoSClass
 from apis.manager_keys import BATCH_CPU, BATCH_MEMORY, MID_CPU, MID_MEMORY
@@ -43,6 +44,9 @@ from koordlet.runtimehooks.extresources import (
 )
 from koordlet.runtimehooks.model import Change, ContainerRequest, PodRequest, Resources
 from koordlet.system.knobs import CFS_QUOTA_MIN_US, CPU_SHARES_MAX, CPU_SHARES_MIN
+
+if TYPE_CHECKING:
+    from koordlet.runtimehooks.table import HookContext
 
 logger = logging.getLogger(__name__)
 
@@ -194,3 +198,8 @@ def _pod_limit(
             return UNLIMITED
         total += limit
     return total
+
+
+def build(ctx: HookContext) -> BatchResource:
+    """The table's factory (row ``BatchResource``)."""
+    return BatchResource(ctx.node_slo)

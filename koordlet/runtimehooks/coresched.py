@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from apis.extension import (
     CORE_SCHED_POLICY_EXCLUSIVE,
@@ -41,6 +42,9 @@ from apis.slo_qos import CPUQOSConfig, CPUQOSPolicy
 from apis.slo_strategies import ResourceQOSStrategy
 from koordlet.runtimehooks.cgroupparent import kube_qos_of
 from koordlet.runtimehooks.model import Change, ContainerRequest, CoreSchedTarget, PodRequest
+
+if TYPE_CHECKING:
+    from koordlet.runtimehooks.table import HookContext
 
 NAME = "CoreSched"
 """Upstream's plugin name."""
@@ -125,3 +129,8 @@ class CoreSched:
             return None
         what = f"group {goal.group!r}" if goal.enabled else "default cookie"
         return Change(core_sched=goal, reason=f"core scheduling: {what}")
+
+
+def build(ctx: HookContext) -> CoreSched:
+    """The table's factory (row ``CoreSched``)."""
+    return CoreSched(ctx.node_slo)

@@ -28,12 +28,16 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from apis.cpulist import format_cpulist
 from apis.extension import LABEL_POD_QOS, KubeQOS, QoSClass
 from koordlet.runtimehooks.cgroupparent import kube_qos_of
 from koordlet.runtimehooks.model import Change, ContainerRequest, PodRequest, Resources
 from koordlet.runtimehooks.sharepool import CPUSharedPool, parse_resource_status
+
+if TYPE_CHECKING:
+    from koordlet.runtimehooks.table import HookContext
 
 NAME = "CPUSetAllocator"
 """Upstream's plugin name."""
@@ -106,3 +110,8 @@ def _pool_change(cpus: frozenset[int], why: str) -> Change | None:
     if not cpus:
         return None  # an empty cpuset would refuse every task: leave the container as it is
     return Change(resources=Resources(cpuset_cpus=format_cpulist(cpus)), reason=why)
+
+
+def build(ctx: HookContext) -> CPUSetAllocator:
+    """The table's factory (row ``CPUSetAllocator``)."""
+    return CPUSetAllocator(ctx.cpuset_rule)

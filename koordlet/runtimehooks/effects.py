@@ -23,7 +23,6 @@ from typing import TYPE_CHECKING, Any
 from apis.pod_overrides import RESCTRL_GROUP_PREFIX
 from koordlet.errors import CgroupGoneError, HostError, UnsupportedError
 from koordlet.executor.sysctl import call_on_writer
-from koordlet.runtimehooks import cookies as cookie_ops
 from koordlet.runtimehooks.cgroupparent import rel_dir
 from koordlet.runtimehooks.errors import BadPodInput
 from koordlet.runtimehooks.model import Change, ContainerRequest, CoreSchedTarget, PodMeta
@@ -32,6 +31,7 @@ from koordlet.system.cgroups import CgroupLayout
 if TYPE_CHECKING:
     from koordlet.executor.audit import AuditLog
     from koordlet.executor.resctrl import ResctrlWriter, TaskPlacement
+    from koordlet.runtimehooks import cookies as cookie_ops
     from koordlet.system.host import Host
 
 logger = logging.getLogger(__name__)
@@ -239,11 +239,12 @@ def build_effects(
     resctrl: bool,
     core_sched: bool,
     dry_run: bool,
-    probe_core_sched: Callable[[], str] = cookie_ops.probe,
-    make_ops: Callable[[], cookie_ops.CoreSchedOps] = cookie_ops.PrctlCoreSched,
+    probe_core_sched: Callable[[], str] | None = None,
+    make_ops: Callable[[], cookie_ops.CoreSchedOps] | None = None,
 ) -> ContainerEffects:
     """The effects for the enabled hooks, each probed once (``resctrl``: the mount;
-    ``core_sched``: ``prctl``)."""
+    ``core_sched``: ``prctl``, by :mod:`koordlet.runtimehooks.cookies`, imported only then; tests
+    pass their own probe and operations)."""
     from koordlet.executor.resctrl import ResctrlWriter
     from koordlet.executor.sysctl import executor_hooks
     from koordlet.system.resctrl import is_mounted, resctrl_root
@@ -259,11 +260,13 @@ def build_effects(
             unsupported["resctrl"] = f"resctrl is not mounted at {root}"
     manager = None
     if core_sched:
-        why = probe_core_sched()
+        from koordlet.runtimehooks import cookies as cookie_ops
+
+        why = (probe_core_sched or cookie_ops.probe)()
         if why:
             unsupported["coresched"] = why
         else:
-            manager = cookie_ops.CookieManager(make_ops())
+            manager = cookie_ops.CookieManager((make_ops or cookie_ops.PrctlCoreSched)())
     for what, reason in unsupported.items():
         logger.warning("runtime hooks: %s unsupported here: %s", what, reason)
     return ContainerEffects(

@@ -140,7 +140,7 @@ class HookDispatcher:
             if not enabled(spec.gate):
                 logger.info("runtime hook %s disabled (feature gate %s)", spec.name, spec.gate)
                 continue
-            hook = spec.factory(ctx)
+            hook = spec.build(ctx)
             names.append(spec.name)
             for level in sorted(spec.reconcile):
                 self.by_level.setdefault(level, []).append((spec.name, hook))

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 from apis.quantity import parse_quantity
 from apis.scheduling_keys import (
@@ -32,6 +33,9 @@ from apis.scheduling_keys import (
 )
 from koordlet.runtimehooks.errors import BadPodInput
 from koordlet.runtimehooks.model import Change, ContainerRequest, Mount, PodRequest
+
+if TYPE_CHECKING:
+    from koordlet.runtimehooks.table import HookContext
 
 NAME = "GPUEnvInject"
 """The gate's name (upstream's hook is ``gpu env inject``)."""
@@ -113,3 +117,8 @@ class GPUEnvInject:
                     Mount(HAMI_LOCK_DIR, HAMI_LOCK_DIR),
                 )
         return Change(env=env, mounts=mounts, reason=f"allocated GPUs {env[ENV_VISIBLE_DEVICES]}")
+
+
+def build(_ctx: HookContext) -> GPUEnvInject:
+    """The table's factory (row ``GPUEnvInject``)."""
+    return GPUEnvInject()

@@ -38,6 +38,7 @@ reconciler. While this hook's gate is on it is the only writer of pods' identity
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from apis.extension import KUBE_QOS_TO_QOS, LABEL_POD_QOS, KubeQOS, QoSClass
 from apis.group_identity import kube_qos_group_identity, pod_group_identity
@@ -54,6 +55,9 @@ from apis.slo_strategies import ResourceQOSStrategy
 from koordlet.runtimehooks.cgroupparent import kube_qos_of
 from koordlet.runtimehooks.errors import BadPodInput
 from koordlet.runtimehooks.model import Change, ContainerRequest, PodRequest, Resources
+
+if TYPE_CHECKING:
+    from koordlet.runtimehooks.table import HookContext
 
 NAME = "GroupIdentity"
 """Upstream's plugin name."""
@@ -164,3 +168,8 @@ def _own_cpu_qos(req: PodRequest, qos: str, class_change: Change) -> PodCPUQoS |
             f"{err.why}; the pod keeps its class's CPU QoS",
             fallback=class_change,
         ) from err
+
+
+def build(ctx: HookContext) -> GroupIdentity:
+    """The table's factory (row ``GroupIdentity``)."""
+    return GroupIdentity(ctx.node_slo, ctx.supported)

@@ -24,9 +24,13 @@ The reconciler does not run this hook (running processes are the strategy's).
 from __future__ import annotations
 
 import logging
+from typing import TYPE_CHECKING
 
 from apis.pod_overrides import AnnotationError, oom_score_adj_for
 from koordlet.runtimehooks.model import Change, ContainerRequest, PodRequest, Resources
+
+if TYPE_CHECKING:
+    from koordlet.runtimehooks.table import HookContext
 
 logger = logging.getLogger(__name__)
 
@@ -52,3 +56,8 @@ class OOMScoreAdj:
             resources=Resources(oom_score_adj=value),
             reason=f"oom_score_adj {value} from the pod's annotations",
         )
+
+
+def build(_ctx: HookContext) -> OOMScoreAdj:
+    """The table's factory (row ``OOMScoreAdj``)."""
+    return OOMScoreAdj()

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from apis.extension import ANNOTATION_POD_RESCTRL, KUBE_QOS_TO_QOS, LABEL_POD_QOS
 from apis.pod_overrides import RESCTRL_GROUP_PREFIX, AnnotationError, parse_pod_resctrl
@@ -34,6 +35,9 @@ from apis.slo_qos import ResctrlQOSConfig
 from koordlet.runtimehooks.cgroupparent import kube_qos_of
 from koordlet.runtimehooks.model import Change, ContainerRequest, PodRequest
 from koordlet.system.resctrl import GROUP_OF_CLASS
+
+if TYPE_CHECKING:
+    from koordlet.runtimehooks.table import HookContext
 
 logger = logging.getLogger(__name__)
 
@@ -85,3 +89,8 @@ def _own_group(req: ContainerRequest) -> str | None:
         logger.debug("pod %s: %s; its class's group instead", req.pod, err)
         return None
     return RESCTRL_GROUP_PREFIX + req.pod.uid
+
+
+def build(ctx: HookContext) -> Resctrl:
+    """The table's factory (row ``Resctrl``)."""
+    return Resctrl(ctx.node_slo)

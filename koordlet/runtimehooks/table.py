@@ -5,8 +5,9 @@ own table. A row holds everything about a hook: its name (upstream's plugin name
 label of ``koordlet_runtime_hook_invoked_duration_milliseconds``), its gate (upstream
 ``pkg/koordlet/runtimehooks/config.go``: ``defaultRuntimeHooksFG``; the gates themselves are
 declared with the koordlet's in :mod:`koordlet.features`), the points it runs at, the factory
-that builds it from the :class:`HookContext`, and the cgroup levels the reconciler applies it to
-(:class:`Level`; upstream's ``RegisterCgroupReconciler`` calls).
+that builds it from the :class:`HookContext` by reference (each module's ``build``, imported
+only when the gate is on: :mod:`koordlet.plugins`), and the cgroup levels the reconciler applies
+it to (:class:`Level`; upstream's ``RegisterCgroupReconciler`` calls).
 
 A hook implements :class:`Hook`: ``pod()`` for the pod-level points of its row, ``container()``
 for the container-level ones (and ``kube_qos()`` for a row with ``Level.KUBE_QOS``,
@@ -27,17 +28,8 @@ from typing import TYPE_CHECKING, Protocol, runtime_checkable
 from apis.extension import KubeQOS
 from apis.slo_inforce import NodeSLOInForce
 from apis.terway import TERWAY_QOS_DIR
-from koordlet.runtimehooks import (
-    batchresource,
-    coresched,
-    cpuset,
-    gpu,
-    groupidentity,
-    oomscoreadj,
-    resctrl,
-    tc,
-    terwayqos,
-)
+from koordlet.plugins import load
+from koordlet.runtimehooks import cpuset
 from koordlet.runtimehooks.model import Change, ContainerRequest, HookPoint, NodeFiles, PodRequest
 
 if TYPE_CHECKING:
@@ -119,11 +111,18 @@ class HookSpec:
     """One line for logs and ``/debug``."""
     points: frozenset[HookPoint]
     """Where it runs (upstream's ``hooks.Register`` calls of the plugin)."""
-    factory: Callable[[HookContext], Hook]
-    """Builds the hook."""
+    factory: Callable[[HookContext], Hook] | str
+    """Builds the hook: each module's ``build``, named ``"koordlet.runtimehooks.x:build"`` so
+    that the module is imported only when the gate is on (:mod:`koordlet.plugins`)."""
     reconcile: frozenset[Level] = frozenset()
     """What the reconciler applies it to (upstream's ``RegisterCgroupReconciler`` calls; the
     node's files for ``Level.NODE``); empty: the reconciler leaves it out."""
+
+    def build(self, ctx: HookContext) -> Hook:
+        """The hook, its factory imported now if the row names it by reference (an import error
+        propagates: the start that builds the row fails)."""
+        factory: Callable[[HookContext], Hook] = load(self.factory)
+        return factory(ctx)
 
 
 _POD_AND_CONTAINERS = frozenset({Level.POD, Level.CONTAINER})
@@ -135,7 +134,7 @@ HOOKS: Mapping[str, HookSpec] = MappingProxyType(
             gate="GroupIdentity",
             description="set bvt value (or cpu.idle) by priority and qos class",
             points=frozenset({HookPoint.PRE_RUN_POD_SANDBOX}),
-            factory=lambda ctx: groupidentity.GroupIdentity(ctx.node_slo, ctx.supported),
+            factory="koordlet.runtimehooks.groupidentity:build",
             reconcile=frozenset({Level.KUBE_QOS, Level.POD}),
         ),
         "CPUSetAllocator": HookSpec(
@@ -149,7 +148,7 @@ HOOKS: Mapping[str, HookSpec] = MappingProxyType(
                     HookPoint.PRE_UPDATE_CONTAINER_RESOURCES,
                 }
             ),
-            factory=lambda ctx: cpuset.CPUSetAllocator(ctx.cpuset_rule),
+            factory="koordlet.runtimehooks.cpuset:build",
             reconcile=_POD_AND_CONTAINERS,
         ),
         "GPUEnvInject": HookSpec(
@@ -157,7 +156,7 @@ HOOKS: Mapping[str, HookSpec] = MappingProxyType(
             gate="GPUEnvInject",
             description="inject NVIDIA_VISIBLE_DEVICES env into container",
             points=frozenset({HookPoint.PRE_CREATE_CONTAINER}),
-            factory=lambda _ctx: gpu.GPUEnvInject(),
+            factory="koordlet.runtimehooks.gpu:build",
         ),
         "BatchResource": HookSpec(
             name="BatchResource",
@@ -170,7 +169,7 @@ HOOKS: Mapping[str, HookSpec] = MappingProxyType(
                     HookPoint.PRE_UPDATE_CONTAINER_RESOURCES,
                 }
             ),
-            factory=lambda ctx: batchresource.BatchResource(ctx.node_slo),
+            factory="koordlet.runtimehooks.batchresource:build",
             reconcile=_POD_AND_CONTAINERS,
         ),
         "CoreSched": HookSpec(
@@ -178,7 +177,7 @@ HOOKS: Mapping[str, HookSpec] = MappingProxyType(
             gate="CoreSched",
             description="manage core sched cookies for pod and containers",
             points=frozenset({HookPoint.POST_START_CONTAINER}),
-            factory=lambda ctx: coresched.CoreSched(ctx.node_slo),
+            factory="koordlet.runtimehooks.coresched:build",
             reconcile=frozenset({Level.CONTAINER}),
         ),
         "TCNetworkQoS": HookSpec(
@@ -186,14 +185,14 @@ HOOKS: Mapping[str, HookSpec] = MappingProxyType(
             gate="TCNetworkQoS",
             description="set the pod's net_cls class id for network QoS by tc",
             points=frozenset({HookPoint.PRE_RUN_POD_SANDBOX}),
-            factory=lambda ctx: tc.TCNetworkQoS(ctx.node_slo, ctx.supported, ctx.pod_net_class_ids),
+            factory="koordlet.runtimehooks.tc:build",
         ),
         "TerwayQoS": HookSpec(
             name="TerwayQoS",
             gate="TerwayQoS",
             description="keep terway-qos's global_bps_config and pod.json from the NodeSLO",
             points=frozenset(),
-            factory=lambda ctx: terwayqos.TerwayQoS(ctx.node_slo, ctx.terway_qos_dir),
+            factory="koordlet.runtimehooks.terwayqos:build",
             reconcile=frozenset({Level.NODE}),
         ),
         "Resctrl": HookSpec(
@@ -201,14 +200,14 @@ HOOKS: Mapping[str, HookSpec] = MappingProxyType(
             gate="Resctrl",
             description="move a started container's threads into its class's resctrl group",
             points=frozenset({HookPoint.POST_START_CONTAINER}),
-            factory=lambda ctx: resctrl.Resctrl(ctx.node_slo),
+            factory="koordlet.runtimehooks.resctrl:build",
         ),
         "OOMScoreAdj": HookSpec(
             name="OOMScoreAdj",
             gate="OOMScoreAdj",
             description="start a new container with the oom_score_adj of its pod's annotations",
             points=frozenset({HookPoint.PRE_CREATE_CONTAINER}),
-            factory=lambda _ctx: oomscoreadj.OOMScoreAdj(),
+            factory="koordlet.runtimehooks.oomscoreadj:build",
         ),
     }
 )

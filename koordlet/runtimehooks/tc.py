@@ -24,12 +24,16 @@ v2) the knob is unsupported, with the probe's reason, and nothing is done.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING
 
 from apis.netqos import class_id_of, format_handle, pod_net_qos_class
 from apis.pod_overrides import ANNOTATION_POD_NETWORK_QOS
 from apis.slo_inforce import RESOURCE_QOS_STRATEGY, NodeSLOInForce
 from apis.slo_qos import NetQOSPolicy
 from koordlet.runtimehooks.model import Change, ContainerRequest, PodRequest, Resources
+
+if TYPE_CHECKING:
+    from koordlet.runtimehooks.table import HookContext
 
 NAME = "TCNetworkQoS"
 """The gate's name (upstream's plugin is ``tcPlugin``)."""
@@ -79,3 +83,8 @@ class TCNetworkQoS:
             resources=Resources(net_cls_classid=class_id),
             reason=f"tc class {format_handle(class_id)} ({net_class.value})",
         )
+
+
+def build(ctx: HookContext) -> TCNetworkQoS:
+    """The table's factory (row ``TCNetworkQoS``)."""
+    return TCNetworkQoS(ctx.node_slo, ctx.supported, ctx.pod_net_class_ids)

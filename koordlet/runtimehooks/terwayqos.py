@@ -58,6 +58,7 @@ from koordlet.runtimehooks.model import (
 )
 
 if TYPE_CHECKING:
+    from koordlet.runtimehooks.table import HookContext
     from koordlet.statesinformer.model import PodInfo
 
 logger = logging.getLogger(__name__)
@@ -155,3 +156,8 @@ class TerwayQoS:
                 TerwayPod(pod.name, pod.namespace, pod.uid, prio, cgroup, ingress, egress)
             )
         return listed, warnings
+
+
+def build(ctx: HookContext) -> TerwayQoS:
+    """The table's factory (row ``TerwayQoS``)."""
+    return TerwayQoS(ctx.node_slo, ctx.terway_qos_dir)

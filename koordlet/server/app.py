@@ -29,6 +29,8 @@ it runs at most once per tick, whatever the number of requests.
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import logging
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -48,7 +50,6 @@ from koordlet.server.limiter import LimitConfig, LimiterFamilies, Refusal, Reque
 from koordlet.server.render import FamilyRenderer
 from koordlet.server.summary import UiDeps
 from koordlet.server.textformat import accepts_gzip, content_type, negotiate
-from koordlet.server.ui import UiHandlers
 from koordlet.statesinformer.model import WorkloadSnapshot
 
 logger = logging.getLogger(__name__)
@@ -291,6 +292,40 @@ async def _readyz(request: web.Request) -> web.Response:
     return web.Response(text="ok")
 
 
+UI_PATHS = ("/debug/ui", "/debug/summary", "/debug/series")
+"""The paths of :class:`koordlet.server.ui.UiHandlers`, served through :class:`_LazyUi`."""
+
+
+class _LazyUi:
+    """The ``/debug/ui`` page and its views, imported and built at their first request (in a
+    worker thread: it reads the page's file) rather than at start: few koordlets are ever asked
+    for them, and the page, its module and what ``/debug/summary`` reads of the strategies cost
+    about 0.1 MiB (docs/benchmarks.md)."""
+
+    def __init__(self, deps: ServerDeps, ui: UiDeps) -> None:
+        self._deps = deps
+        self._ui = ui
+        self._handlers: dict[str, Handler] | None = None
+        self._lock = asyncio.Lock()
+
+    def routes(self) -> list[tuple[str, Handler]]:
+        return [(path, functools.partial(self._handle, path)) for path in UI_PATHS]
+
+    async def _handle(self, path: str, request: web.Request) -> web.StreamResponse:
+        handlers = self._handlers
+        if handlers is None:
+            async with self._lock:
+                if self._handlers is None:
+                    self._handlers = await asyncio.to_thread(self._build)
+                handlers = self._handlers
+        return await handlers[path](request)
+
+    def _build(self) -> dict[str, Handler]:
+        from koordlet.server.ui import UiHandlers
+
+        return dict(UiHandlers(self._deps, self._ui).routes())
+
+
 def build_app(deps: ServerDeps, ui: UiDeps | None = None) -> web.Application:
     """The aiohttp application serving the routes of the module docstring; with ``ui``, also
     ``/debug/ui`` and the views it polls (:mod:`koordlet.server.ui`)."""
@@ -306,7 +341,7 @@ def build_app(deps: ServerDeps, ui: UiDeps | None = None) -> web.Application:
         generation=deps.tick,
         max_age=deps.collect_interval,
     )
-    ui_routes = UiHandlers(deps, ui).routes() if ui is not None else []
+    ui_routes = _LazyUi(deps, ui).routes() if ui is not None else []
     debug = DebugHandlers(deps, extra=[path for path, _ in ui_routes])
     app.router.add_get("/metrics", _metrics)
     app.router.add_get("/healthz", _healthz)

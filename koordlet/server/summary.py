@@ -23,8 +23,6 @@ from apis.slo_strategies import (
 )
 from koordlet.config import KoordletConfig
 from koordlet.metriccache import series as s
-from koordlet.qos.cpupicker import processors_from_node_info
-from koordlet.qos.sysreconcile import node_memory_total
 from koordlet.server.exporter import STALE_INTERVALS, SampleReader
 from koordlet.statesinformer.model import WorkloadSnapshot
 
@@ -102,6 +100,10 @@ def summary_payload(
         return sample[1]
 
     info = ui.node_info()
+    # Imported at the first /debug/summary, with the page (koordlet.server.app's _LazyUi).
+    from koordlet.qos.cpupicker import processors_from_node_info
+    from koordlet.qos.sysreconcile import node_memory_total
+
     cpus = len(processors_from_node_info(info)) or None
     memory = node_memory_total(info)
     th, rejected = ui.thresholds()

@@ -27,7 +27,7 @@ from apis.extension import KubeQOS
 from koordlet.collectors import cpi
 from koordlet.collectors.framework import CollectorContext, CollectResult
 from koordlet.collectors.runner import CollectorRunner, TickState
-from koordlet.collectors.table import build_collectors
+from koordlet.collectors.table import COLLECTORS, build_collectors, export_max_ages
 from koordlet.config import KoordletConfig
 from koordlet.errors import CgroupGoneError, ConfigError, HostError, ParseError
 from koordlet.features import parse_feature_gates
@@ -551,4 +551,4 @@ def test_the_collector_runs_only_with_the_cpi_collector_gate_on(fake_host: FakeH
     built = [c for c in with_gate if c.name == "cpi"]
     assert len(built) == 1
     assert built[0].interval == 1.0
-    assert cpi.export_max_age() == 62.0
+    assert export_max_ages(COLLECTORS, on.collect)["koordlet_container_cpi"] == 62.0
