@@ -33,11 +33,10 @@ from bench._trees import BenchTree, fake_tree
 from koordlet.collectors.nodeinfo import node_info_dict
 from koordlet.executor import CgroupWriter
 from koordlet.features import FeatureGates
-from koordlet.runtimehooks.cpuset import CPUSetRule
 from koordlet.runtimehooks.framework import HookDispatcher
 from koordlet.runtimehooks.metrics import HookMetrics
 from koordlet.runtimehooks.reconciler import HookReconciler
-from koordlet.runtimehooks.sharepool import share_pools_of
+from koordlet.runtimehooks.sharepool import CPUSetRule, share_pools_of
 from koordlet.runtimehooks.table import HOOKS, HookContext
 from koordlet.statesinformer.kubepods import KubepodsSource
 from koordlet.statesinformer.model import PodInfo, WorkloadSnapshot

@@ -96,7 +96,7 @@ if TYPE_CHECKING:  # cluster mode only: imported when used (kubernetes_asyncio c
     from koordlet.reporter.evictioncondition import EvictionCondition
     from koordlet.reporter.nodemetric import NodeMetricReporter
     from koordlet.reporter.topology import KubeletTopology
-    from koordlet.runtimehooks.cpuset import CPUSetRule
+    from koordlet.runtimehooks.sharepool import CPUSetRule
     from koordlet.runtimehooks.stage import RuntimeHooks
     from koordlet.statesinformer.kube import KubeStatesSource
     from koordlet.statesinformer.kubelet import KubeletPodsSource
@@ -680,8 +680,7 @@ class Daemon:
         QoS CPUs, and LSE/LSR pods' CPUs) and the kubelet's CPU manager policy when its config
         file told it."""
         from koordlet.collectors.nodeinfo import INFO_KEY
-        from koordlet.runtimehooks.cpuset import CPUSetRule
-        from koordlet.runtimehooks.sharepool import share_pools_of
+        from koordlet.runtimehooks.sharepool import CPUSetRule, share_pools_of
         from koordlet.statesinformer.nodetopo import (
             cpus_of_node_info,
             node_annotations,

@@ -27,14 +27,13 @@ Warning Event (:class:`~koordlet.runtimehooks.errors.BadPodInput`).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from apis.cpulist import format_cpulist
 from apis.extension import LABEL_POD_QOS, KubeQOS, QoSClass
 from koordlet.runtimehooks.cgroupparent import kube_qos_of
 from koordlet.runtimehooks.model import Change, ContainerRequest, PodRequest, Resources
-from koordlet.runtimehooks.sharepool import CPUSharedPool, parse_resource_status
+from koordlet.runtimehooks.sharepool import CPUSetRule, parse_resource_status
 
 if TYPE_CHECKING:
     from koordlet.runtimehooks.table import HookContext
@@ -45,16 +44,6 @@ UNLIMITED = -1
 POLICY_NONE = "none"
 POLICY_STATIC = "static"
 """The kubelet's CPU manager policies (upstream ``KubeletCPUManagerPolicyNone``/``Static``)."""
-
-
-@dataclass(frozen=True, slots=True)
-class CPUSetRule:
-    """What the hook knows of the node (upstream ``cpusetRule``)."""
-
-    share_pools: tuple[CPUSharedPool, ...] | None = None
-    """The share pools; None while unknown."""
-    kubelet_policy: str | None = None
-    """The kubelet's ``cpuManagerPolicy`` when known."""
 
 
 class CPUSetAllocator:

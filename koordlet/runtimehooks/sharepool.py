@@ -48,6 +48,17 @@ class CPUSharedPool:
 
 
 @dataclass(frozen=True, slots=True)
+class CPUSetRule:
+    """What the CPUSetAllocator hook knows of the node (upstream ``cpusetRule``); here, beside
+    the pools, so the hook table can name it without importing the hook."""
+
+    share_pools: tuple[CPUSharedPool, ...] | None = None
+    """The share pools; None while unknown."""
+    kubelet_policy: str | None = None
+    """The kubelet's ``cpuManagerPolicy`` when known."""
+
+
+@dataclass(frozen=True, slots=True)
 class ResourceStatus:
     """The scheduler's allocation of a pod."""
 

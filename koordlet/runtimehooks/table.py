@@ -29,8 +29,8 @@ from apis.extension import KubeQOS
 from apis.slo_inforce import NodeSLOInForce
 from apis.terway import TERWAY_QOS_DIR
 from koordlet.plugins import load
-from koordlet.runtimehooks import cpuset
 from koordlet.runtimehooks.model import Change, ContainerRequest, HookPoint, NodeFiles, PodRequest
+from koordlet.runtimehooks.sharepool import CPUSetRule
 
 if TYPE_CHECKING:
     from koordlet.statesinformer.model import PodInfo
@@ -85,7 +85,7 @@ class HookContext:
     capabilities: Callable[[], Capabilities | None] = lambda: None
     """The start-up probe of knobs and sources; None before it (every knob then counts as
     unsupported for the hooks that choose a mechanism by it)."""
-    cpuset_rule: Callable[[], cpuset.CPUSetRule] = cpuset.CPUSetRule
+    cpuset_rule: Callable[[], CPUSetRule] = CPUSetRule
     """The node's CPU share pools and the kubelet's CPU manager policy, when known."""
     pod_net_class_ids: Callable[[], Mapping[str, int]] = dict
     """The class ids of the pods' own HTB classes (``koordinator.sh/networkQOS``), by UID, as

@@ -9,10 +9,10 @@ import json
 import pytest
 
 from apis.extension import ANNOTATION_RESOURCE_STATUS, LABEL_POD_QOS, KubeQOS, QoSClass
-from koordlet.runtimehooks.cpuset import POLICY_NONE, POLICY_STATIC, CPUSetAllocator, CPUSetRule
+from koordlet.runtimehooks.cpuset import POLICY_NONE, POLICY_STATIC, CPUSetAllocator
 from koordlet.runtimehooks.errors import BadPodInput
 from koordlet.runtimehooks.model import ContainerRequest, HookPoint, PodMeta, PodRequest
-from koordlet.runtimehooks.sharepool import CPUSharedPool, share_pools_of
+from koordlet.runtimehooks.sharepool import CPUSetRule, CPUSharedPool, share_pools_of
 from koordlet.statesinformer.model import PodInfo
 
 POD = PodMeta("p", "default", "11111111-2222-3333-4444-555555555555")

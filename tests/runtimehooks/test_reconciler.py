@@ -24,12 +24,11 @@ from apis.pod_overrides import ANNOTATION_POD_CPU_QOS, INVALID_ANNOTATION_REASON
 from koordlet.collectors.nodeinfo import node_info_dict
 from koordlet.executor import CgroupWriter
 from koordlet.executor.audit import AuditLog
-from koordlet.runtimehooks.cpuset import CPUSetRule
 from koordlet.runtimehooks.framework import HookDispatcher
 from koordlet.runtimehooks.metrics import HookMetrics
 from koordlet.runtimehooks.model import PodMeta
 from koordlet.runtimehooks.reconciler import HookReconciler
-from koordlet.runtimehooks.sharepool import share_pools_of
+from koordlet.runtimehooks.sharepool import CPUSetRule, share_pools_of
 from koordlet.runtimehooks.table import HOOKS, HookContext
 from koordlet.statesinformer.model import ContainerInfo, PodInfo, WorkloadSnapshot
 from koordlet.system.knobs import (
