@@ -354,6 +354,7 @@ def _fast_pod(pod: Any) -> PodView:
     if qos not in _QOS_NAMES:
         qos = "BE" if _kube_qos(spec, status) == "BestEffort" else "LS"
     priority_class = pod_priority_class_with_default(labels, spec.get("priority"), qos)
+    annotations = meta.get("annotations")  # most pods have none: no NUMA placement to read
     return PodView(
         f"{meta.get('namespace') or ''}/{meta.get('name') or ''}",
         str(spec.get("nodeName") or ""),
@@ -361,7 +362,7 @@ def _fast_pod(pod: Any) -> PodView:
         priority_class,
         qos,
         Resources(cpu, mem),
-        numa_nodes_of(meta.get("annotations")),
+        numa_nodes_of(annotations) if annotations else (),
     )
 
 
