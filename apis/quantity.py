@@ -24,7 +24,8 @@ Everything here follows ``k8s.io/apimachinery/pkg/api/resource/quantity.go``:
   canonical (and so prints ``"+1"`` back as ``"+1"``); we always print the computed form.
 
 Parsing is cached by text: a cluster repeats the same few hundred strings millions of times, so
-:func:`milli_value` and :func:`int_value` cost a dict lookup after the first time.
+:func:`milli_value` and :func:`int_value` cost a cache lookup after the first time (plain digits,
+byte counts that seldom repeat, are read directly instead).
 """
 
 from __future__ import annotations
@@ -171,42 +172,44 @@ def parse_quantity(value: object) -> Quantity:
 
 
 @lru_cache(maxsize=1 << 16)
-def _milli_cached(value: str | int) -> int:
-    return parse_quantity(value).milli_value
-
-
-@lru_cache(maxsize=1 << 16)
-def _int_cached(value: str | int) -> int:
-    return parse_quantity(value).int_value
+def _milli_of_text(text: str) -> int:
+    if text.isascii() and text.isdigit():  # "2": the shapes metrics use, no Fraction
+        return int(text) * 1000
+    if text[-1:] == "m" and text.isascii() and text[:-1].isdigit():
+        return int(text[:-1])
+    return _parse_text(text).milli_value
 
 
 _BINARY_FACTORS = {"Ki": 1 << 10, "Mi": 1 << 20, "Gi": 1 << 30, "Ti": 1 << 40}
 
 
+@lru_cache(maxsize=1 << 16)
+def _int_of_text(text: str) -> int:
+    factor = _BINARY_FACTORS.get(text[-2:])
+    if factor is not None and text.isascii() and text[:-2].isdigit():
+        whole = int(text[:-2]) * factor
+        if whole <= _MAX_INT64:  # above it, ParseQuantity's BinarySI cap applies
+            return whole
+    return _parse_text(text).int_value
+
+
 def milli_value(value: object) -> int:
-    """``parse_quantity(value).milli_value`` (``MilliValue()``), fast for the common shapes."""
+    """``parse_quantity(value).milli_value`` (``MilliValue()``). A text is looked up first: CPU
+    texts (requests, usage in milli-cores) come from a small set and repeat on every pod."""
     if type(value) is str:
-        if value.isascii() and value.isdigit():  # "2": the shapes metrics use, no Fraction
-            return int(value) * 1000
-        if value[-1:] == "m" and value.isascii() and value[:-1].isdigit():
-            return int(value[:-1])
-        return _milli_cached(value)
+        return _milli_of_text(value)
     if type(value) is int:
         return value * 1000
     return parse_quantity(value).milli_value
 
 
 def int_value(value: object) -> int:
-    """``parse_quantity(value).int_value`` (``Value()``), fast for the common shapes."""
+    """``parse_quantity(value).int_value`` (``Value()``). Plain digits (byte counts, seldom the
+    same twice) are read directly; any other text is looked up first (``"512Mi"`` requests)."""
     if type(value) is str:
         if value.isascii() and value.isdigit():
             return int(value)
-        factor = _BINARY_FACTORS.get(value[-2:])
-        if factor is not None and value.isascii() and value[:-2].isdigit():
-            whole = int(value[:-2]) * factor
-            if whole <= _MAX_INT64:  # above it, ParseQuantity's BinarySI cap applies
-                return whole
-        return _int_cached(value)
+        return _int_of_text(value)
     if type(value) is int:
         return value
     return parse_quantity(value).int_value
