@@ -441,4 +441,12 @@ def parse_pod_list(obj: object, source: str) -> tuple[PodView, ...]:
         if doc.get("kind") not in (None, "PodList", "List"):
             raise InputError(source, "kind", f"must be PodList, got {doc.get('kind')!r}")
         items = _list(doc.get("items"), source, "items")
-    return tuple(parse_pod(item, source, f"items[{i}]") for i, item in enumerate(items))
+    views: list[PodView] = []
+    for i, item in enumerate(items):
+        try:
+            views.append(_fast_pod(item))
+            continue
+        except (LookupError, AttributeError, TypeError, ValueError):
+            pass  # the checked path below names the field at fault (only it needs the path)
+        views.append(_checked_pod(item, source, f"items[{i}]"))
+    return tuple(views)
