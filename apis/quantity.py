@@ -24,8 +24,8 @@ Everything here follows ``k8s.io/apimachinery/pkg/api/resource/quantity.go``:
   canonical (and so prints ``"+1"`` back as ``"+1"``); we always print the computed form.
 
 Parsing is cached by text: a cluster repeats the same few hundred strings millions of times, so
-:func:`milli_value` and :func:`int_value` cost a cache lookup after the first time (plain digits,
-byte counts that seldom repeat, are read directly instead).
+:func:`milli_value` costs a cache lookup after the first time; :func:`int_value` reads the common
+shapes of byte counts (plain digits, ``Ki``...), which seldom repeat, directly.
 """
 
 from __future__ import annotations
@@ -180,17 +180,12 @@ def _milli_of_text(text: str) -> int:
     return _parse_text(text).milli_value
 
 
-_BINARY_FACTORS = {"Ki": 1 << 10, "Mi": 1 << 20, "Gi": 1 << 30, "Ti": 1 << 40}
-
-
 @lru_cache(maxsize=1 << 16)
-def _int_of_text(text: str) -> int:
-    factor = _BINARY_FACTORS.get(text[-2:])
-    if factor is not None and text.isascii() and text[:-2].isdigit():
-        whole = int(text[:-2]) * factor
-        if whole <= _MAX_INT64:  # above it, ParseQuantity's BinarySI cap applies
-            return whole
+def _int_cached(text: str) -> int:
     return _parse_text(text).int_value
+
+
+_BINARY_FACTORS = {"Ki": 1 << 10, "Mi": 1 << 20, "Gi": 1 << 30, "Ti": 1 << 40}
 
 
 def milli_value(value: object) -> int:
@@ -204,12 +199,18 @@ def milli_value(value: object) -> int:
 
 
 def int_value(value: object) -> int:
-    """``parse_quantity(value).int_value`` (``Value()``). Plain digits (byte counts, seldom the
-    same twice) are read directly; any other text is looked up first (``"512Mi"`` requests)."""
+    """``parse_quantity(value).int_value`` (``Value()``). Byte counts (``"734003200"``, a
+    NodeMetric's BinarySI ``"716803Ki"``) seldom repeat: the common shapes are read directly, not
+    looked up (a miss in a full cache cost 915 ns against 586 ns read directly)."""
     if type(value) is str:
         if value.isascii() and value.isdigit():
             return int(value)
-        return _int_of_text(value)
+        factor = _BINARY_FACTORS.get(value[-2:])
+        if factor is not None and value.isascii() and value[:-2].isdigit():
+            whole = int(value[:-2]) * factor
+            if whole <= _MAX_INT64:  # above it, ParseQuantity's BinarySI cap applies
+                return whole
+        return _int_cached(value)
     if type(value) is int:
         return value
     return parse_quantity(value).int_value
