@@ -126,8 +126,7 @@ def hp_sums(
     node: NodeView, metric: NodeMetricView, pods: Sequence[PodView], *, record: bool
 ) -> HPSums:
     """HP.request, HP.used and HP.maxUsedRequest over ``pods`` and the NodeMetric."""
-    usage_by_pod = {f"{pm.namespace}/{pm.name}": pm for pm in metric.pods}
-    dangling = dict(usage_by_pod)
+    dangling = {f"{pm.namespace}/{pm.name}": pm for pm in metric.pods}  # popped as pods match
     req_cpu = req_mem = used_cpu = used_mem = mur_cpu = mur_mem = 0
     terms: list[PodTerm] = []
     for pod in pods:
