@@ -24,7 +24,8 @@ Everything here follows ``k8s.io/apimachinery/pkg/api/resource/quantity.go``:
   canonical (and so prints ``"+1"`` back as ``"+1"``); we always print the computed form.
 
 Parsing is cached by text: a cluster repeats the same few hundred strings millions of times, so
-:func:`milli_value` and :func:`int_value` cost a dict lookup after the first time.
+:func:`milli_value` costs a cache lookup after the first time; :func:`int_value` reads the common
+shapes of byte counts (plain digits, ``Ki``...), which seldom repeat, directly.
 """
 
 from __future__ import annotations
@@ -171,33 +172,36 @@ def parse_quantity(value: object) -> Quantity:
 
 
 @lru_cache(maxsize=1 << 16)
-def _milli_cached(value: str | int) -> int:
-    return parse_quantity(value).milli_value
+def _milli_of_text(text: str) -> int:
+    if text.isascii() and text.isdigit():  # "2": the shapes metrics use, no Fraction
+        return int(text) * 1000
+    if text[-1:] == "m" and text.isascii() and text[:-1].isdigit():
+        return int(text[:-1])
+    return _parse_text(text).milli_value
 
 
 @lru_cache(maxsize=1 << 16)
-def _int_cached(value: str | int) -> int:
-    return parse_quantity(value).int_value
+def _int_cached(text: str) -> int:
+    return _parse_text(text).int_value
 
 
 _BINARY_FACTORS = {"Ki": 1 << 10, "Mi": 1 << 20, "Gi": 1 << 30, "Ti": 1 << 40}
 
 
 def milli_value(value: object) -> int:
-    """``parse_quantity(value).milli_value`` (``MilliValue()``), fast for the common shapes."""
+    """``parse_quantity(value).milli_value`` (``MilliValue()``). A text is looked up first: CPU
+    texts (requests, usage in milli-cores) come from a small set and repeat on every pod."""
     if type(value) is str:
-        if value.isascii() and value.isdigit():  # "2": the shapes metrics use, no Fraction
-            return int(value) * 1000
-        if value[-1:] == "m" and value.isascii() and value[:-1].isdigit():
-            return int(value[:-1])
-        return _milli_cached(value)
+        return _milli_of_text(value)
     if type(value) is int:
         return value * 1000
     return parse_quantity(value).milli_value
 
 
 def int_value(value: object) -> int:
-    """``parse_quantity(value).int_value`` (``Value()``), fast for the common shapes."""
+    """``parse_quantity(value).int_value`` (``Value()``). Byte counts (``"734003200"``, a
+    NodeMetric's BinarySI ``"716803Ki"``) seldom repeat: the common shapes are read directly, not
+    looked up (a miss in a full cache cost 915 ns against 586 ns read directly)."""
     if type(value) is str:
         if value.isascii() and value.isdigit():
             return int(value)

@@ -25,6 +25,8 @@ from dataclasses import dataclass
 from apis.configuration import CalculatePolicy, ColocationStrategy
 from apis.priority import PRIORITY_BATCH, PRIORITY_DEFAULT_VALUES, PRIORITY_FREE
 from manager.noderesource.inputs import (
+    CPU,
+    MEMORY,
     ZERO,
     NodeMetricView,
     NodeView,
@@ -124,8 +126,7 @@ def hp_sums(
     node: NodeView, metric: NodeMetricView, pods: Sequence[PodView], *, record: bool
 ) -> HPSums:
     """HP.request, HP.used and HP.maxUsedRequest over ``pods`` and the NodeMetric."""
-    usage_by_pod = {f"{pm.namespace}/{pm.name}": pm for pm in metric.pods}
-    dangling = dict(usage_by_pod)
+    dangling = {f"{pm.namespace}/{pm.name}": pm for pm in metric.pods}  # popped as pods match
     req_cpu = req_mem = used_cpu = used_mem = mur_cpu = mur_mem = 0
     terms: list[PodTerm] = []
     for pod in pods:
@@ -148,30 +149,41 @@ def hp_sums(
                     )
                 )  # fmt: skip
             continue
+        # Integers rather than Resources records: this runs for every pod of every node on
+        # each pass, and the records are needed only when the terms are recorded.
         r = pod.request
         req_cpu += r.cpu
         req_mem += r.memory
-        if pm is None:
-            as_used = as_mur = r
-            reason = "high priority, no metric: counted by request"
-        else:
-            u = usage_of(pm.pod_usage)
-            if pod.qos == "LSE":  # LSE CPUs are never reclaimed: CPU by request
-                as_used = Resources(r.cpu, u.memory)
-                reason = "high priority LSE: CPU by request, memory by usage"
-            else:
-                as_used = u
-                reason = "high priority: counted by usage"
-            as_mur = Resources(max(r.cpu, u.cpu), max(r.memory, u.memory))
-        used_cpu += as_used.cpu
-        used_mem += as_used.memory
-        mur_cpu += as_mur.cpu
-        mur_mem += as_mur.memory
+        if pm is None:  # counted by request
+            used_cpu += r.cpu
+            used_mem += r.memory
+            mur_cpu += r.cpu
+            mur_mem += r.memory
+            if record:
+                reason = "high priority, no metric: counted by request"
+                terms.append(
+                    PodTerm(pod.key, pod.priority_class, pod.qos, True, reason, r, None, r, r)
+                )
+            continue
+        res = pm.pod_usage.resources
+        u_cpu, u_mem = res.get(CPU, 0), res.get(MEMORY, 0)
+        lse = pod.qos == "LSE"  # LSE CPUs are never reclaimed: CPU by request
+        used_cpu += r.cpu if lse else u_cpu
+        used_mem += u_mem
+        mur_cpu += max(r.cpu, u_cpu)
+        mur_mem += max(r.memory, u_mem)
         if record:
+            u = Resources(u_cpu, u_mem)
+            if lse:
+                reason = "high priority LSE: CPU by request, memory by usage"
+                as_used = Resources(r.cpu, u_mem)
+            else:
+                reason = "high priority: counted by usage"
+                as_used = u
+            as_mur = Resources(max(r.cpu, u_cpu), max(r.memory, u_mem))
             terms.append(
                 PodTerm(
-                    pod.key, pod.priority_class, pod.qos, True, reason, r,
-                    usage_of(pm.pod_usage) if pm else None, as_used, as_mur,
+                    pod.key, pod.priority_class, pod.qos, True, reason, r, u, as_used, as_mur,
                 )
             )  # fmt: skip
     dangling_used = ZERO
