@@ -161,7 +161,8 @@ class Daemon:
         self.settle_gc_when_ready = settle_gc_when_ready
         """Whether :func:`settle_gc` runs once ready: the process is the daemon's alone
         (``koordlet``'s entry point says so; in-process tests do not)."""
-        self._collector_table = collectors
+        self.collector_table = collectors
+        """The collector plugin table the runner is built from (tests pass their own)."""
         self._strategy_table = strategies
         self.registry = CollectorRegistry()
         self.metrics = SelfMetrics(self.registry, node_name=cfg.node_name, version=__version__)
@@ -171,13 +172,13 @@ class Daemon:
             "Reloads of the local NodeSLO file that failed; the last good version stays.",
             registry=self.registry,
         )
-        self.registry.register(NodeSLOSections(self._node_slo))
+        self.registry.register(NodeSLOSections(self.node_slo))
         self.health = LoopHealth()
         """Whether the collect loop and the QoS strategies keep up (``/readyz``, gauges)."""
         self.registry.register(self.health)
         self.collect_ticks = 0
         """Collect steps completed: the generation of the ``/metrics`` bodies."""
-        self._collect_done: float | None = None
+        self.collect_done: float | None = None
         """Wall-clock time the last collect step completed."""
         self.notifier = Notifier()
         """systemd's notify socket (``Type=notify``); does nothing without ``$NOTIFY_SOCKET``."""
@@ -207,7 +208,7 @@ class Daemon:
         """Cluster mode with ``NodeTopologyReport``: the kubelet's reserved CPUs and CPU manager
         policy, for the share pools of the NRT and of the cpuset hook alike."""
         self.hook_views = HookViews(
-            self._snapshot,
+            self.snapshot,
             node_info=lambda: (
                 self.cache.get_info(NODE_INFO_KEY) if self.cache is not None else None
             ),
@@ -215,7 +216,8 @@ class Daemon:
             node=self._kube_node,
         )
         """The runtime hooks' views of the node (cpuset share pools, pods' network classes)."""
-        self._driver_watch: DriverWatch | None = None
+        self.driver_watch: DriverWatch | None = None
+        """With ``--cgroup-driver=auto``: re-detects the driver until a kubepods root appears."""
 
     # Start -------------------------------------------------------------------------------------
 
@@ -255,7 +257,7 @@ class Daemon:
             )
             self.readiness.mark_done(name)
             self.notifier.status(f"stage {number}/{len(STAGES)} {name} started")
-        addresses = self._need(self.server).addresses
+        addresses = self.need(self.server).addresses
         took = time.perf_counter() - began
         logger.info("koordlet ready in %.3fs: serving on %s", took, addresses)
         self.notifier.ready(f"ready; serving on {addresses}")
@@ -263,7 +265,7 @@ class Daemon:
             settle_gc()
         watchdog = Watchdog.from_environ(self.notifier, healthy=self._tasks_healthy)
         if watchdog is not None:  # registered last: it stops first
-            self._supervisor("server").spawn_loop(
+            self.supervisor_for("server").spawn_loop(
                 "sd-watchdog", watchdog.step, watchdog.interval, component="sdnotify"
             )
         return EXIT_OK
@@ -280,7 +282,7 @@ class Daemon:
         self.cache = MetricCache()
 
     async def _start_states(self) -> None:
-        host, writer = self._need(self.host), self._need(self.writer)
+        host, writer = self.need(self.host), self.need(self.writer)
         caps = await asyncio.to_thread(probe_capabilities, host)
         self.capabilities = caps
         self.metrics.record_capabilities({name: c.supported for name, c in caps.items()})
@@ -309,7 +311,7 @@ class Daemon:
                 )
         self.inventory = WorkloadInventory(pod_sources, app_sources)
         if self.cfg.cgroup.driver == "auto":
-            self._driver_watch = await asyncio.to_thread(
+            self.driver_watch = await asyncio.to_thread(
                 DriverWatch, host, self.cfg.cgroup.kube_path
             )
         change = await asyncio.to_thread(self._first_refresh)
@@ -324,7 +326,7 @@ class Daemon:
         if self.nodeslo is not None:
             self.nodeslo.load()
         adopt_redetected_host(self)
-        return self._need(self.inventory).refresh()
+        return self.need(self.inventory).refresh()
 
     async def _start_qos(self) -> None:
         names = {spec.name for spec in self._strategy_table}
@@ -334,23 +336,23 @@ class Daemon:
                 f"unknown strategies {unknown}; the strategy table has {sorted(names) or 'none'}",
                 source="--qos-dry-run-strategies",
             )
-        host = self._need(self.host)
+        host = self.need(self.host)
         events = PressureEventSource(
             privileged=await asyncio.to_thread(has_cap_sys_resource, host.paths)
         )
         self.events = events
-        self._on_stop("qos", lambda t: _close_events(events))
+        self.on_stop("qos", lambda t: _close_events(events))
         supervisor = Supervisor(self.metrics)
         self._supervisors.append(supervisor)
-        audit = self._need(self.audit)
+        audit = self.need(self.audit)
         self.evictor = build_evictor(self, audit)
         ctx = StrategyContext(
-            host=lambda: self._need(self.host),
+            host=lambda: self.need(self.host),
             config=self.cfg,
-            cache=self._need(self.cache),
-            executor=self._need(self.writer),
-            workloads=self._snapshot,
-            node_slo=self._node_slo,
+            cache=self.need(self.cache),
+            executor=self.need(self.writer),
+            workloads=self.snapshot,
+            node_slo=self.node_slo,
             capabilities=self.capabilities,
             evictor=self.evictor,
             read_now=self.read_now,
@@ -363,7 +365,7 @@ class Daemon:
             pod_warnings=self._pod_warnings(),
         )
         qos = QoSManager(ctx, self._strategy_table, supervisor)
-        self._on_stop("qos", qos.stop)
+        self.on_stop("qos", qos.stop)
         self.qos = qos
         qos.start()
         running = qos.running()
@@ -382,7 +384,7 @@ class Daemon:
         sink: PodWarningSink | None = None
         if self.kube is not None:
             kube_sink = KubeEventSink(self.kube, self.cfg.node_name)
-            self._on_stop("qos", lambda _t: kube_sink.close())
+            self.on_stop("qos", lambda _t: kube_sink.close())
             sink = kube_sink
         warnings = PodAnnotationWarnings(sink)
         self.registry.register(warnings)
@@ -395,7 +397,7 @@ class Daemon:
         hooks = await start_runtime_hooks(
             self.cfg,
             HookContext(
-                node_slo=self._node_slo,
+                node_slo=self.node_slo,
                 host=lambda: self.host,
                 capabilities=lambda: self.capabilities,
                 cpuset_rule=self.hook_views.cpuset_rule,
@@ -403,46 +405,50 @@ class Daemon:
                 terway_qos_dir=self.cfg.runtime_hooks.terway_qos_dir,
             ),
             registry=self.registry,
-            writer=self._need(self.writer),
-            audit=self._need(self.audit),
-            supervisor=self._supervisor("runtimehooks"),
+            writer=self.need(self.writer),
+            audit=self.need(self.audit),
+            supervisor=self.supervisor_for("runtimehooks"),
             kube=self.kube,
             enabled=self.cfg.feature_gates.enabled,
-            workloads=self._snapshot,
+            workloads=self.snapshot,
             originals=self.originals.entries() if self.originals is not None else (),
         )
         self.runtime_hooks = hooks
-        self._on_stop("runtimehooks", hooks.stop)
+        self.on_stop("runtimehooks", hooks.stop)
 
     async def read_now(self, what: OnDemand[_T]) -> _T:
         """An on-demand read through the current collector runner (it is rebuilt when the
         cgroup layout is re-detected): what an event handler awaits for data fresher than the
         last tick; see ``CollectorRunner.read_now``."""
-        return await self._need(self.runner).read_now(what)
+        return await self.need(self.runner).read_now(what)
 
-    # Helpers -----------------------------------------------------------------------------------
+    # What the stages (here and in the wiring modules beside) use -------------------------------
 
-    def _snapshot(self) -> WorkloadSnapshot:
-        return self._need(self.inventory).snapshot()
+    def snapshot(self) -> WorkloadSnapshot:
+        """The inventory's current workloads."""
+        return self.need(self.inventory).snapshot()
 
-    def _node_slo(self) -> NodeSLOInForce:
+    def node_slo(self) -> NodeSLOInForce:
         """The NodeSLO in force: the API server's in cluster mode, the local file's in standalone
         mode with one, else Koordinator's defaults."""
         if self.kube_states is not None:
             return self.kube_states.node_slo
         return self.nodeslo.in_force if self.nodeslo is not None else _DEFAULT_NODE_SLO
 
-    def _supervisor(self, stage: str) -> Supervisor:
+    def supervisor_for(self, stage: str) -> Supervisor:
+        """A new supervisor whose tasks stop with ``stage``."""
         supervisor = Supervisor(self.metrics)
         self._supervisors.append(supervisor)
-        self._on_stop(stage, supervisor.stop)
+        self.on_stop(stage, supervisor.stop)
         return supervisor
 
-    def _on_stop(self, stage: str, stop: _Stop) -> None:
+    def on_stop(self, stage: str, stop: _Stop) -> None:
+        """Run ``stop`` when ``stage`` stops (a stage's steps stop last registered first)."""
         self._stops.append((stage, stop))
 
     @staticmethod
-    def _need(value: _T | None) -> _T:
+    def need(value: _T | None) -> _T:
+        """``value``, which a started stage has set; RuntimeError when it is still None."""
         if value is None:
             raise RuntimeError("a component was used before its stage started")
         return value

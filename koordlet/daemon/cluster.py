@@ -44,13 +44,13 @@ async def start_kube_states(daemon: Daemon) -> KubeStatesSource:
     except KubeConfigError as err:
         raise kubeconfig_error(kube_cfg.kubeconfig, err) from err
     daemon.kube = kube
-    daemon._on_stop("states", lambda _t: kube.close())
+    daemon.on_stop("states", lambda _t: kube.close())
     states = KubeStatesSource(
-        kube, daemon.cfg.node_name, lambda: daemon._need(daemon.host).layout, daemon.cfg.state_dir
+        kube, daemon.cfg.node_name, lambda: daemon.need(daemon.host).layout, daemon.cfg.state_dir
     )
     daemon.kube_states = states
     persisted = await asyncio.to_thread(states.load_persisted)
-    daemon._supervisor("states").spawn("kube-states", states.run, component="statesinformer")
+    daemon.supervisor_for("states").spawn("kube-states", states.run, component="statesinformer")
     if not await states.wait_synced(kube_cfg.sync_timeout):
         logger.warning(
             "API server not synced within %gs: protect-only mode on the %s NodeSLO; "
@@ -80,12 +80,12 @@ async def start_kubelet_pods(daemon: Daemon, states: KubeStatesSource) -> Kubele
             sync_timeout=k.kubelet_sync_timeout,
         ),
         daemon.cfg.node_name,
-        lambda: daemon._need(daemon.host).layout,
+        lambda: daemon.need(daemon.host).layout,
         node=states.node,
     )
     daemon.kubelet_pods = source
-    daemon._on_stop("states", lambda _t: source.close())
-    daemon._supervisor("states").spawn_loop(
+    daemon.on_stop("states", lambda _t: source.close())
+    daemon.supervisor_for("states").spawn_loop(
         "kubelet-pods",
         source.poll,
         k.kubelet_sync_interval,
@@ -108,7 +108,7 @@ async def start_reporters(daemon: Daemon, supervisor: Supervisor, states: KubeSt
     from koordlet.reporter.predictor import PeakPredictor, PredictorConfig
     from koordlet.reporter.topology import KubeletTopology, TopologyReporter
 
-    kube, cache, kube_cfg = daemon._need(daemon.kube), daemon._need(daemon.cache), daemon.cfg.kube
+    kube, cache, kube_cfg = daemon.need(daemon.kube), daemon.need(daemon.cache), daemon.cfg.kube
     pod_source: PodSource = states
     if daemon.kubelet_pods is not None and daemon.cfg.kube.pods_source == "kubelet":
         pod_source = daemon.kubelet_pods
@@ -146,7 +146,7 @@ def start_eviction_condition(
     from koordlet.reporter.evictioncondition import FEATURE_GATE, EvictionCondition
 
     condition = EvictionCondition(
-        daemon._need(daemon.kube),
+        daemon.need(daemon.kube),
         daemon.cfg.node_name,
         states.node,
         enabled=daemon.cfg.feature_gates.enabled(FEATURE_GATE),

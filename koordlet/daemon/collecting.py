@@ -33,15 +33,15 @@ async def start_collectors(daemon: Daemon) -> None:
     # Kernel files stay open between ticks (koordlet.system.openfiles), and the CPI
     # collector holds two descriptors per container and CPU: lift the soft limit first.
     await asyncio.to_thread(raise_nofile_limit, daemon.cfg.paths)
-    daemon.runner = build_runner(daemon, daemon._need(daemon.host))
+    daemon.runner = build_runner(daemon, daemon.need(daemon.host))
     # Registered before the supervisor, so it runs after the collect loop has stopped.
-    daemon._on_stop("collectors", lambda t: asyncio.to_thread(close_runner, daemon))
-    supervisor = daemon._supervisor("collectors")
+    daemon.on_stop("collectors", lambda t: asyncio.to_thread(close_runner, daemon))
+    supervisor = daemon.supervisor_for("collectors")
     interval = daemon.cfg.collect.res_used_interval
     supervisor.spawn_loop(
         "collect", functools.partial(collect_step, daemon), interval, component="daemon"
     )
-    daemon.health.watch("daemon", "collect", interval, lambda: daemon._collect_done)
+    daemon.health.watch("daemon", "collect", interval, lambda: daemon.collect_done)
     logger.info(
         "collecting every %gs with %d collectors (%s)",
         daemon.cfg.collect.res_used_interval,
@@ -54,13 +54,13 @@ async def start_collectors(daemon: Daemon) -> None:
 
 async def collect_step(daemon: Daemon) -> None:
     """One base tick: refresh and collect in one worker thread, then store on the loop."""
-    inventory = daemon._need(daemon.inventory)
+    inventory = daemon.need(daemon.inventory)
     before = inventory.snapshot()
     change, runner, report = await asyncio.to_thread(tick, daemon)
     forget_removed(daemon, before, change)
     runner.apply(report)
     daemon.collect_ticks += 1
-    daemon._collect_done = time.time()
+    daemon.collect_done = time.time()
 
 
 def tick(daemon: Daemon) -> tuple[InventoryChange, CollectorRunner, TickReport]:
@@ -71,22 +71,22 @@ def tick(daemon: Daemon) -> tuple[InventoryChange, CollectorRunner, TickReport]:
     two reads (stamping on the event loop let node CPU exceed the CPU count under load).
     """
     adopt_redetected_host(daemon)
-    change = daemon._need(daemon.inventory).refresh()
-    runner = daemon._need(daemon.runner)
+    change = daemon.need(daemon.inventory).refresh()
+    runner = daemon.need(daemon.runner)
     return change, runner, runner.run_tick(time.time())
 
 
 def adopt_redetected_host(daemon: Daemon) -> None:
     """Switch every host user to the new layout once the kubepods root appeared."""
-    watch, host = daemon._driver_watch, daemon._need(daemon.host)
+    watch, host = daemon.driver_watch, daemon.need(daemon.host)
     new = watch.check(host) if watch is not None else None
     if new is None or new.layout == host.layout:
         return
     daemon.host = new
-    daemon._need(daemon.kubepods).host = new
+    daemon.need(daemon.kubepods).host = new
     if daemon.nodeslo is not None:
         daemon.nodeslo.host = new
-    daemon._need(daemon.writer).host = new
+    daemon.need(daemon.writer).host = new
     if daemon.runner is not None:
         daemon.runner.close()
         daemon.runner = build_runner(daemon, new)
@@ -94,7 +94,7 @@ def adopt_redetected_host(daemon: Daemon) -> None:
 
 def forget_removed(daemon: Daemon, before: WorkloadSnapshot, change: InventoryChange) -> None:
     """Drop the series (and the writer's cached values) of pods and apps that are gone."""
-    cache, writer = daemon._need(daemon.cache), daemon._need(daemon.writer)
+    cache, writer = daemon.need(daemon.cache), daemon.need(daemon.writer)
     dropped = 0
     gone_dirs = []
     for uid in change.removed:
@@ -120,9 +120,9 @@ def build_runner(daemon: Daemon, host: Host) -> CollectorRunner:
     """The collector runner over the daemon's collector table, for ``host``'s layout."""
     ctx = CollectorContext(host=host, config=daemon.cfg, capabilities=daemon.capabilities)
     return CollectorRunner(
-        build_collectors(ctx, daemon._collector_table),
-        daemon._need(daemon.cache),
-        daemon._snapshot,
+        build_collectors(ctx, daemon.collector_table),
+        daemon.need(daemon.cache),
+        daemon.snapshot,
         base_interval=daemon.cfg.collect.res_used_interval,
         recorder=daemon.metrics,
         host=host,

@@ -27,21 +27,21 @@ SERVER_SHUTDOWN_TIMEOUT = 2.0
 
 async def start_serving(daemon: Daemon) -> None:
     """Stage 7: the HTTP server on ``--addr``; a port it cannot bind is a configuration error."""
-    cache = daemon._need(daemon.cache)
+    cache = daemon.need(daemon.cache)
     server = daemon.cfg.server
     interval = daemon.cfg.collect.res_used_interval
     exporter = KoordletExporter(
         cache,
-        daemon._snapshot,
+        daemon.snapshot,
         node_name=daemon.cfg.node_name,
         collect_interval=interval,
-        max_ages=export_max_ages(daemon._collector_table, daemon.cfg.collect),
+        max_ages=export_max_ages(daemon.collector_table, daemon.cfg.collect),
     )
     deps = ServerDeps(
         registry=daemon.registry,
         readiness=daemon.readiness,
         cache=cache,
-        workloads=daemon._snapshot,
+        workloads=daemon.snapshot,
         capabilities=lambda: describe_capabilities(daemon),
         config=lambda: config_as_dict(daemon.cfg),
         tasks=lambda: [t for s in daemon._supervisors for t in s.describe()],
@@ -61,7 +61,7 @@ async def start_serving(daemon: Daemon) -> None:
     )
     ui = UiDeps(
         config=daemon.cfg,
-        thresholds=thresholds_of(daemon._node_slo),
+        thresholds=thresholds_of(daemon.node_slo),
         node_info=lambda: cache.get_info(NODE_INFO_KEY),
         points=cache.points,
     )
@@ -76,14 +76,14 @@ async def start_serving(daemon: Daemon) -> None:
         why = os.strerror(err.errno).lower() if err.errno else str(err)
         raise ConfigError(f"cannot listen on {server.addr}: {why}", source="--addr") from err
     daemon.server = handle
-    daemon._on_stop("server", lambda t: handle.stop())
+    daemon.on_stop("server", lambda t: handle.stop())
 
 
 def describe_capabilities(daemon: Daemon) -> dict[str, Any]:
     """``/debug/capabilities``: the start-up probe's verdicts, plus what was found
     unsupported while running: collector sources (``collector/<name>/<source>``) and
     refused pressure watches (``events/<watch>``), each with its reason."""
-    out: dict[str, Any] = dict(daemon._need(daemon.capabilities).as_dict())
+    out: dict[str, Any] = dict(daemon.need(daemon.capabilities).as_dict())
     if daemon.runner is not None:
         for key, reason in sorted(daemon.runner.unsupported.items()):
             out[f"collector/{key}"] = {"supported": False, "reason": reason, "runtime": True}
@@ -100,14 +100,14 @@ def describe_audit(
     daemon: Daemon, limit: int, strategy: str | None, kind: str | None
 ) -> dict[str, Any]:
     """``/debug/audit``: the most recent entries, newest first, and the log's counters."""
-    audit = daemon._need(daemon.audit)
+    audit = daemon.need(daemon.audit)
     entries = audit.recent(limit, strategy=strategy, kind=kind)
     return {"entries": [e.as_dict() for e in entries], "log": audit.stats()}
 
 
 def describe_qos(daemon: Daemon) -> dict[str, Any]:
     """``/debug/qos``: the QoS manager's view, and the BE eviction condition's in cluster mode."""
-    out = daemon._need(daemon.qos).describe()
+    out = daemon.need(daemon.qos).describe()
     if daemon.eviction_condition is not None:
         out["be_eviction_condition"] = daemon.eviction_condition.describe()
     return out

@@ -51,7 +51,7 @@ async def start_executor(daemon: Daemon) -> None:
     )
     # Stops after the writer (a stage's steps stop last registered first): the writer's
     # last changes still reach the file.
-    daemon._on_stop("executor", lambda t: asyncio.to_thread(audit.close, min(t, 2.0)))
+    daemon.on_stop("executor", lambda t: asyncio.to_thread(audit.close, min(t, 2.0)))
     qos = daemon.cfg.qos
     writer = CgroupWriter(
         daemon.host,
@@ -65,7 +65,7 @@ async def start_executor(daemon: Daemon) -> None:
     daemon.writer = writer
     # cancel_pending: a batch already running finishes (it is one job), queued ones are
     # dropped, so no batch is left half-applied.
-    daemon._on_stop("executor", lambda t: asyncio.to_thread(writer.stop, cancel_pending=True))
+    daemon.on_stop("executor", lambda t: asyncio.to_thread(writer.stop, cancel_pending=True))
     if qos.dry_run or qos.dry_run_strategies:
         logger.warning(
             "dry run for %s: decisions are audited in %s, nothing is written or evicted",
@@ -86,7 +86,7 @@ def build_evictor(daemon: Daemon, audit: AuditLog) -> Evictor:
 
         backend = EvictionApiBackend(daemon.kube, node_name=daemon.cfg.node_name)
     else:
-        backend = CgroupKillEvictor(lambda: daemon._need(daemon.host))
+        backend = CgroupKillEvictor(lambda: daemon.need(daemon.host))
     return Evictor(
         backend,
         max_per_round=qos.evict_max_per_round,
