@@ -1,6 +1,7 @@
 """Value converters of the settings table: a YAML scalar or a flag string in, a checked value
 out; TypeError or ValueError (with the reason) on bad input, which the loader turns into a
-:class:`~koordlet.errors.ConfigError` naming the flag or the file and the field.
+:class:`~koordlet.errors.ConfigError` naming the flag or the file and the field. Each is named
+for what it accepts; each row of :data:`koordlet.config.settings.SETTINGS` names one.
 """
 
 from __future__ import annotations
@@ -17,35 +18,35 @@ from koordlet.config.model import RUNTIME_HOOK_POINTS
 from koordlet.errors import ConfigError
 
 
-def _string(value: object) -> str:
+def string(value: object) -> str:
     if not isinstance(value, str):
         raise TypeError(f"must be a string, got {value!r}")
     return value
 
 
-def _nonempty(value: object) -> str:
-    text = _string(value).strip()
+def nonempty(value: object) -> str:
+    text = string(value).strip()
     if not text:
         raise ValueError("must not be empty")
     return text
 
 
-def _abs_path(value: object) -> str:
-    text = _nonempty(value)
+def abs_path(value: object) -> str:
+    text = nonempty(value)
     if not os.path.isabs(text):
         raise ValueError(f"must be an absolute path, got {text!r}")
     return os.path.normpath(text)
 
 
-def _bool(value: object) -> bool:
+def boolean(value: object) -> bool:
     if isinstance(value, bool):
         return value
-    return parse_go_bool(_string(value).strip())
+    return parse_go_bool(string(value).strip())
 
 
-def _choice(*choices: str) -> Callable[[object], str]:
+def choice(*choices: str) -> Callable[[object], str]:
     def convert(value: object) -> str:
-        text = _string(value).strip().lower()
+        text = string(value).strip().lower()
         if text not in choices:
             raise ValueError(f"must be one of {', '.join(choices)}, got {value!r}")
         return text
@@ -70,7 +71,7 @@ def duration_seconds(text: str) -> float:
         ) from None
 
 
-def _positive_duration(value: object) -> float:
+def positive_duration(value: object) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float | str):
         raise TypeError(f"must be a duration, got {value!r}")
     seconds = duration_seconds(value) if isinstance(value, str) else float(value)
@@ -79,7 +80,7 @@ def _positive_duration(value: object) -> float:
     return seconds
 
 
-def _duration_or_zero(value: object) -> float:
+def duration_or_zero(value: object) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float | str):
         raise TypeError(f"must be a duration, got {value!r}")
     seconds = duration_seconds(value) if isinstance(value, str) else float(value)
@@ -88,7 +89,7 @@ def _duration_or_zero(value: object) -> float:
     return seconds
 
 
-def _finite(value: object) -> float:
+def finite(value: object) -> float:
     """A finite number from a number or its text; TypeError/ValueError naming the value."""
     if isinstance(value, bool) or not isinstance(value, int | float | str):
         raise TypeError(f"must be a number, got {value!r}")
@@ -101,21 +102,21 @@ def _finite(value: object) -> float:
     return number
 
 
-def _non_negative(value: object) -> float:
-    number = _finite(value)
+def non_negative(value: object) -> float:
+    number = finite(value)
     if number < 0:
         raise ValueError(f"must be a number of 0 or more, got {value!r}")
     return number
 
 
-def _percent(value: object) -> float:
-    number = _non_negative(value)
+def percent(value: object) -> float:
+    number = non_negative(value)
     if number > 100:
         raise ValueError(f"must be a percent from 0 to 100, got {value!r}")
     return number
 
 
-def _cpu_share(value: object) -> float:
+def cpu_share(value: object) -> float:
     """A fraction of one core, above 0 and at most 1."""
     if isinstance(value, bool) or not isinstance(value, int | float | str):
         raise TypeError(f"must be a number, got {value!r}")
@@ -128,8 +129,8 @@ def _cpu_share(value: object) -> float:
     return share
 
 
-def _kube_dir(value: object) -> str:
-    text = _nonempty(value)
+def kube_dir(value: object) -> str:
+    text = nonempty(value)
     parts = text.strip("/").split("/")
     if os.path.isabs(text) or "." in parts or ".." in parts or "" in parts:
         raise ValueError(f"must be a relative directory below the cgroup roots, got {text!r}")
@@ -141,15 +142,15 @@ def _kube_dir(value: object) -> str:
 _DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 
 
-def _node_name(value: object) -> str:
-    name = _nonempty(value)
+def node_name(value: object) -> str:
+    name = nonempty(value)
     if len(name) > 253 or not _DNS_SUBDOMAIN.fullmatch(name):
         raise ValueError(f"must be a valid Kubernetes node name (DNS subdomain), got {name!r}")
     return name
 
 
-def _addr(value: object) -> str:
-    text = _nonempty(value)
+def addr(value: object) -> str:
+    text = nonempty(value)
     host, sep, port = text.rpartition(":")
     if not sep or not (port.isascii() and port.isdigit()) or int(port) > 65535:
         raise ValueError(f"must be HOST:PORT with a port in 0..65535, got {text!r}")
@@ -163,11 +164,11 @@ def _addr(value: object) -> str:
     return text
 
 
-def _optional_path(value: object) -> str:
-    return _string(value).strip()
+def optional_path(value: object) -> str:
+    return string(value).strip()
 
 
-def _verbosity(text: str) -> str:
+def verbosity(text: str) -> str:
     """``-v N`` (klog's verbosity) as a log level: 4 and above is debug, below that info."""
     try:
         level = int(text)
@@ -176,9 +177,9 @@ def _verbosity(text: str) -> str:
     return "debug" if level >= 4 else "info"
 
 
-def _optional_host(value: object) -> str:
+def optional_host(value: object) -> str:
     """A host name or IP address (no scheme, port or path); empty for none."""
-    text = _string(value).strip()
+    text = string(value).strip()
     if any(c in text for c in "/ \t") or text.count(":") == 1:
         raise ValueError(
             f"must be a host name or IP address (no scheme, port or path), got {text!r}"
@@ -186,26 +187,26 @@ def _optional_host(value: object) -> str:
     return text
 
 
-def _optional_file(value: object) -> str:
+def optional_file(value: object) -> str:
     """A file path, made absolute against the working directory; empty for none."""
-    text = _string(value).strip()
+    text = string(value).strip()
     return os.path.abspath(text) if text else ""
 
 
-def _optional_abs_path(value: object) -> str:
-    text = _string(value).strip()
-    return _abs_path(text) if text else ""
+def optional_abs_path(value: object) -> str:
+    text = string(value).strip()
+    return abs_path(text) if text else ""
 
 
 _STRATEGY_NAME = re.compile(r"[a-z][a-z0-9_-]{0,62}")
 
 
-def _strategy_names(value: object) -> frozenset[str]:
+def strategy_names(value: object) -> frozenset[str]:
     """``a,b`` (flag or YAML string) or a YAML list of strategy table names."""
     if isinstance(value, str):
         items = [part.strip() for part in value.split(",")]
     elif isinstance(value, list | tuple | frozenset | set):
-        items = [_string(item).strip() for item in value]
+        items = [string(item).strip() for item in value]
     else:
         raise TypeError(f"must be a comma-separated string or a list of names, got {value!r}")
     names = frozenset(item for item in items if item)
@@ -215,7 +216,7 @@ def _strategy_names(value: object) -> frozenset[str]:
     return names
 
 
-def _disk_mb(value: object) -> int:
+def disk_mb(value: object) -> int:
     if isinstance(value, bool):
         raise TypeError(f"must be a whole number of MiB, got {value!r}")
     if isinstance(value, str):
@@ -232,7 +233,7 @@ def _disk_mb(value: object) -> int:
     return number
 
 
-def _port(allow_zero: bool) -> Callable[[object], int]:
+def tcp_port(allow_zero: bool) -> Callable[[object], int]:
     """A TCP port (1..65535), or 0 too when ``allow_zero``."""
 
     def convert(value: object) -> int:
@@ -247,12 +248,12 @@ def _port(allow_zero: bool) -> Callable[[object], int]:
     return convert
 
 
-def _hook_stages(value: object) -> frozenset[str]:
+def hook_stages(value: object) -> frozenset[str]:
     """``A,B`` (flag or YAML string) or a YAML list of Koordinator's runtime hook stage names."""
     if isinstance(value, str):
         items = [part.strip() for part in value.split(",")]
     elif isinstance(value, list | tuple | frozenset | set):
-        items = [_string(item).strip() for item in value]
+        items = [string(item).strip() for item in value]
     else:
         raise TypeError(f"must be a comma-separated string or a list of stages, got {value!r}")
     stages = frozenset(item for item in items if item)
@@ -262,49 +263,49 @@ def _hook_stages(value: object) -> frozenset[str]:
     return stages
 
 
-def _optional_socket(value: object) -> str:
-    text = _string(value).strip()
-    return _abs_path(text) if text else ""
+def optional_socket(value: object) -> str:
+    text = string(value).strip()
+    return abs_path(text) if text else ""
 
 
-def _factor(value: object) -> float:
-    number = _finite(value)
+def factor(value: object) -> float:
+    number = finite(value)
     if number < 1.0:
         raise ValueError(f"must be a number >= 1, got {value!r}")
     return number
 
 
-def _plugin_index(value: object) -> str:
-    text = _string(value).strip()
+def plugin_index(value: object) -> str:
+    text = string(value).strip()
     if not re.fullmatch(r"[0-9]{2}", text):
         raise ValueError(f"must be two digits (NRI's plugin index), got {value!r}")
     return text
 
 
-def _plugin_name(value: object) -> str:
-    text = _nonempty(value)
+def plugin_name(value: object) -> str:
+    text = nonempty(value)
     if not re.fullmatch(r"[A-Za-z0-9_.-]+", text):
         raise ValueError(f"must be letters, digits, '_', '.', '-', got {value!r}")
     return text
 
 
-def _evictions(value: object) -> int:
+def evictions(value: object) -> int:
     """A whole number of evictions per round, 0 (no cap) to 1000."""
-    number = _whole_number(value)
+    number = whole_number(value)
     if not 0 <= number <= 1000:
         raise ValueError(f"must be between 0 (no cap) and 1000, got {number}")
     return number
 
 
-def _requests_in_flight(value: object) -> int:
+def requests_in_flight(value: object) -> int:
     """A whole number of requests, 1 to 1000."""
-    number = _whole_number(value)
+    number = whole_number(value)
     if not 1 <= number <= 1000:
         raise ValueError(f"must be between 1 and 1000, got {number}")
     return number
 
 
-def _whole_number(value: object) -> int:
+def whole_number(value: object) -> int:
     if isinstance(value, bool) or not isinstance(value, int | str):
         raise TypeError(f"must be a whole number, got {value!r}")
     text = str(value).strip()

@@ -12,7 +12,7 @@ from typing import Any
 
 from apis.slo import SchemaError, read_document
 from apis.slo_inforce import ALL_SECTIONS, NodeSLOInForce, read_node_slo_file
-from koordlet.config.convert import _bool, _verbosity
+from koordlet.config.convert import boolean, verbosity
 from koordlet.config.model import (
     DEFAULT_NODESLO_FILE,
     AuditConfig,
@@ -26,14 +26,14 @@ from koordlet.config.model import (
     default_node_name,
 )
 from koordlet.config.settings import (
-    _BY_KEY,
-    _SECTIONS,
+    BY_KEY,
     FEATURE_GATES_KEY,
+    SECTIONS,
     SETTINGS,
     Setting,
-    _attr,
-    _go_style,
+    attr_of,
     build_parser,
+    go_style,
 )
 from koordlet.errors import ConfigError
 from koordlet.features import FLAG as FEATURE_GATES_FLAG
@@ -55,7 +55,7 @@ def _config_error(err: SchemaError) -> ConfigError:
 def _unknown_key(key: str, path: str) -> ConfigError:
     import difflib  # only for a misspelt key: not worth its import on every start
 
-    known = [*_BY_KEY, FEATURE_GATES_KEY, *_SECTIONS]
+    known = [*BY_KEY, FEATURE_GATES_KEY, *SECTIONS]
     close = difflib.get_close_matches(key, known, n=1)
     hint = f" (did you mean {close[0]!r}?)" if close else ""
     return ConfigError(f"unknown setting{hint}; see docs/configuration.md", source=path, field=key)
@@ -65,7 +65,7 @@ def _file_entries(doc: Mapping[Any, Any], path: str) -> list[tuple[str, Any]]:
     """(key path, value) pairs of a config document; sections are flattened."""
     entries: list[tuple[str, Any]] = []
     for key, value in doc.items():
-        if key not in _SECTIONS:
+        if key not in SECTIONS:
             entries.append((str(key), value))
         elif isinstance(value, Mapping):
             entries.extend((f"{key}.{sub}", v) for sub, v in value.items())
@@ -83,7 +83,7 @@ def _file_gates(value: object, path: str) -> FeatureGates:
     overrides = {}
     for name, raw in value.items():
         try:
-            overrides[str(name)] = _bool(raw)
+            overrides[str(name)] = boolean(raw)
         except (TypeError, ValueError) as err:
             raise ConfigError(str(err), source=source, field=str(name)) from err
     return FeatureGates(overrides, source=source)
@@ -105,17 +105,17 @@ def _read_file(
     for key, value in _file_entries(doc, path):
         if key == FEATURE_GATES_KEY:
             gates = FeatureGates() if value is None else _file_gates(value, path)
-        elif key not in _BY_KEY:
+        elif key not in BY_KEY:
             raise _unknown_key(key, path)
         elif value is not None:  # null: leave the default
-            values[key] = _convert(_BY_KEY[key], value, path, key)
+            values[key] = _convert(BY_KEY[key], value, path, key)
             sources[key] = (path, key)
     return gates
 
 
 def _checked_node_name(environ: Mapping[str, str]) -> str:
     source = "NODE_NAME" if environ.get("NODE_NAME", "").strip() else "host name"
-    name: str = _convert(_BY_KEY["nodeName"], default_node_name(environ), source)
+    name: str = _convert(BY_KEY["nodeName"], default_node_name(environ), source)
     return name
 
 
@@ -149,7 +149,7 @@ def load_config(
     naming the flag or file and the field. ``--help`` (which lists ``commands`` too) and
     ``--version`` print and raise SystemExit(0), as argparse does."""
     env = os.environ if environ is None else environ
-    args = vars(build_parser(commands).parse_args(_go_style(argv)))
+    args = vars(build_parser(commands).parse_args(go_style(argv)))
     values: dict[str, Any] = {}
     sources: dict[str, tuple[str, str]] = {}
     config_file: str | None = args.pop("config", None)
@@ -159,17 +159,17 @@ def load_config(
         overrides = parse_overrides(text, source=FEATURE_GATES_FLAG)
         gates = gates.merged(overrides, source=FEATURE_GATES_FLAG)
     for key, raw in args.items():
-        flag = _BY_KEY[key].flags[0]
-        values[key] = _convert(_BY_KEY[key], raw, flag)
+        flag = BY_KEY[key].flags[0]
+        values[key] = _convert(BY_KEY[key], raw, flag)
         sources[key] = (flag, "")
     if verbose is not None:
-        values["logLevel"] = _verbosity(verbose)
+        values["logLevel"] = verbosity(verbose)
 
     top: dict[str, Any] = {}
     # keyed by KoordletConfig attribute (the YAML section names but runtimeHooks)
-    sections: dict[str, dict[str, Any]] = {name: {} for name in (*_SECTIONS, "runtime_hooks")}
+    sections: dict[str, dict[str, Any]] = {name: {} for name in (*SECTIONS, "runtime_hooks")}
     for key, value in values.items():
-        section, _, attr = _BY_KEY[key].attr.rpartition(".")
+        section, _, attr = BY_KEY[key].attr.rpartition(".")
         (sections[section] if section else top)[attr] = value
     if "node_name" not in top:
         top["node_name"] = _checked_node_name(env)
@@ -229,7 +229,7 @@ def config_as_dict(cfg: KoordletConfig) -> dict[str, Any]:
     feature gates show every gate's effective value (``koordlet.features.describe`` has more)."""
     out: dict[str, Any] = {}
     for s in SETTINGS:
-        value = _attr(cfg, s.attr)
+        value = attr_of(cfg, s.attr)
         if isinstance(value, frozenset):
             value = sorted(value)
         section, _, name = s.key.rpartition(".")
