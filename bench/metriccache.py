@@ -34,7 +34,7 @@ from array import array
 from collections.abc import Sequence
 
 from bench._stats import print_result
-from koordlet.metriccache import store
+from koordlet.metriccache import chunks, store
 from koordlet.metriccache.series import (
     BE,
     BE_CPU_REAL_LIMIT,
@@ -177,7 +177,12 @@ def run(
             floor_s.append(cpu() - c0)
     traced = 0
     if trace:
-        snap = tracemalloc.take_snapshot().filter_traces([tracemalloc.Filter(True, store.__file__)])
+        # the cache's own allocations: its index (store) and its series' buffers (chunks)
+        owned = [
+            tracemalloc.Filter(True, store.__file__),
+            tracemalloc.Filter(True, chunks.__file__),
+        ]
+        snap = tracemalloc.take_snapshot().filter_traces(owned)
         traced = sum(stat.size for stat in snap.statistics("filename"))
         tracemalloc.stop()
 

@@ -41,34 +41,35 @@ import logging
 import math
 import sys
 import time
-import zlib
 from array import array
-from bisect import bisect_left, bisect_right, insort
+from bisect import bisect_left, insort
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, fields
-from typing import Any, TypeAlias, cast
+from typing import Any, cast
 from weakref import WeakValueDictionary
 
 from koordlet.errors import ConfigError
 from koordlet.metriccache.aggregate import Aggregate, coverage, summarize
+from koordlet.metriccache.chunks import (
+    CHUNK,
+    PHASES,
+    SPAN_DIVISOR,
+    TS_TYPECODE,
+    Payload,
+    Series,
+    Stamps,
+    pack_values,
+    span_of,
+    to_ms,
+    unpack_values,
+)
 from koordlet.metriccache.series import Sample, SeriesKey
 
 logger = logging.getLogger(__name__)
 
-_TS_TYPECODE = "I"
 _MAX_RETENTION_S = 30 * 24 * 3600.0
 """Retention must stay well below the 49.7 days a 32-bit millisecond offset spans: a tail spans
 at most a quarter of it."""
-_CHUNK = 64
-"""Samples the open tail of a series holds before it is sealed into a chunk."""
-_PHASES = 16
-"""Series are dealt round-robin into this many groups whose first chunk is shorter by a multiple
-of ``_CHUNK / _PHASES``: series created in one tick then seal in 16 different ticks, not all in
-one (3,200 seals at once would hold the loop for about 15 ms), and the series of one group still
-seal together and share their chunks' timestamps."""
-_SPAN_DIVISOR = 4
-"""A tail is also sealed once it spans a quarter of the series' retention, so that a series
-holds at most that much, or one chunk, of expired samples."""
 _KINDS = ("node", "system", "numa", "be", "hostapp", "pod", "container")
 
 
@@ -114,169 +115,6 @@ class RetentionPolicy:
         return seconds
 
 
-class _Stamps:
-    """The timestamps of one sealed chunk: ``base`` (absolute ms) plus ``array('I')`` offsets.
-
-    Immutable once built, and shared by every chunk with the same timestamps (the series of one
-    collector tick seal together): :meth:`MetricCache._seal` interns them.
-    """
-
-    __slots__ = ("__weakref__", "base", "ts")
-
-    def __init__(self, base: int, ts: array[int]) -> None:
-        self.base = base
-        self.ts = ts
-
-
-Payload: TypeAlias = "array[float] | bytes | float"
-"""A sealed chunk's values: one float when all are the same bit for bit, the float64 bytes
-deflated when that pays, else ``array('d')``."""
-
-_DEFLATE_WBITS = -9
-"""Raw deflate with a 512-byte window, the size of a full chunk: the compressor's set-up (its
-window and hash tables) costs about 4 µs a chunk where the default 32 KiB window costs 8-13."""
-
-
-_ZERO = 0.0
-"""The one float object every all-zero chunk holds (the commonest constant: throttling, idle
-containers): 24 bytes a chunk less."""
-_ZERO_BYTES = bytes(8)
-"""+0.0 as float64 bytes (-0.0 differs, and keeps its own float)."""
-
-
-def _pack(vals: array[float]) -> Payload:
-    """The smallest exact form of a chunk's values.
-
-    Only C-level work: a compare for a constant chunk; deflate only when at least a quarter of
-    the bytes are zero (byte counts in pages, ratios mostly 0: float64's low mantissa bytes are
-    zero), never for noisy floats such as CPU usage, which deflate cannot shrink.
-    """
-    raw = vals.tobytes()
-    first = raw[:8]
-    if raw == first * len(vals):
-        return _ZERO if first == _ZERO_BYTES else vals[0]
-    if raw.count(0) * 4 >= len(raw):
-        packed = zlib.compress(raw, 1, _DEFLATE_WBITS)
-        if len(packed) * 4 <= len(raw) * 3:
-            return packed
-    return array("d", vals)
-
-
-def _unpack(payload: Payload, n: int) -> array[float]:
-    """A chunk's ``n`` values as ``array('d')``."""
-    if isinstance(payload, float):
-        return array("d", (payload,)) * n
-    if isinstance(payload, bytes):
-        values = array("d")
-        values.frombytes(zlib.decompress(payload, -15))
-        return values
-    return payload
-
-
-def _last_ms(stamps: _Stamps | Payload) -> int:
-    """Absolute ms of a chunk's newest sample (``stamps`` is a chunk's first entry)."""
-    st = cast(_Stamps, stamps)
-    return st.base + st.ts[-1]
-
-
-class _Series:
-    """One series: sealed chunks (``chunks``, oldest first) and an open tail (``ts``: ms offsets
-    from ``base_ms``; ``vals``), all in time order."""
-
-    __slots__ = (
-        "base_ms",
-        "chunks",
-        "keep_ms",
-        "key",
-        "last_ms",
-        "limit",
-        "next_trim",
-        "span_ms",
-        "ts",
-        "vals",
-    )
-
-    def __init__(
-        self, key: SeriesKey, keep_ms: int, span_ms: int, first_ms: int, limit: int
-    ) -> None:
-        self.key = key
-        self.limit = limit
-        """Samples the tail holds before it is sealed: ``_CHUNK`` after the first seal."""
-        self.keep_ms = keep_ms
-        self.span_ms = span_ms
-        """The tail is sealed before a sample more than this past ``base_ms`` joins it."""
-        self.ts: array[int] = array(_TS_TYPECODE)
-        self.vals: array[float] = array("d")
-        self.chunks: list[_Stamps | Payload] = []
-        """Sealed chunks, flat: ``[stamps, values, stamps, values, ...]`` (one list rather than
-        two: about 120 bytes less a series, which is most of what a series costs)."""
-        self.base_ms = first_ms - 1
-        self.last_ms = first_ms - 1
-        self.next_trim = first_ms + keep_ms + 1
-        """When ``now`` reaches this (absolute ms), a sample or a chunk may have expired: the
-        next append trims (never later than needed, possibly earlier)."""
-
-    def trim(self, now_ms: int) -> None:
-        """Delete the chunks whose newest sample expired (and, with no chunk left, the expired
-        head of the tail)."""
-        cutoff = now_ms - self.keep_ms
-        chunks = self.chunks
-        n = 0
-        while n < len(chunks) and _last_ms(chunks[n]) < cutoff:
-            n += 2
-        if n:
-            del chunks[:n]
-        ts = self.ts
-        if not chunks and ts:
-            cut = bisect_left(ts, cutoff - self.base_ms)
-            if cut:
-                del ts[:cut]
-                del self.vals[:cut]
-        if chunks:
-            self.next_trim = _last_ms(chunks[0]) + self.keep_ms + 1
-        elif ts:
-            self.next_trim = self.base_ms + ts[0] + self.keep_ms + 1
-        else:
-            self.next_trim = now_ms + self.keep_ms
-
-    def segments(self, start_ms: int) -> list[tuple[int, array[int], Payload]]:
-        """``(base, offsets, values)`` of the chunks and the tail that hold samples at or after
-        ``start_ms``, oldest first (the tail's values are its live ``array('d')``)."""
-        out: list[tuple[int, array[int], Payload]] = []
-        ts = self.ts
-        if ts:
-            out.append((self.base_ms, ts, self.vals))
-            if self.base_ms + ts[0] <= start_ms:
-                return out
-        chunks = self.chunks
-        for i in range(len(chunks) - 2, -1, -2):
-            st = cast(_Stamps, chunks[i])
-            if st.base + st.ts[-1] < start_ms:
-                break
-            out.append((st.base, st.ts, cast(Payload, chunks[i + 1])))
-            if st.base + st.ts[0] <= start_ms:
-                break
-        out.reverse()
-        return out
-
-    def window(self, start_ms: int, end_ms: int) -> list[tuple[int, array[int], Payload, int, int]]:
-        """The segments holding samples with ``start_ms <= t <= end_ms`` (absolute ms), each with
-        the index range ``lo:hi`` of those samples; oldest first, none when the window is empty."""
-        out = []
-        for base, ts, payload in self.segments(start_ms):
-            lo = bisect_left(ts, start_ms - base)
-            hi = bisect_right(ts, end_ms - base, lo)
-            if lo < hi:
-                out.append((base, ts, payload, lo, hi))
-            if hi < len(ts):
-                break
-        return out
-
-
-def _ms(seconds: float) -> int:
-    return round(seconds * 1000.0)
-
-
 class MetricCache:
     """Bounded time series keyed by ``SeriesKey(metric, entity)``, plus latest info values.
 
@@ -292,8 +130,8 @@ class MetricCache:
     ) -> None:
         self._retention = retention
         self._clock = clock
-        self._series: dict[SeriesKey, _Series] = {}
-        self._by_entity: dict[str, dict[str, _Series]] = {}
+        self._series: dict[SeriesKey, Series] = {}
+        self._by_entity: dict[str, dict[str, Series]] = {}
         self._per_metric: dict[str, int] = {}
         """Metric name → how many series of it are stored (names with none are absent)."""
         self._entities: list[str] = []
@@ -303,16 +141,16 @@ class MetricCache:
         self._dropped_duplicate = 0
         self._dropped_invalid = 0
         self._unknown_kinds: set[str] = set()
-        self._stamps: WeakValueDictionary[tuple[int, bytes], _Stamps] = WeakValueDictionary()
+        self._stamps: WeakValueDictionary[tuple[int, bytes], Stamps] = WeakValueDictionary()
         """Interned chunk timestamps: the chunks of series appended in the same ticks share one."""
         self._keep_ms: dict[float, tuple[int, int]] = {}
         """Retention seconds → (retention, tail span) in ms, one int object each for all series."""
         self._created = 0
-        self._gc_interval_ms = _ms(retention.gc_interval)
+        self._gc_interval_ms = to_ms(retention.gc_interval)
         self._last_gc_ms = self._now_ms()
 
     def _now_ms(self) -> int:
-        return _ms(self._clock())
+        return to_ms(self._clock())
 
     # Writing ---------------------------------------------------------------------------------
     def append(self, ts: float, samples: Iterable[Sample]) -> None:
@@ -321,7 +159,7 @@ class MetricCache:
         O(1) amortized per sample. Drops (and counts) samples not newer than their series' last
         one, non-finite values and entities of no known kind.
         """
-        tms = _ms(ts)
+        tms = to_ms(ts)
         now_ms = self._now_ms()
         series = self._series
         isfinite = math.isfinite
@@ -364,7 +202,7 @@ class MetricCache:
         if now_ms - self._last_gc_ms >= self._gc_interval_ms:
             self.gc()
 
-    def _create(self, key: SeriesKey, tms: int) -> _Series | None:
+    def _create(self, key: SeriesKey, tms: int) -> Series | None:
         metric, entity = key
         keep = self._retention.seconds_for(entity)
         if keep is None:
@@ -383,10 +221,10 @@ class MetricCache:
             key = SeriesKey(imetric, ientity)
         keep_ms = self._keep_ms.get(keep)
         if keep_ms is None:
-            keep_ms = self._keep_ms[keep] = (_ms(keep), _ms(keep) // _SPAN_DIVISOR)
+            keep_ms = self._keep_ms[keep] = (to_ms(keep), to_ms(keep) // SPAN_DIVISOR)
         self._created += 1
-        phase = (self._created % _PHASES) * (_CHUNK // _PHASES)
-        s = _Series(key, keep_ms[0], keep_ms[1], tms, _CHUNK - phase)
+        phase = (self._created % PHASES) * (CHUNK // PHASES)
+        s = Series(key, keep_ms[0], keep_ms[1], tms, CHUNK - phase)
         self._series[key] = s
         self._per_metric[key.metric] = self._per_metric.get(key.metric, 0) + 1
         metrics = self._by_entity.get(key.entity)
@@ -396,7 +234,7 @@ class MetricCache:
         metrics[key.metric] = s
         return s
 
-    def _seal(self, s: _Series, tms: int) -> None:
+    def _seal(self, s: Series, tms: int) -> None:
         """Seal the tail into a chunk (values in their smallest exact form, timestamps interned)
         and start an empty tail based just before ``tms``."""
         ts = s.ts
@@ -404,11 +242,11 @@ class MetricCache:
             key = (s.base_ms, ts.tobytes())
             stamps = self._stamps.get(key)
             if stamps is None:
-                stamps = self._stamps[key] = _Stamps(s.base_ms, array(_TS_TYPECODE, ts))
-            s.chunks += (stamps, _pack(s.vals))
+                stamps = self._stamps[key] = Stamps(s.base_ms, array(TS_TYPECODE, ts))
+            s.chunks += (stamps, pack_values(s.vals))
             del ts[:]
             del s.vals[:]
-            s.limit = _CHUNK
+            s.limit = CHUNK
         s.base_ms = tms - 1
 
     def gc(self) -> int:
@@ -434,7 +272,7 @@ class MetricCache:
         else:
             del self._per_metric[key.metric]
 
-    def _remove(self, s: _Series) -> None:
+    def _remove(self, s: Series) -> None:
         metric, entity = s.key
         self._forget(s.key)
         metrics = self._by_entity[entity]
@@ -499,7 +337,7 @@ class MetricCache:
         tuple built per series (``last_sample`` costs several times as much per series).
         """
         now_ms = self._now_ms()
-        since_ms = _ms(since)
+        since_ms = to_ms(since)
         get = self._series.get
         out: list[float | None] = []
         push = out.append
@@ -527,7 +365,7 @@ class MetricCache:
         s = self._series.get(SeriesKey(metric, entity))
         if s is None:
             return []
-        return s.window(max(_ms(start), self._now_ms() - s.keep_ms), _ms(end))
+        return s.window(max(to_ms(start), self._now_ms() - s.keep_ms), to_ms(end))
 
     def aggregate(self, metric: str, entity: str, start: float, end: float) -> Aggregate | None:
         """Aggregates of the unexpired samples with ``start <= ts <= end``; None if none."""
@@ -536,12 +374,12 @@ class MetricCache:
             return None
         if len(parts) == 1:
             _, ts, payload, lo, hi = parts[0]
-            values = _unpack(payload, len(ts))[lo:hi]
+            values = unpack_values(payload, len(ts))[lo:hi]
         else:
             values = array("d")
             for _, ts, payload, lo, hi in parts:
-                values += _unpack(payload, len(ts))[lo:hi]
-        first_ms, last_ms = _span(parts)
+                values += unpack_values(payload, len(ts))[lo:hi]
+        first_ms, last_ms = span_of(parts)
         return summarize(values, first_ms / 1000.0, last_ms / 1000.0)
 
     def coverage(self, metric: str, entity: str, start: float, end: float) -> float:
@@ -554,7 +392,7 @@ class MetricCache:
         parts = self._window(metric, entity, start, end)
         if not parts:
             return 0.0
-        first_ms, last_ms = _span(parts)
+        first_ms, last_ms = span_of(parts)
         return coverage(first_ms / 1000.0, last_ms / 1000.0, start, end)
 
     def points(
@@ -563,7 +401,7 @@ class MetricCache:
         """The unexpired ``(ts, value)`` samples with ``start <= ts <= end``, oldest first."""
         out: list[tuple[float, float]] = []
         for base, ts, payload, lo, hi in self._window(metric, entity, start, end):
-            values = _unpack(payload, len(ts))[lo:hi]
+            values = unpack_values(payload, len(ts))[lo:hi]
             out += [((base + t) / 1000.0, v) for t, v in zip(ts[lo:hi], values, strict=True)]
         return out
 
@@ -611,7 +449,7 @@ class MetricCache:
             "series": len(self._series),
             "entities": len(self._entities),
             "samples": sum(
-                len(s.ts) + sum(len(cast(_Stamps, st).ts) for st in s.chunks[::2])
+                len(s.ts) + sum(len(cast(Stamps, st).ts) for st in s.chunks[::2])
                 for s in self._series.values()
             ),
             "dropped_out_of_order": self._dropped_out_of_order,
@@ -619,10 +457,3 @@ class MetricCache:
             "dropped_invalid": self._dropped_invalid,
             "memory_bytes": self.memory_bytes(),
         }
-
-
-def _span(parts: Sequence[tuple[int, array[int], Payload, int, int]]) -> tuple[int, int]:
-    """Absolute ms of the first and the last sample of a window's non-empty parts."""
-    base0, ts0, _, lo, _ = parts[0]
-    base1, ts1, _, _, hi = parts[-1]
-    return base0 + ts0[lo], base1 + ts1[hi - 1]

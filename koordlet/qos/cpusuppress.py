@@ -38,8 +38,8 @@ current cpuset and quota are read through the executor
 policy's writes go to the executor as one leveled batch (``submit_batch``: parents first while
 growing, children first while shrinking).
 
-The node's reservation, the usage split, BE's allowance and quota, and the BE cgroups are computed
-in :mod:`koordlet.qos.cpusuppressrules`.
+The node's reservation, the usage split, BE's allowance and quota, the CPUs BE may get and the BE
+cgroups are computed in :mod:`koordlet.qos.cpusuppressrules`.
 """
 
 from __future__ import annotations
@@ -54,7 +54,6 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 
 from apis.cpulist import format_cpulist
 from apis.extension import KubeQOS
-from apis.nodetopo import ANNOTATION_NODE_RESERVATION, ANNOTATION_NODE_SYSTEM_QOS_RESOURCE
 from apis.slo_strategies import CPUSuppressPolicy, ResourceThresholdStrategy
 from koordlet.errors import CgroupGoneError, HostError, UnsupportedError
 from koordlet.executor.batch import BatchResult, BatchWrite
@@ -65,14 +64,14 @@ from koordlet.qos.cpupicker import (
     Processor,
     be_cpuset_count,
     pick_be_cpus,
-    processors_from_node_info,
 )
 from koordlet.qos.cpusuppressrules import (
     CFS_PERIOD_US,
+    BECpus,
     be_cgroup_dirs,
+    be_cpus,
     be_suppress_milli,
     cfs_quota_target,
-    exclusive_cpus,
     is_be_host_app,
     is_be_pod,
     node_reserved_milli,
@@ -80,12 +79,6 @@ from koordlet.qos.cpusuppressrules import (
 )
 from koordlet.qos.framework import StrategyContext, StrategyReport
 from koordlet.statesinformer.model import WorkloadSnapshot
-from koordlet.statesinformer.nodetopo import (
-    TopoCPU,
-    node_annotations,
-    reserved_cpus,
-    system_qos_exclusive_cpus,
-)
 from koordlet.system.knobs import CPU_CFS_QUOTA, CPUSET_CPUS, Knob
 
 logger = logging.getLogger(__name__)
@@ -106,26 +99,6 @@ _V = TypeVar("_V")
 NodeGetter = Callable[[], Mapping[str, Any] | None]
 """Returns the Node object (``metadata.annotations``, ``status.capacity``/``allocatable``) when
 the koordlet runs against a cluster, None in standalone mode."""
-
-
-@dataclass(frozen=True, slots=True)
-class _Cpus:
-    """The node's CPUs as one round sees them, and the inputs they were computed from."""
-
-    snapshot: WorkloadSnapshot
-    info: object
-    """The ``node_info`` value of the metric cache."""
-    reservation: str | None
-    """The Node's ``node.koordinator.sh/reservation``."""
-    system_qos: str | None
-    """The Node's ``node.koordinator.sh/system-qos-resource``."""
-    processors: tuple[Processor, ...]
-    lsr: frozenset[int]
-    """CPUs of the LSR pods' resource-status cpusets."""
-    excluded: frozenset[int]
-    """CPUs BE never gets, the LSE pods' among them (:meth:`CPUSuppress._excluded`)."""
-    detail: Mapping[str, str]
-    """Their cpulists, for the report."""
 
 
 @dataclass(slots=True)
@@ -152,8 +125,9 @@ class _State:
     it changes)."""
     last: dict[str, Any] = field(default_factory=dict)
     """Inputs, decision and result of the last round, for ``/debug/qos``."""
-    cpus: _Cpus | None = None
-    """The last round's CPUs and what they were computed from (:meth:`CPUSuppress._cpus`)."""
+    cpus: BECpus | None = None
+    """The last round's CPUs and what they were computed from
+    (:func:`~koordlet.qos.cpusuppressrules.be_cpus`)."""
 
 
 def _settings_dict(s: ResourceThresholdStrategy) -> dict[str, Any]:
@@ -233,59 +207,14 @@ class CPUSuppress:
             logger.exception("%s: reading the Node object failed; no reservation known", NAME)
             return None
 
-    def _cpus(
-        self, snapshot: WorkloadSnapshot, info: object, node: Mapping[str, Any] | None
-    ) -> _Cpus:
-        """The processors, the LSR and LSE pods' CPUs and the CPUs BE never gets; kept from the
-        last round while the snapshot and the ``node_info`` value are the same objects (both are
-        replaced, never changed) and the Node's two annotations are equal."""
-        annotations = node_annotations(node)
-        reservation = annotations.get(ANNOTATION_NODE_RESERVATION)
-        system_qos = annotations.get(ANNOTATION_NODE_SYSTEM_QOS_RESOURCE)
-        kept = self._state.cpus
-        if (
-            kept is not None
-            and kept.snapshot is snapshot
-            and kept.info is info
-            and kept.reservation == reservation
-            and kept.system_qos == system_qos
-        ):
-            return kept
-        processors = processors_from_node_info(info)
-        lsr, lse = exclusive_cpus(snapshot.pods.values())
-        excluded, detail = self._excluded(annotations, processors, lse)
-        kept = _Cpus(snapshot, info, reservation, system_qos, processors, lsr, excluded, detail)
-        self._state.cpus = kept
-        return kept
-
-    @staticmethod
-    def _excluded(
-        annotations: Mapping[str, str], processors: Sequence[Processor], lse: frozenset[int]
-    ) -> tuple[frozenset[int], dict[str, str]]:
-        """CPUs BE never gets: LSE pods', the reservation's, exclusive SYSTEM QoS (upstream's
-        ``adjustByCPUSet`` and ``calcBECPUSet``), and their cpulists for the report."""
-        # the topology matters only to a reservation by CPU count: not built every round for none
-        topo = (
-            tuple(TopoCPU(p.cpu_id, p.core_id, p.socket_id, p.numa_node) for p in processors)
-            if annotations.get(ANNOTATION_NODE_RESERVATION)
-            else ()
-        )
-        reserved = reserved_cpus(annotations, topo)
-        system = system_qos_exclusive_cpus(annotations)
-        detail = {
-            "lse": format_cpulist(lse),
-            "reserved": format_cpulist(reserved),
-            "system_qos": format_cpulist(system),
-        }
-        return lse | reserved | system, detail
-
     async def reconcile(self) -> None:
         ctx = self._ctx
         settings = ctx.node_slo().resource_used_threshold_with_be
         snapshot = ctx.workloads()
         be_dir = ctx.host().layout.qos_dir(KubeQOS.BESTEFFORT)
         node_obj = self._node_object()
-        cpus = self._cpus(snapshot, ctx.cache.get_info(NODE_INFO_KEY), node_obj)
+        cpus = be_cpus(self._state.cpus, snapshot, ctx.cache.get_info(NODE_INFO_KEY), node_obj)
+        self._state.cpus = cpus
         processors, lsr, excluded = cpus.processors, cpus.lsr, cpus.excluded
         last: dict[str, Any] = {"at": ctx.now(), "settings": _settings_dict(settings)}
         self._state.last = last

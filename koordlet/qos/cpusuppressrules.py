@@ -1,6 +1,7 @@
 """CPU suppress's rules: the node's CPU reservation, how the node's CPU usage splits between LS,
-system and BE, what BE may use, the cfsQuota policy's quota, and the cgroups the cpuset policy
-writes (:mod:`koordlet.qos.cpusuppress` runs them; docs/qos-cpu.md has the formulas).
+system and BE, what BE may use, the cfsQuota policy's quota, the CPUs BE may get and the cgroups
+the cpuset policy writes (:mod:`koordlet.qos.cpusuppress` runs them; docs/qos-cpu.md has the
+formulas).
 
 Upstream: ``qosmanager/plugins/cpusuppress`` (``calculateBESuppressCPU``, ``adjustByCfsQuota``,
 ``CalculateFilterPodsUsed``) and ``util.GetNodeResourceReserved``.
@@ -9,18 +10,24 @@ Upstream: ``qosmanager/plugins/cpusuppress`` (``calculateBESuppressCPU``, ``adju
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from apis.cpulist import parse_cpulist
+from apis.cpulist import format_cpulist, parse_cpulist
 from apis.extension import KubeQOS, QoSClass
 from apis.manager_keys import ANNOTATION_NODE_RESERVATION
-from apis.nodetopo import parse_node_reservation
+from apis.nodetopo import ANNOTATION_NODE_SYSTEM_QOS_RESOURCE, parse_node_reservation
 from apis.quantity import milli_value
-from koordlet.qos.cpupicker import BE_MAX_INCREASE_RATIO
+from koordlet.qos.cpupicker import BE_MAX_INCREASE_RATIO, Processor, processors_from_node_info
 from koordlet.qos.shared import cpus_of_annotation
 from koordlet.statesinformer.model import HostAppInfo, PodInfo, WorkloadSnapshot
+from koordlet.statesinformer.nodetopo import (
+    TopoCPU,
+    node_annotations,
+    reserved_cpus,
+    system_qos_exclusive_cpus,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -194,3 +201,71 @@ def be_cgroup_dirs(snapshot: WorkloadSnapshot, be_dir: str) -> list[str]:
         if app.present and is_be_host_app(app, be_dir):
             dirs.add(app.cgroup_dir)
     return sorted(dirs, key=lambda d: (d.count("/"), d))
+
+
+# The CPUs BE may get ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class BECpus:
+    """The node's CPUs as one round of CPU suppress sees them, and the inputs they were computed
+    from (:func:`be_cpus`)."""
+
+    snapshot: WorkloadSnapshot
+    info: object
+    """The ``node_info`` value of the metric cache."""
+    reservation: str | None
+    """The Node's ``node.koordinator.sh/reservation``."""
+    system_qos: str | None
+    """The Node's ``node.koordinator.sh/system-qos-resource``."""
+    processors: tuple[Processor, ...]
+    lsr: frozenset[int]
+    """CPUs of the LSR pods' resource-status cpusets."""
+    excluded: frozenset[int]
+    """CPUs BE never gets, the LSE pods' among them (:func:`never_be_cpus`)."""
+    detail: Mapping[str, str]
+    """Their cpulists, for the report."""
+
+
+def be_cpus(
+    kept: BECpus | None, snapshot: WorkloadSnapshot, info: object, node: Mapping[str, Any] | None
+) -> BECpus:
+    """The processors, the LSR and LSE pods' CPUs and the CPUs BE never gets; ``kept`` (the last
+    round's) while the snapshot and the ``node_info`` value are the same objects (both are
+    replaced, never changed) and the Node's two annotations are equal."""
+    annotations = node_annotations(node)
+    reservation = annotations.get(ANNOTATION_NODE_RESERVATION)
+    system_qos = annotations.get(ANNOTATION_NODE_SYSTEM_QOS_RESOURCE)
+    if (
+        kept is not None
+        and kept.snapshot is snapshot
+        and kept.info is info
+        and kept.reservation == reservation
+        and kept.system_qos == system_qos
+    ):
+        return kept
+    processors = processors_from_node_info(info)
+    lsr, lse = exclusive_cpus(snapshot.pods.values())
+    excluded, detail = never_be_cpus(annotations, processors, lse)
+    return BECpus(snapshot, info, reservation, system_qos, processors, lsr, excluded, detail)
+
+
+def never_be_cpus(
+    annotations: Mapping[str, str], processors: Sequence[Processor], lse: frozenset[int]
+) -> tuple[frozenset[int], dict[str, str]]:
+    """CPUs BE never gets: LSE pods', the reservation's, exclusive SYSTEM QoS (upstream's
+    ``adjustByCPUSet`` and ``calcBECPUSet``), and their cpulists for the report."""
+    # the topology matters only to a reservation by CPU count: not built every round for none
+    topo = (
+        tuple(TopoCPU(p.cpu_id, p.core_id, p.socket_id, p.numa_node) for p in processors)
+        if annotations.get(ANNOTATION_NODE_RESERVATION)
+        else ()
+    )
+    reserved = reserved_cpus(annotations, topo)
+    system = system_qos_exclusive_cpus(annotations)
+    detail = {
+        "lse": format_cpulist(lse),
+        "reserved": format_cpulist(reserved),
+        "system_qos": format_cpulist(system),
+    }
+    return lse | reserved | system, detail
