@@ -263,6 +263,8 @@ class Extender:
             return filter_result(args, [], {}, {}, waiting)
         cached = self._cycle(pod)
         nodes, missing = self.framework.resolve(self.snapshot, names)
+        if not missing:  # the request's names are the nodes' names: no need to read them
+            cached.cycle.know_names(nodes, names)
         feasible, failures = self.framework.filter_nodes(cached.cycle, pod, nodes)
         failed = {
             name: f[0][1] if len(f) == 1 else "; ".join(r for _, r in f)
@@ -270,7 +272,7 @@ class Extender:
         }
         # a node the snapshot does not know: preempting there cannot help
         unresolvable = dict.fromkeys(missing, ERR_NODE_NOT_FOUND)
-        passing = [n.name for n in feasible]
+        passing = list(cached.cycle.names_only(feasible))
         cached.passing = passing
         cached.passing_nodes = feasible
         return filter_result(args, passing, failed, unresolvable)
