@@ -224,7 +224,7 @@ class Extender:
     def _pod_and_nodes(self, args: ExtenderArgs) -> tuple[PodInfo, list[str]]:
         """The pod, and the candidate names; nodes sent in full that the snapshot lacks are
         added to it."""
-        pod = parse_pod(args.pod, EXTENDER_ARGS, "Pod")
+        pod = self._known_pod(args.pod) or parse_pod(args.pod, EXTENDER_ARGS, "Pod")
         if args.nodes is None:
             return pod, args.names
         names: list[str] = []
@@ -234,6 +234,22 @@ class Extender:
                 self.snapshot.upsert_node(info)
             names.append(info.name)
         return pod, names
+
+    def _known_pod(self, raw: Mapping[str, Any]) -> PodInfo | None:
+        """The pod this request's filter parsed (prioritize after filter), when the request
+        carries the same object and nothing changed since: one parse a pod, not one a verb.
+        The objects are compared whole (in C), so a changed pod is parsed again."""
+        meta = raw.get("metadata")
+        uid = meta.get("uid") if isinstance(meta, Mapping) else None
+        cached = self._cycles.get(uid) if isinstance(uid, str) and uid else None
+        if (
+            cached is not None
+            and cached.generation == self.snapshot.generation
+            and cached.pod.uid == uid
+            and cached.pod.raw == raw
+        ):
+            return cached.pod
+        return None
 
     def _cycle(self, pod: PodInfo) -> _Cached:
         """The pod's cycle: the one its filter used while the snapshot is unchanged."""
@@ -263,6 +279,8 @@ class Extender:
             return filter_result(args, [], {}, {}, waiting)
         cached = self._cycle(pod)
         nodes, missing = self.framework.resolve(self.snapshot, names)
+        if not missing:  # the request's names are the nodes' names: no need to read them
+            cached.cycle.know_names(nodes, names)
         feasible, failures = self.framework.filter_nodes(cached.cycle, pod, nodes)
         failed = {
             name: f[0][1] if len(f) == 1 else "; ".join(r for _, r in f)
@@ -270,7 +288,7 @@ class Extender:
         }
         # a node the snapshot does not know: preempting there cannot help
         unresolvable = dict.fromkeys(missing, ERR_NODE_NOT_FOUND)
-        passing = [n.name for n in feasible]
+        passing = list(cached.cycle.names_only(feasible))
         cached.passing = passing
         cached.passing_nodes = feasible
         return filter_result(args, passing, failed, unresolvable)

@@ -159,9 +159,11 @@ def parse_extender_args(body: Any) -> ExtenderArgs:
     if raw_names is not None:
         if not isinstance(raw_names, list):
             raise InputError(src, "NodeNames", f"must be an array, got {_kind(raw_names)}")
-        if not set(map(type, raw_names)) <= {str}:  # one C-level pass: 5,000 names are usual
+        try:  # one C pass that stops at the first name not a string: 5,000 names are usual
+            "".join(raw_names)
+        except TypeError:
             i, bad = next((i, n) for i, n in enumerate(raw_names) if not isinstance(n, str))
-            raise InputError(src, f"NodeNames[{i}]", f"must be a string, got {bad!r}")
+            raise InputError(src, f"NodeNames[{i}]", f"must be a string, got {bad!r}") from None
         return ExtenderArgs(pod, raw_names, None)
     if raw_nodes is None:
         raise InputError(src, "NodeNames", "missing (neither Nodes nor NodeNames given)")

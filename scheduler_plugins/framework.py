@@ -32,8 +32,8 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from itertools import repeat
-from operator import add, mul
+from itertools import compress, repeat
+from operator import add, mul, not_
 from typing import Any, ClassVar
 
 from scheduler_plugins.errors import SchedulerError
@@ -100,18 +100,36 @@ class Cycle:
     """Epoch seconds of this cycle (NodeMetric expiry, reservation expiry, gang timeouts)."""
     data: dict[str, Any] = field(default_factory=dict)
     """Per-plugin scratch, keyed by plugin name."""
-    _names: tuple[Sequence[NodeInfo], list[str], dict[str, int]] | None = field(
+    _names: tuple[Sequence[NodeInfo], list[str], dict[str, int] | None] | None = field(
         default=None, init=False, repr=False
     )
 
     def names_of(self, nodes: Sequence[NodeInfo]) -> tuple[list[str], dict[str, int]]:
         """The names of ``nodes`` in order, and each name mapped to 0 (copy it: ``dict(z)``
         copies in C what a comprehension over 5,000 nodes builds in Python), kept for the
-        last ``nodes`` asked about: the scoring plugins of a pod share them."""
-        if self._names is None or self._names[0] is not nodes:
-            names = [n.name for n in nodes]
-            self._names = (nodes, names, dict.fromkeys(names, 0))
-        return self._names[1], self._names[2]
+        last ``nodes`` asked about (or told, :meth:`know_names`): the filters and the scoring
+        plugins of a pod share them. Neither may be changed."""
+        known = self._names
+        if known is None or known[0] is not nodes:
+            known = self._names = (nodes, [n.name for n in nodes], None)
+        zeros = known[2]
+        if zeros is None:
+            zeros = dict.fromkeys(known[1], 0)
+            self._names = (nodes, known[1], zeros)
+        return known[1], zeros
+
+    def names_only(self, nodes: Sequence[NodeInfo]) -> list[str]:
+        """:meth:`names_of` without the zeros (not built until asked for). Not to be changed."""
+        known = self._names
+        if known is None or known[0] is not nodes:
+            known = self._names = (nodes, [n.name for n in nodes], None)
+        return known[1]
+
+    def know_names(self, nodes: Sequence[NodeInfo], names: list[str]) -> None:
+        """Tell :meth:`names_of` the names of ``nodes`` (``names[i]`` is ``nodes[i].name``),
+        when the caller has them already (the extender's request, the filters' survivors):
+        over thousands of nodes, not reading each node object again is what counts."""
+        self._names = (nodes, names, None)
 
 
 class Plugin:
@@ -340,6 +358,9 @@ class Framework:
         """The node filters (no pre-filter) over ``nodes``: the feasible ones; ``failures``
         gets the rest."""
         candidates = list(nodes)
+        # the survivors' names beside them: dropping the failed ones looks at the names only
+        # (in C), not at thousands of node objects again; the scoring plugins reuse them
+        names = cycle.names_only(nodes)
         for plugin in self.plugins:
             if not candidates:
                 break
@@ -353,9 +374,12 @@ class Framework:
                 for name, reason in failed.items():
                     failures.setdefault(name, []).append((pname, reason))
             if not all_verdicts:
-                candidates = [n for n in candidates if n.name not in failed]
+                keep = list(map(not_, map(failed.__contains__, names)))
+                candidates = list(compress(candidates, keep))
+                names = list(compress(names, keep))
         if all_verdicts:
-            candidates = [n for n in nodes if n.name not in failures]
+            return [n for n in nodes if n.name not in failures]
+        cycle.know_names(candidates, names)
         return candidates
 
     def first_failure(self, cycle: Cycle, pod: PodInfo, node: NodeInfo) -> str | None:

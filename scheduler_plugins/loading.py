@@ -59,7 +59,13 @@ def build_snapshot(objects: Sequence[Mapping[str, Any]], source: str = "<snapsho
     (``items[3].status.allocatable.cpu``)."""
     snap = Snapshot()
     pods: list[PodInfo] = []
-    for i, obj in enumerate(objects):
+    # Nodes first, as the informers list them (one kind per list): their objects then lie
+    # side by side in memory, and a pass over thousands of nodes (each filter and score of
+    # every pod) touches a few pages instead of one a node, as it does when they are
+    # interleaved with their pods' objects (2x slower over 5,000 nodes: bench.scheduler_scale)
+    order = sorted(range(len(objects)), key=lambda i: objects[i].get("kind") != "Node")
+    for i in order:
+        obj = objects[i]
         where = f"items[{i}]"
         kind = obj.get("kind")
         meta = as_map(obj.get("metadata"), source, where + ".metadata")

@@ -506,9 +506,10 @@ class LoadAwareScheduling(Plugin):
         if scores is None:
             scores = self._memo(self._scores, key, {})
         out: dict[str, int] | None = None
-        if len(scores) >= len(nodes):  # perhaps all known: one lookup a node
+        if len(scores) >= len(nodes):  # perhaps all known: one lookup a node, in C
+            names = cycle.names_only(nodes)
             with contextlib.suppress(KeyError):  # one was not: computed below
-                out = {n.name: scores[n.name] for n in nodes}
+                out = dict(zip(names, map(scores.__getitem__, names), strict=True))
         if out is None:
             out = {}
             known = scores.get

@@ -63,6 +63,10 @@ from scheduler_plugins.plugins.numaplacement import (
 )
 from scheduler_plugins.snapshot import NodeInfo, PodInfo
 
+_NO_CPU_TOPOLOGY = ERR_INVALID_CPU_TOPOLOGY + HINT_NO_CPU_TOPOLOGY
+_NO_NRT = ERR_INVALID_CPU_TOPOLOGY + HINT_NO_NRT
+"""The reasons of a node without a CPU topology, built once (a cpu-binding pod fails on
+thousands of nodes)."""
 _PLACEMENT_MEMO_SIZE = 16
 """Distinct pod needs remembered per node state."""
 
@@ -202,12 +206,11 @@ class NodeNUMAResource(Plugin):
         # a pod that binds cpus fails at once on a node without a valid CPU topology
         bindable = self._bindable_nodes if bind else frozenset()
         topologies = cycle.snapshot.topologies
-        for node in nodes:
-            name = node.name
+        for node, name in zip(nodes, cycle.names_only(nodes), strict=True):
             if bind:
                 if name not in bindable:
-                    hint = HINT_NO_CPU_TOPOLOGY if name in topologies else HINT_NO_NRT
-                    placements[name] = out[name] = ERR_INVALID_CPU_TOPOLOGY + hint
+                    reason = _NO_CPU_TOPOLOGY if name in topologies else _NO_NRT
+                    placements[name] = out[name] = reason
                     continue
             elif name not in policy_nodes:
                 continue
