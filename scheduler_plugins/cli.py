@@ -40,7 +40,8 @@ from apis.timestamp import TimestampError, parse_time
 from kubeclient.flags import SuggestingParser, duration_flag, go_bool_flag
 from scheduler_plugins.config import SchedulerConfig, load_config, parse_feature_gates
 from scheduler_plugins.errors import InputError
-from scheduler_plugins.framework import Evaluation, Framework
+from scheduler_plugins.evaluation import Evaluation
+from scheduler_plugins.framework import Framework
 from scheduler_plugins.leader import LeaderElection, from_config
 from scheduler_plugins.loading import load_pod, load_snapshot
 from scheduler_plugins.snapshot import PodInfo, Snapshot

@@ -37,6 +37,7 @@ from operator import add, mul, not_
 from typing import Any, ClassVar
 
 from scheduler_plugins.errors import SchedulerError
+from scheduler_plugins.evaluation import Evaluation, NodeResult
 from scheduler_plugins.snapshot import NodeInfo, PodInfo, Snapshot
 
 MAX_NODE_SCORE = 100
@@ -222,57 +223,6 @@ def default_normalize(scores: dict[str, int]) -> dict[str, int]:
     if top <= 0:
         return dict.fromkeys(scores, 0)
     return {n: s * MAX_NODE_SCORE // top for n, s in scores.items()}
-
-
-@dataclass(slots=True)
-class NodeResult:
-    """The verdict for one node."""
-
-    feasible: bool = True
-    """No plugin rejected the node."""
-    reasons: list[str] = field(default_factory=list)
-    """Why not, in Koordinator's words, in plugin order."""
-    rejected_by: dict[str, str] = field(default_factory=dict)
-    """Plugin name → its reason."""
-    scores: dict[str, int] = field(default_factory=dict)
-    """Plugin name → normalized score (0..100), feasible nodes only."""
-    score: int = 0
-    """Weighted mean (0..100)."""
-    weighted: int = 0
-    """``sum(weight * score)``: kube-scheduler's total, what ranks the node."""
-
-
-@dataclass(slots=True)
-class Evaluation:
-    """Filter and score results for one pod."""
-
-    nodes: dict[str, NodeResult]
-    """By node name, in snapshot order."""
-    scoring_plugins: list[str]
-    """Plugins that scored this pod."""
-
-    def best(self) -> str | None:
-        """The feasible node with the highest total (ties: first in snapshot order)."""
-        best: str | None = None
-        top = -1
-        for name, r in self.nodes.items():
-            if r.feasible and r.weighted > top:
-                best, top = name, r.weighted
-        return best
-
-    def as_json(self) -> dict[str, Any]:
-        """``{"nodes": {NODE: {"feasible", "reasons", "scores", "score"}}}``."""
-        return {
-            "nodes": {
-                name: {
-                    "feasible": r.feasible,
-                    "reasons": list(r.reasons),
-                    "scores": dict(r.scores),
-                    "score": r.score,
-                }
-                for name, r in self.nodes.items()
-            }
-        }
 
 
 class Framework:

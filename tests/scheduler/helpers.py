@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from scheduler_plugins.framework import Evaluation, Framework, Plugin
+from scheduler_plugins.evaluation import Evaluation
+from scheduler_plugins.framework import Framework, Plugin
 from scheduler_plugins.loading import build_snapshot
 from scheduler_plugins.snapshot import Snapshot, parse_pod
 from scheduler_plugins.table import build_framework
