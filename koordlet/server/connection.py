@@ -24,6 +24,9 @@ logger = logging.getLogger(__name__)
 
 _COALESCE = 16 * 1024
 """Bodies up to this size are written in one piece with the head."""
+_HEAD_SLACK = 4096
+"""Bytes a head may send beyond its target and header fields: request line, separators."""
+"""Bodies up to this size are written in one piece with the head."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,28 +95,40 @@ class HttpProtocol(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         if self._closing:
             return
-        if self._in_head:
-            # httptools keeps an unfinished field itself: bound what a head may send in total
-            self._head_raw += len(data)
-            if self._head_raw > 2 * self._limits.max_head:
-                self._fail(431, "request header section too large")
-                return
-        try:
-            self._parser.feed_data(data)
-        except _StopParsing:
-            pass
-        except httptools.HttpParserUpgrade:
-            self._stop_reading()  # answer what came before the upgrade, then close
-        except httptools.HttpParserError as err:
-            if self._refusal is None:
-                logger.debug("malformed request from %s: %s", self._peer, err)
-                self._fail(400, "malformed request")
+        # Fed in pieces of max_head bytes, so that a head that never ends is seen growing:
+        # httptools keeps an unfinished header field itself.
+        step = self._limits.max_head
+        for start in range(0, len(data), step):
+            if not self._feed(data[start : start + step] if len(data) > step else data):
+                break
         if self._refusal is not None:
             refusal, self._refusal = self._refusal, None
             self._fail(refusal.status, refusal.text)
         if len(self._queue) >= self._limits.max_pipelined and not self._read_paused:
             self._pause_reading()
         self._kick()
+
+    def _feed(self, piece: bytes) -> bool:
+        """Parse ``piece``; False when nothing more is to be parsed."""
+        if self._in_head:
+            # what the head sent since the piece it began in: at most a piece less than its size
+            self._head_raw += len(piece)
+            if self._head_raw > 2 * self._limits.max_head + _HEAD_SLACK:
+                self._fail(431, "request header section too large")
+                return False
+        try:
+            self._parser.feed_data(piece)
+        except _StopParsing:
+            return False
+        except httptools.HttpParserUpgrade:
+            self._stop_reading()  # answer what came before the upgrade, then close
+            return False
+        except httptools.HttpParserError as err:
+            if self._refusal is None:
+                logger.debug("malformed request from %s: %s", self._peer, err)
+                self._fail(400, "malformed request")
+            return False
+        return not self._closing
 
     # httptools callbacks -------------------------------------------------------------------
 
@@ -230,7 +245,8 @@ class HttpProtocol(asyncio.Protocol):
         elif len(body) <= _COALESCE:
             transport.write(head + body)
         else:
-            transport.writelines((head, body))
+            transport.write(head)  # two writes: no copy of a large body to join them
+            transport.write(body)
         if close:
             self._close()
             return
@@ -291,6 +307,10 @@ class HttpProtocol(asyncio.Protocol):
         self._closing = True
         if self._transport is not None:
             self._transport.close()
+
+    def buffered(self) -> int:
+        """Bytes written for the peer and not yet sent."""
+        return self._transport.get_write_buffer_size() if self._transport is not None else 0
 
     def shutdown(self) -> asyncio.Task[None] | None:
         """The server stops: close now when idle, else after the answer in progress; the task

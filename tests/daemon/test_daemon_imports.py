@@ -67,7 +67,8 @@ def test_a_standalone_start_serves_metrics_without_loading_aiohttp(tmp_path: Pat
 
         async def get(path):
             reader, writer = await asyncio.open_connection("127.0.0.1", port)
-            writer.write(f"GET {{path}} HTTP/1.1\\r\\nHost: x\\r\\nConnection: close\\r\\n\\r\\n".encode())
+            head = f"GET {{path}} HTTP/1.1\\r\\nHost: x\\r\\nConnection: close\\r\\n\\r\\n"
+            writer.write(head.encode())
             data = await reader.read()
             writer.close()
             return data.split(b" ", 2)[1].decode(), data.partition(b"\\r\\n\\r\\n")[2]
