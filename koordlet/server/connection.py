@@ -13,7 +13,7 @@ import asyncio
 import collections
 import logging
 from dataclasses import dataclass
-from typing import Any, NoReturn
+from typing import Any, NoReturn, cast
 from urllib.parse import unquote_to_bytes
 
 import httptools
@@ -71,8 +71,7 @@ class HttpProtocol(asyncio.Protocol):
     # asyncio.Protocol ----------------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self._transport = transport
+        self._transport = transport = cast(asyncio.Transport, transport)  # uvloop's too
         transport.set_write_buffer_limits(high=self._limits.write_high_water)
         self._peer = transport.get_extra_info("peername")
         self._server.connections.add(self)
