@@ -24,14 +24,11 @@ package speaks the protocol itself over httptools' llhttp parser; the connection
 from __future__ import annotations
 
 import http
-import logging
 import time
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 from urllib.parse import parse_qsl
-
-logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
@@ -103,7 +100,8 @@ def text_response(text: str, status: int = 200, **headers: str) -> Response:
 
 @dataclass(slots=True, eq=False)
 class Request:
-    """One parsed request (it never has a body: one that does is refused before routing)."""
+    """One parsed request. A body is never read: a request announcing one is answered (``413``
+    past routing) and its connection closed."""
 
     method: str
     """``GET``, ``HEAD``, ... as sent."""
