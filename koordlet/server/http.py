@@ -1,7 +1,7 @@
 """A small HTTP/1.1 server for the koordlet's read-only routes: requests, answers, routes.
 
 The koordlet serves a handful of GET routes on its own port; aiohttp's server (and what importing
-it pulls in: email, http.cookies, attrs, TLS contexts) cost 14 MiB of RSS for that, so this
+it pulls in: email, http.cookies, attrs, TLS contexts) cost 12 MiB of RSS for that, so this
 package speaks the protocol itself over httptools' llhttp parser; the connection side is
 :mod:`koordlet.server.connection` (docs/architecture.md, "The HTTP server"). What it does:
 
