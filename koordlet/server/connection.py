@@ -173,7 +173,7 @@ class HttpProtocol(asyncio.Protocol):
             version=parser.get_http_version(),
             has_body=has_body,
             keep_alive=parser.should_keep_alive() and not has_body,
-            _respond=self._respond,
+            _respond=self._write,
         )
         self._queue.append(request)
         if not request.keep_alive:
@@ -220,12 +220,11 @@ class HttpProtocol(asyncio.Protocol):
             response = Response(500, b"500: Internal Server Error", dict(_TEXT))
         if not request.responded:
             request.responded = True
-            await self._respond(request, response)
-
-    async def _respond(self, request: Request, response: Response) -> None:
-        await self._write(request, response)
+            await self._write(request, response)
 
     async def _write(self, request: Request | None, response: Response) -> None:
+        """Write ``response`` (to ``request``; None: a refusal, always the last answer), then
+        wait while the peer is not reading."""
         transport = self._transport
         if transport is None or transport.is_closing():
             return
