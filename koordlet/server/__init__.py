@@ -1,6 +1,8 @@
 """The koordlet's HTTP server: Prometheus metrics, health and readiness probes, /debug views.
 
-``build_app(ServerDeps(...))`` makes the aiohttp application and ``start_server`` serves it;
+``build_app(ServerDeps(...))`` makes the application (routes and middlewares over the small
+HTTP/1.1 server of :mod:`koordlet.server.http` and :mod:`.connection`, asyncio plus httptools:
+no aiohttp) and ``start_server`` serves it;
 ``KoordletExporter`` is the prometheus-client collector that turns the metric cache into
 ``koordlet_*`` families at each scrape.
 """

@@ -30,6 +30,7 @@ it runs at most once per tick, whatever the number of requests.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import logging
 import time
@@ -37,15 +38,24 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from aiohttp import web
-from aiohttp.typedefs import Handler
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
-from koordlet.server.debug import DebugHandlers, is_loopback_peer
+from koordlet.server.connection import HttpServer
+from koordlet.server.debug import DebugHandlers, is_loopback_peer, json_response
 from koordlet.server.exporter import EXPORTED_SERIES, KoordletExporter, SampleReader
 from koordlet.server.exposition import Exposition
 from koordlet.server.health import LoopHealth
+from koordlet.server.http import (
+    App,
+    AppKey,
+    Handler,
+    HttpLimits,
+    Middleware,
+    Request,
+    Response,
+    text_response,
+)
 from koordlet.server.limiter import LimitConfig, LimiterFamilies, Refusal, RequestLimiter
 from koordlet.server.render import FamilyRenderer
 from koordlet.server.summary import UiDeps
@@ -179,9 +189,9 @@ class ServerDeps:
     """Wall-clock seconds, the time base of the cache's timestamps."""
 
 
-DEPS = web.AppKey("koordlet_server_deps", ServerDeps)
+DEPS = AppKey("koordlet_server_deps", ServerDeps)
 """Typed application state: the server's dependencies."""
-EXPOSITION = web.AppKey("koordlet_server_exposition", Exposition)
+EXPOSITION = AppKey("koordlet_server_exposition", Exposition)
 """The cached ``/metrics`` bodies."""
 
 
@@ -211,85 +221,90 @@ class _Chain:
             yield from collector.collect()
 
 
-LIMITERS = web.AppKey("koordlet_server_limiters", Limiters)
+LIMITERS = AppKey("koordlet_server_limiters", Limiters)
 """The request limiters."""
 
 
-@web.middleware
-async def _limit(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """Admit the request under its class's limits, serve and write it, and charge its CPU."""
-    limiter = request.app[LIMITERS].of(request.path)
-    refusal = await limiter.admit()
-    cpu0 = limiter.cpu_now()
-    if refusal is not None:
-        refused = _refused(refusal, limiter.config.retry_after)
-        limiter.charge(limiter.cpu_now() - cpu0)
-        return refused
-    try:
-        response = await handler(request)
-        # Written here, so that the transfer is charged to the request too.
-        await response.prepare(request)
-        await response.write_eof()
-        return response
-    finally:
-        limiter.release(limiter.cpu_now() - cpu0)
+def _limit(limiters: Limiters) -> Middleware:
+    """Admit each request under its class's limits, serve and write it, and charge its CPU."""
+
+    async def limit(request: Request, handler: Handler) -> Response:
+        limiter = limiters.of(request.path)
+        refusal = await limiter.admit()
+        cpu0 = limiter.cpu_now()
+        if refusal is not None:
+            refused = _refused(refusal, limiter.config.retry_after)
+            limiter.charge(limiter.cpu_now() - cpu0)
+            return refused
+        try:
+            response = await handler(request)
+            # Written here, so that the transfer is charged to the request too.
+            await request.respond(response)
+            return response
+        finally:
+            limiter.release(limiter.cpu_now() - cpu0)
+
+    return limit
 
 
-def _refused(refusal: Refusal, retry_after: int) -> web.Response:
+def _refused(refusal: Refusal, retry_after: int) -> Response:
     why = "too many requests in flight" if refusal.reason == "busy" else "request budget spent"
-    response = web.Response(
-        status=503,
-        text=f"busy: {why}; retry later\n",
-        headers={"Retry-After": str(retry_after)},
+    response = text_response(
+        f"busy: {why}; retry later\n", 503, **{"Retry-After": str(retry_after)}
     )
-    if refusal.close:
-        response.force_close()
+    response.close = refusal.close
     return response
 
 
-@web.middleware
-async def _debug_guard(request: web.Request, handler: Handler) -> web.StreamResponse:
+def _debug_guard(deps: ServerDeps) -> Middleware:
     """403 for ``/debug`` requests from non-loopback peers, unless remote access is allowed."""
-    if request.path == "/debug" or request.path.startswith("/debug/"):
-        deps = request.app[DEPS]
-        transport = request.transport
-        peer = transport.get_extra_info("peername") if transport is not None else None
-        if not deps.debug_allow_remote and not is_loopback_peer(peer):
-            logger.debug("refused %s to non-loopback peer %s", request.path, peer)
-            return web.json_response(
-                {"error": "/debug is served to loopback clients only"}, status=403
+
+    async def guard(request: Request, handler: Handler) -> Response:
+        if request.path == "/debug" or request.path.startswith("/debug/"):
+            peer = request.peer
+            if not deps.debug_allow_remote and not is_loopback_peer(peer):
+                logger.debug("refused %s to non-loopback peer %s", request.path, peer)
+                return json_response(
+                    {"error": "/debug is served to loopback clients only"}, status=403
+                )
+        return await handler(request)
+
+    return guard
+
+
+def _metrics(exposition: Exposition) -> Handler:
+    async def metrics(request: Request) -> Response:
+        fmt = negotiate(request.headers.get("Accept", ""))
+        gzipped = accepts_gzip(request.headers.get("Accept-Encoding", ""))
+        body = exposition.body(fmt, gzipped=gzipped)
+        headers = {"Content-Type": content_type(fmt), "Vary": "Accept, Accept-Encoding"}
+        if gzipped:
+            headers["Content-Encoding"] = "gzip"
+        return Response(200, body, headers)
+
+    return metrics
+
+
+async def _healthz(request: Request) -> Response:
+    return text_response("ok")
+
+
+def _readyz(deps: ServerDeps) -> Handler:
+    async def readyz(request: Request) -> Response:
+        readiness = deps.readiness
+        if not readiness.ready():
+            pending = list(readiness.pending())
+            waiting = pending[0] if pending else "unknown"
+            return text_response(
+                f"not ready: waiting for {waiting} (pending: {', '.join(pending)})", 503
             )
-    return await handler(request)
+        behind = deps.health.behind() if deps.health is not None else []
+        if behind:
+            loops = "; ".join(state.describe() for state in behind)
+            return text_response(f"not ready: behind: {loops}", 503)
+        return text_response("ok")
 
-
-async def _metrics(request: web.Request) -> web.Response:
-    fmt = negotiate(request.headers.get("Accept", ""))
-    gzipped = accepts_gzip(request.headers.get("Accept-Encoding", ""))
-    body = request.app[EXPOSITION].body(fmt, gzipped=gzipped)
-    headers = {"Content-Type": content_type(fmt), "Vary": "Accept, Accept-Encoding"}
-    if gzipped:
-        headers["Content-Encoding"] = "gzip"
-    return web.Response(body=body, headers=headers)
-
-
-async def _healthz(request: web.Request) -> web.Response:
-    return web.Response(text="ok")
-
-
-async def _readyz(request: web.Request) -> web.Response:
-    deps = request.app[DEPS]
-    readiness = deps.readiness
-    if not readiness.ready():
-        pending = list(readiness.pending())
-        waiting = pending[0] if pending else "unknown"
-        return web.Response(
-            status=503, text=f"not ready: waiting for {waiting} (pending: {', '.join(pending)})"
-        )
-    behind = deps.health.behind() if deps.health is not None else []
-    if behind:
-        loops = "; ".join(state.describe() for state in behind)
-        return web.Response(status=503, text=f"not ready: behind: {loops}")
-    return web.Response(text="ok")
+    return readyz
 
 
 UI_PATHS = ("/debug/ui", "/debug/summary", "/debug/series")
@@ -311,7 +326,7 @@ class _LazyUi:
     def routes(self) -> list[tuple[str, Handler]]:
         return [(path, functools.partial(self._handle, path)) for path in UI_PATHS]
 
-    async def _handle(self, path: str, request: web.Request) -> web.StreamResponse:
+    async def _handle(self, path: str, request: Request) -> Response:
         handlers = self._handlers
         if handlers is None:
             async with self._lock:
@@ -326,30 +341,32 @@ class _LazyUi:
         return dict(UiHandlers(self._deps, self._ui).routes())
 
 
-def build_app(deps: ServerDeps, ui: UiDeps | None = None) -> web.Application:
-    """The aiohttp application serving the routes of the module docstring; with ``ui``, also
+def build_app(deps: ServerDeps, ui: UiDeps | None = None) -> App:
+    """The application serving the routes of the module docstring; with ``ui``, also
     ``/debug/ui`` and the views it polls (:mod:`koordlet.server.ui`)."""
-    app = web.Application(middlewares=[_limit, _debug_guard])
-    app[DEPS] = deps
     renderer = FamilyRenderer(deps.exporter) if deps.exporter is not None else None
-    limiters = app[LIMITERS] = Limiters(
+    limiters = Limiters(
         reads=RequestLimiter(deps.limits.reads), probes=RequestLimiter(deps.limits.probes)
     )
-    app[EXPOSITION] = Exposition(
+    exposition = Exposition(
         _Chain(deps.registry, limiters.families()),
         renderer,
         generation=deps.tick,
         max_age=deps.collect_interval,
     )
+    app = App(middlewares=[_limit(limiters), _debug_guard(deps)])
+    app[DEPS] = deps
+    app[LIMITERS] = limiters
+    app[EXPOSITION] = exposition
     ui_routes = _LazyUi(deps, ui).routes() if ui is not None else []
     debug = DebugHandlers(deps, extra=[path for path, _ in ui_routes])
-    app.router.add_get("/metrics", _metrics)
-    app.router.add_get("/healthz", _healthz)
-    app.router.add_get("/readyz", _readyz)
-    app.router.add_get("/debug", debug.index)
-    app.router.add_get("/debug/", debug.index)  # as README and --help write it
+    app.add_get("/metrics", _metrics(exposition))
+    app.add_get("/healthz", _healthz)
+    app.add_get("/readyz", _readyz(deps))
+    app.add_get("/debug", debug.index)
+    app.add_get("/debug/", debug.index)  # as README and --help write it
     for path, handler in [*debug.routes(), *ui_routes]:
-        app.router.add_get(path, handler)
+        app.add_get(path, handler)
     return app
 
 
@@ -357,13 +374,13 @@ def build_app(deps: ServerDeps, ui: UiDeps | None = None) -> web.Application:
 class ServerHandle:
     """A started server; :meth:`stop` closes it."""
 
-    runner: web.AppRunner
-    """The aiohttp runner (owns the sites and the app's cleanup)."""
+    server: HttpServer
+    """The listening server (owns its connections)."""
 
     @property
     def addresses(self) -> list[Any]:
         """The bound socket addresses (``(host, port)`` for IPv4)."""
-        return list(self.runner.addresses)
+        return self.server.addresses
 
     @property
     def port(self) -> int:
@@ -372,31 +389,26 @@ class ServerHandle:
         return port
 
     async def stop(self) -> None:
-        """Stop accepting, finish in-flight requests (up to the shutdown timeout), clean up."""
-        await self.runner.cleanup()
+        """Stop accepting, finish in-flight requests (up to the shutdown timeout), close."""
+        await self.server.stop()
 
 
 async def start_server(
-    app: web.Application,
+    app: App,
     host: str,
     port: int,
     *,
     shutdown_timeout: float = 5.0,
+    limits: HttpLimits | None = None,
 ) -> ServerHandle:
-    """Serve ``app`` on ``host:port`` (port 0 picks a free one) until ``stop()``.
+    """Serve ``app`` on ``host:port`` (port 0 picks a free one; ``""`` every interface) until
+    ``stop()``; ``limits`` overrides the protocol's bounds (:class:`HttpLimits`).
 
     No access log: Prometheus scrapes and probes would fill it. Signals are the daemon's.
     """
-    runner = web.AppRunner(
-        app, handle_signals=False, access_log=None, shutdown_timeout=shutdown_timeout
-    )
-    await runner.setup()
-    try:
-        site = web.TCPSite(runner, host, port)
-        await site.start()
-    except BaseException:
-        await runner.cleanup()
-        raise
-    handle = ServerHandle(runner)
+    limits = limits or HttpLimits()
+    server = HttpServer(app, dataclasses.replace(limits, shutdown_timeout=shutdown_timeout))
+    await server.start(host, port)
+    handle = ServerHandle(server)
     logger.info("serving /metrics, /healthz, /readyz and /debug on %s", handle.addresses)
     return handle

@@ -35,9 +35,7 @@ from collections.abc import Iterable, Sequence
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from aiohttp import web
-from aiohttp.typedefs import Handler
-
+from koordlet.server.http import Handler, Request, Response
 from koordlet.statesinformer.model import WorkloadSnapshot
 
 if TYPE_CHECKING:
@@ -185,12 +183,18 @@ def _finite(value: float) -> float | None:
     return value if math.isfinite(value) else None
 
 
-def _json(data: Any, status: int = 200) -> web.Response:
-    return web.json_response(data, status=status, dumps=_dumps)
+def json_response(data: Any, status: int = 200) -> Response:
+    """``data`` as JSON (``application/json; charset=utf-8``); what is not JSON becomes its
+    ``str``."""
+    body = _dumps(data).encode()
+    return Response(status, body, {"Content-Type": "application/json; charset=utf-8"})
 
 
-def _json_bytes(body: bytes) -> web.Response:
-    return web.Response(body=body, content_type="application/json")
+_json = json_response
+
+
+def _json_bytes(body: bytes) -> Response:
+    return Response(200, body, {"Content-Type": "application/json"})
 
 
 class DebugHandlers:
@@ -216,16 +220,16 @@ class DebugHandlers:
             ("/debug/runtimehooks", self.runtimehooks),
         ]
 
-    async def index(self, request: web.Request) -> web.Response:
+    async def index(self, request: Request) -> Response:
         return _json({"endpoints": [*(path for path, _ in self.routes()), *self._extra]})
 
-    async def capabilities(self, request: web.Request) -> web.Response:
+    async def capabilities(self, request: Request) -> Response:
         return _json(dict(self._deps.capabilities()))
 
-    async def config(self, request: web.Request) -> web.Response:
+    async def config(self, request: Request) -> Response:
         return _json(dict(self._deps.config()))
 
-    async def workloads(self, request: web.Request) -> web.Response:
+    async def workloads(self, request: Request) -> Response:
         # Served from the bytes of the current snapshot (immutable, replaced whole on a change).
         snapshot = self._deps.workloads()
         cached = self._workloads
@@ -233,34 +237,34 @@ class DebugHandlers:
             cached = self._workloads = (snapshot, _dumps(workloads_payload(snapshot)).encode())
         return _json_bytes(cached[1])
 
-    async def tasks(self, request: web.Request) -> web.Response:
+    async def tasks(self, request: Request) -> Response:
         return _json({"tasks": [dict(t) for t in self._deps.tasks()]})
 
-    async def audit(self, request: web.Request) -> web.Response:
+    async def audit(self, request: Request) -> Response:
         source = self._deps.audit
         if source is None:
             return _json({"error": "this koordlet has no audit log"}, 404)
         try:
-            limit, strategy, kind = parse_audit_query(request.query.items())
+            limit, strategy, kind = parse_audit_query(request.query)
         except ValueError as err:
             return _json({"error": str(err)}, 400)
         return _json(dict(source(limit, strategy, kind)))
 
-    async def qos(self, request: web.Request) -> web.Response:
+    async def qos(self, request: Request) -> Response:
         source = self._deps.qos
         if source is None:
             return _json({"error": "this koordlet runs no QoS manager"}, 404)
         return _json(dict(source()))
 
-    async def runtimehooks(self, request: web.Request) -> web.Response:
+    async def runtimehooks(self, request: Request) -> Response:
         source = self._deps.runtimehooks
         if source is None:
             return _json({"error": "this koordlet runs no runtime hooks"}, 404)
         return _json(dict(source()))
 
-    async def metrics(self, request: web.Request) -> web.Response:
+    async def metrics(self, request: Request) -> Response:
         deps = self._deps
-        only = request.query.get("entity")
+        only = request.param("entity")
         if only is not None and not _ENTITY_RE.fullmatch(only):
             return _json({"error": "entity must be an entity id such as pod/<uid>"}, 400)
         if only is not None:
@@ -293,10 +297,10 @@ class DebugHandlers:
             "cache": dict(deps.cache.stats()),
         }
 
-    async def query(self, request: web.Request) -> web.Response:
+    async def query(self, request: Request) -> Response:
         deps = self._deps
         try:
-            metric, entity, window = parse_query(request.query.items(), deps.max_query_window)
+            metric, entity, window = parse_query(request.query, deps.max_query_window)
         except ValueError as err:
             return _json({"error": str(err)}, 400)
         end = deps.clock()

@@ -26,11 +26,10 @@ import math
 import re
 from collections.abc import Iterable
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from aiohttp import web
-from aiohttp.typedefs import Handler
-
+from koordlet.server.debug import json_response
+from koordlet.server.http import Handler, Request, Response
 from koordlet.server.summary import (
     UiDeps,
     bucket_step,
@@ -121,10 +120,6 @@ def _seconds(params: dict[str, str], name: str, most: float) -> float | None:
     return value
 
 
-def _json(data: Any, status: int = 200) -> web.Response:
-    return web.json_response(data, status=status, dumps=_dumps)
-
-
 class UiHandlers:
     """The handlers of the module docstring's table."""
 
@@ -141,31 +136,31 @@ class UiHandlers:
             ("/debug/series", self.series),
         ]
 
-    async def page(self, request: web.Request) -> web.Response:
-        return web.Response(
-            body=self._page,
-            content_type="text/html",
-            charset="utf-8",
-            headers={
+    async def page(self, request: Request) -> Response:
+        return Response(
+            200,
+            self._page,
+            {
+                "Content-Type": "text/html; charset=utf-8",
                 "Content-Security-Policy": self._csp,
                 "Cache-Control": "no-store",
                 "X-Content-Type-Options": "nosniff",
             },
         )
 
-    async def summary(self, request: web.Request) -> web.Response:
+    async def summary(self, request: Request) -> Response:
         deps = self._deps
-        return _json(summary_payload(self._ui, deps.cache, deps.workloads(), deps.clock()))
+        return json_response(summary_payload(self._ui, deps.cache, deps.workloads(), deps.clock()))
 
-    async def series(self, request: web.Request) -> web.Response:
+    async def series(self, request: Request) -> Response:
         deps = self._deps
         try:
             metric, entity, _group, window, step = parse_series_query(
-                request.query.items(), deps.max_query_window
+                request.query, deps.max_query_window
             )
             width = bucket_step(window, step)
         except ValueError as err:
-            return _json({"error": str(err)}, 400)
+            return json_response({"error": str(err)}, 400)
         end = deps.clock()
         # Start on a bucket boundary: a bucket is either whole in the answer or absent.
         start = math.ceil((end - window) / width) * width
@@ -174,7 +169,7 @@ class UiHandlers:
             groups: dict[str, list[str]] = {entity: [entity]}
         else:
             groups = dict(pods_by_class(deps.workloads()))
-        return _json(
+        return json_response(
             {
                 "metric": metric,
                 "window": window,

@@ -1,0 +1,100 @@
+"""What a standalone koordlet loads: no aiohttp (its server is asyncio plus httptools,
+koordlet.server.http), neither at import nor through a real start that serves /metrics.
+Imports are process-wide, so each check runs in a fresh interpreter; the started daemon is
+probed over a raw socket, not with an HTTP client that would load a library itself."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+
+CLUSTER_ONLY = ("aiohttp", "kubernetes_asyncio", "koordlet.statesinformer.kubelet")
+"""Loaded in cluster mode only (the kubelet client and kubernetes-asyncio speak aiohttp)."""
+
+
+def _run(script: str) -> Any:
+    """Run ``script`` in a fresh interpreter from the repository; its last line is JSON."""
+    done = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(script)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def _loaded(modules: list[str], roots: tuple[str, ...]) -> list[str]:
+    return sorted(m for m in modules if any(m == r or m.startswith(r + ".") for r in roots))
+
+
+def test_importing_the_daemon_loads_no_aiohttp() -> None:
+    modules = _run("import json, sys, koordlet.daemon; print(json.dumps(sorted(sys.modules)))")
+    assert _loaded(modules, CLUSTER_ONLY) == []
+    assert "koordlet.server.http" in modules
+
+
+def test_a_standalone_start_serves_metrics_without_loading_aiohttp(tmp_path: Path) -> None:
+    result = _run(
+        f"""
+        import asyncio, json, socket, sys
+        from koordlet import daemon
+        from koordlet.config import CgroupConfig, CollectConfig, KoordletConfig, QoSConfig
+        from koordlet.config import RuntimeHooksConfig, ServerConfig
+        from koordlet.system.cgroups import CgroupDriver, CgroupVersion
+        from tests.fakehost import FakeHost
+
+        fake = FakeHost({str(tmp_path)!r}, CgroupVersion.V1, CgroupDriver.CGROUPFS)
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        cfg = KoordletConfig(
+            node_name="node-1", paths=fake.paths,
+            cgroup=CgroupConfig(version="v1", driver="cgroupfs"),
+            collect=CollectConfig(res_used_interval=0.1),
+            server=ServerConfig(addr=f"127.0.0.1:{{port}}"), standalone=True,
+            state_dir={str(tmp_path / "state")!r}, qos=QoSConfig(),
+            runtime_hooks=RuntimeHooksConfig(addr="", nri=False),
+        )
+
+        async def get(path):
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            head = f"GET {{path}} HTTP/1.1\\r\\nHost: x\\r\\nConnection: close\\r\\n\\r\\n"
+            writer.write(head.encode())
+            data = await reader.read()
+            writer.close()
+            return data.split(b" ", 2)[1].decode(), data.partition(b"\\r\\n\\r\\n")[2]
+
+        async def main():
+            stop = asyncio.Event()
+            task = asyncio.create_task(daemon.run(cfg, stop=stop), name="daemon")
+            async with asyncio.timeout(20):
+                while True:
+                    try:
+                        if (await get("/readyz"))[0] == "200":
+                            break
+                    except OSError:
+                        pass
+                    await asyncio.sleep(0.05)
+                status, body = await get("/metrics")
+            stop.set()
+            code = await task
+            return {{"code": code, "metrics": status, "has_families": b"koordlet_" in body,
+                    "modules": sorted(sys.modules)}}
+
+        print(json.dumps(asyncio.run(main())))
+        """
+    )
+    assert result["code"] == 0
+    assert result["metrics"] == "200"
+    assert result["has_families"]
+    assert _loaded(result["modules"], CLUSTER_ONLY) == []
+    assert "httptools" in result["modules"]
