@@ -26,7 +26,6 @@ _COALESCE = 16 * 1024
 """Bodies up to this size are written in one piece with the head."""
 _HEAD_SLACK = 4096
 """Bytes a head may send beyond its target and header fields: request line, separators."""
-"""Bodies up to this size are written in one piece with the head."""
 
 
 @dataclass(frozen=True, slots=True)
