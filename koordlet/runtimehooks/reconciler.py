@@ -32,6 +32,15 @@ honours ``--dry-run``. A knob the probe found unsupported is left out and report
 not one per round. The reconciler owns what its hooks write for running pods; the cgroup
 reconcile QoS strategy leaves those knobs alone while the hook's gate is on (docs/runtimehooks.md,
 "Who writes what").
+
+**Each pod's results kept** (:class:`PodResult` in a
+:class:`~koordlet.statesinformer.podmemo.PodMemo`): steps 2 and 3 run again for a pod only when
+its inputs (:func:`_pod_key`) or the hooks' node inputs
+(:class:`~koordlet.runtimehooks.table.NodeInputsHook`) or the capabilities changed, and only when
+every hook of those levels declares its node inputs; a result with a failed hook is not kept. The
+batch goes to the executor every round all the same: the kernel is compared as before. The
+reconciler does not observe ``koordlet_runtime_hook_invoked_duration_milliseconds`` (upstream's
+``RunHooks`` times hook points only) and counts a pod's bad input once, with its Event.
 """
 
 from __future__ import annotations
