@@ -164,11 +164,15 @@ def plan(
         last.pop(key, None)
         last[key] = w
     unique = list(last.values())
+    depths: dict[str, int] = {}  # a cgroup has several writes: its depth once
+    for w in unique:
+        if w.rel_dir not in depths:
+            depths[w.rel_dir] = depth(w.rel_dir)
     grow = sorted(
         (w for w in unique if w.knob_name in MERGE),
-        key=lambda w: (depth(w.rel_dir), _GROW_ORDER.get(w.knob_name, 2)),
+        key=lambda w: (depths[w.rel_dir], _GROW_ORDER.get(w.knob_name, 2)),
     )
-    shrink = sorted(unique, key=lambda w: (-depth(w.rel_dir), -_GROW_ORDER.get(w.knob_name, -1)))
+    shrink = sorted(unique, key=lambda w: (-depths[w.rel_dir], -_GROW_ORDER.get(w.knob_name, -1)))
     return grow, shrink
 
 
@@ -196,7 +200,7 @@ def apply_batch(target: BatchTarget, writes: Sequence[BatchWrite[Any]]) -> Batch
             errors.append((w, str(err)))
 
     for w in grow:
-        if _under(w.rel_dir, gone) or target.is_dry_run(w.strategy):
+        if (gone and _under(w.rel_dir, gone)) or target.is_dry_run(w.strategy):
             continue
         try:
             current = target.read(w.knob, w.rel_dir)
@@ -212,7 +216,7 @@ def apply_batch(target: BatchTarget, writes: Sequence[BatchWrite[Any]]) -> Batch
         if merged != current:
             attempt(w, merged, f"{w.reason} (leveled: grow step)" if w.reason else "leveled")
     for w in shrink:
-        if _under(w.rel_dir, gone) or (w.knob_name, w.rel_dir) in failed:
+        if (gone and _under(w.rel_dir, gone)) or (failed and (w.knob_name, w.rel_dir) in failed):
             continue
         attempt(w, w.value, w.reason)
     result = BatchResult(tuple(results), tuple(sorted(gone)), tuple(errors))

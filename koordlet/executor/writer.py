@@ -65,6 +65,9 @@ _V = TypeVar("_V")
 DEFAULT_CACHE_TTL = 60.0
 """Seconds a written value is trusted before the file is read again (Koordinator's
 ``ResourceForceUpdateSeconds``)."""
+PATHS_KEPT = 100_000
+"""Resolved file paths the writer remembers before it starts again (pods come and go)."""
+_READ_SIZE = 65536
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,6 +135,9 @@ class CgroupWriter:
         """Called before a file is changed with what it held (the originals journal)."""
         self._clock = clock
         self._cache: dict[tuple[str, ...], _Cached] = {}
+        self._paths: dict[tuple[str, str, str], str] = {}
+        """(controller, cgroup, file name) -> absolute path, for :attr:`_paths_layout`."""
+        self._paths_layout: object = None
         self._lock = threading.Lock()
         self._pool: ThreadPoolExecutor | None = None
 
@@ -207,7 +213,7 @@ class CgroupWriter:
         if caps is not None and k.name in caps and not caps.supported(k.name):
             raise UnsupportedError(k.name, caps[k.name].reason)
         canonical = k.validate(value)
-        path = self.host.layout.file(k.controller, rel_dir, filename)
+        path = self._path(k.controller, rel_dir, filename)
         key = (path, k.name)
         dry = self.is_dry_run(strategy)
 
@@ -269,7 +275,7 @@ class CgroupWriter:
         filename = k.file_for(version)
         if filename is None:
             raise UnsupportedError(k.name, f"cgroup {version} has no file for it")
-        path = self.host.layout.file(k.controller, rel_dir, filename)
+        path = self._path(k.controller, rel_dir, filename)
         value = k.decode(self._read(path, k), version, path=path)
         key = (path, k.name)
         with self._lock:
@@ -300,6 +306,21 @@ class CgroupWriter:
 
     # Internals -----------------------------------------------------------------------------------
 
+    def _path(self, controller: str, rel_dir: str, filename: str) -> str:
+        """The layout's path of a cgroup file, remembered: a round of the reconcilers resolves
+        the same few thousand paths (forgotten when the layout changes or past
+        :data:`PATHS_KEPT`)."""
+        layout = self.host.layout
+        paths = self._paths
+        if layout is not self._paths_layout or len(paths) > PATHS_KEPT:
+            paths = self._paths = {}
+            self._paths_layout = layout
+        key = (controller, rel_dir, filename)
+        path = paths.get(key)
+        if path is None:
+            path = paths[key] = layout.file(controller, rel_dir, filename)
+        return path
+
     def _same(self, k: Knob[Any], current: str, new: str, path: str, value: object) -> bool:
         version = self.host.layout.version
         if k.keyed:  # the file lists every device; ``new`` only the lines to write
@@ -325,11 +346,18 @@ class CgroupWriter:
             self._cache.pop(key, None)
 
     def _read(self, path: str, k: Knob[Any]) -> str:
+        # os.read, not open(): no text wrapper for a file of a few bytes, read each round
         try:
-            with open(path, encoding="ascii", errors="replace") as f:
-                return f.read()
+            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+            try:
+                data = b""
+                while chunk := os.read(fd, _READ_SIZE):  # until EOF: a read may return less
+                    data += chunk
+            finally:
+                os.close(fd)
         except OSError as err:
             raise knob_error(path, err, k.name, "reading") from err
+        return data.decode("ascii", errors="replace")
 
     def _timed_write(self, path: str, text: str, k: Knob[Any], filename: str) -> None:
         observe = self.observe

@@ -25,6 +25,7 @@ from apis.slo_strategies import ResourceQOSStrategy
 from koordlet.executor.batch import BatchWrite
 from koordlet.qos.shared import cpus_of_annotation, pod_class
 from koordlet.statesinformer.model import PodInfo, WorkloadSnapshot
+from koordlet.statesinformer.podmemo import PodMemo
 from koordlet.system.cgroups import CgroupLayout
 from koordlet.system.knobs import (
     CPU_BVT_WARP_NS,
@@ -213,10 +214,8 @@ class Plan:
 
 @dataclass(frozen=True, slots=True)
 class _PodMemory:
-    """One pod's memory QoS entries and the inputs they were computed from."""
+    """One pod's memory QoS entries."""
 
-    key: tuple[object, ...]
-    """Everything the entries depend on (:func:`_pod_memory_key`)."""
     writes: tuple[BatchWrite[Any], ...]
     skipped: tuple[tuple[str, str], ...]
     minimum: int
@@ -225,9 +224,10 @@ class _PodMemory:
     """The pod's ``memory.low``, for its QoS cgroup's sum."""
 
 
-class PlanMemo:
-    """Each pod's memory QoS entries kept from one round to the next, so that a round at 200
-    pods does not build its ~7,000 writes again when nothing changed.
+class PlanMemo(PodMemo[_PodMemory]):
+    """Each pod's memory QoS entries kept from one round to the next
+    (:class:`~koordlet.statesinformer.podmemo.PodMemo`), so that a round at 200 pods does not
+    build its ~7,000 writes again when nothing changed.
 
     An entry is reused only while its key, every input it was computed from (the class's
     ``memoryQOS`` section, the pod's class, name, cgroup, memory request and containers, the
@@ -237,13 +237,7 @@ class PlanMemo:
     memo equals one built without.
     """
 
-    __slots__ = ("_pods",)
-
-    def __init__(self) -> None:
-        self._pods: dict[str, _PodMemory] = {}
-
-    def __len__(self) -> int:
-        return len(self._pods)
+    __slots__ = ()
 
 
 def _pod_memory_key(
@@ -261,7 +255,6 @@ def _pod_memory_key(
 
 
 def _pod_memory(
-    key: tuple[object, ...],
     cfg: MemoryQOSConfig,
     cls: QoSClass,
     pod: PodInfo,
@@ -290,7 +283,7 @@ def _pod_memory(
     for rel in (pod.cgroup_dir, *(c.cgroup_dir for c in pod.containers)):
         for knob, value in static:
             add(knob, rel, value)
-    return _PodMemory(key, tuple(writes), tuple(skipped), minimum, low)
+    return _PodMemory(tuple(writes), tuple(skipped), minimum, low)
 
 
 def _memory_plan(
@@ -302,25 +295,26 @@ def _memory_plan(
     memo: PlanMemo | None,
 ) -> None:
     sums: dict[KubeQOS, list[int]] = {q: [0, 0] for q in KubeQOS}
-    known = memo._pods if memo is not None else {}
-    kept: dict[str, _PodMemory] = {}
     for pod in pods:
         cls = pod_class(pod)
         section = class_qos(strategy, cls)
         if section is None:
             continue
         cfg = section.memory_qos
-        key = _pod_memory_key(cfg, cls, pod, node_memory)
-        entry = known.get(pod.uid)
-        if entry is None or entry.key != key:
-            entry = _pod_memory(key, cfg, cls, pod, node_memory)
-        kept[pod.uid] = entry
+        if memo is None:
+            entry = _pod_memory(cfg, cls, pod, node_memory)
+        else:
+            key = _pod_memory_key(cfg, cls, pod, node_memory)
+            found = memo.get(pod.uid, key)
+            if found is None:
+                found = memo.put(pod.uid, key, _pod_memory(cfg, cls, pod, node_memory))
+            entry = found
         sums[pod.kube_qos][0] += entry.minimum
         sums[pod.kube_qos][1] += entry.low
         plan.writes.extend(entry.writes)
         plan.skipped.update(entry.skipped)
     if memo is not None:
-        memo._pods = kept
+        memo.commit()
     total_min = sum(s[0] for s in sums.values())
     total_low = sum(s[1] for s in sums.values())
     for kube_qos in KubeQOS:

@@ -112,6 +112,10 @@ class BatchResource:
         strategy = self._node_slo().strategies.resource_used_threshold_with_be
         return not (strategy.enable and strategy.cpu_suppress_policy is CPUSuppressPolicy.CFS_QUOTA)
 
+    def node_inputs(self) -> object:
+        """What :meth:`pod` and :meth:`container` read besides the request: the quota rule."""
+        return self.cfs_quota_enabled()
+
     # Pod level ------------------------------------------------------------------------------
 
     def pod(self, req: PodRequest) -> Change | None:

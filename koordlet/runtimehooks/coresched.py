@@ -122,6 +122,10 @@ class CoreSched:
     def pod(self, req: PodRequest) -> Change | None:
         return None
 
+    def node_inputs(self) -> object:
+        """What :meth:`container` reads besides the request: the strategy."""
+        return self._node_slo().resource_qos_strategy
+
     def container(self, req: ContainerRequest) -> Change | None:
         strategy = self._node_slo().resource_qos_strategy
         goal = target(strategy, req.pod_labels, kube_qos_of(req.pod_cgroup_parent), req.pod.uid)

@@ -52,6 +52,11 @@ class CPUSetAllocator:
     def __init__(self, rule: Callable[[], CPUSetRule]) -> None:
         self._rule = rule
 
+    def node_inputs(self) -> object:
+        """What :meth:`container` reads besides the request: the share pools and the kubelet's
+        policy (:meth:`pod` reads the request only)."""
+        return self._rule()
+
     def pod(self, req: PodRequest) -> Change | None:
         status = parse_resource_status(req.annotations)
         if not status.cpus:

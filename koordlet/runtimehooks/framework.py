@@ -7,7 +7,8 @@ rules, the same for every mode (docs/runtimehooks.md):
 
 - hooks run in table order; a later hook wins on a field both set;
 - a hook that raises is left out (fail open), timed and counted as ``failed`` in
-  ``koordlet_runtime_hook_invoked_duration_milliseconds`` and audited; the others still apply;
+  ``koordlet_runtime_hook_invoked_duration_milliseconds`` and audited; the others still apply
+  (the family times hook calls at hook points only, as upstream's: not the reconciler's);
 - a hook that raises :class:`~koordlet.runtimehooks.errors.BadPodInput` leaves the pod unchanged
   by it (or applies the error's ``fallback``), records a Warning Event on the pod and counts
   ``koordlet_runtime_hook_bad_input_total``;
@@ -167,29 +168,37 @@ class HookDispatcher:
         self,
         req: PodRequest | ContainerRequest,
         hooks: Sequence[tuple[str, Hook]] | None = None,
+        *,
+        record: bool = True,
     ) -> Outcome:
         """Run the point's hooks (or ``hooks``: the reconciler's of a level) on ``req`` and
-        merge their changes (no I/O but the metrics)."""
+        merge their changes (no I/O but the metrics). ``record``: time each hook call into
+        ``koordlet_runtime_hook_invoked_duration_milliseconds`` and count bad input; the
+        reconciler passes False (upstream observes the family at hook points only; the
+        reconciler counts a pod's bad input once, with its Event)."""
         merged = NO_CHANGE
         applied: list[str] = []
         failed: list[str] = []
         warnings: list[HookWarning] = []
         point = req.point
+        clock = self._clock
         for name, hook in self._by_point.get(point, ()) if hooks is None else hooks:
-            t0 = self._clock()
+            t0 = clock() if record else 0.0
             error = False
             change: Change | None = None
             try:
                 change = hook.pod(req) if isinstance(req, PodRequest) else hook.container(req)
             except BadPodInput as err:
                 warnings.append(HookWarning(name, err.reason, str(err)))
-                self.metrics.bad_input.labels(name, point.value, err.reason).inc()
+                if record:
+                    self.metrics.bad_input.labels(name, point.value, err.reason).inc()
                 change = err.fallback
             except Exception:
                 error = True
                 failed.append(name)
                 logger.exception("runtime hook %s failed at %s for %s", name, point, req.pod)
-            self.metrics.observe(name, point.value, self._clock() - t0, failed=error)
+            if record:
+                self.metrics.observe(name, point.value, clock() - t0, failed=error)
             if change:
                 merged = merged.merged(change)
                 applied.append(name)

@@ -141,6 +141,11 @@ class GroupIdentity:
     def container(self, req: ContainerRequest) -> Change | None:
         return None
 
+    def node_inputs(self) -> object:
+        """What :meth:`pod` reads besides the request: the strategy and the mechanism."""
+        strategy = self._node_slo().resource_qos_strategy
+        return strategy, mechanism(strategy.policies.cpu_policy, self._supported)
+
     def kube_qos(self, kube_qos: KubeQOS) -> Change | None:
         """The Kubernetes QoS cgroup's value (reconciler only; bvt only, module docstring)."""
         strategy = self._node_slo().resource_qos_strategy

@@ -2,7 +2,8 @@
 
 - ``koordlet_runtime_hook_invoked_duration_milliseconds{node,hook,stage,status}``: upstream's
   family (``pkg/koordlet/metrics/runtime_hook.go``: buckets 0.01 ms x4 up to 163.84 ms, status
-  ``succeeded`` or ``failed``), one sample per hook call;
+  ``succeeded`` or ``failed``), one sample per hook call at a hook point (upstream's ``RunHooks``
+  in ``hooks/hooks.go``; the reconciler's rounds are not observed, as upstream's);
 - ``koordlet_runtime_hook_fail_open_total{mode,stage,reason}``, ours: requests that went on
   unchanged because the framework failed (``error``, ``timeout``, ``write_error``);
 - ``koordlet_runtime_hook_bad_input_total{hook,stage,reason}``, ours: pods left unchanged because
@@ -55,7 +56,7 @@ class HookMetrics:
 
         self._invoked: dict[tuple[str, str, bool], Histogram] = {}
         """The histogram's child per (hook, stage, failed): ``labels()`` costs several times an
-        ``observe``, and the reconciler observes every hook of every pod each round."""
+        ``observe``."""
 
     def observe(self, hook: str, stage: str, seconds: float, *, failed: bool) -> None:
         """One hook call took ``seconds``."""

@@ -32,6 +32,15 @@ honours ``--dry-run``. A knob the probe found unsupported is left out and report
 not one per round. The reconciler owns what its hooks write for running pods; the cgroup
 reconcile QoS strategy leaves those knobs alone while the hook's gate is on (docs/runtimehooks.md,
 "Who writes what").
+
+**Each pod's results kept** (:class:`PodResult` in a
+:class:`~koordlet.statesinformer.podmemo.PodMemo`): steps 2 and 3 run again for a pod only when
+its inputs (:func:`_pod_key`) or the hooks' node inputs
+(:class:`~koordlet.runtimehooks.table.NodeInputsHook`) or the capabilities changed, and only when
+every hook of those levels declares its node inputs; a result with a failed hook is not kept. The
+batch goes to the executor every round all the same: the kernel is compared as before. The
+reconciler does not observe ``koordlet_runtime_hook_invoked_duration_milliseconds`` (upstream's
+``RunHooks`` times hook points only) and counts a pod's bad input once, with its Event.
 """
 
 from __future__ import annotations
@@ -64,8 +73,16 @@ from koordlet.runtimehooks.model import (
     PodMeta,
     PodRequest,
 )
-from koordlet.runtimehooks.table import HookSpec, KubeQOSHook, Level, NodeFilesHook
+from koordlet.runtimehooks.table import (
+    Hook,
+    HookSpec,
+    KubeQOSHook,
+    Level,
+    NodeFilesHook,
+    NodeInputsHook,
+)
 from koordlet.statesinformer.model import PodInfo, WorkloadSnapshot
+from koordlet.statesinformer.podmemo import PodMemo
 
 if TYPE_CHECKING:
     from koordlet.executor.originals import Original
@@ -95,6 +112,8 @@ class RoundReport:
     """``time.time()`` at its start."""
     pods: int = 0
     containers: int = 0
+    reused: int = 0
+    """Pods whose results were kept from the last round (their inputs were equal)."""
     writes: int = 0
     """Writes planned (the executor skips those already in place)."""
     changed: int = 0
@@ -118,6 +137,21 @@ class NodeFilesState:
     """File → what the last write did (``written``, ``removed``, ``unchanged``, ``dry run``...)."""
     error: str = ""
     """The last write's failure, empty when it went through."""
+
+
+@dataclass(frozen=True, slots=True)
+class PodResult:
+    """What the pod and container levels ask for one pod, ready for the round's batch."""
+
+    writes: tuple[BatchWrite[Any], ...]
+    """The pod's and its containers' writes, the unsupported knobs left out."""
+    threads: tuple[tuple[str, str, Change, str], ...] = ()
+    """``(key, container cgroup, change, strategy)`` of each container with a core scheduling
+    target, for the cookie manager."""
+    warnings: tuple[tuple[str, HookWarning], ...] = ()
+    """``(stage, warning)`` for the pod's malformed data."""
+    failed: bool = False
+    """A hook raised: the result is not kept (the pod is run again next round)."""
 
 
 def pod_annotations(pod: PodInfo) -> Mapping[str, str]:
@@ -159,6 +193,10 @@ class HookReconciler:
         """The ``Level.NODE`` hooks' folders, by hook."""
         self._files = OwnedFileWriter(**executor_hooks(executor))
         self._warned: set[tuple[str, str, str]] = set()
+        self._memo: PodMemo[PodResult] = PodMemo()
+        """Each pod's :class:`PodResult` while its inputs hold (module docstring)."""
+        self._memo_inputs: object = None
+        """The node inputs and capabilities the kept results were computed with."""
 
     def describe(self) -> dict[str, Any]:
         """JSON-ready: the interval, the levels' hooks, the last round."""
@@ -170,6 +208,7 @@ class HookReconciler:
                 "at": last.at,
                 "pods": last.pods,
                 "containers": last.containers,
+                "reused": last.reused,
                 "writes": last.writes,
                 "changed": last.changed,
                 "files_changed": last.files_changed,
@@ -202,21 +241,24 @@ class HookReconciler:
             self._plan(writes, host.layout.qos_dir(kube_qos), change, strategy, "kubeqos")
         threads: list[tuple[PodInfo, str, str, Change, str]] = []
         snapshot = self._workloads()
+        memoize = self._memo_holds()
         for pod in snapshot.pods.values():
             report.pods += 1
-            outcome = self._pod(pod)
-            self._plan(writes, pod.cgroup_dir, outcome.proposed, _strategy(outcome), "pod")
-            for container in pod.containers:
-                report.containers += 1
-                outcome = self._container(pod, container.name, container.id)
-                self._plan(
-                    writes, container.cgroup_dir, outcome.proposed, _strategy(outcome), "container"
-                )
-                if outcome.proposed.core_sched is not None:
-                    key = f"{pod.uid}/{container.id}"
-                    threads.append(
-                        (pod, key, container.cgroup_dir, outcome.proposed, _strategy(outcome))
-                    )
+            report.containers += len(pod.containers)
+            planned = self._memo.get(pod.uid, _pod_key(pod)) if memoize else None
+            if planned is None:
+                planned = self._pod_result(pod)
+                if memoize and not planned.failed:
+                    self._memo.put(pod.uid, _kept_key(pod), planned)
+            else:
+                report.reused += 1
+            writes += planned.writes
+            if planned.threads:
+                threads += [(pod, *t) for t in planned.threads]
+            if planned.warnings:
+                self._warn(PodMeta(pod.name, pod.namespace, pod.uid), planned.warnings)
+        if memoize:
+            self._memo.commit()
         report.writes = len(writes)
         if writes:
             result: BatchResult = await asyncio.wrap_future(self._executor.submit_batch(writes))
@@ -256,32 +298,70 @@ class HookReconciler:
                 names.append(name)
         return merged, names
 
-    def _pod(self, pod: PodInfo) -> Outcome:
-        req = PodRequest(
+    def _memo_holds(self) -> bool:
+        """Whether this round may reuse kept results: every pod- and container-level hook says
+        what it reads besides the request (:class:`~koordlet.runtimehooks.table.NodeInputsHook`);
+        the kept results are forgotten when that, or the probed capabilities (which knobs are
+        left out), changed since they were computed."""
+        by_level = self._dispatcher.by_level
+        inputs: list[object] = []
+        for name, hook in (*by_level.get(Level.POD, ()), *by_level.get(Level.CONTAINER, ())):
+            if not isinstance(hook, NodeInputsHook):
+                self._memo.clear()
+                return False
+            try:
+                inputs.append(hook.node_inputs())
+            except Exception:
+                logger.exception("runtime hook %s failed giving its node inputs", name)
+                self._memo.clear()
+                return False
+        now = (tuple(inputs), self._capabilities())
+        if now != self._memo_inputs:
+            self._memo.clear()
+            self._memo_inputs = now
+        return True
+
+    def _pod_result(self, pod: PodInfo) -> PodResult:
+        """Run the pod's and its containers' hooks (module docstring, steps 2 and 3)."""
+        meta = PodMeta(pod.name, pod.namespace, pod.uid)
+        annotations = pod_annotations(pod)
+        writes: list[BatchWrite[Any]] = []
+        threads: list[tuple[str, str, Change, str]] = []
+        warnings: list[tuple[str, HookWarning]] = []
+        req: PodRequest | ContainerRequest = PodRequest(
             HookPoint.PRE_RUN_POD_SANDBOX,
-            PodMeta(pod.name, pod.namespace, pod.uid),
+            meta,
             labels=pod.labels,
-            annotations=pod_annotations(pod),
+            annotations=annotations,
             cgroup_parent=pod.cgroup_dir,
         )
-        outcome = self._dispatcher.compute(req, self._dispatcher.by_level.get(Level.POD, []))
-        self._warn(req.pod, outcome)
-        return outcome
+        outcome = self._compute(req, Level.POD)
+        failed = bool(outcome.failed)
+        warnings += ((req.point.value, w) for w in outcome.warnings)
+        self._plan(writes, pod.cgroup_dir, outcome.proposed, _strategy(outcome), "pod")
+        for container in pod.containers:
+            req = ContainerRequest(
+                HookPoint.PRE_CREATE_CONTAINER,
+                meta,
+                container.name,
+                container_id=container.id,
+                pod_labels=pod.labels,
+                pod_annotations=annotations,
+                pod_cgroup_parent=pod.cgroup_dir,
+            )
+            outcome = self._compute(req, Level.CONTAINER)
+            failed = failed or bool(outcome.failed)
+            warnings += ((req.point.value, w) for w in outcome.warnings)
+            strategy = _strategy(outcome)
+            self._plan(writes, container.cgroup_dir, outcome.proposed, strategy, "container")
+            if outcome.proposed.core_sched is not None:
+                key = f"{pod.uid}/{container.id}"
+                threads.append((key, container.cgroup_dir, outcome.proposed, strategy))
+        return PodResult(tuple(writes), tuple(threads), tuple(warnings), failed)
 
-    def _container(self, pod: PodInfo, name: str, cid: str) -> Outcome:
-        req = ContainerRequest(
-            HookPoint.PRE_CREATE_CONTAINER,
-            PodMeta(pod.name, pod.namespace, pod.uid),
-            name,
-            container_id=cid,
-            pod_labels=pod.labels,
-            pod_annotations=pod_annotations(pod),
-            pod_cgroup_parent=pod.cgroup_dir,
-        )
-        hooks = self._dispatcher.by_level.get(Level.CONTAINER, [])
-        outcome = self._dispatcher.compute(req, hooks)
-        self._warn(req.pod, outcome)
-        return outcome
+    def _compute(self, req: PodRequest | ContainerRequest, level: Level) -> Outcome:
+        hooks: Sequence[tuple[str, Hook]] = self._dispatcher.by_level.get(level, ())
+        return self._dispatcher.compute(req, hooks, record=False)
 
     def _plan(
         self, writes: list[BatchWrite[Any]], rel: str, change: Change, strategy: str, level: str
@@ -305,9 +385,12 @@ class HookReconciler:
             return False
         return True
 
-    def _warn(self, pod: PodMeta, outcome: Outcome) -> None:
-        for warning in outcome.warnings:
-            self._warn_once(pod, warning)
+    def _warn(self, pod: PodMeta, warnings: Iterable[tuple[str, HookWarning]]) -> None:
+        """Record each warning once a pod, hook and reason (an Event), and count it then in
+        ``koordlet_runtime_hook_bad_input_total`` under the point's stage."""
+        for stage, warning in warnings:
+            if self._warn_once(pod, warning):
+                self._dispatcher.metrics.bad_input.labels(warning.hook, stage, warning.reason).inc()
 
     def _warn_once(self, pod: PodMeta, warning: HookWarning) -> bool:
         """Record ``warning`` on ``pod`` unless it was, for the same hook and reason; whether it
@@ -428,3 +511,35 @@ async def remove_disabled_files(
 
 def _strategy(outcome: Outcome) -> str:
     return AUDIT_PREFIX + (",".join(outcome.applied) or "reconciler")
+
+
+def _pod_key(pod: PodInfo) -> tuple[object, ...]:
+    """Everything of the pod its requests are built from (:meth:`HookReconciler._pod_result`):
+    its name, namespace and UID (the UID is the memo's own key), cgroup, containers (name, ID,
+    cgroup), labels, annotations and the spec's extended resources."""
+    return (
+        pod.name,
+        pod.namespace,
+        pod.cgroup_dir,
+        pod.containers,
+        pod.labels,
+        pod.annotations,
+        pod.extended_resources,
+    )
+
+
+def _kept_key(pod: PodInfo) -> tuple[object, ...]:
+    """:func:`_pod_key` with its mappings copied: a source that changed one in place must not
+    change the key kept with a result (the containers are frozen, the strings immutable)."""
+    extended = {
+        c: {kind: dict(q) for kind, q in r.items()} for c, r in pod.extended_resources.items()
+    }
+    return (
+        pod.name,
+        pod.namespace,
+        pod.cgroup_dir,
+        pod.containers,
+        dict(pod.labels),
+        dict(pod.annotations),
+        extended,
+    )

@@ -11,7 +11,8 @@ it to (:class:`Level`; upstream's ``RegisterCgroupReconciler`` calls).
 
 A hook implements :class:`Hook`: ``pod()`` for the pod-level points of its row, ``container()``
 for the container-level ones (and ``kube_qos()`` for a row with ``Level.KUBE_QOS``,
-``node_files()`` for one with ``Level.NODE``); each returns
+``node_files()`` for one with ``Level.NODE``, ``node_inputs()`` to let the reconciler reuse its
+results: :class:`NodeInputsHook`); each returns
 a :class:`~koordlet.runtimehooks.model.Change` or None, raises
 :class:`~koordlet.runtimehooks.errors.BadPodInput` for malformed pod data, and never does I/O (the
 framework writes, audits and records events).
@@ -46,6 +47,18 @@ class Hook(Protocol):
 
     def container(self, req: ContainerRequest) -> Change | None:
         """The change for a container-level point of the row; None for none."""
+
+
+@runtime_checkable
+class NodeInputsHook(Protocol):
+    """A hook whose result for a pod or container the reconciler may reuse from one round to
+    the next (:mod:`koordlet.runtimehooks.reconciler`, "Each pod's results kept")."""
+
+    def node_inputs(self) -> object:
+        """Everything the hook's ``pod()`` and ``container()`` read besides the request (the
+        NodeSLO sections, the mechanism the kernel allows, the share pools), as one value
+        compared with ``==``: while it and the pod's own data are equal, the result is too. A
+        hook without this method is run for every pod every round."""
 
 
 @runtime_checkable

@@ -12,6 +12,7 @@ import pytest
 
 from koordlet.errors import CgroupGoneError, HostError, InvalidValueError, UnsupportedError
 from koordlet.executor import CgroupWriter, WriteResult
+from koordlet.executor import writer as writer_module
 from koordlet.system.cgroups import CgroupDriver, CgroupVersion, detect_layout
 from koordlet.system.host import Host
 from koordlet.system.knobs import (
@@ -139,6 +140,32 @@ def test_a_value_already_in_the_file_is_not_written(host: Host) -> None:
     result = CgroupWriter(host, on_change=hook).write(MEMORY_LIMIT, POD, None)
     assert not result.changed
     assert seen == []
+
+
+def test_a_file_longer_than_one_read_is_read_to_its_end(
+    v1: Host, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The writer reads with ``os.read`` until EOF: a value split over several reads (here 4
+    bytes a read) is read whole, and compared whole."""
+    monkeypatch.setattr(writer_module, "_READ_SIZE", 4)
+    writer = CgroupWriter(v1)
+    assert writer.read(MEMORY_LIMIT, POD) is None  # 9223372036854771712: 20 bytes
+    assert not writer.write(MEMORY_LIMIT, POD, None).changed
+    assert writer.write(MEMORY_LIMIT, POD, 1 << 30).changed
+    assert writer.read(MEMORY_LIMIT, POD) == 1 << 30
+
+
+def test_a_new_layout_resolves_its_own_paths(v1: Host, tmp_path: Path) -> None:
+    """The writer remembers resolved paths for one layout only: a host detected again (another
+    cgroup root) writes into its own tree."""
+    writer = CgroupWriter(v1)
+    writer.write(CPU_SHARES, POD, 512)
+    other = make_host(tmp_path / "other", CgroupVersion.V1)
+    writer.host = other
+    writer.resync()
+    assert writer.write(CPU_SHARES, POD, 256).changed
+    assert text_of(other, "cpu", "cpu.shares") == "256"
+    assert text_of(v1, "cpu", "cpu.shares") == "512"
 
 
 def test_v1_unlimited_memory_is_not_rewritten_as_minus_one(v1: Host) -> None:
