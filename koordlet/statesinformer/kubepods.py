@@ -89,11 +89,26 @@ class KubepodsSource:
     _walked_host: Host | None = field(default=None, init=False, repr=False)
     _uids: dict[str, str | None] = field(default_factory=dict, init=False, repr=False)
 
+    _roots: tuple[str, ...] = field(default=(), init=False, repr=False)
+
     def _controller_roots(self) -> tuple[str, ...]:
+        """The walked roots, resolved once per host (at each full walk): on v1, a controller
+        mounted together with an earlier one (``cpu,cpuacct`` with ``cpu`` and ``cpuacct`` as
+        symbolic links to it, as systemd mounts them) is the same tree and is walked once."""
+        if self._roots and self._walked_host is self.host:
+            return self._roots
         layout = self.host.layout
         if layout.version is CgroupVersion.V2:
             return (layout.abs_dir("cpu", ""),)
-        return tuple(layout.abs_dir(c, "") for c in V1_WALK_CONTROLLERS)
+        roots: list[str] = []
+        seen: set[str] = set()
+        for controller in V1_WALK_CONTROLLERS:
+            root = layout.abs_dir(controller, "")
+            real = os.path.realpath(root)
+            if real not in seen:
+                seen.add(real)
+                roots.append(root)
+        return tuple(roots)
 
     def list_pods(self) -> Mapping[str, PodInfo]:
         self._calls += 1
@@ -108,8 +123,9 @@ class KubepodsSource:
     # The full walk -------------------------------------------------------------------------------
 
     def _full_walk(self) -> Mapping[str, PodInfo]:
+        self._roots = ()
+        roots = self._roots = self._controller_roots()
         self._walked_host = self.host
-        roots = self._controller_roots()
         drafts: dict[str, _PodDraft] = {}
         primary: set[str] = set()
         for index, root in enumerate(roots):

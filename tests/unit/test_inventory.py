@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -152,6 +153,36 @@ def test_on_v1_a_pod_under_other_controllers_only_stays_until_the_next_full_walk
 
     assert found == [True, True]
     assert after == [True, False]  # the third call is incremental, the fourth a full walk
+
+
+def test_on_v1_controllers_mounted_together_are_walked_once(
+    host_root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # systemd mounts cpu and cpuacct as one hierarchy, "cpu,cpuacct", with both names as
+    # symbolic links to it; walking both would list every folder twice.
+    fake_host = FakeHost(host_root, CgroupVersion.V1, CgroupDriver.CGROUPFS)
+    cpu = fake_host.layout.abs_dir("cpu", "")
+    cpuacct = fake_host.layout.abs_dir("cpuacct", "")
+    both = os.path.join(os.path.dirname(cpu), "cpu,cpuacct")
+    os.rename(cpu, both)
+    shutil.rmtree(cpuacct)
+    os.symlink("cpu,cpuacct", cpu)
+    os.symlink("cpu,cpuacct", cpuacct)
+    fake_host.add_pod(UID_B, KubeQOS.BURSTABLE, [("containerd", CID_1)])
+    listed: list[str] = []
+    real_scandir = os.scandir
+
+    def counting_scandir(path: str) -> object:
+        listed.append(os.path.realpath(path))
+        return real_scandir(path)
+
+    monkeypatch.setattr("koordlet.statesinformer.kubepods.os.scandir", counting_scandir)
+    pods = KubepodsSource(fake_host.host).list_pods()
+
+    assert [c.id for c in pods[UID_B].containers] == [CID_1]
+    assert len(listed) == len(set(listed)), "a folder was listed twice"
+    assert any(p.startswith(both) for p in listed)
+    assert any(p.startswith(fake_host.layout.abs_dir("memory", "")) for p in listed)
 
 
 class FakePodSource:
