@@ -16,6 +16,12 @@ strategy's rounds a second and step p99; and the daemon's CPU over the phase. Fo
 phase it adds what wrk saw per endpoint: requests answered 200 a second, refused (503) a second,
 and latency (mean, p50, p99, max), and the ``/readyz`` answers.
 
+It also checks the request limiter's accounting: the CPU the limiter charged the HTTP requests
+of the load phase (``koordlet_http_request_cpu_seconds_total``, read before and after the
+phase: each request's measured span plus ``LimitConfig.overhead``) against the CPU the daemon
+spent beyond the quiet phase. ``charge_coverage`` at or above 1 means the limiter saw at least
+what the requests cost, so its CPU share bounds them; below 1, the overhead constant is too low.
+
 Targets (the issue's): at least 0.95 collection ticks a second under load, and a collect step
 p99 under load within twice the quiet p99 of the same run.
 
@@ -69,6 +75,19 @@ def loop_figures(
         "step_max_ms": round(max(durations), 2) if durations else None,
         "skipped_ticks": after["skipped_ticks"] - before["skipped_ticks"],
     }
+
+
+_CHARGED = re.compile(r"^koordlet_http_request_cpu_seconds_total\{[^}]*\} (\S+)$", re.M)
+
+
+def charged_cpu(daemon: Daemon, interval: float) -> float:
+    """The CPU seconds the request limiter has charged so far, all classes (from a body built
+    after the last request: ``/metrics`` is built once a tick, so wait one)."""
+    time.sleep(interval + 0.2)
+    status, text = daemon.get("/metrics")
+    if status != 200:
+        raise SystemExit(f"/metrics answered {status}: {text[:200]}")
+    return sum(float(v) for v in _CHARGED.findall(text))
 
 
 def phase(
@@ -188,13 +207,17 @@ def measure(
         )
         time.sleep(args.warmup)
         quiet = phase(daemon, args.duration, (), wrk, args.connections)
+        charged0 = charged_cpu(daemon, args.interval)
         load = phase(daemon, args.duration, ENDPOINTS, wrk, args.connections)
+        charged1 = charged_cpu(daemon, args.interval)
         time.sleep(3 * args.interval)
         ready_after = daemon.get("/readyz")[0]
     quiet_p99 = quiet["collect"]["step_p99_ms"]
     load_p99 = load["collect"]["step_p99_ms"]
     factor = load_p99 / quiet_p99 if quiet_p99 and load_p99 is not None else None
     ticks = load["collect"]["rounds_per_s"]
+    charged_pct = (charged1 - charged0) / load["duration_s"] * 100
+    extra_pct = load["cpu_percent"] - quiet["cpu_percent"]
     return {
         "tree": tree.kind,
         "pods": tree.pods,
@@ -208,6 +231,9 @@ def measure(
         "collect_p99_ms_load": load_p99,
         "collect_p99_factor": None if factor is None else round(factor, 3),
         "metrics_answered_per_s": load["wrk"]["/metrics"]["answered_per_s"],
+        "http_cpu_charged_percent": round(charged_pct, 2),
+        "http_cpu_extra_percent": round(extra_pct, 2),
+        "charge_coverage": round(charged_pct / extra_pct, 3) if extra_pct > 0 else None,
         "readyz_after_load": ready_after,
         "meets_target": ticks >= TARGET_TICKS_PER_S
         and factor is not None

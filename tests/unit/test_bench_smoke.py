@@ -135,6 +135,8 @@ def test_scrape_load_bench_reports_the_loops_quiet_and_under_wrk() -> None:
     assert wrk["/metrics"]["answered_per_s"] > 0
     assert figures["load"]["readyz"]["asked"] >= 1
     assert figures["ticks_per_s_load"] == figures["load"]["collect"]["rounds_per_s"]
+    assert figures["http_cpu_charged_percent"] > 0  # the limiter charged the load's requests
+    assert is_number(figures["http_cpu_extra_percent"])
 
 
 def test_daemon_bench_ends_with_one_json_line_of_cpu_and_memory_figures() -> None:
