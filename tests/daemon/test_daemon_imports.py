@@ -5,31 +5,12 @@ probed over a raw socket, not with an HTTP client that would load a library itse
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-import textwrap
 from pathlib import Path
-from typing import Any
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.freshinterp import run_json
 
 CLUSTER_ONLY = ("aiohttp", "kubernetes_asyncio", "koordlet.statesinformer.kubelet")
 """Loaded in cluster mode only (the kubelet client and kubernetes-asyncio speak aiohttp)."""
-
-
-def _run(script: str) -> Any:
-    """Run ``script`` in a fresh interpreter from the repository; its last line is JSON."""
-    done = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(script)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr
-    return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 def _loaded(modules: list[str], roots: tuple[str, ...]) -> list[str]:
@@ -37,13 +18,13 @@ def _loaded(modules: list[str], roots: tuple[str, ...]) -> list[str]:
 
 
 def test_importing_the_daemon_loads_no_aiohttp() -> None:
-    modules = _run("import json, sys, koordlet.daemon; print(json.dumps(sorted(sys.modules)))")
+    modules = run_json("import json, sys, koordlet.daemon; print(json.dumps(sorted(sys.modules)))")
     assert _loaded(modules, CLUSTER_ONLY) == []
     assert "koordlet.server.http" in modules
 
 
 def test_a_standalone_start_serves_metrics_without_loading_aiohttp(tmp_path: Path) -> None:
-    result = _run(
+    result = run_json(
         f"""
         import asyncio, json, socket, sys
         from koordlet import daemon

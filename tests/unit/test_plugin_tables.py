@@ -6,10 +6,7 @@ interpreter."""
 from __future__ import annotations
 
 import dataclasses
-import json
-import subprocess
 import sys
-import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -23,8 +20,8 @@ from koordlet.plugins import load, module_of, resolve
 from koordlet.qos.table import STRATEGIES
 from koordlet.runtimehooks.table import HOOKS
 from tests.fakehost import FakeHost
+from tests.freshinterp import run_json
 
-ROOT = Path(__file__).resolve().parents[2]
 DEFAULTS = KoordletConfig(node_name="n")
 
 ROWS: list[tuple[str, str, Any]] = [
@@ -46,20 +43,6 @@ def _enabled_by_default(kind: str, spec: Any) -> bool:
     return bool(spec.enabled(DEFAULTS))
 
 
-def _run(script: str) -> Any:
-    """Run ``script`` in a fresh interpreter from the repository; its last line is JSON."""
-    done = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(script)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr
-    return json.loads(done.stdout.strip().splitlines()[-1])
-
-
 @pytest.mark.parametrize(("kind", "name", "spec"), ROWS, ids=[f"{k}-{n}" for k, n, _ in ROWS])
 def test_each_row_names_its_module_build_whose_constants_agree_with_the_row(
     kind: str, name: str, spec: Any
@@ -76,7 +59,9 @@ def test_each_row_names_its_module_build_whose_constants_agree_with_the_row(
 
 
 def test_importing_the_daemon_imports_no_disabled_plugin_nor_what_only_a_file_needs() -> None:
-    modules = set(_run("import json, sys, koordlet.daemon; print(json.dumps(sorted(sys.modules)))"))
+    modules = set(
+        run_json("import json, sys, koordlet.daemon; print(json.dumps(sorted(sys.modules)))")
+    )
 
     disabled = [(k, spec) for k, _, spec in ROWS if not _enabled_by_default(k, spec)]
     assert {spec.name for _, spec in disabled} >= {
@@ -99,7 +84,7 @@ def test_a_default_start_imports_the_enabled_rows_and_a_gate_turned_on_imports_a
 ) -> None:
     """Builds the three tables as the daemon does, with Koordinator's default gates and then with
     PSICollector, BEMemoryEvict and CoreSched on; the PSI collector then steps over a fake node."""
-    result = _run(
+    result = run_json(
         f"""
         import json, sys
         from koordlet.collectors.framework import CollectorContext
