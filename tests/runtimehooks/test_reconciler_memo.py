@@ -39,12 +39,13 @@ from koordlet.runtimehooks.model import (
 from koordlet.runtimehooks.reconciler import HookReconciler
 from koordlet.runtimehooks.sharepool import CPUSetRule, CPUSharedPool, share_pools_of
 from koordlet.runtimehooks.table import HOOKS, HookContext, HookSpec, Level
-from koordlet.statesinformer.model import ContainerInfo, PodInfo, WorkloadSnapshot
+from koordlet.statesinformer.model import PodInfo, WorkloadSnapshot
 from koordlet.statesinformer.podmemo import PodMemo
 from koordlet.system.knobs import CPU_CFS_QUOTA, CPU_SHARES
 from koordlet.system.probe import Capabilities, probe_capabilities
 from koordlet.system.topology import read_cpu_topology
-from tests.fakehost import FakeHost, container_id
+from tests.fakehost import FakeHost
+from tests.runtimehooks.test_reconciler import _pod
 from tests.strategyrig import in_force
 
 ON = frozenset({"BatchResource", "CPUSetAllocator", "GroupIdentity", "CoreSched"})
@@ -62,17 +63,6 @@ QOS: dict[str, Any] = {
     "lsClass": {"cpuQOS": {"enable": True}},
     "beClass": {"cpuQOS": {"enable": True}},
 }
-
-
-def _pod(fake: FakeHost, name: str, qos: QoSClass, kube_qos: KubeQOS, **kw: Any) -> PodInfo:
-    uid = f"00000000-0000-4000-8000-{abs(hash(name)) % 10**12:012d}"
-    cid = container_id(name)
-    pod_rel, (crel,) = fake.add_pod(uid, kube_qos, [("containerd", cid)])
-    return PodInfo(
-        uid, name, "default", qos, kube_qos, pod_rel,
-        (ContainerInfo(cid, "main", "containerd", crel),),
-        labels={LABEL_POD_QOS: qos.value}, **kw,
-    )  # fmt: skip
 
 
 class Effects:
@@ -124,7 +114,7 @@ class Node:
 def node(fake_host: FakeHost) -> Iterator[Node]:
     fake = fake_host
     pods = {
-        "be": _pod(fake, "be", QoSClass.BE, KubeQOS.BESTEFFORT, extended_resources=BATCH),
+        "be": _pod(fake, "be", QoSClass.BE, KubeQOS.BESTEFFORT, extended=BATCH),
         "lsr": _pod(fake, "lsr", QoSClass.LSR, KubeQOS.GUARANTEED,
                     annotations={ANNOTATION_RESOURCE_STATUS: json.dumps({"cpuset": "0-1"})}),
         "ls": _pod(fake, "ls", QoSClass.LS, KubeQOS.BURSTABLE),
