@@ -50,6 +50,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from koordlet.errors import ParseError, UnsupportedError
 from koordlet.executor.batch import BatchResult, BatchWrite, apply_batch
 from koordlet.executor.originals import Original, Recorder
+from koordlet.system.cgroupstats import read_whole
 from koordlet.system.knobs import KNOBS, Knob
 from koordlet.system.oserrors import knob_error
 
@@ -67,7 +68,6 @@ DEFAULT_CACHE_TTL = 60.0
 ``ResourceForceUpdateSeconds``)."""
 PATHS_KEPT = 100_000
 """Resolved file paths the writer remembers before it starts again (pods come and go)."""
-_READ_SIZE = 65536
 
 
 @dataclass(frozen=True, slots=True)
@@ -346,15 +346,8 @@ class CgroupWriter:
             self._cache.pop(key, None)
 
     def _read(self, path: str, k: Knob[Any]) -> str:
-        # os.read, not open(): no text wrapper for a file of a few bytes, read each round
         try:
-            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-            try:
-                data = b""
-                while chunk := os.read(fd, _READ_SIZE):  # until EOF: a read may return less
-                    data += chunk
-            finally:
-                os.close(fd)
+            data = read_whole(path)  # no text wrapper for a file of a few bytes, read each round
         except OSError as err:
             raise knob_error(path, err, k.name, "reading") from err
         return data.decode("ascii", errors="replace")

@@ -52,9 +52,15 @@ def read_file_bytes(path: str) -> bytes:
     ``/proc/stat``, ``/proc/meminfo``): for those a short read is the end of the file.
     """
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        return read_whole(path)
     except OSError as err:
         raise read_error(path, err) from err
+
+
+def read_whole(path: str) -> bytes:
+    """:func:`read_file_bytes` with the ``OSError`` left untranslated, for a caller that names
+    the failure itself (the cgroup writer names the knob)."""
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     try:
         data = os.read(fd, READ_BUFFER)
         if len(data) < READ_BUFFER:
@@ -67,8 +73,6 @@ def read_file_bytes(path: str) -> bytes:
             if not chunk:
                 return b"".join(chunks)
             chunks.append(chunk)
-    except OSError as err:
-        raise read_error(path, err) from err
     finally:
         os.close(fd)
 

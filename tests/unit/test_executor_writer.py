@@ -12,7 +12,7 @@ import pytest
 
 from koordlet.errors import CgroupGoneError, HostError, InvalidValueError, UnsupportedError
 from koordlet.executor import CgroupWriter, WriteResult
-from koordlet.executor import writer as writer_module
+from koordlet.system import cgroupstats
 from koordlet.system.cgroups import CgroupDriver, CgroupVersion, detect_layout
 from koordlet.system.host import Host
 from koordlet.system.knobs import (
@@ -145,9 +145,9 @@ def test_a_value_already_in_the_file_is_not_written(host: Host) -> None:
 def test_a_file_longer_than_one_read_is_read_to_its_end(
     v1: Host, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The writer reads with ``os.read`` until EOF: a value split over several reads (here 4
-    bytes a read) is read whole, and compared whole."""
-    monkeypatch.setattr(writer_module, "_READ_SIZE", 4)
+    """The writer reads with ``os.read`` until EOF (``cgroupstats.read_whole``): a value split
+    over several reads (here from 4 bytes a read) is read whole, and compared whole."""
+    monkeypatch.setattr(cgroupstats, "READ_BUFFER", 4)
     writer = CgroupWriter(v1)
     assert writer.read(MEMORY_LIMIT, POD) is None  # 9223372036854771712: 20 bytes
     assert not writer.write(MEMORY_LIMIT, POD, None).changed
