@@ -614,7 +614,9 @@ class FakeHost:
             stat.update({f"total_{k}": v for k, v in list(stat.items())})
             self._update_flat("memory", rel, "memory.stat", **stat)
             self.write("memory", rel, "memory.usage_in_bytes", usage)
-            sums = {"total": anon + file + unevictable, "file": file, "anon": anon + unevictable}
+            # The kernel's numa_stat groups (memcg_numa_stat_show): "anon" is the two anon LRU
+            # lists only, the unevictable list has its own line, "total" is all four.
+            sums = {"total": anon + file + unevictable, "file": file, "anon": anon}
             sums["unevictable"] = unevictable
             pages = {k: [b // PAGE for b in _split(v, n)] for k, v in sums.items()}
             pages.update({f"hierarchical_{k}": v for k, v in list(pages.items())})

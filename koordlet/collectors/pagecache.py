@@ -2,11 +2,12 @@
 
 For every pod and container of the inventory, each tick reports, in bytes::
 
-    anon + unevictable + active_file + inactive_file        (memory.stat)
+    anon + unevictable + active_file + inactive_file
 
-(``MemoryStatRaw.UsageWithPageCache()`` upstream: v1 hierarchical ``total_*`` keys, v2 plain
-keys). It parses the same ``memory.stat`` bytes the pod resource collector read in this tick:
-the tick memoizes reads, so the file is not read a second time.
+(``MemoryStatRaw.UsageWithPageCache()`` upstream, from ``memory.stat``; here the stat table's
+``memory_lru``: v1 ``hierarchical_*`` lines of ``memory.numa_stat``, the same kernel counters, v2
+``memory.stat``). It parses the same bytes the pod resource collector read in this tick: the
+tick memoizes reads and parses, so the file is neither read nor parsed a second time.
 
 The node-level counterpart, ``MemTotal - MemFree``, comes from the node resource collector,
 which parses ``/proc/meminfo`` anyway; emitting it here too would write the same series twice
@@ -30,7 +31,7 @@ from koordlet.metriccache.series import (
     SeriesKey,
 )
 from koordlet.system.host import Host
-from koordlet.system.stats import MEMORY_STAT
+from koordlet.system.stats import MEMORY_LRU
 
 logger = logging.getLogger(__name__)
 
@@ -48,7 +49,7 @@ class PageCacheCollector:
     def __init__(self, host: Host, interval: float = 1.0) -> None:
         self.name = NAME
         self.interval = interval
-        self._memory = MEMORY_STAT.bind(host.layout)
+        self._memory = MEMORY_LRU.bind(host.layout)
         self._targets = TargetCache()
         self._plan: tuple[_Plan, ...] = ()
 
@@ -81,9 +82,9 @@ class PageCacheCollector:
             except CgroupGoneError:
                 gone += 1
                 continue
-            # MemoryUsage.usage_with_page_cache without the property call:
-            # anon + unevictable + active_file + inactive_file.
-            append(new(Sample, (key, float(m[0] + m[1] + m[2] + m[3]))))
+            # MemoryLru.usage_with_page_cache without the property call: anon + unevictable +
+            # file (active_file + inactive_file).
+            append(new(Sample, (key, float(m[0] + m[1] + m[2]))))
         if gone:
             logger.debug("%s: %d cgroups vanished during the tick, skipped", NAME, gone)
         return CollectResult(samples=samples)

@@ -28,6 +28,7 @@ excluded) and usage with page cache adds ``active_file + inactive_file``, on v1 
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Sequence
 from typing import NamedTuple
 
@@ -524,3 +525,87 @@ def parse_memory_numa_stat(data: bytes, path: str, version: int | str) -> dict[i
     if version in (1, "v1"):
         return parse_memory_numa_stat_v1(data, path)
     raise ValueError(f"unknown cgroup version {version!r}")
+
+
+# The LRU lists of a cgroup: memory usage without memory.stat --------------------------------
+
+
+class MemoryLru(NamedTuple):
+    """A cgroup's LRU lists, itself and its descendants, in bytes: all that Koordinator's pod and
+    container memory usage and usage with page cache need (``MemoryStatRaw.Usage()`` and
+    ``UsageWithPageCache()`` upstream sum only LRU keys of ``memory.stat``)."""
+
+    anon: int
+    """``inactive_anon + active_anon``."""
+    unevictable: int
+    """The unevictable list."""
+    file: int
+    """``inactive_file + active_file``: page cache on the LRU lists."""
+
+    @property
+    def usage(self) -> int:
+        """``anon + unevictable``, as :attr:`MemoryUsage.usage`."""
+        return self.anon + self.unevictable
+
+    @property
+    def usage_with_page_cache(self) -> int:
+        """``anon + unevictable + file``, as :attr:`MemoryUsage.usage_with_page_cache`."""
+        return self.anon + self.unevictable + self.file
+
+
+_HIERARCHICAL = b"hierarchical_"
+_LRU_NUMA_KEYS = {b"anon": 0, b"unevictable": 1, b"file": 2}
+_LRU_NUMA_RUN = re.compile(
+    rb"\nhierarchical_file=(\d+)[^\n]*\nhierarchical_anon=(\d+)[^\n]*"
+    rb"\nhierarchical_unevictable=(\d+)"
+)
+"""The three lines in the kernel's order (after ``hierarchical_total``); any other order takes
+the general path, which words the errors."""
+
+
+def parse_memory_lru_v1(data: bytes, path: str) -> MemoryLru:
+    """The hierarchical LRU sums of a v1 ``memory.numa_stat``, in bytes.
+
+    The kernel prints, per LRU group (``total``, ``file``, ``anon``, ``unevictable``), a line of
+    the cgroup's own pages and a ``hierarchical_<group>=<pages> N0=<pages>...`` line of the
+    cgroup and its descendants (Documentation/admin-guide/cgroup-v1/memory.rst, "numa_stat").
+    ``hierarchical_anon`` counts the same pages as ``total_inactive_anon + total_active_anon``
+    of ``memory.stat``, ``hierarchical_file`` as the two ``total_*_file`` keys and
+    ``hierarchical_unevictable`` as ``total_unevictable`` (one kernel counter each, in pages
+    here, in bytes there), for about half the kernel's work of generating ``memory.stat``.
+    All three lines are required; the per-node fields are not used. The kernel's own order is
+    matched by one regular expression (0.8 us against 3 us for ``memory.stat``'s parse); any
+    other order parses through the general path, with the same values.
+    """
+    match = _LRU_NUMA_RUN.search(data)
+    if match is not None:  # the kernel's order: one search, three int()
+        file, anon, unevictable = match.groups()
+        return _new(
+            MemoryLru, (int(anon) * PAGE_SIZE, int(unevictable) * PAGE_SIZE, int(file) * PAGE_SIZE)
+        )
+    start = data.find(_HIERARCHICAL)
+    if start < 0:
+        raise ParseError(f"{path}: no hierarchical_* lines (a kernel older than 3.8?)")
+    values = [-1, -1, -1]
+    keys = _LRU_NUMA_KEYS
+    for token in data[start:].split():
+        if token[:13] == _HIERARCHICAL:
+            name, _, pages = token[13:].partition(b"=")
+            slot = keys.get(name)
+            if slot is not None:
+                try:
+                    values[slot] = int(pages) * PAGE_SIZE
+                except ValueError:
+                    raise ParseError(
+                        f"{path}: bad value {token.decode(errors='replace')!r}"
+                    ) from None
+    if -1 in values:
+        missing = [k.decode() for k, slot in keys.items() if values[slot] < 0]
+        raise ParseError(f"{path}: missing hierarchical_{', hierarchical_'.join(missing)}")
+    return _new(MemoryLru, values)
+
+
+def lru_of_memory_stat(stat: MemoryUsage, path: str) -> MemoryLru:
+    """The same three sums from a parsed ``memory.stat`` (v2, and v1 kernels without
+    ``memory.numa_stat``)."""
+    return _new(MemoryLru, (stat[0], stat[1], stat[2] + stat[3]))

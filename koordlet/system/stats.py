@@ -39,12 +39,15 @@ from koordlet.errors import CgroupGoneError, HostError, ParseError, UnsupportedE
 from koordlet.system.cgroups import CgroupLayout, CgroupVersion
 from koordlet.system.cgroupstats import (
     CpuStat,
+    MemoryLru,
     MemoryUsage,
+    lru_of_memory_stat,
     parse_cfs_quota_v1,
     parse_cpu_max,
     parse_cpu_stat,
     parse_cpu_throttling,
     parse_integer,
+    parse_memory_lru_v1,
     parse_memory_stat_v1,
     parse_memory_stat_v2,
     parse_raw,
@@ -190,6 +193,9 @@ class CgroupStat(Generic[T]):
     """Where cgroup v2 keeps it; None when v2 has no such file."""
     doc: str
     """What the value is, with its unit."""
+    v1_fallback: Source[T] | None = None
+    """Where v1 keeps it on a kernel built without :attr:`v1`'s file (the file is absent from
+    the controller's root cgroup, so from every cgroup): :meth:`bind` picks it then."""
 
     def source(self, version: CgroupVersion) -> Source[T]:
         """The source on ``version``; ``UnsupportedError`` when that version has none."""
@@ -199,8 +205,19 @@ class CgroupStat(Generic[T]):
         return source
 
     def bind(self, layout: CgroupLayout) -> BoundStat[T]:
-        """This stat on ``layout``'s cgroup version; call once per layout, not per read."""
-        return BoundStat(self.name, self.source(layout.version), layout)
+        """This stat on ``layout``'s cgroup version; call once per layout, not per read.
+
+        With a :attr:`v1_fallback`, a v1 layout whose controller root lacks :attr:`v1`'s file
+        binds the fallback (one ``stat`` of the root's file, here)."""
+        source = self.source(layout.version)
+        fallback = self.v1_fallback
+        if (
+            fallback is not None
+            and layout.version is CgroupVersion.V1
+            and not os.path.exists(layout.file(source.controller, "", source.file))
+        ):
+            source = fallback
+        return BoundStat(self.name, source, layout)
 
 
 @dataclass(frozen=True, slots=True)
@@ -294,6 +311,14 @@ MEMORY_STAT: CgroupStat[MemoryUsage] = CgroupStat(
     Source("memory", "memory.stat", parse_memory_stat_v1, shared=True),
     Source("memory", "memory.stat", parse_memory_stat_v2, shared=True),
     "anon, unevictable, file LRU lists, cache and rss, bytes (v1: hierarchical total_* keys)")
+MEMORY_LRU: CgroupStat[MemoryLru] = CgroupStat(
+    "memory_lru",
+    Source("memory", "memory.numa_stat", parse_memory_lru_v1, shared=True),
+    Source("memory", "memory.stat", parse_memory_stat_v2, lru_of_memory_stat, shared=True),
+    "anon, unevictable and file LRU lists of the cgroup and its descendants, bytes (v1:"
+    " hierarchical_* of memory.numa_stat, half the kernel's cost of memory.stat)",
+    v1_fallback=Source(
+        "memory", "memory.stat", parse_memory_stat_v1, lru_of_memory_stat, shared=True))
 MEMORY_CHARGE: CgroupStat[int] = CgroupStat(
     "memory_charge",
     Source("memory", "memory.usage_in_bytes", parse_integer),
@@ -320,8 +345,8 @@ CPU_PRESSURE, MEMORY_PRESSURE, IO_PRESSURE = (
                        ("io", "stalled on I/O"))
 )
 CGROUP_STATS: Mapping[str, CgroupStat[Any]] = MappingProxyType({s.name: s for s in (
-    CPU_USAGE, CPU_THROTTLING, MEMORY_STAT, MEMORY_CHARGE, CPUSET_EFFECTIVE_CPUS, CPU_CFS_QUOTA,
-    CPU_CFS_PERIOD, CPU_PRESSURE, MEMORY_PRESSURE, IO_PRESSURE,
+    CPU_USAGE, CPU_THROTTLING, MEMORY_STAT, MEMORY_LRU, MEMORY_CHARGE, CPUSET_EFFECTIVE_CPUS,
+    CPU_CFS_QUOTA, CPU_CFS_PERIOD, CPU_PRESSURE, MEMORY_PRESSURE, IO_PRESSURE,
 )})
 """Every cgroup stat by logical name."""
 

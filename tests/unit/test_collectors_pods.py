@@ -260,13 +260,16 @@ def test_the_collectors_and_the_metric_cache_share_one_copy_of_each_entity_id(
         assert sample.key.entity is entities[sample.key.entity]
 
 
-def test_a_malformed_memory_stat_raises_a_parse_error_naming_the_file(
+def test_a_malformed_memory_file_raises_a_parse_error_naming_the_file(
     fake_host: FakeHost, pod: tuple[str, list[str]]
 ) -> None:
     pod_rel, _ = pod
-    fake_host.write("memory", pod_rel, "memory.stat", "garbage\n")
+    # v1: the hierarchical LRU lines of memory.numa_stat (the stat table's memory_lru)
+    v1 = fake_host.host.layout.version is CgroupVersion.V1
+    name = "memory.numa_stat" if v1 else "memory.stat"
+    fake_host.write("memory", pod_rel, name, "garbage\n")
 
-    with pytest.raises(ParseError, match=r"memory\.stat"):
+    with pytest.raises(ParseError, match=name.replace(".", r"\.")):
         collect(PodResourceCollector(fake_host.host), 100.0, snapshot(fake_host))
 
 
