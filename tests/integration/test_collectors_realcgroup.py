@@ -18,6 +18,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import psutil
 import pytest
@@ -32,8 +33,15 @@ from koordlet.metriccache import series as s
 from koordlet.statesinformer.kubepods import KubepodsSource
 from koordlet.statesinformer.model import WorkloadSnapshot
 from koordlet.system.cgroups import CgroupDriver, CgroupVersion, detect_layout
+from koordlet.system.cgroupstats import (
+    MemoryLru,
+    lru_of_memory_stat,
+    parse_memory_lru_v1,
+    parse_memory_stat_v1,
+)
 from koordlet.system.host import Host
 from koordlet.system.paths import HostPaths
+from koordlet.system.stats import MEMORY_LRU
 
 PATHS = HostPaths()
 CONTROLLERS = ("cpu", "cpuacct", "cpuset", "memory")
@@ -53,6 +61,20 @@ HOLD = (
     "import sys, time\n"
     "sys.stdin.readline()\n"  # wait until moved into its cgroup: pages are charged on touch
     "block = bytearray(b'\\x01') * (100 << 20)\n"
+    "print('ready', flush=True)\n"
+    "time.sleep(600)\n"
+)
+LRU_HOLD = (  # something on each of the anon, unevictable and file LRU lists, then idle
+    "import ctypes, os, sys, time\n"
+    "sys.stdin.readline()\n"
+    "anon = bytearray(b'\\x01') * (48 << 20)\n"
+    "locked = bytearray(b'\\x01') * (8 << 20)\n"
+    "libc = ctypes.CDLL(None, use_errno=True)\n"
+    "buf = (ctypes.c_char * len(locked)).from_buffer(locked)\n"
+    "if libc.mlock(ctypes.c_void_p(ctypes.addressof(buf)), ctypes.c_size_t(len(locked))):\n"
+    "    sys.exit(f'mlock: {os.strerror(ctypes.get_errno())}')\n"
+    "with open(sys.argv[1], 'wb') as f:\n"
+    "    f.write(os.urandom(1 << 20) * 24)\n"
     "print('ready', flush=True)\n"
     "time.sleep(600)\n"
 )
@@ -200,3 +222,78 @@ def test_real_pod_cpu_and_memory_are_collected(tree: Tree) -> None:
         assert pod_memory is not None
         assert hold_memory is not None
     assert pod_memory >= hold_memory
+
+
+def test_memory_numa_stat_lru_sums_equal_memory_stats_on_a_real_pod(
+    tree: Tree, tmp_path: Path
+) -> None:
+    """The v1 memory_lru source (hierarchical_* of memory.numa_stat) reads the kernel counters
+    that memory.stat's total_* LRU keys print, for a container holding anonymous, mlocked and
+    page-cache memory and for its pod, and the collectors report exactly those sums."""
+    layout = tree.host.layout
+    uid, cid = str(uuid.uuid4()), secrets.token_hex(32)
+    pod_rel = layout.pod_dir(KubeQOS.BESTEFFORT, uid)
+    hold_rel = layout.container_dir(pod_rel, "containerd", cid)
+    for rel in (layout.kube_root, layout.qos_dir(KubeQOS.BESTEFFORT), pod_rel, hold_rel):
+        tree.mkdir(rel)
+    hold = subprocess.Popen(
+        [sys.executable, "-c", LRU_HOLD, str(tmp_path / "cache.bin")],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    tree.procs.append(hold)
+    tree.attach(hold_rel, hold.pid)
+    assert hold.stdin is not None
+    assert hold.stdout is not None
+    hold.stdin.write("go\n")
+    hold.stdin.flush()
+    assert hold.stdout.readline().strip() == "ready"
+
+    bound = MEMORY_LRU.bind(layout)
+    assert bound.file == "memory.numa_stat"  # this kernel has it (CONFIG_NUMA)
+
+    def both(rel: str) -> tuple[MemoryLru, MemoryLru]:
+        numa = layout.file("memory", rel, "memory.numa_stat")
+        stat = layout.file("memory", rel, "memory.stat")
+        with open(numa, "rb") as f:
+            from_numa = parse_memory_lru_v1(f.read(), numa)
+        with open(stat, "rb") as f:
+            from_stat = lru_of_memory_stat(parse_memory_stat_v1(f.read(), stat), stat)
+        return from_numa, from_stat
+
+    # Both files print the flushed statistics; the kernel's periodic flush (about every 2 s) may
+    # land between the two reads, so a pair is read again until one agrees.
+    for rel in (hold_rel, pod_rel):
+        for _ in range(20):
+            from_numa, from_stat = both(rel)
+            if from_numa == from_stat:
+                break
+            time.sleep(0.25)
+        assert from_numa == from_stat, rel
+    anon, unevictable, file = both(hold_rel)[0]
+    assert anon >= 40 * MiB
+    assert unevictable >= 8 * MiB
+    assert file >= 16 * MiB
+
+    pods = KubepodsSource(tree.host).list_pods()
+    snap = WorkloadSnapshot(pods=pods, generation=1)
+    cache = MetricCache()
+    runner = CollectorRunner(
+        build_collectors(CollectorContext(host=tree.host, config=KoordletConfig(node_name="test"))),
+        cache,
+        lambda: snap,
+    )
+    entity = s.container_entity(uid, cid)
+    for _ in range(20):
+        report = runner.run_tick(time.time())
+        runner.apply(report)
+        assert report.errors == {}
+        expected = both(hold_rel)[1]
+        usage = cache.last(s.CONTAINER_MEMORY_USAGE, entity)
+        with_cache = cache.last(s.CONTAINER_MEMORY_WITH_PAGE_CACHE, entity)
+        if (usage, with_cache) == (expected[0] + expected[1], sum(expected)):
+            break
+        time.sleep(0.25)
+    assert usage == expected[0] + expected[1]
+    assert with_cache == sum(expected)

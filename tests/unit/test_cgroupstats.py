@@ -20,11 +20,14 @@ from koordlet.errors import CgroupGoneError, HostError, ParseError
 from koordlet.system import cgroupstats
 from koordlet.system.cgroupstats import (
     CpuStat,
+    MemoryUsage,
     cpu_throttled_ratio,
+    lru_of_memory_stat,
     parse_cgroup_procs,
     parse_cpu_stat,
     parse_cpu_throttling,
     parse_int_file,
+    parse_memory_lru_v1,
     parse_memory_numa_stat,
     parse_memory_stat_v1,
     parse_memory_stat_v2,
@@ -307,6 +310,105 @@ def test_v2_numa_stat_sums_anon_and_file_bytes_per_node() -> None:
 def test_malformed_numa_stat_raises_parse_error_with_the_path(raw: bytes, version: int) -> None:
     with pytest.raises(ParseError, match=r"pod5/memory\.numa_stat"):
         parse_memory_numa_stat(raw, "pod5/memory.numa_stat", version)
+
+
+# memory.numa_stat's hierarchical LRU lines (the stat table's memory_lru on v1) -----------------
+
+PAGE = os.sysconf("SC_PAGE_SIZE")
+
+
+@pytest.mark.parametrize("name", ["v1/memory.numa_stat", "v1/memory.numa_stat.2nodes"])
+def test_the_lru_sums_are_the_hierarchical_anon_unevictable_and_file_pages_in_bytes(
+    name: str,
+) -> None:
+    data, path = golden(name)
+    lines = naive_numa(data)
+    total = {key: sum(nodes.values()) * PAGE for key, nodes in lines.items()}
+
+    lru = parse_memory_lru_v1(data, path)
+
+    assert lru == (
+        total["hierarchical_anon"],
+        total["hierarchical_unevictable"],
+        total["hierarchical_file"],
+    )
+    assert lru.usage == total["hierarchical_anon"] + total["hierarchical_unevictable"]
+    assert lru.usage_with_page_cache == total["hierarchical_total"]  # the kernel's own sum
+
+
+def test_the_lru_sums_of_the_numa_stat_match_the_memory_stat_read_beside_it() -> None:
+    # tests/golden/v1 holds the same root cgroup's memory.stat and memory.numa_stat, read one
+    # after the other on a live host: anon and unevictable agree to the byte, file to a page.
+    numa, numa_path = (GOLDEN.parent / "v1" / "memory.numa_stat").read_bytes(), "numa_stat"
+    stat = parse_memory_stat_v1((GOLDEN.parent / "v1" / "memory.stat").read_bytes(), "stat")
+
+    from_numa = parse_memory_lru_v1(numa, numa_path)
+    from_stat = lru_of_memory_stat(stat, "stat")
+
+    assert (from_numa.anon, from_numa.unevictable) == (from_stat.anon, from_stat.unevictable)
+    assert abs(from_numa.file - from_stat.file) <= PAGE
+
+
+def test_lru_lines_in_another_order_parse_to_the_same_sums() -> None:
+    data, path = golden("v1/memory.numa_stat.2nodes")
+    lines = data.splitlines(keepends=True)
+    shuffled = b"".join([lines[7], lines[0], lines[5], lines[4], lines[6], *lines[1:4]])
+
+    assert parse_memory_lru_v1(shuffled, path) == parse_memory_lru_v1(data, path)
+
+
+@pytest.mark.parametrize(
+    ("raw", "match"),
+    [
+        (b"total=3 N0=3\nfile=1 N0=1\nanon=1 N0=1\nunevictable=1 N0=1\n", "no hierarchical"),
+        (
+            b"hierarchical_total=2 N0=2\nhierarchical_file=1 N0=1\nhierarchical_anon=1 N0=1\n",
+            "missing hierarchical_unevictable",
+        ),
+        (
+            b"hierarchical_total=2 N0=2\nhierarchical_file=1 N0=1\nhierarchical_anon=x N0=1\n"
+            b"hierarchical_unevictable=0 N0=0\n",
+            "bad value 'hierarchical_anon=x'",
+        ),
+    ],
+)
+def test_a_numa_stat_without_usable_lru_lines_names_the_file(raw: bytes, match: str) -> None:
+    with pytest.raises(ParseError, match=rf"pod6/memory\.numa_stat: .*{match}"):
+        parse_memory_lru_v1(raw, "pod6/memory.numa_stat")
+
+
+@given(st.lists(st.tuples(*(st.integers(0, 2**40) for _ in range(3))), min_size=1, max_size=4))
+def test_kernel_ordered_numa_stat_parses_like_the_naive_parse(
+    nodes: list[tuple[int, int, int]],
+) -> None:
+    # Per node: (anon, unevictable, file) pages; the kernel prints the cgroup's own four lines,
+    # then the four hierarchical ones, each with the sum and one field per node.
+    def line(key: str, values: list[int]) -> bytes:
+        fields = " ".join(f"N{i}={v}" for i, v in enumerate(values))
+        return f"{key}={sum(values)} {fields}\n".encode()
+
+    anon, unevictable, file = ([n[i] for n in nodes] for i in range(3))
+    total = [a + u + f for a, u, f in nodes]
+    groups = (("total", total), ("file", file), ("anon", anon), ("unevictable", unevictable))
+    data = b"".join(line(k, [v // 2 for v in vs]) for k, vs in groups)
+    data += b"".join(line(f"hierarchical_{k}", vs) for k, vs in groups)
+    expected = {k: sum(n.values()) * PAGE for k, n in naive_numa(data).items()}
+
+    assert parse_memory_lru_v1(data, "x") == (
+        expected["hierarchical_anon"],
+        expected["hierarchical_unevictable"],
+        expected["hierarchical_file"],
+    )
+
+
+def test_the_lru_sums_of_a_memory_stat_follow_its_usage_rules() -> None:
+    data, path = golden("v2/memory.stat")
+    usage: MemoryUsage = parse_memory_stat_v2(data, path)
+
+    lru = lru_of_memory_stat(usage, path)
+
+    assert lru.usage == usage.usage
+    assert lru.usage_with_page_cache == usage.usage_with_page_cache
 
 
 def test_an_unknown_cgroup_version_is_a_programming_error() -> None:

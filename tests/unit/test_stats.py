@@ -21,7 +21,12 @@ from koordlet.errors import CgroupGoneError, HostError, ParseError, UnsupportedE
 from koordlet.statesinformer.model import WorkloadSnapshot
 from koordlet.system import stats
 from koordlet.system.cgroups import CgroupVersion, detect_layout
-from koordlet.system.cgroupstats import parse_cpu_stat, parse_memory_stat_v1, parse_memory_stat_v2
+from koordlet.system.cgroupstats import (
+    MemoryLru,
+    parse_cpu_stat,
+    parse_memory_stat_v1,
+    parse_memory_stat_v2,
+)
 from koordlet.system.host import Host
 from koordlet.system.paths import HostPaths
 from koordlet.system.psi import parse_psi
@@ -101,6 +106,27 @@ def test_cpu_time_and_memory_read_through_the_table_as_the_versions_parser_reads
     assert mem == parse(fake_host.read("memory", rel, "memory.stat").encode(), "x")
     charge_file = "memory.current" if v2 else "memory.usage_in_bytes"
     assert charge.get(t, charge.path(rel)) == int(fake_host.read("memory", rel, charge_file))
+
+
+def test_the_lru_sums_read_numa_stat_on_v1_and_memory_stat_where_the_kernel_lacks_it(
+    fake_host: FakeHost,
+) -> None:
+    layout, rel = fake_host.layout, fake_host.layout.qos_dir(KubeQOS.BURSTABLE)
+    mib = 1 << 20
+    fake_host.set_memory(rel, anon=96 * mib, unevictable=8 * mib, file=40 * mib)
+    expected = MemoryLru(anon=96 * mib, unevictable=8 * mib, file=40 * mib)
+
+    bound = stats.MEMORY_LRU.bind(layout)
+
+    assert bound.get(tick(), bound.path(rel)) == expected
+    if fake_host.version is CgroupVersion.V2:
+        assert bound.file == "memory.stat"
+        return
+    assert bound.file == "memory.numa_stat"
+    os.remove(layout.file("memory", "", "memory.numa_stat"))  # a kernel built without NUMA
+    fallback = stats.MEMORY_LRU.bind(layout)
+    assert fallback.file == "memory.stat"
+    assert fallback.get(tick(), fallback.path(rel)) == expected
 
 
 def test_throttling_counters_read_the_same_on_both_versions(fake_host: FakeHost) -> None:
@@ -243,6 +269,7 @@ def test_every_v1_stat_reads_from_a_real_cgroup(real_cgroup: tuple[Host, str]) -
     assert got["cpu_usage"] == 0  # nothing ever ran in it
     assert got["cpu_throttling"] == (0, 0)
     assert got["memory_stat"].usage == 0
+    assert got["memory_lru"] == (0, 0, 0)
     assert got["memory_charge"] == 0
     assert got["cpu_cfs_quota"] is None  # a new cgroup has no quota
     assert got["cpu_cfs_period"] == 100_000  # the kernel's default period
