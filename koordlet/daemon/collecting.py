@@ -130,6 +130,9 @@ def build_runner(daemon: Daemon, host: Host) -> CollectorRunner:
 
 
 def close_runner(daemon: Daemon) -> None:
-    """Close the runner's open kernel files, once the collect loop has stopped."""
+    """Close the runner's open kernel files and the walker's inotify instance, once the collect
+    loop has stopped."""
     if daemon.runner is not None:
         daemon.runner.close()
+    if daemon.kubepods is not None:
+        daemon.kubepods.close()

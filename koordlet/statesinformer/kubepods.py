@@ -7,7 +7,8 @@ else is known without the API server. Containers are the runtime scopes under ea
 On cgroup v1 the walk takes the union over the controllers the collectors read (cpuacct, cpu,
 memory): a tree made by hand under only some of them is still found, and what is missing in a
 controller shows up later as an unsupported source, not as a missing pod. Between full walks the
-walk is incremental (see :class:`KubepodsSource`).
+walk is incremental (see :class:`KubepodsSource`), and with inotify it lists a folder only when
+the kernel said that a child folder appeared or went away in it.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 
 from apis.extension import KUBE_QOS_TO_QOS, KubeQOS
+from koordlet.errors import HostError
 from koordlet.statesinformer.model import ContainerInfo, PodInfo
 from koordlet.system.cgroups import (
     CgroupVersion,
@@ -26,6 +28,7 @@ from koordlet.system.cgroups import (
     parse_pod_dir_name,
 )
 from koordlet.system.host import Host
+from koordlet.system.inotify import DirWatcher
 
 logger = logging.getLogger(__name__)
 
@@ -56,6 +59,9 @@ FULL_WALK_TICKS = 30
 CONTAINER_RESCAN_TICKS = 10
 """Between full walks, each known pod's containers are listed again once in this many calls
 (a tenth of the pods per call, round robin); new pods are listed at once."""
+WATCHED_FULL_WALK_TICKS = 600
+"""With inotify watches, every this many calls a full walk still runs (a safety net: events are
+the kernel's promise, the walk the proof)."""
 
 
 @dataclass
@@ -75,6 +81,16 @@ class KubepodsSource:
     - a pod seen only in other controllers (a tree made by hand under some of them) stays until
       the next full walk.
 
+    **With inotify** (``watch``, the default; :mod:`koordlet.system.inotify`) every full walk
+    also watches, in each walked controller, the kubepods folder, its QoS folders and every pod
+    folder, for child folders created, removed or renamed. A call between full walks then reads
+    the events (one ``read`` when there are none) and returns the known pods without listing
+    anything; after events it lists the pod folders of the first controller and describes again
+    only the new pods and those whose folder had events (a container made or removed). A lost
+    event (queue overflow) forces a full walk; full walks come every
+    :data:`WATCHED_FULL_WALK_TICKS` calls instead. Where inotify cannot be had (no instance or
+    watch left, no inotify), the walk logs the reason once and lists as above.
+
     Assigning :attr:`host` (the daemon does when the cgroup driver is re-detected) restarts
     with a full walk.
     """
@@ -83,7 +99,17 @@ class KubepodsSource:
     name: str = "kubepods"
     full_walk_ticks: int = FULL_WALK_TICKS
     container_rescan_ticks: int = CONTAINER_RESCAN_TICKS
+    watch: bool = True
+    """Use inotify between full walks (see above)."""
+    watched_full_walk_ticks: int = WATCHED_FULL_WALK_TICKS
     _calls: int = field(default=0, init=False, repr=False)
+    _since_full: int = field(default=0, init=False, repr=False)
+    _watcher: DirWatcher | None = field(default=None, init=False, repr=False)
+    _watch_failed: str | None = field(default=None, init=False, repr=False)
+    _wd_of: dict[str, int] = field(default_factory=dict, init=False, repr=False)
+    """Watched folder → watch descriptor."""
+    _pod_of_wd: dict[int, str | None] = field(default_factory=dict, init=False, repr=False)
+    """Watch descriptor → pod UID (None: a kubepods or QoS folder)."""
     _pods: dict[str, PodInfo] = field(default_factory=dict, init=False, repr=False)
     _primary: set[str] = field(default_factory=set, init=False, repr=False)
     _walked_host: Host | None = field(default=None, init=False, repr=False)
@@ -112,48 +138,164 @@ class KubepodsSource:
 
     def list_pods(self) -> Mapping[str, PodInfo]:
         self._calls += 1
-        if (
-            self._walked_host is not self.host
-            or self.full_walk_ticks <= 1
-            or self._calls % self.full_walk_ticks == 1
-        ):
+        self._since_full += 1
+        watcher = self._watcher
+        every = self.watched_full_walk_ticks if watcher is not None else self.full_walk_ticks
+        if self._walked_host is not self.host or every <= 1 or self._since_full >= every:
             return self._full_walk()
-        return self._incremental()
+        if watcher is None:
+            return self._incremental()
+        base = os.path.join(self._roots[0], self.host.layout.kube_root)
+        if base not in self._wd_of:  # no kubepods folder (yet, or any more) to watch
+            return self._full_walk() if os.path.isdir(base) else self._incremental()
+        try:
+            changes = watcher.changes()
+        except HostError as err:
+            self._stop_watching(str(err))
+            return self._full_walk()
+        if changes.overflow:
+            logger.info("kubepods: inotify events were lost (queue overflow); walking everything")
+            return self._full_walk()
+        for wd in changes.gone:
+            self._forget_watch(wd)
+        if not changes.changed:
+            return dict(self._pods)
+        pod_of = self._pod_of_wd
+        dirty = {uid for wd in changes.changed if (uid := pod_of.get(wd)) is not None}
+        return self._incremental(dirty)  # lists the pod folders too: a parent may have changed
+
+    def close(self) -> None:
+        """Close the inotify instance, if any (idempotent); the next call lists as without."""
+        if self._watcher is not None:
+            self._watcher.close()
+            self._watcher = None
+        self._wd_of.clear()
+        self._pod_of_wd.clear()
 
     # The full walk -------------------------------------------------------------------------------
 
     def _full_walk(self) -> Mapping[str, PodInfo]:
+        self._since_full = 0
         self._roots = ()
         roots = self._roots = self._controller_roots()
         self._walked_host = self.host
+        watched: dict[str, str | None] | None = None
+        if self._start_watching():
+            watched = {}
+            self._drain()  # the walk below looks at everything; events so far say no more
         drafts: dict[str, _PodDraft] = {}
         primary: set[str] = set()
         for index, root in enumerate(roots):
-            for qos, parent_rel, pod_name, uid in self._pod_dirs(root):
+            for qos, parent_rel, pod_name, uid in self._pod_dirs(root, watched):
+                if watched is not None:
+                    self._watch(os.path.join(root, parent_rel, pod_name), uid, watched)
                 self._add_pod(drafts, root, parent_rel, pod_name, uid, qos)
                 if index == 0:
                     primary.add(uid)
+        if watched is not None and self._watcher is not None:
+            self._unwatch_others(watched)
         pods = {uid: self._reuse(uid, self._build(uid, d)) for uid, d in drafts.items()}
         self._pods, self._primary = pods, primary
         return dict(pods)
 
+    # The watches ---------------------------------------------------------------------------------
+
+    def _start_watching(self) -> bool:
+        """True when an inotify instance is there or could be made; the reason it could not is
+        logged once."""
+        if self._watcher is not None:
+            return True
+        if not self.watch or self._watch_failed is not None:
+            return False
+        try:
+            self._watcher = DirWatcher()
+        except HostError as err:
+            self._stop_watching(str(err))
+            return False
+        return True
+
+    def _stop_watching(self, reason: str) -> None:
+        if self._watch_failed is None:
+            logger.warning(
+                "kubepods: %s; listing the pod folders (a tenth of them each call) instead of "
+                "watching them",
+                reason,
+            )
+        self._watch_failed = reason
+        self.close()
+
+    def _drain(self) -> None:
+        watcher = self._watcher
+        if watcher is None:
+            return
+        try:
+            changes = watcher.changes()
+        except HostError as err:
+            self._stop_watching(str(err))
+            return
+        for wd in changes.gone:
+            self._forget_watch(wd)
+
+    def _watch(self, path: str, uid: str | None, watched: dict[str, str | None] | None) -> None:
+        """Watch folder ``path`` (a pod's: ``uid``; else a kubepods or QoS folder) BEFORE it is
+        listed, so a child made after the listing has an event; adding a watch that exists
+        returns it (and a folder made again under the same name gets its new one)."""
+        watcher = self._watcher
+        if watcher is None:
+            return
+        try:
+            wd = watcher.add(path)
+        except HostError as err:
+            self._stop_watching(str(err))
+            return
+        if wd is None:
+            return  # gone meanwhile: its parent's event says so
+        self._wd_of[path] = wd
+        self._pod_of_wd[wd] = uid
+        if watched is not None:
+            watched[path] = uid
+
+    def _unwatch_others(self, watched: Mapping[str, str | None]) -> None:
+        """After a full walk: stop watching the folders it did not see."""
+        watcher = self._watcher
+        assert watcher is not None
+        for path in [p for p in self._wd_of if p not in watched]:
+            wd = self._wd_of.pop(path)
+            self._pod_of_wd.pop(wd, None)
+            watcher.remove(wd)
+
+    def _forget_watch(self, wd: int) -> None:
+        self._pod_of_wd.pop(wd, None)
+        for path in [p for p, w in self._wd_of.items() if w == wd]:
+            del self._wd_of[path]
+
     # The incremental walk ------------------------------------------------------------------------
 
-    def _incremental(self) -> Mapping[str, PodInfo]:
+    def _incremental(self, dirty: set[str] | None = None) -> Mapping[str, PodInfo]:
+        """Without watches (``dirty`` None), known pods are described again round robin; with
+        them, only the pods in ``dirty`` (whose folders had events)."""
         roots = self._controller_roots()
         rescan = self.container_rescan_ticks
         slot = self._calls % rescan if rescan > 1 else 0
         pods: dict[str, PodInfo] = {}
         primary: set[str] = set()
-        for position, (qos, parent_rel, pod_name, uid) in enumerate(self._pod_dirs(roots[0])):
+        # Watching, a QoS folder made since the full walk is watched before it is listed.
+        listing = self._pod_dirs(roots[0], {} if dirty is not None else None)
+        for position, (qos, parent_rel, pod_name, uid) in enumerate(listing):
             primary.add(uid)
             known = self._pods.get(uid)
             pod_rel = f"{parent_rel}/{pod_name}"
-            if known is not None and known.cgroup_dir == pod_rel and position % rescan != slot:
+            if dirty is not None:  # watching: a pod folder not watched (new, made again) is dirty
+                fresh = uid in dirty or f"{roots[0]}/{pod_rel}" not in self._wd_of
+            else:
+                fresh = position % rescan == slot
+            if known is not None and known.cgroup_dir == pod_rel and not fresh:
                 pods[uid] = known
                 continue
             drafts: dict[str, _PodDraft] = {}
             for root in roots:
+                if dirty is not None:
+                    self._watch(os.path.join(root, pod_rel), uid, None)
                 self._add_pod(drafts, root, parent_rel, pod_name, uid, qos)
             pods[uid] = self._reuse(uid, self._build(uid, drafts[uid]))
         for uid, pod in self._pods.items():  # seen only outside the first controller
@@ -164,14 +306,22 @@ class KubepodsSource:
 
     # Helpers -------------------------------------------------------------------------------------
 
-    def _pod_dirs(self, root: str) -> Iterator[tuple[KubeQOS, str, str, str]]:
-        """``(kube QoS, parent dir, pod dir name, uid)`` of every pod under one controller."""
+    def _pod_dirs(
+        self, root: str, watched: dict[str, str | None] | None = None
+    ) -> Iterator[tuple[KubeQOS, str, str, str]]:
+        """``(kube QoS, parent dir, pod dir name, uid)`` of every pod under one controller;
+        with ``watched`` (a full walk that watches), the kubepods and QoS folders are watched
+        before they are listed and noted there."""
         kube_root = self.host.layout.kube_root
         base = os.path.join(root, kube_root)
+        if watched is not None:
+            self._watch(base, None, watched)
         for name in _subdirs(base):
             qos = kube_qos_of_dir(name)
             if qos is not None:
                 qos_rel = f"{kube_root}/{name}"
+                if watched is not None:
+                    self._watch(os.path.join(base, name), None, watched)
                 for pod_name in _subdirs(os.path.join(base, name)):
                     uid = self._uid(pod_name)
                     if uid is not None:

@@ -297,3 +297,39 @@ def test_memory_numa_stat_lru_sums_equal_memory_stats_on_a_real_pod(
         time.sleep(0.25)
     assert usage == expected[0] + expected[1]
     assert with_cache == sum(expected)
+
+
+def test_the_walker_sees_real_cgroups_made_and_removed_through_its_watches(tree: Tree) -> None:
+    """cgroupfs reports mkdir and rmdir of cgroups to inotify: between full walks the walker
+    lists nothing until a pod or container cgroup is made or removed, then sees it at once."""
+    layout = tree.host.layout
+    uid, first, second = str(uuid.uuid4()), secrets.token_hex(32), secrets.token_hex(32)
+    pod_rel = layout.pod_dir(KubeQOS.BESTEFFORT, uid)
+    for rel in (layout.kube_root, layout.qos_dir(KubeQOS.BESTEFFORT)):
+        tree.mkdir(rel)
+    source = KubepodsSource(tree.host)
+    try:
+        assert source.list_pods() == {}
+        assert source._watcher is not None  # watching, not listing
+
+        tree.mkdir(pod_rel)
+        tree.mkdir(layout.container_dir(pod_rel, "containerd", first))
+        found = source.list_pods()
+        assert [c.id for c in found[uid].containers] == [first]
+        assert source.list_pods()[uid] is found[uid]  # no event: the same object
+
+        tree.mkdir(layout.container_dir(pod_rel, "containerd", second))
+        assert [c.id for c in source.list_pods()[uid].containers] == sorted([first, second])
+
+        first_rel, second_rel = (
+            layout.container_dir(pod_rel, "containerd", cid) for cid in (first, second)
+        )
+        for controller in CONTROLLERS:
+            os.rmdir(layout.abs_dir(controller, first_rel))
+        assert [c.id for c in source.list_pods()[uid].containers] == [second]
+        for controller in CONTROLLERS:
+            os.rmdir(layout.abs_dir(controller, second_rel))
+            os.rmdir(layout.abs_dir(controller, pod_rel))
+        assert source.list_pods() == {}
+    finally:
+        source.close()

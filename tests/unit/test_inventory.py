@@ -11,10 +11,12 @@ from pathlib import Path
 import pytest
 
 from apis.extension import KubeQOS, QoSClass
+from koordlet.errors import UnsupportedError
 from koordlet.statesinformer.inventory import WorkloadInventory
 from koordlet.statesinformer.kubepods import KubepodsSource
 from koordlet.statesinformer.model import HostAppInfo, PodInfo
 from koordlet.system.cgroups import CgroupDriver, CgroupVersion
+from koordlet.system.inotify import Changes, DirWatcher
 from tests.fakehost import FakeHost, container_id
 
 UID_G = "0f6d1c2e-1111-4a4a-8b8b-000000000001"
@@ -124,10 +126,12 @@ def test_between_full_walks_new_and_removed_pods_show_at_the_next_call(
     assert [c.id for c in second[UID_BE].containers] == [CID_2]
 
 
-def test_a_known_pod_keeps_its_object_and_a_new_container_shows_within_the_rescan_ticks(
+def test_listing_a_known_pod_keeps_its_object_and_a_new_container_shows_within_rescan_ticks(
     fake_host: FakeHost,
 ) -> None:
-    source = KubepodsSource(fake_host.host, full_walk_ticks=1000, container_rescan_ticks=4)
+    source = KubepodsSource(
+        fake_host.host, full_walk_ticks=1000, container_rescan_ticks=4, watch=False
+    )
     fake_host.add_pod(UID_B, KubeQOS.BURSTABLE, [("containerd", CID_1)])
     known = source.list_pods()[UID_B]
     fake_host.add_pod(UID_B, KubeQOS.BURSTABLE, [("containerd", CID_1), ("containerd", CID_2)])
@@ -139,13 +143,16 @@ def test_a_known_pod_keeps_its_object_and_a_new_container_shows_within_the_resca
     assert [c.id for c in seen[-1].containers] == sorted([CID_1, CID_2])
 
 
+@pytest.mark.parametrize("watch", [False, True])
 def test_on_v1_a_pod_under_other_controllers_only_stays_until_the_next_full_walk(
-    host_root: Path,
+    host_root: Path, watch: bool
 ) -> None:
     fake_host = FakeHost(host_root, CgroupVersion.V1, CgroupDriver.CGROUPFS)
     rel = f"kubepods/besteffort/pod{UID_BE}"
     os.makedirs(fake_host.layout.abs_dir("memory", rel))
-    source = KubepodsSource(fake_host.host, full_walk_ticks=3)
+    source = KubepodsSource(
+        fake_host.host, full_walk_ticks=3, watched_full_walk_ticks=3, watch=watch
+    )
 
     found = [UID_BE in source.list_pods(), UID_BE in source.list_pods()]
     os.rmdir(fake_host.layout.abs_dir("memory", rel))
@@ -153,6 +160,159 @@ def test_on_v1_a_pod_under_other_controllers_only_stays_until_the_next_full_walk
 
     assert found == [True, True]
     assert after == [True, False]  # the third call is incremental, the fourth a full walk
+
+
+# Watching with inotify --------------------------------------------------------------------------
+
+
+@pytest.fixture
+def listings(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Every folder the walker lists, in order."""
+    listed: list[str] = []
+    real_scandir = os.scandir
+
+    def counting_scandir(path: str) -> object:
+        listed.append(path)
+        return real_scandir(path)
+
+    monkeypatch.setattr("koordlet.statesinformer.kubepods.os.scandir", counting_scandir)
+    return listed
+
+
+def test_watching_a_call_without_events_lists_nothing_and_keeps_every_object(
+    fake_host: FakeHost, listings: list[str]
+) -> None:
+    fake_host.add_pod(UID_G, KubeQOS.GUARANTEED, [("containerd", CID_1)])
+    fake_host.add_pod(UID_B, KubeQOS.BURSTABLE, [("containerd", CID_2)])
+    source = KubepodsSource(fake_host.host)
+    first = source.list_pods()
+    assert listings, "the first call walks"
+    listings.clear()
+
+    later = [source.list_pods() for _ in range(40)]  # beyond the listing mode's full walk
+
+    assert listings == []
+    assert all(p[uid] is first[uid] for p in later for uid in first)
+    source.close()
+
+
+def test_watching_a_new_container_shows_at_the_next_call_and_only_its_pod_is_listed(
+    fake_host: FakeHost, listings: list[str]
+) -> None:
+    fake_host.add_pod(UID_G, KubeQOS.GUARANTEED, [("containerd", CID_1)])
+    fake_host.add_pod(UID_B, KubeQOS.BURSTABLE, [("containerd", CID_1)])
+    source = KubepodsSource(fake_host.host)
+    first = source.list_pods()
+    listings.clear()
+
+    fake_host.add_pod(UID_B, KubeQOS.BURSTABLE, [("containerd", CID_1), ("containerd", CID_2)])
+    second = source.list_pods()
+
+    assert [c.id for c in second[UID_B].containers] == sorted([CID_1, CID_2])
+    assert second[UID_G] is first[UID_G]
+    pod_folders = [p for p in listings if UID_G in p.replace("_", "-")]
+    assert pod_folders == [], "the pod without events was not listed"
+    source.close()
+
+
+def test_watching_pods_and_folders_made_after_the_start_show_at_the_next_call(
+    host_root: Path,
+) -> None:
+    fake_host = FakeHost(host_root, CgroupVersion.V1, CgroupDriver.CGROUPFS)
+    root = fake_host.layout.paths.cgroup_root
+    controllers = [c for c in os.listdir(root) if not os.path.islink(os.path.join(root, c))]
+
+    def mkdir_everywhere(rel: str) -> None:
+        for controller in controllers:
+            os.mkdir(os.path.join(root, controller, rel))
+
+    for controller in controllers:  # no kubepods folder yet: the kubelet has not started
+        shutil.rmtree(os.path.join(root, controller, "kubepods"), ignore_errors=True)
+    source = KubepodsSource(fake_host.host)
+    assert source.list_pods() == {}
+
+    mkdir_everywhere("kubepods")
+    fake_host.add_pod(UID_G, KubeQOS.GUARANTEED)
+    assert set(source.list_pods()) == {UID_G}
+    mkdir_everywhere("kubepods/besteffort")  # a QoS folder made after the full walk
+    fake_host.add_pod(UID_BE, KubeQOS.BESTEFFORT)
+    assert set(source.list_pods()) == {UID_G, UID_BE}
+    fake_host.add_pod(UID_BE, KubeQOS.BESTEFFORT, [("containerd", CID_1)])
+    assert [c.id for c in source.list_pods()[UID_BE].containers] == [CID_1]
+    fake_host.remove_cgroup(pod_dir(CgroupDriver.CGROUPFS, KubeQOS.BESTEFFORT, UID_BE))
+    assert set(source.list_pods()) == {UID_G}
+    fake_host.add_pod(UID_BE, KubeQOS.BESTEFFORT, [("containerd", CID_2)])  # made again
+    assert [c.id for c in source.list_pods()[UID_BE].containers] == [CID_2]
+    fake_host.add_pod(UID_BE, KubeQOS.BESTEFFORT, [("containerd", CID_2), ("containerd", CID_1)])
+    assert [c.id for c in source.list_pods()[UID_BE].containers] == sorted([CID_1, CID_2])
+    source.close()
+
+
+def test_without_inotify_the_walker_says_why_once_and_lists_instead(
+    fake_host: FakeHost, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    def no_instance() -> None:
+        raise UnsupportedError(
+            "inotify", "no inotify instance left (fs.inotify.max_user_instances)"
+        )
+
+    monkeypatch.setattr("koordlet.statesinformer.kubepods.DirWatcher", no_instance)
+    source = KubepodsSource(fake_host.host, container_rescan_ticks=2, full_walk_ticks=3)
+    fake_host.add_pod(UID_B, KubeQOS.BURSTABLE, [("containerd", CID_1)])
+
+    with caplog.at_level(logging.WARNING, logger="koordlet.statesinformer.kubepods"):
+        source.list_pods()
+        fake_host.add_pod(UID_B, KubeQOS.BURSTABLE, [("containerd", CID_1), ("containerd", CID_2)])
+        seen = [source.list_pods()[UID_B] for _ in range(4)]
+
+    assert [c.id for c in seen[-1].containers] == sorted([CID_1, CID_2])
+    warnings = [r.getMessage() for r in caplog.records]
+    assert len(warnings) == 1
+    assert "max_user_instances" in warnings[0]
+
+
+def test_running_out_of_watches_half_way_still_walks_everything(
+    fake_host: FakeHost, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    fake_host.add_pod(UID_G, KubeQOS.GUARANTEED, [("containerd", CID_1)])
+    fake_host.add_pod(UID_B, KubeQOS.BURSTABLE, [("containerd", CID_2)])
+    fake_host.add_pod(UID_BE, KubeQOS.BESTEFFORT)
+    real_add = DirWatcher.add
+    added: list[str] = []
+
+    def few_watches(self: DirWatcher, path: str) -> int | None:
+        if len(added) >= 3:
+            raise UnsupportedError("inotify", f"no inotify watch left for {path}")
+        added.append(path)
+        return real_add(self, path)
+
+    monkeypatch.setattr(DirWatcher, "add", few_watches)
+    source = KubepodsSource(fake_host.host, container_rescan_ticks=1)
+
+    with caplog.at_level(logging.WARNING, logger="koordlet.statesinformer.kubepods"):
+        pods = source.list_pods()
+        fake_host.add_pod(UID_G, KubeQOS.GUARANTEED, [("containerd", CID_1), ("containerd", CID_2)])
+        again = source.list_pods()
+
+    assert set(pods) == {UID_G, UID_B, UID_BE}
+    assert [c.id for c in again[UID_G].containers] == sorted([CID_1, CID_2])  # listed, not watched
+    assert any("no inotify watch left" in r.getMessage() for r in caplog.records)
+
+
+def test_lost_events_make_the_next_call_a_full_walk(
+    host_root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fake_host = FakeHost(host_root, CgroupVersion.V1, CgroupDriver.CGROUPFS)
+    fake_host.add_pod(UID_B, KubeQOS.BURSTABLE, [("containerd", CID_1)])
+    source = KubepodsSource(fake_host.host)
+    assert set(source.list_pods()) == {UID_B}
+    # A pod made under the memory controller only: the first controller has no event for it,
+    # so only a full walk finds it.
+    os.makedirs(fake_host.layout.abs_dir("memory", f"kubepods/besteffort/pod{UID_BE}"))
+    monkeypatch.setattr(DirWatcher, "changes", lambda self: Changes(overflow=True))
+
+    assert set(source.list_pods()) == {UID_B, UID_BE}
+    source.close()
 
 
 def test_on_v1_controllers_mounted_together_are_walked_once(
