@@ -286,7 +286,7 @@ class KubepodsSource:
             known = self._pods.get(uid)
             pod_rel = f"{parent_rel}/{pod_name}"
             if dirty is not None:  # watching: a pod folder not watched (new, made again) is dirty
-                fresh = uid in dirty or f"{roots[0]}/{pod_rel}" not in self._wd_of
+                fresh = uid in dirty or os.path.join(roots[0], pod_rel) not in self._wd_of
             else:
                 fresh = position % rescan == slot
             if known is not None and known.cgroup_dir == pod_rel and not fresh:
