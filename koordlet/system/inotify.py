@@ -144,3 +144,29 @@ class DirWatcher:
     @property
     def closed(self) -> bool:
         return not self._finalizer.alive
+
+
+def probe_inotify(folder: str) -> tuple[bool, str, str]:
+    """``(supported, reason, path)`` for watching cgroup folders, for the start-up probe: makes
+    an instance, watches ``folder`` (a cgroup root) and closes it."""
+    try:
+        watcher = DirWatcher()
+    except HostError as err:
+        return False, f"{err}: the kubepods walker lists the pod folders instead", folder
+    try:
+        wd = watcher.add(folder)
+    except HostError as err:
+        return False, f"{err}: the kubepods walker lists the pod folders instead", folder
+    finally:
+        watcher.close()
+    if wd is None:
+        return False, f"{folder} absent: not probed", folder
+    return True, f"watched {folder}; {_limit('max_user_watches')} watches a user", folder
+
+
+def _limit(name: str) -> str:
+    try:
+        with open(f"/proc/sys/fs/inotify/{name}") as f:
+            return f"fs.inotify.{name}={f.read().strip()}"
+    except OSError:
+        return f"fs.inotify.{name} unknown"

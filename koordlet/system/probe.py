@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from apis.terway import BPF_PIN_PARTS
 from koordlet.system.cgroups import CgroupVersion
+from koordlet.system.inotify import probe_inotify
 from koordlet.system.kidled import probe_kidled
 from koordlet.system.knobs import KNOBS, Knob
 from koordlet.system.oserrors import refused_errno
@@ -263,6 +264,7 @@ class _Prober:
                 "memcg_threshold",
                 *probe_memcg_threshold(self.host.layout.abs_dir("memory", "")),
             ),
+            Capability("inotify_cgroup", *probe_inotify(self.host.layout.abs_dir("cpu", ""))),
             self.cgroup_file("memory_stat", "memory", "memory.stat"),
             self.cgroup_file(
                 "memory_numa_stat", "memory", "memory.numa_stat", absent_note="needs CONFIG_NUMA"

@@ -109,3 +109,29 @@ def test_no_watch_left_is_unsupported_with_the_sysctl_named(
     with pytest.raises(UnsupportedError, match="max_user_watches"):
         watcher.add(str(tmp_path))
     watcher.close()
+
+
+def test_the_probe_watches_a_folder_and_names_the_limit(tmp_path: Path) -> None:
+    before = len(os.listdir("/proc/self/fd"))
+
+    supported, reason, path = inotify.probe_inotify(str(tmp_path))
+
+    assert (supported, path) == (True, str(tmp_path))
+    assert "fs.inotify.max_user_watches=" in reason
+    assert len(os.listdir("/proc/self/fd")) == before  # closed again
+
+
+def test_the_probe_says_why_not_and_what_the_walker_does_instead(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def no_instance() -> DirWatcher:
+        raise UnsupportedError(
+            "inotify", "no inotify instance left (fs.inotify.max_user_instances)"
+        )
+
+    monkeypatch.setattr(inotify, "DirWatcher", no_instance)
+    supported, reason, _ = inotify.probe_inotify(str(tmp_path))
+
+    assert not supported
+    assert "max_user_instances" in reason
+    assert "lists the pod folders instead" in reason

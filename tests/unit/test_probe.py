@@ -31,6 +31,7 @@ SOURCES = {
     "cpuacct_usage",
     "cpu_stat_usage",
     "memory_stat",
+    "inotify_cgroup",
     "memory_numa_stat",
     "cpu_stat_throttling",
     "idle_page_stats",
