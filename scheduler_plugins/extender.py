@@ -252,9 +252,15 @@ class Extender:
         return None
 
     def _cycle(self, pod: PodInfo) -> _Cached:
-        """The pod's cycle: the one its filter used while the snapshot is unchanged."""
+        """The pod's cycle: the one its filter used while the snapshot and the pod are unchanged
+        (``pod`` is the cached object exactly when :meth:`_known_pod` found the request's pod
+        equal to it; a pod re-sent with other requests or labels gets a fresh cycle)."""
         cached = self._cycles.get(pod.uid)
-        if cached is not None and cached.generation == self.snapshot.generation:
+        if (
+            cached is not None
+            and cached.generation == self.snapshot.generation
+            and cached.pod is pod
+        ):
             self._cycles.move_to_end(pod.uid)
             return cached
         cached = _Cached(self.snapshot.generation, pod, self.framework.new_cycle(self.snapshot))

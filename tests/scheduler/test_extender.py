@@ -217,3 +217,25 @@ async def test_bad_json_is_a_400(http):
         assert resp.status == 400
     async with session.get(base + "/healthz") as resp:
         assert resp.status == 200
+
+
+def test_a_pod_sent_again_with_other_requests_is_scored_on_its_new_requests(
+    snapshot_file: Path,
+) -> None:
+    # The cycle a pod's filter made is reused by prioritize while nothing changed; a pod object
+    # that changed (same UID, other requests) must not be scored on the old one's estimates.
+    def extender() -> Extender:
+        source = SnapshotFile(snapshot_file)
+        return Extender(build_framework(EXTENDER_PLUGINS), source.load(), source=source)
+
+    small = {"Pod": pod("p", requests={"cpu": "1"}), "NodeNames": ["cool", "numa"]}
+    large = {"Pod": pod("p", requests={"cpu": "8"}), "NodeNames": ["cool", "numa"]}
+    seen_small = extender()
+    seen_small.filter(small)
+    only_large = extender()
+    only_large.filter(large)
+
+    rescored = seen_small.prioritize(large)
+
+    assert rescored == only_large.prioritize(large)
+    assert rescored != seen_small.prioritize(small)  # the requests do move the scores
