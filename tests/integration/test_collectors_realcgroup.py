@@ -107,6 +107,29 @@ class Tree:
             with open(self.host.layout.file(controller, rel, "cgroup.procs"), "w") as f:
                 f.write(str(pid))
 
+    def hold(self, rel: str, script: str, *args: str) -> subprocess.Popen[str]:
+        """Start ``script`` (which waits for a line on stdin, takes its memory and says
+        "ready"), put it in cgroup ``rel`` and let it go: its pages are charged there."""
+        proc = subprocess.Popen(
+            [sys.executable, "-c", script, *args],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        self.procs.append(proc)
+        self.attach(rel, proc.pid)
+        assert proc.stdin is not None
+        assert proc.stdout is not None
+        proc.stdin.write("go\n")
+        proc.stdin.flush()
+        assert proc.stdout.readline().strip() == "ready"
+        return proc
+
+    def runner(self, snap: WorkloadSnapshot, cache: MetricCache) -> CollectorRunner:
+        """The whole collector table over this tree, storing into ``cache``."""
+        ctx = CollectorContext(host=self.host, config=KoordletConfig(node_name="test"))
+        return CollectorRunner(build_collectors(ctx), cache, lambda: snap)
+
     def cleanup(self) -> None:
         for proc in self.procs:
             if proc.poll() is None:
@@ -157,26 +180,13 @@ def test_real_pod_cpu_and_memory_are_collected(tree: Tree) -> None:
     busy = subprocess.Popen([sys.executable, "-c", BUSY], text=True)
     tree.procs.append(busy)
     tree.attach(busy_rel, busy.pid)
-    hold = subprocess.Popen(
-        [sys.executable, "-c", HOLD], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
-    )
-    tree.procs.append(hold)
-    tree.attach(hold_rel, hold.pid)
-    assert hold.stdin is not None
-    assert hold.stdout is not None
-    hold.stdin.write("go\n")
-    hold.stdin.flush()
-    assert hold.stdout.readline().strip() == "ready"
+    tree.hold(hold_rel, HOLD)
 
     pods = KubepodsSource(tree.host).list_pods()
     assert set(pods) == {uid}
     snap = WorkloadSnapshot(pods=pods, generation=1)
     cache = MetricCache()
-    runner = CollectorRunner(
-        build_collectors(CollectorContext(host=tree.host, config=KoordletConfig(node_name="test"))),
-        cache,
-        lambda: snap,
-    )
+    runner = tree.runner(snap, cache)
     busy_proc = psutil.Process(busy.pid)
     cpu0, t0 = sum(busy_proc.cpu_times()[:2]), time.time()
     first = runner.run_tick(t0)
@@ -236,19 +246,7 @@ def test_memory_numa_stat_lru_sums_equal_memory_stats_on_a_real_pod(
     hold_rel = layout.container_dir(pod_rel, "containerd", cid)
     for rel in (layout.kube_root, layout.qos_dir(KubeQOS.BESTEFFORT), pod_rel, hold_rel):
         tree.mkdir(rel)
-    hold = subprocess.Popen(
-        [sys.executable, "-c", LRU_HOLD, str(tmp_path / "cache.bin")],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    tree.procs.append(hold)
-    tree.attach(hold_rel, hold.pid)
-    assert hold.stdin is not None
-    assert hold.stdout is not None
-    hold.stdin.write("go\n")
-    hold.stdin.flush()
-    assert hold.stdout.readline().strip() == "ready"
+    tree.hold(hold_rel, LRU_HOLD, str(tmp_path / "cache.bin"))
 
     bound = MEMORY_LRU.bind(layout)
     assert bound.file == "memory.numa_stat"  # this kernel has it (CONFIG_NUMA)
@@ -279,11 +277,7 @@ def test_memory_numa_stat_lru_sums_equal_memory_stats_on_a_real_pod(
     pods = KubepodsSource(tree.host).list_pods()
     snap = WorkloadSnapshot(pods=pods, generation=1)
     cache = MetricCache()
-    runner = CollectorRunner(
-        build_collectors(CollectorContext(host=tree.host, config=KoordletConfig(node_name="test"))),
-        cache,
-        lambda: snap,
-    )
+    runner = tree.runner(snap, cache)
     entity = s.container_entity(uid, cid)
     for _ in range(20):
         report = runner.run_tick(time.time())
