@@ -316,7 +316,7 @@ def test_lost_events_make_the_next_call_a_full_walk(
 
 
 def test_on_v1_controllers_mounted_together_are_walked_once(
-    host_root: Path, monkeypatch: pytest.MonkeyPatch
+    host_root: Path, listings: list[str]
 ) -> None:
     # systemd mounts cpu and cpuacct as one hierarchy, "cpu,cpuacct", with both names as
     # symbolic links to it; walking both would list every folder twice.
@@ -329,15 +329,10 @@ def test_on_v1_controllers_mounted_together_are_walked_once(
     os.symlink("cpu,cpuacct", cpu)
     os.symlink("cpu,cpuacct", cpuacct)
     fake_host.add_pod(UID_B, KubeQOS.BURSTABLE, [("containerd", CID_1)])
-    listed: list[str] = []
-    real_scandir = os.scandir
 
-    def counting_scandir(path: str) -> object:
-        listed.append(os.path.realpath(path))
-        return real_scandir(path)
-
-    monkeypatch.setattr("koordlet.statesinformer.kubepods.os.scandir", counting_scandir)
     pods = KubepodsSource(fake_host.host).list_pods()
+
+    listed = [os.path.realpath(p) for p in listings]
 
     assert [c.id for c in pods[UID_B].containers] == [CID_1]
     assert len(listed) == len(set(listed)), "a folder was listed twice"
