@@ -329,6 +329,7 @@ def test_on_v1_controllers_mounted_together_are_walked_once(
     os.symlink("cpu,cpuacct", cpu)
     os.symlink("cpu,cpuacct", cpuacct)
     fake_host.add_pod(UID_B, KubeQOS.BURSTABLE, [("containerd", CID_1)])
+    listings.clear()  # the set-up's own listings (shutil.rmtree's)
 
     pods = KubepodsSource(fake_host.host).list_pods()
 
