@@ -1,7 +1,8 @@
 """Readers and parsers of cgroup statistics files: the collectors' hot path.
 
 A collection tick reads three small files per cgroup (``cpuacct.usage`` or v2 ``cpu.stat``,
-``memory.stat``, ``cpu.stat``) for every pod and container, so this module is built for speed:
+v1 ``memory.numa_stat`` or v2 ``memory.stat``, ``cpu.stat``) for every pod and container, so this
+module is built for speed:
 
 - :func:`read_file_bytes` does one ``os.open``/``os.read``/``os.close`` with a buffer large enough
   for every cgroup file, and reads again only when the buffer came back full;
