@@ -248,6 +248,32 @@ def test_watching_pods_and_folders_made_after_the_start_show_at_the_next_call(
     source.close()
 
 
+def test_watching_pods_removed_at_once_leave_no_watch_behind_and_one_made_again_is_followed(
+    fake_host: FakeHost,
+) -> None:
+    uids = [f"0f6d1c2e-4444-4a4a-8b8b-{i:012d}" for i in range(30)]
+    for uid in uids:
+        fake_host.add_pod(uid, KubeQOS.BURSTABLE, [("containerd", CID_1)])
+    source = KubepodsSource(fake_host.host)
+    source.list_pods()
+    watched_before = set(source._wd_of)
+
+    for uid in uids[1:]:  # a drain: every pod but one goes between two calls
+        fake_host.remove_cgroup(pod_dir(fake_host.layout.driver, KubeQOS.BURSTABLE, uid))
+    assert set(source.list_pods()) == {uids[0]}
+    gone = {p for p in watched_before if any(u in p.replace("_", "-") for u in uids[1:])}
+    assert gone, "the pods' folders were watched"
+    assert set(source._wd_of) == watched_before - gone
+    assert set(source._paths_of_wd) == set(source._wd_of.values()) == set(source._pod_of_wd)
+
+    fake_host.add_pod(uids[5], KubeQOS.BURSTABLE, [("containerd", CID_2)])  # made again
+    assert [c.id for c in source.list_pods()[uids[5]].containers] == [CID_2]
+    fake_host.add_pod(uids[5], KubeQOS.BURSTABLE, [("containerd", CID_2), ("containerd", CID_1)])
+    assert [c.id for c in source.list_pods()[uids[5]].containers] == sorted([CID_1, CID_2])
+    assert all(source._wd_of[p] in source._paths_of_wd for p in source._wd_of)
+    source.close()
+
+
 def test_without_inotify_the_walker_says_why_once_and_lists_instead(
     fake_host: FakeHost, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
