@@ -212,7 +212,7 @@ async def test_the_page_loads_nothing_from_elsewhere(host_root: Path, tmp_path: 
             assert refused == "refused"
             await until(page, "a first poll", "window.koordletUI.ticks >= 1")
             # The refusal is a console error: the policy is enforced, and visible to the test.
-            for _ in range(20):
+            for _ in range(100):
                 if page.errors():
                     break
                 await asyncio.sleep(0.1)

@@ -531,7 +531,7 @@ async def test_a_pressure_event_runs_a_round_at_once() -> None:
     [subscriber] = events.subscribers
     subscriber(PressureEvent("someone-else", EventKind.PSI, 0.0))
     subscriber(PressureEvent(WATCH_NAME, EventKind.MEMCG_THRESHOLD, 0.0))
-    for _ in range(20):
+    for _ in range(500):
         if rig.backend.evicted:
             break
         await asyncio.sleep(0.01)
