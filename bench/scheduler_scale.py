@@ -26,6 +26,11 @@ name sent), ``extender_subset_p50_ms``, ``extender_subset_p99_ms`` (the same wit
 ``extender_subset_nodes`` names kube-scheduler would send), ``inprocess_p50_ms``,
 ``inprocess_p99_ms`` (the two verbs called directly with every name: the plugins' share),
 ``feasible_nodes_mean``, ``nodes``, ``build_s`` (snapshot build and warm-up).
+``reference_p50_ms`` times a fixed pure-Python workload (dictionary lookups over 20,000 keys,
+the kind of work the plugins do) right after each in-process pod, and ``inprocess_to_reference``
+is ``inprocess_p50_ms`` over it: on this shared VM the machine's own speed moves by 20-40 %
+over seconds (the reference moves with the extender, in step), and the ratio is the figure to
+compare between runs and commits.
 
 Then (b) the standalone scheduler's loop step (``Scheduler.schedule_one``: find feasible nodes,
 score them, reserve, assume, bind; every plugin of ``koord-scheduler run``, kube-scheduler's
@@ -349,6 +354,17 @@ def _args(pod: dict[str, Any], names: list[str]) -> bytes:
     ).encode()
 
 
+REFERENCE_KEYS = 20_000
+
+
+def _reference(table: dict[str, int], keys: list[str]) -> int:
+    """The fixed workload timed beside each in-process pod (see the module docstring)."""
+    total = 0
+    for key in keys:
+        total += table[key]
+    return total
+
+
 async def _measure(
     ext: Extender, names: list[str], pods: int, warmup: int, subset: int
 ) -> dict[str, Any]:
@@ -391,21 +407,31 @@ async def _measure(
     finally:
         await runner.cleanup()
     direct_ms: list[float] = []
+    reference_ms: list[float] = []
+    table = {f"key-{k}": k for k in range(REFERENCE_KEYS)}
+    keys = list(table)
     for i in range(warmup + pods):
         p = _as_sent(_pod(10_000 + i))
         t0 = time.perf_counter()
         result = ext.filter({"Pod": p, "Nodes": None, "NodeNames": names})
         ext.prioritize({"Pod": p, "Nodes": None, "NodeNames": result["NodeNames"]})
+        t1 = time.perf_counter()
+        _reference(table, keys)
         if i >= warmup:
-            direct_ms.append((time.perf_counter() - t0) * 1000)
+            direct_ms.append((t1 - t0) * 1000)
+            reference_ms.append((time.perf_counter() - t1) * 1000)
+    inprocess_p50 = percentile(direct_ms, 50)
+    reference_p50 = percentile(reference_ms, 50)
     return {
         "extender_p50_ms": round(percentile(http_ms, 50), 2),
         "extender_p99_ms": round(percentile(http_ms, 99), 2),
         "extender_subset_nodes": subset,
         "extender_subset_p50_ms": round(percentile(subset_ms, 50), 2),
         "extender_subset_p99_ms": round(percentile(subset_ms, 99), 2),
-        "inprocess_p50_ms": round(percentile(direct_ms, 50), 2),
+        "inprocess_p50_ms": round(inprocess_p50, 2),
         "inprocess_p99_ms": round(percentile(direct_ms, 99), 2),
+        "reference_p50_ms": round(reference_p50, 2),
+        "inprocess_to_reference": round(inprocess_p50 / reference_p50, 3),
         "feasible_nodes_mean": round(statistics.fmean(feasible), 1),
     }
 

@@ -43,6 +43,11 @@ def test_scheduler_scale_prints_latency_and_throughput_keys():
         "standalone_all_nodes_pods_per_s",
     } <= set(figures)
     assert figures["extender_p50_ms"] <= figures["extender_p99_ms"]
+    # the ratio of the unrounded medians: within what rounding each to 0.01 ms allows
+    p50, ref = figures["inprocess_p50_ms"], figures["reference_p50_ms"]
+    assert ref > 0
+    low, high = (p50 - 0.005) / (ref + 0.005), (p50 + 0.005) / max(ref - 0.005, 1e-9)
+    assert low - 0.001 <= figures["inprocess_to_reference"] <= high + 0.001
     assert figures["standalone_bound"] == 30  # 40 nodes with room for every pod
     assert figures["standalone_all_nodes_bound"] == 10
     assert figures["extender_subset_nodes"] == 40  # under 100 nodes kube-scheduler sends all
