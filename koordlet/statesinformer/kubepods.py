@@ -256,8 +256,10 @@ class KubepodsSource:
         if wd is None:
             return  # gone meanwhile: its parent's event says so
         old = self._wd_of.get(path)
-        if old is not None and old != wd:  # made again: the old watch's drop comes later
-            self._drop_path(old, path)
+        if old is not None and old != wd and self._drop_path(old, path):
+            # Another folder under this name (made again; or the old one renamed away, which
+            # cgroup v1 allows): drop the old watch, a no-op when the kernel dropped it already.
+            watcher.remove(old)
         self._wd_of[path] = wd
         self._pod_of_wd[wd] = uid
         self._paths_of_wd.setdefault(wd, set()).add(path)

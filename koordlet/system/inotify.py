@@ -8,10 +8,11 @@ runc and systemd make cgroups with ``mkdir(2)``); Koordinator's koordlet watches
 folders for its pod lifecycle events (``pkg/koordlet/pleg``).
 
 Only folder events are kept (``IN_ISDIR``): files appearing in a cgroup folder are the kernel's
-own and say nothing about pods. The descriptor is non-blocking, so :meth:`DirWatcher.changes`
-costs one ``read`` returning ``EAGAIN`` when nothing happened. A queue overflow
-(``IN_Q_OVERFLOW``: more events than ``fs.inotify.max_queued_events`` between two looks) is
-reported, so the caller walks everything again.
+own and say nothing about pods. A watched folder removed, or renamed away, is reported gone.
+The descriptor is non-blocking, so :meth:`DirWatcher.changes` costs one ``read`` returning
+``EAGAIN`` when nothing happened. A queue overflow (``IN_Q_OVERFLOW``: more events than
+``fs.inotify.max_queued_events`` between two looks) is reported, so the caller walks everything
+again.
 
 Failures: no inotify at all (no libc, ``ENOSYS``), no instance left
 (``fs.inotify.max_user_instances``, ``EMFILE``) or no watch left (``fs.inotify.max_user_watches``,
@@ -36,6 +37,7 @@ IN_MOVED_FROM = 0x00000040
 IN_MOVED_TO = 0x00000080
 IN_CREATE = 0x00000100
 IN_DELETE = 0x00000200
+IN_MOVE_SELF = 0x00000800
 IN_Q_OVERFLOW = 0x00004000
 IN_IGNORED = 0x00008000
 IN_ONLYDIR = 0x01000000
@@ -45,7 +47,7 @@ IN_CLOEXEC = os.O_CLOEXEC
 
 CHILD_EVENTS = IN_CREATE | IN_DELETE | IN_MOVED_FROM | IN_MOVED_TO
 """A child appeared or went away (``rename`` within or across watched folders included)."""
-_MASK = CHILD_EVENTS | IN_ONLYDIR
+_MASK = CHILD_EVENTS | IN_MOVE_SELF | IN_ONLYDIR
 _EVENT = struct.Struct("iIII")
 """``struct inotify_event`` without its name: wd, mask, cookie, len."""
 _READ_SIZE = 64 * 1024
@@ -64,7 +66,9 @@ class Changes:
     changed: set[int] = field(default_factory=set)
     """Watches whose folder had a child folder created, removed or renamed."""
     gone: set[int] = field(default_factory=set)
-    """Watches the kernel dropped (``IN_IGNORED``: the folder was removed)."""
+    """Watches whose folder is no longer at its path: dropped by the kernel (``IN_IGNORED``: the
+    folder was removed), or removed here because the folder was renamed away (``IN_MOVE_SELF``;
+    cgroup v1 allows renaming a cgroup)."""
     overflow: bool = False
     """Events were lost: the caller must look at everything again."""
 
@@ -134,6 +138,9 @@ class DirWatcher:
                     out.overflow = True
                 elif mask & IN_IGNORED:
                     out.gone.add(wd)
+                elif mask & IN_MOVE_SELF:  # what it watched is elsewhere now: stop watching it
+                    out.gone.add(wd)
+                    self._libc.inotify_rm_watch(self.fd, wd)
                 elif mask & IN_ISDIR and mask & CHILD_EVENTS:
                     out.changed.add(wd)
 

@@ -327,3 +327,39 @@ def test_the_walker_sees_real_cgroups_made_and_removed_through_its_watches(tree:
         assert source.list_pods() == {}
     finally:
         source.close()
+
+
+def test_the_walker_follows_a_real_pod_cgroup_renamed_away_and_made_again(tree: Tree) -> None:
+    """cgroup v1 lets a cgroup be renamed: the watch on the moved folder is dropped (the kernel's
+    own list of the instance's watches says so) and the folder made under the old name is
+    described afresh."""
+    layout = tree.host.layout
+    uid, first, second = str(uuid.uuid4()), secrets.token_hex(32), secrets.token_hex(32)
+    pod_rel = layout.pod_dir(KubeQOS.BESTEFFORT, uid)
+    for rel in (layout.kube_root, layout.qos_dir(KubeQOS.BESTEFFORT), pod_rel):
+        tree.mkdir(rel)
+    tree.mkdir(layout.container_dir(pod_rel, "containerd", first))
+    source = KubepodsSource(tree.host)
+
+    def kernel_watches() -> set[int]:
+        assert source._watcher is not None
+        with open(f"/proc/self/fdinfo/{source._watcher.fd}") as f:  # "inotify wd:%x ...", hex
+            return {int(ln.split()[1][3:], 16) for ln in f if ln.startswith("inotify wd:")}
+
+    try:
+        assert [c.id for c in source.list_pods()[uid].containers] == [first]
+        moved_rel = f"{layout.qos_dir(KubeQOS.BESTEFFORT)}/moved-{secrets.token_hex(4)}"
+        for controller in CONTROLLERS:
+            os.rename(layout.abs_dir(controller, pod_rel), layout.abs_dir(controller, moved_rel))
+            tree.made.append(layout.abs_dir(controller, moved_rel))  # removed before its parent
+            tree.made.append(
+                layout.abs_dir(controller, layout.container_dir(moved_rel, "containerd", first))
+            )
+        tree.mkdir(pod_rel)
+        tree.mkdir(layout.container_dir(pod_rel, "containerd", second))
+
+        assert [c.id for c in source.list_pods()[uid].containers] == [second]
+        assert kernel_watches() == set(source._paths_of_wd)
+        assert not any("moved-" in p for p in source._wd_of)
+    finally:
+        source.close()

@@ -48,6 +48,27 @@ def test_files_are_not_events_and_a_removed_folder_reports_its_watch_gone(
     watcher.close()
 
 
+def test_a_folder_renamed_away_reports_its_watch_gone_and_is_no_longer_watched(
+    tmp_path: Path,
+) -> None:
+    watcher = DirWatcher()
+    qos = tmp_path / "burstable"
+    (qos / "pod").mkdir(parents=True)
+    parent, wd = watcher.add(str(qos)), watcher.add(str(qos / "pod"))
+
+    (qos / "pod").rename(qos / "pod.old")
+    changes = watcher.changes()
+
+    assert changes.gone == {wd}
+    assert changes.changed == {parent}
+    with open(f"/proc/self/fdinfo/{watcher.fd}") as f:  # "inotify wd:%x ...", hex
+        held = {int(ln.split()[1][3:], 16) for ln in f if ln.startswith("inotify wd:")}
+    assert held == {parent}
+    (qos / "pod.old" / "c1").mkdir()  # under the moved folder: nothing reported any more
+    assert not watcher.changes().changed
+    watcher.close()
+
+
 def test_a_folder_watched_twice_has_one_watch_and_a_missing_one_none(tmp_path: Path) -> None:
     watcher = DirWatcher()
     first = watcher.add(str(tmp_path))

@@ -274,6 +274,37 @@ def test_watching_pods_removed_at_once_leave_no_watch_behind_and_one_made_again_
     source.close()
 
 
+def kernel_watches(source: KubepodsSource) -> set[int]:
+    """The watch descriptors the kernel holds on the walker's inotify instance."""
+    assert source._watcher is not None
+    with open(f"/proc/self/fdinfo/{source._watcher.fd}") as f:
+        # "inotify wd:%x ino:%lx ...": the kernel prints the descriptor in hex (fs/notify/fdinfo.c)
+        return {int(line.split()[1][3:], 16) for line in f if line.startswith("inotify wd:")}
+
+
+def test_watching_a_pod_folder_renamed_away_and_made_again_leaves_one_watch_on_it(
+    fake_host: FakeHost,
+) -> None:
+    fake_host.add_pod(UID_B, KubeQOS.BURSTABLE, [("containerd", CID_1)])
+    source = KubepodsSource(fake_host.host)
+    source.list_pods()
+    assert kernel_watches(source) == set(source._paths_of_wd)
+    rel = pod_dir(fake_host.layout.driver, KubeQOS.BURSTABLE, UID_B)
+    folders = {
+        os.path.realpath(fake_host.layout.abs_dir(c or "cpu", rel)) for c in fake_host._templates
+    }
+    for folder in folders:  # the kernel keeps its watch on a folder moved away
+        os.rename(folder, folder + ".old")
+    fake_host.remove_cgroup(rel)  # only the fake's book: the folders are gone from their names
+    fake_host.add_pod(UID_B, KubeQOS.BURSTABLE, [("containerd", CID_2)])
+
+    assert [c.id for c in source.list_pods()[UID_B].containers] == [CID_2]
+    assert kernel_watches(source) == set(source._paths_of_wd), "no watch left on a moved folder"
+    source.close()
+    for folder in folders:
+        shutil.rmtree(folder + ".old")
+
+
 def test_without_inotify_the_walker_says_why_once_and_lists_instead(
     fake_host: FakeHost, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
