@@ -42,6 +42,7 @@ from koordlet.system.cgroupstats import (
 from koordlet.system.host import Host
 from koordlet.system.paths import HostPaths
 from koordlet.system.stats import MEMORY_LRU
+from tests.inotifywatches import kernel_watches
 
 PATHS = HostPaths()
 CONTROLLERS = ("cpu", "cpuacct", "cpuset", "memory")
@@ -341,11 +342,6 @@ def test_the_walker_follows_a_real_pod_cgroup_renamed_away_and_made_again(tree: 
     tree.mkdir(layout.container_dir(pod_rel, "containerd", first))
     source = KubepodsSource(tree.host)
 
-    def kernel_watches() -> set[int]:
-        assert source._watcher is not None
-        with open(f"/proc/self/fdinfo/{source._watcher.fd}") as f:  # "inotify wd:%x ...", hex
-            return {int(ln.split()[1][3:], 16) for ln in f if ln.startswith("inotify wd:")}
-
     try:
         assert [c.id for c in source.list_pods()[uid].containers] == [first]
         moved_rel = f"{layout.qos_dir(KubeQOS.BESTEFFORT)}/moved-{secrets.token_hex(4)}"
@@ -359,7 +355,8 @@ def test_the_walker_follows_a_real_pod_cgroup_renamed_away_and_made_again(tree: 
         tree.mkdir(layout.container_dir(pod_rel, "containerd", second))
 
         assert [c.id for c in source.list_pods()[uid].containers] == [second]
-        assert kernel_watches() == set(source._paths_of_wd)
+        assert source._watcher is not None
+        assert kernel_watches(source._watcher.fd) == set(source._paths_of_wd)
         assert not any("moved-" in p for p in source._wd_of)
     finally:
         source.close()

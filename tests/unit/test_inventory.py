@@ -18,6 +18,7 @@ from koordlet.statesinformer.model import HostAppInfo, PodInfo
 from koordlet.system.cgroups import CgroupDriver, CgroupVersion
 from koordlet.system.inotify import Changes, DirWatcher
 from tests.fakehost import FakeHost, container_id
+from tests.inotifywatches import kernel_watches
 
 UID_G = "0f6d1c2e-1111-4a4a-8b8b-000000000001"
 UID_B = "0f6d1c2e-2222-4a4a-8b8b-000000000002"
@@ -274,12 +275,10 @@ def test_watching_pods_removed_at_once_leave_no_watch_behind_and_one_made_again_
     source.close()
 
 
-def kernel_watches(source: KubepodsSource) -> set[int]:
+def held_watches(source: KubepodsSource) -> set[int]:
     """The watch descriptors the kernel holds on the walker's inotify instance."""
     assert source._watcher is not None
-    with open(f"/proc/self/fdinfo/{source._watcher.fd}") as f:
-        # "inotify wd:%x ino:%lx ...": the kernel prints the descriptor in hex (fs/notify/fdinfo.c)
-        return {int(line.split()[1][3:], 16) for line in f if line.startswith("inotify wd:")}
+    return kernel_watches(source._watcher.fd)
 
 
 def test_watching_a_pod_folder_renamed_away_and_made_again_leaves_one_watch_on_it(
@@ -288,7 +287,7 @@ def test_watching_a_pod_folder_renamed_away_and_made_again_leaves_one_watch_on_i
     fake_host.add_pod(UID_B, KubeQOS.BURSTABLE, [("containerd", CID_1)])
     source = KubepodsSource(fake_host.host)
     source.list_pods()
-    assert kernel_watches(source) == set(source._paths_of_wd)
+    assert held_watches(source) == set(source._paths_of_wd)
     rel = pod_dir(fake_host.layout.driver, KubeQOS.BURSTABLE, UID_B)
     folders = {
         os.path.realpath(fake_host.layout.abs_dir(c or "cpu", rel)) for c in fake_host._templates
@@ -299,7 +298,7 @@ def test_watching_a_pod_folder_renamed_away_and_made_again_leaves_one_watch_on_i
     fake_host.add_pod(UID_B, KubeQOS.BURSTABLE, [("containerd", CID_2)])
 
     assert [c.id for c in source.list_pods()[UID_B].containers] == [CID_2]
-    assert kernel_watches(source) == set(source._paths_of_wd), "no watch left on a moved folder"
+    assert held_watches(source) == set(source._paths_of_wd), "no watch left on a moved folder"
     source.close()
     for folder in folders:
         shutil.rmtree(folder + ".old")
