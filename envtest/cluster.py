@@ -1,0 +1,283 @@
+"""One real node and its control plane: :class:`Cluster` brings up, in order, the bridge, etcd,
+kube-apiserver, kube-controller-manager, kube-scheduler, containerd and a kubelet, and waits for
+the Node to be Ready; :meth:`Cluster.close` takes everything down in reverse, after deleting the
+pods through the API so the kubelet tears them down itself (``../shared/k8s/README.md``).
+
+A run killed before its ``close`` leaves a record (``<cache>/envtest-runs/<id>.json``: its
+folder, bridge, chain, cgroup root and the PIDs it started with their executables); the next
+:class:`Cluster` reaps such records whose owner is gone, killing only those PIDs whose executable
+still matches.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import subprocess
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from envtest import assets as assetsmod
+from envtest.containerd import Containerd
+from envtest.controlplane import ADMIN, ControlPlane
+from envtest.network import Network
+from envtest.node import Kubelet, unmount_under
+from envtest.procs import Proc, StartError
+
+
+def _runs_dir() -> Path:
+    return assetsmod.cache_dir() / "envtest-runs"
+
+
+@dataclass
+class Cluster:
+    """Start with :meth:`start`; :meth:`close` always."""
+
+    root: Path = field(default_factory=lambda: Path(f"/tmp/koordtest-{uuid.uuid4().hex[:8]}"))
+    node: bool = True
+    """False: the control plane alone (no bridge, containerd or kubelet)."""
+    scheduler: bool = True
+    controller_manager: bool = True
+    runtime_endpoint: str | None = None
+    """The kubelet's CRI endpoint when something sits in front of containerd (a proxy started
+    by the caller between :meth:`start_runtime` and :meth:`start_kubelet`)."""
+    id: str = field(default_factory=lambda: uuid.uuid4().hex[:8])
+    assets: assetsmod.Assets | None = None
+    network: Network | None = None
+    control: ControlPlane | None = None
+    containerd: Containerd | None = None
+    kubelet: Kubelet | None = None
+    timings: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def node_name(self) -> str:
+        return f"koordtest-{self.id}"
+
+    @property
+    def cgroup_root(self) -> str:
+        return f"koordtest-{self.id}"
+
+    def kubeconfig(self, who: str = ADMIN) -> Path:
+        assert self.control is not None
+        return self.control.kubeconfig(who)
+
+    # bring-up -----------------------------------------------------------------------------
+
+    def start(self) -> Cluster:
+        """Everything, up to a Ready Node (or the control plane alone with ``node=False``)."""
+        t0 = time.monotonic()
+        reap_stale()
+        self.assets = assetsmod.unpack()
+        self.root.mkdir(parents=True, exist_ok=True)
+        self._record()
+        address = "127.0.0.1"
+        service_cidr, service_ip = "10.0.0.0/24", "10.0.0.1"
+        if self.node:
+            self.network = Network(self.root / "net", name=f"kt{self.id}")
+            self.network.up()
+            address = self.network.gateway
+            service_cidr = self.network.service_cidr
+            service_ip = self.network.kubernetes_service_ip
+        self.control = ControlPlane(
+            self.assets,
+            self.root / "control",
+            address=address,
+            service_cidr=service_cidr,
+            kubernetes_service_ip=service_ip,
+            node_names=(self.node_name,) if self.node else (),
+        )
+        self._record()
+        self.control.start(controller_manager=self.controller_manager, scheduler=self.scheduler)
+        self.timings["control_plane_s"] = time.monotonic() - t0
+        self._record()
+        if self.node:
+            assert self.network is not None
+            self.network.route_service(service_ip, 443, address, self.control.port)
+            self.start_runtime()
+            self.start_kubelet()
+        self.timings["ready_s"] = time.monotonic() - t0
+        return self
+
+    def start_runtime(self) -> None:
+        assert self.assets is not None and self.network is not None
+        self.containerd = Containerd(
+            self.root / "containerd",
+            cgroup_prefix=self.cgroup_root,
+            snapshotter="overlayfs",
+            cni_conf_dir=self.network.cni_conf_dir,
+            cni_bin_dir=assetsmod.CNI_DIR,
+            pause_binary=self.assets.path("pause"),
+        )
+        self.containerd.start()
+        self._record()
+
+    def start_kubelet(self, timeout: float = 90.0) -> None:
+        assert self.assets is not None and self.network is not None and self.containerd
+        t0 = time.monotonic()
+        self.kubelet = Kubelet(
+            self.assets,
+            self.root / "kubelet",
+            name=self.node_name,
+            address=self.network.gateway,
+            kubeconfig=self.kubeconfig(f"node:{self.node_name}"),
+            runtime_endpoint=self.runtime_endpoint or f"unix://{self.containerd.socket}",
+            cgroup_root=self.cgroup_root,
+        )
+        self.kubelet.start()
+        self._record()
+        assert self.kubelet.proc is not None
+        self.kubelet.proc.wait_until(self.node_ready, timeout, f"Node {self.node_name} Ready")
+        self.timings["kubelet_ready_s"] = time.monotonic() - t0
+
+    def node_ready(self) -> bool:
+        node = self.get("node", self.node_name)
+        return any(
+            c.get("type") == "Ready" and c.get("status") == "True"
+            for c in node.get("status", {}).get("conditions", [])
+        )
+
+    # using it -----------------------------------------------------------------------------
+
+    def kubectl(self, *args: str, input: str | None = None, check: bool = True) -> str:  # noqa: A002
+        """The real kubectl as the admin; stdout (CalledProcessError-like RuntimeError on
+        failure with ``check``)."""
+        assert self.assets is not None
+        out = subprocess.run(
+            [self.assets.path("kubectl"), f"--kubeconfig={self.kubeconfig()}", *args],
+            input=input,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        if check and out.returncode != 0:
+            raise RuntimeError(f"kubectl {' '.join(args)}: {out.stderr.strip()}")
+        return out.stdout
+
+    def get(self, kind: str, name: str = "", namespace: str = "") -> dict[str, Any]:
+        args = ["get", kind, *([name] if name else []), "-o", "json"]
+        if namespace:
+            args += ["-n", namespace]
+        return dict(json.loads(self.kubectl(*args)))
+
+    def apply(self, manifest: str) -> str:
+        return self.kubectl("apply", "-f", "-", input=manifest)
+
+    def wait_for(self, what: str, check: Any, timeout: float = 60.0, every: float = 0.2) -> Any:
+        """Poll ``check()`` until it returns something truthy; that value. RuntimeError naming
+        ``what`` at the deadline (with the last exception, if any)."""
+        deadline = time.monotonic() + timeout
+        last: BaseException | None = None
+        while time.monotonic() < deadline:
+            try:
+                value = check()
+            except Exception as err:  # the check's own failures are retried until the deadline
+                last = err
+            else:
+                if value:
+                    return value
+            time.sleep(every)
+        raise RuntimeError(f"{what}: not within {timeout:.0f} s" + (f" ({last})" if last else ""))
+
+    # tear-down ----------------------------------------------------------------------------
+
+    def delete_pods(self, timeout: float = 60.0) -> None:
+        """Delete every pod the node runs, through the API, and wait until the kubelet has
+        torn them down (their cgroups gone)."""
+        if self.control is None or not self.control.procs:
+            return
+        with contextlib.suppress(Exception):
+            for ns in self.get("namespaces")["items"]:
+                name = ns["metadata"]["name"]
+                self.kubectl("delete", "daemonsets,deployments,replicasets,jobs,pods", "--all",
+                             "-n", name, "--wait=false", "--grace-period=1", check=False)  # fmt: skip
+        if self.kubelet is None or self.kubelet.proc is None or not self.kubelet.proc.running():
+            return
+        kubepods = Path("/sys/fs/cgroup/cpu", self.cgroup_root, "kubepods")
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            left = [p for p in kubepods.rglob("pod*") if p.is_dir()] if kubepods.is_dir() else []
+            if not left:
+                return
+            time.sleep(0.2)
+
+    def close(self) -> None:
+        """Everything down in reverse order; never raises."""
+        with contextlib.suppress(Exception):
+            self.delete_pods()
+        if self.kubelet is not None:
+            self.kubelet.stop()
+        if self.containerd is not None:
+            self.containerd.close()
+        if self.network is not None:
+            self.network.down()
+        if self.control is not None:
+            self.control.stop()
+        unmount_under(self.root)
+        shutil.rmtree(self.root, ignore_errors=True)
+        with contextlib.suppress(OSError):
+            (_runs_dir() / f"{self.id}.json").unlink()
+
+    def logs(self) -> dict[str, Path]:
+        """Each part's log file."""
+        found = {p.stem: p for p in self.root.rglob("*.log")}
+        return dict(sorted(found.items()))
+
+    # the record of a run ------------------------------------------------------------------
+
+    def _procs(self) -> list[Proc]:
+        out: list[Proc] = []
+        if self.control is not None:
+            out += self.control.procs
+        if self.kubelet is not None and self.kubelet.proc is not None:
+            out.append(self.kubelet.proc)
+        return out
+
+    def _record(self) -> None:
+        pids = {str(p.pid): p.argv[0] for p in self._procs() if p.popen is not None}
+        if self.containerd is not None and self.containerd.proc is not None:
+            pids[str(self.containerd.proc.pid)] = "containerd"
+        record = {
+            "owner": os.getpid(),
+            "root": str(self.root),
+            "bridge": self.network.name if self.network else "",
+            "cgroup_root": self.cgroup_root,
+            "pids": pids,
+        }
+        _runs_dir().mkdir(parents=True, exist_ok=True)
+        (_runs_dir() / f"{self.id}.json").write_text(json.dumps(record))
+
+
+def reap_stale() -> None:
+    """Tear down what killed runs left (their owner process gone)."""
+    runs = _runs_dir()
+    if not runs.is_dir():
+        return
+    for path in runs.glob("*.json"):
+        try:
+            record = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        if Path(f"/proc/{record.get('owner', 0)}").exists():
+            continue
+        for pid, exe in record.get("pids", {}).items():
+            with contextlib.suppress(OSError):
+                argv0 = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0].decode()
+                if argv0 == exe:
+                    os.kill(int(pid), 9)
+        run_id = path.stem
+        stale = Cluster(root=Path(record["root"]), id=run_id)
+        stale.network = Network(Path(record["root"]) / "net", name=record["bridge"]) if record["bridge"] else None
+        stale.containerd = Containerd(Path(record["root"]) / "containerd", cgroup_prefix=record["cgroup_root"])
+        with contextlib.suppress(Exception):
+            stale.close()
+        with contextlib.suppress(OSError):
+            path.unlink()
+
+
+__all__ = ["Cluster", "StartError", "reap_stale"]
