@@ -18,6 +18,7 @@ import shutil
 import subprocess
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -34,33 +35,59 @@ def _runs_dir() -> Path:
     return assetsmod.cache_dir() / "envtest-runs"
 
 
+Front = Callable[["Node", str], tuple[str, Proc]]
+"""Something between a kubelet and its containerd (koord-runtime-proxy): called with the node
+and containerd's socket path, it starts and returns the kubelet's CRI endpoint (``unix://...``)
+and its process."""
+
+
+@dataclass
+class Node:
+    """One kubelet with its own containerd (two kubelets on one containerd would remove each
+    other's pods), cgroup root and, optionally, a CRI proxy between them."""
+
+    name: str
+    root: Path
+    cgroup_root: str
+    containerd: Containerd | None = None
+    front: Proc | None = None
+    kubelet: Kubelet | None = None
+
+    @property
+    def kubepods_dir(self) -> str:
+        """The node's kubepods folder below each controller (the koordlet's
+        ``--cgroup-kube-dir``)."""
+        return f"{self.cgroup_root}/kubepods/"
+
+    def cgroup(self, controller: str, *rel: str) -> Path:
+        return Path("/sys/fs/cgroup", controller, self.cgroup_root, *rel)
+
+
 @dataclass
 class Cluster:
     """Start with :meth:`start`; :meth:`close` always."""
 
     root: Path = field(default_factory=lambda: Path(f"/tmp/koordtest-{uuid.uuid4().hex[:8]}"))
-    node: bool = True
-    """False: the control plane alone (no bridge, containerd or kubelet)."""
+    nodes: int = 1
+    """Kubelets to start (0: the control plane alone, no bridge, containerd or kubelet)."""
+    fronts: dict[int, Front] = field(default_factory=dict)
+    """Node index -> what sits between that kubelet and its containerd."""
     scheduler: bool = True
     controller_manager: bool = True
-    runtime_endpoint: str | None = None
-    """The kubelet's CRI endpoint when something sits in front of containerd (a proxy started
-    by the caller between :meth:`start_runtime` and :meth:`start_kubelet`)."""
     id: str = field(default_factory=lambda: uuid.uuid4().hex[:8])
     assets: assetsmod.Assets | None = None
     network: Network | None = None
     control: ControlPlane | None = None
-    containerd: Containerd | None = None
-    kubelet: Kubelet | None = None
+    node_list: list[Node] = field(default_factory=list)
     timings: dict[str, float] = field(default_factory=dict)
 
-    @property
-    def node_name(self) -> str:
-        return f"koordtest-{self.id}"
+    def node_name(self, index: int = 0) -> str:
+        return f"koordtest-{self.id}-{index}"
 
     @property
-    def cgroup_root(self) -> str:
-        return f"koordtest-{self.id}"
+    def node(self) -> Node:
+        """The first node."""
+        return self.node_list[0]
 
     def kubeconfig(self, who: str = ADMIN) -> Path:
         assert self.control is not None
@@ -69,7 +96,7 @@ class Cluster:
     # bring-up -----------------------------------------------------------------------------
 
     def start(self) -> Cluster:
-        """Everything, up to a Ready Node (or the control plane alone with ``node=False``)."""
+        """Everything, up to Ready Nodes (or the control plane alone with ``nodes=0``)."""
         t0 = time.monotonic()
         reap_stale()
         self.assets = assetsmod.unpack()
@@ -77,7 +104,7 @@ class Cluster:
         self._record()
         address = "127.0.0.1"
         service_cidr, service_ip = "10.0.0.0/24", "10.0.0.1"
-        if self.node:
+        if self.nodes:
             self.network = Network(self.root / "net", name=f"kt{self.id}")
             self.network.up()
             address = self.network.gateway
@@ -89,53 +116,59 @@ class Cluster:
             address=address,
             service_cidr=service_cidr,
             kubernetes_service_ip=service_ip,
-            node_names=(self.node_name,) if self.node else (),
+            node_names=tuple(self.node_name(i) for i in range(self.nodes)),
         )
         self._record()
         self.control.start(controller_manager=self.controller_manager, scheduler=self.scheduler)
         self.timings["control_plane_s"] = time.monotonic() - t0
         self._record()
-        if self.node:
+        if self.nodes:
             assert self.network is not None
             self.network.route_service(service_ip, 443, address, self.control.port)
-            self.start_runtime()
-            self.start_kubelet()
+            for i in range(self.nodes):
+                self.start_node(i)
         self.timings["ready_s"] = time.monotonic() - t0
         return self
 
-    def start_runtime(self) -> None:
+    def start_node(self, index: int, timeout: float = 90.0) -> Node:
         assert self.assets is not None and self.network is not None
-        self.containerd = Containerd(
-            self.root / "containerd",
-            cgroup_prefix=self.cgroup_root,
+        t0 = time.monotonic()
+        name = self.node_name(index)
+        node = Node(name, self.root / f"node-{index}", cgroup_root=name)
+        self.node_list.append(node)
+        node.containerd = Containerd(
+            node.root / "containerd",
+            cgroup_prefix=node.cgroup_root,
             snapshotter="overlayfs",
             cni_conf_dir=self.network.cni_conf_dir,
             cni_bin_dir=assetsmod.CNI_DIR,
             pause_binary=self.assets.path("pause"),
         )
-        self.containerd.start()
+        node.containerd.start()
         self._record()
-
-    def start_kubelet(self, timeout: float = 90.0) -> None:
-        assert self.assets is not None and self.network is not None and self.containerd
-        t0 = time.monotonic()
-        self.kubelet = Kubelet(
+        endpoint = f"unix://{node.containerd.socket}"
+        if index in self.fronts:
+            endpoint, node.front = self.fronts[index](node, node.containerd.socket)
+            self._record()
+        node.kubelet = Kubelet(
             self.assets,
-            self.root / "kubelet",
-            name=self.node_name,
+            node.root / "kubelet",
+            name=name,
             address=self.network.gateway,
-            kubeconfig=self.kubeconfig(f"node:{self.node_name}"),
-            runtime_endpoint=self.runtime_endpoint or f"unix://{self.containerd.socket}",
-            cgroup_root=self.cgroup_root,
+            kubeconfig=self.kubeconfig(f"node:{name}"),
+            runtime_endpoint=endpoint,
+            cgroup_root=node.cgroup_root,
+            extra_config=f"clusterDNS: [{self.network.gateway}]\nclusterDomain: cluster.local\n",
         )
-        self.kubelet.start()
+        node.kubelet.start()
         self._record()
-        assert self.kubelet.proc is not None
-        self.kubelet.proc.wait_until(self.node_ready, timeout, f"Node {self.node_name} Ready")
-        self.timings["kubelet_ready_s"] = time.monotonic() - t0
+        assert node.kubelet.proc is not None
+        node.kubelet.proc.wait_until(lambda: self.node_ready(name), timeout, f"Node {name} Ready")
+        self.timings[f"node{index}_ready_s"] = time.monotonic() - t0
+        return node
 
-    def node_ready(self) -> bool:
-        node = self.get("node", self.node_name)
+    def node_ready(self, name: str) -> bool:
+        node = self.get("node", name)
         return any(
             c.get("type") == "Ready" and c.get("status") == "True"
             for c in node.get("status", {}).get("conditions", [])
@@ -143,7 +176,7 @@ class Cluster:
 
     # using it -----------------------------------------------------------------------------
 
-    def kubectl(self, *args: str, input: str | None = None, check: bool = True) -> str:  # noqa: A002
+    def kubectl(self, *args: str, input: str | None = None, check: bool = True) -> str:
         """The real kubectl as the admin; stdout (CalledProcessError-like RuntimeError on
         failure with ``check``)."""
         assert self.assets is not None
@@ -196,24 +229,30 @@ class Cluster:
                 name = ns["metadata"]["name"]
                 self.kubectl("delete", "daemonsets,deployments,replicasets,jobs,pods", "--all",
                              "-n", name, "--wait=false", "--grace-period=1", check=False)  # fmt: skip
-        if self.kubelet is None or self.kubelet.proc is None or not self.kubelet.proc.running():
-            return
-        kubepods = Path("/sys/fs/cgroup/cpu", self.cgroup_root, "kubepods")
         deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            left = [p for p in kubepods.rglob("pod*") if p.is_dir()] if kubepods.is_dir() else []
-            if not left:
-                return
-            time.sleep(0.2)
+        for node in self.node_list:
+            if node.kubelet is None or node.kubelet.proc is None or not node.kubelet.proc.running():
+                continue
+            kubepods = node.cgroup("cpu", "kubepods")
+            while time.monotonic() < deadline:
+                left = (
+                    [p for p in kubepods.rglob("pod*") if p.is_dir()] if kubepods.is_dir() else []
+                )
+                if not left:
+                    break
+                time.sleep(0.2)
 
     def close(self) -> None:
         """Everything down in reverse order; never raises."""
         with contextlib.suppress(Exception):
             self.delete_pods()
-        if self.kubelet is not None:
-            self.kubelet.stop()
-        if self.containerd is not None:
-            self.containerd.close()
+        for node in reversed(self.node_list):
+            if node.kubelet is not None:
+                node.kubelet.stop()
+            if node.front is not None:
+                node.front.stop()
+            if node.containerd is not None:
+                node.containerd.close()
         if self.network is not None:
             self.network.down()
         if self.control is not None:
@@ -234,19 +273,20 @@ class Cluster:
         out: list[Proc] = []
         if self.control is not None:
             out += self.control.procs
-        if self.kubelet is not None and self.kubelet.proc is not None:
-            out.append(self.kubelet.proc)
+        for node in self.node_list:
+            out += [p for p in (node.front, node.kubelet and node.kubelet.proc) if p is not None]
         return out
 
     def _record(self) -> None:
         pids = {str(p.pid): p.argv[0] for p in self._procs() if p.popen is not None}
-        if self.containerd is not None and self.containerd.proc is not None:
-            pids[str(self.containerd.proc.pid)] = "containerd"
+        for node in self.node_list:
+            if node.containerd is not None and node.containerd.proc is not None:
+                pids[str(node.containerd.proc.pid)] = "containerd"
         record = {
             "owner": os.getpid(),
             "root": str(self.root),
             "bridge": self.network.name if self.network else "",
-            "cgroup_root": self.cgroup_root,
+            "nodes": [[str(n.root), n.cgroup_root] for n in self.node_list],
             "pids": pids,
         }
         _runs_dir().mkdir(parents=True, exist_ok=True)
@@ -270,14 +310,17 @@ def reap_stale() -> None:
                 argv0 = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0].decode()
                 if argv0 == exe:
                     os.kill(int(pid), 9)
-        run_id = path.stem
-        stale = Cluster(root=Path(record["root"]), id=run_id)
-        stale.network = Network(Path(record["root"]) / "net", name=record["bridge"]) if record["bridge"] else None
-        stale.containerd = Containerd(Path(record["root"]) / "containerd", cgroup_prefix=record["cgroup_root"])
+        stale = Cluster(root=Path(record["root"]), id=path.stem)
+        if record.get("bridge"):
+            stale.network = Network(stale.root / "net", name=record["bridge"])
+        for root, cgroup_root in record.get("nodes", []):
+            node = Node(cgroup_root, Path(root), cgroup_root)
+            node.containerd = Containerd(node.root / "containerd", cgroup_prefix=cgroup_root)
+            stale.node_list.append(node)
         with contextlib.suppress(Exception):
             stale.close()
         with contextlib.suppress(OSError):
             path.unlink()
 
 
-__all__ = ["Cluster", "StartError", "reap_stale"]
+__all__ = ["Cluster", "Front", "Node", "StartError", "reap_stale"]

@@ -21,7 +21,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 
-
 def _run(*argv: str, check: bool = True) -> subprocess.CompletedProcess[str]:
     out = subprocess.run(list(argv), capture_output=True, text=True, check=False)
     if check and out.returncode != 0:
@@ -31,7 +30,9 @@ def _run(*argv: str, check: bool = True) -> subprocess.CompletedProcess[str]:
 
 def _free_second_octet() -> int:
     """A 10.N.0.0/16 that no address or route of this host overlaps."""
-    used = _run("ip", "-4", "route", "show", "table", "all").stdout + _run("ip", "-4", "addr").stdout
+    used = (
+        _run("ip", "-4", "route", "show", "table", "all").stdout + _run("ip", "-4", "addr").stdout
+    )
     nets = []
     for word in used.split():
         with contextlib.suppress(ValueError):
@@ -131,7 +132,9 @@ class Network:
             _run("iptables", "-w", "-t", "nat", "-X", self.chain, check=False)
         self._rules.clear()
         # veths the bridge plugin left (a sandbox torn down without its CNI DEL)
-        for line in _run("ip", "-o", "link", "show", "master", self.name, check=False).stdout.splitlines():
+        for line in _run(
+            "ip", "-o", "link", "show", "master", self.name, check=False
+        ).stdout.splitlines():
             dev = line.split(":")[1].strip().split("@")[0]
             _run("ip", "link", "del", dev, check=False)
         _run("ip", "route", "del", self.service_cidr, "dev", self.name, check=False)

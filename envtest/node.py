@@ -49,11 +49,6 @@ class Kubelet:
     proc: Proc | None = None
     _kernel: dict[str, str] = field(default_factory=dict)
 
-    @property
-    def kubepods_dir(self) -> str:
-        """What the koordlet's ``--cgroup-kube-dir`` is for this node."""
-        return f"{self.cgroup_root}/kubepods/"
-
     def start(self) -> None:
         self.root.mkdir(parents=True, exist_ok=True)
         for name in KERNEL_SETTINGS:
@@ -120,7 +115,7 @@ class Kubelet:
 
     def healthy(self) -> bool:
         url = f"http://127.0.0.1:{self.healthz_port}/healthz"
-        with urllib.request.urlopen(url, timeout=2) as r:  # noqa: S310 (loopback http)
+        with urllib.request.urlopen(url, timeout=2) as r:
             return bool(r.status == 200)
 
     def stop(self) -> None:

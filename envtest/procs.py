@@ -46,7 +46,7 @@ class Proc:
     def start(self) -> Proc:
         self.log.parent.mkdir(parents=True, exist_ok=True)
         with self.log.open("ab") as out:
-            self.popen = subprocess.Popen(  # noqa: S603 (our own argv)
+            self.popen = subprocess.Popen(
                 list(self.argv),
                 stdout=out,
                 stderr=subprocess.STDOUT,
@@ -74,7 +74,9 @@ class Proc:
             if not self.running():
                 raise StartError(f"{self.name} exited before {what}:\n{tail(self.log)}")
             if time.monotonic() > deadline:
-                raise StartError(f"{self.name}: no {what} within {timeout:.0f} s:\n{tail(self.log)}")
+                raise StartError(
+                    f"{self.name}: no {what} within {timeout:.0f} s:\n{tail(self.log)}"
+                )
             time.sleep(0.1)
 
     def stop(self, timeout: float = 10.0) -> None:
@@ -98,7 +100,7 @@ def https_ok(url: str, ca: Path, token: str | None = None) -> bool:
     req = urllib.request.Request(url)
     if token:
         req.add_header("Authorization", f"Bearer {token}")
-    with urllib.request.urlopen(req, context=ctx, timeout=2) as resp:  # noqa: S310 (https)
+    with urllib.request.urlopen(req, context=ctx, timeout=2) as resp:
         return bool(resp.status == 200)
 
 
