@@ -62,7 +62,8 @@ def why_not(*, node: bool = True) -> str | None:
     tools = ["etcd"] + (["containerd", "ctr", "runc", "iptables"] if node else [])
     for tool in tools:
         if shutil.which(tool) is None:
-            return f"{tool} not installed (Debian's {HOST_TOOLS[tool]}; scripts/dev.sh test installs it)"
+            package = HOST_TOOLS[tool]
+            return f"{tool} not installed (Debian's {package}; scripts/dev.sh test installs it)"
     if node:
         for plugin in ("bridge", "host-local", "loopback"):
             if not os.access(os.path.join(CNI_DIR, plugin), os.X_OK):

@@ -67,7 +67,8 @@ class Node:
 class Cluster:
     """Start with :meth:`start`; :meth:`close` always."""
 
-    root: Path = field(default_factory=lambda: Path(f"/tmp/koordtest-{uuid.uuid4().hex[:8]}"))
+    root: Path = Path()
+    """The run's folder (default ``/tmp/koordtest-<id>``)."""
     nodes: int = 1
     """Kubelets to start (0: the control plane alone, no bridge, containerd or kubelet)."""
     fronts: dict[int, Front] = field(default_factory=dict)
@@ -80,6 +81,10 @@ class Cluster:
     control: ControlPlane | None = None
     node_list: list[Node] = field(default_factory=list)
     timings: dict[str, float] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.root == Path():
+            self.root = Path(f"/tmp/koordtest-{self.id}")
 
     def node_name(self, index: int = 0) -> str:
         return f"koordtest-{self.id}-{index}"
@@ -131,7 +136,8 @@ class Cluster:
         return self
 
     def start_node(self, index: int, timeout: float = 90.0) -> Node:
-        assert self.assets is not None and self.network is not None
+        assert self.assets is not None
+        assert self.network is not None
         t0 = time.monotonic()
         name = self.node_name(index)
         node = Node(name, self.root / f"node-{index}", cgroup_root=name)
@@ -227,8 +233,9 @@ class Cluster:
         with contextlib.suppress(Exception):
             for ns in self.get("namespaces")["items"]:
                 name = ns["metadata"]["name"]
-                self.kubectl("delete", "daemonsets,deployments,replicasets,jobs,pods", "--all",
-                             "-n", name, "--wait=false", "--grace-period=1", check=False)  # fmt: skip
+                kinds = "daemonsets,deployments,replicasets,jobs,pods"
+                self.kubectl("delete", kinds, "--all", "-n", name, "--wait=false",
+                             "--grace-period=1", check=False)  # fmt: skip
         deadline = time.monotonic() + timeout
         for node in self.node_list:
             if node.kubelet is None or node.kubelet.proc is None or not node.kubelet.proc.running():

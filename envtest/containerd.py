@@ -2,7 +2,8 @@
 sockets, root and state folders (a temporary folder), runc with the cgroupfs driver, no registry
 (the pause and busybox images are built here from Debian's static busybox, or the pause image
 from ``../shared/k8s``'s ``pause``, and imported with ``ctr``). Without a CNI configuration pods
-use the host network; a node of :mod:`envtest.cluster` gives it its bridge's (:mod:`envtest.network`).
+use the host network; a node of :mod:`envtest.cluster` gives it its bridge's
+(:mod:`envtest.network`).
 
 Everything is torn down even when the test fails: the pods and containers are removed through
 the CRI, then containerd is stopped, the shims it started (found by their command line, which

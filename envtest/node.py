@@ -26,7 +26,8 @@ KERNEL_SETTINGS = (
     "kernel/keys/root_maxkeys",
     "kernel/keys/root_maxbytes",
 )
-"""What the kubelet sets at start (pkg/kubelet/cm/container_manager_linux.go, setupKernelTunables)."""
+"""What the kubelet sets at start (pkg/kubelet/cm/container_manager_linux.go,
+setupKernelTunables)."""
 
 
 @dataclass
@@ -129,11 +130,11 @@ class Kubelet:
 
 
 def _v1_controllers() -> list[str]:
-    out = []
-    for entry in Path("/sys/fs/cgroup").iterdir():
-        if entry.is_dir() and not entry.is_symlink() and (entry / "cgroup.procs").exists():
-            out.append(entry.name)
-    return out
+    return [
+        entry.name
+        for entry in Path("/sys/fs/cgroup").iterdir()
+        if entry.is_dir() and not entry.is_symlink() and (entry / "cgroup.procs").exists()
+    ]
 
 
 def unmount_under(root: Path) -> None:

@@ -36,6 +36,7 @@ from manager.noderesource.inputs import (
     parse_node,
     parse_node_metric,
     parse_pod_list,
+    topology_annotations,
 )
 
 EXIT_BAD_INPUT = 2
@@ -74,6 +75,12 @@ def _explain_parser() -> argparse.ArgumentParser:
     ex.add_argument("--pods", required=True, metavar="FILE", help="a v1 PodList of the node")
     ex.add_argument(
         "--config", required=True, metavar="FILE", help="the slo-controller-config ConfigMap"
+    )
+    ex.add_argument(
+        "--node-resource-topology",
+        metavar="FILE",
+        help="the node's NodeResourceTopology: its cpu-basic-info annotation picks the CPU "
+        "normalization ratio, as the controller reads it (default: the Node's annotation)",
     )
     ex.add_argument(
         "--json", action="store_true", help="end with one JSON object: resources and terms"
@@ -117,7 +124,12 @@ def _explain(args: argparse.Namespace) -> int:
     if cfg_doc is None:
         cfg_doc = {}
     config = parse_slo_controller_config(cfg_doc, args.config, strict=True)
-    result = calculate(config, node, metric, pods, now)
+    topology: Mapping[str, str] = {}
+    if args.node_resource_topology:
+        topology = topology_annotations(
+            read_document(args.node_resource_topology), args.node_resource_topology
+        )
+    result = calculate(config, node, metric, pods, now, topology_annotations=topology)
     update = decide_update(result, node.extended, last, now)
     out = sys.stdout
     for line in to_text(result, update):

@@ -450,3 +450,10 @@ def parse_pod_list(obj: object, source: str) -> tuple[PodView, ...]:
             pass  # the checked path below names the field at fault (only it needs the path)
         views.append(_checked_pod(item, source, f"items[{i}]"))
     return tuple(views)
+
+
+def topology_annotations(obj: object, source: str) -> Mapping[str, str]:
+    """The annotations of a NodeResourceTopology (where the koordlet reports the node's CPU
+    basic info)."""
+    meta = _obj(_obj(obj, source, "").get("metadata"), source, "metadata")
+    return _str_map(meta.get("annotations"), source, "metadata.annotations")

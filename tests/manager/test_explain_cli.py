@@ -161,3 +161,49 @@ def test_missing_required_field_names_it(case: dict[str, Path], tmp_path: Path) 
     proc = explain(case)
     assert proc.returncode == 2
     assert "nm.yaml: status.podsMetric: must be a list" in proc.stderr
+
+
+def test_the_node_resource_topology_gives_the_cpu_basic_info_normalization_uses(
+    case: dict[str, Path], tmp_path: Path
+) -> None:
+    # the koordlet reports the CPU basic info on the NodeResourceTopology, and the controller
+    # normalizes from there; explain reads the same file (1.25 for this model: 32 cores of batch
+    # room become 1.25 x as many)
+    info = {"cpuModel": "Test CPU @ 2.5GHz", "hyperThreadEnabled": True, "turboEnabled": False}
+    nrt = {
+        "apiVersion": "topology.node.k8s.io/v1alpha1",
+        "kind": "NodeResourceTopology",
+        "metadata": {
+            "name": "node-1",
+            "annotations": {"node.koordinator.sh/cpu-basic-info": json.dumps(info)},
+        },
+    }
+    config = config_map(
+        colocation_config={"enable": True, "memoryCalculatePolicy": "maxUsageRequest"}
+    )
+    config["data"]["cpu-normalization-config"] = json.dumps(
+        {"enable": True, "ratioModel": {info["cpuModel"]: {"hyperThreadEnabledRatio": 1.25}}}
+    )
+    files = {**case, "config": write(tmp_path / "cm-norm.yaml", config)}
+    without = explain(files, "--json")
+    with_nrt = explain(
+        {**files, "node-resource-topology": write(tmp_path / "nrt.json", nrt)}, "--json"
+    )
+    assert without.returncode == 0, without.stderr
+    assert with_nrt.returncode == 0, with_nrt.stderr
+    before = json.loads(without.stdout.strip().splitlines()[-1])
+    after = json.loads(with_nrt.stdout.strip().splitlines()[-1])
+    assert before["terms"]["cpuNormalization"]["ratio"] is None
+    assert after["terms"]["cpuNormalization"]["ratio"] == 1.25
+    cpu = after["terms"]["batch"]["cpu"]
+    assert cpu["value"] == int(cpu["beforeNormalization"] * 1.25)
+
+
+def test_a_topology_file_whose_annotations_are_not_strings_exits_2_naming_the_field(
+    case: dict[str, Path], tmp_path: Path
+) -> None:
+    nrt = {"metadata": {"name": "node-1", "annotations": {"node.koordinator.sh/cpu-basic-info": 3}}}
+    proc = explain({**case, "node-resource-topology": write(tmp_path / "nrt.yaml", nrt)})
+    assert proc.returncode == 2
+    assert "nrt.yaml" in proc.stderr
+    assert "metadata.annotations.node.koordinator.sh/cpu-basic-info" in proc.stderr

@@ -1,0 +1,266 @@
+"""Koordinator's components on the real cluster, as host processes (what a bare-metal or
+systemd install runs) with the identities the manifests give them: each gets a kubeconfig with
+a token of its ServiceAccount (``kubectl create token``), so RBAC is the shipped RBAC.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from envtest.cluster import Cluster, Node
+from envtest.procs import Proc, free_port
+
+REPO = Path(__file__).resolve().parents[2]
+MANIFESTS = REPO / "packaging" / "kubernetes"
+NAMESPACE = "koordinator-system"
+
+
+def binary(name: str) -> str:
+    """A console script of this checkout's environment."""
+    return str(Path(sys.executable).parent / name)
+
+
+def hook_socket(node: Node) -> Path:
+    return node.root / "koordlet-run" / "koordlet.sock"
+
+
+def proxy_front(node: Node, containerd_socket: str) -> tuple[str, Proc]:
+    """koord-runtime-proxy between the node's kubelet and containerd, calling the koordlet's
+    hook socket (failing open while no koordlet listens)."""
+    sock = node.root / "proxy" / "runtimeproxy.sock"
+    sock.parent.mkdir(parents=True, exist_ok=True)
+    hook_socket(node).parent.mkdir(parents=True, exist_ok=True)
+    proc = Proc(
+        "koord-runtime-proxy",
+        [
+            binary("koord-runtime-proxy"),
+            f"--koord-runtimeproxy-endpoint={sock}",
+            f"--remote-runtime-service-endpoint={containerd_socket}",
+            f"--remote-image-service-endpoint={containerd_socket}",
+            f"--runtime-hook-server-endpoint={hook_socket(node)}",
+            f"--runtime-hooks-config-dir={node.root / 'hookserver.d'}",
+        ],
+        node.root / "koord-runtime-proxy.log",
+    ).start()
+    proc.wait_until(sock.exists, 30, "its socket")
+    return f"unix://{sock}", proc
+
+
+@dataclass
+class Koordlet:
+    """A koordlet host process for one node."""
+
+    node: Node
+    proc: Proc
+    port: int
+    state_dir: Path
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def get(self, path: str) -> Any:
+        with urllib.request.urlopen(self.url + path, timeout=5) as r:
+            body = r.read()
+        return json.loads(body) if body[:1] in (b"{", b"[") else body.decode()
+
+
+@dataclass
+class Koordinator:
+    cluster: Cluster
+    procs: list[Proc] = field(default_factory=list)
+    koordlets: dict[str, Koordlet] = field(default_factory=dict)
+
+    @property
+    def root(self) -> Path:
+        return self.cluster.root / "koordinator"
+
+    def install_base(self) -> None:
+        c = self.cluster
+        c.kubectl("apply", "--server-side", "-f", str(MANIFESTS / "crds"))
+        c.kubectl("wait", "--for=condition=Established", "crd", "--all", "--timeout=60s")
+        c.kubectl("apply", "-f", str(MANIFESTS / "koordlet" / "namespace.yaml"))
+        for part in ("koordlet", "manager", "scheduler", "descheduler"):
+            c.kubectl("apply", "-f", str(MANIFESTS / part / "rbac.yaml"))
+        c.kubectl("apply", "-f", str(MANIFESTS / "manager" / "slo-controller-config.yaml"))
+        pcs = MANIFESTS / "priorityclasses.yaml"
+        if pcs.exists():
+            c.kubectl("apply", "-f", str(pcs))
+
+    def kubeconfig_for(self, service_account: str) -> Path:
+        """A kubeconfig with a token of ``koordinator-system/<service_account>`` (1 h)."""
+        c = self.cluster
+        path = self.root / "kubeconfigs" / f"{service_account}.yaml"
+        if path.exists():
+            return path
+        token = c.kubectl(
+            "create", "token", service_account, "-n", NAMESPACE, "--duration=3600s"
+        ).strip()
+        admin = c.kubeconfig().read_text()
+        user = "admin"
+        start = admin.index("users:")
+        end = admin.index("contexts:")
+        users = f"users:\n- name: {user}\n  user:\n    token: {token}\n"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(admin[:start] + users + admin[end:])
+        return path
+
+    def start(self, name: str, argv: list[str], log: str | None = None) -> Proc:
+        proc = Proc(name, argv, self.root / (log or f"{name}.log")).start()
+        self.procs.append(proc)
+        return proc
+
+    def start_koordlet(self, node: Node, *extra: str) -> Koordlet:
+        """The koordlet for ``node`` in cluster mode (its ServiceAccount's identity), its hook
+        server on the socket node 0's proxy calls; ready when ``/readyz`` answers 200."""
+        state = self.root / f"koordlet-{node.name}" / "state"
+        state.mkdir(parents=True, exist_ok=True)
+        port = free_port()
+        assert node.kubelet is not None
+        proc = self.start(
+            f"koordlet {node.name}",
+            [
+                binary("koordlet"),
+                f"--node-name={node.name}",
+                f"--kubeconfig={self.kubeconfig_for('koordlet')}",
+                f"--addr=127.0.0.1:{port}",
+                f"--cgroup-kube-dir={node.kubepods_dir}",
+                f"--state-dir={state}",
+                f"--var-lib-kubelet-dir={node.kubelet.root / 'root'}",
+                f"--kubelet-config-file={node.kubelet.root / 'kubelet.yaml'}",
+                f"--runtime-hooks-addr={hook_socket(node)}",
+                f"--runtime-hooks-host-endpoint={hook_socket(node)}",
+                f"--runtime-hooks-config-path={node.root / 'hookserver.d'}",
+                "--enable-nri-runtime-hook=false",
+                *extra,
+            ],
+            log=f"koordlet-{node.name}.log",
+        )
+        k = Koordlet(node, proc, port, state)
+        proc.wait_until(lambda: _ok(k.url + "/readyz"), 60, "/readyz 200")
+        self.koordlets[node.name] = k
+        return k
+
+    def start_manager(self) -> Proc:
+        """``koord-manager run`` (every controller, leader-elected as shipped)."""
+        return self.start(
+            "koord-manager",
+            [
+                binary("koord-manager"),
+                "run",
+                f"--kubeconfig={self.kubeconfig_for('koord-manager')}",
+                "--enable-leader-election=true",
+                f"--leader-election-namespace={NAMESPACE}",
+                f"--config-namespace={NAMESPACE}",
+                "--slo-config-name=slo-controller-config",
+                "--sync-period=60",
+            ],
+        )
+
+    def start_webhook(self) -> Proc:
+        """``koord-manager webhook`` on the node's address, reached by the API server through
+        the shipped Service (here without a selector: its Endpoints name this process) and
+        webhook configurations, with its self-made certificate injected as their caBundle."""
+        c = self.cluster
+        assert c.network is not None
+        port = free_port(c.network.gateway)
+        service = {
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": {"name": "koordinator-webhook-service", "namespace": NAMESPACE},
+            "spec": {"ports": [{"name": "webhook", "port": 443, "targetPort": port}]},
+        }
+        endpoints = {
+            "apiVersion": "v1",
+            "kind": "Endpoints",
+            "metadata": {"name": "koordinator-webhook-service", "namespace": NAMESPACE},
+            "subsets": [
+                {
+                    "addresses": [{"ip": c.network.gateway}],
+                    "ports": [{"name": "webhook", "port": port}],
+                }
+            ],
+        }
+        c.apply(json.dumps({"apiVersion": "v1", "kind": "List", "items": [service, endpoints]}))
+        webhooks = (MANIFESTS / "manager" / "webhooks.yaml").read_text()
+        c.apply(webhooks)
+        proc = self.start(
+            "koord-manager-webhook",
+            [
+                binary("koord-manager"),
+                "webhook",
+                f"--kubeconfig={self.kubeconfig_for('koord-manager')}",
+                f"--webhook-host={c.network.gateway}",
+                f"--webhook-port={port}",
+                f"--webhook-cert-dir={self.root / 'webhook-certs'}",
+                "--self-signed",
+            ],
+        )
+        proc.wait_until(lambda: _webhook_ready(c), 60, "caBundle injected")
+        return proc
+
+    def start_scheduler(self) -> Proc:
+        """``koord-scheduler run`` with the shipped configuration (its ConfigMap's file)."""
+        c = self.cluster
+        c.kubectl("apply", "-f", str(MANIFESTS / "scheduler" / "config.yaml"))
+        cm = c.get("configmap", "koord-scheduler-config", NAMESPACE)
+        config = self.root / "koord-scheduler-config.yaml"
+        config.parent.mkdir(parents=True, exist_ok=True)
+        config.write_text(cm["data"]["koord-scheduler-config.yaml"])
+        return self.start(
+            "koord-scheduler",
+            [
+                binary("koord-scheduler"),
+                "run",
+                f"--kubeconfig={self.kubeconfig_for('koord-scheduler')}",
+                f"--config={config}",
+                "--scheduler-name=koord-scheduler",
+                "--leader-elect=true",
+                "--leader-elect-resource-name=koord-scheduler",
+                f"--leader-elect-resource-namespace={NAMESPACE}",
+            ],
+        )
+
+    def stop(self, proc: Proc) -> None:
+        proc.stop()
+        if proc in self.procs:
+            self.procs.remove(proc)
+
+    def close(self) -> None:
+        for proc in reversed(self.procs):
+            proc.stop()
+        self.procs.clear()
+
+
+def _webhook_ready(c: Cluster) -> bool:
+    hooks = c.get("mutatingwebhookconfiguration", "koordinator-mutating-webhook-configuration")
+    return all(h.get("clientConfig", {}).get("caBundle") for h in hooks["webhooks"])
+
+
+def _ok(url: str) -> bool:
+    with urllib.request.urlopen(url, timeout=2) as r:
+        return bool(r.status == 200)
+
+
+def wait(what: str, check: Any, timeout: float = 60.0, every: float = 0.2) -> Any:
+    """Poll ``check()`` until truthy (its value); AssertionError naming ``what`` at the deadline."""
+    deadline = time.monotonic() + timeout
+    last: BaseException | None = None
+    while time.monotonic() < deadline:
+        try:
+            value = check()
+        except Exception as err:  # retried until the deadline
+            last = err
+        else:
+            if value:
+                return value
+        time.sleep(every)
+    raise AssertionError(
+        f"{what}: not within {timeout:.0f} s" + (f" (last: {last!r})" if last else "")
+    )

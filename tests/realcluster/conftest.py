@@ -1,0 +1,52 @@
+"""The real-cluster tier: one real control plane and two real nodes for the whole run
+(:mod:`envtest`: etcd, kube-apiserver, kube-controller-manager and kube-scheduler from
+``../shared/k8s``; per node a containerd and a kubelet with its own cgroup root), node 0's
+kubelet on koord-runtime-proxy, node 1's straight on containerd.
+
+Every test here skips with one line naming what is missing where the binaries or the host tools
+are absent (a fresh clone without ``../shared``); CI has them. See docs/realcluster.md.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from envtest import assets
+from envtest.cluster import Cluster
+from tests.realcluster.components import Koordinator, proxy_front
+
+_WHY = assets.why_not()
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    del config
+    for item in items:
+        if "tests/realcluster/" in item.nodeid:
+            item.add_marker(pytest.mark.realcluster)
+            if _WHY is not None:
+                item.add_marker(pytest.mark.skip(reason=f"real cluster: {_WHY}"))
+
+
+@pytest.fixture(scope="session")
+def cluster() -> Iterator[Cluster]:
+    """Two Ready nodes; torn down at the end of the run, even on failure."""
+    c = Cluster(nodes=2, fronts={0: proxy_front})
+    try:
+        c.start()
+        yield c
+    finally:
+        c.close()
+
+
+@pytest.fixture(scope="session")
+def koordinator(cluster: Cluster) -> Iterator[Koordinator]:
+    """The CRDs, namespace, RBAC and PriorityClasses from packaging/kubernetes, applied with the
+    real kubectl; the components start on demand (host processes) and stop with the run."""
+    k = Koordinator(cluster)
+    try:
+        k.install_base()
+        yield k
+    finally:
+        k.close()

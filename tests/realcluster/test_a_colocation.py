@@ -1,0 +1,159 @@
+"""The co-location loop on the real nodes, the components as host processes (the bare-metal
+install): the koordlet on each node publishes NodeMetric and NodeResourceTopology, the manager
+writes batch and mid resources and the CPU normalization ratio on the Node, from the live
+objects as ``koord-manager explain`` computes them."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from apis.manager_keys import (
+    ANNOTATION_CPU_BASIC_INFO,
+    ANNOTATION_CPU_NORMALIZATION_RATIO,
+    ANNOTATION_NODE_RESOURCE_AMPLIFICATION_RATIO,
+    BATCH_CPU,
+    BATCH_MEMORY,
+)
+from envtest.cluster import Cluster
+from tests.realcluster.components import Koordinator, wait
+from tests.realcluster.loop import FAST_COLOCATION, explain_node, patch_slo_config
+
+pytestmark = pytest.mark.timeout(300)
+
+
+@pytest.fixture(scope="module")
+def loop(cluster: Cluster, koordinator: Koordinator) -> Iterator[Koordinator]:
+    patch_slo_config(cluster, {"colocation-config": FAST_COLOCATION})
+    manager = koordinator.start_manager()
+    for i in range(len(cluster.node_list)):
+        wait(
+            f"NodeMetric {cluster.node_name(i)}",
+            lambda i=i: cluster.get("nodemetric", cluster.node_name(i)),
+        )
+    koordlets = [koordinator.start_koordlet(n) for n in cluster.node_list]
+    yield koordinator
+    for k in koordlets:
+        koordinator.stop(k.proc)
+    koordinator.stop(manager)
+
+
+def _status(cluster: Cluster, name: str) -> dict[str, Any]:
+    return dict(cluster.get("nodemetric", name).get("status") or {})
+
+
+def test_each_koordlet_publishes_its_real_nodes_usage_in_the_nodemetric(
+    cluster: Cluster, loop: Koordinator
+) -> None:
+    for i in range(2):
+        name = cluster.node_name(i)
+        status = wait(
+            f"NodeMetric {name} status",
+            lambda name=name: _status(cluster, name).get("nodeMetric"),
+            90,
+        )
+        usage = status["nodeUsage"]["resources"]
+        assert int(usage["memory"].removesuffix("Ki")) > 0 or usage["memory"]
+        updated = datetime.fromisoformat(
+            _status(cluster, name)["updateTime"].replace("Z", "+00:00")
+        )
+        assert abs((datetime.now(UTC) - updated).total_seconds()) < 120
+
+
+def test_each_koordlet_publishes_the_topology_with_the_cpu_basic_info(
+    cluster: Cluster, loop: Koordinator
+) -> None:
+    for i in range(2):
+        name = cluster.node_name(i)
+        nrt = wait(
+            f"NodeResourceTopology {name}",
+            lambda name=name: cluster.get("noderesourcetopology", name),
+        )
+        info = json.loads(nrt["metadata"]["annotations"][ANNOTATION_CPU_BASIC_INFO])
+        assert info["cpuModel"]
+        zones = nrt.get("zones") or []
+        assert zones, nrt
+        cpus = sum(
+            int(r["capacity"]) for z in zones for r in z.get("resources", []) if r["name"] == "cpu"
+        )
+        assert cpus == len(os.sched_getaffinity(0)) or cpus == os.cpu_count()
+
+
+def test_the_manager_writes_batch_resources_on_each_node_as_explain_computes_them(
+    cluster: Cluster, loop: Koordinator, tmp_path: Path
+) -> None:
+    for i in range(2):
+        name = cluster.node_name(i)
+        wait(
+            f"NodeMetric {name} status",
+            lambda name=name: _status(cluster, name).get("nodeMetric"),
+            90,
+        )
+
+        def written(name: str = name) -> dict[str, int] | None:
+            alloc = cluster.get("node", name)["status"].get("allocatable", {})
+            if BATCH_CPU in alloc and BATCH_MEMORY in alloc:
+                return {BATCH_CPU: int(alloc[BATCH_CPU]), BATCH_MEMORY: int(alloc[BATCH_MEMORY])}
+            return None
+
+        on_node = wait(f"batch resources on {name}", written, 60)
+        explained = explain_node(cluster, name, tmp_path / name)["resources"]
+        for res in (BATCH_CPU, BATCH_MEMORY):
+            assert explained[res] > 0, explained
+            # the manager rewrites only past resourceDiffThreshold (0.1): the node's value is
+            # within it of what the live objects give now
+            assert abs(on_node[res] - explained[res]) <= 0.1 * explained[res], (
+                res,
+                on_node,
+                explained,
+            )
+
+
+def test_cpu_normalization_follows_the_model_the_koordlet_reports(
+    cluster: Cluster, loop: Koordinator, tmp_path: Path
+) -> None:
+    name = cluster.node_name(0)
+    nrt = wait("NodeResourceTopology", lambda: cluster.get("noderesourcetopology", name))
+    model = json.loads(nrt["metadata"]["annotations"][ANNOTATION_CPU_BASIC_INFO])["cpuModel"]
+    ratios = {
+        "baseRatio": 1.5,
+        "hyperThreadEnabledRatio": 1.5,
+        "turboEnabledRatio": 1.5,
+        "hyperThreadTurboEnabledRatio": 1.5,
+    }
+    patch_slo_config(
+        cluster, {"cpu-normalization-config": {"enable": True, "ratioModel": {model: ratios}}}
+    )
+    try:
+
+        def annotations() -> dict[str, str]:
+            return dict(cluster.get("node", name)["metadata"].get("annotations") or {})
+
+        wait(
+            "ratio 1.50",
+            lambda: annotations().get(ANNOTATION_CPU_NORMALIZATION_RATIO) == "1.50",
+            60,
+        )
+        amplification = json.loads(
+            wait(
+                "amplification",
+                lambda: annotations().get(ANNOTATION_NODE_RESOURCE_AMPLIFICATION_RATIO),
+                60,
+            )
+        )
+        assert amplification == {"cpu": 1.5}
+        terms = explain_node(cluster, name, tmp_path)["terms"]
+        assert terms["cpuNormalization"]["ratio"] == 1.5
+    finally:
+        patch_slo_config(cluster, {"cpu-normalization-config": {"enable": False}})
+        wait(
+            "ratio back to 1.00",
+            lambda: annotations().get(ANNOTATION_CPU_NORMALIZATION_RATIO) == "1.00",
+            60,
+        )
