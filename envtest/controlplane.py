@@ -193,7 +193,7 @@ class ControlPlane:
         if config is not None:
             path = self.root / f"{name}.yaml"
             path.write_text(config.replace("KUBECONFIG", str(self.kubeconfig(SCHEDULER))))
-            argv = [a for a in argv if not a.startswith("--kubeconfig")]
+            argv = [a for a in argv if not a.startswith(("--kubeconfig", "--leader-elect"))]
             argv.append(f"--config={path}")
         proc = Proc(name, argv, self.root / f"{name}.log").start()
         if proc not in self.procs:

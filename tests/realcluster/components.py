@@ -72,10 +72,26 @@ class Koordlet:
 
 
 @dataclass
+class HostProcs:
+    """The components a bare-metal install runs, as host processes."""
+
+    manager: Proc
+    webhook: Proc
+    koordlets: list[Koordlet]
+    scheduler: Proc
+
+    def koordlet(self, node: Node) -> Koordlet:
+        return next(k for k in self.koordlets if k.node is node)
+
+
+@dataclass
 class Koordinator:
     cluster: Cluster
     procs: list[Proc] = field(default_factory=list)
     koordlets: dict[str, Koordlet] = field(default_factory=dict)
+    hostprocs: HostProcs | None = None
+    taken_over: bool = False
+    """The host processes were stopped for the install as pods."""
 
     @property
     def root(self) -> Path:
@@ -92,6 +108,23 @@ class Koordinator:
         pcs = MANIFESTS / "priorityclasses.yaml"
         if pcs.exists():
             c.kubectl("apply", "-f", str(pcs))
+        else:  # FIXME(lead): until packaging ships them
+            for name, value in (
+                ("koord-prod", 9000),
+                ("koord-mid", 7000),
+                ("koord-batch", 5000),
+                ("koord-free", 3000),
+            ):
+                c.apply(
+                    json.dumps(
+                        {
+                            "apiVersion": "scheduling.k8s.io/v1",
+                            "kind": "PriorityClass",
+                            "metadata": {"name": name},
+                            "value": value,
+                        }
+                    )
+                )
 
     def kubeconfig_for(self, service_account: str) -> Path:
         """A kubeconfig with a token of ``koordinator-system/<service_account>`` (1 h)."""
@@ -226,6 +259,51 @@ class Koordinator:
                 f"--leader-elect-resource-namespace={NAMESPACE}",
             ],
         )
+
+    def start_extender(self) -> tuple[Proc, int]:
+        """``koord-scheduler extender --bind`` on informers (the extender's ServiceAccount), on
+        loopback; its port."""
+        c = self.cluster
+        c.kubectl("apply", "-f", str(MANIFESTS / "scheduler" / "config.yaml"))
+        cm = c.get("configmap", "koord-scheduler-config", NAMESPACE)
+        config = self.root / "koord-scheduler-config.yaml"
+        config.parent.mkdir(parents=True, exist_ok=True)
+        config.write_text(cm["data"]["koord-scheduler-config.yaml"])
+        port = free_port()
+        proc = self.start(
+            "koord-scheduler-extender",
+            [
+                binary("koord-scheduler"),
+                "extender",
+                f"--kubeconfig={self.kubeconfig_for('koord-scheduler-extender')}",
+                f"--addr=127.0.0.1:{port}",
+                f"--config={config}",
+                "--bind",
+            ],
+        )
+        proc.wait_until(lambda: _ok(f"http://127.0.0.1:{port}/readyz"), 60, "/readyz 200")
+        return proc, port
+
+    def start_kube_scheduler_with_extender(self, scheduler_name: str, port: int) -> Proc:
+        """A stock kube-scheduler (``../shared/k8s``) with the shipped extender configuration
+        (v1beta3: this kube-scheduler's newest), under profile ``scheduler_name``, calling the
+        extender on ``port``."""
+        c = self.cluster
+        assert c.control is not None
+        cm = c.get("configmap", "kube-scheduler-extender-config", NAMESPACE)
+        text = cm["data"]["kube-scheduler-config-v1beta3.yaml"]
+        text = text.replace("/etc/kubernetes/scheduler.conf", "KUBECONFIG")
+        text = text.replace(
+            "http://koord-scheduler-extender.koordinator-system.svc:10262",
+            f"http://127.0.0.1:{port}",
+        )
+        text += (
+            "leaderElection:\n  leaderElect: false\n"
+            f"profiles:\n  - schedulerName: {scheduler_name}\n"
+        )
+        proc = c.control.start_scheduler(f"kube-scheduler-{scheduler_name}", text)
+        self.procs.append(proc)
+        return proc
 
     def stop(self, proc: Proc) -> None:
         proc.stop()

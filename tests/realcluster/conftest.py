@@ -15,7 +15,8 @@ import pytest
 
 from envtest import assets
 from envtest.cluster import Cluster
-from tests.realcluster.components import Koordinator, proxy_front
+from tests.realcluster.components import HostProcs, Koordinator, proxy_front, wait
+from tests.realcluster.loop import FAST_COLOCATION, patch_slo_config
 
 _WHY = assets.why_not()
 
@@ -50,3 +51,33 @@ def koordinator(cluster: Cluster) -> Iterator[Koordinator]:
         yield k
     finally:
         k.close()
+
+
+@pytest.fixture(scope="session")
+def hostprocs(cluster: Cluster, koordinator: Koordinator) -> HostProcs:
+    """Koordinator as host processes (a bare-metal install): the manager (controllers and
+    webhook), a koordlet per node (node 0's hook server behind koord-runtime-proxy) and
+    koord-scheduler. They run until the install-as-pods tests take over the cluster."""
+    if koordinator.taken_over:
+        pytest.fail("the host-process components were stopped for the install as pods")
+    if koordinator.hostprocs is None:
+        patch_slo_config(cluster, {"colocation-config": FAST_COLOCATION})
+        manager = koordinator.start_manager()
+        for i in range(len(cluster.node_list)):
+            name = cluster.node_name(i)
+            wait(f"NodeMetric {name}", lambda name=name: cluster.get("nodemetric", name))
+        koordinator.hostprocs = HostProcs(
+            manager=manager,
+            webhook=koordinator.start_webhook(),
+            koordlets=[
+                koordinator.start_koordlet(
+                    n,
+                    "--runtime-hooks-reconcile-interval=3s"
+                    if n is not cluster.node_list[0]
+                    else "--runtime-hooks-reconcile-interval=1h",
+                )
+                for n in cluster.node_list
+            ],
+            scheduler=koordinator.start_scheduler(),
+        )
+    return koordinator.hostprocs

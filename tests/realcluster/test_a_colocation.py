@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -22,26 +21,15 @@ from apis.manager_keys import (
     BATCH_MEMORY,
 )
 from envtest.cluster import Cluster
-from tests.realcluster.components import Koordinator, wait
-from tests.realcluster.loop import FAST_COLOCATION, explain_node, patch_slo_config
+from tests.realcluster.components import HostProcs, wait
+from tests.realcluster.loop import explain_node, patch_slo_config
 
 pytestmark = pytest.mark.timeout(300)
 
 
-@pytest.fixture(scope="module")
-def loop(cluster: Cluster, koordinator: Koordinator) -> Iterator[Koordinator]:
-    patch_slo_config(cluster, {"colocation-config": FAST_COLOCATION})
-    manager = koordinator.start_manager()
-    for i in range(len(cluster.node_list)):
-        wait(
-            f"NodeMetric {cluster.node_name(i)}",
-            lambda i=i: cluster.get("nodemetric", cluster.node_name(i)),
-        )
-    koordlets = [koordinator.start_koordlet(n) for n in cluster.node_list]
-    yield koordinator
-    for k in koordlets:
-        koordinator.stop(k.proc)
-    koordinator.stop(manager)
+@pytest.fixture
+def loop(hostprocs: HostProcs) -> HostProcs:
+    return hostprocs
 
 
 def _status(cluster: Cluster, name: str) -> dict[str, Any]:
@@ -49,7 +37,7 @@ def _status(cluster: Cluster, name: str) -> dict[str, Any]:
 
 
 def test_each_koordlet_publishes_its_real_nodes_usage_in_the_nodemetric(
-    cluster: Cluster, loop: Koordinator
+    cluster: Cluster, loop: HostProcs
 ) -> None:
     for i in range(2):
         name = cluster.node_name(i)
@@ -67,7 +55,7 @@ def test_each_koordlet_publishes_its_real_nodes_usage_in_the_nodemetric(
 
 
 def test_each_koordlet_publishes_the_topology_with_the_cpu_basic_info(
-    cluster: Cluster, loop: Koordinator
+    cluster: Cluster, loop: HostProcs
 ) -> None:
     for i in range(2):
         name = cluster.node_name(i)
@@ -86,7 +74,7 @@ def test_each_koordlet_publishes_the_topology_with_the_cpu_basic_info(
 
 
 def test_the_manager_writes_batch_resources_on_each_node_as_explain_computes_them(
-    cluster: Cluster, loop: Koordinator, tmp_path: Path
+    cluster: Cluster, loop: HostProcs, tmp_path: Path
 ) -> None:
     for i in range(2):
         name = cluster.node_name(i)
@@ -96,27 +84,24 @@ def test_the_manager_writes_batch_resources_on_each_node_as_explain_computes_the
             90,
         )
 
-        def written(name: str = name) -> dict[str, int] | None:
-            alloc = cluster.get("node", name)["status"].get("allocatable", {})
-            if BATCH_CPU in alloc and BATCH_MEMORY in alloc:
-                return {BATCH_CPU: int(alloc[BATCH_CPU]), BATCH_MEMORY: int(alloc[BATCH_MEMORY])}
-            return None
+        def agreed(name: str = name) -> dict[str, Any] | None:
+            # the manager's own rule (decide_update, upstream's resourceDiffThreshold): with a
+            # write just made, the Node's values need no update against what the live objects
+            # give now
+            now = datetime.now(UTC).isoformat().replace("+00:00", "Z")
+            out = explain_node(cluster, name, tmp_path / name, f"--last-update={now}")
+            return None if out["terms"]["update"]["needed"] else out
 
-        on_node = wait(f"batch resources on {name}", written, 60)
-        explained = explain_node(cluster, name, tmp_path / name)["resources"]
-        for res in (BATCH_CPU, BATCH_MEMORY):
-            assert explained[res] > 0, explained
-            # the manager rewrites only past resourceDiffThreshold (0.1): the node's value is
-            # within it of what the live objects give now
-            assert abs(on_node[res] - explained[res]) <= 0.1 * explained[res], (
-                res,
-                on_node,
-                explained,
-            )
+        explained = wait(f"batch resources on {name} as explain gives them", agreed, 90, 1.0)
+        alloc = cluster.get("node", name)["status"]["allocatable"]
+        # memory has room on any machine here; CPU may be all used by a busy 2-core host
+        assert int(alloc[BATCH_MEMORY]) > 0
+        assert explained["resources"][BATCH_MEMORY] > 0
+        assert int(alloc[BATCH_CPU]) >= 0
 
 
 def test_cpu_normalization_follows_the_model_the_koordlet_reports(
-    cluster: Cluster, loop: Koordinator, tmp_path: Path
+    cluster: Cluster, loop: HostProcs, tmp_path: Path
 ) -> None:
     name = cluster.node_name(0)
     nrt = wait("NodeResourceTopology", lambda: cluster.get("noderesourcetopology", name))
