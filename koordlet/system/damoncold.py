@@ -28,6 +28,7 @@ from koordlet.system.damon import (
     DamonAttrs,
     Kdamond,
     RealSysfs,
+    Region,
     SysfsIO,
     admin_dir,
     claim_path,
@@ -83,6 +84,8 @@ class DamonColdPageSource:
         self._counts: dict[int, int] = {}
         self._regions = 0
         self._region_bytes = 0
+        self.regions: list[Region] = []
+        """The cold regions of the last snapshot."""
         self._inodes: dict[str, set[int]] = {}
 
     @property
@@ -109,6 +112,7 @@ class DamonColdPageSource:
             self.kdamond.stop()
             raise UnsupportedError("damon", f"our kdamond failed, restarting: {err}") from err
         self._counts = tally(self._proc_root, ((r.start, r.end) for r in regions))
+        self.regions = regions
         self._regions = len(regions)
         self._region_bytes = sum(r.size for r in regions)
         self._inodes = {}
