@@ -74,7 +74,7 @@ class DamonBusyError(UnsupportedError):
 class DamonAttrs:
     """The monitoring settings of our kdamond (docs/coldmemory.md says why these defaults)."""
 
-    sample_us: int = 500_000
+    sample_us: int = 1_000_000
     """Sampling interval: one access check per region per interval (``sample_us``)."""
     aggr_us: int = 5_000_000
     """Aggregation interval: the unit of a region's age (``aggr_us``)."""
@@ -85,7 +85,8 @@ class DamonAttrs:
     max_regions: int = 1000
     """Upper bound on the number of regions (``nr_regions/max``): the cost per sample."""
     apply_us: int = 1_000_000
-    """How often the scheme applies (``apply_interval_us``); a refresh waits at most this."""
+    """How often the scheme applies (``apply_interval_us``, 6.7+; before, every aggregation);
+    a snapshot waits at most this for the kernel."""
     cold_age_s: float = 300.0
     """Seconds without access that make a region cold; Koordinator's kidled boundary (60 scans
     of 5 s, ``koordlet.system.kidled.DEFAULT_COLD_AGE_SCANS``)."""

@@ -4,7 +4,8 @@ The cold-page source for mainline kernels (kidled, ``koordlet.system.kidled``, i
 :class:`DamonColdPageSource` starts our kdamond on first use (``koordlet.system.damon``: claim,
 busy, clean-up rules), and every ``refresh_interval`` seconds takes a *snapshot*: the regions
 that had no access for the cold age, and the pages of those regions counted per memory cgroup
-inode (``koordlet.system.kpagecgroup``). Between snapshots every step answers from the last one.
+inode (``koordlet.system.kpagecgroup``). Between snapshots every step answers from the last one;
+the gap grows past ``refresh_interval`` when a snapshot is expensive (``cpu_budget``).
 
 - **node**: every cold page charged to some memory cgroup (free and uncharged kernel pages are
   not memory in use and are left out, as kidled's root histogram leaves them out);
@@ -39,7 +40,11 @@ from koordlet.system.paths import HostPaths
 logger = logging.getLogger(__name__)
 
 DEFAULT_REFRESH_INTERVAL = 60.0
-"""Seconds between snapshots (docs/coldmemory.md: the kpagecgroup read dominates our cost)."""
+"""Least seconds between snapshots."""
+DEFAULT_CPU_BUDGET = 0.004
+"""Share of one core our snapshots may use on average: after a snapshot that cost ``c`` seconds
+of CPU the next waits ``max(refresh_interval, c / cpu_budget)`` (docs/coldmemory.md: the
+kpagecgroup read dominates, about 0.5 s a snapshot of 24 GiB here, so every ~2 minutes)."""
 
 Reader = Callable[[str], bytes]
 
@@ -51,7 +56,8 @@ class DamonColdPageSource:
     :param paths: host roots (``/sys/kernel/mm/damon``, ``/proc/kpagecgroup``, ``/proc/iomem``).
     :param state_dir: the koordlet's state directory (the claim file).
     :param attrs: the kdamond's settings, the cold age among them.
-    :param refresh_interval: seconds between snapshots.
+    :param refresh_interval: least seconds between snapshots.
+    :param cpu_budget: share of a core the snapshots may use on average (stretches the gap).
     :param io: the DAMON admin folder (tests: a fake kernel); the real one by default.
     :param clock: monotonic seconds (tests inject one).
     """
@@ -66,6 +72,7 @@ class DamonColdPageSource:
         *,
         attrs: DamonAttrs | None = None,
         refresh_interval: float = DEFAULT_REFRESH_INTERVAL,
+        cpu_budget: float = DEFAULT_CPU_BUDGET,
         io: SysfsIO | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -73,6 +80,9 @@ class DamonColdPageSource:
         self._proc_root = paths.proc_root
         self._clock = clock
         self.refresh_interval = refresh_interval
+        self.cpu_budget = cpu_budget
+        self._gap = refresh_interval
+        self._snapshot_cpu = 0.0
         self.kdamond = Kdamond(
             io or RealSysfs(admin_dir(paths.sys_root)),
             claim_path(state_dir),
@@ -103,6 +113,7 @@ class DamonColdPageSource:
 
     def refresh(self) -> None:
         """Take a snapshot now (blocks up to one apply interval, then reads kpagecgroup)."""
+        cpu = time.thread_time()
         try:
             regions = self.kdamond.cold_regions()
         except UnsupportedError:  # a HostError too, but already the right answer
@@ -117,6 +128,8 @@ class DamonColdPageSource:
         self._region_bytes = sum(r.size for r in regions)
         self._inodes = {}
         self._taken_at = self._clock()
+        self._snapshot_cpu = time.thread_time() - cpu
+        self._gap = max(self.refresh_interval, self._snapshot_cpu / self.cpu_budget)
 
     def check(self, read: Reader) -> Mapping[str, object]:
         started = self._ensure_started()
@@ -128,7 +141,7 @@ class DamonColdPageSource:
                 f"warming up: a page is cold after {self.attrs.cold_age_s:g}s without access, "
                 f"our kdamond has watched for {watched:.0f}s",
             )
-        if self._taken_at is None or now - self._taken_at >= self.refresh_interval:
+        if self._taken_at is None or now - self._taken_at >= self._gap:
             self.refresh()
         assert self._taken_at is not None
         return {
@@ -141,7 +154,8 @@ class DamonColdPageSource:
             "cold_regions": self._regions,
             "cold_region_bytes": self._region_bytes,
             "snapshot_age_seconds": round(now - self._taken_at, 3),
-            "refresh_interval_seconds": self.refresh_interval,
+            "snapshot_cpu_ms": round(self._snapshot_cpu * 1000, 1),
+            "next_snapshot_after_seconds": round(self._gap, 1),
         }
 
     def cold_bytes(self, read: Reader, cgroup_rel: str) -> int:

@@ -159,7 +159,9 @@ def test_kpagecgroup_charges_the_touched_pages_to_the_cgroup_its_pod_and_the_nod
 
 def _source(state_dir: Path) -> DamonColdPageSource:
     layout = detect_layout(PATHS, version=CgroupVersion.V1)
-    return DamonColdPageSource(layout, PATHS, str(state_dir), attrs=ATTRS, refresh_interval=0.0)
+    return DamonColdPageSource(
+        layout, PATHS, str(state_dir), attrs=ATTRS, refresh_interval=0.0, cpu_budget=1.0
+    )
 
 
 def _interface() -> tuple[str, list[str]]:
