@@ -97,7 +97,9 @@ KOORDLET_FEATURES: Mapping[str, FeatureSpec] = MappingProxyType(
         "Libpfm4": FeatureSpec(False, _A, False, "use libpfm4 for the CPI collector"),
         "PSICollector": FeatureSpec(False, _A, True, "collect pressure stall information"),
         "BlkIOReconcile": FeatureSpec(False, _A, True, "block I/O QoS (blkio/io cgroup files)"),
-        "ColdPageCollector": FeatureSpec(False, _A, True, "collect cold page (kidled) memory"),
+        "ColdPageCollector": FeatureSpec(
+            False, _A, True, "collect cold page memory (kidled, or DAMON on mainline kernels)"
+        ),
         "HugePageReport": FeatureSpec(False, _A, False, "report hugepages per NUMA node"),
         # Koordinator HEAD's runtime hook gate of the oom_score_adj hot update (PR #3139).
         "OOMScoreAdj": FeatureSpec(

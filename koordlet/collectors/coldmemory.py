@@ -1,8 +1,12 @@
 """Cold memory and memory usage with hot page cache (Koordinator's cold-page collector).
 
 Gate ``ColdPageCollector`` (alpha, off by default); interval ``collect.cold_page_interval``
-(Koordinator's ``--coldpage-collector-interval``, 5 s). Each step, when the cold-page source
-(kidled, :class:`~koordlet.system.kidled.KidledColdPageSource`) can measure:
+(Koordinator's ``--coldpage-collector-interval``, 5 s). The source is kidled
+(:class:`~koordlet.system.kidled.KidledColdPageSource`, Anolis kernels) where start-up probing
+found it, else DAMON (:class:`~koordlet.system.damoncold.DamonColdPageSource`, mainline kernels
+with the DAMON sysfs interface and ``/proc/kpagecgroup``; docs/coldmemory.md), else kidled again,
+which then reports why it cannot measure. Both give the same series. Each step, when the source
+can measure:
 
 - **node**: cold bytes of the root memory cgroup, and memory with hot page cache
   ``MemTotal - MemFree - cold`` from ``/proc/meminfo``
@@ -16,10 +20,12 @@ own test expects 18446744073419457000); cold can exceed it here too, because kid
 slab and pages off the LRU lists, so the difference is clamped at 0 instead.
 
 When the source cannot measure (kidled absent, scanning off, ``use_hierarchy`` 0, the root has no
-``memory.idle_page_stats``), the step reports nothing but the reason, under
-``CollectResult.unsupported["kidled"]``. A cgroup whose own accounting is off or that has not
-been scanned yet is skipped; the count and the first reason go to ``unsupported["memcg"]``.
-Cgroups that vanished mid-step are skipped (debug log with the count).
+``memory.idle_page_stats``; DAMON busy with kdamonds not ours, warming up, no paddr), the step
+reports nothing but the reason, under ``CollectResult.unsupported[source.name]`` (``kidled`` or
+``damon``). :meth:`ColdMemoryCollector.close` stops the DAMON source's kdamond. A cgroup whose
+own accounting is off or that has not been scanned yet is skipped; the count and the first
+reason go to ``unsupported["memcg"]``. Cgroups that vanished mid-step are skipped (debug log
+with the count).
 """
 
 from __future__ import annotations
@@ -45,8 +51,11 @@ from koordlet.metriccache.series import (
     host_app_entity,
 )
 from koordlet.statesinformer.model import HostAppInfo
+from koordlet.system.damon import DamonAttrs
+from koordlet.system.damoncold import DamonColdPageSource
 from koordlet.system.host import Host
 from koordlet.system.kidled import ColdPageSource, KidledColdPageSource
+from koordlet.system.probe import Capabilities
 from koordlet.system.stats import MEMINFO, MEMORY_STAT
 
 logger = logging.getLogger(__name__)
@@ -167,7 +176,30 @@ class ColdMemoryCollector:
             unsupported["memcg"] = f"{len(skipped)} cgroups skipped; first: {skipped[0]}"
         return CollectResult(samples=samples, info={INFO_KEY: dict(facts)}, unsupported=unsupported)
 
+    def close(self) -> None:
+        """Release the source (the DAMON source stops and removes its kdamond)."""
+        close = getattr(self._source, "close", None)
+        if close is not None:
+            close()
+
+
+KIDLED_CAPABILITY = "idle_page_stats"
+DAMON_CAPABILITY = "damon_cold_pages"
+
+
+def choose_source(
+    host: Host, caps: Capabilities | None, state_dir: str, attrs: DamonAttrs
+) -> ColdPageSource:
+    """kidled where probing found it, else DAMON where probing found it, else kidled (which
+    reports its reason). Without probing results (tests, benchmarks): kidled."""
+    if caps is None or caps.supported(KIDLED_CAPABILITY) or not caps.supported(DAMON_CAPABILITY):
+        return KidledColdPageSource(host.layout, host.paths)
+    return DamonColdPageSource(host.layout, host.paths, state_dir, attrs=attrs)
+
 
 def build(ctx: CollectorContext, interval: float) -> ColdMemoryCollector:
     """The table's factory (interval ``collect.cold_page_interval``)."""
-    return ColdMemoryCollector(ctx.host, interval)
+    c = ctx.config.collect
+    attrs = DamonAttrs(cold_age_s=c.cold_page_age)
+    source = choose_source(ctx.host, ctx.capabilities, ctx.config.state_dir, attrs)
+    return ColdMemoryCollector(ctx.host, interval, source)

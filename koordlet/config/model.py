@@ -62,8 +62,12 @@ class CollectConfig:
     """How long the CPI counters run in each window; Koordinator's ``--collect-cpi-timewindow``
     (default 10 s). Must be shorter than ``cpi_interval``."""
     cold_page_interval: float = 5.0
-    """Cold memory from kidled (gate ``ColdPageCollector``); Koordinator's
+    """Cold memory from kidled or DAMON (gate ``ColdPageCollector``); Koordinator's
     ``--coldpage-collector-interval`` (default 5 s)."""
+    cold_page_age: float = 300.0
+    """Seconds without access that make a page cold for the DAMON source (kidled keeps its own
+    scan-count boundary); default 300, what Koordinator's kidled boundary means at its 5 s scan
+    period (60 scans, ``defaultKidledColdBoundary``); ``--cold-page-age``, ours."""
     enable_resctrl_collector: bool = False
     """Collect LLC occupancy and memory bandwidth from resctrl monitoring; Koordinator's
     ``--enable-resctrl-collector`` (default false)."""

@@ -117,6 +117,8 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("collect.coldPageInterval", "collect.cold_page_interval",
             ("--coldpage-collector-interval",), positive_duration,
             "cold page collection interval", "--coldpage-collector-interval"),
+    Setting("collect.coldPageAge", "collect.cold_page_age", ("--cold-page-age",),
+            positive_duration, "seconds without access that make a page cold (DAMON source)"),
     Setting("collect.enableResctrlCollector", "collect.enable_resctrl_collector",
             ("--enable-resctrl-collector",), boolean, "collect resctrl LLC and bandwidth",
             "--enable-resctrl-collector", is_bool=True),

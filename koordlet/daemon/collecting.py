@@ -17,9 +17,11 @@ from koordlet.collectors.runner import CollectorRunner, TickReport
 from koordlet.collectors.table import build_collectors
 from koordlet.daemon.cluster import start_reporters
 from koordlet.daemon.host import raise_nofile_limit
+from koordlet.errors import HostError
 from koordlet.metriccache.series import container_entity, host_app_entity, pod_entity
 from koordlet.statesinformer.inventory import InventoryChange
 from koordlet.statesinformer.model import WorkloadSnapshot
+from koordlet.system.damon import clean_stale_kdamond
 from koordlet.system.host import Host
 
 if TYPE_CHECKING:
@@ -33,6 +35,7 @@ async def start_collectors(daemon: Daemon) -> None:
     # Kernel files stay open between ticks (koordlet.system.openfiles), and the CPI
     # collector holds two descriptors per container and CPU: lift the soft limit first.
     await asyncio.to_thread(raise_nofile_limit, daemon.cfg.paths)
+    await asyncio.to_thread(clean_stale_damon, daemon)
     daemon.runner = build_runner(daemon, daemon.need(daemon.host))
     # Registered before the supervisor, so it runs after the collect loop has stopped.
     daemon.on_stop("collectors", lambda t: asyncio.to_thread(close_runner, daemon))
@@ -50,6 +53,15 @@ async def start_collectors(daemon: Daemon) -> None:
     )
     if daemon.kube_states is not None:
         await start_reporters(daemon, supervisor, daemon.kube_states)
+
+
+def clean_stale_damon(daemon: Daemon) -> None:
+    """Remove the kdamond a killed koordlet left (``koordlet.system.damon``), gate on or off."""
+    paths = daemon.cfg.paths
+    try:
+        clean_stale_kdamond(paths.sys_root, paths.proc_root, daemon.cfg.state_dir)
+    except HostError as err:  # busy (another koordlet's) or the kernel refused: say so, go on
+        logger.warning("damon: the kdamond a previous koordlet left is not removed: %s", err)
 
 
 async def collect_step(daemon: Daemon) -> None:

@@ -90,7 +90,8 @@ HOST_APP_MEMORY_USAGE = "host_app_memory_usage"  # bytes
 HOST_APP_MEMORY_WITH_PAGE_CACHE = "host_app_memory_with_page_cache"  # bytes
 
 # Cold memory (gate ColdPageCollector), bytes; entity NODE, pod/, container/ or hostapp/.
-# Cold: idle at least the cold age (kidled); with hot page cache: usage with page cache - cold.
+# Cold: idle at least the cold age (kidled or DAMON); with hot page cache: usage with page
+# cache - cold.
 NODE_MEMORY_COLD_PAGE = "node_memory_cold_page"
 NODE_MEMORY_WITH_HOT_PAGE_CACHE = "node_memory_with_hot_page_cache"  # MemTotal - MemFree - cold
 POD_MEMORY_COLD_PAGE = "pod_memory_cold_page"

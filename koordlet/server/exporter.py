@@ -325,7 +325,7 @@ FAMILIES: tuple[FamilySpec, ...] = (
     ),
     _one(
         "koordlet_node_memory_cold_page_bytes",
-        "Cold memory of the node: idle past the cold age (kidled)",
+        "Cold memory of the node: idle past the cold age (kidled or DAMON)",
         Scope.NODE,
         s.NODE_MEMORY_COLD_PAGE,
         s.NODE,
@@ -339,7 +339,7 @@ FAMILIES: tuple[FamilySpec, ...] = (
     ),
     _one(
         "koordlet_pod_memory_cold_page_bytes",
-        "Cold memory of a pod: idle past the cold age (kidled)",
+        "Cold memory of a pod: idle past the cold age (kidled or DAMON)",
         Scope.POD,
         s.POD_MEMORY_COLD_PAGE,
     ),
@@ -351,7 +351,7 @@ FAMILIES: tuple[FamilySpec, ...] = (
     ),
     _one(
         "koordlet_container_memory_cold_page_bytes",
-        "Cold memory of a container: idle past the cold age (kidled)",
+        "Cold memory of a container: idle past the cold age (kidled or DAMON)",
         Scope.CONTAINER,
         s.CONTAINER_MEMORY_COLD_PAGE,
     ),
@@ -363,7 +363,7 @@ FAMILIES: tuple[FamilySpec, ...] = (
     ),
     _one(
         "koordlet_host_application_memory_cold_page_bytes",
-        "Cold memory of a host application: idle past the cold age (kidled)",
+        "Cold memory of a host application: idle past the cold age (kidled or DAMON)",
         Scope.HOST_APP,
         s.HOST_APP_MEMORY_COLD_PAGE,
     ),

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from apis.terway import BPF_PIN_PARTS
 from koordlet.system.cgroups import CgroupVersion
+from koordlet.system.damon import probe_damon
 from koordlet.system.inotify import probe_inotify
 from koordlet.system.kidled import probe_kidled
 from koordlet.system.knobs import KNOBS, Knob
@@ -271,6 +272,7 @@ class _Prober:
             ),
             self.cgroup_file("cpu_stat_throttling", "cpu", "cpu.stat", must_contain="nr_throttled"),
             self._idle_page_stats(),
+            Capability("damon_cold_pages", *probe_damon(paths.sys_root, paths.proc_root)),
             self.cgroup_file(
                 "psi_cgroup",
                 "cpuacct" if not v2 else "cpu",

@@ -165,3 +165,26 @@ def test_runtimehooks_reconcile_bench_ends_with_one_json_line_of_round_figures()
     for key in ("first_round_ms", "round_ms", "round_p90_ms", "round_cpu_ms"):
         assert is_number(figures[key]), key
     assert figures["round_ms"] <= figures["round_p90_ms"]
+
+
+@pytest.mark.skipif(
+    not (
+        os.geteuid() == 0
+        and os.path.isfile(HostPaths().cgroup("memory", "tasks"))
+        and os.path.isdir(HostPaths().sys("kernel", "mm", "damon", "admin"))
+        and os.access(HostPaths().proc("kpagecgroup"), os.R_OK)
+    ),
+    reason="needs root, cgroup v1 memory, DAMON sysfs and /proc/kpagecgroup",
+)
+def test_coldmemory_damon_bench_ends_with_one_json_line_of_snapshot_and_kdamond_figures() -> None:
+    figures = run_bench(
+        "coldmemory_damon", "--pods", "2", "--touchers", "1", "--touch-mib", "8",
+        "--repeat", "1", "--window", "0.5",
+    )  # fmt: skip
+
+    assert figures["cgroups"] == 6
+    assert figures["min_toucher_bytes_found"] >= 8 << 20
+    for key in ("snapshot_cpu_ms_p50", "ns_per_frame", "ours_cpu_percent", "total_cpu_percent"):
+        assert is_number(figures[key]), key
+    assert figures["kdamond"]["whose"] in ("ours", "not ours")
+    assert is_number(figures["kdamond"]["cpu_percent"])

@@ -78,6 +78,7 @@ SAMPLES: dict[str, tuple[str, Any, Any, Any]] = {
     "collect.cpiInterval": ("2m", 120.0, "90s", 90.0),
     "collect.cpiTimeWindow": ("5s", 5.0, 15, 15.0),
     "collect.coldPageInterval": ("10s", 10.0, 2, 2.0),
+    "collect.coldPageAge": ("2m", 120.0, 30, 30.0),
     "collect.enableResctrlCollector": ("true", True, True, True),
     "collect.resctrlInterval": ("2s", 2.0, "500ms", 0.5),
     "server.addr": (":9400", ":9400", "[::1]:9400", "[::1]:9400"),

@@ -35,6 +35,7 @@ SOURCES = {
     "memory_numa_stat",
     "cpu_stat_throttling",
     "idle_page_stats",
+    "damon_cold_pages",
     "psi_cgroup",
     "resctrl",
     "perf_event",
@@ -344,3 +345,13 @@ def test_the_daemon_and_its_probe_load_pyroute2_only_when_network_qos_opens_a_so
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
+
+
+def test_damon_cold_pages_names_the_missing_damon_sysfs_on_a_host_without_it(
+    tmp_path: Path,
+) -> None:
+    cap = probe_capabilities(v1_host(tmp_path))["damon_cold_pages"]
+
+    assert not cap.supported
+    assert "CONFIG_DAMON_SYSFS" in cap.reason
+    assert cap.path.endswith("kernel/mm/damon/admin")
