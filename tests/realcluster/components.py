@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from envtest.cluster import Cluster, Node
 from envtest.procs import Proc, free_port
 
@@ -238,21 +240,32 @@ class Koordinator:
         proc.wait_until(lambda: _webhook_ready(c), 60, "caBundle injected")
         return proc
 
-    def start_scheduler(self) -> Proc:
-        """``koord-scheduler run`` with the shipped configuration (its ConfigMap's file)."""
+    def scheduler_config(self) -> Path:
+        """The shipped koord-scheduler configuration (its ConfigMap's file), LoadAware's CPU
+        threshold dropped: on this 2-core test machine the whole suite's CPU is the nodes'
+        usage (LoadAware's own rules are the scheduler tests'); written to a file."""
         c = self.cluster
         c.kubectl("apply", "-f", str(MANIFESTS / "scheduler" / "config.yaml"))
         cm = c.get("configmap", "koord-scheduler-config", NAMESPACE)
-        config = self.root / "koord-scheduler-config.yaml"
-        config.parent.mkdir(parents=True, exist_ok=True)
-        config.write_text(cm["data"]["koord-scheduler-config.yaml"])
+        doc = yaml.safe_load(cm["data"]["koord-scheduler-config.yaml"])
+        for profile in doc["profiles"]:
+            for plugin in profile.get("pluginConfig", []):
+                if plugin["name"] == "LoadAwareScheduling":
+                    plugin["args"]["usageThresholds"].pop("cpu", None)
+        path = self.root / "koord-scheduler-config.yaml"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(yaml.safe_dump(doc))
+        return path
+
+    def start_scheduler(self) -> Proc:
+        """``koord-scheduler run`` with :meth:`scheduler_config`."""
         return self.start(
             "koord-scheduler",
             [
                 binary("koord-scheduler"),
                 "run",
                 f"--kubeconfig={self.kubeconfig_for('koord-scheduler')}",
-                f"--config={config}",
+                f"--config={self.scheduler_config()}",
                 "--scheduler-name=koord-scheduler",
                 "--leader-elect=true",
                 "--leader-elect-resource-name=koord-scheduler",
@@ -263,12 +276,7 @@ class Koordinator:
     def start_extender(self) -> tuple[Proc, int]:
         """``koord-scheduler extender --bind`` on informers (the extender's ServiceAccount), on
         loopback; its port."""
-        c = self.cluster
-        c.kubectl("apply", "-f", str(MANIFESTS / "scheduler" / "config.yaml"))
-        cm = c.get("configmap", "koord-scheduler-config", NAMESPACE)
-        config = self.root / "koord-scheduler-config.yaml"
-        config.parent.mkdir(parents=True, exist_ok=True)
-        config.write_text(cm["data"]["koord-scheduler-config.yaml"])
+        config = self.scheduler_config()
         port = free_port()
         proc = self.start(
             "koord-scheduler-extender",
