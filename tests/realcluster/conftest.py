@@ -53,6 +53,21 @@ def koordinator(cluster: Cluster) -> Iterator[Koordinator]:
         k.close()
 
 
+KOORDLET_FLAGS = (
+    # node 0: its hooks run at creation through the proxy; the reconciler slowed so it cannot
+    # be what set a container's limits; memory eviction through the Eviction API only, and the
+    # Node condition that keeps BE pods away meanwhile
+    (
+        "--runtime-hooks-reconcile-interval=1h",
+        "--feature-gates=BEMemoryEvict=true,BEEvictionCondition=true",
+        "--be-eviction-condition-cool-down=15s",
+        "--only-evict-by-api=true",
+    ),
+    # node 1: no proxy; the reconciler applies the hooks every 3 s
+    ("--runtime-hooks-reconcile-interval=3s",),
+)
+
+
 @pytest.fixture(scope="session")
 def hostprocs(cluster: Cluster, koordinator: Koordinator) -> HostProcs:
     """Koordinator as host processes (a bare-metal install): the manager (controllers and
@@ -70,13 +85,8 @@ def hostprocs(cluster: Cluster, koordinator: Koordinator) -> HostProcs:
             manager=manager,
             webhook=koordinator.start_webhook(),
             koordlets=[
-                koordinator.start_koordlet(
-                    n,
-                    "--runtime-hooks-reconcile-interval=3s"
-                    if n is not cluster.node_list[0]
-                    else "--runtime-hooks-reconcile-interval=1h",
-                )
-                for n in cluster.node_list
+                koordinator.start_koordlet(n, *KOORDLET_FLAGS[i])
+                for i, n in enumerate(cluster.node_list)
             ],
             scheduler=koordinator.start_scheduler(),
         )
