@@ -73,6 +73,8 @@ class Cluster:
     """Kubelets to start (0: the control plane alone, no bridge, containerd or kubelet)."""
     fronts: dict[int, Front] = field(default_factory=dict)
     """Node index -> what sits between that kubelet and its containerd."""
+    kubelet_config: dict[int, str] = field(default_factory=dict)
+    """Node index -> more KubeletConfiguration keys (YAML lines), e.g. ``kubeReserved``."""
     scheduler: bool = True
     controller_manager: bool = True
     id: str = field(default_factory=lambda: uuid.uuid4().hex[:8])
@@ -164,7 +166,8 @@ class Cluster:
             kubeconfig=self.kubeconfig(f"node:{name}"),
             runtime_endpoint=endpoint,
             cgroup_root=node.cgroup_root,
-            extra_config=f"clusterDNS: [{self.network.gateway}]\nclusterDomain: cluster.local\n",
+            extra_config=f"clusterDNS: [{self.network.gateway}]\nclusterDomain: cluster.local\n"
+            + self.kubelet_config.get(index, ""),
         )
         node.kubelet.start()
         self._record()

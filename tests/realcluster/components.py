@@ -9,6 +9,7 @@ import json
 import sys
 import time
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -312,6 +313,26 @@ class Koordinator:
         proc = c.control.start_scheduler(f"kube-scheduler-{scheduler_name}", text)
         self.procs.append(proc)
         return proc
+
+    def start_descheduler(self, tune: Callable[[dict[str, Any]], None]) -> Proc:
+        """``koord-descheduler run`` with the shipped configuration as ``tune`` changes it
+        (leader-elected as shipped)."""
+        c = self.cluster
+        c.kubectl("apply", "-f", str(MANIFESTS / "descheduler" / "config.yaml"))
+        cm = c.get("configmap", "koord-descheduler-config", NAMESPACE)
+        doc = yaml.safe_load(cm["data"]["koord-descheduler-config.yaml"])
+        tune(doc)
+        path = self.root / "koord-descheduler-config.yaml"
+        path.write_text(yaml.safe_dump(doc))
+        return self.start(
+            "koord-descheduler",
+            [
+                binary("koord-descheduler"),
+                "run",
+                f"--kubeconfig={self.kubeconfig_for('koord-descheduler')}",
+                f"--config={path}",
+            ],
+        )
 
     def stop(self, proc: Proc) -> None:
         proc.stop()

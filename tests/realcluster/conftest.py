@@ -10,6 +10,7 @@ are absent (a fresh clone without ``../shared``); CI has them. See docs/realclus
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -30,10 +31,20 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
                 item.add_marker(pytest.mark.skip(reason=f"real cluster: {_WHY}"))
 
 
+def small_node_config() -> str:
+    """Node 2's kubelet reserves all but about 300 MiB of the machine's memory: on the same
+    host as the others, its NodeMetric usage is theirs while its allocatable is tiny, so it is
+    the hot node the descheduler moves pods off."""
+    total_kib = int(Path("/proc/meminfo").read_text().split()[1])
+    return f"kubeReserved:\n  memory: {total_kib // 1024 - 400}Mi\n"
+
+
 @pytest.fixture(scope="session")
 def cluster() -> Iterator[Cluster]:
-    """Two Ready nodes; torn down at the end of the run, even on failure."""
-    c = Cluster(nodes=2, fronts={0: proxy_front})
+    """Three Ready nodes on this machine: node 0's kubelet on koord-runtime-proxy, node 1's
+    straight on containerd, node 2 small (:func:`small_node_config`); torn down at the end of
+    the run, even on failure."""
+    c = Cluster(nodes=3, fronts={0: proxy_front}, kubelet_config={2: small_node_config()})
     try:
         c.start()
         yield c
@@ -64,6 +75,8 @@ KOORDLET_FLAGS = (
         "--only-evict-by-api=true",
     ),
     # node 1: no proxy; the reconciler applies the hooks every 3 s
+    ("--runtime-hooks-reconcile-interval=3s",),
+    # node 2: the small node
     ("--runtime-hooks-reconcile-interval=3s",),
 )
 
