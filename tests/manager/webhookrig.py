@@ -110,10 +110,18 @@ def admission_review(
 class Webhook:
     """A client of the served webhook."""
 
-    def __init__(self, url: str, session: aiohttp.ClientSession, lookups: KubeLookups) -> None:
+    def __init__(
+        self,
+        url: str,
+        session: aiohttp.ClientSession,
+        lookups: KubeLookups,
+        server_ssl: ssl.SSLContext,
+    ) -> None:
         self.url = url
         self.session = session
         self.lookups = lookups
+        self.server_ssl = server_ssl
+        """The server's TLS context (reload a certificate into it)."""
 
     async def call(self, path: str, pod: dict[str, Any], **kw: Any) -> dict[str, Any]:
         body = admission_review(pod, **kw)
@@ -149,7 +157,7 @@ async def serving(
     session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=client_ctx))
     try:
         await lookups.informer.wait_synced(5)
-        yield Webhook(f"https://127.0.0.1:{port}", session, lookups)
+        yield Webhook(f"https://127.0.0.1:{port}", session, lookups, ctx)
     finally:
         await session.close()
         await runner.cleanup()
