@@ -37,6 +37,7 @@ from kubeclient.errors import ApiError
 from kubeclient.informer import Informer
 from kubeclient.resources import CLUSTER_COLOCATION_PROFILES, NAMESPACES, PRIORITY_CLASSES
 from manager.webhook import extendedspec
+from manager.webhook.certs import CertificateError
 from manager.webhook.podjson import json_patch, marshal_quantities
 from manager.webhook.profiles import (
     PriorityClassRef,
@@ -221,10 +222,14 @@ def make_app(
 
 def server_ssl_context(cert: Path, key: Path) -> ssl.SSLContext:
     """TLS 1.2+ server context for the serving certificate (``load_cert_chain`` on it again
-    replaces the certificate for the handshakes that follow)."""
+    replaces the certificate for the handshakes that follow). Raises
+    :class:`~manager.webhook.certs.CertificateError` naming the files."""
     ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     ctx.minimum_version = ssl.TLSVersion.TLSv1_2
-    ctx.load_cert_chain(str(cert), str(key))
+    try:
+        ctx.load_cert_chain(str(cert), str(key))
+    except (OSError, ssl.SSLError) as err:
+        raise CertificateError(f"serving certificate {cert} with key {key}: {err}") from err
     return ctx
 
 
