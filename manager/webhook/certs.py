@@ -35,6 +35,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import ipaddress
 import logging
 import os
 import shutil
@@ -148,8 +149,6 @@ def service_hosts(service: str, namespace: str) -> list[str]:
 
 
 def _is_ip(host: str) -> bool:
-    import ipaddress
-
     try:
         ipaddress.ip_address(host)
     except ValueError:

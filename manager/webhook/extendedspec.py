@@ -92,12 +92,12 @@ def render(containers: Mapping[str, Mapping[str, Mapping[str, str]]]) -> str:
 
 
 # Reading an existing annotation as Go's json.Unmarshal does ------------------------------------
-def _pairs(raw: list[tuple[str, Any]]) -> _Obj:
-    return _Obj(raw)
-
-
 class _Obj(list[tuple[str, Any]]):
     """A JSON object with its keys in order and repeated keys kept (Go merges them)."""
+
+
+def _pairs(raw: list[tuple[str, Any]]) -> _Obj:
+    return _Obj(raw)
 
 
 def _field(obj: _Obj, name: str) -> list[Any]:
