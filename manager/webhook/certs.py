@@ -251,11 +251,16 @@ def ca_valid(artifacts: Artifacts, now: datetime) -> bool:
 
 
 def renew(
-    current: Artifacts | None, common_name: str, hosts: list[str], now: datetime
+    current: Artifacts | None,
+    common_name: str,
+    hosts: list[str],
+    now: datetime,
+    required: list[str] | None = None,
 ) -> Artifacts | None:
-    """None while ``current`` is valid; else a new serving certificate, signed by the current
-    CA when that one is still good (upstream ``SelfSignedCertGenerator.Generate``)."""
-    if current is not None and serving_valid(current, hosts, now):
+    """None while ``current`` is valid for ``required`` (default: ``hosts``); else a new serving
+    certificate for ``hosts``, signed by the current CA when that one is still good (upstream
+    ``SelfSignedCertGenerator.Generate``)."""
+    if current is not None and serving_valid(current, required or hosts, now):
         return None
     keep_ca = current is not None and ca_valid(current, now)
     ca = (current.ca_key, current.ca_cert) if current is not None and keep_ca else None
@@ -360,7 +365,14 @@ class KeeperSettings:
 
     @property
     def hosts(self) -> list[str]:
+        """The names a new certificate carries."""
         return [*service_hosts(self.service, self.namespace), *self.extra_hosts]
+
+    @property
+    def required_hosts(self) -> list[str]:
+        """The names a certificate must carry to be kept: upstream's one (``<svc>.<ns>.svc``)
+        and ``extra_hosts``, so a certificate upstream made is kept too."""
+        return [self.common_name, *self.extra_hosts]
 
     @property
     def common_name(self) -> str:
@@ -422,7 +434,9 @@ class CertificateKeeper:
                     "made a CA and a serving certificate in secret %s/%s", s.namespace, s.secret
                 )
                 return made
-        renewed = await asyncio.to_thread(renew, current, s.common_name, s.hosts, self._now())
+        renewed = await asyncio.to_thread(
+            renew, current, s.common_name, s.hosts, self._now(), s.required_hosts
+        )
         if renewed is None:
             assert current is not None
             return current
@@ -442,7 +456,9 @@ class CertificateKeeper:
         """Steps 1 and 2 with the directory as the store (upstream's ``fs`` writer)."""
         s = self.settings
         current = await asyncio.to_thread(read_dir, s.cert_dir)
-        renewed = await asyncio.to_thread(renew, current, s.common_name, s.hosts, self._now())
+        renewed = await asyncio.to_thread(
+            renew, current, s.common_name, s.hosts, self._now(), s.required_hosts
+        )
         if renewed is None:
             assert current is not None
             return current

@@ -76,6 +76,7 @@ def keeper(
     store: str = "secret",
     changes: list[Artifacts] | None = None,
     resync: float = 60.0,
+    extra_hosts: tuple[str, ...] = ("127.0.0.1",),
 ) -> CertificateKeeper:
     settings = KeeperSettings(
         namespace=NS,
@@ -84,7 +85,7 @@ def keeper(
         cert_dir=cert_dir,
         mutating=MUTATING,
         validating=VALIDATING,
-        extra_hosts=("127.0.0.1",),
+        extra_hosts=extra_hosts,
         resync_seconds=resync,
         store=store,
     )
@@ -220,6 +221,16 @@ async def test_a_secret_without_a_usable_certificate_gets_one(
     assert Artifacts.from_secret(secret_of(api)) == made
     assert serving_valid(made, HOSTS, datetime.now(UTC))
     assert writes_to(api, "secrets") == ["PUT"]
+
+
+async def test_a_certificate_upstream_made_is_kept(
+    api: FakeApiServer, kube_client: KubeClient, tmp_path: Path
+) -> None:
+    """Upstream's generator names ``localhost`` and ``<svc>.<ns>.svc`` only: valid for us too."""
+    upstreams = generate(SVC_NAME, [SVC_NAME])
+    put_secret(api, upstreams)
+    assert await keeper(kube_client, tmp_path, extra_hosts=()).sync() == upstreams
+    assert writes_to(api, "secrets") == []
 
 
 async def test_a_ca_expiring_within_a_year_is_replaced_with_the_certificate_it_signed(
