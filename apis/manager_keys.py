@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from types import MappingProxyType
 
 from apis.extension import NODE_DOMAIN_PREFIX
+from apis.groups import CONFIG_GROUP
 from apis.netqos import ANNOTATION_NODE_NETWORK_BANDWIDTH
 from apis.quantity import Format, format_quantity
 
@@ -72,6 +73,14 @@ SLO_CONFIG_NAMESPACE = "koordinator-system"
 """Default namespace of the slo-controller-config ConfigMap (``--config-namespace``)."""
 SLO_CONFIG_NAME = "slo-controller-config"
 """Default name of the ConfigMap (``--slo-config-name``)."""
+
+# ClusterColocationProfile annotations (apis/extension/cluster_colocation_profile.go) ----------
+ANNOTATION_SKIP_UPDATE_RESOURCES = CONFIG_GROUP + "/skip-update-resources"
+"""On a profile (any value): the pods it matches keep their ``cpu`` and ``memory``; no matched
+profile's batch or mid translation runs (``ShouldSkipUpdateResource``)."""
+ANNOTATION_SKIP_NEXT_PROFILE = CONFIG_GROUP + "/skip-next-profile"
+"""On a profile (any value): once it has applied, the profiles after it do not
+(``ShouldSkipNextProfile``)."""
 
 
 def format_extended(name: str, value: int) -> str:

@@ -275,3 +275,87 @@ def format_bytes(value: float) -> str:
     """Bytes as Koordinator reports them: truncated to a whole byte, then
     ``NewQuantity(n, BinarySI).String()`` (``"1Gi"``, ``"1536Ki"``, ``"1025"``, ``"1k"``)."""
     return _canonical(Fraction(int(value)), Format.BINARY_SI)
+
+
+# Go's parsed representation ------------------------------------------------------------------
+#
+# Two things Koordinator's Go code does with a parsed quantity are not functions of its value:
+# ``json.Marshal`` prints ``String()``, which is the text as given when ``ParseQuantity`` judged
+# it canonical and kept it (``"+1"``, ``"1500"``) and the computed canonical form otherwise
+# (``"1000"`` prints ``"1k"``); and ``reflect.DeepEqual`` compares the representation
+# (``int64Amount{value, scale}``, the format and the kept text), so ``"1k"`` and ``"1000"`` differ
+# and so do ``MustParse("1500")`` and ``NewQuantity(1500, DecimalSI)`` (the latter keeps no
+# text). The pod webhook's "annotation unchanged" test is such a DeepEqual.
+# k8s.io/apimachinery/pkg/api/resource/quantity.go: parseQuantityString, ParseQuantity.
+
+GoIdentity = tuple[object, ...]
+"""What ``reflect.DeepEqual`` compares of a parsed quantity (:func:`go_identity`)."""
+
+_GO_NUMBER = re.compile(r"([+-]?)0*([0-9]*)(?:\.([0-9]*))?(.*)")
+_NANO_SCALE = -9
+_MAX_INT64_FACTORS = 18
+
+
+def _go_fast_path(text: str) -> GoIdentity | None:
+    """``ParseQuantity``'s int64 path: ``("i", value, scale, format, kept text or None)``; None
+    when Go takes its arbitrary-precision path (more than 18 digits, finer than nano, a binary
+    fraction, an int64 overflow)."""
+    if text == "0":
+        return ("i", 0, 0, Format.DECIMAL_SI, "0")
+    m = _GO_NUMBER.fullmatch(text)
+    if m is None:
+        return None
+    sign, num, denom, suffix = m.group(1), m.group(2) or "0", m.group(3) or "", m.group(4)
+    if suffix in _BINARY_SUFFIXES:
+        exponent = _BINARY_SUFFIXES[suffix]
+        # 1Mi (2^20) has about 6 decimal digits: Go's precision estimate for the int64 path
+        precision = 15 - len(num) - int(exponent * 3 / 10) - 1
+        if denom or precision < 0:
+            return None
+        value = int(num) << exponent
+        if value > _MAX_INT64:
+            return None
+        kept = text if exponent % 10 == 0 and int(num) & 0x07 else None
+        return ("i", -value if sign == "-" else value, 0, Format.BINARY_SI, kept)
+    fmt = Format.DECIMAL_SI
+    if suffix in _DECIMAL_SUFFIXES:
+        exponent = _DECIMAL_SUFFIXES[suffix]
+    elif suffix[:1] in ("e", "E") and len(suffix) > 1:
+        exponent, fmt = int(suffix[1:]), Format.DECIMAL_EXPONENT
+    else:
+        return None
+    if _MAX_INT64_FACTORS - (len(num) + len(denom)) < 0:
+        return None
+    scale = exponent - len(denom)
+    if scale < _NANO_SCALE:
+        return None
+    shifted = num + denom
+    value = int(shifted)
+    canonical = scale % 3 == 0 and not shifted.endswith("000") and shifted[0] != "0"
+    return ("i", -value if sign == "-" else value, scale, fmt, text if canonical else None)
+
+
+def go_identity(value: object) -> GoIdentity:
+    """What ``reflect.DeepEqual`` sees of ``json.Unmarshal``'s quantity of ``value`` (a JSON
+    string or number): equal for two values exactly when Go's are DeepEqual, except that two
+    texts Go parses on its arbitrary-precision path are equal here only when identical. Raises
+    ``ValueError`` for what is not a quantity."""
+    amount = parse_quantity(value)  # validates, and raises for what Go refuses
+    text = (value if isinstance(value, str) else repr(value)).strip()
+    fast = _go_fast_path(text)
+    return fast if fast is not None else ("d", text, amount.amount, amount.format)
+
+
+def go_identity_of_int(value: int, fmt: Format) -> GoIdentity:
+    """``resource.NewQuantity(value, fmt)``: no kept text, scale 0."""
+    return ("i", value, 0, fmt, None)
+
+
+def go_text(value: object) -> str:
+    """``String()`` of Go's parse of ``value``: the text itself when ``ParseQuantity`` kept it
+    (already canonical: ``"1500"``, ``"4Gi"``, and ``"+1"`` as written), else the canonical form
+    (``"1000"`` → ``"1k"``, ``"4096Mi"`` → ``"4Gi"``)."""
+    identity = go_identity(value)
+    if identity[0] == "i" and identity[4] is not None:
+        return str(identity[4])
+    return str(parse_quantity(value))

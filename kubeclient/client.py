@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
@@ -36,6 +36,8 @@ class PatchType(StrEnum):
     """RFC 7386 JSON merge patch (custom resources and core kinds)."""
     STRATEGIC = "application/strategic-merge-patch+json"
     """Kubernetes' strategic merge patch (core kinds only)."""
+    JSON = "application/json-patch+json"
+    """RFC 6902 JSON patch: a list of operations (``test`` guards the others)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -236,7 +238,7 @@ class KubeClient:
         self,
         res: Resource,
         name: str,
-        patch: Mapping[str, Any],
+        patch: Mapping[str, Any] | Sequence[Mapping[str, Any]],
         namespace: str | None = None,
         *,
         sub: str = "",

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from urllib.parse import quote
 
 from apis.groups import (
+    CONFIG_GROUP,
     QUOTA_GROUP,
     SCHEDULING_GROUP,
     SIGS_SCHEDULING_GROUP,
@@ -99,3 +100,23 @@ REPLICATION_CONTROLLERS = Resource(
     "", "v1", "replicationcontrollers", "ReplicationController", namespaced=True
 )
 """The workloads whose replicas bound a migration (the descheduler's controller finder)."""
+SECRETS = Resource("", "v1", "secrets", "Secret", namespaced=True)
+CLUSTER_COLOCATION_PROFILES = Resource(
+    CONFIG_GROUP, V1ALPHA1, "clustercolocationprofiles", "ClusterColocationProfile", False
+)
+MUTATING_WEBHOOK_CONFIGURATIONS = Resource(
+    "admissionregistration.k8s.io",
+    "v1",
+    "mutatingwebhookconfigurations",
+    "MutatingWebhookConfiguration",
+    namespaced=False,
+)
+VALIDATING_WEBHOOK_CONFIGURATIONS = Resource(
+    "admissionregistration.k8s.io",
+    "v1",
+    "validatingwebhookconfigurations",
+    "ValidatingWebhookConfiguration",
+    namespaced=False,
+)
+"""What koord-manager's webhook reads (profiles) and keeps (its certificate Secret, the caBundle
+of its two configurations)."""

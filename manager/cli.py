@@ -10,8 +10,8 @@ every term of the formula. Files are YAML or JSON (JSON when the name ends in ``
 Node, its NodeMetric, a v1 PodList and the slo-controller-config ConfigMap. Bad input exits 2
 with a message naming the file and the field.
 
-``koord-manager webhook [--self-signed] ...`` serves the colocation-profile admission webhooks
-(:mod:`manager.webhook`).
+``koord-manager webhook [--webhook-cert-writer secret|fs|none] ...`` serves the pod admission
+webhooks (:mod:`manager.webhook`).
 
 ``koord-manager --help`` lists :data:`COMMANDS`; ``koord-manager COMMAND --help`` its options.
 """

@@ -22,7 +22,7 @@ from kubeclient.config import load_configuration
 from kubeclient.errors import ConfigError, KubeError
 from manager.errors import ManagerError
 from manager.slo.config import node_bandwidth
-from manager.webhook.profiles import ProfileError, mutate, parse_profile, parse_profiles
+from manager.webhook.profiles import ProfileError, mutate, parse_profile, parse_profiles, plan
 
 
 def _profile(**spec: Any) -> dict[str, Any]:
@@ -70,7 +70,7 @@ def test_a_missing_priority_class_is_a_field_error_of_the_profile() -> None:
     profile = parse_profile(_profile(priorityClassName="koord-batch"))
     pod = {"metadata": {"name": "p"}, "spec": {"containers": []}}
     with pytest.raises(ProfileError) as caught:
-        mutate(pod, [profile], namespace_labels=None, priority_values={})
+        mutate(pod, plan([profile], {}, None), priority_classes={})
     assert caught.value.field == "spec.priorityClassName"
     assert caught.value.source == "clustercolocationprofile colo"
 

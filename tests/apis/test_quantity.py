@@ -18,6 +18,9 @@ from apis.quantity import (
     format_cpu,
     format_milli,
     format_quantity,
+    go_identity,
+    go_identity_of_int,
+    go_text,
     int_value,
     milli_value,
     parse_quantity,
@@ -211,3 +214,48 @@ def test_decimal_si_text_has_a_whole_mantissa_and_a_known_suffix(amount: Fractio
     number = re.sub(r"e\d+$", "", text).rstrip("numkMGTPE")
     assert number.lstrip("-").isdigit()
     assert text == "0" or not number.endswith("000")
+
+
+# Go's parsed representation: what json.Marshal prints and reflect.DeepEqual compares ----------
+@pytest.mark.parametrize(
+    ("text", "printed"),
+    [
+        # ParseQuantity keeps a text already canonical and String() returns it as given ...
+        ("1500", "1500"),
+        ("500m", "500m"),
+        ("4Gi", "4Gi"),
+        ("1e3", "1e3"),
+        ("+1", "+1"),
+        ("0", "0"),
+        # ... and computes the canonical form otherwise (quantity_test.go's TestQuantityString)
+        ("1000", "1k"),
+        ("2000m", "2"),
+        ("4096Mi", "4Gi"),
+        ("0.5", "500m"),
+        ("1.5Gi", "1536Mi"),
+        (1000, "1k"),
+        (2.5, "2500m"),
+    ],
+)
+def test_go_prints_a_parsed_quantity_as_given_only_when_it_kept_the_text(
+    text: object, printed: str
+) -> None:
+    assert go_text(text) == printed
+
+
+def test_deep_equal_tells_spellings_of_one_value_apart() -> None:
+    # quantity.go ParseQuantity: int64Amount{value, scale}, the format and the kept text
+    assert go_identity("1k") != go_identity("1000")
+    assert go_identity("1000") == go_identity(" 1000 ")  # UnmarshalJSON trims the text
+    assert go_identity(1000) == go_identity("1000")  # a JSON number reads as its text
+    assert go_identity("4096Mi") == (*go_identity("4Gi")[:4], None)  # the same but the kept text
+    # NewQuantity(n, DecimalSI) keeps no text: equal to a parse that kept none either
+    assert go_identity_of_int(1000, Format.DECIMAL_SI) == go_identity("1000")
+    assert go_identity_of_int(1500, Format.DECIMAL_SI) != go_identity("1500")
+
+
+@given(st.integers(0, 10**12), st.sampled_from(["", "m", "k", "M", "Ki", "Mi", "Gi"]))
+def test_what_go_prints_reads_back_to_the_same_value(n: int, suffix: str) -> None:
+    text = f"{n}{suffix}"
+    assert parse_quantity(go_text(text)) == parse_quantity(text)
+    assert go_text(go_text(text)) == go_text(text)

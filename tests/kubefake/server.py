@@ -13,7 +13,8 @@ Faithful on:
   HTTP 410 with ``gone_as_http``);
 - **status subresource**: a PUT or PATCH of the object ignores ``status``; one of ``/status``
   changes only ``status``; ``metadata.generation`` moves on spec changes only;
-- JSON **merge patch** and a **strategic merge patch** subset (maps merge, ``null`` deletes;
+- JSON **merge patch**, RFC 6902 **JSON patch** (``add``, ``remove``, ``replace``, ``test``: a
+  failed test is a 422) and a **strategic merge patch** subset (maps merge, ``null`` deletes;
   lists of objects merge by their patch merge key: ``name`` when every item has one, else
   ``type``, as ``conditions`` do; ``$setElementOrder`` directives are ignored);
 - creation (409 AlreadyExists), deletion (a DELETED event; a ``DeleteOptions`` body's UID
@@ -237,6 +238,40 @@ def merge_patch(target: Any, patch: Any) -> Any:
         else:
             out[key] = merge_patch(out.get(key), value)
     return out
+
+
+def json_patch(target: Any, ops: Any) -> Any:
+    """RFC 6902 ``add``, ``remove``, ``replace`` and ``test``; a failed ``test`` or a path that
+    does not resolve is a 422, and nothing is changed."""
+    if not isinstance(ops, list):
+        raise ApiStatusError(400, "BadRequest", "a JSON patch is a list of operations")
+    doc = copy.deepcopy(target)
+    for op in ops:
+        parts = [p.replace("~1", "/").replace("~0", "~") for p in str(op["path"]).split("/")[1:]]
+        parent = doc
+        try:
+            for part in parts[:-1]:
+                parent = parent[int(part)] if isinstance(parent, list) else parent[part]
+            last = parts[-1]
+            if op["op"] == "test":
+                here = parent[int(last)] if isinstance(parent, list) else parent[last]
+                if here != op["value"]:
+                    raise ApiStatusError(422, "Invalid", f"test failed at {op['path']}")
+            elif op["op"] == "remove":
+                del parent[int(last) if isinstance(parent, list) else last]
+            elif isinstance(parent, list):
+                idx = len(parent) if last == "-" else int(last)
+                if op["op"] == "add":
+                    parent.insert(idx, copy.deepcopy(op["value"]))
+                else:
+                    parent[idx] = copy.deepcopy(op["value"])
+            else:
+                if op["op"] == "replace" and last not in parent:
+                    raise ApiStatusError(422, "Invalid", f"no value at {op['path']}")
+                parent[last] = copy.deepcopy(op["value"])
+        except (KeyError, IndexError, ValueError, TypeError) as err:
+            raise ApiStatusError(422, "Invalid", f"{op['op']} {op['path']}: {err!r}") from err
+    return doc
 
 
 def _merge_key(items: list[Any]) -> str | None:
@@ -553,11 +588,12 @@ class FakeApiServer:
                 )
             return self._write(kind, key, current, body, sub)
         if method == "PATCH":
-            patched = (
-                strategic_merge_patch(current, body)
-                if "strategic" in ctype
-                else merge_patch(current, body)
-            )
+            if "json-patch" in ctype:
+                patched = json_patch(current, body)
+            elif "strategic" in ctype:
+                patched = strategic_merge_patch(current, body)
+            else:
+                patched = merge_patch(current, body)
             return self._write(kind, key, current, patched, sub)
         raise ApiStatusError(405, "MethodNotAllowed", method)
 

@@ -1,64 +1,34 @@
-"""The colocation-profile webhooks over real TLS on 127.0.0.1, with AdmissionReview requests;
-profiles, namespaces and PriorityClasses come from the fake API server."""
+"""The pod webhooks over real TLS on 127.0.0.1 with AdmissionReview requests; profiles,
+namespaces and PriorityClasses come from the fake API server. Expected pods follow upstream's
+``pkg/webhook/pod/mutating/cluster_colocation_profile_test.go`` and
+``extended_resource_spec_test.go``."""
 
 from __future__ import annotations
 
-import asyncio
-import base64
-import copy
 import json
 import ssl
-import subprocess
-import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 import pytest
-import yaml
 
 from kubeclient.client import KubeClient
-from manager.webhook.certs import CertPaths, ensure_certificates, inject_ca_bundle
-from manager.webhook.server import MUTATE_PATH, VALIDATE_PATH, KubeLookups, make_app, start
-from tests.kubefake import FakeApiServer, Kind
+from manager.webhook.certs import generate, write_dir
+from tests.kubefake import FakeApiServer
 from tests.manager.conftest import eventually
+from tests.manager.webhookrig import Webhook, pod, register, serving
 
-EXTRA_KINDS = (
-    Kind("", "v1", "namespaces", "Namespace", False, status_subresource=False),
-    Kind("scheduling.k8s.io", "v1", "priorityclasses", "PriorityClass", False, False),
-    Kind(
-        "config.koordinator.sh",
-        "v1alpha1",
-        "clustercolocationprofiles",
-        "ClusterColocationProfile",
-        False,
-        False,
-    ),
-    Kind(
-        "admissionregistration.k8s.io",
-        "v1",
-        "mutatingwebhookconfigurations",
-        "MutatingWebhookConfiguration",
-        False,
-        False,
-    ),
-    Kind(
-        "admissionregistration.k8s.io",
-        "v1",
-        "validatingwebhookconfigurations",
-        "ValidatingWebhookConfiguration",
-        False,
-        False,
-    ),
-)
+SPEC = "node.koordinator.sh/extended-resource-spec"
+COLOCATE = {"koordinator.sh/enable-colocation": "true"}
 BE_PROFILE = {
     "apiVersion": "config.koordinator.sh/v1alpha1",
     "kind": "ClusterColocationProfile",
     "metadata": {"name": "colocation-profile-example"},
     "spec": {
-        "namespaceSelector": {"matchLabels": {"koordinator.sh/enable-colocation": "true"}},
-        "selector": {"matchLabels": {"koordinator.sh/enable-colocation": "true"}},
+        "namespaceSelector": {"matchLabels": COLOCATE},
+        "selector": {"matchLabels": COLOCATE},
         "qosClass": "BE",
         "priorityClassName": "koord-batch",
         "koordinatorPriority": 1000,
@@ -71,153 +41,65 @@ BE_PROFILE = {
 
 
 @pytest.fixture(scope="module")
-def certs(tmp_path_factory: pytest.TempPathFactory) -> CertPaths:
-    return ensure_certificates(
-        tmp_path_factory.mktemp("certs"),
-        service="koordinator-webhook-service",
-        namespace="koordinator-system",
-        extra_hosts=("127.0.0.1",),
+def cert_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    directory = tmp_path_factory.mktemp("certs")
+    write_dir(
+        directory, generate("koordinator-webhook-service.koordinator-system.svc", ["127.0.0.1"])
     )
+    return directory
 
 
 def seed(api: FakeApiServer) -> None:
-    for kind in EXTRA_KINDS:
-        api.register(kind)
-    api.put("namespaces", {"metadata": {"name": "spark", "labels": BE_PROFILE_NS_LABELS}})
+    register(api)
+    api.put("namespaces", {"metadata": {"name": "spark", "labels": COLOCATE}})
     api.put("namespaces", {"metadata": {"name": "default", "labels": {}}})
     for name, value in (("koord-batch", 5000), ("koord-mid", 7000), ("koord-prod", 9000)):
-        api.put("priorityclasses", {"metadata": {"name": name}, "value": value})
+        api.put(
+            "priorityclasses",
+            {"metadata": {"name": name}, "value": value, "preemptionPolicy": "Never"},
+        )
     api.put("clustercolocationprofiles", BE_PROFILE)
 
 
-BE_PROFILE_NS_LABELS = {"koordinator.sh/enable-colocation": "true"}
+class Rolls:
+    """``rand.Intn(100)`` answering the values a test queues."""
+
+    def __init__(self) -> None:
+        self.values: list[int] = []
+
+    def __call__(self) -> int:
+        return self.values.pop(0)
 
 
-class Webhook:
-    def __init__(self, url: str, session: aiohttp.ClientSession, lookups: KubeLookups) -> None:
-        self.url = url
-        self.session = session
-        self.lookups = lookups
-
-    async def call(
-        self,
-        path: str,
-        pod: dict[str, Any],
-        *,
-        operation: str = "CREATE",
-        namespace: str = "spark",
-        old: dict[str, Any] | None = None,
-    ) -> dict[str, Any]:
-        uid = str(uuid.uuid4())
-        req: dict[str, Any] = {
-            "uid": uid,
-            "kind": {"group": "", "version": "v1", "kind": "Pod"},
-            "resource": {"group": "", "version": "v1", "resource": "pods"},
-            "namespace": namespace,
-            "operation": operation,
-            "object": pod,
-        }
-        if old is not None:
-            req["oldObject"] = old
-        body = {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": req}
-        async with self.session.post(self.url + path, json=body) as resp:
-            assert resp.status == 200
-            out = await resp.json()
-        assert out["apiVersion"] == "admission.k8s.io/v1"
-        assert out["kind"] == "AdmissionReview"
-        assert out["response"]["uid"] == uid
-        return dict(out["response"])
-
-    async def mutated(self, pod: dict[str, Any], **kw: Any) -> dict[str, Any]:
-        response = await self.call("/mutate-pod", pod, **kw)
-        assert response["allowed"] is True
-        if "patch" not in response:
-            return pod
-        assert response["patchType"] == "JSONPatch"
-        return dict(apply_json_patch(pod, json.loads(base64.b64decode(response["patch"]))))
+@pytest.fixture
+def rolls() -> Rolls:
+    return Rolls()
 
 
 @pytest.fixture
 async def webhook(
-    kube_api: FakeApiServer, kube_client: KubeClient, certs: CertPaths
+    kube_api: FakeApiServer, kube_client: KubeClient, cert_dir: Path, rolls: Rolls
 ) -> AsyncIterator[Webhook]:
     seed(kube_api)
-    lookups = KubeLookups(kube_client)
-    informer = asyncio.create_task(lookups.informer.run(), name="profiles")
-    runner, port = await start(
-        make_app(lookups), host="127.0.0.1", port=0, cert=certs.cert, key=certs.key
-    )
-    ctx = ssl.create_default_context(cafile=str(certs.ca_cert))
-    session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=ctx))
-    try:
-        await lookups.informer.wait_synced(5)
-        yield Webhook(f"https://127.0.0.1:{port}", session, lookups)
-    finally:
-        await session.close()
-        await runner.cleanup()
-        informer.cancel()
-        await asyncio.gather(informer, return_exceptions=True)
+    async with serving(kube_client, cert_dir, roll=rolls) as hook:
+        yield hook
 
 
-def apply_json_patch(doc: Any, ops: list[dict[str, Any]]) -> Any:
-    """RFC 6902 add/remove/replace, enough to check what the API server would do."""
-    out = copy.deepcopy(doc)
-    for op in ops:
-        if op["path"] == "":
-            out = copy.deepcopy(op["value"])
-            continue
-        parts = [p.replace("~1", "/").replace("~0", "~") for p in op["path"].split("/")[1:]]
-        parent = out
-        for part in parts[:-1]:
-            parent = parent[int(part)] if isinstance(parent, list) else parent[part]
-        last = parts[-1]
-        if isinstance(parent, list):
-            idx = len(parent) if last == "-" else int(last)
-            if op["op"] == "add":
-                parent.insert(idx, copy.deepcopy(op["value"]))
-            elif op["op"] == "remove":
-                del parent[idx]
-            else:
-                parent[idx] = copy.deepcopy(op["value"])
-        elif op["op"] == "remove":
-            del parent[last]
-        else:
-            assert op["op"] in ("add", "replace")
-            if op["op"] == "replace":
-                assert last in parent
-            parent[last] = copy.deepcopy(op["value"])
-    return out
+def add_profile(api: FakeApiServer, name: str, spec: dict[str, Any], **annotations: str) -> None:
+    meta: dict[str, Any] = {"name": name}
+    if annotations:
+        meta["annotations"] = {
+            f"config.koordinator.sh/{k.replace('_', '-')}": v for k, v in annotations.items()
+        }
+    api.put("clustercolocationprofiles", {"metadata": meta, "spec": spec})
 
 
-def pod(
-    labels: dict[str, str] | None = None,
-    *,
-    requests: dict[str, str] | None = None,
-    limits: dict[str, str] | None = None,
-    priority: int | None = None,
-) -> dict[str, Any]:
-    resources: dict[str, Any] = {}
-    if requests is not None:
-        resources["requests"] = requests
-    if limits is not None:
-        resources["limits"] = limits
-    spec: dict[str, Any] = {
-        "containers": [{"name": "app", "image": "nginx:1.15.1", "resources": resources}]
-    }
-    if priority is not None:
-        spec["priority"] = priority
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": "test-pod", "namespace": "spark", "labels": labels or {}},
-        "spec": spec,
-    }
+async def profiles_seen(hook: Webhook, count: int) -> None:
+    await eventually(lambda: len(hook.lookups.profiles()) == count)
 
 
-COLOCATE = {"koordinator.sh/enable-colocation": "true"}
-
-
-async def test_a_matching_be_profile_labels_prioritises_and_moves_resources_to_batch(
+# ClusterColocationProfiles ------------------------------------------------------------------
+async def test_a_matching_be_profile_sets_qos_priority_scheduler_and_batch_resources(
     webhook: Webhook,
 ) -> None:
     original = pod(
@@ -233,51 +115,203 @@ async def test_a_matching_be_profile_labels_prioritises_and_moves_resources_to_b
         "koordinator.sh/qosClass": "BE",
         "koordinator.sh/priority": "1000",
     }
-    assert meta["annotations"] == {"koordinator.sh/intercepted": "true"}
     assert spec["priorityClassName"] == "koord-batch"
     assert spec["priority"] == 5000  # the PriorityClass's value on the API server
+    assert spec["preemptionPolicy"] == "Never"  # and its preemptionPolicy
     assert spec["schedulerName"] == "koord-scheduler"
     assert spec["terminationGracePeriodSeconds"] == 30
+    # cpu becomes NewQuantity(MilliValue(), DecimalSI): 1 core is "1k"; memory keeps its text
     assert spec["containers"][0]["resources"] == {
-        "requests": {"kubernetes.io/batch-cpu": "1000", "kubernetes.io/batch-memory": "3623878656"},
-        "limits": {"kubernetes.io/batch-cpu": "1500", "kubernetes.io/batch-memory": "3623878656"},
+        "requests": {"kubernetes.io/batch-cpu": "1k", "kubernetes.io/batch-memory": "3456Mi"},
+        "limits": {"kubernetes.io/batch-cpu": "1500", "kubernetes.io/batch-memory": "3456Mi"},
     }
-    assert spec["containers"][0]["image"] == "nginx:1.15.1"
+    assert meta["annotations"] == {
+        "koordinator.sh/intercepted": "true",
+        SPEC: '{"containers":{"app":{"limits":{"kubernetes.io/batch-cpu":"1500",'
+        '"kubernetes.io/batch-memory":"3456Mi"},"requests":{"kubernetes.io/batch-cpu":"1k",'
+        '"kubernetes.io/batch-memory":"3456Mi"}}}}',
+    }
 
 
-async def test_a_request_without_a_limit_gets_the_same_batch_limit(webhook: Webhook) -> None:
-    out = await webhook.mutated(pod(COLOCATE, requests={"cpu": "250m"}))
+async def test_a_request_without_a_limit_keeps_no_limit(webhook: Webhook) -> None:
+    """Upstream's "keep limit unset": only a missing request is taken from the limit."""
+    out = await webhook.mutated(pod(COLOCATE, requests={"cpu": "250m", "memory": "1Gi"}))
     assert out["spec"]["containers"][0]["resources"] == {
-        "requests": {"kubernetes.io/batch-cpu": "250"},
-        "limits": {"kubernetes.io/batch-cpu": "250"},
+        "requests": {"kubernetes.io/batch-cpu": "250", "kubernetes.io/batch-memory": "1Gi"},
+    }
+    assert json.loads(out["metadata"]["annotations"][SPEC]) == {
+        "containers": {
+            "app": {
+                "requests": {"kubernetes.io/batch-cpu": "250", "kubernetes.io/batch-memory": "1Gi"}
+            }
+        }
     }
 
 
-async def test_profiles_apply_in_name_order_and_mid_priority_moves_to_mid_resources(
+async def test_a_limit_without_a_request_becomes_the_request_too(webhook: Webhook) -> None:
+    """Upstream's "set default request to the limit"."""
+    out = await webhook.mutated(pod(COLOCATE, limits={"cpu": "1", "memory": "4Gi"}))
+    assert out["spec"]["containers"][0]["resources"] == {
+        "limits": {"kubernetes.io/batch-cpu": "1k", "kubernetes.io/batch-memory": "4Gi"},
+        "requests": {"kubernetes.io/batch-cpu": "1k", "kubernetes.io/batch-memory": "4Gi"},
+    }
+
+
+async def test_init_containers_and_overhead_are_translated_but_left_out_of_the_annotation(
+    webhook: Webhook,
+) -> None:
+    original = pod(COLOCATE, requests={"cpu": "1", "memory": "4Gi"})
+    original["spec"]["initContainers"] = [
+        {"name": "init", "resources": {"requests": {"cpu": "500m", "memory": "1Gi"}}}
+    ]
+    original["spec"]["overhead"] = {"cpu": "1", "memory": "2Gi"}
+    out = await webhook.mutated(original)
+    assert out["spec"]["initContainers"][0]["resources"] == {
+        "requests": {"kubernetes.io/batch-cpu": "500", "kubernetes.io/batch-memory": "1Gi"}
+    }
+    assert out["spec"]["overhead"] == {
+        "kubernetes.io/batch-cpu": "1k",
+        "kubernetes.io/batch-memory": "2Gi",
+    }
+    assert list(json.loads(out["metadata"]["annotations"][SPEC])["containers"]) == ["app"]
+
+
+async def test_profiles_apply_by_name_descending_so_the_first_name_wins(
     kube_api: FakeApiServer, webhook: Webhook
 ) -> None:
-    for name, tier in (("b-mid", "second"), ("a-mid", "first")):
-        kube_api.put(
-            "clustercolocationprofiles",
+    """Upstream sorts the matched profiles by ``spec.priority``, then by name descending."""
+    for name, tier in (("a-mid", "from-a"), ("b-mid", "from-b")):
+        add_profile(
+            kube_api,
+            name,
             {
-                "metadata": {"name": name},
-                "spec": {
-                    "selector": {"matchLabels": {"app": "mid"}},
-                    "qosClass": "LS",
-                    "priorityClassName": "koord-mid",
-                    "labels": {"tier": tier},
-                },
+                "selector": {"matchLabels": {"app": "mid"}},
+                "qosClass": "LS",
+                "priorityClassName": "koord-mid",
+                "labels": {"tier": tier},
             },
         )
-    await eventually(lambda: len(webhook.lookups.profiles()) == 3)
+    await profiles_seen(webhook, 3)
     out = await webhook.mutated(
         pod({"app": "mid"}, requests={"cpu": "2", "memory": "1Gi"}), namespace="default"
     )
-    assert out["metadata"]["labels"]["tier"] == "second"  # b-mid applied after a-mid
+    assert out["metadata"]["labels"]["tier"] == "from-a"  # a-mid applied after b-mid
     assert out["spec"]["priority"] == 7000
     assert out["spec"]["containers"][0]["resources"]["requests"] == {
-        "kubernetes.io/mid-cpu": "2000",
-        "kubernetes.io/mid-memory": "1073741824",
+        "kubernetes.io/mid-cpu": "2k",
+        "kubernetes.io/mid-memory": "1Gi",
+    }
+    assert json.loads(out["metadata"]["annotations"][SPEC]) == {
+        "containers": {
+            "app": {"requests": {"kubernetes.io/mid-cpu": "2k", "kubernetes.io/mid-memory": "1Gi"}}
+        }
+    }
+
+
+async def test_a_higher_spec_priority_applies_first(
+    kube_api: FakeApiServer, webhook: Webhook
+) -> None:
+    sel = {"matchLabels": {"app": "x"}}
+    add_profile(kube_api, "a", {"selector": sel, "labels": {"won": "a"}})
+    add_profile(kube_api, "z", {"selector": sel, "labels": {"won": "z"}, "priority": 10})
+    await profiles_seen(webhook, 3)
+    out = await webhook.mutated(pod({"app": "x"}), namespace="default")
+    assert out["metadata"]["labels"]["won"] == "a"  # z (priority 10) first, then a
+
+
+async def test_skip_next_profile_ends_the_walk_and_skip_update_resources_keeps_cpu(
+    kube_api: FakeApiServer, webhook: Webhook
+) -> None:
+    sel = {"matchLabels": {"app": "x"}}
+    add_profile(kube_api, "b-first", {"selector": sel, "labels": {"b": "1"}}, skip_next_profile="")
+    add_profile(kube_api, "a-never", {"selector": sel, "labels": {"a": "1"}})
+    add_profile(
+        kube_api,
+        "c-batch",
+        {"selector": sel, "priorityClassName": "koord-batch", "qosClass": "BE"},
+        skip_update_resources="true",
+    )
+    await profiles_seen(webhook, 4)
+    out = await webhook.mutated(pod({"app": "x"}, requests={"cpu": "1"}), namespace="default")
+    labels = out["metadata"]["labels"]
+    assert labels["b"] == "1"
+    assert "a" not in labels  # after b-first, which ends the walk
+    assert labels["koordinator.sh/qosClass"] == "BE"  # c-batch applied before b-first
+    assert out["spec"]["containers"][0]["resources"] == {"requests": {"cpu": "1"}}
+    assert SPEC not in (out["metadata"].get("annotations") or {})
+
+
+@pytest.mark.parametrize(
+    ("probability", "roll", "applied"),
+    [(0, None, False), (100, None, True), ("50%", 50, True), ("50%", 51, False), (30, 29, True)],
+)
+async def test_a_profile_with_a_probability_applies_when_the_roll_is_at_most_it(
+    kube_api: FakeApiServer,
+    webhook: Webhook,
+    rolls: Rolls,
+    probability: int | str,
+    roll: int | None,
+    applied: bool,
+) -> None:
+    add_profile(
+        kube_api,
+        "p",
+        {
+            "selector": {"matchLabels": {"app": "x"}},
+            "labels": {"hit": "y"},
+            "probability": probability,
+        },
+    )
+    await profiles_seen(webhook, 2)
+    if roll is not None:
+        rolls.values.append(roll)
+    out = await webhook.mutated(pod({"app": "x"}), namespace="default")
+    assert ("hit" in out["metadata"]["labels"]) is applied
+    assert rolls.values == []  # drawn only between 0 and 100 exclusive
+
+
+async def test_a_probability_that_is_no_percentage_denies_the_pod_naming_the_field(
+    kube_api: FakeApiServer, webhook: Webhook
+) -> None:
+    add_profile(kube_api, "p", {"selector": {"matchLabels": {"app": "x"}}, "probability": "half"})
+    await profiles_seen(webhook, 2)
+    response = await webhook.call("/mutate-pod", pod({"app": "x"}), namespace="default")
+    assert response["allowed"] is False
+    assert response["status"]["code"] == 500
+    assert "clustercolocationprofile p" in response["status"]["message"]
+    assert "spec.probability" in response["status"]["message"]
+
+
+async def test_label_keys_are_mapped_and_suffixes_appended(
+    kube_api: FakeApiServer, webhook: Webhook
+) -> None:
+    add_profile(
+        kube_api,
+        "m",
+        {
+            "selector": {"matchLabels": {"app": "x"}},
+            "labelKeysMapping": {"app": "koordinator.sh/app", "missing": "copied"},
+            "annotationKeysMapping": {"owner": "koordinator.sh/owner"},
+            "labelSuffixes": {"app": "-be", "absent": "-never"},
+        },
+    )
+    await profiles_seen(webhook, 2)
+    out = await webhook.mutated(
+        pod({"app": "x"}, annotations={"owner": "team"}), namespace="default"
+    )
+    assert out["metadata"]["labels"] == {"app": "x-be", "koordinator.sh/app": "x", "copied": ""}
+    assert out["metadata"]["annotations"] == {"owner": "team", "koordinator.sh/owner": "team"}
+
+
+async def test_a_be_pod_without_a_priority_is_batch_by_default(
+    kube_api: FakeApiServer, webhook: Webhook
+) -> None:
+    """``GetPodPriorityClassWithDefault``: no priority class label or band, QoS BE → batch."""
+    add_profile(kube_api, "be", {"selector": {"matchLabels": {"app": "x"}}, "qosClass": "BE"})
+    await profiles_seen(webhook, 2)
+    out = await webhook.mutated(pod({"app": "x"}, requests={"cpu": "2"}), namespace="default")
+    assert out["spec"]["containers"][0]["resources"] == {
+        "requests": {"kubernetes.io/batch-cpu": "2k"}
     }
 
 
@@ -306,6 +340,80 @@ async def test_updates_are_not_mutated(webhook: Webhook) -> None:
     assert response == {"uid": response["uid"], "allowed": True}
 
 
+# The extended-resource-spec annotation ------------------------------------------------------
+async def test_a_pod_asking_for_batch_resources_gets_the_annotation_without_any_profile(
+    webhook: Webhook,
+) -> None:
+    """Upstream ``TestExtendedResourceSpecMutatingPod``: only the batch resources are copied,
+    in Go's bytes (``MustParse("1000")`` marshals as ``"1k"``)."""
+    original = pod(
+        {"koordinator.sh/qosClass": "BE"},
+        requests={"kubernetes.io/batch-cpu": "1000", "kubernetes.io/batch-memory": "4Gi", "x": "1"},
+        limits={"kubernetes.io/batch-cpu": "1000", "kubernetes.io/batch-memory": "4Gi", "x": "1"},
+        name="test-container-a",
+    )
+    out = await webhook.mutated(original, namespace="default")
+    assert out["metadata"]["annotations"] == {
+        SPEC: '{"containers":{"test-container-a":{"limits":{"kubernetes.io/batch-cpu":"1k",'
+        '"kubernetes.io/batch-memory":"4Gi"},"requests":{"kubernetes.io/batch-cpu":"1k",'
+        '"kubernetes.io/batch-memory":"4Gi"}}}}'
+    }
+    assert out["spec"] == original["spec"]  # the spec itself is left alone
+
+
+async def test_an_annotation_already_equal_is_kept_byte_for_byte(webhook: Webhook) -> None:
+    existing = (
+        ' {"containers": {"app": {"requests": {"kubernetes.io/batch-cpu": "500"},"limits":{}}}}'
+    )
+    p = pod(
+        {"koordinator.sh/qosClass": "BE"},
+        requests={"kubernetes.io/batch-cpu": "500"},
+        limits={},
+        annotations={SPEC: existing},
+    )
+    response = await webhook.call("/mutate-pod", p, namespace="default")
+    assert response == {"uid": response["uid"], "allowed": True}  # no patch
+
+
+async def test_an_annotation_spelt_differently_is_rewritten_as_go_writes_it(
+    webhook: Webhook,
+) -> None:
+    """``reflect.DeepEqual`` tells ``"1000"`` from ``"1k"``; the pod's ``"1k"`` wins."""
+    existing = '{"containers":{"app":{"requests":{"kubernetes.io/batch-cpu":"1000"}}}}'
+    p = pod(
+        {"koordinator.sh/qosClass": "BE"},
+        requests={"kubernetes.io/batch-cpu": "1k"},
+        annotations={SPEC: existing},
+    )
+    out = await webhook.mutated(p, namespace="default")
+    assert out["metadata"]["annotations"][SPEC] == (
+        '{"containers":{"app":{"requests":{"kubernetes.io/batch-cpu":"1k"}}}}'
+    )
+
+
+async def test_a_pod_without_batch_resources_has_a_stale_annotation_emptied(
+    webhook: Webhook,
+) -> None:
+    stale = '{"containers":{"app":{"requests":{"kubernetes.io/batch-cpu":"1k"}}}}'
+    out = await webhook.mutated(
+        pod(requests={"cpu": "1"}, annotations={SPEC: stale}), namespace="default"
+    )
+    assert out["metadata"]["annotations"][SPEC] == "{}"
+
+
+async def test_an_annotation_go_cannot_decode_denies_the_pod_naming_the_field(
+    webhook: Webhook,
+) -> None:
+    bad = '{"containers":{"app":{"limits":{"kubernetes.io/batch-cpu":"lots"}}}}'
+    response = await webhook.call("/mutate-pod", pod(annotations={SPEC: bad}), namespace="default")
+    assert response["allowed"] is False
+    assert response["status"]["code"] == 500
+    message = response["status"]["message"]
+    assert SPEC in message
+    assert "containers.app.limits.kubernetes.io/batch-cpu" in message
+
+
+# The validating webhook ---------------------------------------------------------------------
 @pytest.mark.parametrize(
     ("labels", "priority", "requests", "allowed", "reason"),
     [
@@ -381,6 +489,7 @@ async def test_a_be_pod_labelled_batch_is_allowed_whatever_its_band(webhook: Web
     assert response["allowed"] is True
 
 
+# The server ---------------------------------------------------------------------------------
 async def test_a_request_that_is_not_an_admission_review_is_a_400(webhook: Webhook) -> None:
     async with webhook.session.post(webhook.url + "/mutate-pod", json={"hello": 1}) as resp:
         assert resp.status == 400
@@ -389,81 +498,9 @@ async def test_a_request_that_is_not_an_admission_review_is_a_400(webhook: Webho
 async def test_an_untrusted_client_cannot_complete_the_handshake(
     webhook: Webhook, tmp_path: Path
 ) -> None:
-    other = ensure_certificates(tmp_path, service="other", namespace="x")
-    ctx = ssl.create_default_context(cafile=str(other.ca_cert))
+    other = generate("other.x.svc", [])
+    write_dir(tmp_path, other)
+    ctx = ssl.create_default_context(cafile=str(tmp_path / "ca-cert.pem"))
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=ctx)) as session:
         with pytest.raises(aiohttp.ClientConnectorCertificateError):
             await session.get(webhook.url + "/healthz")
-
-
-def test_certificates_are_reused_while_valid_and_name_the_service(tmp_path: Path) -> None:
-    first = ensure_certificates(tmp_path, service="svc", namespace="ns")
-    cert = first.cert.read_bytes()
-    second = ensure_certificates(tmp_path, service="svc", namespace="ns")
-    assert second.cert.read_bytes() == cert
-    assert (first.key.stat().st_mode & 0o777) == 0o600
-    third = ensure_certificates(tmp_path, service="svc", namespace="ns", renew_before_days=400)
-    assert third.cert.read_bytes() != cert  # expiring within the window: made afresh
-    out = subprocess.run(
-        ["openssl", "x509", "-in", str(third.cert), "-noout", "-ext", "subjectAltName"],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
-    names = {part.strip().removeprefix("DNS:") for part in out.splitlines()[1].split(",")}
-    assert names == {"svc", "svc.ns", "svc.ns.svc", "svc.ns.svc.cluster.local"}
-
-
-async def test_the_ca_is_injected_into_both_webhook_configurations(
-    kube_api: FakeApiServer, kube_client: KubeClient, certs: CertPaths
-) -> None:
-    for kind in EXTRA_KINDS:
-        kube_api.register(kind)
-    for plural, name in (
-        ("mutatingwebhookconfigurations", "m"),
-        ("validatingwebhookconfigurations", "v"),
-    ):
-        kube_api.put(
-            plural,
-            {
-                "metadata": {"name": name},
-                "webhooks": [{"name": "a.koordinator.sh", "clientConfig": {}}],
-            },
-        )
-    ca = certs.ca_cert.read_bytes()
-    assert await inject_ca_bundle(kube_client, ca, mutating="m", validating="v") == 2
-    assert await inject_ca_bundle(kube_client, ca, mutating="m", validating="v") == 0
-    hook = kube_api.get("validatingwebhookconfigurations", "v")
-    assert hook is not None
-    assert base64.b64decode(hook["webhooks"][0]["clientConfig"]["caBundle"]) == ca
-
-
-MANIFESTS = Path(__file__).resolve().parents[2] / "packaging" / "kubernetes" / "manager"
-
-
-def manifest_docs(name: str) -> list[dict[str, Any]]:
-    return [d for d in yaml.safe_load_all((MANIFESTS / name).read_text(encoding="utf-8")) if d]
-
-
-def test_the_webhook_configurations_call_the_paths_the_server_serves_through_the_service() -> None:
-    service = manifest_docs("service.yaml")[0]
-    deployment = manifest_docs("deployment.yaml")[0]
-    webhook = next(
-        c for c in deployment["spec"]["template"]["spec"]["containers"] if c["name"] == "webhook"
-    )
-    assert service["spec"]["ports"][0]["targetPort"] == webhook["ports"][0]["containerPort"]
-    assert service["spec"]["selector"] == deployment["spec"]["selector"]["matchLabels"]
-    paths = {}
-    for cfg in manifest_docs("webhooks.yaml"):
-        for hook in cfg["webhooks"]:
-            assert hook["failurePolicy"] in ("Ignore", "Fail")
-            assert hook["admissionReviewVersions"] == ["v1"]
-            assert hook["clientConfig"]["service"]["name"] == service["metadata"]["name"]
-            paths[cfg["kind"]] = hook["clientConfig"]["service"]["path"]
-    assert paths == {
-        "MutatingWebhookConfiguration": MUTATE_PATH,
-        "ValidatingWebhookConfiguration": VALIDATE_PATH,
-    }
-    cert = next(d for d in manifest_docs("webhook-certmanager.yaml") if d["kind"] == "Certificate")
-    mount = deployment["spec"]["template"]["spec"]["volumes"][0]["secret"]["secretName"]
-    assert cert["spec"]["secretName"] == mount
