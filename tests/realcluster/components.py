@@ -202,7 +202,8 @@ class Koordinator:
     def start_webhook(self) -> Proc:
         """``koord-manager webhook`` on the node's address, reached by the API server through
         the shipped Service (here without a selector: its Endpoints name this process) and
-        webhook configurations, with its self-made certificate injected as their caBundle."""
+        webhook configurations; its certificate made and kept in the shipped Secret and its CA
+        patched into the configurations' caBundle by the webhook itself, as installed."""
         c = self.cluster
         assert c.network is not None
         port = free_port(c.network.gateway)
@@ -224,8 +225,8 @@ class Koordinator:
             ],
         }
         c.apply(json.dumps({"apiVersion": "v1", "kind": "List", "items": [service, endpoints]}))
-        webhooks = (MANIFESTS / "manager" / "webhooks.yaml").read_text()
-        c.apply(webhooks)
+        for part in ("webhook-secret.yaml", "webhooks.yaml"):
+            c.kubectl("apply", "-f", str(MANIFESTS / "manager" / part))
         proc = self.start(
             "koord-manager-webhook",
             [
@@ -235,16 +236,17 @@ class Koordinator:
                 f"--webhook-host={c.network.gateway}",
                 f"--webhook-port={port}",
                 f"--webhook-cert-dir={self.root / 'webhook-certs'}",
-                "--self-signed",
+                f"--webhook-service-namespace={NAMESPACE}",
             ],
         )
         proc.wait_until(lambda: _webhook_ready(c), 60, "caBundle injected")
         return proc
 
     def scheduler_config(self) -> Path:
-        """The shipped koord-scheduler configuration (its ConfigMap's file), LoadAware's CPU
-        threshold dropped: on this 2-core test machine the whole suite's CPU is the nodes'
-        usage (LoadAware's own rules are the scheduler tests'); written to a file."""
+        """The shipped koord-scheduler configuration (its ConfigMap's file) without LoadAware's
+        usage thresholds: the nodes are one machine, so each node's usage is the whole test
+        suite's, and the small node's memory usage is over its allocatable by design
+        (LoadAware's own rules are the scheduler tests'); written to a file."""
         c = self.cluster
         c.kubectl("apply", "-f", str(MANIFESTS / "scheduler" / "config.yaml"))
         cm = c.get("configmap", "koord-scheduler-config", NAMESPACE)
@@ -252,7 +254,8 @@ class Koordinator:
         for profile in doc["profiles"]:
             for plugin in profile.get("pluginConfig", []):
                 if plugin["name"] == "LoadAwareScheduling":
-                    plugin["args"]["usageThresholds"].pop("cpu", None)
+                    # 0: the threshold does not apply (upstream's filterNodeUsage skips it)
+                    plugin["args"]["usageThresholds"] = {"cpu": 0, "memory": 0}
         path = self.root / "koord-scheduler-config.yaml"
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(yaml.safe_dump(doc))

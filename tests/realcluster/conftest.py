@@ -10,12 +10,14 @@ are absent (a fresh clone without ``../shared``); CI has them. See docs/realclus
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 from pathlib import Path
 
 import pytest
 
 from envtest import assets
 from envtest.cluster import Cluster
+from envtest.procs import tail
 from tests.realcluster.components import HostProcs, Koordinator, proxy_front, wait
 from tests.realcluster.loop import FAST_COLOCATION, patch_slo_config
 
@@ -104,3 +106,19 @@ def hostprocs(cluster: Cluster, koordinator: Koordinator) -> HostProcs:
             scheduler=koordinator.start_scheduler(),
         )
     return koordinator.hostprocs
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+    """A failed test here carries the last lines of every component's log."""
+    report = yield
+    if report.failed and call.when == "call":
+        funcargs = getattr(item, "funcargs", {})
+        c = funcargs.get("cluster")
+        k = funcargs.get("koordinator")
+        logs: dict[str, Path] = dict(c.logs()) if isinstance(c, Cluster) else {}
+        if isinstance(k, Koordinator):
+            logs.update({p.name: p.log for p in k.procs})
+        for name, path in logs.items():
+            report.sections.append((f"log {name}", tail(path, 30)))
+    return report
