@@ -85,6 +85,7 @@ from koordlet.errors import ConfigError
 from koordlet.events.source import PressureEventSource
 from koordlet.executor.audit import AuditLog
 from koordlet.executor.originals import OriginalsJournal
+from koordlet.executor.statefiles import StateFiles
 from koordlet.executor.writer import CgroupWriter
 from koordlet.metriccache.store import MetricCache
 from koordlet.qos.evictor import Evictor
@@ -188,6 +189,8 @@ class Daemon:
         self.writer: CgroupWriter | None = None
         self.audit: AuditLog | None = None
         self.originals: OriginalsJournal | None = None
+        self.state_files: StateFiles | None = None
+        """The journal and the audit log as one health view (``/readyz``, metrics, status)."""
         self.evictor: Evictor | None = None
         self.cache: MetricCache | None = None
         self.capabilities: Capabilities | None = None

@@ -53,6 +53,7 @@ async def start_serving(daemon: Daemon) -> None:
         tick=lambda: daemon.collect_ticks,
         collect_interval=interval,
         health=daemon.health,
+        degraded=daemon.state_files.problems if daemon.state_files is not None else None,
         limits=ServerLimits(
             reads=LimitConfig(
                 max_in_flight=server.max_requests_in_flight, cpu_share=server.cpu_share
