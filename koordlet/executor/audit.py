@@ -150,8 +150,8 @@ class AuditLog:
         self._thread: threading.Thread | None = None
         self.retry_interval = retry_interval
         """Seconds between attempts to write held lines."""
-        self._line_file: LineFile | None = None if directory is None else LineFile(
-            os.path.join(directory, FILE_NAME)
+        self._line_file: LineFile | None = (
+            None if directory is None else LineFile(os.path.join(directory, FILE_NAME))
         )
         self._held: deque[bytes] = deque()
         self._failing = 0
@@ -393,8 +393,7 @@ class AuditLog:
         text = err.strerror or str(err)
         if text != self.last_error:
             logger.warning(
-                "audit log %s: %s; %d entries held in memory and written once the disk takes "
-                "them",
+                "audit log %s: %s; %d entries held in memory and written once the disk takes them",
                 self.path,
                 text,
                 len(self._held),

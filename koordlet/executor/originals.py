@@ -408,4 +408,3 @@ class OriginalsJournal:
         else:
             logger.debug("%s still failing: %s", self.path, text)
         self.last_error = text
-
