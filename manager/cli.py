@@ -77,7 +77,9 @@ def _explain_parser() -> argparse.ArgumentParser:
         "--config", required=True, metavar="FILE", help="the slo-controller-config ConfigMap"
     )
     ex.add_argument(
-        "--json", action="store_true", help="one JSON object (resources and terms) instead of the text"
+        "--json",
+        action="store_true",
+        help="one JSON object (resources and terms) instead of the text",
     )
     ex.add_argument(
         "--now",
