@@ -11,7 +11,8 @@ is taken as observed for as many rounds as every pool's ``anomalyCondition`` nee
 Printed: each node's class and usage against its thresholds, each candidate pod's fate, the
 migrations in the order they would start (plugin and reason), then notes. With ``--json``
 instead one JSON document and nothing else: ``{"nodes": {NAME: {"class":
-"high"|"low"|"normal", "usage": {RESOURCE: percent}}}, "migrations": [{"pod": "NS/NAME", "from": NODE, "plugin": ..., "reason": ...}]}``.
+"high"|"low"|"normal", "usage": {RESOURCE: percent}}}, "migrations": [{"pod": "NS/NAME",
+"from": NODE, "plugin": ..., "reason": ...}]}``.
 """
 
 from __future__ import annotations
