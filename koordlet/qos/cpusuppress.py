@@ -373,14 +373,24 @@ class CPUSuppress:
 
     async def _read(self, knob: Knob[_V], rel_dir: str, default: _T) -> _V | _T:
         """The knob's current value, read from its file on the writer thread (in order with the
-        queued writes); ``default`` when the cgroup is gone or the knob unsupported (logged)."""
+        queued writes); ``default`` when the cgroup is gone, the knob unsupported (logged) or
+        the file unreadable now (recorded as this round's failure: the round goes on)."""
         executor = self._ctx.executor
+        key = f"read {write_key(knob.name, rel_dir)}"
         try:
-            return await asyncio.wrap_future(executor.call(lambda: executor.read(knob, rel_dir)))
+            value: _V = await asyncio.wrap_future(
+                executor.call(lambda: executor.read(knob, rel_dir))
+            )
         except CgroupGoneError:
             logger.debug("%s: %s gone while reading %s", NAME, rel_dir, knob.name)
         except UnsupportedError as err:
             logger.debug("%s: %s unreadable: %s", NAME, knob.name, err)
+        except HostError as err:
+            self._failures.failed(key, str(err))
+            self._refused.append(f"{key}: {err}")
+        else:
+            self._failures.succeeded(key)
+            return value
         return default
 
     # cfsQuota -------------------------------------------------------------------------------
