@@ -59,6 +59,7 @@ test ``node``, the label docs/metrics.md gives them."""
 NO_SAMPLES_IN_A_HEALTHY_RUN = {
     "koordlet_task_restarts_total": "no eternal task failed",
     "koordlet_step_errors_total": "no step failed",
+    "koordlet_step_skipped_ticks_total": "no step overran its interval",
     "koordlet_pod_psi": "the fake tree's cgroups have no PSI files",
 }
 """Families the live koordlet serves without samples for other reasons: their panels' queries
