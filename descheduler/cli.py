@@ -32,7 +32,10 @@ logger = logging.getLogger(__name__)
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="koord-descheduler", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="koord-descheduler",
+        description="koord-descheduler: explain a round over a snapshot, or run against a cluster.",
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     ex = sub.add_parser("explain", help="explain what one descheduling round would do")
     ex.add_argument("--snapshot", required=True, type=Path, help="a v1 List of cluster objects")
@@ -44,7 +47,7 @@ def _parser() -> argparse.ArgumentParser:
         help="take the snapshot as observed this many rounds in a row (default: enough for "
         "every anomalyCondition)",
     )
-    ex.add_argument("--json", action="store_true", help="end with one JSON line")
+    ex.add_argument("--json", action="store_true", help="one JSON document instead of the text")
     run = sub.add_parser("run", help="deschedule a cluster under leader election")
     run.add_argument("--config", type=Path, help="a DeschedulerConfiguration")
     run.add_argument("--kubeconfig", help="kubeconfig (default: $KUBECONFIG or in-cluster)")

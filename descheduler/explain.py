@@ -9,9 +9,10 @@ is taken as observed for as many rounds as every pool's ``anomalyCondition`` nee
 (``--rounds N`` takes it as seen N rounds in a row; ``--rounds 1`` is the daemon's first round).
 
 Printed: each node's class and usage against its thresholds, each candidate pod's fate, the
-migrations in the order they would start (plugin and reason), then notes. With ``--json`` the
-last line is ``{"nodes": {NAME: {"class": "high"|"low"|"normal", "usage": {RESOURCE: percent}}},
-"migrations": [{"pod": "NS/NAME", "from": NODE, "plugin": ..., "reason": ...}]}``.
+migrations in the order they would start (plugin and reason), then notes. With ``--json``
+instead one JSON document and nothing else: ``{"nodes": {NAME: {"class":
+"high"|"low"|"normal", "usage": {RESOURCE: percent}}}, "migrations": [{"pod": "NS/NAME",
+"from": NODE, "plugin": ..., "reason": ...}]}``.
 """
 
 from __future__ import annotations
@@ -112,7 +113,6 @@ def explain(
 ) -> list[str]:
     """The lines ``koord-descheduler explain`` prints."""
     report = explain_round(cfg, cluster, now, rounds)
-    lines = list(render(cfg, cluster, report))
-    if json_line:
-        lines.append(json.dumps(as_json(cluster, report), separators=(",", ":")))
-    return lines
+    if json_line:  # one JSON document and nothing else
+        return [json.dumps(as_json(cluster, report), separators=(",", ":"))]
+    return list(render(cfg, cluster, report))

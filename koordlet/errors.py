@@ -7,7 +7,8 @@
     ├── HostError              the host refused or lacks something
     │   ├── UnsupportedError   a knob or source this host cannot provide (with the reason)
     │   ├── CgroupGoneError    the cgroup vanished (ENOENT); a race with deletion, not a fault
-    │   └── ParseError         a kernel file in a format we do not understand
+    │   ├── ParseError         a kernel file in a format we do not understand
+    │   └── WritesRefusedError a round did all it could, but the kernel refused some writes
     └── InvalidValueError      a value outside a knob's valid range (never written)
 
 Host code translates ``OSError`` into these at the boundary and chains the cause.
@@ -45,6 +46,17 @@ class CgroupGoneError(HostError):
 
 class ParseError(HostError):
     """A kernel file had a format we do not understand; names the file."""
+
+
+class WritesRefusedError(HostError):
+    """A round that went on past refused writes and did all the rest; raised at its end so the
+    loop counts a failed step. Each refusal was already logged by its owner (once per change,
+    :class:`koordlet.qos.shared.WriteFailures`), so the supervisor logs this one at debug."""
+
+    def __init__(self, who: str, failures: list[str]) -> None:
+        self.failures = failures
+        more = f" (and {len(failures) - 3} more)" if len(failures) > 3 else ""
+        super().__init__(f"{who}: {len(failures)} writes refused: {'; '.join(failures[:3])}{more}")
 
 
 class InvalidValueError(KoordletError):

@@ -180,6 +180,8 @@ def render(answers: Mapping[str, Any], base: str, out: TextIO, now: float) -> No
     )
     if th.get("nodeslo_rejected"):
         w(f"            NodeSLO rejected, last good values kept: {th['nodeslo_rejected']}\n")
+    for line in summary.get("degraded") or ():
+        w(f"state dir   {_one_line(line, 200)}\n")
 
     w(f"\n{'class':<12}{'pods':>5}{'CPU cores':>12}{'memory':>12}\n")
     for name, row in summary["classes"].items():

@@ -8,7 +8,9 @@ never cancels the others:
   loop's start, so it does not drift; a step that overruns its interval skips the ticks it
   missed instead of bursting to catch up. A step that raises is logged (with its traceback the
   first time, then one line at most once a minute while it keeps failing), counted in
-  ``koordlet_step_errors_total`` and retried at the next tick.
+  ``koordlet_step_errors_total`` and retried at the next tick; a
+  :class:`~koordlet.errors.WritesRefusedError` (a round that went on past refused writes, each
+  logged by its owner) is counted and logged at debug only.
 - :meth:`Supervisor.spawn` runs an eternal task (a watch, a server). Returning is a bug and is
   logged as one; raising is logged. Both restart it after an exponential backoff (1 s doubling up
   to 30 s by default), which resets once the task has run longer than the cap.
@@ -30,6 +32,7 @@ from dataclasses import asdict, dataclass
 from types import TracebackType
 from typing import Any
 
+from koordlet.errors import WritesRefusedError
 from koordlet.selfmetrics import SelfMetrics
 
 logger = logging.getLogger(__name__)
@@ -272,7 +275,9 @@ class Supervisor:
         else:
             rec.last_error = f"{type(err).__name__}: {err}"
         now = self._now()
-        if rec.consecutive_errors == 1 or type(err) is not rec.last_error_type:
+        if isinstance(err, WritesRefusedError):  # its owner logged each refusal once
+            logger.debug("loop %s: %s", rec.name, rec.last_error)
+        elif rec.consecutive_errors == 1 or type(err) is not rec.last_error_type:
             logger.error("loop %s: step failed; retrying at the next tick", rec.name, exc_info=err)
             rec.last_warned = now
         elif now - rec.last_warned >= FAILING_WARN_EVERY:

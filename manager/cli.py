@@ -6,7 +6,8 @@ the API server, under leader election on the ``koordinator-manager`` Lease unles
 
 ``koord-manager explain --node FILE --node-metric FILE --pods FILE --config FILE [--json]``
 prints the batch and mid resources the node resource controller would write for one node, with
-every term of the formula. Files are YAML or JSON (JSON when the name ends in ``.json``): a
+every term of the formula (with ``--json`` one JSON document instead, nothing else). Files are
+YAML or JSON (JSON when the name ends in ``.json``): a
 Node, its NodeMetric, a v1 PodList and the slo-controller-config ConfigMap. Bad input exits 2
 with a message naming the file and the field.
 
@@ -83,7 +84,9 @@ def _explain_parser() -> argparse.ArgumentParser:
         "normalization ratio, as the controller reads it (default: the Node's annotation)",
     )
     ex.add_argument(
-        "--json", action="store_true", help="end with one JSON object: resources and terms"
+        "--json",
+        action="store_true",
+        help="one JSON object (resources and terms) instead of the text",
     )
     ex.add_argument(
         "--now",
@@ -132,10 +135,11 @@ def _explain(args: argparse.Namespace) -> int:
     result = calculate(config, node, metric, pods, now, topology_annotations=topology)
     update = decide_update(result, node.extended, last, now)
     out = sys.stdout
+    if args.json:  # one JSON document and nothing else, for a pipe to jq
+        out.write(json.dumps(to_json(result, update), sort_keys=False) + "\n")
+        return 0
     for line in to_text(result, update):
         out.write(line + "\n")
-    if args.json:
-        out.write(json.dumps(to_json(result, update), sort_keys=False) + "\n")
     return 0
 
 

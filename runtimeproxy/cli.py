@@ -62,7 +62,11 @@ def _seconds(flag: str, text: str) -> float:
 
 def build_parser() -> argparse.ArgumentParser:
     d = ProxyConfig()
-    p = _Parser(prog="koord-runtime-proxy", description=__doc__.split("\n\n")[0] if __doc__ else "")
+    p = _Parser(
+        prog="koord-runtime-proxy",
+        description="koord-runtime-proxy: the CRI proxy that calls the koordlet's runtime hooks "
+        "(Koordinator's flag names where it has them).",
+    )
     p.add_argument(
         "--version", action="version", version=f"koord-runtime-proxy (koordinator-py) {__version__}"
     )

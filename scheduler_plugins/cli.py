@@ -2,8 +2,9 @@
 
 ``koord-scheduler explain --pod FILE --snapshot FILE [--config FILE] [--now TIME] [--json]``
 prints each plugin's filter verdict (with its reason) and score per node, the total, the node
-the scheduler would pick and what reserve would write on the pod. With ``--json`` the last line
-is ``{"nodes": {NODE: {"feasible", "reasons", "scores", "score"}}}`` (0..100 scales).
+the scheduler would pick and what reserve would write on the pod. With ``--json`` it prints one
+JSON document and nothing else: ``{"nodes": {NODE: {"feasible", "reasons", "scores",
+"score"}}}`` (0..100 scales).
 
 ``koord-scheduler extender [--snapshot FILE] --addr 127.0.0.1:PORT [--config FILE]
 [--kubeconfig FILE] [--bind]`` serves the extender verbs (see ``extender.py``) over a snapshot
@@ -50,7 +51,10 @@ logger = logging.getLogger(__name__)
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = SuggestingParser(prog="koord-scheduler", description=__doc__.split("\n")[0])
+    parser = SuggestingParser(
+        prog="koord-scheduler",
+        description="koord-scheduler: explain a placement, or serve the kube-scheduler extender.",
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     ex = sub.add_parser("explain", help="explain where a pod would go and why")
     ex.add_argument("--pod", required=True, type=Path, help="a v1 Pod (YAML or JSON)")
@@ -60,7 +64,7 @@ def _parser() -> argparse.ArgumentParser:
         "--feature-gates", default="", help="A=true,B=false (ElasticQuotaGuaranteeUsage)"
     )
     ex.add_argument("--now", help="evaluate at this RFC 3339 time (default: the wall clock)")
-    ex.add_argument("--json", action="store_true", help="end with one JSON line")
+    ex.add_argument("--json", action="store_true", help="one JSON document instead of the text")
     ext = sub.add_parser("extender", help="serve the kube-scheduler extender protocol")
     ext.add_argument(
         "--snapshot", type=Path, help="a v1 List of cluster objects (default: informers)"
@@ -212,10 +216,11 @@ def explain(
     evaluation = fw.evaluate(snapshot, pod, cycle=cycle, all_verdicts=True)
     best = evaluation.best()
     reserved = fw.reserve(cycle, pod, best) if best is not None else None
+    if as_json:  # one JSON document and nothing else
+        print(json.dumps(evaluation.as_json(), sort_keys=False, separators=(",", ":")))
+        return 0
     for line in render(fw, pod, evaluation, reserved):
         print(line)
-    if as_json:
-        print(json.dumps(evaluation.as_json(), sort_keys=False, separators=(",", ":")))
     return 0
 
 

@@ -73,10 +73,13 @@ from koordlet.daemon.cluster import (
 from koordlet.daemon.collecting import adopt_redetected_host, start_collectors
 from koordlet.daemon.hookviews import HookViews
 from koordlet.daemon.host import (
+    CAPABILITY_RECHECK,
     GC_GEN0_THRESHOLD,
     NOFILE_TARGET,
+    CapabilityWatch,
     DriverWatch,
     raise_nofile_limit,
+    recheck_capabilities,
     settle_gc,
 )
 from koordlet.daemon.serving import SERVER_SHUTDOWN_TIMEOUT, start_serving
@@ -85,6 +88,7 @@ from koordlet.errors import ConfigError
 from koordlet.events.source import PressureEventSource
 from koordlet.executor.audit import AuditLog
 from koordlet.executor.originals import OriginalsJournal
+from koordlet.executor.statefiles import StateFiles
 from koordlet.executor.writer import CgroupWriter
 from koordlet.metriccache.store import MetricCache
 from koordlet.qos.evictor import Evictor
@@ -188,6 +192,8 @@ class Daemon:
         self.writer: CgroupWriter | None = None
         self.audit: AuditLog | None = None
         self.originals: OriginalsJournal | None = None
+        self.state_files: StateFiles | None = None
+        """The journal and the audit log as one health view (``/readyz``, metrics, status)."""
         self.evictor: Evictor | None = None
         self.cache: MetricCache | None = None
         self.capabilities: Capabilities | None = None
@@ -216,6 +222,8 @@ class Daemon:
             node=self._kube_node,
         )
         """The runtime hooks' views of the node (cpuset share pools, pods' network classes)."""
+        self.capability_watch: CapabilityWatch | None = None
+        """Re-probes the capabilities while running (``koordlet_capability_lost``)."""
         self.driver_watch: DriverWatch | None = None
         """With ``--cgroup-driver=auto``: re-detects the driver until a kubepods root appears."""
 
@@ -286,6 +294,18 @@ class Daemon:
         caps = await asyncio.to_thread(probe_capabilities, host)
         self.capabilities = caps
         self.metrics.record_capabilities({name: c.supported for name, c in caps.items()})
+        watch = CapabilityWatch(
+            lambda: self.need(self.host),
+            caps,
+            watches_lost=lambda: self.events.lost if self.events is not None else {},
+            publish=self.metrics.record_capabilities,
+        )
+        self.capability_watch = watch
+        self.registry.register(watch)
+        self.supervisor_for("states").spawn_loop(
+            "capabilities", functools.partial(recheck_capabilities, watch), CAPABILITY_RECHECK,
+            component="daemon",
+        )  # fmt: skip
         writer.capabilities = caps
         self.kubepods = KubepodsSource(host)
         if self.cfg.nodeslo_file is not None:

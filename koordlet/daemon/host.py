@@ -1,18 +1,24 @@
 """What the daemon does to its own process and watches on the host outside its components: the
-open-file limit raised before the collectors start, the garbage collector settled once ready, and
-the cgroup driver re-detected until a kubepods root appears (``--cgroup-driver=auto``).
+open-file limit raised before the collectors start, the garbage collector settled once ready,
+the cgroup driver re-detected until a kubepods root appears (``--cgroup-driver=auto``), and the
+capabilities the start-up probe found re-checked while running (:class:`CapabilityWatch`).
 """
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import logging
 import os
 import resource
+from collections.abc import Callable, Iterator, Mapping
+
+from prometheus_client.core import GaugeMetricFamily, Metric
 
 from koordlet.system.cgroups import CgroupDriver, kube_root_for
 from koordlet.system.host import Host
 from koordlet.system.paths import HostPaths
+from koordlet.system.probe import Capabilities, probe_capabilities
 
 logger = logging.getLogger(__name__)
 
@@ -105,3 +111,86 @@ def settle_gc() -> None:
     gc.freeze()
     gen0, gen1, gen2 = gc.get_threshold()
     gc.set_threshold(max(gen0, GC_GEN0_THRESHOLD), gen1, gen2)
+
+
+async def recheck_capabilities(watch: CapabilityWatch) -> None:
+    """One round of the ``capabilities`` loop: re-probe in a worker thread."""
+    await asyncio.to_thread(watch.recheck)
+
+
+CAPABILITY_RECHECK = 300.0
+"""Seconds between two re-probes of the host's capabilities (a probe reads ~50 files: ~30 ms)."""
+
+
+class CapabilityWatch:
+    """What the host could do at start and no longer can: a capability the start-up probe found
+    supported that a re-probe finds unsupported (resctrl unmounted, a controller detached, PSI
+    switched off), and a pressure watch armed once that the host refuses when armed again.
+
+    :meth:`recheck` (the ``capabilities`` loop, every :data:`CAPABILITY_RECHECK` seconds, in a
+    worker thread) re-probes; :meth:`lost` names what is lost with the reason;
+    ``koordlet_capability_lost{name}`` is 1 for each (a Prometheus collector, fresh per scrape;
+    the alert ``KoordletCapabilityLost``) and ``koordlet_capability_supported`` follows the
+    re-probe. What the daemon does keeps using the start-up verdicts; a lost one shows in
+    ``/debug/capabilities`` with ``"lost": true``.
+
+    :param host: the current layout (re-detected with ``--cgroup-driver=auto``).
+    :param at_start: the start-up probe's verdicts.
+    :param watches_lost: the pressure event source's lost watches (empty without one).
+    :param publish: sets ``koordlet_capability_supported`` from a probe (the self metrics).
+    """
+
+    def __init__(
+        self,
+        host: Callable[[], Host],
+        at_start: Capabilities,
+        *,
+        watches_lost: Callable[[], Mapping[str, str]] = dict,
+        publish: Callable[[Mapping[str, bool]], None] | None = None,
+    ) -> None:
+        self._host = host
+        self.at_start = at_start
+        self._watches_lost = watches_lost
+        self._publish = publish
+        self._probe_lost: dict[str, str] = {}
+
+    def recheck(self) -> dict[str, str]:
+        """Probe again (blocking: call it in a worker thread); what is lost now."""
+        now = probe_capabilities(self._host())
+        lost = {
+            name: cap.reason or "unsupported"
+            for name, cap in now.items()
+            if not cap.supported and self.at_start.supported(name)
+        }
+        for name in sorted(lost.keys() - self._probe_lost.keys()):
+            logger.warning("capability %s lost since start: %s", name, lost[name])
+        for name in sorted(self._probe_lost.keys() - lost.keys()):
+            logger.info("capability %s supported again", name)
+        self._probe_lost = lost
+        if self._publish is not None:
+            self._publish({name: cap.supported for name, cap in now.items()})
+        return self.lost()
+
+    def lost(self) -> dict[str, str]:
+        """Capability (``events/<watch>`` for a pressure watch) → why it is lost."""
+        out = dict(self._probe_lost)
+        out.update({f"events/{name}": why for name, why in self._watches_lost().items()})
+        return out
+
+    def describe(self) -> list[Metric]:
+        return list(self._families({}))
+
+    def collect(self) -> Iterator[Metric]:
+        return self._families(self.lost())
+
+    @staticmethod
+    def _families(lost: Mapping[str, str]) -> Iterator[Metric]:
+        family = GaugeMetricFamily(
+            "koordlet_capability_lost",
+            "1 for a capability the host had at start and has lost (a re-probe finds it "
+            "unsupported, or a pressure watch armed once is refused); absent otherwise.",
+            labels=("name",),
+        )
+        for name in sorted(lost):
+            family.add_metric((name,), 1.0)
+        yield family

@@ -53,6 +53,7 @@ async def start_serving(daemon: Daemon) -> None:
         tick=lambda: daemon.collect_ticks,
         collect_interval=interval,
         health=daemon.health,
+        degraded=daemon.state_files.problems if daemon.state_files is not None else None,
         limits=ServerLimits(
             reads=LimitConfig(
                 max_in_flight=server.max_requests_in_flight, cpu_share=server.cpu_share
@@ -82,7 +83,8 @@ async def start_serving(daemon: Daemon) -> None:
 def describe_capabilities(daemon: Daemon) -> dict[str, Any]:
     """``/debug/capabilities``: the start-up probe's verdicts, plus what was found
     unsupported while running: collector sources (``collector/<name>/<source>``) and
-    refused pressure watches (``events/<watch>``), each with its reason."""
+    refused pressure watches (``events/<watch>``), each with its reason; a capability lost
+    since start (:class:`~koordlet.daemon.host.CapabilityWatch`) has ``"lost": true``."""
     out: dict[str, Any] = dict(daemon.need(daemon.capabilities).as_dict())
     if daemon.runner is not None:
         for key, reason in sorted(daemon.runner.unsupported.items()):
@@ -93,6 +95,9 @@ def describe_capabilities(daemon: Daemon) -> dict[str, Any]:
     if daemon.runtime_hooks is not None:
         for key, reason in sorted(daemon.runtime_hooks.unsupported.items()):
             out[f"runtimehooks/{key}"] = {"supported": False, "reason": reason}
+    if daemon.capability_watch is not None:
+        for key, reason in sorted(daemon.capability_watch.lost().items()):
+            out[key] = {"supported": False, "reason": f"lost since start: {reason}", "lost": True}
     return out
 
 

@@ -6,11 +6,13 @@ evictor every strategy evicts through.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from typing import TYPE_CHECKING
 
 from koordlet.executor.audit import AuditLog, audit_log_for
 from koordlet.executor.originals import OriginalsJournal, read_boot_id
+from koordlet.executor.statefiles import StateFiles
 from koordlet.executor.writer import CgroupWriter
 from koordlet.qos.evictor import CgroupKillEvictor, EvictionBackend, Evictor
 from koordlet.system.cgroups import CgroupDriver, CgroupVersion
@@ -52,6 +54,16 @@ async def start_executor(daemon: Daemon) -> None:
     # Stops after the writer (a stage's steps stop last registered first): the writer's
     # last changes still reach the file.
     daemon.on_stop("executor", lambda t: asyncio.to_thread(audit.close, min(t, 2.0)))
+    state = StateFiles(journal, audit)
+    daemon.state_files = state
+    daemon.registry.register(state)
+    # What the disk refused is written again every collect interval, also with no new record.
+    daemon.supervisor_for("executor").spawn_loop(
+        "statefiles",
+        functools.partial(retry_state_files, state),
+        daemon.cfg.collect.res_used_interval,
+        component="daemon",
+    )
     qos = daemon.cfg.qos
     writer = CgroupWriter(
         daemon.host,
@@ -72,6 +84,12 @@ async def start_executor(daemon: Daemon) -> None:
             "every QoS strategy" if qos.dry_run else ", ".join(sorted(qos.dry_run_strategies)),
             audit.path,
         )
+
+
+async def retry_state_files(state: StateFiles) -> None:
+    """One round of the ``statefiles`` loop: write what the journal holds, off the loop."""
+    if state.needs_retry():
+        await asyncio.to_thread(state.retry)
 
 
 def build_evictor(daemon: Daemon, audit: AuditLog) -> Evictor:

@@ -74,6 +74,8 @@ class PressureEventSource:
         """Names being armed → False once ``unwatch`` cancelled them."""
         self._subscribers: list[Subscriber] = []
         self._unsupported: dict[str, str] = {}
+        self._armed_once: set[str] = set()
+        self._lost: dict[str, str] = {}
         self._logged: set[tuple[str, str]] = set()
         self._dropped = 0
         self._closed = False
@@ -169,6 +171,8 @@ class PressureEventSource:
             raise
         self._watches[name] = watch
         self._unsupported.pop(name, None)
+        self._armed_once.add(name)
+        self._lost.pop(name, None)
         logger.info("pressure watch %s armed: %s on %s", name, watch.spec, path)
         return True
 
@@ -211,6 +215,12 @@ class PressureEventSource:
         return tuple(self._watches)
 
     @property
+    def lost(self) -> Mapping[str, str]:
+        """Watch name → reason, for the watches that were armed once and that this host refused
+        when armed again (a capability lost since start)."""
+        return dict(self._lost)
+
+    @property
     def unsupported(self) -> Mapping[str, str]:
         """Watch name → why this host could not arm it (until armed or unwatched)."""
         return dict(self._unsupported)
@@ -248,6 +258,8 @@ class PressureEventSource:
 
     def _note_unsupported(self, name: str, reason: str) -> None:
         self._unsupported[name] = reason
+        if name in self._armed_once:
+            self._lost[name] = reason
         if (name, reason) in self._logged:
             logger.debug("pressure watch %s still unsupported: %s", name, reason)
             return

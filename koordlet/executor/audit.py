@@ -15,8 +15,19 @@ loop, to ``<dir>/audit.jsonl`` as JSON lines. The file rotates by size
 so the log never holds more than ``max_bytes * (backups + 1)`` bytes on disk. A dedicated thread
 (``audit-log``) does the file I/O; :meth:`AuditLog.record` only appends to the ring and hands the
 entry to a bounded queue, so it never blocks and never raises into its caller (the writer
-thread, a strategy on the event loop). A full queue drops the entry from the file (counted in
-``dropped``, still in the ring); a file error is logged once and counted in ``errors``.
+thread, a strategy on the event loop).
+
+Nothing is lost that can be kept: lines are appended whole
+(:class:`~koordlet.executor.appendfile.LineFile`: a failed write is cut back, a torn tail cut
+off, never glued to); lines the disk refuses (``ENOSPC``, a read-only directory) are held, up to
+:data:`HELD_MAX`, and written again every :data:`RETRY_INTERVAL` seconds (not only when a new
+entry comes) until the disk takes them. The counters tell the truth: ``recorded`` entries
+recorded; ``written`` lines the file took (counted after the write returned); ``dropped``
+entries that will never reach the file (the queue full, the held lines beyond
+:data:`HELD_MAX`, lines still held at close, entries recorded outside ``start``/``close``);
+``errors`` failed attempts (one per attempt, however many lines it carried); ``pending``
+lines held now. A failure is logged once per distinct error, and once when the file takes
+lines again (with the count of failed attempts).
 """
 
 from __future__ import annotations
@@ -30,7 +41,9 @@ import time
 from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import IO, TYPE_CHECKING, Any, Final, Literal
+from typing import TYPE_CHECKING, Any, Final, Literal
+
+from koordlet.executor.appendfile import LineFile
 
 if TYPE_CHECKING:
     from koordlet.config import KoordletConfig
@@ -52,6 +65,11 @@ DEFAULT_RING: Final = 1024
 """Recent entries kept in memory for ``/debug/audit``."""
 QUEUE_SIZE: Final = 10_000
 """Entries waiting for the file thread before new ones skip the file."""
+HELD_MAX: Final = 10_000
+"""Lines the disk refused that are kept for the next attempt; beyond, the oldest are dropped
+(about 3 MiB at most)."""
+RETRY_INTERVAL: Final = 1.0
+"""Seconds between two attempts to write held lines."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,6 +134,7 @@ class AuditLog:
         backups: int = DEFAULT_BACKUPS,
         ring: int = DEFAULT_RING,
         clock: Callable[[], float] = time.time,
+        retry_interval: float = RETRY_INTERVAL,
     ) -> None:
         if max_bytes < 1024:
             raise ValueError(f"max_bytes must be at least 1024, got {max_bytes}")
@@ -129,16 +148,23 @@ class AuditLog:
         self._ring_lock = threading.Lock()
         self._queue: queue.Queue[AuditEntry | None] = queue.Queue(QUEUE_SIZE)
         self._thread: threading.Thread | None = None
-        self._file: IO[bytes] | None = None
-        self._size = 0
+        self.retry_interval = retry_interval
+        """Seconds between attempts to write held lines."""
+        self._line_file: LineFile | None = (
+            None if directory is None else LineFile(os.path.join(directory, FILE_NAME))
+        )
+        self._held: deque[bytes] = deque()
+        self._failing = 0
         self.recorded = 0
         """Entries recorded since start."""
         self.written = 0
-        """Entries appended to the file."""
+        """Lines the file took (counted once the write returned)."""
         self.dropped = 0
-        """Entries that skipped the file (queue full or log closed)."""
+        """Entries that will never reach the file (see the module docstring)."""
         self.errors = 0
-        """File errors (each logged; the first with a warning)."""
+        """Failed attempts to write the file (one per attempt)."""
+        self.last_error = ""
+        """What the last failed attempt said; empty once the file took every held line."""
 
     @property
     def path(self) -> str | None:
@@ -253,71 +279,102 @@ class AuditLog:
             "written": self.written,
             "dropped": self.dropped,
             "errors": self.errors,
+            "pending": len(self._held),
+            "last_error": self.last_error,
             "in_memory": len(self._ring),
         }
+
+    @property
+    def pending(self) -> int:
+        """Lines held because the disk refused them."""
+        return len(self._held)
 
     # The file thread ---------------------------------------------------------------------------
 
     def _run(self) -> None:
         try:
             while True:
-                entry = self._queue.get()
-                batch: list[AuditEntry] = []
+                timeout = self.retry_interval if self._held else None
+                try:
+                    entry = self._queue.get(timeout=timeout)
+                except queue.Empty:
+                    self._write_held()
+                    continue
                 stop = entry is None
                 if entry is not None:
-                    batch.append(entry)
-                while not stop and len(batch) < 512:
+                    self._hold(entry)
+                taken = 1
+                while not stop and taken < 512:
                     try:
                         more = self._queue.get_nowait()
                     except queue.Empty:
                         break
+                    taken += 1
                     if more is None:
                         stop = True
                     else:
-                        batch.append(more)
-                if batch:
-                    self._append(batch)
+                        self._hold(more)
+                self._write_held()
                 if stop:
                     return
         finally:
-            self._close_file()
+            if self._held:
+                self.dropped += len(self._held)
+                logger.warning(
+                    "audit log %s: %d entries the disk refused are lost at close",
+                    self.path,
+                    len(self._held),
+                )
+                self._held.clear()
 
-    def _append(self, batch: list[AuditEntry]) -> None:
-        for entry in batch:
-            line = (json.dumps(entry.as_dict(), default=str, ensure_ascii=False) + "\n").encode()
+    def _hold(self, entry: AuditEntry) -> None:
+        if len(self._held) >= HELD_MAX:
+            self._held.popleft()
+            self.dropped += 1
+        line = json.dumps(entry.as_dict(), default=str, ensure_ascii=False) + "\n"
+        self._held.append(line.encode())
+
+    def _write_held(self) -> None:
+        """Append the held lines, rotating where the current file would overflow; on a failure
+        the lines not written stay held."""
+        lf = self._line_file
+        assert lf is not None  # the thread runs only with a directory
+        while self._held:
             try:
-                f = self._open(len(line))
-                f.write(line)
-                self._size += len(line)
-                self.written += 1
+                size = self._current_size(lf)
+                if size > 0 and size + len(self._held[0]) > self.max_bytes:
+                    self._rotate(lf.path)
+                    lf.forget_size()
+                    size = 0
+                chunk: list[bytes] = []
+                total = 0
+                for line in self._held:
+                    if chunk and size + total + len(line) > self.max_bytes:
+                        break
+                    chunk.append(line)
+                    total += len(line)
+                lf.append(b"".join(chunk))
             except OSError as err:
                 self._failed(err)
-                self._close_file()
-        try:
-            if self._file is not None:
-                self._file.flush()
-        except OSError as err:
-            self._failed(err)
-            self._close_file()
+                return
+            for _ in chunk:
+                self._held.popleft()
+            self.written += len(chunk)
+        if self._failing:
+            logger.info(
+                "audit log %s: written again after %d failed attempts", self.path, self._failing
+            )
+            self._failing = 0
+        self.last_error = ""
 
-    def _open(self, need: int) -> IO[bytes]:
-        """The current file, rotated first when ``need`` more bytes would overflow it."""
-        path = self.path
-        assert path is not None  # the thread runs only with a directory
-        if self._file is not None and self._size > 0 and self._size + need > self.max_bytes:
-            self._close_file()
-            self._rotate(path)
-        if self._file is None:
-            os.makedirs(os.path.dirname(path), mode=0o750, exist_ok=True)
-            f = open(path, "ab")  # noqa: SIM115 (kept open across batches; closed by _close_file)
-            self._file = f
-            self._size = f.tell()
-            if self._size > 0 and self._size + need > self.max_bytes:
-                f.close()
-                self._file = None
-                self._rotate(path)
-                return self._open(need)
-        return self._file
+    def _current_size(self, lf: LineFile) -> int:
+        if lf.size is not None:
+            return lf.size
+        os.makedirs(os.path.dirname(lf.path), mode=0o750, exist_ok=True)
+        try:
+            return os.path.getsize(lf.path)
+        except FileNotFoundError:
+            return 0
 
     def _rotate(self, path: str) -> None:
         if self.backups == 0:
@@ -330,21 +387,20 @@ class AuditLog:
                 os.replace(older, f"{path}.{n + 1}")
         os.replace(path, f"{path}.1")
 
-    def _close_file(self) -> None:
-        f, self._file = self._file, None
-        self._size = 0
-        if f is not None:
-            try:
-                f.close()
-            except OSError as err:
-                self._failed(err)
-
     def _failed(self, err: OSError) -> None:
         self.errors += 1
-        if self.errors == 1:
-            logger.warning("audit log %s: %s (entries stay in memory)", self.path, err)
+        self._failing += 1
+        text = err.strerror or str(err)
+        if text != self.last_error:
+            logger.warning(
+                "audit log %s: %s; %d entries held in memory and written once the disk takes them",
+                self.path,
+                text,
+                len(self._held),
+            )
         else:
-            logger.debug("audit log %s: %s", self.path, err)
+            logger.debug("audit log %s still failing: %s", self.path, text)
+        self.last_error = text
 
 
 def audit_log_for(cfg: KoordletConfig) -> AuditLog:

@@ -99,6 +99,7 @@ from koordlet.qos.cgplan import (
     NAME as NAME,
 )
 from koordlet.qos.framework import StrategyContext, StrategyReport
+from koordlet.qos.shared import WriteFailures, write_key
 from koordlet.statesinformer.model import HostAppInfo, WorkloadSnapshot
 
 logger = logging.getLogger(__name__)
@@ -138,6 +139,7 @@ class CgroupReconcile:
         self.interval = interval
         self._ctx = ctx
         self._unsupported: dict[str, str] = {}
+        self._failures = WriteFailures(NAME, logger, clock=ctx.now)
         self._applied: dict[tuple[str, str], tuple[object, float]] = {}
         self._memo = PlanMemo()
         caps = ctx.capabilities
@@ -264,12 +266,15 @@ class CgroupReconcile:
 
     def _learn(self, writes: list[BatchWrite[Any]], result: BatchResult, now: float) -> None:
         failed: set[tuple[str, str]] = set()
+        refused: dict[str, str] = {}
         for w, err in result.errors:
             failed.add((w.knob_name, w.rel_dir))
             if " unsupported: " in err:
                 self._mark_unsupported(w.knob_name, err.split(" unsupported: ", 1)[1])
             else:
-                logger.warning("cgroup reconcile: %s of %s: %s", w.knob_name, w.rel_dir, err)
+                refused[write_key(w.knob_name, w.rel_dir)] = err
+        if refused or len(self._failures):  # each refusal logged once per change, with a count
+            self._failures.settle((write_key(w.knob_name, w.rel_dir) for w in writes), refused)
         gone = set(result.gone)
         # A dry-run value counts as applied too: its decision is audited once per cache lifetime,
         # not every second.

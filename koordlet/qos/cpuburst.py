@@ -48,7 +48,13 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from apis.extension import ANNOTATION_POD_CPU_BURST as POD_BURST_ANNOTATION
 from apis.slo import SchemaError
 from apis.slo_strategies import CPUBurstStrategy, parse_cpu_burst_strategy
-from koordlet.errors import CgroupGoneError, HostError, UnsupportedError
+from koordlet.errors import (
+    CgroupGoneError,
+    HostError,
+    InvalidValueError,
+    UnsupportedError,
+    WritesRefusedError,
+)
 from koordlet.metriccache import series
 from koordlet.qos.cpuburstrules import (
     BurstLimiter,
@@ -67,6 +73,7 @@ from koordlet.qos.cpuburstrules import (
     share_pool_ratio,
 )
 from koordlet.qos.framework import StrategyContext, StrategyReport
+from koordlet.qos.shared import WriteFailures, write_key
 from koordlet.statesinformer.model import ContainerInfo, PodInfo, WorkloadSnapshot
 from koordlet.system.knobs import CPU_BURST, CPU_CFS_QUOTA, Knob
 
@@ -155,6 +162,8 @@ class CPUBurst:
         self._limiters: dict[str, BurstLimiter] = {}
         self._gauges = _Gauges()
         self._unsupported: set[str] = set()
+        self._failures = WriteFailures(NAME, logger, clock=ctx.now)
+        self._refused: list[str] = []
         self._direction: dict[str, str] = {}
         """Container id → ``up``/``down``: the last quota move (a turn is logged at info)."""
         self._changes: dict[str, int] = {}
@@ -262,6 +271,15 @@ class CPUBurst:
         return await asyncio.wrap_future(executor.call(read_all))
 
     async def reconcile(self) -> None:
+        """One round; a write the kernel refuses is that write's alone (the other containers'
+        go on), reported, logged once per change, and the round ends with a
+        :class:`~koordlet.errors.WritesRefusedError` naming the refusals."""
+        self._refused = []
+        await self._round()
+        if self._refused:
+            raise WritesRefusedError(NAME, self._refused)
+
+    async def _round(self) -> None:
         ctx = self._ctx
         node_settings = ctx.node_slo().cpu_burst_strategy
         inputs: dict[str, Any] = {"policy": str(node_settings.policy)}
@@ -284,7 +302,14 @@ class CPUBurst:
         # stale only when the share pool was wanted (quota burst on) and could not be judged:
         # exactly the rounds counted by ctx.stale in _node_state
         stale = quota_burst and state is NodeState.UNKNOWN
-        ctx.report(NAME, StrategyReport(inputs, decision, stale=stale))
+        detail: dict[str, Any] = {}
+        result = ""
+        if self._refused:
+            result = f"{len(self._refused)} writes refused"
+            detail["refused_this_round"] = list(self._refused)
+        if len(self._failures):
+            detail["refused"] = self._failures.describe()
+        ctx.report(NAME, StrategyReport(inputs, decision, result, stale=stale, detail=detail))
 
     # CPU burst -------------------------------------------------------------------------------
 
@@ -408,6 +433,11 @@ class CPUBurst:
             except CgroupGoneError:
                 logger.debug("%s: %s gone while scaling its quota", NAME, rel)
                 return False
+            except (HostError, InvalidValueError) as err:
+                # the later steps depend on this one: this container waits for the next round
+                self._refuse(write_key(knob.name, rel), str(err))
+                return False
+            self._failures.succeeded(write_key(knob.name, rel))
         quotas[c_dir] = new
         if pod_new is not None:
             quotas[p_dir] = pod_new
@@ -444,18 +474,23 @@ class CPUBurst:
         results = await asyncio.gather(
             *(asyncio.wrap_future(f) for _, f in futures), return_exceptions=True
         )
-        failed = []
         for (rel, _), res in zip(futures, results, strict=True):
+            key = write_key(CPU_BURST.name, rel)
             if isinstance(res, UnsupportedError):
                 self._note_unsupported(res)
             elif isinstance(res, CgroupGoneError):
                 logger.debug("%s: %s gone", NAME, rel)
+                self._failures.forget((key,))
+            elif isinstance(res, (HostError, InvalidValueError)):
+                self._refuse(key, str(res))
             elif isinstance(res, BaseException):
-                failed.append(f"{rel}: {res}")
-        if failed:
-            logger.warning(
-                "%s: %d burst writes failed: %s", NAME, len(failed), "; ".join(failed[:5])
-            )
+                raise res
+            else:
+                self._failures.succeeded(key)
+
+    def _refuse(self, key: str, error: str) -> None:
+        self._failures.failed(key, error)
+        self._refused.append(f"{key}: {error}")
 
     def _summarize(self, now: float) -> None:
         """One info line a ``summary_interval`` with the quota moves since the last one (a busy

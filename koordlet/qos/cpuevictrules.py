@@ -120,14 +120,21 @@ def used_thresholds(s: CPUEvictSettings) -> tuple[int, int, int]:
 
 def allocatable_thresholds(s: CPUEvictSettings) -> tuple[int, int, int]:
     """``(threshold, lower, priority threshold)`` of the allocatable task, validated as
-    upstream's ``isAllocatableThresholdConfigValid``: a missing lower percent is 0."""
+    upstream's ``isAllocatableThresholdConfigValid`` (``cpuevict/cpu_evict.go``), but for a
+    missing ``cpuAllocatableEvictLowerPercent``: refused, as the memory task's is
+    (:func:`koordlet.qos.memoryrules.allocatable_thresholds`). Upstream's check lets it pass
+    (its test table: "CPUAllocatableEvictLowerPercent == nil" is valid) and its memory twin's
+    task then dereferences the missing value; taken as 0 it would release every batch and mid
+    request above the threshold, evicting them all. Ours: docs/qos-evict.md."""
     if s.allocatable_threshold is None:
         raise InvalidThreshold("CPUAllocatableEvictThresholdPercent not config")
     if s.allocatable_threshold < 0:
         raise InvalidThreshold(
             f"threshold percent({s.allocatable_threshold}) should equal or greater than 0"
         )
-    lower = s.allocatable_lower or 0
+    if s.allocatable_lower is None:
+        raise InvalidThreshold("CPUAllocatableEvictLowerPercent not config")
+    lower = s.allocatable_lower
     if lower >= s.allocatable_threshold:
         raise InvalidThreshold(
             f"lower percent({lower}) should less than threshold percent({s.allocatable_threshold})"

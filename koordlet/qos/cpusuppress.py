@@ -27,6 +27,22 @@ documented semantics (``docs/qos-cpu.md`` has the formulas and the differences):
   only when it changes.
 * **Stale inputs**: when the node's CPU usage is older than twice the collection interval (or
   the CPU topology is unknown) the round holds the state last applied and counts it.
+* **Refused writes**: each write's failure is its own. A write the kernel refuses is logged once
+  per change (then counted, and logged again with the count when it goes through:
+  :class:`~koordlet.qos.shared.WriteFailures`), the rest of the round goes on (the quota, the
+  cpuset of every other cgroup, the restores), the round's report in ``/debug/qos`` carries its
+  decision and the refusals, and the round ends with a
+  :class:`~koordlet.errors.WritesRefusedError` so that the step counts as failed.
+* **Ordered so the kernel accepts it**: cgroup v1 refuses (``EINVAL``) a quota on the
+  besteffort cgroup below the quota of one of its descendants (``tg_cfs_schedulable_down`` in
+  ``kernel/sched/core.c`` compares quota per period down the tree; v2 takes the minimum
+  instead). Before the cfsQuota policy lowers the besteffort quota, the BE pod and container
+  cgroups whose own quota is above the new one have it removed (``-1``, which the kernel never
+  refuses), in the same leveled batch and before the parent is written: what upstream's
+  ``BatchResource`` hook sets for BE pods while the policy is cfsQuota (``rule.go``), and a BE
+  cgroup is bounded by its parent anyway. This is the switch from cpuset to cfsQuota with BE
+  pods that have CPU limits. The cpuset batches are leveled likewise (a parent widened before
+  its children, a child narrowed before its parent).
 
 The settings are ``resourceUsedThresholdWithBE`` of the NodeSLO in force (``ctx.node_slo()``:
 typed, over Koordinator's defaults, its last good value when the NodeSLO's was rejected). The
@@ -55,7 +71,13 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from apis.cpulist import format_cpulist
 from apis.extension import KubeQOS
 from apis.slo_strategies import CPUSuppressPolicy, ResourceThresholdStrategy
-from koordlet.errors import CgroupGoneError, HostError, UnsupportedError
+from koordlet.errors import (
+    CgroupGoneError,
+    HostError,
+    InvalidValueError,
+    UnsupportedError,
+    WritesRefusedError,
+)
 from koordlet.executor.batch import BatchResult, BatchWrite
 from koordlet.executor.writer import WriteResult
 from koordlet.metriccache import series
@@ -78,8 +100,10 @@ from koordlet.qos.cpusuppressrules import (
     split_usage,
 )
 from koordlet.qos.framework import StrategyContext, StrategyReport
+from koordlet.qos.shared import WriteFailures, write_key
 from koordlet.statesinformer.model import WorkloadSnapshot
-from koordlet.system.knobs import CPU_CFS_QUOTA, CPUSET_CPUS, Knob
+from koordlet.system.cgroups import CgroupVersion
+from koordlet.system.knobs import CPU_CFS_PERIOD, CPU_CFS_QUOTA, CPUSET_CPUS, Knob
 
 logger = logging.getLogger(__name__)
 
@@ -157,6 +181,9 @@ class CPUSuppress:
         self._node_name = ctx.config.node_name
         self._node: NodeGetter | None = node if node is not None else ctx.node
         self._state = _State()
+        self._failures = WriteFailures(NAME, logger, clock=ctx.now)
+        self._refused: list[str] = []
+        """This round's refused writes (``<knob> <cgroup>: <error>``)."""
 
     # Introspection ---------------------------------------------------------------------------
 
@@ -168,6 +195,11 @@ class CPUSuppress:
     def debug_state(self) -> dict[str, Any]:
         """The last round's inputs, decision and result (``/debug/qos``)."""
         return dict(self._state.last)
+
+    @property
+    def refused(self) -> dict[str, dict[str, Any]]:
+        """The writes the kernel refuses now, with their error and count."""
+        return self._failures.describe()
 
     def describe(self) -> Iterable[Metric]:
         return list(self._families())
@@ -208,6 +240,22 @@ class CPUSuppress:
             return None
 
     async def reconcile(self) -> None:
+        self._refused = []
+        await self._round()
+        if self._refused:
+            raise WritesRefusedError(NAME, self._refused)
+
+    def _report(self, inputs: Mapping[str, Any], decision: str, result: str) -> None:
+        """The round's report, with the writes refused this round and those failing still."""
+        detail: dict[str, Any] = {}
+        if self._refused:
+            result = _joined([result, f"{len(self._refused)} writes refused"])
+            detail["refused_this_round"] = list(self._refused)
+        if len(self._failures):
+            detail["refused"] = self._failures.describe()
+        self._ctx.report(NAME, StrategyReport(inputs, decision, result, detail=detail))
+
+    async def _round(self) -> None:
         ctx = self._ctx
         settings = ctx.node_slo().resource_used_threshold_with_be
         snapshot = ctx.workloads()
@@ -229,7 +277,7 @@ class CPUSuppress:
                         snapshot, be_dir, processors, excluded, "BE suppress disabled"
                     )
                 )
-            ctx.report(NAME, StrategyReport(inputs, last["decision"], _joined(results)))
+            self._report(inputs, last["decision"], _joined(results))
             return
         if not processors:
             self._hold(inputs, last, "CPU topology (node_info) not collected yet")
@@ -294,7 +342,7 @@ class CPUSuppress:
             )
             restored = await self._restore_quota(be_dir, "policy is cpuset")
         result = _joined([last.get("result", ""), restored])
-        ctx.report(NAME, StrategyReport(inputs, last["decision"], result or reason))
+        self._report(inputs, last["decision"], result or reason)
 
     def _hold(self, inputs: dict[str, Any], last: dict[str, Any], why: str) -> None:
         self._state.stale_rounds += 1
@@ -325,14 +373,24 @@ class CPUSuppress:
 
     async def _read(self, knob: Knob[_V], rel_dir: str, default: _T) -> _V | _T:
         """The knob's current value, read from its file on the writer thread (in order with the
-        queued writes); ``default`` when the cgroup is gone or the knob unsupported (logged)."""
+        queued writes); ``default`` when the cgroup is gone, the knob unsupported (logged) or
+        the file unreadable now (recorded as this round's failure: the round goes on)."""
         executor = self._ctx.executor
+        key = f"read {write_key(knob.name, rel_dir)}"
         try:
-            return await asyncio.wrap_future(executor.call(lambda: executor.read(knob, rel_dir)))
+            value: _V = await asyncio.wrap_future(
+                executor.call(lambda: executor.read(knob, rel_dir))
+            )
         except CgroupGoneError:
             logger.debug("%s: %s gone while reading %s", NAME, rel_dir, knob.name)
         except UnsupportedError as err:
             logger.debug("%s: %s unreadable: %s", NAME, knob.name, err)
+        except HostError as err:
+            self._failures.failed(key, str(err))
+            self._refused.append(f"{key}: {err}")
+        else:
+            self._failures.succeeded(key)
+            return value
         return default
 
     # cfsQuota -------------------------------------------------------------------------------
@@ -347,9 +405,31 @@ class CPUSuppress:
             last["decision"] = f"cfsQuota: keep {_quota_text(current)} (change under the dead band)"
             return
         last["decision"] = f"cfsQuota: {target} us"
-        written = await self._write_one(CPU_CFS_QUOTA, be_dir, target, reason)
-        last["result"] = "1 write" if written is not None and written.changed else "unchanged"
-        if written is None or self._ctx.dry_run(NAME):
+        lowering = current is None or target < current
+        above = await self._children_above(be_dir, target) if lowering else []
+        if above:
+            # children first: v1 refuses a parent quota below a child's (module docstring)
+            why = f"{reason}: own quota above the BE quota {target} us removed first"
+            writes: list[BatchWrite[Any]] = [
+                BatchWrite(CPU_CFS_QUOTA, d, None, strategy=NAME, reason=why) for d in above
+            ]
+            writes.append(BatchWrite(CPU_CFS_QUOTA, be_dir, target, strategy=NAME, reason=reason))
+            result = await self._submit_batch(writes)
+            last["children_unlimited"] = above
+            applied = be_dir.strip("/") not in {w.rel_dir.strip("/") for w, _ in result.errors}
+            last["result"] = (
+                f"{result.changed} writes ({len(above)} BE cgroups unlimited first)"
+                if applied
+                else "refused"
+            )
+        else:
+            written = await self._write_one(CPU_CFS_QUOTA, be_dir, target, reason)
+            applied = written is not None
+            if written is None:
+                last["result"] = "refused" if self._refused else "cgroup gone or unsupported"
+            else:
+                last["result"] = "1 write" if written.changed else "unchanged"
+        if not applied or self._ctx.dry_run(NAME):
             return
         self._state.quota_restored = False
         self._state.suppressed_cores[POLICY_CFS_QUOTA] = target / CFS_PERIOD_US
@@ -478,18 +558,62 @@ class CPUSuppress:
             BatchWrite(CPUSET_CPUS, d, cpus, strategy=NAME, reason=reason)
             for d in sorted(dirs, key=lambda d: (d.count("/"), d))
         ]
-        result: BatchResult = await asyncio.wrap_future(self._ctx.executor.submit_batch(writes))
+        result = await self._submit_batch(writes)
         last["changed"] = result.changed
         last["result"] = (
             f"{len(writes)} cgroups: {result.changed} changed, {len(result.gone)} gone, "
-            f"{len(result.errors)} failed"
+            f"{len(result.errors)} refused"
         )
         logger.debug("%s: cpuset batch %s", NAME, last["result"])
-        if result.errors:
-            detail = "; ".join(f"{w.rel_dir}: {err}" for w, err in result.errors[:5])
-            logger.warning("%s: %d cpuset writes failed: %s", NAME, len(result.errors), detail)
-            raise HostError(f"{NAME}: {detail}")
-        return not self._ctx.dry_run(NAME)
+        return not result.errors and not self._ctx.dry_run(NAME)
+
+    async def _submit_batch(self, writes: list[BatchWrite[Any]]) -> BatchResult:
+        """One leveled batch; each refused write recorded as its own (the rest went on)."""
+        result: BatchResult = await asyncio.wrap_future(self._ctx.executor.submit_batch(writes))
+        refused = {write_key(w.knob_name, w.rel_dir): err for w, err in result.errors}
+        gone = set(result.gone)
+        live = [
+            write_key(w.knob_name, w.rel_dir)
+            for w in writes
+            if not any(w.rel_dir.strip("/") == g or w.rel_dir.strip("/").startswith(g + "/")
+                       for g in gone)
+        ]  # fmt: skip
+        self._failures.settle(live, refused)
+        self._refused.extend(f"{k}: {e}" for k, e in refused.items())
+        return result
+
+    async def _children_above(self, be_dir: str, target: int) -> list[str]:
+        """The BE cgroups below ``be_dir`` whose own CFS quota, per period, exceeds ``target``
+        per the besteffort period: on cgroup v1 they block the lower quota (module docstring),
+        deepest first. Read in one job on the writer thread; a cgroup gone meanwhile is left
+        out. Empty on v2, which takes the minimum instead of refusing."""
+        ctx = self._ctx
+        if ctx.host().layout.version is not CgroupVersion.V1:
+            return []
+        below = [d for d in be_cgroup_dirs(ctx.workloads(), be_dir) if d != be_dir]
+        if not below:
+            return []
+        executor = ctx.executor
+
+        def read_all() -> list[str]:
+            try:
+                be_period = executor.read(CPU_CFS_PERIOD, be_dir)
+            except (HostError, InvalidValueError):
+                be_period = CFS_PERIOD_US
+            out = []
+            for d in below:
+                try:
+                    quota = executor.read(CPU_CFS_QUOTA, d)
+                    if quota is None:
+                        continue
+                    period = executor.read(CPU_CFS_PERIOD, d)
+                except (HostError, InvalidValueError):
+                    continue  # gone, or unreadable: the batch will say
+                if quota * be_period > target * period:
+                    out.append(d)
+            return sorted(out, key=lambda d: (-d.count("/"), d))
+
+        return await asyncio.wrap_future(executor.call(read_all))
 
     # Writing --------------------------------------------------------------------------------
 
@@ -497,7 +621,8 @@ class CPUSuppress:
         self, knob: Knob[_V], rel_dir: str, value: _V, reason: str
     ) -> WriteResult | None:
         """One write through the single writer (logged at debug); its result, or None when the
-        cgroup vanished or the knob is unsupported (logged); other failures raise."""
+        cgroup vanished, the knob is unsupported (logged) or the kernel refused the write
+        (recorded in this round's refusals, logged once per change)."""
         executor = self._ctx.executor
         try:
             result: WriteResult = await asyncio.wrap_future(
@@ -509,6 +634,12 @@ class CPUSuppress:
         except UnsupportedError as err:
             logger.warning("%s: %s not written: %s", NAME, knob.name, err)
             return None
+        except (HostError, InvalidValueError) as err:
+            key = write_key(knob.name, rel_dir)
+            self._failures.failed(key, str(err))
+            self._refused.append(f"{key}: {err}")
+            return None
+        self._failures.succeeded(write_key(knob.name, rel_dir))
         logger.debug(
             "%s: %s %s: %s -> %s (%s)",
             NAME,

@@ -261,9 +261,23 @@ class EvictionMetrics:
         self.node_name = node_name
         self.evicted: dict[str, int] = {}
         self.dry_run: dict[str, int] = {}
+        self.not_evicted: dict[tuple[str, str], int] = {}
+        """``(reason, status)`` → evictions that did not happen: ``failed`` (the backend could
+        not: processes left, the Eviction API refused) or ``refused`` (the victim is not
+        evictable: its QoS and no opt-in). ``koordlet_pod_eviction_failures_total``."""
 
     def collect(self) -> Iterator[Metric]:
-        from prometheus_client.metrics_core import UnknownMetricFamily
+        from prometheus_client.metrics_core import CounterMetricFamily, UnknownMetricFamily
+
+        failures = CounterMetricFamily(
+            "koordlet_pod_eviction_failures",
+            "Evictions decided that did not happen: status failed (the backend could not) or "
+            "refused (the victim may not be evicted).",
+            labels=("node", "reason", "status"),
+        )
+        for (reason, status), count in sorted(self.not_evicted.items()):
+            failures.add_metric((self.node_name, reason, status), float(count))
+        yield failures
 
         for name, doc, values in (
             ("koordlet_pod_eviction", "Number of eviction launched by koordlet", self.evicted),
@@ -411,6 +425,9 @@ class Evictor:
         return self._record(Outcome(victim, "evicted", detail), strategy, reason, dry)
 
     def _record(self, outcome: Outcome, strategy: str, reason: str, dry: bool) -> Outcome:
+        if outcome.status in ("failed", "refused"):
+            key = (reason, outcome.status)
+            self.metrics.not_evicted[key] = self.metrics.not_evicted.get(key, 0) + 1
         if self.audit is not None:
             v = outcome.victim
             self.audit.record(

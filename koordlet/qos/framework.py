@@ -179,6 +179,9 @@ class QoSBook:
             self._state(strategy).last_started = self.clock()
 
     def round_done(self, strategy: str, seconds: float, error: BaseException | None) -> None:
+        """A round ended (``error``: it raised). A round that raised before it reported gets a
+        report of its failure, so ``/debug/qos`` never shows an earlier round's decision as
+        the last one."""
         with self._lock:
             state = self._state(strategy)
             state.rounds += 1
@@ -187,6 +190,13 @@ class QoSBook:
             if error is not None:
                 state.errors += 1
                 state.last_error = f"{type(error).__name__}: {error}"
+                started = state.last_started
+                reported = state.last_report_at
+                if started is not None and (reported is None or reported < started):
+                    state.last_report = StrategyReport(
+                        {}, "no decision: the round failed before deciding", state.last_error
+                    )
+                    state.last_report_at = state.last_done
 
     def last_round_done(self, strategy: str) -> float | None:
         """Wall-clock time the strategy's last round ended (raised or not); None before its

@@ -60,7 +60,7 @@ from koordlet.executor.resctrl import (
 )
 from koordlet.executor.sysctl import call_on_writer, executor_hooks
 from koordlet.qos.framework import StrategyContext, StrategyReport
-from koordlet.qos.shared import pod_class
+from koordlet.qos.shared import WriteFailures, pod_class
 from koordlet.statesinformer.model import PodInfo, WorkloadSnapshot
 from koordlet.system.cgroups import CgroupLayout
 
@@ -196,6 +196,7 @@ class ResctrlReconcile:
         self._ctx = ctx
         self._writer = ResctrlWriter(ctx.host().paths, **executor_hooks(ctx.executor))
         self._reported: set[str] = set()
+        self._failures = WriteFailures(NAME, logger, clock=ctx.now)
 
     async def reconcile(self) -> None:
         ctx = self._ctx
@@ -399,8 +400,9 @@ class ResctrlReconcile:
                 group, resource, dict.fromkeys(domains, text), strategy=NAME, reason=reason
             )
         except (UnsupportedError, HostError, InvalidValueError) as err:
-            logger.warning("resctrl: %s", err)
+            self._failures.failed(f"{group}/{resource}", str(err))  # once per change, counted
             return f"failed: {err}"
+        self._failures.succeeded(f"{group}/{resource}")
         return result.new + (" (changed)" if result.changed else "")
 
     @staticmethod

@@ -6,13 +6,18 @@
 - :func:`eviction_policy_allowed` and :class:`InvalidThreshold`: the eviction strategies' opt-out
   annotation and their refused threshold combinations (memoryevict, cpuevict);
 - :func:`node_resources`: the Node's capacity or allocatable as upstream reads the quantities
-  (memoryevict, cpuevict).
+  (memoryevict, cpuevict);
+- :class:`WriteFailures`: the writes the kernel refused, each logged once per change with a
+  count (cpusuppress, cgreconcile, cpuburst).
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+import logging
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from apis.cpulist import parse_cpulist
@@ -78,3 +83,101 @@ def node_resources(node: Mapping[str, Any] | None, field: str) -> dict[str, int]
         except ValueError:
             continue
     return out
+
+
+MAX_FAILING = 1024
+"""Failing writes remembered per strategy; beyond, the oldest is forgotten (logged again if it
+fails again)."""
+
+
+@dataclass(slots=True)
+class _Failing:
+    error: str
+    count: int
+    since: float
+
+
+class WriteFailures:
+    """The writes of one strategy that the kernel refuses, keyed by what they write
+    (``cpu_cfs_quota kubepods/besteffort``): each write's failure is its own, and is logged at
+    warning when it starts or its error changes, counted (not logged) while it repeats, and
+    logged at info with the count when the write succeeds again. A strategy reports
+    :meth:`describe` in ``/debug/qos``.
+
+    :param strategy: the strategy's name, the prefix of the log lines.
+    :param log: where the lines go (the strategy module's logger).
+    """
+
+    def __init__(
+        self, strategy: str, log: logging.Logger, *, clock: Callable[[], float] = time.time
+    ) -> None:
+        self.strategy = strategy
+        self._log = log
+        self._clock = clock
+        self._failing: dict[str, _Failing] = {}
+
+    def failed(self, key: str, error: str) -> None:
+        """The write of ``key`` was refused with ``error``."""
+        now = self._clock()
+        was = self._failing.get(key)
+        if was is not None and was.error == error:
+            was.count += 1
+            self._log.debug("%s: %s refused again (%d times): %s", self.strategy, key, was.count,
+                            error)  # fmt: skip
+            return
+        if was is not None:
+            self._log.warning(
+                "%s: %s refused, now: %s (before, %d times: %s)",
+                self.strategy,
+                key,
+                error,
+                was.count,
+                was.error,
+            )
+        else:
+            self._log.warning("%s: %s refused: %s", self.strategy, key, error)
+        self._failing.pop(key, None)
+        if len(self._failing) >= MAX_FAILING:
+            self._failing.pop(next(iter(self._failing)))
+        self._failing[key] = _Failing(error, 1, now)
+
+    def succeeded(self, key: str) -> None:
+        """The write of ``key`` went through (or found the value in place)."""
+        was = self._failing.pop(key, None)
+        if was is not None:
+            self._log.info(
+                "%s: %s written again after %d refusals (%s)",
+                self.strategy,
+                key,
+                was.count,
+                was.error,
+            )
+
+    def settle(self, attempted: Iterable[str], refused: Mapping[str, str]) -> None:
+        """A batch: ``refused`` (key → error) failed, the rest of ``attempted`` went through."""
+        for key in attempted:
+            error = refused.get(key)
+            if error is None:
+                self.succeeded(key)
+            else:
+                self.failed(key, error)
+
+    def forget(self, keys: Iterable[str]) -> None:
+        """Stop tracking ``keys`` (their cgroups are gone), without a log line."""
+        for key in keys:
+            self._failing.pop(key, None)
+
+    def __len__(self) -> int:
+        return len(self._failing)
+
+    def describe(self) -> dict[str, dict[str, Any]]:
+        """The writes failing now: ``{key: {"error", "count", "since"}}``, JSON-ready."""
+        return {
+            k: {"error": f.error, "count": f.count, "since": f.since}
+            for k, f in self._failing.items()
+        }
+
+
+def write_key(knob: str, rel_dir: str) -> str:
+    """The key of a write in :class:`WriteFailures`: ``<knob> <cgroup>``."""
+    return f"{knob} {rel_dir.strip('/') or '/'}"

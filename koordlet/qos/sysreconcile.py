@@ -41,6 +41,7 @@ from koordlet.executor.sysctl import (
     executor_hooks,
 )
 from koordlet.qos.framework import StrategyContext, StrategyReport
+from koordlet.qos.shared import WriteFailures
 
 logger = logging.getLogger(__name__)
 
@@ -109,6 +110,7 @@ class SystemConfigStrategy:
         self._writer = SystemFileWriter(ctx.host().paths, **executor_hooks(ctx.executor))
         self._originals: dict[SystemFile, int] = {}
         self._reported: set[SystemFile] = set()
+        self._failures = WriteFailures(NAME, logger, clock=ctx.now)
         self._kept: tuple[SystemStrategy, int | None, Wanted, dict[str, Any]] | None = None
         """The last round's strategy and memory total, and what they asked (:meth:`_decide`)."""
 
@@ -167,8 +169,9 @@ class SystemConfigStrategy:
             self._once(f, err.reason)
             return f"unsupported: {err.reason}"
         except (InvalidValueError, HostError) as err:
-            logger.warning("system config: %s", err)
+            self._failures.failed(f.name, str(err))  # logged once per change, then counted
             return f"failed: {err}"
+        self._failures.succeeded(f.name)
         if res.dry_run:
             return f"dry run: {res.old} -> {res.new}" if res.old != res.new else "unchanged"
         if res.changed and original is not None:
@@ -180,8 +183,9 @@ class SystemConfigStrategy:
         try:
             res = self._writer.write(f, value, strategy=NAME, reason="unset: host value back")
         except KoordletError as err:
-            logger.warning("system config: restoring %s to %s failed: %s", f.name, value, err)
+            self._failures.failed(f"{f.name} (restore to {value})", str(err))
             return f"restore failed: {err}"
+        self._failures.succeeded(f"{f.name} (restore to {value})")
         if res.dry_run:
             return f"dry run: restore {res.new}"
         del self._originals[f]

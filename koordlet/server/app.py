@@ -13,7 +13,9 @@ Routes (GET and HEAD only; anything else is 405):
   as bytes (:mod:`.exposition`).
 - ``/healthz``: 200 ``ok`` whenever the event loop answers.
 - ``/readyz``: 200 once every start-up stage is done and no protective loop is behind
-  (:mod:`.health`), else 503 naming the stage still pending or the loops behind.
+  (:mod:`.health`), else 503 naming the stage still pending or the loops behind; either answer
+  ends with ``; degraded: ...`` while something works but not as it should (the state directory
+  refusing writes).
 - ``/debug/...``: JSON views (see :mod:`koordlet.server.debug`) and the ``/debug/ui`` page with
   its views (:mod:`koordlet.server.ui`), answered to loopback clients only unless
   ``deps.debug_allow_remote``; others get 403.
@@ -174,6 +176,10 @@ class ServerDeps:
     """Seconds between collection ticks: a body is also rebuilt when it is this old."""
     health: LoopHealth | None = None
     """The protective loops' health behind ``/readyz`` (None: start-up stages only)."""
+    degraded: Callable[[], Sequence[str]] | None = None
+    """What works but not as it should, one line each (the state directory refusing writes:
+    ``StateFiles.problems``): ``/readyz`` still answers 200 and adds the lines; so does
+    ``/debug/summary`` (``koordlet status``)."""
     limits: ServerLimits = field(default_factory=ServerLimits)
     """The request limits."""
     runtimehooks: Callable[[], Mapping[str, Any]] | None = None
@@ -299,10 +305,12 @@ def _readyz(deps: ServerDeps) -> Handler:
                 f"not ready: waiting for {waiting} (pending: {', '.join(pending)})", 503
             )
         behind = deps.health.behind() if deps.health is not None else []
+        degraded = list(deps.degraded()) if deps.degraded is not None else []
+        note = f"; degraded: {'; '.join(degraded)}" if degraded else ""
         if behind:
             loops = "; ".join(state.describe() for state in behind)
-            return text_response(f"not ready: behind: {loops}", 503)
-        return text_response("ok")
+            return text_response(f"not ready: behind: {loops}{note}", 503)
+        return text_response(f"ok{note}")
 
     return readyz
 

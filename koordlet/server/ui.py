@@ -150,7 +150,9 @@ class UiHandlers:
 
     async def summary(self, request: Request) -> Response:
         deps = self._deps
-        return json_response(summary_payload(self._ui, deps.cache, deps.workloads(), deps.clock()))
+        payload = summary_payload(self._ui, deps.cache, deps.workloads(), deps.clock())
+        payload["degraded"] = list(deps.degraded()) if deps.degraded is not None else []
+        return json_response(payload)
 
     async def series(self, request: Request) -> Response:
         deps = self._deps

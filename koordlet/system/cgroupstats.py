@@ -218,16 +218,32 @@ def parse_cfs_quota_v1(data: bytes, path: str) -> int | None:
     return None if quota < 0 else quota
 
 
-def parse_cpu_max(data: bytes, path: str) -> tuple[int | None, int]:
-    """A v2 ``cpu.max``, ``"<quota|max> <period>"``: (quota µs or None when ``max``, period µs)."""
+def parse_cpu_max(data: bytes, path: str) -> tuple[int | None, int | None]:
+    """A v2 ``cpu.max``, ``"<quota|max> <period>"``: (quota µs or None when ``max``, period µs
+    or None when the period field is not a number). Read as upstream's ``ParseCPUCFSQuotaV2``
+    and ``ParseCPUCFSPeriodV2`` (``pkg/koordlet/util/system/cgroup2.go``): exactly two fields,
+    each half from its own field, so a bad period does not hide a good quota
+    (``"100000 not_a_number"`` has the quota 100000; its period is a parse error of the period
+    alone: :func:`cpu_max_period`); one field, or ``max`` alone, is an error."""
     fields = data.split()
     if len(fields) != 2:
         raise ParseError(f"{path}: expected '<quota|max> <period>', got {data[:64]!r}")
     try:
         quota = None if fields[0] == b"max" else int(fields[0])
-        return quota, int(fields[1])
     except ValueError:
         raise ParseError(f"{path}: bad CFS quota {data[:64]!r}") from None
+    try:
+        period: int | None = int(fields[1])
+    except ValueError:
+        period = None
+    return quota, period
+
+
+def cpu_max_period(cpu_max: tuple[int | None, int | None], path: str) -> int:
+    """The period of a :func:`parse_cpu_max` result; ``ParseError`` when it was not a number."""
+    if cpu_max[1] is None:
+        raise ParseError(f"{path}: bad CFS period")
+    return cpu_max[1]
 
 
 def parse_cgroup_procs(data: bytes, path: str = "") -> list[int]:

@@ -210,31 +210,48 @@ class ConvertedCodec:
         return str(self.to_file(value))
 
 
-def _split_cpu_max(text: str) -> tuple[int | None, int | None]:
+def _cpu_max_fields(text: str) -> tuple[str, str]:
+    """The two fields of v2 ``cpu.max``; exactly two, as upstream's ``ParseCPUCFSQuotaV2`` and
+    ``ParseCPUCFSPeriodV2`` require (``pkg/koordlet/util/system/cgroup2.go``: one field, or
+    ``max`` alone, is an error)."""
     fields = text.split()
-    if not 1 <= len(fields) <= 2:
+    if len(fields) != 2:
         raise ValueError("cpu.max is '<quota|max> <period>'")
-    quota = None if fields[0] == "max" else _parse_int(fields[0])
+    return fields[0], fields[1]
+
+
+def _cpu_max_quota(text: str) -> int | None:
+    """The quota from the first field alone (``100000 not_a_number`` is 100000, upstream's
+    ``TestParseCPUCFSQuotaV2``); None for ``max``."""
+    first = _cpu_max_fields(text)[0]
+    quota = None if first == "max" else _parse_int(first)
     if quota is not None and quota < 0:
         raise ValueError("negative quota")
-    period = _parse_int(fields[1]) if len(fields) == 2 else None
-    return quota, period
+    return quota
+
+
+def _cpu_max_period(text: str) -> int:
+    """The period from the second field alone."""
+    return _parse_int(_cpu_max_fields(text)[1])
 
 
 @dataclass(frozen=True, slots=True)
 class CpuMaxQuotaCodec:
-    """The quota half of v2 ``cpu.max``; a write keeps the period of the current text (without
-    it only the quota is written, and the kernel keeps the period itself)."""
+    """The quota half of v2 ``cpu.max``, read from its first field as upstream reads it; a
+    write keeps the period of the current text (when it has none that is a number, only the
+    quota is written, and the kernel keeps the period itself)."""
 
     needs_current: bool = False
 
     def decode(self, text: str) -> int | None:
-        return _split_cpu_max(text)[0]
+        return _cpu_max_quota(text)
 
     def encode(self, value: int | None, current: str | None) -> str:
         quota = "max" if value is None else str(value)
-        period = _split_cpu_max(current)[1] if current is not None else None
-        return quota if period is None else f"{quota} {period}"
+        if current is None:
+            return quota
+        period = _cpu_max_fields(current)[1]
+        return f"{quota} {period}" if period.isdigit() else quota
 
 
 @dataclass(frozen=True, slots=True)
@@ -244,13 +261,10 @@ class CpuMaxPeriodCodec:
     needs_current: bool = True
 
     def decode(self, text: str) -> int:
-        period = _split_cpu_max(text)[1]
-        if period is None:
-            raise ValueError("cpu.max has no period")
-        return period
+        return _cpu_max_period(text)
 
     def encode(self, value: int, current: str | None) -> str:
-        quota = _split_cpu_max(current or "")[0]
+        quota = _cpu_max_quota(current or "")
         return f"{'max' if quota is None else quota} {value}"
 
 

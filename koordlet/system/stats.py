@@ -41,6 +41,7 @@ from koordlet.system.cgroupstats import (
     CpuStat,
     MemoryLru,
     MemoryUsage,
+    cpu_max_period,
     lru_of_memory_stat,
     parse_cfs_quota_v1,
     parse_cpu_max,
@@ -266,12 +267,8 @@ def _throttling(stat: CpuStat, path: str) -> tuple[int, int]:
     return stat.nr_periods, stat.nr_throttled
 
 
-def _quota(cpu_max: tuple[int | None, int], path: str) -> int | None:
+def _quota(cpu_max: tuple[int | None, int | None], path: str) -> int | None:
     return cpu_max[0]
-
-
-def _period(cpu_max: tuple[int | None, int], path: str) -> int:
-    return cpu_max[1]
 
 
 def _numa_meminfo(data: bytes, path: str) -> NumaMemInfo:
@@ -337,7 +334,7 @@ CPU_CFS_QUOTA: CgroupStat[int | None] = CgroupStat(
 CPU_CFS_PERIOD: CgroupStat[int] = CgroupStat(
     "cpu_cfs_period",
     Source("cpu", "cpu.cfs_period_us", parse_integer),
-    Source("cpu", "cpu.max", parse_cpu_max, _period, shared=True),
+    Source("cpu", "cpu.max", parse_cpu_max, cpu_max_period, shared=True),
     "CFS period, µs")
 CPU_PRESSURE, MEMORY_PRESSURE, IO_PRESSURE = (
     _pressure(stem, what)

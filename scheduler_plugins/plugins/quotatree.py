@@ -12,10 +12,15 @@
   guarantee)``; a child asking for no more than that gets what it asks, or all of it when it does
   not lend (``allow-lent-resource: "false"``). The children's guaranteed amounts are kept even
   when together they exceed the parent's total; only a positive remainder is shared out, among
-  the children asking for more, in proportion to their shared weights (``w * left / sum(w)``
-  rounded half up, per child), capped at what each asks, and what the capped ones leave over is
-  shared again among the rest until nothing is left or nobody asks. Rounding per child can leave
-  a unit unshared, as upstream's does.
+  the children asking for more, in proportion to their shared weights, capped at what each
+  asks, and what the capped ones leave over is shared again among the rest until nothing is left
+  or nobody asks. Each share is whole (GPUs, milli-cores, bytes) and the shares of one pass sum
+  to what is shared, by the largest-remainder (Hamilton) method upstream uses
+  (``computeHamiltonDeltas`` in ``runtime_quota_calculator.go``): ``w * left // sum(w)`` each,
+  then one more unit to the children with the largest remainders ``w * left % sum(w)``, ties by
+  quota name. 81 GPUs over 13 equal children are 6 each and 7 for the first three by name:
+  nothing is lost to rounding (an earlier upstream rounded each share half up and lost or
+  double-gave units, which :func:`redistribute` no longer does).
 - **Guarantee** (``guarantee``, with Koordinator's ``ElasticQuotaGuaranteeUsage`` feature gate):
   a quota's guarantee is ``max(min, allocated)``, ``allocated`` being what its pods use (for a
   parent, its children's guarantees summed), and quotas do not lend: what a tenant already uses
@@ -87,9 +92,8 @@ def redistribute(total: int, nodes: Sequence[QuotaNode]) -> dict[str, int]:
             break
         still: list[QuotaNode] = []
         spare = 0
-        for n in hungry:
-            # Go: int64(float64(weight) * float64(left) / float64(weightSum) + 0.5)
-            runtime[n.name] += int(float(n.weight) * float(left) / float(weight_sum) + 0.5)
+        for n, delta in zip(hungry, hamilton_shares(left, hungry), strict=True):
+            runtime[n.name] += delta
             if runtime[n.name] < n.request:
                 still.append(n)
             else:
@@ -97,6 +101,22 @@ def redistribute(total: int, nodes: Sequence[QuotaNode]) -> dict[str, int]:
                 runtime[n.name] = n.request
         left, hungry = spare, still
     return runtime
+
+
+def hamilton_shares(total: int, nodes: Sequence[QuotaNode]) -> list[int]:
+    """``total`` split over ``nodes`` in proportion to their weights, in whole units that sum to
+    ``total`` (the weights' sum positive): the largest-remainder method of upstream's
+    ``computeHamiltonDeltas``. Python's integers are exact at any size, as upstream's 128-bit
+    arithmetic is for bytes."""
+    weight_sum = sum(n.weight for n in nodes)
+    base = [n.weight * total // weight_sum for n in nodes]
+    residual = total - sum(base)
+    by_remainder = sorted(
+        range(len(nodes)), key=lambda i: (-(nodes[i].weight * total % weight_sum), nodes[i].name)
+    )
+    for i in by_remainder[:residual]:
+        base[i] += 1
+    return base
 
 
 @dataclass(slots=True)

@@ -187,6 +187,8 @@ async def test_stages_start_in_order_serve_ready_and_stop_in_reverse(
         assert sorted(t["name"] for t in tasks) == sorted(
             [
                 "collect",
+                "statefiles",  # writes what the state dir refused (test_daemon_state_dir)
+                "capabilities",  # re-probes what the host supports (CapabilityWatch)
                 *(f"qos/{n}" for n in (s.name for s in STRATEGIES) if daemon_gate_on(n)),
                 "runtimehooks-reconciler",  # the default gates enable hooks it applies
             ]
@@ -386,7 +388,14 @@ async def test_the_qos_manager_runs_each_strategy_and_counts_its_failures(fake: 
         samples = await run.samples()
         names = {t["name"] for t in (await run.json("/debug/tasks"))["tasks"]}
 
-    assert names == {"collect", "qos/good", "qos/bad", "runtimehooks-reconciler"}
+    assert names == {
+        "collect",
+        "statefiles",
+        "capabilities",
+        "qos/good",
+        "qos/bad",
+        "runtimehooks-reconciler",
+    }
     errors = one_value(samples, "koordlet_step_errors_total", component="qos", name="qos/bad")
     assert errors is not None
     assert errors >= 1

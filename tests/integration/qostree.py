@@ -187,6 +187,8 @@ class SuppressRig:
         """Pods added to the kubepods walk's (an LSE pod with a cpuset annotation...)."""
         self.node: dict[str, Any] | None = None
         """The Node object the strategy sees (reservation); None: standalone."""
+        self.book = QoSBook()
+        """The strategy's reports (what ``/debug/qos`` serves)."""
         self.runner = CollectorRunner(
             build_collectors(
                 CollectorContext(host=tree.host, config=KoordletConfig(node_name="test"))
@@ -202,7 +204,7 @@ class SuppressRig:
             workloads=lambda: self.snapshot,
             node_slo=lambda: in_force(resourceUsedThresholdWithBE=dict(self.slo)),
             audit=self.audit,
-            book=QoSBook(),
+            book=self.book,
         )
         self.strategy = CPUSuppress(ctx, node=lambda: self.node)
 

@@ -46,17 +46,25 @@ def test_kustomize_applies_the_service_and_its_monitor_and_the_pod_monitor_is_th
     None
 ):
     listed = _doc(MONITORING / "kustomization.yaml")["resources"]
-    assert listed == ["service.yaml", "servicemonitor.yaml"]
+    assert listed == ["service.yaml", "servicemonitor.yaml", "prometheusrule.yaml"]
     files = {p.name for p in MONITORING.glob("*.yaml")} - {"kustomization.yaml"}
-    assert files == {"service.yaml", "servicemonitor.yaml", "podmonitor.yaml"}
+    assert files == {
+        "service.yaml",
+        "servicemonitor.yaml",
+        "podmonitor.yaml",
+        "prometheusrule.yaml",
+    }
     kinds = {name: _doc(MONITORING / name)["kind"] for name in sorted(files)}
     assert kinds == {
         "podmonitor.yaml": "PodMonitor",
+        "prometheusrule.yaml": "PrometheusRule",
         "service.yaml": "Service",
         "servicemonitor.yaml": "ServiceMonitor",
     }
-    for name in ("podmonitor.yaml", "servicemonitor.yaml"):
+    for name in ("podmonitor.yaml", "servicemonitor.yaml", "prometheusrule.yaml"):
         assert _doc(MONITORING / name)["apiVersion"] == "monitoring.coreos.com/v1"
+    rule = _doc(MONITORING / "prometheusrule.yaml")
+    assert rule["metadata"]["namespace"] == _daemonset()["metadata"]["namespace"]
 
 
 def test_the_service_monitor_reaches_the_daemonset_pods_through_the_service() -> None:

@@ -45,10 +45,10 @@ CLUSTER = [
 ]
 
 
-def test_explain_json_last_line_reports_verdicts_reasons_and_scores_per_node(tmp_path):
+def test_explain_json_is_one_document_of_verdicts_reasons_and_scores_per_node(tmp_path):
     done = explain(tmp_path, CLUSTER, pod("p", requests={"cpu": "2", "memory": "2Gi"}), "--json")
     assert done.returncode == 0, done.stderr
-    last = json.loads(done.stdout.strip().splitlines()[-1])
+    last = json.loads(done.stdout)  # the whole output: nothing but the JSON document
     assert set(last) == {"nodes"}
     assert set(last["nodes"]) == {"hot", "cool", "numa"}
     hot, cool = last["nodes"]["hot"], last["nodes"]["cool"]
@@ -68,7 +68,8 @@ def test_explain_json_last_line_reports_verdicts_reasons_and_scores_per_node(tmp
     total = sum(DEFAULT_WEIGHTS[p] * s for p, s in cool["scores"].items())
     assert cool["score"] == total // sum(DEFAULT_WEIGHTS[p] for p in cool["scores"])
     assert last["nodes"]["numa"]["scores"]["LoadAwareScheduling"] == 0  # no NodeMetric
-    assert "result: cool" in done.stdout
+    text = explain(tmp_path, CLUSTER, pod("p", requests={"cpu": "2", "memory": "2Gi"}))
+    assert "result: cool" in text.stdout
 
 
 def test_explain_text_shows_each_plugins_verdict_and_the_reserved_cpuset(tmp_path):
@@ -121,7 +122,7 @@ def test_config_file_thresholds_change_the_verdict(tmp_path):
     }
     done = explain(tmp_path, CLUSTER, pod("p", requests={"cpu": "1"}), "--json", config=config)
     assert done.returncode == 0, done.stderr
-    assert json.loads(done.stdout.splitlines()[-1])["nodes"]["hot"]["feasible"] is True
+    assert json.loads(done.stdout)["nodes"]["hot"]["feasible"] is True
 
 
 def test_bad_inputs_exit_2_naming_the_file_and_the_field(tmp_path):

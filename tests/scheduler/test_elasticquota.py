@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from scheduler_plugins.config import SchedulerConfig, parse_feature_gates
 from scheduler_plugins.errors import InputError
@@ -162,11 +164,37 @@ def test_pods_without_a_quota_pass_and_namespace_quotas_apply_without_labels():
     )
 
 
-def test_shares_are_rounded_per_child_as_upstream_does():
-    # each child gets int(1 * 10 / 3 + 0.5) = 3; one unit stays unshared, as in Koordinator's
-    # iterationForRedistribution
-    got = redistribute(10, [QuotaNode(n, 10, 1, 0) for n in "abc"])
-    assert got == {"a": 3, "b": 3, "c": 3}
+def test_shares_are_whole_and_sum_to_the_total_by_largest_remainder_as_upstream():
+    # upstream's computeHamiltonDeltas (runtime_quota_calculator.go): 10 // 3 = 3 each, the one
+    # unit left to the largest remainder, ties by quota name
+    got = redistribute(10, [QuotaNode(n, 10, 1, 0) for n in "cab"])
+    assert got == {"a": 4, "b": 3, "c": 3}
+
+
+def test_81_gpus_over_13_equal_children_are_all_given_out():
+    # rounded half up per child, 81 / 13 = 6.23 gave 6 each: 78, three GPUs lost
+    names = [f"team-{i:02d}" for i in range(13)]
+    got = redistribute(81, [QuotaNode(n, 81, 1, 0) for n in names])
+    assert sum(got.values()) == 81
+    assert [got[n] for n in names] == [7, 7, 7] + [6] * 10
+
+
+def test_the_largest_remainders_get_the_units_left_over():
+    # weights 1, 2, 4 over 10: 10/7 = 1.43, 2.86, 5.71: bases 1, 2, 5 (8); the two units left go
+    # to the remainders 6 (w=2) and 5 (w=4), not to 3 (w=1)
+    nodes = [QuotaNode("x", 100, 1, 0), QuotaNode("y", 100, 2, 0), QuotaNode("z", 100, 4, 0)]
+    assert redistribute(10, nodes) == {"x": 1, "y": 3, "z": 6}
+
+
+@given(
+    total=st.integers(0, 10**15),
+    asks=st.lists(st.tuples(st.integers(1, 1000), st.integers(0, 10**14)), min_size=1, max_size=12),
+)
+def test_what_is_shared_is_never_lost_nor_given_twice(total: int, asks: list[tuple[int, int]]):
+    nodes = [QuotaNode(f"q{i}", request, weight, 0) for i, (weight, request) in enumerate(asks)]
+    got = redistribute(total, nodes)
+    assert sum(got.values()) == min(total, sum(n.request for n in nodes))
+    assert all(got[n.name] <= n.request for n in nodes)
 
 
 # Koordinator's runtime_quota_calculator_test.go, TestRuntimeQuotaCalculator_IterationAdjustQuota:

@@ -14,9 +14,11 @@ from __future__ import annotations
 import copy
 import json
 import re
+import shutil
 import subprocess
 import sys
 import time
+import urllib.parse
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -35,6 +37,7 @@ from tests.ui.promql import PromQLShapeError, uses
 ROOT = Path(__file__).resolve().parents[2]
 DASHBOARD = ROOT / "packaging" / "grafana" / "koordlet.json"
 SCHEMA = ROOT / "tests" / "golden" / "grafana" / "dashboard.jsonschema.json"
+ALERT_RULES = ROOT / "packaging" / "prometheus" / "koordlet-alerts.yaml"
 SCRIPT = Path(sys.executable).parent / "koordlet"
 CORE_PANELS = {"row", "timeseries", "stat", "table"}
 """Panel types of the dashboard: Grafana's built-in ones, no plugin to install."""
@@ -53,6 +56,14 @@ NO_SAMPLES_ON_A_FAKE_NODE = {
 }
 """Families that the daemon serves without samples on the fake node; their selectors may only
 test ``node``, the label docs/metrics.md gives them."""
+NO_SAMPLES_IN_A_HEALTHY_RUN = {
+    "koordlet_task_restarts_total": "no eternal task failed",
+    "koordlet_step_errors_total": "no step failed",
+    "koordlet_step_skipped_ticks_total": "no step overran its interval",
+    "koordlet_pod_psi": "the fake tree's cgroups have no PSI files",
+}
+"""Families the live koordlet serves without samples for other reasons: their panels' queries
+are evaluated (they must be valid) but cannot return data."""
 
 
 def dashboard() -> dict[str, Any]:
@@ -209,15 +220,18 @@ def test_the_lexer_rejects_unbalanced_expressions(expr: str) -> None:
 
 
 @pytest.fixture(scope="module")
-def live_metrics(tmp_path_factory: pytest.TempPathFactory) -> str:
-    """``/metrics`` of the real koordlet on a 200-pod fake tree, once suppression applied and
-    memory eviction decided (dry run), so that their families have samples."""
+def live_koordlet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The address of the real koordlet on a 200-pod fake tree, once suppression applied and
+    memory eviction decided (dry run), so that their families have samples; stopped after the
+    module's tests."""
     tmp = tmp_path_factory.mktemp("live")
     slo = tmp / "nodeslo.yaml"
     threshold = {
         "enable": True,
         "cpuSuppressThresholdPercent": 65,
         "memoryEvictThresholdPercent": 20,
+        # the quota policy writes the fake tree's besteffort quota: cgroup writes are timed
+        "cpuSuppressPolicy": "cfsQuota",
     }
     slo.write_text(yaml.safe_dump({"spec": {"resourceUsedThresholdWithBE": threshold}}))
     addr = f"127.0.0.1:{free_port()}"
@@ -244,8 +258,7 @@ def live_metrics(tmp_path_factory: pytest.TempPathFactory) -> str:
             while time.monotonic() < deadline:
                 assert proc.poll() is None, (tmp / "koordlet.log").read_text()
                 try:
-                    with urllib.request.urlopen(f"http://{addr}/metrics", timeout=5) as resp:
-                        text = resp.read().decode()
+                    text = scrape(addr)
                 except OSError:
                     time.sleep(0.2)
                     continue
@@ -253,12 +266,26 @@ def live_metrics(tmp_path_factory: pytest.TempPathFactory) -> str:
                     "koordlet_be_suppress_cpu_cores{" in text
                     and "koordlet_pod_eviction_dry_run{" in text
                 ):
-                    return text
+                    break
                 time.sleep(0.2)
-            pytest.fail(f"no suppress and eviction samples within 60s:\n{text[-3000:]}")
+            else:
+                pytest.fail(f"no suppress and eviction samples within 60s:\n{text[-3000:]}")
+            yield addr
         finally:
             proc.terminate()
             proc.wait(timeout=10)
+
+
+def scrape(addr: str) -> str:
+    with urllib.request.urlopen(f"http://{addr}/metrics", timeout=5) as resp:
+        text: str = resp.read().decode()
+        return text
+
+
+@pytest.fixture(scope="module")
+def live_metrics(live_koordlet: str) -> str:
+    """``/metrics`` of the live koordlet."""
+    return scrape(live_koordlet)
 
 
 def served(text: str) -> tuple[set[str], dict[str, set[str]]]:
@@ -307,3 +334,140 @@ def test_every_selector_tests_labels_the_series_has(live_metrics: str) -> None:
             if extra:
                 wrong.setdefault(where, []).append(f"{metric}: {sorted(extra)}")
     assert wrong == {}
+
+
+# Evaluated by a real Prometheus ---------------------------------------------------------------
+
+
+PROMETHEUS_SCRAPE = "1s"
+"""How often the test's Prometheus scrapes the live koordlet (and evaluates the rules)."""
+GRAFANA_VARIABLES = {"$__rate_interval": "15s", "$__range": "1m", "$__interval": "5s"}
+"""What Grafana substitutes for its built-in variables, at a 1 s scrape; ``$node`` is All."""
+NODE_ALL = ".*"
+"""Grafana's value of a multi-select variable set to All (its regex)."""
+
+
+class PromAPI:
+    """The HTTP API of a Prometheus on loopback."""
+
+    def __init__(self, base: str) -> None:
+        self.base = base
+
+    def get(self, path: str, **params: str) -> Any:
+        url = f"{self.base}{path}"
+        if params:
+            url += "?" + urllib.parse.urlencode(params)
+        with urllib.request.urlopen(url, timeout=10) as resp:
+            doc = json.loads(resp.read())
+        assert doc["status"] == "success", doc
+        return doc["data"]
+
+    def query(self, expr: str) -> list[dict[str, Any]]:
+        result: list[dict[str, Any]] = self.get("/api/v1/query", query=expr)["result"]
+        return result
+
+
+def grafana_render(expr: str) -> str:
+    """``expr`` as Grafana sends it: its variables replaced, ``$node`` set to All."""
+    for name, value in GRAFANA_VARIABLES.items():
+        expr = expr.replace(name, value)
+    return expr.replace("${node}", NODE_ALL).replace("$node", NODE_ALL)
+
+
+@pytest.fixture(scope="module")
+def prometheus(live_koordlet: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[PromAPI]:
+    """Debian's ``prometheus`` on loopback, scraping the live koordlet every second with the
+    shipped alerting rules loaded, once it holds enough samples for the dashboard's rates."""
+    binary = shutil.which("prometheus")
+    if binary is None:
+        pytest.skip("prometheus is not installed (scripts/dev.sh setup installs Debian's)")
+    tmp = tmp_path_factory.mktemp("prometheus")
+    config = {
+        "global": {
+            "scrape_interval": PROMETHEUS_SCRAPE,
+            "scrape_timeout": PROMETHEUS_SCRAPE,
+            "evaluation_interval": PROMETHEUS_SCRAPE,
+        },
+        "rule_files": [str(ALERT_RULES)],
+        "scrape_configs": [
+            {"job_name": "koordlet", "static_configs": [{"targets": [live_koordlet]}]}
+        ],
+    }
+    (tmp / "prometheus.yml").write_text(yaml.safe_dump(config), encoding="utf-8")
+    port = free_port()
+    with open(tmp / "prometheus.log", "wb") as log:
+        proc = subprocess.Popen(
+            [
+                binary,
+                f"--config.file={tmp / 'prometheus.yml'}",
+                f"--storage.tsdb.path={tmp / 'data'}",
+                f"--web.listen-address=127.0.0.1:{port}",
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        api = PromAPI(f"http://127.0.0.1:{port}")
+        try:
+            deadline = time.monotonic() + 90
+            while time.monotonic() < deadline:
+                assert proc.poll() is None, (tmp / "prometheus.log").read_text()[-3000:]
+                try:
+                    samples = api.query('count_over_time(up{job="koordlet"}[30s])')
+                except OSError:
+                    samples = []
+                if samples and float(samples[0]["value"][1]) >= 8:
+                    break
+                time.sleep(0.5)
+            else:
+                pytest.fail(
+                    "prometheus scraped the koordlet fewer than 8 times in 90s:\n"
+                    + (tmp / "prometheus.log").read_text()[-3000:]
+                )
+            yield api
+        finally:
+            proc.terminate()
+            proc.wait(timeout=20)
+
+
+def test_every_panel_query_returns_data_where_its_inputs_exist(prometheus: PromAPI) -> None:
+    """Each expression of the dashboard, as Grafana renders it, evaluated by the real
+    Prometheus: data whenever every metric it reads has samples; the others name only families
+    the fake node serves without samples."""
+    (up,) = prometheus.query('up{job="koordlet"}')
+    assert up["value"][1] == "1"
+    answered, empty, no_inputs = [], [], {}
+    for where, expr in expressions(dashboard()):
+        missing = sorted(
+            m for m in uses(expr).metrics if not prometheus.query(f'count({{__name__="{m}"}})')
+        )
+        if missing:
+            no_inputs[where] = missing
+            prometheus.query(grafana_render(expr))  # still valid PromQL (status success)
+        elif prometheus.query(grafana_render(expr)):
+            answered.append(where)
+        else:
+            empty.append(f"{where}: {grafana_render(expr)}")
+    assert empty == []
+    unsampled = {m for metrics in no_inputs.values() for m in metrics}
+    assert unsampled <= set(NO_SAMPLES_ON_A_FAKE_NODE) | set(NO_SAMPLES_IN_A_HEALTHY_RUN)
+    assert len(answered) >= len(expressions(dashboard())) - len(no_inputs)
+    assert len(answered) > 3 * len(no_inputs)  # most of the dashboard is checked, not skipped
+
+
+def test_every_alert_rule_evaluates_against_the_live_koordlet(prometheus: PromAPI) -> None:
+    shipped = {r["alert"] for g in yaml.safe_load(ALERT_RULES.read_text())["groups"]
+               for r in g["rules"]}  # fmt: skip
+    deadline = time.monotonic() + 30
+    while True:  # the rule manager's first evaluation follows its first interval
+        groups = prometheus.get("/api/v1/rules")["groups"]
+        rules = {r["name"]: r for g in groups for r in g["rules"]}
+        if set(rules) == shipped and all(r.get("lastEvaluation", "").startswith("2") and
+                                         not r["lastEvaluation"].startswith("0001")
+                                         for r in rules.values()):  # fmt: skip
+            break
+        assert time.monotonic() < deadline, f"rules not evaluated: {sorted(rules)}"
+        time.sleep(0.5)
+    unhealthy = {n: r.get("lastError") for n, r in rules.items() if r["health"] != "ok"}
+    assert unhealthy == {}
+    firing = [a for a in prometheus.get("/api/v1/alerts")["alerts"] if a["state"] == "firing"]
+    assert firing == []  # a healthy koordlet raises none (their `for:` are minutes)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -121,8 +122,35 @@ def test_a_file_in_place_of_the_directory_is_counted_not_raised(tmp_path: Path) 
     log.record("write", reason="kept")
     log.close()
     assert log.errors >= 1
-    assert log.written == 0
+    assert (log.recorded, log.written, log.dropped) == (1, 0, 1)  # lost at close, and said so
     assert [e.reason for e in log.recent()] == ["kept"]
+
+
+def test_entries_the_directory_refused_are_written_once_it_is_usable_without_a_new_one(
+    tmp_path: Path,
+) -> None:
+    blocker = tmp_path / "audit"
+    blocker.write_text("not a directory")
+    log = AuditLog(str(blocker), retry_interval=0.02)
+    log.start()
+    try:
+        log.record("write", reason="one")
+        log.record("write", reason="two")
+        deadline = time.monotonic() + 10
+        while log.pending != 2 or not log.errors:
+            assert time.monotonic() < deadline, "the entries were never held"
+            time.sleep(0.01)
+        assert log.written == 0
+        first_errors = log.errors
+        blocker.unlink()
+        while log.pending:
+            assert time.monotonic() < deadline, "the held entries were never written"
+            time.sleep(0.01)
+    finally:
+        log.close()
+    assert (log.recorded, log.written, log.dropped) == (2, 2, 0)
+    assert log.errors >= first_errors
+    assert [e["reason"] for e in lines(blocker / FILE_NAME)] == ["one", "two"]
 
 
 def test_entries_recorded_before_start_or_after_close_stay_in_memory(tmp_path: Path) -> None:

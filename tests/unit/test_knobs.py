@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from apis.cpulist import MAX_CPU_ID
 from koordlet.errors import InvalidValueError, ParseError, UnsupportedError
 from koordlet.system.cgroups import V1_CONTROLLERS, CgroupVersion
+from koordlet.system.cgroupstats import parse_cpu_max
 from koordlet.system.devcodec import DeviceParamSet, DeviceRange
 from koordlet.system.knobs import (
     CPU_CFS_PERIOD,
@@ -306,3 +307,37 @@ def test_garbage_in_an_integer_file_is_a_parse_error_naming_the_file() -> None:
         CPU_SHARES.decode("lots\n", V1)
     with pytest.raises(ParseError, match=re.escape("/x/cpu.weight")):
         CPU_SHARES.decode("0", V2, path="/x/cpu.weight")
+
+
+@pytest.mark.parametrize(
+    ("text", "quota"),
+    [
+        # upstream's TestParseCPUCFSQuotaV2 (pkg/koordlet/util/system/cgroup2_test.go), row by row
+        ("max 100000", None),
+        ("100000 100000", 100000),
+        ("999999 100000", 999999),
+        ("0 100000", 0),
+        ("100000 not_a_number", 100000),
+        ("100000", ParseError),  # missing fields
+        ("max", ParseError),  # missing quota value
+        ("not_a_number 100000", ParseError),  # invalid quota value
+    ],
+)
+def test_the_v2_quota_is_read_from_cpu_max_as_upstream_reads_it(
+    text: str, quota: int | type[ParseError] | None
+) -> None:
+    if quota is ParseError:
+        with pytest.raises(ParseError):
+            CPU_CFS_QUOTA.decode(text, V2)
+        with pytest.raises(ParseError):
+            parse_cpu_max(text.encode(), "/cg/cpu.max")
+    else:
+        assert CPU_CFS_QUOTA.decode(text, V2) == quota
+        assert parse_cpu_max(text.encode(), "/cg/cpu.max")[0] == quota
+
+
+def test_a_period_that_is_no_number_is_the_periods_error_alone() -> None:
+    with pytest.raises(ParseError, match=re.escape("cpu_cfs_period")):
+        CPU_CFS_PERIOD.decode("100000 not_a_number", V2)
+    # writing the quota over such a file writes the quota alone: the kernel keeps its period
+    assert CPU_CFS_QUOTA.encode(50000, V2, "100000 not_a_number") == "50000"

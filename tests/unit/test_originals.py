@@ -4,6 +4,8 @@ the writers record before they write (fake v2 tree, sysctls and resctrl in a fak
 from __future__ import annotations
 
 import json
+import os
+from dataclasses import asdict
 from pathlib import Path
 
 import pytest
@@ -143,3 +145,55 @@ def test_sysctls_and_resctrl_groups_are_recorded_before_they_change(
 
     kinds = {(e.kind, e.knob): e.text for e in journal(tmp_path).entries()}
     assert kinds == {("sysctl", "vm.min_free_kbytes"): "67584", ("resctrl_group", "resctrl"): ""}
+
+
+def test_a_torn_tail_is_cut_at_load_and_the_next_entry_starts_a_line(tmp_path: Path) -> None:
+    j = journal(tmp_path)
+    j.record(entry("/cg/a", "1"))
+    with open(j.path, "a") as f:
+        f.write('{"kind": "cgroup", "path": "/cg/b", "kn')  # the process died mid-append
+
+    again = journal(tmp_path)
+    again.record(entry("/cg/c", "3"))
+
+    lines = Path(again.path).read_text().splitlines()
+    assert [json.loads(line)["path"] for line in lines[1:]] == ["/cg/a", "/cg/c"]
+    assert again.stats()["repaired_tails"] == 1
+
+
+def test_an_entry_an_older_koordlet_glued_to_a_torn_line_is_recovered(tmp_path: Path) -> None:
+    j = journal(tmp_path)
+    j.record(entry("/cg/a", "1"))
+    glued = entry("/cg/c", "3")
+    with open(j.path, "a") as f:
+        f.write('{"kind":"cgroup","path":"/cg/b","kn')  # torn by ENOSPC, then appended to
+        f.write(json.dumps(asdict(glued)) + "\n")
+
+    again = journal(tmp_path)
+
+    assert [e.path for e in again.entries()] == ["/cg/a", "/cg/c"]
+    lines = Path(again.path).read_text().splitlines()  # rewritten one entry a line
+    assert len(lines) == 3
+    assert again.stats()["unreadable_lines"] == 0
+
+
+def test_an_unreadable_journal_is_not_written_over_and_is_read_again_before_writing(
+    tmp_path: Path,
+) -> None:
+    state = tmp_path / "state"
+    j = journal(tmp_path)
+    j.record(entry("/cg/a", "1"))
+    os.replace(state / FILE_NAME, state / "saved")
+    (state / FILE_NAME).mkdir()  # reading it fails (EISDIR)
+
+    later = journal(tmp_path)
+    later.record(entry("/cg/a", "2"))  # held: the file was not read
+    later.record(entry("/cg/b", "5"))
+    assert later.pending == 2
+    assert later.errors >= 1
+
+    (state / FILE_NAME).rmdir()
+    os.replace(state / "saved", state / FILE_NAME)
+    assert later.retry()
+
+    assert {e.path: e.text for e in journal(tmp_path).entries()} == {"/cg/a": "1", "/cg/b": "5"}

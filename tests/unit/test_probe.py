@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from koordlet.daemon.host import CapabilityWatch
 from koordlet.system.cgroups import CgroupDriver, CgroupVersion, detect_layout
 from koordlet.system.host import Host
 from koordlet.system.knobs import KNOBS
@@ -355,3 +356,37 @@ def test_damon_cold_pages_names_the_missing_damon_sysfs_on_a_host_without_it(
     assert not cap.supported
     assert "CONFIG_DAMON_SYSFS" in cap.reason
     assert cap.path.endswith("kernel/mm/damon/admin")
+
+
+def test_a_capability_lost_while_running_is_named_and_exported_until_it_returns(
+    tmp_path: Path,
+) -> None:
+    host = v1_host(tmp_path)
+    at_start = probe_capabilities(host)
+    published: list[Mapping[str, bool]] = []
+    watch = CapabilityWatch(
+        lambda: host,
+        at_start,
+        watches_lost=lambda: {"memoryevict/node": "/proc/pressure/memory cannot be watched"},
+        publish=published.append,
+    )
+    files = [Path(host.layout.file("cpu", rel, "cpu.shares")) for rel in ("", "kubepods")]
+    assert at_start.supported("cpu_shares")
+    saved = files[0].read_text()
+    for f in files:  # the knob's files gone from under the koordlet
+        f.unlink()
+
+    lost = watch.recheck()
+
+    assert lost["cpu_shares"]
+    assert lost["events/memoryevict/node"] == "/proc/pressure/memory cannot be watched"
+    assert published[-1]["cpu_shares"] is False
+    (family,) = watch.collect()
+    assert family.name == "koordlet_capability_lost"
+    samples = {s.labels["name"]: s.value for s in family.samples}
+    assert set(samples) == set(lost)  # cpu_weight too: on v1 it is written as cpu.shares
+    assert {"cpu_shares", "events/memoryevict/node"} <= set(samples)
+    assert set(samples.values()) == {1.0}
+    for f in files:
+        f.write_text(saved)
+    assert "cpu_shares" not in watch.recheck()

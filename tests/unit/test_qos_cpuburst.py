@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, replace
 from types import SimpleNamespace
@@ -13,7 +14,8 @@ import pytest
 from apis.extension import KubeQOS, QoSClass
 from apis.slo_strategies import CPUBurstPolicy
 from koordlet.collectors.nodeinfo import node_info_dict
-from koordlet.executor import CgroupWriter
+from koordlet.errors import HostError, WritesRefusedError
+from koordlet.executor import CgroupWriter, WriteResult
 from koordlet.metriccache import series
 from koordlet.metriccache.store import MetricCache
 from koordlet.qos.cpuburst import CPUBurst, pod_settings
@@ -448,3 +450,47 @@ async def test_quota_moves_log_at_debug_with_turns_and_a_summary_at_info(
     assert len([m for m in debug if "quota scaled up" in m]) >= 2  # the following steps
     assert any("quota scale-ups and 0 scale-downs in the last 3s" in m for m in info)
     assert not [r for r in caplog.records if "None" in r.getMessage()]
+
+
+class RefusingWriter(CgroupWriter):
+    """The real writer, but the kernel refuses the writes of one cgroup (``EINVAL``)."""
+
+    def __init__(self, fake: FakeHost, refused: str) -> None:
+        super().__init__(fake.host)
+        self.refused = refused
+
+    def _apply(
+        self, k: Any, rel_dir: str, value: object, strategy: str, reason: str
+    ) -> WriteResult:
+        if rel_dir == self.refused:
+            raise HostError(f"{rel_dir}/{k.name}: writing {value!r} failed: Invalid argument")
+        return super()._apply(k, rel_dir, value, strategy, reason)
+
+
+async def test_a_refused_quota_write_is_that_containers_alone_and_the_round_reports_it(
+    fake_host: FakeHost, caplog: pytest.LogCaptureFixture
+) -> None:
+    rig, writer = await _multi_rig(fake_host, (500, 2000), 250000, (50000, 200000))
+    await asyncio.to_thread(writer.stop)
+    refusing = RefusingWriter(fake_host, rig.big)
+    refusing.start()
+    ctx = replace(rig.strategy._ctx, executor=refusing)
+    strategy = CPUBurst(ctx, rng=lambda: 0.0)
+    caplog.set_level(logging.WARNING, logger="koordlet.qos.cpuburst")
+    try:
+        for _ in range(3):
+            with pytest.raises(WritesRefusedError, match="Invalid argument"):
+                await strategy.reconcile()
+    finally:
+        await asyncio.to_thread(refusing.stop)
+
+    assert rig.read("cpu_cfs_quota", rig.small) > 50000  # the other container went on
+    assert rig.read("cpu_burst", rig.small) > 0
+    assert rig.read("cpu_cfs_quota", rig.big) == 200000
+    report = ctx.book.last_report("cpuburst")
+    assert report is not None
+    assert "writes refused" in report.result
+    refused = report.detail["refused"]
+    assert {v["count"] for v in refused.values()} == {3}
+    warnings = [r for r in caplog.records if r.name == "koordlet.qos.cpuburst"]
+    assert len(warnings) == len(refused)  # each refused write logged once, not each round

@@ -636,8 +636,10 @@ def test_memory_release_by_used_as_upstream(
     [
         # not exceeded: 50 of 100 GiB
         ({BATCH_MEMORY: 100 * Gi}, {BATCH_MEMORY: 50 * Gi}, PRIORITY_BATCH_MAX, {}),
-        # 85 of 100 GiB over 80%: down to 70%, in float32 as upstream (16106131456, not
-        # 16106127360)
+        # 85 of 100 GiB over 80%: down to 70%, in float32 as upstream computes it
+        # (memory_evict.go, rqValue/sumValue as float32): 16106131456, the value upstream's
+        # Test_calculateReleaseByAllocatableThresholdPercent expects ("allocatable threshold
+        # exceeded - batch memory"); float64 would give 16106127360
         (
             {BATCH_MEMORY: 100 * Gi},
             {BATCH_MEMORY: 85 * Gi},
@@ -1043,8 +1045,15 @@ def _cpu_settings(**fields: Any) -> CPUEvictSettings:
         ("used", {"threshold": 20, "lower": 10, "prio": 0}, None),
         ("allocatable", {}, "CPUAllocatableEvictThresholdPercent not config"),
         ("allocatable", {"alloc": -1}, "threshold percent(-1) should equal or greater than 0"),
-        # a missing lower percent is 0 for CPU, as upstream's test says
-        ("allocatable", {"alloc": 80, "alloc_prio": PRIORITY_BATCH_MAX}, None),
+        # ours: upstream's check table passes a missing lower percent ("CPUAllocatableEvict
+        # LowerPercent == nil" in cpu_evict_test.go's Test_isAllocatableThresholdConfigValid);
+        # as 0 it would release every request above the threshold, so it is refused as the
+        # memory one is
+        (
+            "allocatable",
+            {"alloc": 80, "alloc_prio": PRIORITY_BATCH_MAX},
+            "CPUAllocatableEvictLowerPercent not config",
+        ),
         (
             "allocatable",
             {"alloc": 80, "alloc_lower": 90},

@@ -240,3 +240,26 @@ async def test_the_cgroup_kill_backend_refuses_the_besteffort_folder_itself(
     )
     assert out.status == "failed"
     assert "refusing" in out.detail
+
+
+async def test_failed_and_refused_evictions_count_in_koordlet_pod_eviction_failures() -> None:
+    registry = CollectorRegistry()
+    evictor = Evictor(
+        RecordingBackend(fail={f"pod/{pod(1).uid}"}), registry=registry, node_name="n1"
+    )
+    ls = pod(3, QoSClass.LS)  # not BE and not opted in: refused
+    await evictor.evict(
+        [Victim.of_pod(pod(1)), Victim.of_pod(pod(2)), Victim.of_pod(ls)],
+        strategy="s",
+        reason=REASON_MEMORY,
+    )
+    failures = {
+        status: registry.get_sample_value(
+            "koordlet_pod_eviction_failures_total",
+            {"node": "n1", "reason": REASON_MEMORY, "status": status},
+        )
+        for status in ("failed", "refused")
+    }
+    assert failures == {"failed": 1.0, "refused": 1.0}
+    text = generate_latest(registry).decode()
+    assert f'koordlet_pod_eviction{{node="n1",reason="{REASON_MEMORY}"}} 1.0' in text

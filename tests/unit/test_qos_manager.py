@@ -214,7 +214,9 @@ async def test_describe_shows_each_strategy_s_last_inputs_decision_result_and_er
     broken = ctx.book.describe("broken")
     assert broken["errors"] == broken["rounds"] >= 2
     assert broken["last_error"] == "RuntimeError: cannot read the inventory"
-    assert broken["last_round"] is None
+    # a round that raised before it reported: its failure is the last round, never an older one
+    assert broken["last_round"]["decision"] == "no decision: the round failed before deciding"
+    assert broken["last_round"]["result"] == "RuntimeError: cannot read the inventory"
 
 
 async def test_describe_while_running_lists_interval_and_dry_run() -> None:

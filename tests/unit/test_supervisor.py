@@ -15,6 +15,7 @@ from collections.abc import AsyncIterator
 import pytest
 from prometheus_client import CollectorRegistry
 
+from koordlet.errors import WritesRefusedError
 from koordlet.selfmetrics import SelfMetrics
 from koordlet.supervisor import FAILING_WARN_EVERY, HISTORY, Supervisor
 
@@ -198,6 +199,26 @@ async def test_a_failing_loop_logs_one_traceback_then_rare_one_line_warnings_the
     assert all("disk on fire" in r.getMessage() for r in warnings)
     assert any("recovered" in r.getMessage() for r in records if r.levelno == logging.INFO)
     assert state_of(sup, "flaky")["consecutive_errors"] == 0
+
+
+async def test_a_round_that_went_on_past_refused_writes_is_counted_and_logged_at_debug_only(
+    sup: Supervisor, vt: VirtualTime, registry: CollectorRegistry, caplog: pytest.LogCaptureFixture
+) -> None:
+    async def step() -> None:  # its owner logged each refusal once (qos.shared.WriteFailures)
+        raise WritesRefusedError("cpusuppress", ["cpu_cfs_quota kubepods/besteffort: EINVAL"])
+
+    caplog.set_level(logging.DEBUG, logger="koordlet.supervisor")
+    sup.spawn_loop("refusing", step, 1.0)
+    await vt.advance(2 * FAILING_WARN_EVERY + 5)
+
+    records = [r for r in caplog.records if r.name == "koordlet.supervisor"]
+    assert records
+    assert all(r.levelno == logging.DEBUG and not r.exc_info for r in records)
+    errors = registry.get_sample_value(
+        "koordlet_step_errors_total", {"component": "loop", "name": "refusing"}
+    )
+    assert errors is not None
+    assert errors > 2 * FAILING_WARN_EVERY
 
 
 async def test_step_durations_go_into_the_histogram(
