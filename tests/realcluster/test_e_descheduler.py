@@ -39,7 +39,9 @@ def replica_set() -> dict[str, Any]:
         "kind": "ReplicaSet",
         "metadata": {"name": "web", "namespace": NS},
         "spec": {
-            "replicas": 1,
+            # two: the migration controller leaves a workload's only pod alone (expected
+            # replicas at most maxMigratingPerWorkload, 1)
+            "replicas": 2,
             "selector": {"matchLabels": labels},
             "template": {
                 "metadata": {"labels": labels},
@@ -83,12 +85,17 @@ def test_a_replica_sets_pod_moves_off_the_hot_node_through_a_reservation(
     for i in (0, 1):
         cluster.kubectl("cordon", cluster.node_name(i))
     cluster.apply(json.dumps(replica_set()))
-    first = wait(
-        "the ReplicaSet's pod Running on the hot node",
-        lambda: [p for p in pods(cluster) if p["status"].get("phase") == "Running"],
+    started = wait(
+        "the ReplicaSet's pods Running on the hot node",
+        lambda: (
+            (r := [p for p in pods(cluster) if p["status"].get("phase") == "Running"])
+            and len(r) == 2
+            and r
+        ),
         90,
-    )[0]
-    assert first["spec"]["nodeName"] == hot
+    )
+    assert {p["spec"]["nodeName"] for p in started} == {hot}
+    names = {p["metadata"]["name"] for p in started}
     for i in (0, 1):
         cluster.kubectl("uncordon", cluster.node_name(i))
     descheduler = koordinator.start_descheduler(tune)
@@ -98,7 +105,8 @@ def test_a_replica_sets_pod_moves_off_the_hot_node_through_a_reservation(
             lambda: cluster.get("podmigrationjobs")["items"],
             90,
         )[0]
-        assert job["spec"]["podRef"]["name"] == first["metadata"]["name"]
+        assert job["spec"]["podRef"]["name"] in names
+        moved = job["spec"]["podRef"]["name"]
         assert job["spec"]["mode"] == "ReservationFirst"
 
         def done() -> dict[str, Any] | None:
@@ -112,11 +120,14 @@ def test_a_replica_sets_pod_moves_off_the_hot_node_through_a_reservation(
         koordinator.stop(descheduler)
     target = finished["status"]["nodeName"]
     assert target in (cluster.node_name(0), cluster.node_name(1))
-    now = [p for p in pods(cluster) if not p["metadata"].get("deletionTimestamp")]
-    assert len(now) == 1
-    assert now[0]["metadata"]["name"] != first["metadata"]["name"]
-    assert now[0]["spec"]["nodeName"] == target
-    reservation = cluster.get(
-        "reservation", finished["status"]["podRef"].get("reservation", "") or job["metadata"]["uid"]
-    )
+    live = {
+        p["metadata"]["name"]: p
+        for p in pods(cluster)
+        if not p["metadata"].get("deletionTimestamp")
+    }
+    assert moved not in live
+    replacement = finished["status"]["podRef"]["name"]
+    assert live[replacement]["spec"]["nodeName"] == target
+    ref = finished["spec"]["reservationOptions"]["reservationRef"]
+    reservation = cluster.get("reservation", ref["name"])
     assert reservation["status"]["nodeName"] == target
