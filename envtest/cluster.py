@@ -284,7 +284,10 @@ class Cluster:
         if self.control is not None:
             out += self.control.procs
         for node in self.node_list:
-            out += [p for p in (node.front, node.kubelet and node.kubelet.proc) if p is not None]
+            if node.front is not None:
+                out.append(node.front)
+            if node.kubelet is not None and node.kubelet.proc is not None:
+                out.append(node.kubelet.proc)
         return out
 
     def _record(self) -> None:

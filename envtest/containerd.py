@@ -326,7 +326,7 @@ class Containerd:
     def _kill_cgroup_processes(self) -> None:
         """What still runs in the test's cgroup tree (only our containers run there)."""
         for _ in range(20):
-            pids = set()
+            pids: set[int] = set()
             for c in CONTROLLERS:
                 top = Path(CGROUP_ROOT, c, self.cgroup_prefix)
                 for procs in top.rglob("cgroup.procs") if top.is_dir() else ():

@@ -10,8 +10,8 @@ are absent (a fresh clone without ``../shared``); CI has them. See docs/realclus
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
 from pathlib import Path
+from typing import Any
 
 import pytest
 

@@ -161,6 +161,14 @@ def wait_running(
         raise AssertionError(f"{err}\n{status[-2500:]}\n{events}") from None
 
 
+def delete_pods(cluster: Cluster, *names: str, namespace: str = COLOCATION_NS) -> None:
+    """Delete these pods (if there) and wait until they are gone."""
+    cluster.kubectl(
+        "delete", "pod", *names, "-n", namespace, "--ignore-not-found", "--grace-period=1",
+        "--timeout=60s", check=False,
+    )  # fmt: skip
+
+
 def container_id(p: dict[str, Any], container: str = "main") -> str:
     for st in p["status"].get("containerStatuses", []):
         if st["name"] == container and st.get("containerID"):

@@ -18,6 +18,7 @@ from tests.realcluster.loop import (
     COLOCATION_LABEL,
     COLOCATION_NS,
     colocation_profile,
+    delete_pods,
     patch_slo_config,
     pod,
     wait_running,
@@ -55,8 +56,7 @@ def suppress(cluster: Cluster, hostprocs: HostProcs) -> Iterator[None]:
     cluster.kubectl("label", "namespace", COLOCATION_NS, f"{COLOCATION_LABEL}=true", "--overwrite")
     cluster.apply(json.dumps(colocation_profile("be-koord", "koord-scheduler")))
     yield
-    cluster.kubectl("delete", "pod", "be-burn", "ls-burn", "-n", COLOCATION_NS, "--ignore-not-found",
-                    "--grace-period=1", "--timeout=60s", check=False)  # fmt: skip
+    delete_pods(cluster, "be-burn", "ls-burn")
     patch_slo_config(cluster, {"resource-threshold-config": threshold_config("cpuset")})
 
 

@@ -20,6 +20,7 @@ from tests.realcluster.loop import (
     COLOCATION_LABEL,
     COLOCATION_NS,
     colocation_profile,
+    delete_pods,
     patch_slo_config,
     pod,
     wait_running,
@@ -78,11 +79,10 @@ def evicting(cluster: Cluster, hostprocs: HostProcs) -> Iterator[None]:
             }
         },
     )
-    cluster.kubectl("delete", "pod", "be-fill", "be-next", "-n", COLOCATION_NS, "--ignore-not-found",
-                    "--grace-period=1", "--timeout=60s", check=False)  # fmt: skip
+    delete_pods(cluster, "be-fill", "be-next")
 
 
-def test_a_be_pod_over_the_memory_threshold_is_evicted_through_the_api_and_the_condition_holds_the_next(
+def test_a_be_pod_over_the_memory_threshold_is_evicted_by_api_and_the_condition_holds_the_next(
     cluster: Cluster, hostprocs: HostProcs, evicting: None
 ) -> None:
     node = cluster.node_list[0]
@@ -138,8 +138,15 @@ def test_a_be_pod_over_the_memory_threshold_is_evicted_through_the_api_and_the_c
     assert cond["reason"] == "EvictingBEPods"
 
     # the next BE pod stays Pending while the condition holds, then is placed
-    nxt = pod("be-next", node=node.name, labels={COLOCATION_LABEL: "true", "profile": "be-koord"},
-              resources={"requests": {"cpu": "10m", "memory": "16Mi"}, "limits": {"cpu": "1", "memory": "64Mi"}})  # fmt: skip
+    nxt = pod(
+        "be-next",
+        node=node.name,
+        labels={COLOCATION_LABEL: "true", "profile": "be-koord"},
+        resources={
+            "requests": {"cpu": "10m", "memory": "16Mi"},
+            "limits": {"cpu": "1", "memory": "64Mi"},
+        },
+    )
     cluster.apply(json.dumps(nxt))
 
     def rejected() -> bool:
