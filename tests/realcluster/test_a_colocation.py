@@ -20,6 +20,7 @@ from apis.manager_keys import (
     BATCH_CPU,
     BATCH_MEMORY,
 )
+from apis.quantity import int_value
 from envtest.cluster import Cluster
 from tests.realcluster.components import HostProcs, wait
 from tests.realcluster.loop import explain_node, patch_slo_config
@@ -142,3 +143,33 @@ def test_cpu_normalization_follows_the_model_the_koordlet_reports(
             lambda: annotations().get(ANNOTATION_CPU_NORMALIZATION_RATIO) == "1.00",
             60,
         )
+
+
+def numa_usage_now(node_id: int) -> int:
+    """Usage without page cache of one NUMA node, as the koordlet computes it from that node's
+    own meminfo (``MemTotal - MemFree - Active(file) - Inactive(file)``)."""
+    info: dict[str, int] = {}
+    meminfo = Path(f"/sys/devices/system/node/node{node_id}/meminfo")
+    for line in meminfo.read_text().splitlines():
+        words = line.split()
+        info[words[2].rstrip(":")] = int(words[3]) * 1024
+    return info["MemTotal"] - info["MemFree"] - info["Active(file)"] - info["Inactive(file)"]
+
+
+def test_the_nodemetric_numa_memory_is_the_numa_nodes_own_meminfo(
+    cluster: Cluster, loop: HostProcs
+) -> None:
+    name = cluster.node_name(0)
+    status = wait(
+        "NodeMetric numaUsages",
+        lambda: (s := _status(cluster, name).get("nodeMetric")) and s.get("numaUsages") and s,
+        90,
+    )
+    zone = next(z for z in status["numaUsages"] if z["numaNodeID"] == 0)
+    reported = int_value(zone["nodeUsage"]["resources"]["memory"])
+    # an average over the aggregate window against a reading now: the same formula, not the
+    # node's MemTotal - MemAvailable
+    assert abs(reported - numa_usage_now(0)) <= 0.25 * numa_usage_now(0), (
+        reported,
+        numa_usage_now(0),
+    )
