@@ -75,6 +75,11 @@ test_tools() {
   command -v chromium >/dev/null || need+=(chromium)
   command -v gcc >/dev/null || need+=(gcc libc6-dev)  # the GPU tests build a fake NVML library
   { command -v prometheus && command -v promtool; } >/dev/null || need+=(prometheus)
+  # the real-cluster tier (tests/realcluster, envtest): etcd beside ../shared/k8s's binaries,
+  # the CNI plugins for the pods' bridge, iptables for the kubernetes Service's DNAT
+  command -v etcd >/dev/null || need+=(etcd-server)
+  [ -x /usr/lib/cni/bridge ] || need+=(containernetworking-plugins)
+  command -v iptables >/dev/null || need+=(iptables)
   [ ${#need[@]} -eq 0 ] || apt_install "${need[@]}" ||
     log "without ${need[*]}: the tests that need them skip with the reason"
 }
