@@ -63,6 +63,8 @@ class Koordlet:
     proc: Proc
     port: int
     state_dir: Path
+    flags: list[str] = field(default_factory=list)
+    """The extra flags it was started with."""
 
     @property
     def url(self) -> str:
@@ -74,6 +76,27 @@ class Koordlet:
         return json.loads(body) if body[:1] in (b"{", b"[") else body.decode()
 
 
+QOS_KNOBS = (
+    ("cpu", "cpu.cfs_quota_us"),
+    ("cpu", "cpu.cfs_period_us"),
+    ("cpu", "cpu.shares"),
+    ("cpuset", "cpuset.cpus"),
+    ("cpuset", "cpuset.mems"),
+    ("memory", "memory.limit_in_bytes"),
+)
+"""What a koordlet may write on the node's kubepods and QoS cgroups."""
+
+
+def qos_snapshot(node: Node) -> dict[str, str]:
+    """The node's kubepods, burstable and besteffort cgroups' :data:`QOS_KNOBS`."""
+    out = {}
+    for rel in ("kubepods", "kubepods/burstable", "kubepods/besteffort"):
+        for controller, knob in QOS_KNOBS:
+            path = node.cgroup(controller, rel, knob)
+            out[f"{rel}/{knob}"] = path.read_text().strip()
+    return out
+
+
 @dataclass
 class HostProcs:
     """The components a bare-metal install runs, as host processes."""
@@ -82,6 +105,8 @@ class HostProcs:
     webhook: Proc
     koordlets: list[Koordlet]
     scheduler: Proc
+    baseline: dict[str, dict[str, str]] = field(default_factory=dict)
+    """Node name -> :func:`qos_snapshot` before its koordlet first started."""
 
     def koordlet(self, node: Node) -> Koordlet:
         return next(k for k in self.koordlets if k.node is node)
@@ -161,24 +186,10 @@ class Koordinator:
         assert node.kubelet is not None
         proc = self.start(
             f"koordlet {node.name}",
-            [
-                binary("koordlet"),
-                f"--node-name={node.name}",
-                f"--kubeconfig={self.kubeconfig_for('koordlet')}",
-                f"--addr=127.0.0.1:{port}",
-                f"--cgroup-kube-dir={node.kubepods_dir}",
-                f"--state-dir={state}",
-                f"--var-lib-kubelet-dir={node.kubelet.root / 'root'}",
-                f"--kubelet-config-file={node.kubelet.root / 'kubelet.yaml'}",
-                f"--runtime-hooks-addr={hook_socket(node)}",
-                f"--runtime-hooks-host-endpoint={hook_socket(node)}",
-                f"--runtime-hooks-config-path={node.root / 'hookserver.d'}",
-                "--enable-nri-runtime-hook=false",
-                *extra,
-            ],
+            [binary("koordlet"), *self.koordlet_argv(node, port, *extra)],
             log=f"koordlet-{node.name}.log",
         )
-        k = Koordlet(node, proc, port, state)
+        k = Koordlet(node, proc, port, state, list(extra))
         proc.wait_until(lambda: _ok(k.url + "/readyz"), 60, "/readyz 200")
         self.koordlets[node.name] = k
         return k
@@ -336,6 +347,32 @@ class Koordinator:
                 f"--config={path}",
             ],
         )
+
+    def koordlet_argv(self, node: Node, port: int, *extra: str) -> list[str]:
+        assert node.kubelet is not None
+        state = self.root / f"koordlet-{node.name}" / "state"
+        return [
+            f"--node-name={node.name}",
+            f"--kubeconfig={self.kubeconfig_for('koordlet')}",
+            f"--addr=127.0.0.1:{port}",
+            f"--cgroup-kube-dir={node.kubepods_dir}",
+            f"--state-dir={state}",
+            f"--var-lib-kubelet-dir={node.kubelet.root / 'root'}",
+            f"--kubelet-config-file={node.kubelet.root / 'kubelet.yaml'}",
+            f"--runtime-hooks-addr={hook_socket(node)}",
+            f"--runtime-hooks-host-endpoint={hook_socket(node)}",
+            f"--runtime-hooks-config-path={node.root / 'hookserver.d'}",
+            "--enable-nri-runtime-hook=false",
+            *extra,
+        ]
+
+    def kill_koordlet(self, k: Koordlet) -> None:
+        """SIGKILL, as a crash or an OOM kill does."""
+        assert k.proc.popen is not None
+        k.proc.popen.kill()
+        k.proc.popen.wait(10)
+        if k.proc in self.procs:
+            self.procs.remove(k.proc)
 
     def stop(self, proc: Proc) -> None:
         proc.stop()

@@ -18,7 +18,13 @@ import pytest
 from envtest import assets
 from envtest.cluster import Cluster
 from envtest.procs import tail
-from tests.realcluster.components import HostProcs, Koordinator, proxy_front, wait
+from tests.realcluster.components import (
+    HostProcs,
+    Koordinator,
+    proxy_front,
+    qos_snapshot,
+    wait,
+)
 from tests.realcluster.loop import FAST_COLOCATION, patch_slo_config
 
 _WHY = assets.why_not()
@@ -96,6 +102,7 @@ def hostprocs(cluster: Cluster, koordinator: Koordinator) -> HostProcs:
         for i in range(len(cluster.node_list)):
             name = cluster.node_name(i)
             wait(f"NodeMetric {name}", lambda name=name: cluster.get("nodemetric", name))
+        baseline = {n.name: qos_snapshot(n) for n in cluster.node_list}
         koordinator.hostprocs = HostProcs(
             manager=manager,
             webhook=koordinator.start_webhook(),
@@ -104,6 +111,7 @@ def hostprocs(cluster: Cluster, koordinator: Koordinator) -> HostProcs:
                 for i, n in enumerate(cluster.node_list)
             ],
             scheduler=koordinator.start_scheduler(),
+            baseline=baseline,
         )
     return koordinator.hostprocs
 
