@@ -307,12 +307,14 @@ class BaseRecipe:
         "python3-minimal",
         "libpython3.11-stdlib",
         "python3-venv",
+        "libstdc++6",
         "ca-certificates",
         "openssl",
     )
     """On top of Debian's essential set: the interpreter, its standard library, venv (with pip's
-    wheel, run once inside the chroot), CA certificates, and the ``openssl`` command that the
-    webhook's ``--self-signed`` mode runs."""
+    wheel, run once inside the chroot), the C++ runtime that grpcio's, protobuf's and
+    frozenlist's extensions link, CA certificates, and the ``openssl`` command that the
+    webhook's ``--self-signed`` mode runs. make_deps checks every extension's libraries."""
     excluded: tuple[str, ...] = (
         "/usr/share/doc/*",
         "/usr/share/man/*",
@@ -429,6 +431,7 @@ def make_deps(base: Path, python: str, wheels: Path, target: Path, epoch: int) -
              "--invalidation-mode", "unchecked-hash", f"{PREFIX}/lib"],
             what="compileall (dependencies)",
         )  # fmt: skip
+        check_libraries(root)
         (target / "root" / "opt").mkdir(parents=True)
         shutil.copystat(root / "opt", target / "root" / "opt")
         (root / PREFIX.lstrip("/")).rename(target / "root" / PREFIX.lstrip("/"))
@@ -436,6 +439,26 @@ def make_deps(base: Path, python: str, wheels: Path, target: Path, epoch: int) -
     entries = [*((target / "root" / p, p) for p in parents(top)), *walk(target / "root" / top, top)]
     diff_id = write_layer(target / "layer.tar", entries, epoch)
     return {"diff_id": diff_id, "epoch": epoch}
+
+
+def check_libraries(root: Path) -> None:
+    """Every shared library of the environment finds its dependencies in the image (``ldd``
+    inside the root file system); else the Debian package is missing from BaseRecipe.packages."""
+    venv = root / PREFIX.lstrip("/")
+    missing: dict[str, set[str]] = {}
+    for lib in sorted(p for p in venv.rglob("*.so*") if p.is_file()):
+        inside = f"/{lib.relative_to(root)}"
+        out = subprocess.run(
+            [shutil.which("chroot") or "/usr/sbin/chroot", str(root), "/usr/bin/ldd", inside],
+            env={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"},
+            capture_output=True, text=True, check=False,
+        )  # fmt: skip
+        for line in out.stdout.splitlines():
+            if "not found" in line:
+                missing.setdefault(line.split()[0], set()).add(inside)
+    if missing:
+        detail = "; ".join(f"{so} (for {', '.join(sorted(u)[:2])})" for so, u in missing.items())
+        raise BuildError(f"libraries missing from the image: {detail}: add their Debian packages")
 
 
 # 3. The project -------------------------------------------------------------------------------
