@@ -223,20 +223,22 @@ class _Hashing(io.RawIOBase):
 
 
 def walk(top: Path, arc_top: str, *, emptied: frozenset[str] = frozenset()) -> Iterator[Entry]:
-    """``top`` (named ``arc_top``, "" for a root) and everything below it, each folder's entries
-    sorted, parents first; the folders named in ``emptied`` (relative to ``top``) without their
-    contents."""
+    """``top`` (named ``arc_top``; "" for a root, not listed) and everything below it, depth
+    first in name order (as ``tar --sort=name``); the folders named in ``emptied`` (relative to
+    ``top``) without their contents."""
     if arc_top:
         yield top, arc_top
-    for dirpath, dirnames, filenames in os.walk(top):
-        rel = os.path.relpath(dirpath, top)
-        if rel in emptied:
-            dirnames.clear()
-            continue
-        dirnames.sort()
-        prefix = "/".join(p for p in (arc_top, "" if rel == "." else rel) if p)
-        for name in sorted([*dirnames, *filenames]):
-            yield Path(dirpath, name), f"{prefix}/{name}" if prefix else name
+
+    def below(folder: Path, rel: str) -> Iterator[Entry]:
+        with os.scandir(folder) as it:
+            found = sorted(it, key=lambda e: e.name)
+        for entry in found:
+            sub = f"{rel}/{entry.name}" if rel else entry.name
+            yield Path(entry.path), f"{arc_top}/{sub}" if arc_top else sub
+            if entry.is_dir(follow_symlinks=False) and sub not in emptied:
+                yield from below(Path(entry.path), sub)
+
+    yield from below(top, "")
 
 
 def write_layer(path: Path, entries: Iterable[Entry], epoch: int) -> str:
@@ -323,7 +325,7 @@ class BaseRecipe:
         "/usr/share/lintian/*",
     )
     arch: str = "amd64"
-    recipe: int = 1
+    recipe: int = 2
     """Bumped when what is done to the root file system after mmdebstrap changes."""
 
     def key(self) -> str:
