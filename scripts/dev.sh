@@ -64,7 +64,8 @@ test_tools() {
   # runtime hook tests run a real containerd (its CRI plugin, runc) on images built from a static
   # busybox (tests/runtimehooks/containerd.py); the /debug/ui test renders the page in a headless
   # Chromium (Debian's chromium); the alert and dashboard tests run Debian's prometheus and its
-  # promtool (tests/ui/test_alerts.py, tests/ui/test_grafana_dashboard.py).
+  # promtool (tests/ui/test_alerts.py, tests/ui/test_grafana_dashboard.py); the container image
+  # tests build the image from Debian's packages with mmdebstrap (packaging/image.py).
   local need=()
   command -v rpmbuild >/dev/null || need+=(rpm)
   command -v systemd-analyze >/dev/null || need+=(systemd)
@@ -75,6 +76,7 @@ test_tools() {
   command -v chromium >/dev/null || need+=(chromium)
   command -v gcc >/dev/null || need+=(gcc libc6-dev)  # the GPU tests build a fake NVML library
   { command -v prometheus && command -v promtool; } >/dev/null || need+=(prometheus)
+  command -v mmdebstrap >/dev/null || need+=(mmdebstrap)
   [ ${#need[@]} -eq 0 ] || apt_install "${need[@]}" ||
     log "without ${need[*]}: the tests that need them skip with the reason"
 }
