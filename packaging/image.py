@@ -11,9 +11,10 @@ in packaging/kubernetes name it (docs/kubernetes.md, "Installing").
 Three layers, the first two cached under ``--cache`` (default /var/cache/koordinator-py):
 
 1. ``base``: a Debian root file system made by ``mmdebstrap`` from Debian's packages (Python 3
-   and its standard library, venv, CA certificates, and openssl for the webhook's
-   ``--self-signed`` certificates), keyed by the suite, the apt sources, the package list and
-   the recipe; ``--refresh-base`` makes it again (Debian's security updates);
+   and its standard library, venv, the C++ runtime, CA certificates, and openssl for the webhook's
+   ``--self-signed`` certificates), keyed by the suite, the apt sources, the package list,
+   the recipe and ``SOURCE_DATE_EPOCH``; ``--refresh-base`` makes it again (Debian's security
+   updates);
 2. ``deps``: /opt/koordinator, a virtual environment made by the image's own interpreter inside
    that root file system (``chroot``), with every runtime dependency installed from wheels that
    pip built on this host, pinned by requirements/lock.txt (the host's pip configuration reaches
@@ -328,8 +329,9 @@ class BaseRecipe:
     recipe: int = 2
     """Bumped when what is done to the root file system after mmdebstrap changes."""
 
-    def key(self) -> str:
-        return _key(asdict(self))
+    def key(self, epoch: int) -> str:
+        """The cache entry's name: the recipe and the layer's mtimes."""
+        return _key(asdict(self), epoch)
 
 
 def interpreter(rootfs: Path) -> str:
@@ -687,7 +689,7 @@ def build(args: argparse.Namespace) -> dict[str, Any]:
 
     with locked(cache):
         t = time.monotonic()
-        base_dir = cache / f"base-{recipe.key()}"
+        base_dir = cache / f"base-{recipe.key(epoch)}"
         base, base_cached = cached(
             base_dir, lambda d: make_base(recipe, d, epoch), refresh=args.refresh_base
         )
