@@ -11,8 +11,8 @@ in packaging/kubernetes name it (docs/kubernetes.md, "Installing").
 Three layers, the first two cached under ``--cache`` (default /var/cache/koordinator-py):
 
 1. ``base``: a Debian root file system made by ``mmdebstrap`` from Debian's packages (Python 3
-   and its standard library, venv, the C++ runtime, CA certificates, and openssl for the webhook's
-   ``--self-signed`` certificates), keyed by the suite, the apt sources, the package list,
+   and its standard library, venv, the C++ runtime, CA certificates, and openssl, with which the
+   webhook makes its certificates), keyed by the suite, the apt sources, the package list,
    the recipe and ``SOURCE_DATE_EPOCH``; ``--refresh-base`` makes it again (Debian's security
    updates);
 2. ``deps``: /opt/koordinator, a virtual environment made by the image's own interpreter inside
@@ -316,8 +316,8 @@ class BaseRecipe:
     )
     """On top of Debian's essential set: the interpreter, its standard library, venv (with pip's
     wheel, run once inside the chroot), the C++ runtime that grpcio's, protobuf's and
-    frozenlist's extensions link, CA certificates, and the ``openssl`` command that the
-    webhook's ``--self-signed`` mode runs. make_deps checks every extension's libraries."""
+    frozenlist's extensions link, CA certificates, and the ``openssl`` command with which the
+    webhook makes its certificates. make_deps checks every extension's libraries."""
     excluded: tuple[str, ...] = (
         "/usr/share/doc/*",
         "/usr/share/man/*",

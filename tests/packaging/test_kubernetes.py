@@ -1,7 +1,8 @@
 """packaging/kubernetes as a user installs it: rendered by the real kubectl (its kustomize) of the
 project's Kubernetes binaries (``../shared/k8s``): one install with every component and one
-image, set by one ``images`` entry; the reset DaemonSet and the webhook without cert-manager on
-their own; every custom resource valid against its CRD; Koordinator's PriorityClasses.
+image, set by one ``images`` entry, that needs no cert-manager; the reset DaemonSet and the
+manager with cert-manager on their own; every custom resource valid against its CRD;
+Koordinator's PriorityClasses.
 """
 
 from __future__ import annotations
@@ -159,55 +160,34 @@ def test_the_reset_daemonset_renders_on_its_own_with_the_installs_image(
 
 
 def test_every_kustomization_renders_and_names_only_the_project_image(kubectl: str) -> None:
-    folders = sorted(
-        p.parent for p in KUBE.rglob("kustomization.yaml") if "components" not in p.parts
-    )
-    assert len(folders) >= 6
+    folders = sorted(p.parent for p in KUBE.rglob("kustomization.yaml"))
+    assert len(folders) >= 7
     for folder in folders:
         objs = render(kubectl, folder)
         assert objs, folder
         assert {c["image"] for _, c in containers(objs)} <= {REF}, folder
 
 
-def test_the_self_signed_component_replaces_cert_manager_with_one_self_signed_webhook(
-    kubectl: str, install: list[Obj], tmp_path: Path
+def test_the_install_needs_no_cert_manager_and_its_alternative_renders_with_it(
+    kubectl: str, install: list[Obj]
 ) -> None:
-    objs = render(
-        kubectl,
-        overlay(tmp_path, components=["@KUBE@/components/self-signed-webhook"]),
-    )
-    whole = install
-    assert ids(whole) - ids(objs) == {
-        ("Issuer", "koordinator-selfsigned"),
-        ("Certificate", "koordinator-webhook-cert"),
-    }
-    assert ids(objs) <= ids(whole)
-    (manager,) = [
-        o for o in objs if (o["kind"], o["metadata"]["name"]) == ("Deployment", "koord-manager")
-    ]
-    assert manager["spec"]["replicas"] == 1  # each replica would make its own CA
-    spec = manager["spec"]["template"]["spec"]
-    (webhook,) = [c for c in spec["containers"] if c["name"] == "webhook"]
-    assert "--self-signed" in webhook["args"]
-    cert_dir = next(a for a in webhook["args"] if a.startswith("--webhook-cert-dir="))
-    (mount,) = [m for m in webhook["volumeMounts"] if m["mountPath"] == cert_dir.split("=")[1]]
-    assert not mount.get("readOnly")
-    (volume,) = [v for v in spec["volumes"] if v["name"] == mount["name"]]
-    assert volume == {"name": mount["name"], "emptyDir": {}}
-    for o in objs:
-        if o["kind"].endswith("WebhookConfiguration"):
-            assert "cert-manager.io/inject-ca-from" not in o["metadata"].get("annotations", {})
+    """The webhook makes and shares its own certificate (docs/manager-controllers.md); the
+    cert-manager way is manager-cert-manager, instead of manager/."""
+    assert not [o for o in install if o["apiVersion"].startswith("cert-manager.io/")]
+    for o in install:
+        assert "cert-manager.io/inject-ca-from" not in o["metadata"].get("annotations", {})
+    with_cm = render(kubectl, KUBE / "manager-cert-manager")
+    assert {o["kind"] for o in with_cm if o["apiVersion"].startswith("cert-manager.io/")}
+    assert {c["image"] for _, c in containers(with_cm)} == {REF}
 
 
 # Custom resources against their CRDs -------------------------------------------------------------
 
 BUILT_IN = {
     "Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding",
-    "ConfigMap", "Service", "Deployment", "DaemonSet", "PriorityClass", "CustomResourceDefinition",
-    "MutatingWebhookConfiguration", "ValidatingWebhookConfiguration",
+    "ConfigMap", "Secret", "Service", "Deployment", "DaemonSet", "PriorityClass",
+    "CustomResourceDefinition", "MutatingWebhookConfiguration", "ValidatingWebhookConfiguration",
 }  # fmt: skip
-CERT_MANAGER = {"Issuer", "Certificate"}
-"""cert-manager's kinds: its CRDs are its own install's (a prerequisite of the default manager)."""
 
 
 def schemas(crds: list[Obj]) -> dict[tuple[str, str, str], Obj]:
@@ -238,7 +218,7 @@ def test_every_custom_resource_validates_against_its_crd(install: list[Obj]) -> 
     objs = install
     known = schemas([o for o in objs if o["kind"] == "CustomResourceDefinition"])
     own_kinds = {k for _, _, k in known}
-    assert {o["kind"] for o in objs} <= BUILT_IN | own_kinds | CERT_MANAGER
+    assert {o["kind"] for o in objs} <= BUILT_IN | own_kinds
     # the custom resources the project ships: the install's, and the standalone koordlet's
     # local NodeSLO ("the same object as Koordinator's NodeSLO")
     shipped = [*objs, yaml.safe_load((REPO / "packaging/etc/nodeslo.yaml").read_text())]
