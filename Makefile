@@ -1,5 +1,5 @@
 # Conveniences; scripts/dev.sh does the work and bootstraps what it needs.
-.PHONY: run test setup bench packages
+.PHONY: run test setup bench packages image
 run:
 	scripts/dev.sh run
 test:
@@ -11,3 +11,5 @@ bench: setup
 	.venv/bin/python -m bench.daemon --pods 200 --json
 packages: setup
 	packaging/build.sh
+image: setup
+	python3 packaging/image.py --out dist/koordinator-py.oci.tar

@@ -64,7 +64,8 @@ test_tools() {
   # runtime hook tests run a real containerd (its CRI plugin, runc) on images built from a static
   # busybox (tests/runtimehooks/containerd.py); the /debug/ui test renders the page in a headless
   # Chromium (Debian's chromium); the alert and dashboard tests run Debian's prometheus and its
-  # promtool (tests/ui/test_alerts.py, tests/ui/test_grafana_dashboard.py).
+  # promtool (tests/ui/test_alerts.py, tests/ui/test_grafana_dashboard.py); the container image
+  # tests build the image from Debian's packages with mmdebstrap (packaging/image.py).
   local need=()
   command -v rpmbuild >/dev/null || need+=(rpm)
   command -v systemd-analyze >/dev/null || need+=(systemd)
@@ -80,6 +81,7 @@ test_tools() {
   command -v etcd >/dev/null || need+=(etcd-server)
   [ -x /usr/lib/cni/bridge ] || need+=(containernetworking-plugins)
   command -v iptables >/dev/null || need+=(iptables)
+  command -v mmdebstrap >/dev/null || need+=(mmdebstrap)  # the project's image (packaging/image.py)
   [ ${#need[@]} -eq 0 ] || apt_install "${need[@]}" ||
     log "without ${need[*]}: the tests that need them skip with the reason"
 }

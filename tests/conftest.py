@@ -4,6 +4,8 @@
 - ``fake_host``: a :class:`~tests.fakehost.FakeHost` for each cgroup layout, v1 and v2 by the
   systemd and cgroupfs drivers (test ids ``v1-systemd`` …).
 - An async test that leaves asyncio tasks running fails; the tasks are cancelled first.
+- ``project_image``: the project's container image, built once per session
+  (tests/projectimage.py); the tests that use it are ``slow``.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from koordlet.system.cgroups import CgroupDriver, CgroupVersion
+from tests import projectimage
 from tests.fakehost import FakeHost
 
 LAYOUTS = [(v, d) for v in CgroupVersion for d in CgroupDriver]
@@ -69,3 +72,15 @@ async def _leftover_task_check() -> AsyncIterator[None]:
     await asyncio.gather(*leftover, return_exceptions=True)
     names = ", ".join(sorted(t.get_name() for t in leftover))
     pytest.fail(f"the test left {len(leftover)} asyncio task(s) running: {names}")
+
+
+@pytest.fixture(scope="session")
+def project_image(tmp_path_factory: pytest.TempPathFactory) -> projectimage.Built:
+    """packaging/image.py's archive (or ``KOORDPY_IMAGE``'s); skips where it cannot be built."""
+    given = projectimage.given()
+    if given is not None:
+        return given
+    why = projectimage.why_not()
+    if why is not None:
+        pytest.skip(f"no project image: {why}")
+    return projectimage.build(tmp_path_factory.mktemp("image"))
