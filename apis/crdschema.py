@@ -1,8 +1,8 @@
 """Validate objects against the ``openAPIV3Schema`` of Koordinator's CRDs, without a jsonschema
 dependency.
 
-:func:`load_crds` reads the CustomResourceDefinitions of a directory (by default the repository's
-``packaging/kubernetes/crds``, the CRDs we install); :meth:`CRDSet.validate` picks the version of
+:func:`load_crds` reads the CustomResourceDefinitions of a directory (by default the CRDs we
+install, ``packaging/kubernetes/crds``, which the installed package carries as ``apis/crds``); :meth:`CRDSet.validate` picks the version of
 the object's ``apiVersion`` and ``kind`` and returns every :class:`Violation` with its JSON path
 (``spec.resourceUsedThresholdWithBE.cpuSuppressThresholdPercent``, ``spec.items[2].name``);
 :meth:`CRDSet.validate_or_raise` raises one :class:`apis.slo.SchemaError` listing them all.
@@ -33,8 +33,9 @@ from typing import Any
 from apis.slo import SchemaError, read_document
 from apis.timestamp import is_openapi_date_time
 
-DEFAULT_CRD_DIR = Path(__file__).resolve().parents[1] / "packaging" / "kubernetes" / "crds"
-"""The CRDs this repository installs (``packaging/kubernetes/crds``, next to the package)."""
+DEFAULT_CRD_DIR = Path(__file__).resolve().parent / "crds"
+"""The CRDs this repository installs: ``packaging/kubernetes/crds`` (``apis/crds`` links there in
+the source tree; the wheel, and so the packages and the image, carry copies as package data)."""
 
 _INT_RANGES = {"int32": (-(2**31), 2**31 - 1), "int64": (-(2**63), 2**63 - 1)}
 _SIMPLE_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]*$")

@@ -27,7 +27,7 @@ from envtest import assets as assetsmod
 from envtest.containerd import Containerd
 from envtest.controlplane import ADMIN, ControlPlane
 from envtest.network import Network
-from envtest.node import Kubelet, unmount_under
+from envtest.node import Kubelet, make_private, make_shared, unmount_under
 from envtest.procs import Proc, StartError
 
 
@@ -83,6 +83,8 @@ class Cluster:
     control: ControlPlane | None = None
     node_list: list[Node] = field(default_factory=list)
     timings: dict[str, float] = field(default_factory=dict)
+    shared_sys: bool = False
+    """Whether :meth:`start` made ``/sys`` a shared mount (and :meth:`close` undoes it)."""
 
     def __post_init__(self) -> None:
         if self.root == Path():
@@ -132,6 +134,9 @@ class Cluster:
         if self.nodes:
             assert self.network is not None
             self.network.route_service(service_ip, 443, address, self.control.port)
+            # as on a systemd host: pods may ask for Bidirectional propagation below /sys
+            self.shared_sys = make_shared("/sys")
+            self._record()
             for i in range(self.nodes):
                 self.start_node(i)
         self.timings["ready_s"] = time.monotonic() - t0
@@ -265,6 +270,8 @@ class Cluster:
                 node.containerd.close()
         if self.network is not None:
             self.network.down()
+        if self.shared_sys:
+            make_private("/sys")
         if self.control is not None:
             self.control.stop()
         unmount_under(self.root)
@@ -300,6 +307,7 @@ class Cluster:
             "root": str(self.root),
             "bridge": self.network.name if self.network else "",
             "nodes": [[str(n.root), n.cgroup_root] for n in self.node_list],
+            "shared_sys": self.shared_sys,
             "pids": pids,
         }
         _runs_dir().mkdir(parents=True, exist_ok=True)
@@ -324,6 +332,7 @@ def reap_stale() -> None:
                 if argv0 == exe:
                     os.kill(int(pid), 9)
         stale = Cluster(root=Path(record["root"]), id=path.stem)
+        stale.shared_sys = bool(record.get("shared_sys"))
         if record.get("bridge"):
             stale.network = Network(stale.root / "net", name=record["bridge"])
         for root, cgroup_root in record.get("nodes", []):

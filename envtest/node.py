@@ -151,3 +151,24 @@ def unmount_under(root: Path) -> None:
             return
         for point in sorted(points, key=len, reverse=True):
             subprocess.run(["umount", "-l", point], capture_output=True, check=False)
+
+
+def make_shared(mount_point: str) -> bool:
+    """Make ``mount_point`` a shared mount (``mount --make-shared``) unless it is one already;
+    whether it was changed (the caller makes it private again). A host booted by systemd has
+    every mount shared; a DaemonSet asking for ``mountPropagation: Bidirectional`` below it (the
+    koordlet's ``/sys/fs``, for resctrl) fails to start where it is not: containerd refuses the
+    container ("is mounted on /sys but it is not a shared mount")."""
+    for line in Path("/proc/self/mountinfo").read_text().splitlines():
+        fields = line.split()
+        if fields[4] == mount_point:
+            optional = fields[6 : fields.index("-")]
+            if any(f.startswith("shared:") for f in optional):
+                return False
+            subprocess.run(["mount", "--make-shared", mount_point], check=True)
+            return True
+    return False
+
+
+def make_private(mount_point: str) -> None:
+    subprocess.run(["mount", "--make-private", mount_point], capture_output=True, check=False)
