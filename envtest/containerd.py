@@ -183,7 +183,7 @@ disabled_plugins = [
   # never ask for an OOM score below the test's own (a sandboxed test runner may not lower it)
   restrict_oom_score_adj = true
   [plugins."io.containerd.grpc.v1.cri".containerd]
-    snapshotter = "native"
+    snapshotter = "{snapshotter}"
     default_runtime_name = "runc"
     [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
       runtime_type = "io.containerd.runc.v2"
