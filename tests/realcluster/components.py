@@ -255,21 +255,10 @@ class Koordinator:
 
     def scheduler_config(self) -> Path:
         """The shipped koord-scheduler configuration (its ConfigMap's file) without LoadAware's
-        usage thresholds: the nodes are one machine, so each node's usage is the whole test
-        suite's, and the small node's memory usage is over its allocatable by design
-        (LoadAware's own rules are the scheduler tests'); written to a file."""
-        c = self.cluster
-        c.kubectl("apply", "-f", str(MANIFESTS / "scheduler" / "config.yaml"))
-        cm = c.get("configmap", "koord-scheduler-config", NAMESPACE)
-        doc = yaml.safe_load(cm["data"]["koord-scheduler-config.yaml"])
-        for profile in doc["profiles"]:
-            for plugin in profile.get("pluginConfig", []):
-                if plugin["name"] == "LoadAwareScheduling":
-                    # 0: the threshold does not apply (upstream's filterNodeUsage skips it)
-                    plugin["args"]["usageThresholds"] = {"cpu": 0, "memory": 0}
+        usage thresholds (:func:`tier_scheduler_config`), written to a file."""
         path = self.root / "koord-scheduler-config.yaml"
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(yaml.safe_dump(doc))
+        path.write_text(tier_scheduler_config())
         return path
 
     def start_scheduler(self) -> Proc:
@@ -383,6 +372,21 @@ class Koordinator:
         for proc in reversed(self.procs):
             proc.stop()
         self.procs.clear()
+
+
+def tier_scheduler_config() -> str:
+    """The shipped koord-scheduler configuration without LoadAware's usage thresholds: the nodes
+    are one machine, so each node's usage is the whole test suite's, and the small node's memory
+    usage is over its allocatable by design (LoadAware's own rules are the scheduler tests')."""
+    docs = list(yaml.safe_load_all((MANIFESTS / "scheduler" / "config.yaml").read_text()))
+    cm = next(d for d in docs if d["metadata"]["name"] == "koord-scheduler-config")
+    doc = yaml.safe_load(cm["data"]["koord-scheduler-config.yaml"])
+    for profile in doc["profiles"]:
+        for plugin in profile.get("pluginConfig", []):
+            if plugin["name"] == "LoadAwareScheduling":
+                # 0: the threshold does not apply (upstream's filterNodeUsage skips it)
+                plugin["args"]["usageThresholds"] = {"cpu": 0, "memory": 0}
+    return str(yaml.safe_dump(doc))
 
 
 def _webhook_ready(c: Cluster) -> bool:

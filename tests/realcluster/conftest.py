@@ -129,4 +129,10 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
             logs.update({p.name: p.log for p in k.procs})
         for name, path in logs.items():
             report.sections.append((f"log {name}", tail(path, 30)))
+        if isinstance(c, Cluster) and c.control is not None:
+            report.sections.append(
+                ("pods", c.kubectl("get", "pods", "-A", "-o", "wide", check=False))
+            )
+            events = c.kubectl("get", "events", "-A", "--sort-by=.lastTimestamp", check=False)
+            report.sections.append(("events", "\n".join(events.splitlines()[-40:])))
     return report
