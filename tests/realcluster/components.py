@@ -302,7 +302,8 @@ class Koordinator:
         extender on ``port``."""
         c = self.cluster
         assert c.control is not None
-        cm = c.get("configmap", "kube-scheduler-extender-config", NAMESPACE)
+        docs = yaml.safe_load_all((MANIFESTS / "scheduler" / "config.yaml").read_text())
+        cm = next(d for d in docs if d["metadata"]["name"] == "kube-scheduler-extender-config")
         text = cm["data"]["kube-scheduler-config-v1beta3.yaml"]
         text = text.replace("/etc/kubernetes/scheduler.conf", "KUBECONFIG")
         text = text.replace(

@@ -174,3 +174,20 @@ def container_id(p: dict[str, Any], container: str = "main") -> str:
         if st["name"] == container and st.get("containerID"):
             return str(st["containerID"]).split("://", 1)[1]
     raise LookupError(f"no container {container} started in {p['metadata']['name']}")
+
+
+def kept_originals(lines: list[str]) -> set[str]:
+    """The originals journal's records whose cgroup folder still exists (a koordlet in a pod
+    names them under its /host-cgroup/): a koordlet taking its journal up keeps exactly these
+    (those of pods gone are dropped), so they must all be in the journal after a restart."""
+    out = set()
+    for line in lines:
+        path = str(json.loads(line).get("path", ""))
+        for prefix in ("/host-cgroup/", "/sys/fs/cgroup/"):
+            if path.startswith(prefix):
+                if (Path("/sys/fs/cgroup") / path.removeprefix(prefix)).parent.exists():
+                    out.add(line)
+                break
+        else:
+            out.add(line)
+    return out

@@ -27,6 +27,7 @@ from tests.realcluster.loop import (
     COLOCATION_NS,
     colocation_profile,
     delete_pods,
+    kept_originals,
     pod,
     wait_running,
 )
@@ -50,7 +51,7 @@ def running_pods(cluster: Cluster, hostprocs: HostProcs) -> Iterator[dict[str, s
     cluster.kubectl("label", "namespace", COLOCATION_NS, f"{COLOCATION_LABEL}=true", "--overwrite")
     cluster.apply(json.dumps(colocation_profile("be-koord", "koord-scheduler")))
     node = cluster.node_list[0].name
-    resources = {"requests": {"cpu": "100m", "memory": "32Mi"},
+    resources = {"requests": {"cpu": "10m", "memory": "32Mi"},
                  "limits": {"cpu": "1", "memory": "128Mi"}}  # fmt: skip
     labels = {COLOCATION_LABEL: "true", "profile": "be-koord"}
     be = pod("be-keep", node=node, labels=labels, resources=resources)
@@ -101,7 +102,7 @@ def test_a_killed_koordlet_restarts_without_a_wrong_write_and_reset_restores_the
     }
     assert after == before
     # its state is its first start's: the journal was taken up, not begun again
-    assert journal_lines(new.state_dir)[: len(journal)] == journal
+    assert kept_originals(journal) <= set(journal_lines(new.state_dir))
     lines = new.proc.log.read_text(errors="replace").splitlines()[log_mark:]
     assert any("originals journal" in ln for ln in lines), lines[:20]
     assert not [ln for ln in lines if " ERROR " in ln or "Traceback" in ln]

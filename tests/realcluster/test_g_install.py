@@ -45,6 +45,7 @@ from tests.realcluster.loop import (
     colocation_profile,
     container_id,
     delete_pods,
+    kept_originals,
     pod,
     wait_running,
 )
@@ -388,7 +389,7 @@ def test_the_koordlet_pod_made_again_writes_nothing_different_and_the_reset_rest
         assert knobs() == before
         # the journal taken up: every original recorded before whose cgroup is still there
         # (the koordlet drops those of pods gone) is still recorded, as recorded
-        assert kept_originals(journal, install.node) <= set(
+        assert kept_originals(journal) <= set(
             (install.state_dir / "originals.jsonl").read_text().splitlines()
         )
 
@@ -415,22 +416,6 @@ def test_the_koordlet_pod_made_again_writes_nothing_different_and_the_reset_rest
         assert "Traceback" not in logs
     finally:
         delete_pods(cluster, "be-stay", "ls-stay")
-
-
-def kept_originals(lines: list[str], node: Node) -> set[str]:
-    """The journal's records whose cgroup folder still exists (paths as the pod saw them,
-    under /host-cgroup/)."""
-    out = set()
-    for line in lines:
-        record = json.loads(line)
-        path = record.get("path", "")
-        if not path.startswith("/host-cgroup/"):
-            out.add(line)
-            continue
-        host = Path("/sys/fs/cgroup") / path.removeprefix("/host-cgroup/")
-        if host.exists():
-            out.add(line)
-    return out
 
 
 def _koordlet_pods(cluster: Cluster) -> list[dict[str, Any]]:
