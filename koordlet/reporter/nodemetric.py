@@ -290,6 +290,12 @@ class ReportStats:
     """Reports refused by the write limiter."""
     failed: int = 0
     """Reports whose write failed (logged)."""
+    skipped_no_samples: int = 0
+    """Reports skipped because no node usage was collected yet (the first seconds)."""
+
+
+FIRST_REPORT_RETRY_S = 2.0
+"""Seconds between tries of the first report (before one is written)."""
 
 
 class NodeMetricReporter:
@@ -342,11 +348,15 @@ class NodeMetricReporter:
             self.stats.skipped_missing += 1
             logger.debug("NodeMetric %s does not exist yet; report skipped", name)
             return False
+        status = self.build()
+        if not ((status.get("nodeMetric") or {}).get("nodeUsage") or {}).get("resources"):
+            self.stats.skipped_no_samples += 1
+            logger.debug("NodeMetric %s: no node usage collected yet; report skipped", name)
+            return False
         if not self._limiter.try_acquire():
             self.stats.limited += 1
             logger.warning("NodeMetric %s: write rate limit reached; report skipped", name)
             return False
-        status = self.build()
         try:
             written = await update_status(
                 self._client, NODE_METRICS, name, lambda _current: status, sleep=self._sleep
@@ -365,13 +375,20 @@ class NodeMetricReporter:
         return True
 
     async def run(self) -> NoReturn:
-        """Report every ``reportIntervalSeconds`` (re-read each time) until cancelled."""
+        """Report at once, then every ``reportIntervalSeconds`` (re-read each time), until
+        cancelled: upstream's reporter runs under ``wait.Until``, whose first call is
+        immediate. Until a first status is written (no node sample collected yet, the manager
+        not yet done creating the NodeMetric) it tries again every :data:`FIRST_REPORT_RETRY_S`
+        seconds, so a new node's usage reaches the manager within seconds of the koordlet's
+        start rather than a whole interval later."""
+        reported = False
         while True:
-            await self._sleep(self._states.collect_policy.report_interval_seconds)
             try:
-                await self.report_once()
+                reported = await self.report_once() or reported
             except Exception:
                 logger.exception("NodeMetric report failed")
+            interval = self._states.collect_policy.report_interval_seconds
+            await self._sleep(interval if reported else min(FIRST_REPORT_RETRY_S, interval))
 
 
 def _rv(obj: Obj | None) -> str:

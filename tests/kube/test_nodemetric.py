@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import random
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -14,7 +15,7 @@ from apis.extension import KubeQOS, QoSClass
 from apis.slo import NodeSLOSpec, parse_node_slo
 from koordlet.metriccache import MetricCache, Sample, SeriesKey
 from koordlet.metriccache import series as s
-from koordlet.reporter.nodemetric import NodeMetricReporter, build_status
+from koordlet.reporter.nodemetric import FIRST_REPORT_RETRY_S, NodeMetricReporter, build_status
 from koordlet.statesinformer.kube import CollectPolicy, KubeStatesSource
 from koordlet.statesinformer.model import PodInfo
 from koordlet.system.cgroups import CgroupDriver, CgroupVersion
@@ -295,3 +296,47 @@ def test_every_policy_builds_a_valid_status(policy: CollectPolicy) -> None:
         "status": _status(policy),
     }
     assert validate(obj) == []
+
+
+async def test_the_first_report_goes_out_at_once_and_is_retried_until_written(
+    kube_api: FakeApiServer, kube_client: KubeClient
+) -> None:
+    # upstream's reporter runs under wait.Until (its first call immediate): no interval is
+    # waited before the first report; until one is written (no NodeMetric yet), it is tried
+    # again every FIRST_REPORT_RETRY_S seconds, then every reportIntervalSeconds
+    states = _States(exists=False)
+    slept: list[float] = []
+    reporter = _reporter(kube_client, states)
+
+    async def sleep(seconds: float) -> None:
+        slept.append(seconds)
+        if len(slept) == 3:  # the manager made the NodeMetric meanwhile
+            kube_api.put("nodemetrics", {"metadata": {"name": "node-1"}, "spec": {}})
+            states.exists = True
+        if len(slept) == 5:
+            raise asyncio.CancelledError
+
+    reporter._sleep = sleep
+    with pytest.raises(asyncio.CancelledError):
+        await reporter.run()
+    interval = states.collect_policy.report_interval_seconds
+    assert slept == [FIRST_REPORT_RETRY_S] * 3 + [interval] * 2
+    assert reporter.stats.skipped_missing == 3
+    assert reporter.stats.written == 2
+    assert len(kube_api.writes("PUT")) == 2
+
+
+async def test_no_status_is_written_before_a_node_sample_is_collected(
+    kube_api: FakeApiServer, kube_client: KubeClient
+) -> None:
+    kube_api.put("nodemetrics", {"metadata": {"name": "node-1"}, "spec": {}})
+
+    async def no_sleep(_: float) -> None:
+        return None
+
+    reporter = NodeMetricReporter(
+        kube_client, _States(), MetricCache(clock=lambda: NOW), clock=lambda: NOW, sleep=no_sleep
+    )
+    assert not await reporter.report_once()
+    assert reporter.stats.skipped_no_samples == 1
+    assert kube_api.writes("PUT") == []
