@@ -75,7 +75,20 @@ def _blob(layout: tarfile.TarFile, data: bytes) -> str:
     return f"sha256:{digest}"
 
 
-BUSYBOX_TOOLS = ("sh", "sleep", "cat", "dd", "head", "echo", "ls", "mkdir", "rm", "yes", "wget", "ip")
+BUSYBOX_TOOLS = (
+    "sh",
+    "sleep",
+    "cat",
+    "dd",
+    "head",
+    "echo",
+    "ls",
+    "mkdir",
+    "rm",
+    "yes",
+    "wget",
+    "ip",
+)
 
 
 def _layer(pause: str | None = None) -> bytes:

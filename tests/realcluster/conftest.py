@@ -17,15 +17,15 @@ import pytest
 
 from envtest import assets
 from envtest.cluster import Cluster
-from envtest.procs import tail
-from tests.realcluster.components import (
+from envtest.koordinator import (
     HostProcs,
     Koordinator,
     proxy_front,
     qos_snapshot,
     wait,
 )
-from tests.realcluster.loop import FAST_COLOCATION, patch_slo_config
+from envtest.procs import tail
+from envtest.workloads import FAST_COLOCATION, patch_slo_config
 
 _WHY = assets.why_not()
 

@@ -11,7 +11,7 @@ import json
 import pytest
 
 from envtest.cluster import Cluster
-from tests.realcluster.loop import delete_pods, pod, wait_running
+from envtest.workloads import delete_pods, pod, wait_running
 
 pytestmark = pytest.mark.timeout(180)
 

@@ -22,8 +22,8 @@ from apis.manager_keys import (
 )
 from apis.quantity import int_value
 from envtest.cluster import Cluster
-from tests.realcluster.components import HostProcs, wait
-from tests.realcluster.loop import explain_node, patch_slo_config
+from envtest.koordinator import HostProcs, wait
+from envtest.workloads import explain_node, patch_slo_config
 
 pytestmark = pytest.mark.timeout(300)
 

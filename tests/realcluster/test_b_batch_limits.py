@@ -15,10 +15,10 @@ import pytest
 
 from apis.extension import ANNOTATION_EXTENDED_RESOURCE_SPEC, LABEL_POD_QOS
 from apis.manager_keys import BATCH_CPU, BATCH_MEMORY
+from envtest.cgroupwatch import CgroupWatch, read_int
 from envtest.cluster import Cluster
-from tests.realcluster.cgroupwatch import CgroupWatch, _read
-from tests.realcluster.components import HostProcs, Koordinator, wait
-from tests.realcluster.loop import (
+from envtest.koordinator import HostProcs, Koordinator, wait
+from envtest.workloads import (
     COLOCATION_LABEL,
     COLOCATION_NS,
     colocation_profile,
@@ -79,10 +79,10 @@ def test_a_be_pod_through_the_proxy_has_its_batch_limits_when_its_container_is_c
     assert seen.settled is not None
     assert seen.settled - seen.appeared < 0.5, seen
     pod_dir = _pod_cgroup(node.cgroup("cpu"), p["metadata"]["uid"])
-    assert _read(pod_dir / "cpu.cfs_quota_us") == 100_000
-    assert _read(pod_dir / "cpu.shares") == 102  # MilliCPUToShares(100)
+    assert read_int(pod_dir / "cpu.cfs_quota_us") == 100_000
+    assert read_int(pod_dir / "cpu.shares") == 102  # MilliCPUToShares(100)
     mem_dir = _pod_cgroup(node.cgroup("memory"), p["metadata"]["uid"])
-    assert _read(mem_dir / "memory.limit_in_bytes") == 512 * MI
+    assert read_int(mem_dir / "memory.limit_in_bytes") == 512 * MI
 
 
 def test_a_be_pod_bound_by_kube_scheduler_with_our_extender_has_its_limits_in_a_reconcile_interval(

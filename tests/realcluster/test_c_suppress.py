@@ -11,10 +11,10 @@ from collections.abc import Iterator
 import pytest
 
 from apis.manager_keys import BATCH_CPU
+from envtest.cgroupwatch import read_int
 from envtest.cluster import Cluster
-from tests.realcluster.cgroupwatch import _read
-from tests.realcluster.components import HostProcs, Koordlet, wait
-from tests.realcluster.loop import (
+from envtest.koordinator import HostProcs, Koordlet, wait
+from envtest.workloads import (
     COLOCATION_LABEL,
     COLOCATION_NS,
     colocation_profile,
@@ -81,7 +81,7 @@ def test_cfs_quota_suppress_lowers_be_under_ls_load_and_the_policy_switch_meets_
     be_dir = node.cgroup("cpu", "kubepods", "besteffort", f"pod{p['metadata']['uid']}")
     qos_dir = node.cgroup("cpu", "kubepods", "besteffort")
     # under the cpuset policy the BE pod keeps its own quota (its batch-cpu limit)
-    assert _read(be_dir / "cpu.cfs_quota_us") == 200_000
+    assert read_int(be_dir / "cpu.cfs_quota_us") == 200_000
     ls = pod("ls-burn", node=node.name, namespace=COLOCATION_NS, command=BURN,
              resources={"requests": {"cpu": "500m", "memory": "32Mi"},
                         "limits": {"cpu": "1", "memory": "64Mi"}})  # fmt: skip
@@ -96,19 +96,21 @@ def test_cfs_quota_suppress_lowers_be_under_ls_load_and_the_policy_switch_meets_
     # host use, well under the 2 cores its own quota allowed
     lowered = wait(
         "BestEffort quota lowered",
-        lambda: 0 < (q := _read(qos_dir / "cpu.cfs_quota_us")) < 200_000 and q,
+        lambda: 0 < (q := read_int(qos_dir / "cpu.cfs_quota_us")) < 200_000 and q,
         30,
     )
     assert lowered <= 130_000
     # a child's quota may not exceed its parent's on cgroup v1: the BE pod's own quota went
     # first (upstream's rule: -1 under cfsQuota), so the parent's write was accepted
-    child = _read(be_dir / "cpu.cfs_quota_us")
+    child = read_int(be_dir / "cpu.cfs_quota_us")
     assert child == -1 or child <= lowered
     assert refused(koordlet, log_mark) == []
     assert step_errors(koordlet, "cpusuppress") == errors
 
     patch_slo_config(cluster, {"resource-threshold-config": threshold_config("cpuset")})
     wait("NodeSLO policy cpuset", lambda: policy() == "cpuset", 30)
-    wait("BestEffort quota unlimited again", lambda: _read(qos_dir / "cpu.cfs_quota_us") == -1, 30)
+    wait(
+        "BestEffort quota unlimited again", lambda: read_int(qos_dir / "cpu.cfs_quota_us") == -1, 30
+    )
     assert refused(koordlet, log_mark) == []
     assert step_errors(koordlet, "cpusuppress") == errors

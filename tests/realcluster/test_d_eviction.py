@@ -15,8 +15,8 @@ import pytest
 
 from apis.node_conditions import CONDITION_BE_EVICTION_PRESSURE
 from envtest.cluster import Cluster
-from tests.realcluster.components import HostProcs, wait
-from tests.realcluster.loop import (
+from envtest.koordinator import HostProcs, wait
+from envtest.workloads import (
     COLOCATION_LABEL,
     COLOCATION_NS,
     colocation_profile,

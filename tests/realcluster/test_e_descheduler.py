@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 from envtest.cluster import Cluster
-from tests.realcluster.components import HostProcs, Koordinator, wait
-from tests.realcluster.loop import BUSYBOX
+from envtest.koordinator import HostProcs, Koordinator, wait
+from envtest.workloads import BUSYBOX
 
 pytestmark = pytest.mark.timeout(300)
 NS = "web"

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from envtest.cluster import Cluster, Node
-from tests.realcluster.components import (
+from envtest.koordinator import (
     HostProcs,
     Koordinator,
     binary,
@@ -22,7 +22,7 @@ from tests.realcluster.components import (
     qos_snapshot,
     wait,
 )
-from tests.realcluster.loop import (
+from envtest.workloads import (
     COLOCATION_LABEL,
     COLOCATION_NS,
     colocation_profile,

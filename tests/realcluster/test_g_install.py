@@ -13,35 +13,27 @@ by its DaemonSet under running pods, and the reset DaemonSet ends the install.
 from __future__ import annotations
 
 import json
-import os
 import re
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from apis.extension import ANNOTATION_EXTENDED_RESOURCE_SPEC, LABEL_POD_QOS
-from envtest.cluster import Cluster, Node
-from tests import projectimage
-from tests.realcluster.cgroupwatch import CgroupWatch, _read
-from tests.realcluster.components import (
-    MANIFESTS,
+from envtest.cgroupwatch import CgroupWatch, read_int
+from envtest.cluster import Cluster
+from envtest.install import Install, apply_and_wait, ready, reset_overlay, write_overlay
+from envtest.koordinator import (
     NAMESPACE,
     Koordinator,
     free_port,
-    hook_socket,
     qos_snapshot,
-    tier_scheduler_config,
     wait,
 )
-from tests.realcluster.loop import (
+from envtest.workloads import (
     COLOCATION_LABEL,
     COLOCATION_NS,
-    FAST_COLOCATION,
     colocation_profile,
     container_id,
     delete_pods,
@@ -49,153 +41,10 @@ from tests.realcluster.loop import (
     pod,
     wait_running,
 )
+from tests import projectimage
 
 pytestmark = [pytest.mark.timeout(600), pytest.mark.slow]
-IMAGE = "127.0.0.1:5999/koordinator-py/koordinator"
 MI = 1 << 20
-
-
-@dataclass
-class Install:
-    node: Node
-    port: int
-    """Where the koordlet's pod serves /metrics (hostNetwork, the bridge address)."""
-    overlay: Path
-    state_dir: Path
-    baseline: dict[str, str]
-    """node 0's QoS cgroups before the install."""
-    timings: dict[str, float]
-
-    @property
-    def url(self) -> str:
-        return f"http://{self.node.kubelet.address if self.node.kubelet else ''}:{self.port}"
-
-
-def _json_patch(target: dict[str, str], ops: list[dict[str, Any]]) -> dict[str, Any]:
-    return {"target": target, "patch": yaml.safe_dump(ops)}
-
-
-def koordlet_args(node: Node, port: int) -> list[str]:
-    """The shipped DaemonSet's arguments, with this run's address and kubepods folder, the
-    kubelet's files where this kubelet keeps them, and the reconciler slowed (as for the host
-    process: what the proxy does at creation is what the tests look at)."""
-    ds = yaml.safe_load((MANIFESTS / "koordlet" / "daemonset.yaml").read_text())
-    args = [
-        a
-        for a in ds["spec"]["template"]["spec"]["containers"][0]["args"]
-        if not a.startswith("--addr=")
-    ]
-    assert node.kubelet is not None
-    return [
-        f"--addr={node.kubelet.address}:{port}",
-        *args,
-        f"--cgroup-kube-dir={node.kubepods_dir}",
-        "--var-lib-kubelet-dir=/var/lib/kubelet/root",
-        "--kubelet-config-file=/var/lib/kubelet/kubelet.yaml",
-        "--runtime-hooks-reconcile-interval=1h",
-    ]
-
-
-def write_overlay(cluster: Cluster, root: Path, node: Node, port: int, ref: str) -> Path:
-    """A kustomization over packaging/kubernetes: the image, and the koordlet on node 0 with
-    this run's host folders."""
-    assert node.kubelet is not None
-    root.mkdir(parents=True, exist_ok=True)
-    name, _, tag = ref.rpartition(":")
-    state = root / "koordlet-state"
-    volumes = {
-        "host-koordlet-state": str(state),
-        "host-var-run-koordlet": str(hook_socket(node).parent),
-        "host-etc-hookserver": str(node.root / "hookserver.d"),
-        "host-kubelet-rootdir": str(node.kubelet.root),
-    }
-    ds = yaml.safe_load((MANIFESTS / "koordlet" / "daemonset.yaml").read_text())
-    spec = ds["spec"]["template"]["spec"]
-    ops: list[dict[str, Any]] = [
-        {"op": "add", "path": "/spec/template/spec/nodeSelector",
-         "value": {"kubernetes.io/hostname": node.name}},
-        {"op": "replace", "path": "/spec/template/spec/containers/0/args",
-         "value": koordlet_args(node, port)},
-        {"op": "replace", "path": "/spec/template/spec/containers/0/ports/0/containerPort",
-         "value": port},
-        {"op": "replace", "path": "/spec/template/spec/containers/0/livenessProbe/httpGet/port",
-         "value": port},
-        {"op": "replace", "path": "/spec/template/spec/containers/0/readinessProbe/httpGet/port",
-         "value": port},
-    ]  # fmt: skip
-    for i, vol in enumerate(spec["volumes"]):
-        if vol["name"] in volumes:
-            ops.append(
-                {"op": "replace", "path": f"/spec/template/spec/volumes/{i}/hostPath/path",
-                 "value": volumes[vol["name"]]}
-            )  # fmt: skip
-    # the tier's settings for a 2-core machine running the suite (docs/realcluster.md)
-    configs = [
-        _json_patch(
-            {"kind": "ConfigMap", "name": "slo-controller-config"},
-            [{"op": "replace", "path": "/data/colocation-config",
-              "value": json.dumps(FAST_COLOCATION)}],
-        ),
-        _json_patch(
-            {"kind": "ConfigMap", "name": "koord-scheduler-config"},
-            [{"op": "replace", "path": "/data/koord-scheduler-config.yaml",
-              "value": tier_scheduler_config()}],
-        ),
-    ]  # fmt: skip
-    kustomization = {
-        "apiVersion": "kustomize.config.k8s.io/v1beta1",
-        "kind": "Kustomization",
-        "resources": [os.path.relpath(MANIFESTS, root)],
-        "images": [{"name": IMAGE, "newName": name, "newTag": tag}],
-        "patches": [_json_patch({"kind": "DaemonSet", "name": "koordlet"}, ops), *configs],
-    }
-    (root / "kustomization.yaml").write_text(yaml.safe_dump(kustomization))
-    return root
-
-
-def reset_overlay(root: Path, install: Install, ref: str) -> Path:
-    """packaging/kubernetes/koordlet-reset on node 0 with the koordlet's state folder."""
-    root.mkdir(parents=True, exist_ok=True)
-    name, _, tag = ref.rpartition(":")
-    ds = yaml.safe_load((MANIFESTS / "koordlet-reset" / "daemonset.yaml").read_text())
-    args = [
-        a
-        for a in ds["spec"]["template"]["spec"]["initContainers"][0]["args"]
-        if not a.startswith("--addr=")
-    ]
-    assert install.node.kubelet is not None
-    ops: list[dict[str, Any]] = [
-        {"op": "add", "path": "/spec/template/spec/nodeSelector",
-         "value": {"kubernetes.io/hostname": install.node.name}},
-        {"op": "replace", "path": "/spec/template/spec/initContainers/0/args",
-         "value": [*args, f"--addr={install.node.kubelet.address}:{install.port}",
-                   f"--cgroup-kube-dir={install.node.kubepods_dir}"]},
-    ]  # fmt: skip
-    for i, vol in enumerate(ds["spec"]["template"]["spec"]["volumes"]):
-        if vol["name"] == "host-koordlet-state":
-            ops.append(
-                {"op": "replace", "path": f"/spec/template/spec/volumes/{i}/hostPath/path",
-                 "value": str(install.state_dir)}
-            )  # fmt: skip
-    kustomization = {
-        "apiVersion": "kustomize.config.k8s.io/v1beta1",
-        "kind": "Kustomization",
-        "resources": [os.path.relpath(MANIFESTS / "koordlet-reset", root)],
-        "images": [{"name": IMAGE, "newName": name, "newTag": tag}],
-        "patches": [_json_patch({"kind": "DaemonSet", "name": "koordlet-reset"}, ops)],
-    }
-    (root / "kustomization.yaml").write_text(yaml.safe_dump(kustomization))
-    return root
-
-
-def ready(cluster: Cluster, kind: str, name: str) -> bool:
-    obj = cluster.get(kind, name, NAMESPACE)
-    st = obj.get("status") or {}
-    if kind == "daemonset":
-        return bool(st.get("numberReady")) and st.get("numberReady") == st.get(
-            "desiredNumberScheduled"
-        )
-    return bool(st.get("readyReplicas")) and st.get("readyReplicas") == obj["spec"].get("replicas")
 
 
 @pytest.fixture(scope="module")
@@ -219,21 +68,7 @@ def install(
     port = free_port(cluster.network.gateway if cluster.network else "127.0.0.1")
     root = cluster.root / "install"
     overlay = write_overlay(cluster, root, node, port, project_image.ref)
-    t1 = time.monotonic()
-    cluster.kubectl("apply", "--server-side", "--force-conflicts", "-k", str(overlay))
-    for kind, name in (
-        ("daemonset", "koordlet"),
-        ("deployment", "koord-manager"),
-        ("deployment", "koord-scheduler"),
-        ("deployment", "koord-descheduler"),
-    ):
-        wait(
-            f"{kind} {name} ready",
-            lambda kind=kind, name=name: ready(cluster, kind, name),
-            180,
-            1.0,
-        )
-    timings["install_to_ready_s"] = time.monotonic() - t1
+    timings["install_to_ready_s"] = apply_and_wait(cluster, overlay)
     return Install(node, port, overlay, root / "koordlet-state", baseline, timings)
 
 
@@ -350,7 +185,7 @@ def test_the_koordlet_pod_made_again_writes_nothing_different_and_the_reset_rest
                 for controller, knob in (("cpu", "cpu.cfs_quota_us"), ("cpu", "cpu.shares"),
                                          ("memory", "memory.limit_in_bytes")):  # fmt: skip
                     path = node.cgroup(controller, "kubepods", qos, f"pod{uids[name]}", knob)
-                    out[f"{name}/{knob}"] = str(_read(path))
+                    out[f"{name}/{knob}"] = str(read_int(path))
             return out
 
         before = knobs()

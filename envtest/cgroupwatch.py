@@ -30,7 +30,7 @@ class Seen:
     memory: int = UNSET_MEMORY
 
 
-def _read(path: Path) -> int:
+def read_int(path: Path) -> int:
     return int(path.read_text().split()[0])
 
 
@@ -76,16 +76,16 @@ class CgroupWatch:
                 mem_dir = self.node.cgroup("memory") / rel
                 with contextlib.suppress(OSError, ValueError):
                     q, m = (
-                        _read(cpu_dir / "cpu.cfs_quota_us"),
-                        _read(mem_dir / "memory.limit_in_bytes"),
+                        read_int(cpu_dir / "cpu.cfs_quota_us"),
+                        read_int(mem_dir / "memory.limit_in_bytes"),
                     )
                     self.seen[cpu_dir.name] = Seen(now, q, m)
                     pending[cpu_dir.name] = (cpu_dir, mem_dir)
             for name, (cpu_dir, mem_dir) in list(pending.items()):
                 s = self.seen[name]
                 with contextlib.suppress(OSError, ValueError):
-                    s.quota = _read(cpu_dir / "cpu.cfs_quota_us")
-                    s.memory = _read(mem_dir / "memory.limit_in_bytes")
+                    s.quota = read_int(cpu_dir / "cpu.cfs_quota_us")
+                    s.memory = read_int(mem_dir / "memory.limit_in_bytes")
                 if s.quota != UNSET_QUOTA and s.memory != UNSET_MEMORY:
                     s.settled = time.monotonic()
                     del pending[name]

@@ -1,5 +1,6 @@
-"""What the real-cluster loop tests share: the slo-controller-config they run with, pods as the
-tests create them, and reading the manager's own account of a node (``koord-manager explain``)."""
+"""Workloads on an envtest cluster with Koordinator, as the real-cluster tests and benchmarks
+make them: the slo-controller-config they run with, ClusterColocationProfiles and busybox pods,
+waiting for pods, and the manager's own account of a node (``koord-manager explain``)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from envtest.cluster import Cluster
-from tests.realcluster.components import NAMESPACE, binary, wait
+from envtest.koordinator import NAMESPACE, binary, wait
 
 FAST_COLOCATION: dict[str, Any] = {
     "enable": True,

@@ -19,7 +19,7 @@ import yaml
 from envtest.cluster import Cluster, Node
 from envtest.procs import Proc, free_port
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[1]
 MANIFESTS = REPO / "packaging" / "kubernetes"
 NAMESPACE = "koordinator-system"
 
