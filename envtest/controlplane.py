@@ -177,6 +177,18 @@ class ControlPlane:
         if scheduler:
             self.procs.append(self.start_scheduler("kube-scheduler"))
 
+    def restart_apiserver(self) -> None:
+        """Stop the API server and start it again on the same port and etcd: its watch cache
+        starts over at the current revision, so a watch from an older resourceVersion is
+        answered 410 Gone, as after any API server restart."""
+        old = next(p for p in self.procs if p.name == "kube-apiserver")
+        old.stop()
+        new = Proc(old.name, old.argv, old.log).start()
+        self.procs[self.procs.index(old)] = new
+        assert self.pki is not None
+        ca, token = self.pki.ca_crt, self.tokens[ADMIN]
+        new.wait_until(lambda: https_ok(f"{self.url}/readyz", ca, token), 60, "/readyz")
+
     def start_scheduler(self, name: str, config: str | None = None, *extra: str) -> Proc:
         """A kube-scheduler process (``config``: a KubeSchedulerConfiguration's YAML, for
         profiles or extenders); the caller stops it, or :meth:`stop` does."""
