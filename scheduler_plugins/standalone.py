@@ -1,31 +1,42 @@
 """The standalone scheduler: pods with ``schedulerName: koord-scheduler``, bound by us.
 
-One asyncio task, fed by the informer snapshot (``informed.py``):
+A scheduling loop and binding cycles beside it, as kube-scheduler's ``scheduleOne`` runs them,
+fed by the informer snapshot (``informed.py``):
 
 1. **Queue** (``podqueue.py``). Pending pods for our scheduler name, highest ``spec.priority``
    first, then oldest. A pod that failed is retried when its backoff ends (1 s doubling to 10 s,
-   kube-scheduler's ``podInitialBackoffSeconds``/``podMaxBackoffSeconds``).
-2. **Cycle.** The framework filters nodes until it has found ``percentageOfNodesToScore`` of
-   them feasible, as kube-scheduler does on large clusters (0, the default: adaptive, 50 % less
-   one point per 125 nodes, at least 5 % and at least 100 nodes, so 10 % of 5,000 nodes; 100:
-   every node), starting where the previous pod's search stopped so that every node gets its
-   turn; then scores those. The best one (ties: the first examined) is reserved in the plugins
-   and the pod assumed in the snapshot, so the next pod sees it at once. A pod no node fits was
-   filtered against every node.
+   kube-scheduler's ``podInitialBackoffSeconds``/``podMaxBackoffSeconds``). New pods from the
+   watch are queued as the informer applies them, between two cycles.
+2. **Scheduling cycle** (synchronous: nothing in it waits on the API server). The framework
+   filters nodes until it has found ``percentageOfNodesToScore`` of them feasible, as
+   kube-scheduler does on large clusters (0, the default: adaptive, 50 % less one point per 125
+   nodes, at least 5 % and at least 100 nodes, so 10 % of 5,000 nodes; 100: every node),
+   starting where the previous pod's search stopped so that every node gets its turn; then
+   scores those. The best one (ties: the first examined) is reserved in the plugins and the pod
+   *assumed* in the snapshot (its resources, quota, reservation and gang accounting), so the
+   next pod's cycle sees it at once. A pod no node fits was filtered against every node.
 3. **Permit (gangs).** A pod of a gang (Coscheduling) waits, assumed, until minMember members
-   are assumed or bound; then the whole gang is bound together. A gang that does not complete
+   are assumed or bound; then every member's binding cycle starts. A gang that does not complete
    within its waiting time is unreserved, every waiting member requeued.
-4. **Bind.** The reserve annotations (NodeNUMAResource's ``scheduling.koordinator.sh/resource-
-   status``, Reservation's and DeviceShare's) are patched on the pod, then its ``binding``
-   subresource is created. A failure unreserves the pod and requeues it.
-5. **Events and conditions** (``reporting.py``), as kube-scheduler writes them: an
-   unschedulable pod gets a ``FailedScheduling`` Warning Event in kube-scheduler's form,
+4. **Binding cycle** (one task a pod, at most ``max_bindings_in_flight`` at once; the loop
+   waits for a slot only when that many are in flight). The reserve annotations
+   (NodeNUMAResource's ``scheduling.koordinator.sh/resource-status``, Reservation's and
+   DeviceShare's) are patched on the pod, then its ``binding`` subresource is created, while the
+   loop goes on with the next pods. The assumed pod stays on its node until the informers bring
+   it bound (``snapshot.py``: an unbound copy arriving meanwhile does not take it off). A failed
+   binding *forgets* it (kube-scheduler's ``ForgetPod``: off its node, pending again unless it
+   was deleted meanwhile), unreserves it and requeues it with backoff, so a decision never sees
+   the cluster without the pods assumed before it.
+5. **Events and conditions** (``reporting.py``), as kube-scheduler writes them, queued and
+   written off the loop's path (``writequeue.py``): an unschedulable pod gets a
+   ``FailedScheduling`` Warning Event in kube-scheduler's form,
    ``0/3 nodes are available: 1 Insufficient cpu, 2 node(s) cpu usage exceed threshold.``
    (reasons counted over nodes, sorted; a reason with per-node numbers counted under its
    wording with an example, ``2 node(s) cpu usage exceed threshold (e.g. cpu usage 91% >
    threshold 65%)``), aggregated over attempts into one ``events.k8s.io/v1`` series with a
    count, and its ``PodScheduled`` condition set False with reason ``Unschedulable``
-   (``SchedulerError`` when reserve or bind failed); a bound pod gets a ``Scheduled`` Event.
+   (``SchedulerError`` when reserve or bind failed; a binding waits for the pod's last such
+   write); a bound pod gets a ``Scheduled`` Event.
    Before any decision the informers must be current (``gate``).
 6. **Preemption** (``preemption.py``, with an :class:`~scheduler_plugins.preemption.Evictor`):
    a pod that fits nowhere may evict lower-priority pods (kube-scheduler's DefaultPreemption with
@@ -99,6 +110,10 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 SCHEDULER_NAME = "koord-scheduler"
+MAX_BINDINGS_IN_FLIGHT = 64
+"""Binding cycles running at once at most (the loop waits for a slot beyond)."""
+SUMMARY_EVERY_S = 10.0
+"""How often the loop logs one line of what it did (pods bound, failed, queued)."""
 ERR_NODE_NAME = "node(s) didn't match the requested node name"
 """kube-scheduler's NodeName reason (a reservation pinned by ``spec.template.spec.nodeName``)."""
 GATE_POLL_S = 0.1
@@ -141,6 +156,7 @@ class Scheduler:
         gate: Callable[[], list[str]] | None = None,
         conditions: PodConditions | None = None,
         owner_sync: OwnerSync | None = None,
+        max_bindings_in_flight: int = MAX_BINDINGS_IN_FLIGHT,
     ) -> None:
         if not 0 <= percentage_of_nodes_to_score <= 100:
             raise ValueError(
@@ -180,12 +196,26 @@ class Scheduler:
         """Writes ``PodScheduled`` False after a failed attempt; ``None``: nothing."""
         self.owner_sync = owner_sync
         """Writes Reservations' ``currentOwners``; ``None``: nothing."""
+        self.max_bindings_in_flight = max_bindings_in_flight
+        """Binding cycles running at once at most."""
+        self._binding_slots = asyncio.Semaphore(max_bindings_in_flight)
+        self._bindings: set[asyncio.Task[None]] = set()
+        self.binding_failures = 0
+        """Bindings the API server refused (each pod forgotten and requeued)."""
+        self.failures = 0
+        """Failed scheduling attempts (no node fits, reserve, binding)."""
+        self._summary: tuple[float, int, int] = (time.monotonic(), 0, 0)
 
     # -- queue --------------------------------------------------------------------------------
 
     def enqueue(self, pod: PodInfo) -> None:
         """Queue a pending pod of ours (idempotent)."""
-        if pod.node_name or scheduler_name_of(pod) != self.scheduler_name or pod.uid in self.queue:
+        if (
+            pod.node_name
+            or pod.uid in self.queue
+            or scheduler_name_of(pod) != self.scheduler_name
+            or self.snapshot.is_assumed(pod.uid)  # binding or waiting for its gang
+        ):
             return
         self.queue.push(pod)
 
@@ -291,13 +321,13 @@ class Scheduler:
             message = failure_message(len(nodes), reasons)
             if self.preemption is not None:
                 message = await self._preempt(cycle, pod, failures, message)
-            await self._failed(pod, message, REASON_UNSCHEDULABLE)
+            self._failed(pod, message, REASON_UNSCHEDULABLE)
             return None
         best = self.framework.best_node(cycle, pod, feasible)
         try:
             annotations = self.framework.reserve(cycle, pod, best)
         except ReserveError as err:
-            await self._failed(pod, str(err), REASON_SCHEDULER_ERROR)
+            self._failed(pod, str(err), REASON_SCHEDULER_ERROR)
             return None
         gang = gang_of(pod, cycle, DEFAULT_WAIT_S)
         if gang is not None and not isinstance(gang, str) and gang.min_member > 1:
@@ -320,9 +350,9 @@ class Scheduler:
                 return best
             members = list(self._waiting.pop(gang.key).values())
             for m in members:
-                await self._bind(m.pod, m.node, m.cycle, m.annotations)
+                await self._start_binding(m.pod, m.node, m.cycle, m.annotations)
             return best
-        await self._bind(pod, best, cycle, annotations)
+        await self._start_binding(pod, best, cycle, annotations)
         return best
 
     async def _preempt(
@@ -358,28 +388,93 @@ class Scheduler:
         )
         return message
 
-    async def _bind(
+    # -- binding cycles -------------------------------------------------------------------
+
+    async def _start_binding(
+        self, pod: PodInfo, node: str, cycle: Cycle, annotations: dict[str, str]
+    ) -> None:
+        """Start the binding cycle of ``pod`` (assumed on ``node``), after waiting for a slot
+        when :attr:`max_bindings_in_flight` are running."""
+        await self._binding_slots.acquire()
+        task = asyncio.get_running_loop().create_task(
+            self._binding_cycle(pod, node, cycle, annotations), name=f"scheduler-bind-{pod.key}"
+        )
+        self._bindings.add(task)
+        task.add_done_callback(self._bindings.discard)
+
+    async def _binding_cycle(
         self, pod: PodInfo, node: str, cycle: Cycle, annotations: dict[str, str]
     ) -> None:
         try:
+            if self.conditions is not None:
+                await self.conditions.settle(pod.uid)
             await self.binder.bind(pod, node, annotations)
         except (KubeError, OSError) as err:
-            self.framework.unreserve(cycle, pod, node)
-            self.snapshot.pending_pods[pod.uid] = pod
-            await self._failed(pod, f"binding rejected: {err}", REASON_SCHEDULER_ERROR)
+            self._binding_failed(pod, node, cycle, err)
             return
+        except Exception:  # the task's guard: a bug, not the API server's answer
+            logger.exception("binding %s to %s failed", pod.key, node)
+            self._binding_failed(pod, node, cycle, "internal error")
+            return
+        finally:
+            self._binding_slots.release()
         self.bound += 1
         self.nominations.drop(pod.uid)
         self.queue.forget(pod.uid)
-        logger.info("bound %s to %s", pod.key, node)
-        await self.events.scheduled(pod, node)
+        logger.debug("bound %s to %s", pod.key, node)
+        self.events.scheduled(pod, node)
 
-    async def _failed(self, pod: PodInfo, message: str, reason: str) -> None:
-        """A failed attempt, reported as kube-scheduler reports it (``reporting.py``), then
-        the backoff."""
-        await self.events.warn(pod, FAILED_SCHEDULING, message)
+    def _binding_failed(
+        self, pod: PodInfo, node: str, cycle: Cycle, err: BaseException | str
+    ) -> None:
+        """kube-scheduler's ``ForgetPod`` and failure handling: the assumption undone, the pod
+        (as the informers last saw it) reported and requeued with backoff; a pod deleted or seen
+        bound meanwhile is left alone."""
+        self.binding_failures += 1
+        retry = self.framework.unreserve(cycle, pod, node)
+        if retry is None:
+            logger.debug(
+                "binding of %s to %s failed (%s); gone or bound meanwhile", pod.key, node, err
+            )
+            return
+        self._failed(retry, f"binding rejected: {err}", REASON_SCHEDULER_ERROR)
+
+    @property
+    def binding(self) -> int:
+        """Binding cycles running now."""
+        return len(self._bindings)
+
+    async def wait_bindings(self) -> None:
+        """Wait until every binding cycle started so far (and since) has ended."""
+        while self._bindings:
+            await asyncio.gather(*list(self._bindings), return_exceptions=True)
+
+    async def drain(self) -> None:
+        """Wait until every binding cycle and every queued Event and condition write is done
+        (tests; benchmarks)."""
+        await self.wait_bindings()
+        await self.events.flush()
         if self.conditions is not None:
-            await self.conditions.unschedulable(pod, reason, message)
+            await self.conditions.flush()
+
+    async def close(self) -> None:
+        """Cancel the binding cycles in flight and drop the queued writes (a term that
+        ends: the next one starts from the API server's state)."""
+        tasks = list(self._bindings)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        await self.events.close()
+        if self.conditions is not None:
+            await self.conditions.close()
+
+    def _failed(self, pod: PodInfo, message: str, reason: str) -> None:
+        """A failed attempt, reported as kube-scheduler reports it (``reporting.py``, queued),
+        then the backoff."""
+        self.failures += 1
+        self.events.warn(pod, FAILED_SCHEDULING, message)
+        if self.conditions is not None:
+            self.conditions.unschedulable(pod, reason, message)
         self._backoff(pod)
 
     # -- one reservation ----------------------------------------------------------------------
@@ -417,7 +512,7 @@ class Scheduler:
             return None
         # the Reservation plugin accounts what an Available reservation holds: swap the
         # assumed reserve pod for the reservation as placed
-        self.snapshot.forget(pod)
+        self.snapshot.forget(pod, pending=False)
         current = self.snapshot.reservations.get(name) or {"metadata": {"name": name}}
         assumed = dict(current)
         assumed["status"] = available_status(current, best, pod.requests, now)
@@ -457,7 +552,7 @@ class Scheduler:
             "name": name,
             "uid": pod.uid,
         }
-        await self.events.warn_about(involved, NAMESPACE_CLUSTER_SCOPED, FAILED_SCHEDULING, message)
+        self.events.warn_about(involved, NAMESPACE_CLUSTER_SCOPED, FAILED_SCHEDULING, message)
         await self.reservations.unschedulable(name, message, now)
         self._backoff(pod)
 
@@ -470,9 +565,9 @@ class Scheduler:
                 continue
             del self._waiting[key]
             for m in members.values():
-                self.framework.unreserve(m.cycle, m.pod, m.node)
-                self.snapshot.pending_pods[m.pod.uid] = m.pod
-                self._backoff(m.pod)
+                retry = self.framework.unreserve(m.cycle, m.pod, m.node)
+                if retry is not None:  # not deleted meanwhile
+                    self._backoff(retry)
             logger.info("gang %s timed out with %d members waiting; unreserved", key, len(members))
 
     # -- the loop -------------------------------------------------------------------------------
@@ -488,16 +583,42 @@ class Scheduler:
             self._held = waiting
         return bool(waiting)
 
+    def _log_summary(self) -> None:
+        """One line every :data:`SUMMARY_EVERY_S` when something happened."""
+        now = time.monotonic()
+        since, bound, failures = self._summary
+        if now - since < SUMMARY_EVERY_S:
+            return
+        self._summary = (now, self.bound, self.failures)
+        if self.bound == bound and self.failures == failures:
+            return
+        logger.info(
+            "%d pods bound, %d attempts failed in %.0fs; %d queued, %d binding, %d events waiting",
+            self.bound - bound,
+            self.failures - failures,
+            now - since,
+            len(self.queue),
+            len(self._bindings),
+            len(self.events.writes),
+        )
+
     async def run(self) -> None:
-        """Schedule forever (cancel to stop)."""
+        """Schedule forever (cancel to stop: the binding cycles in flight are cancelled)."""
         self.enqueue_all()
+        try:
+            await self._loop()
+        finally:
+            await self.close()
+
+    async def _loop(self) -> None:
         while True:
             if self._hold():
                 self.queue.wake.clear()
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self.queue.wake.wait(), GATE_POLL_S)
                 continue
-            await self.events.tick()
+            self.events.tick()
+            self._log_summary()
             if self.owner_sync is not None:
                 await self.owner_sync.flush(self.clock())
             self.expire_gangs()
