@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import random
@@ -175,17 +176,16 @@ async def watch_binds(client: KubeClient, binds: Binds, rv: str) -> None:
             await asyncio.sleep(0.1)
 
 
-async def until(binds: Binds, check: Callable[[], bool], timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
+async def until(binds: Binds, check: Callable[[], bool], within: float) -> bool:
+    """Whether ``check()`` held within ``within`` seconds (re-checked at each bind seen)."""
+    deadline = time.monotonic() + within
     while not check():
         binds.changed.clear()
         left = deadline - time.monotonic()
         if left <= 0:
             return False
-        try:
+        with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(binds.changed.wait(), min(left, 1.0))
-        except TimeoutError:
-            pass
     return True
 
 
@@ -209,10 +209,8 @@ class Bench:
 
         def make(name: str, i: int) -> Callable[[], Awaitable[Any]]:
             async def job() -> None:
-                try:
+                with contextlib.suppress(Conflict):
                     await self.client.create(NODES, node_object(name, i % 10))
-                except Conflict:
-                    pass
                 # the TaintNodesByCondition admission taints a new Node not-ready; the node
                 # lifecycle controller (not run here) would lift it once the Node is Ready
                 await self.client.patch(NODES, name, {"spec": {"taints": None}})
@@ -222,10 +220,8 @@ class Bench:
                     "metadata": {"name": name},
                     "spec": {"metricCollectPolicy": {"reportIntervalSeconds": 60}},
                 }
-                try:
+                with contextlib.suppress(Conflict):
                     await self.client.create(NODE_METRICS, metric)
-                except Conflict:
-                    pass
 
             return job
 
@@ -408,11 +404,12 @@ async def _served(client: KubeClient, res: Resource) -> None:
     while True:
         try:
             await client.list(res, limit=1)
-            return
         except KubeError:
             if time.monotonic() > deadline:
                 raise
             await asyncio.sleep(0.2)
+        else:
+            return
 
 
 def main(argv: list[str] | None = None) -> int:
