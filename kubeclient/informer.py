@@ -3,7 +3,10 @@
 The loop, as client-go's reflector runs it:
 
 1. **list** (paged) and replace the store; callbacks fire for what the list added, changed or
-   removed compared with the store before; the informer is *synced* from the first list on;
+   removed compared with the store before; the informer is *synced* from the first list on.
+   The first list asks for ``resourceVersion=0`` (any version the API server has at hand: its
+   watch cache answers at once, in one piece, without reading etcd), as client-go's reflector
+   does (``relistResourceVersion``); a relist after a 410 asks for the latest;
 2. **watch** from the list's ``resourceVersion`` with ``allowWatchBookmarks``; every event moves
    the resourceVersion on (bookmarks only that); when the server ends the stream (its
    ``timeoutSeconds``) the watch resumes from the last resourceVersion, without a list;
@@ -231,6 +234,7 @@ class Informer:
             self.namespace,
             field_selector=self.field_selector,
             label_selector=self.label_selector,
+            resource_version="" if self.relisting or self.stats.lists else "0",
         )
         old = self._store
         new = {object_key(o): o for o in listed.items}
