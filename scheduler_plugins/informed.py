@@ -32,7 +32,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from kubeclient.client import KubeClient, Obj
-from kubeclient.informer import Informer, waiting_for
+from kubeclient.informer import Informer, strip_managed_fields, waiting_for
 from kubeclient.resources import (
     DEVICES,
     ELASTIC_QUOTA_PROFILES,
@@ -108,7 +108,7 @@ class InformedSnapshot:
 
     def __init__(self, client: KubeClient, kinds: Sequence[Resource] = KINDS) -> None:
         self.snapshot = Snapshot()
-        self.informers = [Informer(client, res) for res in kinds]
+        self.informers = [Informer(client, res, transform=strip_managed_fields) for res in kinds]
         self.rejected = 0
         """Objects that could not be read (logged and skipped)."""
         self.on_pending: Callable[[PodInfo], None] | None = None
