@@ -17,7 +17,9 @@ A run: one probe pod is pending for the scheduler when its process starts; ``sta
 time from the process's start to the probe's binding seen on a watch. Then ``--pods`` pods
 (``100m`` cpu, ``128Mi``) are created in one burst (``--creators`` requests in flight), and
 ``pods_per_s`` is their count over the time from the first creation sent to the last binding
-seen; ``bound_during_burst`` counts those bound before the last creation returned.
+seen; ``bound_during_burst`` counts those bound before the last creation returned, ``tail_s``
+the time from then to the last binding (near 0: the scheduler kept up with the creations, and
+``pods_per_s`` is the creation pace).
 ``cpu_ms_per_pod`` is the scheduler's CPU (user + system) from just before the burst to the last
 binding, per pod; ``apiserver_cpu_s``/``etcd_cpu_s`` and ``apiserver_cpu_share`` (cores busy
 over the window) show when the API server is the limit. ``peak_rss_mib`` is the scheduler's
@@ -341,6 +343,7 @@ class Bench:
             "window_s": round(window, 2),
             "burst_s": round(created - start, 2),
             "bound_during_burst": during,
+            "tail_s": round(max(end - created, 0.0), 2),
             "cpu_ms_per_pod": round(sched_cpu * 1000 / max(bound, 1), 2),
             "apiserver_cpu_s": round(api_cpu, 2),
             "etcd_cpu_s": round(etcd_cpu, 2),
@@ -382,7 +385,7 @@ class Bench:
 def ranges(runs: list[dict[str, Any]]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for key in ("pods_per_s", "cpu_ms_per_pod", "peak_rss_mib", "startup_s", "bound_during_burst",
-                "apiserver_cpu_share"):  # fmt: skip
+                "tail_s", "apiserver_cpu_share"):  # fmt: skip
         values = [r[key] for r in runs]
         out[key] = [min(values), max(values)]
     out["all_bound"] = all(r["all_bound"] for r in runs)
