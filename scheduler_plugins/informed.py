@@ -7,7 +7,10 @@ preemption Namespaces, PersistentVolumeClaims, PersistentVolumes and PodDisrupti
 applies every event to one
 :class:`~scheduler_plugins.snapshot.Snapshot` on the event loop (where the extender's handlers
 run too, so there is no lock). A pod the scheduler assumed is replaced by the API server's
-version once its binding is seen.
+version once its binding is seen; an unbound copy arriving before that leaves it assumed
+(``snapshot.py``). ``managedFields`` are dropped as objects arrive
+(:func:`~kubeclient.informer.strip_managed_fields`), and the first lists come from the API
+server's watch cache (``kubeclient/informer.py``).
 
 **Readiness.** No decision (a term's scheduling loop, an extender verb) is made until every kind
 has been listed once: an ElasticQuota not listed yet is a quota without a max, and pods bound

@@ -388,7 +388,10 @@ class Snapshot:
     def assume(self, pod: PodInfo, node_name: str) -> None:
         """Account ``pod`` on ``node_name`` as if bound (removes it from the pending pods) until
         the informers confirm the binding or :meth:`forget` undoes it."""
-        self.remove_pod(pod.uid)
+        if self.pending_pods.pop(pod.uid, None) is not None:
+            self.touch(PENDING)
+        elif pod.uid in self.assumed:  # assumed again (a nominated pod held for a cycle)
+            self.remove_pod(pod.uid)
         pod.node_name = node_name
         self.nodes[node_name].add_pod(pod)
         self.assumed[pod.uid] = pod
@@ -467,8 +470,10 @@ class Snapshot:
             hint = self.assumed.pop(pod.uid).node_name
             self._unbound_copies.pop(pod.uid, None)
             self.remove_pod(pod.uid, hint=hint)
-        else:
+        elif pod.node_name:
             self.remove_pod(pod.uid, hint=pod.node_name)
+        # an unbound pod is pending or assumed, never on a node (a pod's nodeName is set once):
+        # replacing it needs no search through the nodes
         if not pod.node_name:
             self.pending_pods[pod.uid] = pod
             self.touch(PENDING)
@@ -490,7 +495,11 @@ class Snapshot:
             self.touch(PENDING)
             return
         first = self.nodes.get(hint)
-        for node in ([first] if first is not None else []) + list(self.nodes.values()):
+        if first is not None and uid in first.pods:
+            first.remove_pod(uid)
+            self.touch(first.name)
+            return
+        for node in self.nodes.values():
             if uid in node.pods:
                 node.remove_pod(uid)
                 self.touch(node.name)
