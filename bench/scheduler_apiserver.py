@@ -13,9 +13,11 @@ time on the same cluster:
 - **koord-scheduler** (``python -m scheduler_plugins.cli run --leader-elect=false``), every
   plugin of its default table.
 
-A run: one probe pod is pending for the scheduler when its process starts; ``startup_s`` is the
-time from the process's start to the probe's binding seen on a watch. Then ``--pods`` pods
-(``100m`` cpu, ``128Mi``) are created in one burst (``--creators`` requests in flight), and
+A run: ``--backlog`` pods (``100m`` cpu, ``128Mi``) are pending for the scheduler when its
+process starts; ``startup_s`` is the time from the process's start to the first binding seen on
+a watch, ``drain_pods_per_s`` the backlog's pace from its first binding to its last (the
+scheduler's own pace: nothing else runs then). Then ``--pods`` more pods are created in one
+burst (``--creators`` requests in flight), and
 ``pods_per_s`` is their count over the time from the first creation sent to the last binding
 seen; ``bound_during_burst`` counts those bound before the last creation returned, ``tail_s``
 the time from then to the last binding (near 0: the scheduler kept up with the creations, and
@@ -31,7 +33,7 @@ Printed: per node count and scheduler, each run's figures, and the ranges (min-m
 runs; ``load_avg_1m`` before and after (this machine is shared: the ranges are what to quote).
 
     python -m bench.scheduler_apiserver [--json] [--nodes 1000,5000] [--pods 1000]
-                                        [--rounds 2] [--creators 16]
+                                        [--backlog 1000] [--rounds 2] [--creators 16]
 """
 
 from __future__ import annotations
@@ -290,6 +292,12 @@ class Bench:
         self.cluster.control.procs.append(proc)
         return proc.start()
 
+    def _creation(self, name: str, which: str, run: str) -> Callable[[], Awaitable[Any]]:
+        async def job() -> None:
+            await self.client.create(PODS, pod_object(name, which, run))
+
+        return job
+
     async def run(self, which: str) -> dict[str, Any]:
         args = self.args
         run = f"r{self.runs + 1}"
@@ -297,14 +305,18 @@ class Bench:
         listed = await self.client.list(PODS, NAMESPACE)
         binds = Binds()
         watcher = asyncio.create_task(watch_binds(self.client, binds, listed.resource_version))
-        probe = f"probe-{run}"
-        await self.client.create(PODS, pod_object(probe, which, run))
+        backlog = [f"b-{run}-{i:04d}" for i in range(max(args.backlog, 1))]
+        await bounded((self._creation(n, which, run) for n in backlog), args.creators)
         t0 = time.monotonic()
         proc = self.start(which)
         try:
-            if not await until(binds, lambda: probe in binds.at, 60):
+            if not await until(binds, lambda: any(n in binds.at for n in backlog), 60):
                 raise SystemExit(f"bench: {which} bound nothing within 60 s:\n{tail(proc.log)}")
-            startup = binds.at[probe] - t0
+            first = min(binds.at[n] for n in backlog if n in binds.at)
+            startup = first - t0
+            drained = await until(binds, lambda: all(n in binds.at for n in backlog), RUN_TIMEOUT_S)
+            last = max(binds.at[n] for n in backlog if n in binds.at)
+            drain = (len(backlog) - 1) / (last - first) if last > first else 0.0
             await asyncio.sleep(1.0)  # let the start-up settle before the window opens
             names = [f"p-{run}-{i:04d}" for i in range(args.pods)]
             sched0 = process_cpu(proc.pid)
@@ -312,13 +324,7 @@ class Bench:
             etcd0 = process_cpu(self.proc("etcd").pid)
             start = time.monotonic()
 
-            def make(name: str) -> Callable[[], Awaitable[Any]]:
-                async def job() -> None:
-                    await self.client.create(PODS, pod_object(name, which, run))
-
-                return job
-
-            await bounded((make(n) for n in names), args.creators)
+            await bounded((self._creation(n, which, run) for n in names), args.creators)
             created = time.monotonic()
             during = sum(1 for n in names if n in binds.at)
             ok = await until(binds, lambda: all(n in binds.at for n in names), RUN_TIMEOUT_S)
@@ -338,7 +344,9 @@ class Bench:
             "nodes": self.nodes,
             "pods": args.pods,
             "bound": bound,
-            "all_bound": ok,
+            "all_bound": ok and drained,
+            "backlog": len(backlog),
+            "drain_pods_per_s": round(drain, 1),
             "pods_per_s": round(bound / window, 1) if window > 0 else 0.0,
             "window_s": round(window, 2),
             "burst_s": round(created - start, 2),
@@ -384,8 +392,8 @@ class Bench:
 
 def ranges(runs: list[dict[str, Any]]) -> dict[str, Any]:
     out: dict[str, Any] = {}
-    for key in ("pods_per_s", "cpu_ms_per_pod", "peak_rss_mib", "startup_s", "bound_during_burst",
-                "tail_s", "apiserver_cpu_share"):  # fmt: skip
+    for key in ("pods_per_s", "drain_pods_per_s", "cpu_ms_per_pod", "peak_rss_mib", "startup_s",
+                "bound_during_burst", "tail_s", "apiserver_cpu_share"):  # fmt: skip
         values = [r[key] for r in runs]
         out[key] = [min(values), max(values)]
     out["all_bound"] = all(r["all_bound"] for r in runs)
@@ -442,6 +450,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--pods", type=int, default=1000, help="pods per run (1000)")
     p.add_argument("--rounds", type=int, default=2, help="runs of each scheduler (2)")
     p.add_argument("--creators", type=int, default=16, help="creations in flight (16)")
+    p.add_argument(
+        "--backlog", type=int, default=1000, help="pods pending when a scheduler starts (1000)"
+    )
     args = p.parse_args(argv)
     args.nodes = sorted(int(x) for x in args.nodes.split(","))
     why = why_not(node=False)
