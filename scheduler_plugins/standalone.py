@@ -18,8 +18,8 @@ fed by the informer snapshot (``informed.py``):
 3. **Permit (gangs).** A pod of a gang (Coscheduling) waits, assumed, until minMember members
    are assumed or bound; then every member's binding cycle starts. A gang that does not complete
    within its waiting time is unreserved, every waiting member requeued.
-4. **Binding cycle** (one task a pod, at most ``max_bindings_in_flight`` at once; the loop
-   waits for a slot only when that many are in flight). The reserve annotations
+4. **Binding cycle** (``binding.py``: one task a pod, at most ``max_bindings_in_flight`` at
+   once; the loop waits for a slot only when that many are in flight). The reserve annotations
    (NodeNUMAResource's ``scheduling.koordinator.sh/resource-status``, Reservation's and
    DeviceShare's) are patched on the pod, then its ``binding`` subresource is created, while the
    loop goes on with the next pods. The assumed pod stays on its node until the informers bring
@@ -79,6 +79,7 @@ from apis.scheduling_keys import (
 )
 from kubeclient.errors import KubeError
 from kubeclient.resources import RESERVATIONS
+from scheduler_plugins.binding import MAX_IN_FLIGHT, BindingCycles
 from scheduler_plugins.errors import InputError
 from scheduler_plugins.extender import GC_GEN0_THRESHOLD, Binder
 from scheduler_plugins.framework import Cycle, Framework, ReserveError
@@ -110,8 +111,6 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 SCHEDULER_NAME = "koord-scheduler"
-MAX_BINDINGS_IN_FLIGHT = 64
-"""Binding cycles running at once at most (the loop waits for a slot beyond)."""
 SUMMARY_EVERY_S = 10.0
 """How often the loop logs one line of what it did (pods bound, failed, queued)."""
 ERR_NODE_NAME = "node(s) didn't match the requested node name"
@@ -156,7 +155,7 @@ class Scheduler:
         gate: Callable[[], list[str]] | None = None,
         conditions: PodConditions | None = None,
         owner_sync: OwnerSync | None = None,
-        max_bindings_in_flight: int = MAX_BINDINGS_IN_FLIGHT,
+        max_bindings_in_flight: int = MAX_IN_FLIGHT,
     ) -> None:
         if not 0 <= percentage_of_nodes_to_score <= 100:
             raise ValueError(
@@ -168,7 +167,6 @@ class Scheduler:
         """Index in the snapshot's node order where the next pod's search begins."""
         self.framework = framework
         self.snapshot = snapshot
-        self.binder = binder
         self.events = events
         self.scheduler_name = scheduler_name
         self.clock = clock
@@ -196,10 +194,14 @@ class Scheduler:
         """Writes ``PodScheduled`` False after a failed attempt; ``None``: nothing."""
         self.owner_sync = owner_sync
         """Writes Reservations' ``currentOwners``; ``None``: nothing."""
-        self.max_bindings_in_flight = max_bindings_in_flight
-        """Binding cycles running at once at most."""
-        self._binding_slots = asyncio.Semaphore(max_bindings_in_flight)
-        self._bindings: set[asyncio.Task[None]] = set()
+        self.bindings = BindingCycles(
+            binder,
+            on_bound=self._bound,
+            on_failed=self._binding_failed,
+            before=self._before_binding,
+            max_in_flight=max_bindings_in_flight,
+        )
+        """The binding cycles in flight (``binding.py``)."""
         self.binding_failures = 0
         """Bindings the API server refused (each pod forgotten and requeued)."""
         self.failures = 0
@@ -393,31 +395,13 @@ class Scheduler:
     async def _start_binding(
         self, pod: PodInfo, node: str, cycle: Cycle, annotations: dict[str, str]
     ) -> None:
-        """Start the binding cycle of ``pod`` (assumed on ``node``), after waiting for a slot
-        when :attr:`max_bindings_in_flight` are running."""
-        await self._binding_slots.acquire()
-        task = asyncio.get_running_loop().create_task(
-            self._binding_cycle(pod, node, cycle, annotations), name=f"scheduler-bind-{pod.key}"
-        )
-        self._bindings.add(task)
-        task.add_done_callback(self._bindings.discard)
+        await self.bindings.start(pod, node, cycle, annotations)
 
-    async def _binding_cycle(
-        self, pod: PodInfo, node: str, cycle: Cycle, annotations: dict[str, str]
-    ) -> None:
-        try:
-            if self.conditions is not None:
-                await self.conditions.settle(pod.uid)
-            await self.binder.bind(pod, node, annotations)
-        except (KubeError, OSError) as err:
-            self._binding_failed(pod, node, cycle, err)
-            return
-        except Exception:  # the task's guard: a bug, not the API server's answer
-            logger.exception("binding %s to %s failed", pod.key, node)
-            self._binding_failed(pod, node, cycle, "internal error")
-            return
-        finally:
-            self._binding_slots.release()
+    async def _before_binding(self, pod: PodInfo) -> None:
+        if self.conditions is not None:  # no late PodScheduled False on a pod being bound
+            await self.conditions.settle(pod.uid)
+
+    def _bound(self, pod: PodInfo, node: str) -> None:
         self.bound += 1
         self.nominations.drop(pod.uid)
         self.queue.forget(pod.uid)
@@ -440,14 +424,22 @@ class Scheduler:
         self._failed(retry, f"binding rejected: {err}", REASON_SCHEDULER_ERROR)
 
     @property
+    def binder(self) -> Binder:
+        """What writes a placement to the cluster (the binding cycles')."""
+        return self.bindings.binder
+
+    @binder.setter
+    def binder(self, binder: Binder) -> None:
+        self.bindings.binder = binder
+
+    @property
     def binding(self) -> int:
         """Binding cycles running now."""
-        return len(self._bindings)
+        return len(self.bindings)
 
     async def wait_bindings(self) -> None:
         """Wait until every binding cycle started so far (and since) has ended."""
-        while self._bindings:
-            await asyncio.gather(*list(self._bindings), return_exceptions=True)
+        await self.bindings.wait()
 
     async def drain(self) -> None:
         """Wait until every binding cycle and every queued Event and condition write is done
@@ -460,10 +452,7 @@ class Scheduler:
     async def close(self) -> None:
         """Cancel the binding cycles in flight and drop the queued writes (a term that
         ends: the next one starts from the API server's state)."""
-        tasks = list(self._bindings)
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await self.bindings.close()
         await self.events.close()
         if self.conditions is not None:
             await self.conditions.close()
@@ -598,7 +587,7 @@ class Scheduler:
             self.failures - failures,
             now - since,
             len(self.queue),
-            len(self._bindings),
+            len(self.bindings),
             len(self.events.writes),
         )
 
