@@ -14,10 +14,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, Protocol
 
 from kubeclient.errors import KubeError
-from scheduler_plugins.extender import Binder
+from kubeclient.resources import PODS
 from scheduler_plugins.framework import Cycle
 from scheduler_plugins.snapshot import PodInfo
 
@@ -30,6 +31,34 @@ Bound = Callable[[PodInfo, str], None]
 """``on_bound(pod, node)``."""
 Failed = Callable[[PodInfo, str, Cycle, "BaseException | str"], None]
 """``on_failed(pod, node, cycle, error)``."""
+
+
+class Binder(Protocol):
+    """Writes a placement to the cluster."""
+
+    async def bind(self, pod: PodInfo, node: str, annotations: Mapping[str, str]) -> None:
+        """Patch ``annotations`` on the pod, then bind it to ``node``. Raises
+        :class:`~kubeclient.errors.KubeError` (or ``OSError``) on failure."""
+
+
+class KubeBinder:
+    """A :class:`Binder` through the API server (the ``binding`` subresource)."""
+
+    def __init__(self, client: Any) -> None:
+        self.client = client
+
+    async def bind(self, pod: PodInfo, node: str, annotations: Mapping[str, str]) -> None:
+        if annotations:
+            await self.client.patch(
+                PODS, pod.name, {"metadata": {"annotations": dict(annotations)}}, pod.namespace
+            )
+        body = {
+            "apiVersion": "v1",
+            "kind": "Binding",
+            "metadata": {"name": pod.name, "namespace": pod.namespace, "uid": pod.uid},
+            "target": {"apiVersion": "v1", "kind": "Node", "name": node},
+        }
+        await self.client.request("POST", PODS.path(pod.namespace, pod.name, "binding"), body=body)
 
 
 class BindingCycles:

@@ -79,9 +79,9 @@ from apis.scheduling_keys import (
 )
 from kubeclient.errors import KubeError
 from kubeclient.resources import RESERVATIONS
-from scheduler_plugins.binding import MAX_IN_FLIGHT, BindingCycles
+from scheduler_plugins.binding import MAX_IN_FLIGHT, Binder, BindingCycles
+from scheduler_plugins.config import GC_GEN0_THRESHOLD
 from scheduler_plugins.errors import InputError
-from scheduler_plugins.extender import GC_GEN0_THRESHOLD, Binder
 from scheduler_plugins.framework import Cycle, Framework, ReserveError
 from scheduler_plugins.plugins.coscheduling import DEFAULT_WAIT_S, gang_of
 from scheduler_plugins.podqueue import PodQueue
@@ -637,7 +637,7 @@ def build_scheduler(
 ) -> tuple[InformedSnapshot, Scheduler]:
     """The informers and the scheduler of one ``koord-scheduler run`` (or one leader's term)
     over ``client``, connected (:func:`connect`) but not started."""
-    from scheduler_plugins.extender import KubeBinder
+    from scheduler_plugins.binding import KubeBinder
     from scheduler_plugins.informed import InformedSnapshot
 
     informed = InformedSnapshot(client)
