@@ -53,6 +53,7 @@ from pathlib import Path
 from typing import Any
 
 from apis.kubernetes_keys import LABEL_ARCH, LABEL_HOSTNAME, LABEL_OS, LABEL_TOPOLOGY_ZONE
+from apis.nodemetric import format_resource
 from apis.quantity import resource_value
 from apis.timestamp import format_time
 from bench._stats import machine_figures, print_result
@@ -110,11 +111,14 @@ def node_object(name: str, zone: int) -> dict[str, Any]:
 
 
 def metric_status(rng: random.Random) -> dict[str, Any]:
-    cpu = rng.uniform(0.05, 0.5) * NODE_CPU
-    mem = rng.uniform(0.05, 0.5) * NODE_MEMORY_GI
+    """A NodeMetric status as the koordlet writes it (``format_resource``: milli-cores, bytes in
+    binary SI)."""
+    cpu = int(rng.uniform(0.05, 0.5) * NODE_CPU * 1000)
+    mem = int(rng.uniform(0.05, 0.5) * NODE_MEMORY_GI * 1024) << 20
+    usage = {"cpu": format_resource("cpu", cpu), "memory": format_resource("memory", mem)}
     return {
         "updateTime": format_time(time.time()),
-        "nodeMetric": {"nodeUsage": {"resources": {"cpu": f"{cpu:.2f}", "memory": f"{mem:.1f}Gi"}}},
+        "nodeMetric": {"nodeUsage": {"resources": usage}},
         "podsMetric": [],
     }
 
