@@ -179,13 +179,22 @@ class InformedSnapshot:
             return node
         if res is PODS:
             return pod
+        # NodeMetrics, NRTs and Devices are one node's each (named after it): their changes
+        # re-index that node only, as a pod bound there does (koordlets report every minute: a
+        # change not one node's would rebuild every plugin's indexes several times a second)
         if res is NODE_METRICS:
             return keyed(
-                snap.node_metrics, _name, lambda o: parse_node_metric(o, "NodeMetric", _name(o))
+                snap.node_metrics,
+                _name,
+                lambda o: parse_node_metric(o, "NodeMetric", _name(o)),
+                per_node=True,
             )
         if res is NODE_RESOURCE_TOPOLOGIES:
             return keyed(
-                snap.topologies, _name, lambda o: parse_nrt(o, "NodeResourceTopology", _name(o))
+                snap.topologies,
+                _name,
+                lambda o: parse_nrt(o, "NodeResourceTopology", _name(o)),
+                per_node=True,
             )
         if res is ELASTIC_QUOTAS:
             return keyed(snap.quotas, _name, dict)
@@ -213,7 +222,7 @@ class InformedSnapshot:
             return keyed(
                 snap.budgets, _ns_name, lambda o: parse_budget(o, "PodDisruptionBudget", _name(o))
             )
-        return keyed(snap.devices, _name, dict)
+        return keyed(snap.devices, _name, dict, per_node=True)
 
     async def run(self) -> None:
         """Run every informer until cancelled."""
