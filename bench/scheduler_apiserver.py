@@ -4,9 +4,11 @@ start-up.
 A real etcd and kube-apiserver (v1.25, ``../shared/k8s``, through :mod:`envtest`) with the
 Koordinator CRDs of ``packaging/kubernetes/crds``; ``--nodes`` plain Nodes (32 cores, 128 GiB,
 110 pods, Ready; no kubelet, and no controller manager to mark them NotReady), each with a
-NodeMetric whose usage is drawn between 5 % and 50 % of the node (refreshed before every run, so
-it is fresh for LoadAware). Then, alternately and ``--rounds`` times each, one scheduler at a
-time on the same cluster:
+NodeMetric whose usage is drawn between 5 % and 50 % of the node, written as the koordlet writes
+it (refreshed before every run, so it is fresh for LoadAware; while a scheduler runs each node
+reports again every ``--report-interval`` seconds, the koordlet's 60 by default, spread evenly:
+``nodemetric_reports`` counts them). Then, alternately and ``--rounds`` times each, one
+scheduler at a time on the same cluster:
 
 - **kube-scheduler** of ``../shared/k8s``, its default profile, with its client limits raised
   (``--kube-api-qps=5000 --kube-api-burst=5000``, as production installs run it);
@@ -34,6 +36,7 @@ runs; ``load_avg_1m`` before and after (this machine is shared: the ranges are w
 
     python -m bench.scheduler_apiserver [--json] [--nodes 1000,5000] [--pods 1000]
                                         [--backlog 1000] [--rounds 2] [--creators 16]
+                                        [--report-interval 60]
 """
 
 from __future__ import annotations
@@ -224,6 +227,7 @@ class Bench:
         self.nodes = 0
         self.rng = random.Random(7)
         self.runs = 0
+        self.reports = 0
 
     def proc(self, name: str) -> Proc:
         assert self.cluster.control is not None
@@ -275,6 +279,23 @@ class Bench:
 
         await bounded((make(nm) for nm in names), 32)
 
+    async def report(self, interval: float) -> None:
+        """The koordlets' reports while a scheduler runs: each node's NodeMetric status written
+        once every ``interval`` seconds, spread evenly (``nodes / interval`` writes a second)."""
+        every = interval / max(self.nodes, 1)
+        i = 0
+        next_at = time.monotonic()
+        while True:
+            name = f"node-{i % self.nodes:05d}"
+            with contextlib.suppress(KubeError):
+                await self.client.patch(
+                    NODE_METRICS, name, {"status": metric_status(self.rng)}, sub="status"
+                )
+            self.reports += 1
+            i += 1
+            next_at += every
+            await asyncio.sleep(max(next_at - time.monotonic(), 0.0))
+
     def start(self, which: str) -> Proc:
         assert self.cluster.control is not None
         self.runs += 1
@@ -309,6 +330,12 @@ class Bench:
         listed = await self.client.list(PODS, NAMESPACE)
         binds = Binds()
         watcher = asyncio.create_task(watch_binds(self.client, binds, listed.resource_version))
+        reports = self.reports
+        reporter = (
+            asyncio.create_task(self.report(args.report_interval), name="bench-reports")
+            if args.report_interval > 0
+            else None
+        )
         backlog = [f"b-{run}-{i:04d}" for i in range(max(args.backlog, 1))]
         await bounded((self._creation(n, which, run) for n in backlog), args.creators)
         t0 = time.monotonic()
@@ -340,7 +367,9 @@ class Bench:
         finally:
             proc.stop()
             watcher.cancel()
-            await asyncio.gather(watcher, return_exceptions=True)
+            if reporter is not None:
+                reporter.cancel()
+            await asyncio.gather(watcher, *([reporter] if reporter else []), return_exceptions=True)
         bound = sum(1 for n in names if n in binds.at)
         window = end - start
         result = {
@@ -359,6 +388,7 @@ class Bench:
             "cpu_ms_per_pod": round(sched_cpu * 1000 / max(bound, 1), 2),
             "apiserver_cpu_s": round(api_cpu, 2),
             "etcd_cpu_s": round(etcd_cpu, 2),
+            "nodemetric_reports": self.reports - reports,
             "apiserver_cpu_share": round(api_cpu / window, 2) if window > 0 else 0.0,
             "peak_rss_mib": rss,
             "startup_s": round(startup, 3),
@@ -456,6 +486,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--creators", type=int, default=16, help="creations in flight (16)")
     p.add_argument(
         "--backlog", type=int, default=1000, help="pods pending when a scheduler starts (1000)"
+    )
+    p.add_argument(
+        "--report-interval",
+        type=float,
+        default=60.0,
+        help="seconds between two NodeMetric reports of a node while a scheduler runs "
+        "(the koordlet's default 60; 0: none)",
     )
     args = p.parse_args(argv)
     args.nodes = sorted(int(x) for x in args.nodes.split(","))

@@ -65,7 +65,8 @@ def test_scheduler_scale_prints_latency_and_throughput_keys():
 def test_scheduler_apiserver_runs_both_schedulers_on_a_real_api_server_and_prints_json():
     done = subprocess.run(
         [sys.executable, "-m", "bench.scheduler_apiserver", "--json", "--nodes", "20",
-         "--pods", "20", "--backlog", "10", "--rounds", "1", "--creators", "4"],
+         "--pods", "20", "--backlog", "10", "--rounds", "1", "--creators", "4",
+         "--report-interval", "5"],
         capture_output=True, text=True, check=False, timeout=300,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
@@ -75,6 +76,7 @@ def test_scheduler_apiserver_runs_both_schedulers_on_a_real_api_server_and_print
         assert run["bound"] == 20
         assert run["over_capacity"] == 0
         assert run["backlog"] == 10
+        assert run["nodemetric_reports"] > 0  # the koordlets' reports went on meanwhile
         for key in (
             "pods_per_s",
             "drain_pods_per_s",
