@@ -15,8 +15,15 @@ LABEL_HOSTNAME = "kubernetes.io/hostname"
 constraints on this key."""
 LABEL_TOPOLOGY_ZONE = "topology.kubernetes.io/zone"
 """``corev1.LabelTopologyZone``: the node's zone."""
-SERVICE_ACCOUNT_TOKEN_PATH = "/var/run/secrets/kubernetes.io/serviceaccount/token"
+SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
+"""Where the kubelet mounts a pod's service account: ``token``, ``ca.crt``, ``namespace``
+(``rest.InClusterConfig``)."""
+SERVICE_ACCOUNT_TOKEN_PATH = SERVICE_ACCOUNT_DIR + "/token"
 """Where the kubelet mounts a pod's service-account token (``rest.InClusterConfig``)."""
+LABEL_OS = "kubernetes.io/os"
+"""``corev1.LabelOSStable``: the node's operating system."""
+LABEL_ARCH = "kubernetes.io/arch"
+"""``corev1.LabelArchStable``: the node's architecture."""
 
 # Taints and tolerations ---------------------------------------------------------------------
 TAINT_NODE_UNSCHEDULABLE = "node.kubernetes.io/unschedulable"

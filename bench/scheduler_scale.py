@@ -473,6 +473,7 @@ async def _standalone(
     t0, c0 = time.perf_counter(), time.process_time()
     for p in pending:
         await sched.schedule_one(p)
+    await sched.wait_bindings()
     elapsed, cpu = time.perf_counter() - t0, time.process_time() - c0
     gc.unfreeze()
     return {

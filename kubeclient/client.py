@@ -1,10 +1,11 @@
-"""A small generic client over kubernetes-asyncio: JSON objects in and out, errors translated.
+"""A small generic client on aiohttp: JSON objects in and out, errors translated.
 
-kubernetes-asyncio's generated ``*Api`` classes turn objects into models; the binaries want
-plain decoded JSON (typed by their own ``TypedDict``) for every kind, core and custom alike, so
-:class:`KubeClient` drives the library's ``ApiClient`` (authentication, TLS, token refresh)
-directly on URL paths from :class:`~kubeclient.resources.Resource` and decodes the answers
-itself. Every failure is a :mod:`kubeclient.errors` exception.
+The binaries want plain decoded JSON (typed by their own ``TypedDict``) for every kind, core and
+custom alike, so :class:`KubeClient` sends requests on URL paths from
+:class:`~kubeclient.resources.Resource` through one aiohttp session (its connection pool, the
+TLS context and credentials of :mod:`kubeclient.config`) and decodes the answers itself. Every
+failure is a :mod:`kubeclient.errors` exception. kubernetes-asyncio is not imported (see
+``config.py`` for the one case that needs its loader).
 """
 
 from __future__ import annotations
@@ -17,9 +18,8 @@ from enum import StrEnum
 from typing import Any
 
 import aiohttp
-from kubernetes_asyncio import client as k8s_client
 
-from kubeclient.config import load_configuration
+from kubeclient.config import Connection, load_configuration
 from kubeclient.errors import Transient, error_for
 from kubeclient.resources import PODS, Resource
 
@@ -27,6 +27,9 @@ logger = logging.getLogger(__name__)
 
 Obj = dict[str, Any]
 """A decoded Kubernetes object."""
+
+MAX_CONNECTIONS = 100
+"""Connections to the API server at most (watches hold one each)."""
 
 
 class PatchType(StrEnum):
@@ -71,8 +74,15 @@ def _selectors(field_selector: str, label_selector: str) -> list[tuple[str, str]
 class KubeClient:
     """JSON requests to one API server. Create with :meth:`connect`; ``close()`` when done."""
 
-    def __init__(self, api: k8s_client.ApiClient, *, request_timeout: float = 30.0) -> None:
-        self._api = api
+    def __init__(self, conn: Connection, *, request_timeout: float = 30.0) -> None:
+        self._conn = conn
+        self._session = aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(limit=MAX_CONNECTIONS, ssl=conn.ssl),
+            # no cookies, no proxies from the environment: the API server, directly
+            cookie_jar=aiohttp.DummyCookieJar(),
+            trust_env=False,
+            auto_decompress=True,
+        )
         self.request_timeout = request_timeout
         """Seconds one non-watch request may take before it is a :class:`Transient` error."""
 
@@ -81,15 +91,15 @@ class KubeClient:
         cls, kubeconfig: str | None = None, *, request_timeout: float = 30.0
     ) -> KubeClient:
         """A client for ``kubeconfig`` (None: ``$KUBECONFIG`` or in-cluster)."""
-        cfg = await load_configuration(kubeconfig)
-        return cls(k8s_client.ApiClient(configuration=cfg), request_timeout=request_timeout)
+        conn = await load_configuration(kubeconfig)
+        return cls(conn, request_timeout=request_timeout)
 
     @property
     def host(self) -> str:
-        return str(self._api.configuration.host)
+        return self._conn.host
 
     async def close(self) -> None:
-        await self._api.close()
+        await self._session.close()
 
     async def __aenter__(self) -> KubeClient:
         return self
@@ -106,18 +116,24 @@ class KubeClient:
         body: object,
         content_type: str,
         limits: aiohttp.ClientTimeout,
-    ) -> Any:
-        headers = {"Content-Type": content_type, "Accept": "application/json"}
+    ) -> aiohttp.ClientResponse:
+        headers = {"Accept": "application/json"}
+        data = None
+        if body is not None:
+            headers["Content-Type"] = content_type
+            data = json.dumps(body, separators=(",", ":")).encode()
+        auth = await self._conn.authorization()
+        if auth:
+            headers["Authorization"] = auth
         try:
-            return await self._api.call_api(
-                path,
+            return await self._session.request(
                 method,
-                query_params=query or [],
-                header_params=headers,
-                body=body,
-                auth_settings=["BearerToken"],
-                _preload_content=False,
-                _request_timeout=limits,
+                self._conn.host + path,
+                params=query or None,
+                data=data,
+                headers=headers,
+                timeout=limits,
+                allow_redirects=False,
             )
         except (aiohttp.ClientError, TimeoutError, OSError) as err:
             raise Transient(0, f"{method} {path}: {err!r}") from err
@@ -157,8 +173,11 @@ class KubeClient:
         field_selector: str = "",
         label_selector: str = "",
         limit: int = 500,
+        resource_version: str = "",
     ) -> ObjectList:
-        """Every object (pages of ``limit`` joined with ``continue``)."""
+        """Every object (pages of ``limit`` joined with ``continue``). ``resource_version``
+        ``"0"``: any version the API server has at hand (its watch cache, one answer, no read
+        from etcd: what client-go's reflector asks for its first list); empty: the latest."""
         items: list[Obj] = []
         token = ""
         while True:
@@ -166,6 +185,8 @@ class KubeClient:
             query.append(("limit", str(limit)))
             if token:
                 query.append(("continue", token))
+            elif resource_version:
+                query.append(("resourceVersion", resource_version))
             page = await self.request("GET", res.path(namespace), query=query)
             items.extend(page.get("items") or [])
             meta = page.get("metadata") or {}

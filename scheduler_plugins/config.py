@@ -36,6 +36,9 @@ from scheduler_plugins.plugins import elasticquota
 from scheduler_plugins.table import PLUGINS, PluginFactory, build_framework
 
 SCHEDULER_NAME = "koord-scheduler"
+GC_GEN0_THRESHOLD = 50_000
+"""Allocations between young-generation collections in a process that is the scheduler's
+alone (``koord-scheduler run``, the extender; CPython's default is 700)."""
 ELASTIC_QUOTA_GUARANTEE_USAGE = "ElasticQuotaGuaranteeUsage"
 """Koordinator's feature gate (default off): what a quota uses is guaranteed to it."""
 FEATURE_GATES = {ELASTIC_QUOTA_GUARANTEE_USAGE: False}

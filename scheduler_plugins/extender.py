@@ -46,14 +46,14 @@ from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
 from kubeclient.errors import KubeError
-from kubeclient.resources import PODS
 from kubeclient.signals import StopSignals
-from scheduler_plugins.config import SchedulerConfig
+from scheduler_plugins.binding import Binder, KubeBinder
+from scheduler_plugins.config import GC_GEN0_THRESHOLD, SchedulerConfig
 from scheduler_plugins.errors import InputError, NotReady
 from scheduler_plugins.extenderapi import (
     EXTENDER_ARGS,
@@ -88,39 +88,8 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-GC_GEN0_THRESHOLD = 50_000
-"""Allocations between young-generation collections in the extender process (CPython's
-default is 700)."""
 CYCLE_CACHE_SIZE = 512
 """Pods whose filter cycle is kept for prioritize and bind."""
-
-
-class Binder(Protocol):
-    """Writes a placement to the cluster."""
-
-    async def bind(self, pod: PodInfo, node: str, annotations: Mapping[str, str]) -> None:
-        """Patch ``annotations`` on the pod, then bind it to ``node``. Raises
-        :class:`~kubeclient.errors.KubeError` (or ``OSError``) on failure."""
-
-
-class KubeBinder:
-    """A :class:`Binder` through the API server (the ``binding`` subresource)."""
-
-    def __init__(self, client: Any) -> None:
-        self.client = client
-
-    async def bind(self, pod: PodInfo, node: str, annotations: Mapping[str, str]) -> None:
-        if annotations:
-            await self.client.patch(
-                PODS, pod.name, {"metadata": {"annotations": dict(annotations)}}, pod.namespace
-            )
-        body = {
-            "apiVersion": "v1",
-            "kind": "Binding",
-            "metadata": {"name": pod.name, "namespace": pod.namespace, "uid": pod.uid},
-            "target": {"apiVersion": "v1", "kind": "Node", "name": node},
-        }
-        await self.client.request("POST", PODS.path(pod.namespace, pod.name, "binding"), body=body)
 
 
 @dataclass(slots=True)

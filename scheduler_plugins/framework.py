@@ -584,9 +584,13 @@ class Framework:
         cycle.snapshot.assume(pod, node_name)
         return annotations
 
-    def unreserve(self, cycle: Cycle, pod: PodInfo, node_name: str) -> None:
-        """Undo :meth:`reserve` (plugins in reverse order, then forget the pod)."""
-        node = cycle.snapshot.nodes[node_name]
-        cycle.snapshot.forget(pod)
-        for plugin in reversed(self.plugins):
-            plugin.unreserve(cycle, pod, node)
+    def unreserve(self, cycle: Cycle, pod: PodInfo, node_name: str) -> PodInfo | None:
+        """Undo :meth:`reserve`: forget the pod in the snapshot (:meth:`Snapshot.forget`:
+        pending again, unless it was deleted or seen bound meanwhile), then unreserve the
+        plugins in reverse order (unless the node is gone); the pod to retry, or ``None``."""
+        pending = cycle.snapshot.forget(pod)
+        node = cycle.snapshot.nodes.get(node_name)
+        if node is not None:
+            for plugin in reversed(self.plugins):
+                plugin.unreserve(cycle, pod, node)
+        return pending

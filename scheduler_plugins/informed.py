@@ -7,7 +7,10 @@ preemption Namespaces, PersistentVolumeClaims, PersistentVolumes and PodDisrupti
 applies every event to one
 :class:`~scheduler_plugins.snapshot.Snapshot` on the event loop (where the extender's handlers
 run too, so there is no lock). A pod the scheduler assumed is replaced by the API server's
-version once its binding is seen.
+version once its binding is seen; an unbound copy arriving before that leaves it assumed
+(``snapshot.py``). ``managedFields`` are dropped as objects arrive
+(:func:`~kubeclient.informer.strip_managed_fields`), and the first lists come from the API
+server's watch cache (``kubeclient/informer.py``).
 
 **Readiness.** No decision (a term's scheduling loop, an extender verb) is made until every kind
 has been listed once: an ElasticQuota not listed yet is a quota without a max, and pods bound
@@ -32,7 +35,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from kubeclient.client import KubeClient, Obj
-from kubeclient.informer import Informer, waiting_for
+from kubeclient.informer import Informer, strip_managed_fields, waiting_for
 from kubeclient.resources import (
     DEVICES,
     ELASTIC_QUOTA_PROFILES,
@@ -108,7 +111,7 @@ class InformedSnapshot:
 
     def __init__(self, client: KubeClient, kinds: Sequence[Resource] = KINDS) -> None:
         self.snapshot = Snapshot()
-        self.informers = [Informer(client, res) for res in kinds]
+        self.informers = [Informer(client, res, transform=strip_managed_fields) for res in kinds]
         self.rejected = 0
         """Objects that could not be read (logged and skipped)."""
         self.on_pending: Callable[[PodInfo], None] | None = None
@@ -176,13 +179,22 @@ class InformedSnapshot:
             return node
         if res is PODS:
             return pod
+        # NodeMetrics, NRTs and Devices are one node's each (named after it): their changes
+        # re-index that node only, as a pod bound there does (koordlets report every minute: a
+        # change not one node's would rebuild every plugin's indexes several times a second)
         if res is NODE_METRICS:
             return keyed(
-                snap.node_metrics, _name, lambda o: parse_node_metric(o, "NodeMetric", _name(o))
+                snap.node_metrics,
+                _name,
+                lambda o: parse_node_metric(o, "NodeMetric", _name(o)),
+                per_node=True,
             )
         if res is NODE_RESOURCE_TOPOLOGIES:
             return keyed(
-                snap.topologies, _name, lambda o: parse_nrt(o, "NodeResourceTopology", _name(o))
+                snap.topologies,
+                _name,
+                lambda o: parse_nrt(o, "NodeResourceTopology", _name(o)),
+                per_node=True,
             )
         if res is ELASTIC_QUOTAS:
             return keyed(snap.quotas, _name, dict)
@@ -210,7 +222,7 @@ class InformedSnapshot:
             return keyed(
                 snap.budgets, _ns_name, lambda o: parse_budget(o, "PodDisruptionBudget", _name(o))
             )
-        return keyed(snap.devices, _name, dict)
+        return keyed(snap.devices, _name, dict, per_node=True)
 
     async def run(self) -> None:
         """Run every informer until cancelled."""

@@ -23,6 +23,7 @@ shared one of :mod:`kubeclient.elected` (koord-manager runs the same):
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -131,21 +132,29 @@ async def scheduling_term(
     Built by :func:`~scheduler_plugins.standalone.build_scheduler` on a client it is given.
     Raises :class:`TermError` when its informers have not all listed within ``sync_timeout``.
     ``own_process``: the process is the scheduler's alone (``koord-scheduler run``), so its
-    garbage collector may be tuned once synced; in-process callers (tests) leave theirs alone.
+    garbage collector may pause while the informers list and be tuned once synced
+    (:func:`~scheduler_plugins.standalone.tune_gc`); in-process callers (tests) leave theirs
+    alone.
     """
-    from scheduler_plugins.standalone import build_scheduler, tune_gc
+    from scheduler_plugins.standalone import build_scheduler, pause_gc, tune_gc
 
     informed, scheduler = build_scheduler(client, cfg, scheduler_name)
-    async with asyncio.TaskGroup() as group:
-        group.create_task(informed.run(), name="scheduler-informers")
-        if not await informed.wait_synced(sync_timeout):
-            raise TermError(
-                f"informers not listed within {sync_timeout:g}s: waiting for "
-                + ", ".join(informed.not_ready())
-            )
+    if own_process:
+        pause_gc()
+    try:
+        async with asyncio.TaskGroup() as group:
+            group.create_task(informed.run(), name="scheduler-informers")
+            if not await informed.wait_synced(sync_timeout):
+                raise TermError(
+                    f"informers not listed within {sync_timeout:g}s: waiting for "
+                    + ", ".join(informed.not_ready())
+                )
+            if own_process:
+                tune_gc()
+            group.create_task(scheduler.run(), name="scheduler-loop")
+    finally:
         if own_process:
-            tune_gc()
-        group.create_task(scheduler.run(), name="scheduler-loop")
+            gc.enable()  # a term ended before its informers listed
 
 
 async def run_elected(

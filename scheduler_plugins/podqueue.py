@@ -41,6 +41,10 @@ class PodQueue:
     def __contains__(self, uid: object) -> bool:
         return uid in self._queued
 
+    def __len__(self) -> int:
+        """Pods queued (some may have been bound or deleted since: dropped when popped)."""
+        return len(self._queued)
+
     def push(self, pod: PodInfo) -> None:
         """Queue ``pod`` (the caller checks that it is not queued already) and wake the loop."""
         self._seq += 1

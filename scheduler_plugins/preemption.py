@@ -363,9 +363,8 @@ class Nominations:
         try:
             yield
         finally:
-            for other in placed:
+            for other in placed:  # pending again, unless deleted or bound meanwhile
                 snapshot.forget(other)
-                snapshot.pending_pods[other.uid] = other
 
 
 class Evictor:
@@ -404,7 +403,7 @@ class Evictor:
             self.evicted += 1
             logger.info("preempted %s on %s for %s", v.key, candidate.node, pod.key)
             if events is not None:
-                await events.preempted(v, pod, candidate.node)
+                events.preempted(v, pod, candidate.node)
         held = _held(gate)
         if held is not None:
             return held

@@ -15,6 +15,11 @@ aggregation (``tools/events/event_broadcaster.go``, ``recordToSink``):
   every 6 minutes), when it is also forgotten; a single Event is forgotten 6 minutes after its
   ``eventTime``; a patch that finds the Event gone creates it again.
 
+Recording never waits for the API server, as client-go writes each Event in a goroutine of its
+own: the write is queued (:mod:`scheduler_plugins.writequeue`: one write an Event at a time, at
+most 16 in flight, past 1,000 waiting dropped as the broadcaster drops them); an occurrence that
+recurs before its Event was written goes out once, with its series.
+
 kube-scheduler writes ``FailedScheduling`` (Warning, action ``Scheduling``) for a pod it could not
 place, ``Scheduled`` (Normal, action ``Binding``, ``Successfully assigned ns/name to node``)
 once it is bound, and ``Preempted`` (Normal, action ``Preempting``, ``Preempted by ns/name on
@@ -29,7 +34,9 @@ profile's scheduler name, the instance ``<controller>-<host name>``, a note cut 
 ``Unschedulable`` (no node fits) or ``SchedulerError`` (reserve or bind failed) and the message,
 through a strategic merge patch of ``pods/<name>/status``, only when the condition changes
 (``podutil.UpdatePodCondition``: status, reason or message; ``lastTransitionTime`` kept while the
-status stays). The binding subresource sets it True.
+status stays). The binding subresource sets it True. kube-scheduler patches in the failing
+cycle; here the patch is queued per pod, and the pod's binding waits for it
+(:meth:`PodConditions.settle`), so the order on the pod is the same.
 
 **The message** (:func:`failure_message`) is kube-scheduler's ``0/3 nodes are available: ...``.
 """
@@ -49,6 +56,7 @@ from kubeclient.client import PatchType
 from kubeclient.errors import KubeError, NotFound
 from kubeclient.resources import EVENTS_V1, PODS
 from scheduler_plugins.snapshot import PodInfo
+from scheduler_plugins.writequeue import MAX_IN_FLIGHT, WriteQueue
 
 logger = logging.getLogger(__name__)
 
@@ -124,11 +132,16 @@ class _Cached:
     """When it last occurred (epoch seconds)."""
     first: float = 0.0
     """``eventTime`` (epoch seconds)."""
+    created: bool = False
+    """Whether a write of it reached the API server."""
 
 
 class EventRecorder:
     """``events.k8s.io/v1`` Events with client-go's series aggregation (see the module
-    docstring); ``client`` ``None``: only logs."""
+    docstring), written off the caller's path: recording is synchronous, the writes go through a
+    :class:`~scheduler_plugins.writequeue.WriteQueue` (coalesced per Event, bounded in flight,
+    dropped past 1,000 waiting as client-go's broadcaster drops them); :meth:`flush` waits for
+    them. ``client`` ``None``: only logs."""
 
     def __init__(
         self,
@@ -137,6 +150,7 @@ class EventRecorder:
         *,
         clock: Callable[[], float] = time.time,
         instance: str | None = None,
+        max_in_flight: int = MAX_IN_FLIGHT,
     ) -> None:
         self.client = client
         self.controller = controller
@@ -146,24 +160,28 @@ class EventRecorder:
         self.clock = clock
         self.sent = 0
         """Events created or patched so far."""
+        self.recorded = 0
+        """Occurrences recorded so far (written, aggregated or dropped)."""
+        self.writes = WriteQueue("events", max_in_flight=max_in_flight)
+        """The Event writes waiting or in flight."""
         self._cache: dict[tuple[Any, ...], _Cached] = {}
         start = clock()
         self._next_refresh = start + REFRESH_S
         self._next_finish = start + FINISH_S
 
-    async def warn(self, pod: PodInfo, reason: str, message: str) -> None:
+    def warn(self, pod: PodInfo, reason: str, message: str) -> None:
         """A Warning about a pod (``FailedScheduling``: action ``Scheduling``)."""
-        await self.record(pod_reference(pod), "Warning", reason, "Scheduling", message)
+        self.record(pod_reference(pod), "Warning", reason, "Scheduling", message)
 
-    async def scheduled(self, pod: PodInfo, node: str) -> None:
+    def scheduled(self, pod: PodInfo, node: str) -> None:
         """kube-scheduler's ``Scheduled`` Event once a pod is bound."""
         note = f"Successfully assigned {pod.namespace}/{pod.name} to {node}"
-        await self.record(pod_reference(pod), "Normal", SCHEDULED, "Binding", note)
+        self.record(pod_reference(pod), "Normal", SCHEDULED, "Binding", note)
 
-    async def preempted(self, victim: PodInfo, preemptor: PodInfo, node: str) -> None:
+    def preempted(self, victim: PodInfo, preemptor: PodInfo, node: str) -> None:
         """kube-scheduler's ``Preempted`` Event regarding a victim, related to the preemptor."""
         note = f"Preempted by {preemptor.namespace}/{preemptor.name} on node {node}"
-        await self.record(
+        self.record(
             pod_reference(victim),
             "Normal",
             PREEMPTED,
@@ -172,14 +190,14 @@ class EventRecorder:
             related=pod_reference(preemptor),
         )
 
-    async def warn_about(
+    def warn_about(
         self, involved: Mapping[str, str], namespace: str, reason: str, message: str
     ) -> None:
         """A Warning (action ``Scheduling``) about another object: ``involved`` is its
         ObjectReference (``namespace``: where a cluster-scoped object's Events go)."""
-        await self.record(involved, "Warning", reason, "Scheduling", message, namespace=namespace)
+        self.record(involved, "Warning", reason, "Scheduling", message, namespace=namespace)
 
-    async def record(
+    def record(
         self,
         regarding: Mapping[str, str],
         type_: str,
@@ -192,10 +210,12 @@ class EventRecorder:
     ) -> None:
         """Record one occurrence (client-go's ``Eventf`` then ``recordToSink``); the Event goes
         to the object's namespace, else ``namespace``, else ``default``. ``related``: a second
-        object's ObjectReference (part of the aggregation key, as ``regarding`` is)."""
+        object's ObjectReference (part of the aggregation key, as ``regarding`` is). The write,
+        if one is due, is queued, never awaited."""
         ref = dict(regarding)
         namespace = ref.get("namespace") or namespace or NAMESPACE_CLUSTER_SCOPED
-        logger.info("%s %s/%s: %s", reason, namespace, ref.get("name", ""), note)
+        logger.debug("%s %s/%s: %s", reason, namespace, ref.get("name", ""), note)
+        self.recorded += 1
         if self.client is None:
             return
         now = self.clock()
@@ -214,7 +234,7 @@ class EventRecorder:
             cached.count += 1
             cached.last_observed = now
             if cached.count == 2:  # the series starts: written at once
-                await self._write(cached)
+                self._queue(key, cached)
             return
         event = {
             "apiVersion": "events.k8s.io/v1",
@@ -236,28 +256,47 @@ class EventRecorder:
             event["related"] = dict(related)
         cached = _Cached(event, 1, now, now)
         self._cache[key] = cached
-        await self._write(cached)
+        self._queue(key, cached)
 
-    async def tick(self) -> None:
-        """Write running series every :data:`REFRESH_S` and end those not seen for
-        :data:`FINISH_S` (client-go's ``refreshExistingEventSeries`` and ``finishSeries``);
-        cheap when neither is due. The scheduler's loop calls it."""
+    def tick(self) -> None:
+        """Queue the writes of running series every :data:`REFRESH_S` and end those not seen
+        for :data:`FINISH_S` (client-go's ``refreshExistingEventSeries`` and
+        ``finishSeries``); cheap when neither is due. The scheduler's loop calls it."""
         now = self.clock()
         if now >= self._next_refresh:
             self._next_refresh = now + REFRESH_S
-            for cached in list(self._cache.values()):
+            for key, cached in self._cache.items():
                 if cached.count > 1:
-                    await self._write(cached)
+                    self._queue(key, cached)
         if now >= self._next_finish:
             self._next_finish = now + FINISH_S
             for key, cached in list(self._cache.items()):
                 if cached.count > 1 and cached.last_observed < now - FINISH_S:
-                    await self._write(cached)
+                    self._queue(key, cached)
                     del self._cache[key]
                 elif cached.count == 1 and cached.first < now - FINISH_S:
                     del self._cache[key]
 
+    async def flush(self) -> None:
+        """Wait until every write queued so far is done (tests; a clean stop)."""
+        await self.writes.flush()
+
+    async def close(self) -> None:
+        """Drop the writes left (a term that ends)."""
+        await self.writes.close()
+
+    def _queue(self, key: tuple[Any, ...], cached: _Cached) -> None:
+        if self.client is None:
+            return
+
+        async def write() -> None:
+            await self._write(cached)
+
+        self.writes.submit(key, write)
+
     async def _write(self, cached: _Cached) -> None:
+        """Write the Event as it is now: created (with its series when it has recurred
+        meanwhile), else its series patched (created again if it was deleted)."""
         if self.client is None:
             return
         event = cached.event
@@ -268,18 +307,22 @@ class EventRecorder:
                     "count": cached.count,
                     "lastObservedTime": format_micro_time(cached.last_observed),
                 }
-                try:
-                    await self.client.patch(
-                        EVENTS_V1,
-                        meta["name"],
-                        {"series": series},
-                        meta["namespace"],
-                        patch_type=PatchType.STRATEGIC,
-                    )
-                except NotFound:  # deleted meanwhile (its TTL): create it again with the series
+                if not cached.created:
                     await self.client.create(EVENTS_V1, {**event, "series": series})
+                else:
+                    try:
+                        await self.client.patch(
+                            EVENTS_V1,
+                            meta["name"],
+                            {"series": series},
+                            meta["namespace"],
+                            patch_type=PatchType.STRATEGIC,
+                        )
+                    except NotFound:  # deleted meanwhile (its TTL): created again, with series
+                        await self.client.create(EVENTS_V1, {**event, "series": series})
             else:
                 await self.client.create(EVENTS_V1, event)
+            cached.created = True
             self.sent += 1
         except KubeError as err:
             logger.warning("event %s/%s not written: %s", meta["namespace"], meta["name"], err)
@@ -287,17 +330,27 @@ class EventRecorder:
 
 class PodConditions:
     """Writes a pod's ``PodScheduled`` condition after a failed attempt (see the module
-    docstring); ``client`` ``None``: nothing."""
+    docstring), off the caller's path: the patch is queued per pod (the latest condition
+    wins), and :meth:`settle` lets a binding wait for the pod's last one, so a late ``False``
+    never lands on a pod just bound. ``client`` ``None``: nothing."""
 
-    def __init__(self, client: Any, *, clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        client: Any,
+        *,
+        clock: Callable[[], float] = time.time,
+        max_in_flight: int = MAX_IN_FLIGHT,
+    ) -> None:
         self.client = client
         self.clock = clock
         self.written = 0
         """Status patches made so far."""
+        self.writes = WriteQueue("pod-conditions", max_in_flight=max_in_flight)
+        """The condition patches waiting or in flight, by pod uid."""
 
-    async def unschedulable(self, pod: PodInfo, reason: str, message: str) -> None:
-        """``PodScheduled`` False with ``reason`` and ``message``, unless the pod already says
-        so (errors logged: the pod is retried anyway)."""
+    def unschedulable(self, pod: PodInfo, reason: str, message: str) -> None:
+        """Queue ``PodScheduled`` False with ``reason`` and ``message``, unless the pod already
+        says so (errors logged: the pod is retried anyway)."""
         if self.client is None:
             return
         conditions = ((pod.raw.get("status") or {}).get("conditions")) or []
@@ -330,6 +383,26 @@ class PodConditions:
             "reason": reason,
             "message": message,
         }
+
+        async def write() -> None:
+            await self._write(pod, condition)
+
+        self.writes.submit(pod.uid, write)
+
+    async def settle(self, uid: str) -> None:
+        """Drop the pod's condition write not sent yet and wait for one in flight (its
+        binding goes next)."""
+        await self.writes.settle(uid)
+
+    async def flush(self) -> None:
+        """Wait until every patch queued so far is done."""
+        await self.writes.flush()
+
+    async def close(self) -> None:
+        """Drop the patches left."""
+        await self.writes.close()
+
+    async def _write(self, pod: PodInfo, condition: dict[str, Any]) -> None:
         try:
             await self.client.patch(
                 PODS,
@@ -340,5 +413,7 @@ class PodConditions:
                 patch_type=PatchType.STRATEGIC,
             )
             self.written += 1
+        except NotFound:
+            logger.debug("PodScheduled condition of %s not written: the pod is gone", pod.key)
         except KubeError as err:
             logger.warning("PodScheduled condition of %s not written: %s", pod.key, err)

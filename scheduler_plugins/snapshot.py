@@ -8,9 +8,18 @@ affinity, taints...) by ``constraints.py``, their fields and quantities through
 :mod:`scheduler_plugins.objectfields`; NodeMetrics and NodeResourceTopologies are
 :mod:`scheduler_plugins.nodeviews`'s.
 
-The snapshot is mutable in one way only: :meth:`Snapshot.assume` adds a pod to a node (the
+The scheduler changes it in two ways: :meth:`Snapshot.assume` adds a pod to a node (the
 scheduler's "assume" after reserve) and :meth:`Snapshot.forget` takes it back;
 :meth:`Snapshot.assume_reservation` puts a Reservation the scheduler has just placed.
+
+**Assumed pods** (kube-scheduler's cache, ``pkg/scheduler/internal/cache/cache.go``: ``AssumePod``,
+``ForgetPod``, ``AddPod`` of an assumed pod) stay on their node until the informers bring the
+pod bound (the assumption is then *confirmed*: the API server's copy replaces it, on the node the
+binding named) or deleted. An informer's copy of an assumed pod that is still unbound (an
+annotation patch, a status write, a relist) does not take it off its node: it is kept aside and
+is what :meth:`Snapshot.forget` puts back among the pending pods when the binding fails. So no
+decision sees the cluster without the pods assumed before it, whatever the order in which
+bindings, their failures and the watch events arrive.
 """
 
 from __future__ import annotations
@@ -338,6 +347,11 @@ class Snapshot:
     """PodDisruptionBudgets by ``namespace/name``."""
     orphans: dict[str, dict[str, PodInfo]] = field(default_factory=dict)
     """Pods bound to nodes the snapshot does not have (yet), by node name then uid."""
+    assumed: dict[str, PodInfo] = field(default_factory=dict)
+    """Pods assumed on a node and not yet seen bound by the informers, by uid."""
+    _unbound_copies: dict[str, PodInfo] = field(default_factory=dict, init=False, repr=False)
+    """The informers' latest unbound copy of an assumed pod, by uid (what :meth:`forget` puts
+    back)."""
     generation: int = 0
     """Bumped on every change (:meth:`touch`); plugins key their caches on it."""
     reservation_generation: int = 0
@@ -372,11 +386,20 @@ class Snapshot:
         yield from self.pending_pods.values()
 
     def assume(self, pod: PodInfo, node_name: str) -> None:
-        """Account ``pod`` on ``node_name`` as if bound (removes it from the pending pods)."""
-        self.remove_pod(pod.uid)
+        """Account ``pod`` on ``node_name`` as if bound (removes it from the pending pods) until
+        the informers confirm the binding or :meth:`forget` undoes it."""
+        if self.pending_pods.pop(pod.uid, None) is not None:
+            self.touch(PENDING)
+        elif pod.uid in self.assumed:  # assumed again (a nominated pod held for a cycle)
+            self.remove_pod(pod.uid)
         pod.node_name = node_name
         self.nodes[node_name].add_pod(pod)
+        self.assumed[pod.uid] = pod
         self.touch(node_name)
+
+    def is_assumed(self, uid: str) -> bool:
+        """Whether ``uid`` is assumed and not yet seen bound."""
+        return uid in self.assumed
 
     def assume_reservation(self, obj: dict[str, Any]) -> dict[str, Any] | None:
         """Put a Reservation (by name) as the scheduler just wrote it (placed: ``Available`` on
@@ -392,13 +415,30 @@ class Snapshot:
                 self.touch(node)
         return old
 
-    def forget(self, pod: PodInfo) -> None:
-        """Undo :meth:`assume`."""
+    def forget(self, pod: PodInfo, *, pending: bool = True) -> PodInfo | None:
+        """Undo :meth:`assume` of ``pod``: off its node and, with ``pending``, pending again as
+        the informers last saw it unbound (``pod`` itself when they sent nothing since); that
+        pod, or ``None`` when there is nothing to undo (deleted meanwhile, already seen bound,
+        or not assumed: left as it is)."""
+        if self.assumed.get(pod.uid) is not pod:
+            pod.node_name = ""
+            return None
+        del self.assumed[pod.uid]
         node = self.nodes.get(pod.node_name)
-        if node is not None:
+        if node is not None and node.pods.get(pod.uid) is pod:
             node.remove_pod(pod.uid)
             self.touch(node.name)
+        else:
+            orphans = self.orphans.get(pod.node_name)
+            if orphans is not None and orphans.get(pod.uid) is pod:
+                del orphans[pod.uid]
         pod.node_name = ""
+        latest = self._unbound_copies.pop(pod.uid, pod)
+        latest.node_name = ""
+        if pending:
+            self.pending_pods[latest.uid] = latest
+            self.touch(PENDING)
+        return latest
 
     # -- incremental updates (informers) ------------------------------------------------------
 
@@ -421,8 +461,19 @@ class Snapshot:
 
     def upsert_pod(self, pod: PodInfo) -> None:
         """Add or replace a pod (by uid) where it belongs: its node, pending, or waiting for a
-        node the snapshot does not have yet."""
-        self.remove_pod(pod.uid, hint=pod.node_name)
+        node the snapshot does not have yet. An assumed pod stays where it was assumed until
+        a copy arrives bound (see the module docstring)."""
+        if self.assumed and pod.uid in self.assumed:
+            if not pod.node_name:
+                self._unbound_copies[pod.uid] = pod
+                return
+            hint = self.assumed.pop(pod.uid).node_name
+            self._unbound_copies.pop(pod.uid, None)
+            self.remove_pod(pod.uid, hint=hint)
+        elif pod.node_name:
+            self.remove_pod(pod.uid, hint=pod.node_name)
+        # an unbound pod is pending or assumed, never on a node (a pod's nodeName is set once):
+        # replacing it needs no search through the nodes
         if not pod.node_name:
             self.pending_pods[pod.uid] = pod
             self.touch(PENDING)
@@ -433,12 +484,22 @@ class Snapshot:
             self.orphans.setdefault(pod.node_name, {})[pod.uid] = pod
 
     def remove_pod(self, uid: str, hint: str = "") -> None:
-        """Drop a pod wherever it is (``hint``: the node to look at first)."""
+        """Drop a pod wherever it is (``hint``: the node to look at first); an assumed pod is
+        no longer assumed."""
+        if self.assumed:
+            assumed = self.assumed.pop(uid, None)
+            self._unbound_copies.pop(uid, None)
+            if assumed is not None and not hint:
+                hint = assumed.node_name
         if self.pending_pods.pop(uid, None) is not None:
             self.touch(PENDING)
             return
         first = self.nodes.get(hint)
-        for node in ([first] if first is not None else []) + list(self.nodes.values()):
+        if first is not None and uid in first.pods:
+            first.remove_pod(uid)
+            self.touch(first.name)
+            return
+        for node in self.nodes.values():
             if uid in node.pods:
                 node.remove_pod(uid)
                 self.touch(node.name)

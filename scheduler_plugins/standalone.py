@@ -1,31 +1,42 @@
 """The standalone scheduler: pods with ``schedulerName: koord-scheduler``, bound by us.
 
-One asyncio task, fed by the informer snapshot (``informed.py``):
+A scheduling loop and binding cycles beside it, as kube-scheduler's ``scheduleOne`` runs them,
+fed by the informer snapshot (``informed.py``):
 
 1. **Queue** (``podqueue.py``). Pending pods for our scheduler name, highest ``spec.priority``
    first, then oldest. A pod that failed is retried when its backoff ends (1 s doubling to 10 s,
-   kube-scheduler's ``podInitialBackoffSeconds``/``podMaxBackoffSeconds``).
-2. **Cycle.** The framework filters nodes until it has found ``percentageOfNodesToScore`` of
-   them feasible, as kube-scheduler does on large clusters (0, the default: adaptive, 50 % less
-   one point per 125 nodes, at least 5 % and at least 100 nodes, so 10 % of 5,000 nodes; 100:
-   every node), starting where the previous pod's search stopped so that every node gets its
-   turn; then scores those. The best one (ties: the first examined) is reserved in the plugins
-   and the pod assumed in the snapshot, so the next pod sees it at once. A pod no node fits was
-   filtered against every node.
+   kube-scheduler's ``podInitialBackoffSeconds``/``podMaxBackoffSeconds``). New pods from the
+   watch are queued as the informer applies them, between two cycles.
+2. **Scheduling cycle** (synchronous: nothing in it waits on the API server). The framework
+   filters nodes until it has found ``percentageOfNodesToScore`` of them feasible, as
+   kube-scheduler does on large clusters (0, the default: adaptive, 50 % less one point per 125
+   nodes, at least 5 % and at least 100 nodes, so 10 % of 5,000 nodes; 100: every node),
+   starting where the previous pod's search stopped so that every node gets its turn; then
+   scores those. The best one (ties: the first examined) is reserved in the plugins and the pod
+   *assumed* in the snapshot (its resources, quota, reservation and gang accounting), so the
+   next pod's cycle sees it at once. A pod no node fits was filtered against every node.
 3. **Permit (gangs).** A pod of a gang (Coscheduling) waits, assumed, until minMember members
-   are assumed or bound; then the whole gang is bound together. A gang that does not complete
+   are assumed or bound; then every member's binding cycle starts. A gang that does not complete
    within its waiting time is unreserved, every waiting member requeued.
-4. **Bind.** The reserve annotations (NodeNUMAResource's ``scheduling.koordinator.sh/resource-
-   status``, Reservation's and DeviceShare's) are patched on the pod, then its ``binding``
-   subresource is created. A failure unreserves the pod and requeues it.
-5. **Events and conditions** (``reporting.py``), as kube-scheduler writes them: an
-   unschedulable pod gets a ``FailedScheduling`` Warning Event in kube-scheduler's form,
+4. **Binding cycle** (``binding.py``: one task a pod, at most ``max_bindings_in_flight`` at
+   once; the loop waits for a slot only when that many are in flight). The reserve annotations
+   (NodeNUMAResource's ``scheduling.koordinator.sh/resource-status``, Reservation's and
+   DeviceShare's) are patched on the pod, then its ``binding`` subresource is created, while the
+   loop goes on with the next pods. The assumed pod stays on its node until the informers bring
+   it bound (``snapshot.py``: an unbound copy arriving meanwhile does not take it off). A failed
+   binding *forgets* it (kube-scheduler's ``ForgetPod``: off its node, pending again unless it
+   was deleted meanwhile), unreserves it and requeues it with backoff, so a decision never sees
+   the cluster without the pods assumed before it.
+5. **Events and conditions** (``reporting.py``), as kube-scheduler writes them, queued and
+   written off the loop's path (``writequeue.py``): an unschedulable pod gets a
+   ``FailedScheduling`` Warning Event in kube-scheduler's form,
    ``0/3 nodes are available: 1 Insufficient cpu, 2 node(s) cpu usage exceed threshold.``
    (reasons counted over nodes, sorted; a reason with per-node numbers counted under its
    wording with an example, ``2 node(s) cpu usage exceed threshold (e.g. cpu usage 91% >
    threshold 65%)``), aggregated over attempts into one ``events.k8s.io/v1`` series with a
    count, and its ``PodScheduled`` condition set False with reason ``Unschedulable``
-   (``SchedulerError`` when reserve or bind failed); a bound pod gets a ``Scheduled`` Event.
+   (``SchedulerError`` when reserve or bind failed; a binding waits for the pod's last such
+   write); a bound pod gets a ``Scheduled`` Event.
    Before any decision the informers must be current (``gate``).
 6. **Preemption** (``preemption.py``, with an :class:`~scheduler_plugins.preemption.Evictor`):
    a pod that fits nowhere may evict lower-priority pods (kube-scheduler's DefaultPreemption with
@@ -68,8 +79,9 @@ from apis.scheduling_keys import (
 )
 from kubeclient.errors import KubeError
 from kubeclient.resources import RESERVATIONS
+from scheduler_plugins.binding import MAX_IN_FLIGHT, Binder, BindingCycles
+from scheduler_plugins.config import GC_GEN0_THRESHOLD
 from scheduler_plugins.errors import InputError
-from scheduler_plugins.extender import GC_GEN0_THRESHOLD, Binder
 from scheduler_plugins.framework import Cycle, Framework, ReserveError
 from scheduler_plugins.plugins.coscheduling import DEFAULT_WAIT_S, gang_of
 from scheduler_plugins.podqueue import PodQueue
@@ -99,6 +111,8 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 SCHEDULER_NAME = "koord-scheduler"
+SUMMARY_EVERY_S = 10.0
+"""How often the loop logs one line of what it did (pods bound, failed, queued)."""
 ERR_NODE_NAME = "node(s) didn't match the requested node name"
 """kube-scheduler's NodeName reason (a reservation pinned by ``spec.template.spec.nodeName``)."""
 GATE_POLL_S = 0.1
@@ -141,6 +155,7 @@ class Scheduler:
         gate: Callable[[], list[str]] | None = None,
         conditions: PodConditions | None = None,
         owner_sync: OwnerSync | None = None,
+        max_bindings_in_flight: int = MAX_IN_FLIGHT,
     ) -> None:
         if not 0 <= percentage_of_nodes_to_score <= 100:
             raise ValueError(
@@ -152,7 +167,6 @@ class Scheduler:
         """Index in the snapshot's node order where the next pod's search begins."""
         self.framework = framework
         self.snapshot = snapshot
-        self.binder = binder
         self.events = events
         self.scheduler_name = scheduler_name
         self.clock = clock
@@ -180,12 +194,30 @@ class Scheduler:
         """Writes ``PodScheduled`` False after a failed attempt; ``None``: nothing."""
         self.owner_sync = owner_sync
         """Writes Reservations' ``currentOwners``; ``None``: nothing."""
+        self.bindings = BindingCycles(
+            binder,
+            on_bound=self._bound,
+            on_failed=self._binding_failed,
+            before=self._before_binding,
+            max_in_flight=max_bindings_in_flight,
+        )
+        """The binding cycles in flight (``binding.py``)."""
+        self.binding_failures = 0
+        """Bindings the API server refused (each pod forgotten and requeued)."""
+        self.failures = 0
+        """Failed scheduling attempts (no node fits, reserve, binding)."""
+        self._summary: tuple[float, int, int] = (time.monotonic(), 0, 0)
 
     # -- queue --------------------------------------------------------------------------------
 
     def enqueue(self, pod: PodInfo) -> None:
         """Queue a pending pod of ours (idempotent)."""
-        if pod.node_name or scheduler_name_of(pod) != self.scheduler_name or pod.uid in self.queue:
+        if (
+            pod.node_name
+            or pod.uid in self.queue
+            or scheduler_name_of(pod) != self.scheduler_name
+            or self.snapshot.is_assumed(pod.uid)  # binding or waiting for its gang
+        ):
             return
         self.queue.push(pod)
 
@@ -291,13 +323,13 @@ class Scheduler:
             message = failure_message(len(nodes), reasons)
             if self.preemption is not None:
                 message = await self._preempt(cycle, pod, failures, message)
-            await self._failed(pod, message, REASON_UNSCHEDULABLE)
+            self._failed(pod, message, REASON_UNSCHEDULABLE)
             return None
         best = self.framework.best_node(cycle, pod, feasible)
         try:
             annotations = self.framework.reserve(cycle, pod, best)
         except ReserveError as err:
-            await self._failed(pod, str(err), REASON_SCHEDULER_ERROR)
+            self._failed(pod, str(err), REASON_SCHEDULER_ERROR)
             return None
         gang = gang_of(pod, cycle, DEFAULT_WAIT_S)
         if gang is not None and not isinstance(gang, str) and gang.min_member > 1:
@@ -320,9 +352,9 @@ class Scheduler:
                 return best
             members = list(self._waiting.pop(gang.key).values())
             for m in members:
-                await self._bind(m.pod, m.node, m.cycle, m.annotations)
+                await self._start_binding(m.pod, m.node, m.cycle, m.annotations)
             return best
-        await self._bind(pod, best, cycle, annotations)
+        await self._start_binding(pod, best, cycle, annotations)
         return best
 
     async def _preempt(
@@ -358,28 +390,80 @@ class Scheduler:
         )
         return message
 
-    async def _bind(
+    # -- binding cycles -------------------------------------------------------------------
+
+    async def _start_binding(
         self, pod: PodInfo, node: str, cycle: Cycle, annotations: dict[str, str]
     ) -> None:
-        try:
-            await self.binder.bind(pod, node, annotations)
-        except (KubeError, OSError) as err:
-            self.framework.unreserve(cycle, pod, node)
-            self.snapshot.pending_pods[pod.uid] = pod
-            await self._failed(pod, f"binding rejected: {err}", REASON_SCHEDULER_ERROR)
-            return
+        await self.bindings.start(pod, node, cycle, annotations)
+
+    async def _before_binding(self, pod: PodInfo) -> None:
+        if self.conditions is not None:  # no late PodScheduled False on a pod being bound
+            await self.conditions.settle(pod.uid)
+
+    def _bound(self, pod: PodInfo, node: str) -> None:
         self.bound += 1
         self.nominations.drop(pod.uid)
         self.queue.forget(pod.uid)
-        logger.info("bound %s to %s", pod.key, node)
-        await self.events.scheduled(pod, node)
+        logger.debug("bound %s to %s", pod.key, node)
+        self.events.scheduled(pod, node)
 
-    async def _failed(self, pod: PodInfo, message: str, reason: str) -> None:
-        """A failed attempt, reported as kube-scheduler reports it (``reporting.py``), then
-        the backoff."""
-        await self.events.warn(pod, FAILED_SCHEDULING, message)
+    def _binding_failed(
+        self, pod: PodInfo, node: str, cycle: Cycle, err: BaseException | str
+    ) -> None:
+        """kube-scheduler's ``ForgetPod`` and failure handling: the assumption undone, the pod
+        (as the informers last saw it) reported and requeued with backoff; a pod deleted or seen
+        bound meanwhile is left alone."""
+        self.binding_failures += 1
+        retry = self.framework.unreserve(cycle, pod, node)
+        if retry is None:
+            logger.debug(
+                "binding of %s to %s failed (%s); gone or bound meanwhile", pod.key, node, err
+            )
+            return
+        self._failed(retry, f"binding rejected: {err}", REASON_SCHEDULER_ERROR)
+
+    @property
+    def binder(self) -> Binder:
+        """What writes a placement to the cluster (the binding cycles')."""
+        return self.bindings.binder
+
+    @binder.setter
+    def binder(self, binder: Binder) -> None:
+        self.bindings.binder = binder
+
+    @property
+    def binding(self) -> int:
+        """Binding cycles running now."""
+        return len(self.bindings)
+
+    async def wait_bindings(self) -> None:
+        """Wait until every binding cycle started so far (and since) has ended."""
+        await self.bindings.wait()
+
+    async def drain(self) -> None:
+        """Wait until every binding cycle and every queued Event and condition write is done
+        (tests; benchmarks)."""
+        await self.wait_bindings()
+        await self.events.flush()
         if self.conditions is not None:
-            await self.conditions.unschedulable(pod, reason, message)
+            await self.conditions.flush()
+
+    async def close(self) -> None:
+        """Cancel the binding cycles in flight and drop the queued writes (a term that
+        ends: the next one starts from the API server's state)."""
+        await self.bindings.close()
+        await self.events.close()
+        if self.conditions is not None:
+            await self.conditions.close()
+
+    def _failed(self, pod: PodInfo, message: str, reason: str) -> None:
+        """A failed attempt, reported as kube-scheduler reports it (``reporting.py``, queued),
+        then the backoff."""
+        self.failures += 1
+        self.events.warn(pod, FAILED_SCHEDULING, message)
+        if self.conditions is not None:
+            self.conditions.unschedulable(pod, reason, message)
         self._backoff(pod)
 
     # -- one reservation ----------------------------------------------------------------------
@@ -417,7 +501,7 @@ class Scheduler:
             return None
         # the Reservation plugin accounts what an Available reservation holds: swap the
         # assumed reserve pod for the reservation as placed
-        self.snapshot.forget(pod)
+        self.snapshot.forget(pod, pending=False)
         current = self.snapshot.reservations.get(name) or {"metadata": {"name": name}}
         assumed = dict(current)
         assumed["status"] = available_status(current, best, pod.requests, now)
@@ -457,7 +541,7 @@ class Scheduler:
             "name": name,
             "uid": pod.uid,
         }
-        await self.events.warn_about(involved, NAMESPACE_CLUSTER_SCOPED, FAILED_SCHEDULING, message)
+        self.events.warn_about(involved, NAMESPACE_CLUSTER_SCOPED, FAILED_SCHEDULING, message)
         await self.reservations.unschedulable(name, message, now)
         self._backoff(pod)
 
@@ -470,9 +554,9 @@ class Scheduler:
                 continue
             del self._waiting[key]
             for m in members.values():
-                self.framework.unreserve(m.cycle, m.pod, m.node)
-                self.snapshot.pending_pods[m.pod.uid] = m.pod
-                self._backoff(m.pod)
+                retry = self.framework.unreserve(m.cycle, m.pod, m.node)
+                if retry is not None:  # not deleted meanwhile
+                    self._backoff(retry)
             logger.info("gang %s timed out with %d members waiting; unreserved", key, len(members))
 
     # -- the loop -------------------------------------------------------------------------------
@@ -488,16 +572,42 @@ class Scheduler:
             self._held = waiting
         return bool(waiting)
 
+    def _log_summary(self) -> None:
+        """One line every :data:`SUMMARY_EVERY_S` when something happened."""
+        now = time.monotonic()
+        since, bound, failures = self._summary
+        if now - since < SUMMARY_EVERY_S:
+            return
+        self._summary = (now, self.bound, self.failures)
+        if self.bound == bound and self.failures == failures:
+            return
+        logger.info(
+            "%d pods bound, %d attempts failed in %.0fs; %d queued, %d binding, %d events waiting",
+            self.bound - bound,
+            self.failures - failures,
+            now - since,
+            len(self.queue),
+            len(self.bindings),
+            len(self.events.writes),
+        )
+
     async def run(self) -> None:
-        """Schedule forever (cancel to stop)."""
+        """Schedule forever (cancel to stop: the binding cycles in flight are cancelled)."""
         self.enqueue_all()
+        try:
+            await self._loop()
+        finally:
+            await self.close()
+
+    async def _loop(self) -> None:
         while True:
             if self._hold():
                 self.queue.wake.clear()
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self.queue.wake.wait(), GATE_POLL_S)
                 continue
-            await self.events.tick()
+            self.events.tick()
+            self._log_summary()
             if self.owner_sync is not None:
                 await self.owner_sync.flush(self.clock())
             self.expire_gangs()
@@ -527,7 +637,7 @@ def build_scheduler(
 ) -> tuple[InformedSnapshot, Scheduler]:
     """The informers and the scheduler of one ``koord-scheduler run`` (or one leader's term)
     over ``client``, connected (:func:`connect`) but not started."""
-    from scheduler_plugins.extender import KubeBinder
+    from scheduler_plugins.binding import KubeBinder
     from scheduler_plugins.informed import InformedSnapshot
 
     informed = InformedSnapshot(client)
@@ -563,10 +673,20 @@ def connect(informed: InformedSnapshot, scheduler: Scheduler) -> None:
         informed.watch_owners(scheduler.owner_sync)
 
 
+def pause_gc() -> None:
+    """No cycle collection while a term's informers list (the process is ours alone): what
+    the lists build lives as long as the term, and full collections over a growing heap of
+    thousands of nodes would delay the first decision by tenths of seconds; :func:`tune_gc`
+    resumes it."""
+    gc.disable()
+
+
 def tune_gc() -> None:
     """As the extender does after loading: freeze what is there, collect young objects less
-    often (the process is ours alone)."""
-    gc.collect()
+    often (the process is ours alone), and collect again. Nothing is collected first: the
+    lists' objects are alive, and a full collection over them would make the first pod wait;
+    the little cyclic garbage of the start-up stays frozen."""
     gc.freeze()
     gen0, gen1, gen2 = gc.get_threshold()
     gc.set_threshold(max(gen0, GC_GEN0_THRESHOLD), gen1, gen2)
+    gc.enable()

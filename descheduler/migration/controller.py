@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -96,8 +96,8 @@ SCAVENGE_GRACE_S = 5 * 60.0
 SCAVENGE_DEFAULT_S = 30 * 60.0
 ACTION = "Migrating"
 
-Record = Callable[[dict[str, str], str, str, str, str], Awaitable[None]]
-"""``record(regarding, type, reason, action, note)``: an Event."""
+Record = Callable[[dict[str, str], str, str, str, str], None]
+"""``record(regarding, type, reason, action, note)``: an Event (queued, never awaited)."""
 
 
 class JobFinished(Exception):
@@ -167,7 +167,7 @@ class MigrationController:
         return new
 
     async def _event(self, job: PodMigrationJob, type_: str, reason: str, note: str) -> None:
-        await self.record(job_ref(job), type_, reason, ACTION, note)
+        self.record(job_ref(job), type_, reason, ACTION, note)
 
     async def _condition(self, job: PodMigrationJob, cond: Condition) -> PodMigrationJob:
         """``updateCondition``: write only when it changed."""
@@ -454,7 +454,7 @@ class MigrationController:
             "name": pod.name,
             "uid": pod.uid,
         }
-        await self.record(pod_ref, "Normal", "Descheduled", "Evicting", f"pod evicted by {reason}")
+        self.record(pod_ref, "Normal", "Descheduled", "Evicting", f"pod evicted by {reason}")
         return False, Step(REQUEUE_S)
 
     async def _bound(self, job: PodMigrationJob, rname: str, reservation: dict[str, Any]) -> Step:

@@ -6,7 +6,13 @@ import random
 
 from kubeclient.backoff import Backoff
 from kubeclient.client import KubeClient, Obj
-from kubeclient.informer import Informer, name_of, namespaced_name, waiting_for
+from kubeclient.informer import (
+    Informer,
+    name_of,
+    namespaced_name,
+    strip_managed_fields,
+    waiting_for,
+)
 from kubeclient.resources import ELASTIC_QUOTAS, NODE_METRICS, PODS
 from tests.kube.conftest import eventually, running
 from tests.kubefake import FakeApiServer, Fault
@@ -237,3 +243,24 @@ def test_object_names_as_the_informers_key_them() -> None:
         "kube-system/x"
     )
     assert (name_of({}), namespaced_name({})) == ("", "default/")
+
+
+async def test_a_transform_strips_managed_fields_from_listed_and_watched_objects(
+    kube_api: FakeApiServer, kube_client: KubeClient
+) -> None:
+    managed = [{"manager": "kubectl", "operation": "Update", "fieldsV1": {"f:spec": {}}}]
+    first = _pod("a", "n1")
+    first["metadata"]["managedFields"] = managed
+    kube_api.put("pods", first)
+    informer = _informer(kube_client, transform=strip_managed_fields)
+    seen: list[Obj] = []
+    informer.add_handler(seen.append, lambda _old, new: seen.append(new))
+    async with running(informer):
+        assert await informer.wait_synced(5.0)
+        second = _pod("b", "n1")
+        second["metadata"]["managedFields"] = managed
+        kube_api.put("pods", second)
+        await eventually(lambda: len(seen) == 2)
+    assert [o["metadata"]["name"] for o in seen] == ["a", "b"]
+    assert all("managedFields" not in o["metadata"] for o in seen)
+    assert all("managedFields" not in o["metadata"] for o in informer.list())

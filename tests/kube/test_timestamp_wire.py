@@ -123,7 +123,8 @@ async def test_the_schedulers_event_time_is_a_micro_time(
     kube_api: FakeApiServer, kube_client: KubeClient
 ) -> None:
     recorder = EventRecorder(kube_client, clock=lambda: MICRO, instance="ks")
-    await recorder.warn(parse_pod(_captured_pod(), "capture"), "FailedScheduling", "no fit")
+    recorder.warn(parse_pod(_captured_pod(), "capture"), "FailedScheduling", "no fit")
+    await recorder.flush()
     [event] = [o for (plural, _, _), o in kube_api.objects.items() if plural == "events"]
     assert event["eventTime"] == MICRO_TEXT
     assert parse_micro_time(event["eventTime"]) == pytest.approx(MICRO, abs=1e-6)

@@ -1,10 +1,18 @@
-"""bench.scheduler_scale runs end to end on a tiny cluster and prints its JSON contract."""
+"""bench.scheduler_scale and bench.scheduler_apiserver run end to end on tiny clusters and print
+their JSON contracts (the real API server's one skips with one line where the binaries are
+absent)."""
 
 from __future__ import annotations
 
 import json
 import subprocess
 import sys
+
+import pytest
+
+from envtest import assets
+
+_WHY = assets.why_not(node=False)
 
 
 def test_scheduler_scale_prints_latency_and_throughput_keys():
@@ -51,3 +59,30 @@ def test_scheduler_scale_prints_latency_and_throughput_keys():
     assert figures["standalone_bound"] == 30  # 40 nodes with room for every pod
     assert figures["standalone_all_nodes_bound"] == 10
     assert figures["extender_subset_nodes"] == 40  # under 100 nodes kube-scheduler sends all
+
+
+@pytest.mark.skipif(_WHY is not None, reason=f"real API server: {_WHY}")
+def test_scheduler_apiserver_runs_both_schedulers_on_a_real_api_server_and_prints_json():
+    done = subprocess.run(
+        [sys.executable, "-m", "bench.scheduler_apiserver", "--json", "--nodes", "20",
+         "--pods", "20", "--backlog", "10", "--rounds", "1", "--creators", "4",
+         "--report-interval", "5"],
+        capture_output=True, text=True, check=False, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    figures = json.loads(done.stdout.strip().splitlines()[-1])
+    for name in ("kube-scheduler", "koord-scheduler"):
+        (run,) = figures["20"][name]["runs"]
+        assert run["bound"] == 20
+        assert run["over_capacity"] == 0
+        assert run["backlog"] == 10
+        assert run["nodemetric_reports"] > 0  # the koordlets' reports went on meanwhile
+        for key in (
+            "pods_per_s",
+            "drain_pods_per_s",
+            "cpu_ms_per_pod",
+            "peak_rss_mib",
+            "startup_s",
+        ):
+            assert run[key] > 0
+        assert figures["20"][name]["ranges"]["pods_per_s"] == [run["pods_per_s"]] * 2

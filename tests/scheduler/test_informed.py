@@ -250,3 +250,18 @@ def test_the_standalone_role_may_do_every_write_the_standalone_scheduler_makes()
         ("", "pods/eviction", "create"),  # preemption's victims
     }
     assert needed <= allowed
+
+
+async def test_a_node_metric_update_re_indexes_its_node_alone(cluster):
+    api, informed, ext = cluster
+    p = pod("p", requests={"cpu": "2"})
+    snap = informed.snapshot
+    await eventually(lambda: "hot" in snap.node_metrics)
+    assert filter_names(ext, p)[0] == ["cool"]
+    before = snap.generation
+    api.put("nodemetrics", fresh_metric("hot", "2"))
+    await eventually(lambda: snap.generation != before)
+    # the plugins re-index the one node (a rebuild of every node at each of the koordlets'
+    # reports would cost a 5,000-node cluster most of its scheduling time), and decide on it
+    assert snap.changed_since(before) == {"hot"}
+    assert filter_names(ext, p)[0] == ["hot", "cool"]

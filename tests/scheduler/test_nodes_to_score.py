@@ -144,6 +144,7 @@ async def test_the_scheduler_starts_each_search_where_the_last_one_stopped():
     assert len(set(starts)) == 4
     assert min(starts[2:]) < starts[1]  # wrapped around the end of the node list
     assert all(0 <= s < 350 for s in starts)
+    await sched.wait_bindings()
     assert len(binder.bound) == 4
 
 

@@ -407,6 +407,7 @@ async def test_the_nominated_node_is_held_for_the_preemptor_until_it_is_bound():
     snap.pending_pods[filler.uid] = filler
     assert await sched.schedule_one(filler) is None
     assert await sched.schedule_one(urgent) == "n1"
+    await sched.wait_bindings()
     assert binder.bound == {"urgent": "n1"}
     assert not sched.nominations.pods
 
@@ -418,7 +419,7 @@ class _Recorder(EventRecorder):
         super().__init__(None)
         self.notes: list[tuple[str, str, str]] = []
 
-    async def record(
+    def record(
         self,
         regarding: Mapping[str, str],
         type_: str,

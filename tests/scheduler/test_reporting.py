@@ -60,7 +60,8 @@ def recorder(api) -> tuple[BindingFakeApiServer, EventRecorder, Clock]:
 
 async def test_the_first_event_is_created_in_the_events_k8s_io_form(recorder):
     server, rec, _ = recorder
-    await rec.warn(a_pod(), "FailedScheduling", "0/1 nodes are available: 1 Insufficient cpu.")
+    rec.warn(a_pod(), "FailedScheduling", "0/1 nodes are available: 1 Insufficient cpu.")
+    await rec.flush()
     (event,) = events(server)
     assert event["apiVersion"] == "events.k8s.io/v1"
     assert event["metadata"]["namespace"] == "default"
@@ -92,8 +93,10 @@ async def test_the_first_event_is_created_in_the_events_k8s_io_form(recorder):
 async def test_a_preempted_victim_gets_kube_schedulers_event_related_to_its_preemptor(recorder):
     server, rec, _ = recorder
     victim = a_pod("low")
-    await rec.preempted(victim, a_pod("urgent", rv="9"), "n1")
-    await rec.preempted(victim, a_pod("other", rv="3"), "n1")
+    rec.preempted(victim, a_pod("urgent", rv="9"), "n1")
+    await rec.flush()
+    rec.preempted(victim, a_pod("other", rv="3"), "n1")
+    await rec.flush()
     by_preemptor = {e["related"]["name"]: e for e in events(server, "low")}
     # ``related`` is part of client-go's key: two preemptors, two Events, no series
     assert sorted(by_preemptor) == ["other", "urgent"]
@@ -117,7 +120,8 @@ async def test_repeats_become_one_series_written_at_two_then_every_30_minutes_an
     for i in range(5):
         clock.now = T0 + 10 * i
         # a different note is the same Event: client-go keys on everything but the note
-        await rec.warn(p, "FailedScheduling", f"0/{i + 1} nodes are available.")
+        rec.warn(p, "FailedScheduling", f"0/{i + 1} nodes are available.")
+        await rec.flush()
     (event,) = events(server)
     assert event["note"] == "0/1 nodes are available."
     assert event["series"] == {"count": 2, "lastObservedTime": "2027-01-15T08:00:10.000000Z"}
@@ -125,30 +129,39 @@ async def test_repeats_become_one_series_written_at_two_then_every_30_minutes_an
     assert [r.body for r in patches] == [{"series": event["series"]}]
     assert "strategic" in patches[0].content_type
     # nothing due yet: nothing written
-    await rec.tick()
+    rec.tick()
+    await rec.flush()
     assert len(server.writes("PATCH")) == 1
     # 30 minutes on, the running count is written (it recurred within the last 6 minutes)
     clock.now = T0 + REFRESH_S - 60
-    await rec.warn(p, "FailedScheduling", "again")
+    rec.warn(p, "FailedScheduling", "again")
+    await rec.flush()
     clock.now = T0 + REFRESH_S
-    await rec.tick()
+    rec.tick()
+    await rec.flush()
     (event,) = events(server)
     assert event["series"]["count"] == 6
     # quiet for 6 minutes: written a last time and forgotten; the next one is a new Event
     clock.now = T0 + REFRESH_S + FINISH_S + 1
-    await rec.tick()
+    rec.tick()
+    await rec.flush()
     assert len(server.writes("PATCH")) == 3
-    await rec.warn(p, "FailedScheduling", "later")
+    rec.warn(p, "FailedScheduling", "later")
+    await rec.flush()
     assert [e.get("series", {}).get("count") for e in events(server)] == [6, None]
 
 
 async def test_other_reasons_and_objects_are_other_events(recorder):
     server, rec, _ = recorder
-    await rec.warn(a_pod("a"), "FailedScheduling", "x")
-    await rec.warn(a_pod("b"), "FailedScheduling", "x")
-    await rec.scheduled(a_pod("a"), "n1")
+    rec.warn(a_pod("a"), "FailedScheduling", "x")
+    await rec.flush()
+    rec.warn(a_pod("b"), "FailedScheduling", "x")
+    await rec.flush()
+    rec.scheduled(a_pod("a"), "n1")
+    await rec.flush()
     # the same pod at a new resourceVersion is another object reference: another Event
-    await rec.warn(a_pod("a", rv="8"), "FailedScheduling", "x")
+    rec.warn(a_pod("a", rv="8"), "FailedScheduling", "x")
+    await rec.flush()
     got = sorted(
         (e["regarding"]["name"], e["reason"], e["regarding"]["resourceVersion"])
         for e in events(server)
@@ -169,7 +182,8 @@ async def test_other_reasons_and_objects_are_other_events(recorder):
 
 async def test_a_long_note_is_cut_as_kube_scheduler_cuts_it(recorder):
     server, rec, _ = recorder
-    await rec.warn(a_pod(), "FailedScheduling", "x" * 5000)
+    rec.warn(a_pod(), "FailedScheduling", "x" * 5000)
+    await rec.flush()
     (event,) = events(server)
     assert len(event["note"]) == NOTE_LIMIT
     assert event["note"].endswith("x ...")
@@ -178,10 +192,12 @@ async def test_a_long_note_is_cut_as_kube_scheduler_cuts_it(recorder):
 async def test_a_series_whose_event_was_deleted_creates_it_again(recorder):
     server, rec, _ = recorder
     p = a_pod()
-    await rec.warn(p, "FailedScheduling", "x")
+    rec.warn(p, "FailedScheduling", "x")
+    await rec.flush()
     (event,) = events(server)
     server.remove("events", event["metadata"]["name"], "default")
-    await rec.warn(p, "FailedScheduling", "x")
+    rec.warn(p, "FailedScheduling", "x")
+    await rec.flush()
     (again,) = events(server)
     assert again["metadata"]["name"] == event["metadata"]["name"]
     assert again["series"]["count"] == 2
@@ -199,7 +215,8 @@ async def test_the_pod_scheduled_condition_is_patched_false_once_per_change(api)
     def current() -> PodInfo:
         return parse_pod(server.get("pods", "p", "default"), "api")
 
-    await conditions.unschedulable(current(), "Unschedulable", "0/1 nodes are available.")
+    conditions.unschedulable(current(), "Unschedulable", "0/1 nodes are available.")
+    await conditions.flush()
     (cond,) = server.get("pods", "p", "default")["status"]["conditions"]
     assert cond.pop("lastProbeTime", None) is None  # the API server writes null
     assert cond == {
@@ -212,11 +229,13 @@ async def test_the_pod_scheduled_condition_is_patched_false_once_per_change(api)
     [patch] = server.writes("PATCH", "/pods/p/status")
     assert "strategic" in patch.content_type
     # the same again: nothing written
-    await conditions.unschedulable(current(), "Unschedulable", "0/1 nodes are available.")
+    conditions.unschedulable(current(), "Unschedulable", "0/1 nodes are available.")
+    await conditions.flush()
     assert len(server.writes("PATCH")) == 1
     # a new message: written, the transition time kept (the status did not change)
     clock.now += 60
-    await conditions.unschedulable(current(), "SchedulerError", "binding rejected: boom")
+    conditions.unschedulable(current(), "SchedulerError", "binding rejected: boom")
+    await conditions.flush()
     (cond,) = server.get("pods", "p", "default")["status"]["conditions"]
     assert (cond["reason"], cond["message"], cond["lastTransitionTime"]) == (
         "SchedulerError",
@@ -266,7 +285,9 @@ async def attempt(s: Standalone, name: str) -> str | None:
         )
     )
     current = next(p for p in s.informed.snapshot.pending_pods.values() if p.name == name)
-    return await s.sched.schedule_one(current)
+    node = await s.sched.schedule_one(current)
+    await s.sched.drain()  # its binding and what it reported written
+    return node
 
 
 async def test_failed_attempts_aggregate_and_the_pod_is_marked_unschedulable(standalone):

@@ -482,4 +482,5 @@ async def test_in_process_a_placed_reservation_is_held_for_its_owner_and_from_th
     assert await sched.schedule_one(other) is None
     owner = parse_pod(ours("owner", requests={"cpu": "4"}, labels=WEB), "pod")
     assert await sched.schedule_one(owner) == "n1"
+    await sched.wait_bindings()
     assert json.loads(binder.bound["owner"][1][ALLOCATED])["name"] == "r"
