@@ -2,8 +2,9 @@
 dependency.
 
 :func:`load_crds` reads the CustomResourceDefinitions of a directory (by default the CRDs we
-install, ``packaging/kubernetes/crds``, which the installed package carries as ``apis/crds``); :meth:`CRDSet.validate` picks the version of
-the object's ``apiVersion`` and ``kind`` and returns every :class:`Violation` with its JSON path
+install, ``packaging/kubernetes/crds``, which the installed package carries as ``apis/crds``);
+:meth:`CRDSet.validate` picks the version of the object's ``apiVersion`` and ``kind`` and returns
+every :class:`Violation` with its JSON path
 (``spec.resourceUsedThresholdWithBE.cpuSuppressThresholdPercent``, ``spec.items[2].name``);
 :meth:`CRDSet.validate_or_raise` raises one :class:`apis.slo.SchemaError` listing them all.
 
