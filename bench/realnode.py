@@ -46,6 +46,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from apis.manager_keys import BATCH_CPU, BATCH_MEMORY
 from bench._stats import percentile, print_result
 from envtest import assets
 from envtest.cgroupwatch import CgroupWatch
@@ -84,8 +85,8 @@ def _create_pod(cluster: Cluster, body: dict[str, Any]) -> None:
 
 def _batch_on(cluster: Cluster, node: str) -> bool:
     alloc = cluster.get("node", node)["status"].get("allocatable", {})
-    cpu = int(alloc.get("kubernetes.io/batch-cpu", "0") or 0)
-    mem = int(alloc.get("kubernetes.io/batch-memory", "0") or 0)
+    cpu = int(alloc.get(BATCH_CPU, "0") or 0)
+    mem = int(alloc.get(BATCH_MEMORY, "0") or 0)
     return cpu > 0 and mem > 0
 
 
