@@ -29,7 +29,10 @@ from envtest.workloads import (
 
 pytestmark = pytest.mark.timeout(300)
 MI = 1 << 20
-LIMITS = {"requests": {"cpu": "100m", "memory": "64Mi"}, "limits": {"cpu": "1", "memory": "512Mi"}}
+# no CPU request: a BE pod's batch-cpu request would need the node's CPU idle enough for the
+# manager to offer batch-cpu, which a 2-core machine running the suite (or two busy loops) may
+# not be; the limit is what the cgroup gets (test_a_colocation checks the batch resources)
+LIMITS = {"requests": {"cpu": "0", "memory": "64Mi"}, "limits": {"cpu": "1", "memory": "512Mi"}}
 
 
 @pytest.fixture(scope="module")
@@ -65,7 +68,7 @@ def test_a_be_pod_through_the_proxy_has_its_batch_limits_when_its_container_is_c
     assert p["spec"]["priorityClassName"] == "koord-batch"
     assert p["metadata"]["labels"][LABEL_POD_QOS] == "BE"
     res = p["spec"]["containers"][0]["resources"]
-    assert res["requests"] == {BATCH_CPU: "100", BATCH_MEMORY: "64Mi"}
+    assert res["requests"] == {BATCH_CPU: "0", BATCH_MEMORY: "64Mi"}
     assert res["limits"] == {BATCH_CPU: "1k", BATCH_MEMORY: "512Mi"}
     spec = json.loads(p["metadata"]["annotations"][ANNOTATION_EXTENDED_RESOURCE_SPEC])
     assert spec == {"containers": {"main": {"requests": res["requests"], "limits": res["limits"]}}}
@@ -80,7 +83,7 @@ def test_a_be_pod_through_the_proxy_has_its_batch_limits_when_its_container_is_c
     assert seen.settled - seen.appeared < 0.5, seen
     pod_dir = _pod_cgroup(node.cgroup("cpu"), p["metadata"]["uid"])
     assert read_int(pod_dir / "cpu.cfs_quota_us") == 100_000
-    assert read_int(pod_dir / "cpu.shares") == 102  # MilliCPUToShares(100)
+    assert read_int(pod_dir / "cpu.shares") == 2  # MilliCPUToShares(0): the minimum
     mem_dir = _pod_cgroup(node.cgroup("memory"), p["metadata"]["uid"])
     assert read_int(mem_dir / "memory.limit_in_bytes") == 512 * MI
 

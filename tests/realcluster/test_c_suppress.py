@@ -74,7 +74,7 @@ def test_cfs_quota_suppress_lowers_be_under_ls_load_and_the_policy_switch_meets_
     wait("NodeSLO policy cpuset", lambda: policy() == "cpuset", 30)
     labels = {COLOCATION_LABEL: "true", "profile": "be-koord"}
     be = pod("be-burn", node=node.name, labels=labels, command=BURN,
-             resources={"requests": {"cpu": "100m"}, "limits": {"cpu": "2"}})  # fmt: skip
+             resources={"requests": {"cpu": "0"}, "limits": {"cpu": "2"}})  # fmt: skip
     cluster.apply(json.dumps(be))
     p = wait_running(cluster, "be-burn")
     assert p["spec"]["containers"][0]["resources"]["limits"][BATCH_CPU] == "2k"

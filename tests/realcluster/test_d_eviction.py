@@ -57,7 +57,7 @@ def filler(name: str, node: str, mib: int) -> dict[str, Any]:
         node=node,
         labels={COLOCATION_LABEL: "true", "profile": "be-koord"},
         command=f"dd if=/dev/zero of=/fill/data bs=1M count={mib} && sleep 3600",
-        resources={"requests": {"cpu": "10m", "memory": "16Mi"},
+        resources={"requests": {"cpu": "0", "memory": "16Mi"},
                    "limits": {"cpu": "1", "memory": f"{mib + 256}Mi"}},
     )  # fmt: skip
     body["spec"]["volumes"] = [{"name": "fill", "emptyDir": {"medium": "Memory"}}]
@@ -143,7 +143,7 @@ def test_a_be_pod_over_the_memory_threshold_is_evicted_by_api_and_the_condition_
         node=node.name,
         labels={COLOCATION_LABEL: "true", "profile": "be-koord"},
         resources={
-            "requests": {"cpu": "10m", "memory": "16Mi"},
+            "requests": {"cpu": "0", "memory": "16Mi"},
             "limits": {"cpu": "1", "memory": "64Mi"},
         },
     )

@@ -51,7 +51,7 @@ def running_pods(cluster: Cluster, hostprocs: HostProcs) -> Iterator[dict[str, s
     cluster.kubectl("label", "namespace", COLOCATION_NS, f"{COLOCATION_LABEL}=true", "--overwrite")
     cluster.apply(json.dumps(colocation_profile("be-koord", "koord-scheduler")))
     node = cluster.node_list[0].name
-    resources = {"requests": {"cpu": "10m", "memory": "32Mi"},
+    resources = {"requests": {"cpu": "0", "memory": "32Mi"},
                  "limits": {"cpu": "1", "memory": "128Mi"}}  # fmt: skip
     labels = {COLOCATION_LABEL: "true", "profile": "be-koord"}
     be = pod("be-keep", node=node, labels=labels, resources=resources)

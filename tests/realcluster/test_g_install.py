@@ -141,7 +141,7 @@ def test_a_be_pod_gets_its_limits_at_creation_from_the_koordlet_pod_through_the_
     cluster.apply(json.dumps(colocation_profile("be-koord", "koord-scheduler")))
     labels = {COLOCATION_LABEL: "true", "profile": "be-koord"}
     resources = {
-        "requests": {"cpu": "100m", "memory": "64Mi"},
+        "requests": {"cpu": "0", "memory": "64Mi"},
         "limits": {"cpu": "1", "memory": "256Mi"},
     }
     try:
@@ -169,7 +169,7 @@ def test_the_koordlet_pod_made_again_writes_nothing_different_and_the_reset_rest
     node = install.node
     labels = {COLOCATION_LABEL: "true", "profile": "be-koord"}
     resources = {
-        "requests": {"cpu": "100m", "memory": "32Mi"},
+        "requests": {"cpu": "0", "memory": "32Mi"},
         "limits": {"cpu": "1", "memory": "128Mi"},
     }
     cluster.apply(json.dumps({"apiVersion": "v1", "kind": "List", "items": [
