@@ -95,7 +95,7 @@ def test_a_be_pod_bound_by_kube_scheduler_with_our_extender_has_its_limits_in_a_
     _, port = koordinator.start_extender()
     koordinator.start_kube_scheduler_with_extender("koord-extender", port)
     resources = {
-        "requests": {BATCH_CPU: "100", BATCH_MEMORY: "64Mi"},
+        "requests": {BATCH_CPU: "0", BATCH_MEMORY: "64Mi"},
         "limits": {BATCH_CPU: "1k", BATCH_MEMORY: "512Mi"},
     }
     body = pod(
