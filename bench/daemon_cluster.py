@@ -65,6 +65,11 @@ TARGET_RSS_MIB = 50.0
 """Issue 26's target at 200 pods in cluster mode: at most 50 MiB resident."""
 CRDS = REPO / "packaging" / "kubernetes" / "crds"
 MiB = 1 << 20
+RUN_KEYS = (
+    "checkout", "cpu_percent", "cpu_user_percent", "cpu_system_percent", "rss_mib", "rss_max_mib",
+    "host_busy_percent", "load_average", "pods_in_metrics", "exit_code", "step_wall_ms",
+)  # fmt: skip
+"""What ``runs`` gives of each run when there are several."""
 
 
 class Api:
@@ -254,7 +259,8 @@ def bench_cluster(pods: int) -> Iterator[BenchCluster]:
     try:
         cluster.start()
         control = cluster.control
-        assert control is not None and control.pki is not None
+        assert control is not None
+        assert control.pki is not None
         cluster.kubectl("apply", "--server-side", "-f", str(CRDS))
         cluster.kubectl("wait", "--for=condition=Established", "crd", "--all", "--timeout=60s")
         api = Api(control.url, control.pki.ca_crt, control.tokens[ADMIN])
@@ -380,13 +386,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         and head["rss_max_mib"] <= head["target_rss_mib"]
     )
     if len(results) > 1:
-        head["runs"] = [
-            {k: r[k] for k in ("checkout", "cpu_percent", "cpu_user_percent",
-                               "cpu_system_percent", "rss_mib", "rss_max_mib",
-                               "host_busy_percent", "load_average", "pods_in_metrics",
-                               "exit_code", "step_wall_ms")}  # fmt: skip
-            for r in results
-        ]
+        head["runs"] = [{k: r[k] for k in RUN_KEYS} for r in results]
     if logs:
         head["logs"] = logs
     head.update(machine_figures())
