@@ -16,6 +16,13 @@ The loop, as client-go's reflector runs it:
    list means the server does not serve the resource (a CRD not installed): ``absent`` until a
    list succeeds, the list retried on the same backoff. ``last_error`` says what failed last.
 
+A ``transform`` (client-go's ``SetTransform``) turns each listed or watched object into what the
+store keeps and the callbacks receive: a view of the fields its readers use, so that an agent on
+every node does not keep every pod's whole JSON (``managedFields``, volumes, probes...). It must
+keep ``metadata.name``, ``namespace`` and ``resourceVersion``; :func:`strip_managed_fields` is
+the minimal one. A list asks for ``page_size`` objects a page and transforms each page as it
+arrives, so that at most one page of whole objects is held at a time.
+
 The store keeps serving its last content while the API server is away; ``wait_synced(timeout)``
 lets a start-up wait a bounded time for the first list, ``wait_settled(timeout)`` for the first
 list or the first 404.
@@ -47,6 +54,19 @@ def object_key(obj: Obj) -> str:
     ns = meta.get("namespace") or ""
     name = str(meta.get("name", ""))
     return f"{ns}/{name}" if ns else name
+
+
+Transform = Callable[[Obj], Obj]
+"""What an informer keeps of each object (see the module docstring)."""
+
+
+def strip_managed_fields(obj: Obj) -> Obj:
+    """``obj`` without ``metadata.managedFields`` (server-side apply's bookkeeping, often the
+    largest part of an object and read by no binary here)."""
+    meta = obj.get("metadata")
+    if isinstance(meta, dict) and "managedFields" in meta:
+        del meta["managedFields"]
+    return obj
 
 
 def name_of(obj: Obj) -> str:
@@ -116,8 +136,13 @@ class Informer:
         watch_timeout_seconds: int = 300,
         backoff: Backoff | None = None,
         sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep,
+        transform: Transform | None = None,
+        page_size: int = 500,
     ) -> None:
         self._client = client
+        self._transform = transform
+        self.page_size = page_size
+        """Objects a list asks for at once (``limit``; client-go's reflector asks 500)."""
         self.resource = resource
         self.namespace = namespace
         self.field_selector = field_selector
@@ -231,6 +256,8 @@ class Informer:
             self.namespace,
             field_selector=self.field_selector,
             label_selector=self.label_selector,
+            limit=self.page_size,
+            transform=self._transform,
         )
         old = self._store
         new = {object_key(o): o for o in listed.items}
@@ -287,6 +314,8 @@ class Informer:
             self._rv = rv
         if event.type == "BOOKMARK":
             return
+        if self._transform is not None:
+            obj = self._transform(obj)
         key = object_key(obj)
         if event.type == "DELETED":
             gone = self._store.pop(key, None)
