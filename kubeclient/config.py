@@ -38,8 +38,6 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-import yaml
-
 from apis.kubernetes_keys import SERVICE_ACCOUNT_TOKEN_PATH
 from kubeclient.errors import ConfigError
 
@@ -185,6 +183,8 @@ class _Merged:
 
 
 def _read_docs(path: str) -> list[tuple[Mapping[str, Any], Path]]:
+    import yaml  # here: a koordlet in a pod (the in-cluster account) never loads it
+
     out = []
     for part in (p for p in path.split(os.pathsep) if p):
         try:

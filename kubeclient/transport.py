@@ -8,8 +8,8 @@ protocol itself, over the ``ssl`` module the interpreter already has:
   by ``Content-Length``, ``Transfer-Encoding: chunked`` or the end of the connection;
 - **streams** (watches): the answer's body read piece by piece (:meth:`Stream.readline`), so an
   event is handled as it arrives;
-- **connections**: kept alive and reused (at most ``max_idle`` idle ones, each for
-  ``idle_timeout`` seconds), closed after ``Connection: close``, an HTTP/1.0 answer, a body
+- **connections**: kept alive and reused (at most ``max_idle`` idle ones, each closed after
+  ``idle_timeout`` seconds unused), closed after ``Connection: close``, an HTTP/1.0 answer, a body
   read only in part, or any error. A request that finds its reused connection closed by the
   server before any byte of the answer is sent again once on a new connection when its method
   is idempotent (GET, HEAD, PUT, DELETE, as RFC 9110 defines them);
@@ -246,6 +246,7 @@ class Transport:
     clock: Callable[[], float] = time.monotonic
     _idle: list[_Conn] = field(default_factory=list)
     _closed: bool = False
+    _expiry: asyncio.TimerHandle | None = None
 
     @property
     def host_header(self) -> str:
@@ -279,13 +280,35 @@ class Transport:
             conn.idle_since = self.clock()
             conn.reused = False
             self._idle.append(conn)
+            if self._expiry is None:
+                loop = asyncio.get_running_loop()
+                self._expiry = loop.call_later(self.idle_timeout, self._expire)
         else:
             conn.close()
+
+    def _expire(self) -> None:
+        """Close the connections idle for ``idle_timeout`` (each TLS one holds a 256 KiB read
+        buffer of the event loop's), and look again when the next one would be."""
+        self._expiry = None
+        now = self.clock()
+        keep = []
+        for conn in self._idle:
+            if conn.usable(now, self.idle_timeout):
+                keep.append(conn)
+            else:
+                conn.close()
+        self._idle = keep
+        if keep:
+            wait = max(keep[0].idle_since + self.idle_timeout - now, 0.01)
+            self._expiry = asyncio.get_running_loop().call_later(wait, self._expire)
 
     async def close(self) -> None:
         """Close the idle connections; later requests fail. Connections in use close when
         released."""
         self._closed = True
+        if self._expiry is not None:
+            self._expiry.cancel()
+            self._expiry = None
         idle, self._idle = self._idle, []
         for conn in idle:
             conn.close()
