@@ -111,7 +111,7 @@ from koordlet.system.probe import Capabilities, probe_capabilities
 from koordlet.system.psi import has_cap_sys_resource
 from kubeclient.signals import StopSignals
 
-if TYPE_CHECKING:  # cluster mode only: imported when used (kubernetes_asyncio costs ~60 MiB)
+if TYPE_CHECKING:  # cluster mode only: imported when used
     from koordlet.reporter.evictioncondition import EvictionCondition
     from koordlet.reporter.nodemetric import NodeMetricReporter
     from koordlet.reporter.topology import KubeletTopology

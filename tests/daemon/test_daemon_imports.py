@@ -1,5 +1,6 @@
-"""What a standalone koordlet loads: no aiohttp (its server is asyncio plus httptools,
-koordlet.server.http), neither at import nor through a real start that serves /metrics.
+"""What a koordlet loads: standalone, no aiohttp and no Kubernetes client (its server is asyncio
+plus httptools, koordlet.server.http), neither at import nor through a real start that serves
+/metrics; in cluster mode no aiohttp either (kubeclient.transport speaks HTTP/1.1 itself).
 Imports are process-wide, so each check runs in a fresh interpreter; the started daemon is
 probed over a raw socket, not with an HTTP client that would load a library itself."""
 
@@ -9,8 +10,15 @@ from pathlib import Path
 
 from tests.freshinterp import run_json
 
-CLUSTER_ONLY = ("aiohttp", "kubernetes_asyncio", "koordlet.statesinformer.kubelet")
-"""Loaded in cluster mode only (the kubelet client and kubernetes-asyncio speak aiohttp)."""
+CLUSTER_ONLY = (
+    "aiohttp",
+    "kubeclient.client",
+    "kubeclient.transport",
+    "koordlet.statesinformer.kubelet",
+)
+"""Not loaded by a standalone koordlet (aiohttp by none at all)."""
+NEVER = ("aiohttp", "kubernetes_asyncio", "multidict", "yarl")
+"""Not loaded by the cluster-mode modules either."""
 
 
 def _loaded(modules: list[str], roots: tuple[str, ...]) -> list[str]:
@@ -21,6 +29,18 @@ def test_importing_the_daemon_loads_no_aiohttp() -> None:
     modules = run_json("import json, sys, koordlet.daemon; print(json.dumps(sorted(sys.modules)))")
     assert _loaded(modules, CLUSTER_ONLY) == []
     assert "koordlet.server.http" in modules
+
+
+def test_the_cluster_mode_modules_load_no_aiohttp() -> None:
+    modules = run_json(
+        "import json, sys, koordlet.daemon, koordlet.daemon.cluster\n"
+        "from koordlet.statesinformer import kube, kubelet\n"
+        "from koordlet.reporter import nodemetric, topology, predictor, evictioncondition\n"
+        "import kubeclient.client, kubeclient.informer\n"
+        "print(json.dumps(sorted(sys.modules)))"
+    )
+    assert _loaded(modules, NEVER) == []
+    assert "kubeclient.transport" in modules
 
 
 def test_a_standalone_start_serves_metrics_without_loading_aiohttp(tmp_path: Path) -> None:
