@@ -13,7 +13,8 @@
         └── Transient               5xx, a dropped connection or a timeout: retry with backoff
 
 Everything the layer raises is one of these; the transport's own exceptions (``OSError``,
-``TimeoutError``, :class:`~kubeclient.transport.TransportError`) are translated at the boundary (``raise ... from err``) so callers never import them.
+``TimeoutError``, :class:`~kubeclient.transport.TransportError`) are translated at the boundary
+(``raise ... from err``) so callers never import them.
 """
 
 from __future__ import annotations
