@@ -49,6 +49,10 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from apis.groups import SLO_API_VERSION
+from apis.kubernetes_keys import ANNOTATION_CONFIG_SEEN, LABEL_HOSTNAME, LABEL_OS
+from apis.quantity import format_bytes
+from apis.timestamp import format_time
 from bench._stats import machine_figures, print_result
 from bench._trees import container_id, exit_on_sigterm, qos_of, real_tree
 from bench.daemon import REPO, launcher, measure
@@ -119,14 +123,14 @@ def _meminfo_kib() -> int:
 
 
 def node_object() -> dict[str, Any]:
-    cpus, mem = str(os.cpu_count() or 1), f"{_meminfo_kib()}Ki"
+    cpus, mem = str(os.cpu_count() or 1), format_bytes(_meminfo_kib() * 1024)
     resources = {"cpu": cpus, "memory": mem, "pods": "1100", "ephemeral-storage": "100Gi"}
     return {
         "apiVersion": "v1",
         "kind": "Node",
         "metadata": {
             "name": NODE,
-            "labels": {"kubernetes.io/hostname": NODE, "kubernetes.io/os": "linux"},
+            "labels": {LABEL_HOSTNAME: NODE, LABEL_OS: "linux"},
         },
         "status": {
             "capacity": resources,
@@ -163,7 +167,7 @@ def node_object() -> dict[str, Any]:
 
 
 def _now() -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    return format_time(time.time())
 
 
 def _resources(index: int) -> dict[str, Any]:
@@ -187,7 +191,7 @@ def pod_object(index: int) -> dict[str, Any]:
             "name": f"bench-{index:04d}",
             "namespace": NAMESPACE,
             "labels": {"app": app, "pod-template-hash": "5d8f9c7b6"},
-            "annotations": {"kubernetes.io/config.seen": _now()},
+            "annotations": {ANNOTATION_CONFIG_SEEN: _now()},
         },
         "spec": {
             "nodeName": NODE,
@@ -289,7 +293,7 @@ def _populate(api: Api, pods: int) -> list[str]:
     made = api.call("POST", "/api/v1/nodes", node)
     made["status"] = node["status"]
     api.call("PUT", f"/api/v1/nodes/{NODE}/status", made)
-    group = "slo.koordinator.sh/v1alpha1"
+    group = SLO_API_VERSION
     slo = f"/apis/{group}"
     api.call("POST", f"{slo}/nodeslos", obj(group, "NodeSLO", NODE, spec={}))
     policy = {

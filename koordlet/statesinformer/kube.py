@@ -47,6 +47,7 @@ from apis.extension import (
     KubeQOS,
     QoSClass,
 )
+from apis.kubernetes_keys import ANNOTATION_LAST_APPLIED
 from apis.manager_keys import EXTENDED_RESOURCES
 from apis.priority import pod_priority_class_with_default
 from apis.quantity import int_value, milli_value
@@ -290,9 +291,6 @@ POD_PAGE = 50
 made, so a smaller page keeps the list's peak (and what the allocator keeps of it) small."""
 _POD_META = ("name", "namespace", "uid", "resourceVersion", "labels", "creationTimestamp")
 _POD_STATUS = ("phase", "qosClass")
-LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
-"""A copy of the whole manifest that ``kubectl apply`` leaves on an object; read by nothing
-here."""
 
 
 def pod_view(pod: Obj) -> Obj:
@@ -311,8 +309,8 @@ def pod_view(pod: Obj) -> Obj:
     annotations = meta.get("annotations")
     if annotations:
         view_meta["annotations"] = (
-            {k: v for k, v in annotations.items() if k != LAST_APPLIED}
-            if LAST_APPLIED in annotations
+            {k: v for k, v in annotations.items() if k != ANNOTATION_LAST_APPLIED}
+            if ANNOTATION_LAST_APPLIED in annotations
             else annotations
         )
     spec = pod.get("spec") or {}
