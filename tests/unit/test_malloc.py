@@ -62,3 +62,41 @@ def test_with_the_limit_every_thread_allocates_from_the_one_main_arena() -> None
     unlimited, default_heaps = arenas("default")
     assert unlimited == "None"
     assert default_heaps > 1  # glibc's default: a new arena per thread, up to 8 per CPU
+
+
+TRIM_SCRIPT = textwrap.dedent(
+    """
+    import sys
+    from koordlet.system.malloc import trim_malloc
+
+    def rss_kib():
+        with open("/proc/self/status") as f:
+            return next(int(line.split()[1]) for line in f if line.startswith("VmRSS"))
+
+    burst = [bytearray(4000) for _ in range(20_000)]  # 80 MB on the heap (below mmap's 128 KiB)
+    top = bytearray(4000)  # allocated last: the freed burst is no longer the heap's top
+    del burst
+    before = rss_kib()
+    trimmed = trim_malloc() if sys.argv[1] == "trim" else None
+    print(trimmed, before - rss_kib())
+    """
+)
+
+
+def trimmed(mode: str) -> tuple[str, int]:
+    done = subprocess.run(
+        [sys.executable, "-c", TRIM_SCRIPT, mode], capture_output=True, text=True, check=True
+    )
+    result, freed_kib = done.stdout.split()
+    return result, int(freed_kib)
+
+
+@pytest.mark.skipif(not GLIBC, reason="malloc_trim is glibc's")
+def test_trimming_gives_back_the_pages_a_freed_burst_left_inside_the_heap() -> None:
+    result, freed_kib = trimmed("trim")
+    assert result == "True"
+    assert freed_kib > 60 * 1024
+
+    untouched, kept_freed = trimmed("none")
+    assert untouched == "None"
+    assert kept_freed < 1024  # without it glibc keeps them: the burst is not the heap's top
