@@ -81,7 +81,6 @@ from koordlet.daemon.host import (
     raise_nofile_limit,
     recheck_capabilities,
     settle_gc,
-    trim_malloc_step,
 )
 from koordlet.daemon.serving import SERVER_SHUTDOWN_TIMEOUT, start_serving
 from koordlet.daemon.writers import build_evictor, start_executor
@@ -108,7 +107,6 @@ from koordlet.statesinformer.model import WorkloadSnapshot
 from koordlet.statesinformer.sources import HostAppSource, PodSource
 from koordlet.supervisor import Supervisor
 from koordlet.system.host import Host
-from koordlet.system.malloc import TRIM_INTERVAL, trim_malloc
 from koordlet.system.probe import Capabilities, probe_capabilities
 from koordlet.system.psi import has_cap_sys_resource
 from kubeclient.signals import StopSignals
@@ -273,10 +271,6 @@ class Daemon:
         self.notifier.ready(f"ready; serving on {addresses}")
         if self.settle_gc_when_ready:
             settle_gc()
-            trim_malloc()
-            self.supervisor_for("server").spawn_loop(
-                "malloc-trim", trim_malloc_step, TRIM_INTERVAL, component="daemon"
-            )
         watchdog = Watchdog.from_environ(self.notifier, healthy=self._tasks_healthy)
         if watchdog is not None:  # registered last: it stops first
             self.supervisor_for("server").spawn_loop(

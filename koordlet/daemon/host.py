@@ -17,7 +17,6 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 
 from koordlet.system.cgroups import CgroupDriver, kube_root_for
 from koordlet.system.host import Host
-from koordlet.system.malloc import trim_malloc
 from koordlet.system.paths import HostPaths
 from koordlet.system.probe import Capabilities, probe_capabilities
 
@@ -112,11 +111,6 @@ def settle_gc() -> None:
     gc.freeze()
     gen0, gen1, gen2 = gc.get_threshold()
     gc.set_threshold(max(gen0, GC_GEN0_THRESHOLD), gen1, gen2)
-
-
-async def trim_malloc_step() -> None:
-    """One round of the ``malloc-trim`` loop (``koordlet.system.malloc``)."""
-    trim_malloc()
 
 
 async def recheck_capabilities(watch: CapabilityWatch) -> None:
