@@ -21,7 +21,11 @@ store keeps and the callbacks receive: a view of the fields its readers use, so 
 every node does not keep every pod's whole JSON (``managedFields``, volumes, probes...). It must
 keep ``metadata.name``, ``namespace`` and ``resourceVersion``; :func:`strip_managed_fields` is
 the minimal one. A list asks for ``page_size`` objects a page and transforms each page as it
-arrives, so that at most one page of whole objects is held at a time.
+arrives, so that at most one page of whole objects is held at a time. ``keep`` narrows further
+what the store holds once the callbacks have seen an object (its key and resourceVersion at
+least): a reader that keeps its own model of each object (the koordlet's pod inventory) needs
+no second copy in the store; ``get`` and ``list`` then return the kept views, and an update's or
+a delete's callback receives the kept view as the old object.
 
 The store keeps serving its last content while the API server is away; ``wait_synced(timeout)``
 lets a start-up wait a bounded time for the first list, ``wait_settled(timeout)`` for the first
@@ -137,10 +141,12 @@ class Informer:
         backoff: Backoff | None = None,
         sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep,
         transform: Transform | None = None,
+        keep: Transform | None = None,
         page_size: int = 500,
     ) -> None:
         self._client = client
         self._transform = transform
+        self._keep = keep
         self.page_size = page_size
         """Objects a list asks for at once (``limit``; client-go's reflector asks 500)."""
         self.resource = resource
@@ -259,10 +265,13 @@ class Informer:
             limit=self.page_size,
             transform=self._transform,
         )
+        listed_rv = listed.resource_version
         old = self._store
         new = {object_key(o): o for o in listed.items}
-        self._store = new
-        self._rv = listed.resource_version
+        del listed
+        keep = self._keep
+        self._store = new if keep is None else {k: keep(o) for k, o in new.items()}
+        self._rv = listed_rv
         self.stats.lists += 1
         self.connected = True
         self._backoff.reset()
@@ -322,7 +331,7 @@ class Informer:
             self._fire_delete(gone or obj)
         elif event.type in ("ADDED", "MODIFIED"):
             before = self._store.get(key)
-            self._store[key] = obj
+            self._store[key] = obj if self._keep is None else self._keep(obj)
             if before is None:
                 self._fire_add(obj)
             else:

@@ -291,6 +291,7 @@ POD_PAGE = 50
 made, so a smaller page keeps the list's peak (and what the allocator keeps of it) small."""
 _POD_META = ("name", "namespace", "uid", "resourceVersion", "labels", "creationTimestamp")
 _POD_STATUS = ("phase", "qosClass")
+_POD_KEY = ("name", "namespace", "uid", "resourceVersion")
 
 
 def pod_view(pod: Obj) -> Obj:
@@ -331,6 +332,14 @@ def pod_view(pod: Obj) -> Obj:
             if isinstance(s, dict)
         ]
     return {"metadata": view_meta, "spec": view_spec, "status": view_status}
+
+
+def pod_key(pod: Obj) -> Obj:
+    """What the pod informer's store keeps once the handlers have seen a pod: its name,
+    namespace, UID and resourceVersion. The handlers keep the pod's ``PodInfo``; the store needs
+    the key, the version (a relist's comparison) and the UID (a delete's handler)."""
+    meta = pod.get("metadata") or {}
+    return {"metadata": {k: meta[k] for k in _POD_KEY if k in meta}}
 
 
 def node_view(node: Obj) -> Obj:
@@ -384,7 +393,12 @@ class KubeStatesSource:
         self.nodes = inform(client, NODES, field_selector=by_name, transform=node_view)
         by_node = f"spec.nodeName={node_name}"
         self.pods = inform(
-            client, PODS, field_selector=by_node, transform=pod_view, page_size=POD_PAGE
+            client,
+            PODS,
+            field_selector=by_node,
+            transform=pod_view,
+            keep=pod_key,
+            page_size=POD_PAGE,
         )
         self.node_slos = inform(client, NODE_SLOS, field_selector=by_name, transform=strip)
         self.node_metrics = inform(client, NODE_METRICS, field_selector=by_name, transform=strip)
