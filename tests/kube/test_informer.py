@@ -123,8 +123,10 @@ async def test_transform_and_keep_narrow_what_the_handlers_see_and_what_the_stor
         ("add", "a"), ("add", "b"), ("update", "a"), ("delete", "b"),
     ]  # fmt: skip
     assert seen[2][1] == view(kube_api.get("pods", "a", "default"))  # the handler's full view
-    assert seen[2][2] == {"metadata": {"name": "a", "namespace": "default",
-                                       "resourceVersion": seen[0][1]["metadata"]["resourceVersion"]}}  # fmt: skip
+    first_rv = seen[0][1]["metadata"]["resourceVersion"]
+    assert seen[2][2] == {
+        "metadata": {"name": "a", "namespace": "default", "resourceVersion": first_rv}
+    }
     assert informer.list() == [key(kube_api.get("pods", "a", "default"))]
     lists = [r for r in kube_api.requests if r.query.get("watch") != "true"]
     assert [r.query.get("limit") for r in lists[:3]] == ["1", "1", "1"]  # pages of one
