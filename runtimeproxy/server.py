@@ -394,6 +394,7 @@ class RuntimeProxy:
         out = await self.forward(RUNTIME + "UpdateContainerResources", data, deadline)
         if stored is not None:
             stored.container_resources.CopyFrom(convert.hook_resources(req.linux))
+            self.store.update_container(req.container_id, stored)
         return out
 
     async def _stop_container(self, data: bytes, deadline: Deadline | None) -> bytes:
@@ -410,7 +411,7 @@ class RuntimeProxy:
 
     async def _stop_pod_sandbox(self, data: bytes, deadline: Deadline | None) -> bytes:
         out = await self.forward(RUNTIME + "StopPodSandbox", data, deadline)
-        hreq = self.store.pods.get(cri.StopPodSandboxRequest.FromString(data).pod_sandbox_id)
+        hreq = self.store.pod(cri.StopPodSandboxRequest.FromString(data).pod_sandbox_id)
         if hreq is not None:
             self._tell("PostStopPodSandbox", "PostStopPodSandboxHook", hreq)
         return out
