@@ -33,7 +33,7 @@ import binascii
 import logging
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -113,10 +113,6 @@ class ClusterConfig:
     """PEM of the client key (``client-key-data``, decoded)."""
 
     @property
-    def host(self) -> str:
-        return self.server
-
-    @property
     def hostname(self) -> str:
         return urlsplit(self.server).hostname or ""
 
@@ -163,9 +159,9 @@ class _Merged:
     """The merge of one or more kubeconfig files (the first to set a key wins)."""
 
     current_context: str = ""
-    clusters: dict[str, tuple[Mapping[str, Any], Path]] | None = None
-    users: dict[str, tuple[Mapping[str, Any], Path]] | None = None
-    contexts: dict[str, Mapping[str, Any]] | None = None
+    clusters: dict[str, tuple[Mapping[str, Any], Path]] = field(default_factory=dict)
+    users: dict[str, tuple[Mapping[str, Any], Path]] = field(default_factory=dict)
+    contexts: dict[str, Mapping[str, Any]] = field(default_factory=dict)
 
     def add(self, doc: Mapping[str, Any], folder: Path) -> None:
         if not self.current_context and isinstance(doc.get("current-context"), str):
@@ -174,10 +170,8 @@ class _Merged:
             ("clusters", "cluster", self.clusters),
             ("users", "user", self.users),
         ):
-            assert into is not None
             for name, body in _named(doc, key, where):
                 into.setdefault(name, (body, folder))
-        assert self.contexts is not None
         for name, body in _named(doc, "contexts", "context"):
             self.contexts.setdefault(name, body)
 
@@ -249,7 +243,7 @@ def parse_kubeconfig(path: str) -> ClusterConfig:
     joined with ``:``). Raises :class:`ConfigError` naming the file and the field."""
     source = f"kubeconfig {path}"
     try:
-        merged = _Merged(clusters={}, users={}, contexts={})
+        merged = _Merged()
         for doc, folder in _read_docs(path):
             merged.add(doc, folder)
         return _resolve(merged, source)
@@ -258,9 +252,6 @@ def parse_kubeconfig(path: str) -> ClusterConfig:
 
 
 def _resolve(merged: _Merged, source: str) -> ClusterConfig:
-    assert merged.clusters is not None
-    assert merged.users is not None
-    assert merged.contexts is not None
     name = merged.current_context
     if not name:
         raise _Invalid("current-context", "not set")
