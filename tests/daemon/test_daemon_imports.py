@@ -17,8 +17,9 @@ CLUSTER_ONLY = (
     "koordlet.statesinformer.kubelet",
 )
 """Not loaded by a standalone koordlet (aiohttp by none at all)."""
-NEVER = ("aiohttp", "kubernetes_asyncio", "multidict", "yarl")
-"""Not loaded by the cluster-mode modules either."""
+NEVER = ("aiohttp", "kubernetes_asyncio", "multidict", "yarl", "prometheus_client", "grpc")
+"""Not loaded by the cluster-mode modules either (prometheus-client's package imports its HTTP
+and WSGI servers; the koordlet's families are koordlet.prom's)."""
 
 
 def _loaded(modules: list[str], roots: tuple[str, ...]) -> list[str]:
@@ -28,6 +29,7 @@ def _loaded(modules: list[str], roots: tuple[str, ...]) -> list[str]:
 def test_importing_the_daemon_loads_no_aiohttp() -> None:
     modules = run_json("import json, sys, koordlet.daemon; print(json.dumps(sorted(sys.modules)))")
     assert _loaded(modules, CLUSTER_ONLY) == []
+    assert _loaded(modules, NEVER) == []
     assert "koordlet.server.http" in modules
 
 
@@ -98,4 +100,5 @@ def test_a_standalone_start_serves_metrics_without_loading_aiohttp(tmp_path: Pat
     assert result["metrics"] == "200"
     assert result["has_families"]
     assert _loaded(result["modules"], CLUSTER_ONLY) == []
+    assert _loaded(result["modules"], NEVER) == []
     assert "httptools" in result["modules"]
