@@ -33,12 +33,12 @@ def test_importing_the_daemon_loads_no_aiohttp() -> None:
     assert "koordlet.server.http" in modules
 
 
-def test_the_cluster_mode_modules_load_no_aiohttp() -> None:
+def test_the_cluster_mode_modules_and_the_hook_server_load_no_aiohttp_or_grpcio() -> None:
     modules = run_json(
         "import json, sys, koordlet.daemon, koordlet.daemon.cluster\n"
         "from koordlet.statesinformer import kube, kubelet\n"
         "from koordlet.reporter import nodemetric, topology, predictor, evictioncondition\n"
-        "import kubeclient.client, kubeclient.informer\n"
+        "import kubeclient.client, kubeclient.informer, koordlet.runtimehooks.hookserver\n"
         "print(json.dumps(sorted(sys.modules)))"
     )
     assert _loaded(modules, NEVER) == []
