@@ -17,7 +17,7 @@ CLUSTER_ONLY = (
     "koordlet.statesinformer.kubelet",
 )
 """Not loaded by a standalone koordlet (aiohttp by none at all)."""
-NEVER = ("aiohttp", "kubernetes_asyncio", "multidict", "yarl", "prometheus_client", "grpc")
+NEVER = ("aiohttp", "kubernetes_asyncio", "yarl", "prometheus_client", "grpc")
 """Not loaded by the cluster-mode modules either (prometheus-client's package imports its HTTP
 and WSGI servers; the koordlet's families are koordlet.prom's)."""
 
