@@ -13,6 +13,13 @@ RESOURCE_PODS = "pods"
 LABEL_HOSTNAME = "kubernetes.io/hostname"
 """``corev1.LabelHostname``: the node's hostname label; PodTopologySpread counts per node for
 constraints on this key."""
+LABEL_OS = "kubernetes.io/os"
+"""``corev1.LabelOSStable``: the node's operating system."""
+ANNOTATION_LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
+"""``corev1.LastAppliedConfigAnnotation``: a copy of the whole manifest that ``kubectl apply``
+leaves on an object."""
+ANNOTATION_CONFIG_SEEN = "kubernetes.io/config.seen"
+"""The kubelet's ``ConfigFirstSeenAnnotationKey``: when it first saw a pod."""
 LABEL_TOPOLOGY_ZONE = "topology.kubernetes.io/zone"
 """``corev1.LabelTopologyZone``: the node's zone."""
 SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"

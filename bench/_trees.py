@@ -30,7 +30,7 @@ import signal
 import tempfile
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
@@ -203,13 +203,21 @@ def _rmdir(path: str) -> bool:
 
 @contextlib.contextmanager
 def real_tree(
-    pods: int, containers: int = 3, *, driver: CgroupDriver = CgroupDriver.CGROUPFS
+    pods: int,
+    containers: int = 3,
+    *,
+    driver: CgroupDriver = CgroupDriver.CGROUPFS,
+    uids: Sequence[str] = (),
 ) -> Iterator[BenchTree]:
-    """Pods in this machine's cgroup v1 hierarchies under ``kpytest-bench-<hex>/kubepods/``.
+    """Pods in this machine's cgroup v1 hierarchies under ``kpytest-bench-<hex>/kubepods/``;
+    pod number ``i`` has the UID ``uids[i]`` when given (the API server's, for a cluster-mode
+    run), else :func:`pod_uid`.
 
     Raises ``SystemExit`` with the reason when the host cannot have one. The tree is removed
     when the context exits, however it exits; what could not be removed is named on stderr.
     """
+    if uids and len(uids) != pods:
+        raise ValueError(f"{len(uids)} UIDs for {pods} pods")
     paths = HostPaths()
     why = real_cgroups_available(paths)
     if why is not None:
@@ -226,7 +234,7 @@ def real_tree(
             builder.mkdir(layout.qos_dir(qos))
         made = 0
         for p in range(pods):
-            pod_rel = layout.pod_dir(qos_of(p), pod_uid(p))
+            pod_rel = layout.pod_dir(qos_of(p), uids[p] if uids else pod_uid(p))
             builder.mkdir(pod_rel)
             for c in range(containers):
                 builder.mkdir(layout.container_dir(pod_rel, "containerd", container_id(p, c)))

@@ -78,6 +78,8 @@ STOP_TIMEOUT = 10.0
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 PROC = HostPaths()
 """This machine's procfs, where the daemon's own counters are."""
+STANDALONE = ("--standalone", "--nodeslo-file", "", "--node-name", "bench-node")
+"""The flags of a standalone run: no API server, Koordinator's default NodeSLO."""
 
 
 class CpuTicks(NamedTuple):
@@ -219,13 +221,16 @@ class Daemon:
 
 
 @contextlib.contextmanager
-def running(cmd: Sequence[str], args: Sequence[str], log: Path) -> Iterator[Daemon]:
-    """Start the koordlet on a free loopback port; always kill it afterwards."""
+def running(
+    cmd: Sequence[str], args: Sequence[str], log: Path, cwd: Path = REPO
+) -> Iterator[Daemon]:
+    """Start the koordlet on a free loopback port (from the checkout ``cwd``: ``python -m``
+    imports that checkout's code); always kill it afterwards."""
     port = free_port()
     with open(log, "wb") as out:
         popen = subprocess.Popen(
             [*cmd, "--addr", f"127.0.0.1:{port}", *args],
-            cwd=REPO,
+            cwd=cwd,
             stdout=out,
             stderr=subprocess.STDOUT,
         )
@@ -247,17 +252,19 @@ def measure(
     log_level: str,
     log: Path,
     extra: Sequence[str] = (),
+    mode: Sequence[str] = STANDALONE,
+    cwd: Path = REPO,
 ) -> dict[str, Any]:
+    """One daemon run on ``tree``; ``mode`` holds the flags of its mode (:data:`STANDALONE`, or
+    a kubeconfig and a node name for cluster mode)."""
     args = [
-        "--standalone",
-        *("--nodeslo-file", ""),
-        *("--node-name", "bench-node"),
+        *mode,
         *("--collect-res-used-interval-seconds", f"{interval:g}"),
         *("--log-level", log_level),
         *tree.daemon_args,
         *extra,
     ]
-    with running(cmd, args, log) as daemon:
+    with running(cmd, args, log, cwd) as daemon:
         ready_s = daemon.until("/readyz", lambda: daemon.get("/readyz")[0] == 200, READY_TIMEOUT)
         time.sleep(warmup)
         scraped: list[Scrape] = []
@@ -353,6 +360,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--log-level", default="info", help="the daemon's --log-level")
     parser.add_argument("--keep-log", action="store_true", help="keep the daemon's log file")
     parser.add_argument(
+        "--checkout",
+        type=Path,
+        default=REPO,
+        help="run the koordlet of this checkout (python -m koordlet from there; an A/B against "
+        "another commit's worktree), this one by default",
+    )
+    parser.add_argument(
         "--gates",
         default="",
         help="feature gates (comma-separated, e.g. CPICollector,PSICollector): measure the daemon "
@@ -381,6 +395,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     log_level=args.log_level,
                     log=log,
                     extra=extra,
+                    cwd=args.checkout.resolve(),
                 )
                 for extra in runs
             ]
@@ -389,6 +404,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             log.unlink(missing_ok=True)
     figures = results[0]
     figures["command"] = " ".join([*(Path(c).name for c in cmd[:1]), *cmd[1:]])
+    figures["checkout"] = str(args.checkout.resolve())
     # Linear in the pods from the 200-pod target; the resident target is 100 MiB above 200.
     figures["target_cpu_percent"] = round(TARGET_CPU_PERCENT * max(args.pods, 1) / 200, 3)
     figures["target_rss_mib"] = TARGET_RSS_MIB if args.pods <= 200 else TARGET_RSS_MIB_LARGE

@@ -64,9 +64,8 @@ class _Forgetful(list[tuple[str, bytes]]):
 
 
 async def _serve_koordlet(hook_sock: str, nri_sock: str) -> None:
-    from prometheus_client import CollectorRegistry
-
     from apis.slo_inforce import NodeSLOInForce
+    from koordlet.prom import CollectorRegistry
     from koordlet.runtimehooks.framework import HookDispatcher
     from koordlet.runtimehooks.hookserver import HookServer
     from koordlet.runtimehooks.metrics import HookMetrics

@@ -18,10 +18,16 @@ import platform
 import time
 from collections.abc import Callable, Iterable, Mapping
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
-from prometheus_client.core import GaugeMetricFamily, Metric
-
 from apis.slo_inforce import ALL_SECTIONS, NodeSLOInForce
+from koordlet.prom import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    GaugeMetricFamily,
+    Histogram,
+    Info,
+    Metric,
+)
 
 logger = logging.getLogger(__name__)
 

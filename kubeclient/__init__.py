@@ -1,5 +1,6 @@
 """The Kubernetes client layer shared by the koordlet, koord-manager and koord-scheduler.
 
-Built on kubernetes-asyncio: configuration (in-cluster or kubeconfig), list-then-watch
-informers, the API error tree and leader election live here, once, for all three binaries.
+Configuration (in-cluster or kubeconfig), an HTTP/1.1 transport of its own, list-then-watch
+informers, the API error tree and leader election live here, once, for all the binaries; no
+generated client and no model classes (docs/kubernetes.md, "The client layer").
 """

@@ -1,35 +1,34 @@
-"""A small generic client on aiohttp: JSON objects in and out, errors translated.
+"""A small generic client of the API server: JSON objects in and out, errors translated.
 
 The binaries want plain decoded JSON (typed by their own ``TypedDict``) for every kind, core and
 custom alike, so :class:`KubeClient` sends requests on URL paths from
-:class:`~kubeclient.resources.Resource` through one aiohttp session (its connection pool, the
-TLS context and credentials of :mod:`kubeclient.config`) and decodes the answers itself. Every
-failure is a :mod:`kubeclient.errors` exception. kubernetes-asyncio is not imported (see
-``config.py`` for the one case that needs its loader).
+:class:`~kubeclient.resources.Resource` over :class:`~kubeclient.transport.Transport` (HTTP/1.1,
+TLS and the credentials of :mod:`kubeclient.auth`) and decodes the answers itself. Nothing of a
+generated client or its model classes is loaded (issue 26: kubernetes-asyncio's cost the koordlet
+about 47 MiB). Every failure is a :mod:`kubeclient.errors` exception.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
+from urllib.parse import urlencode, urlsplit
 
-import aiohttp
-
-from kubeclient.config import Connection, load_configuration
-from kubeclient.errors import Transient, error_for
+from kubeclient.auth import BearerToken, tls_context
+from kubeclient.config import ClusterConfig, load_configuration
+from kubeclient.errors import ConfigError, Transient, error_for
 from kubeclient.resources import PODS, Resource
+from kubeclient.transport import Transport, TransportError
 
 logger = logging.getLogger(__name__)
 
 Obj = dict[str, Any]
 """A decoded Kubernetes object."""
-
-MAX_CONNECTIONS = 100
-"""Connections to the API server at most (watches hold one each)."""
 
 
 class PatchType(StrEnum):
@@ -71,35 +70,53 @@ def _selectors(field_selector: str, label_selector: str) -> list[tuple[str, str]
     return out
 
 
+_FAILURES = (TransportError, TimeoutError, OSError)
+"""What a request may fail with short of an answer: translated to :class:`Transient`."""
+
+
 class KubeClient:
     """JSON requests to one API server. Create with :meth:`connect`; ``close()`` when done."""
 
-    def __init__(self, conn: Connection, *, request_timeout: float = 30.0) -> None:
-        self._conn = conn
-        self._session = aiohttp.ClientSession(
-            connector=aiohttp.TCPConnector(limit=MAX_CONNECTIONS, ssl=conn.ssl),
-            # no cookies, no proxies from the environment: the API server, directly
-            cookie_jar=aiohttp.DummyCookieJar(),
-            trust_env=False,
-            auto_decompress=True,
-        )
+    def __init__(
+        self,
+        cfg: ClusterConfig,
+        *,
+        request_timeout: float = 30.0,
+        transport: Transport | None = None,
+    ) -> None:
+        self.config = cfg
         self.request_timeout = request_timeout
         """Seconds one non-watch request may take before it is a :class:`Transient` error."""
+        self._token = BearerToken(cfg)
+        self._transport = transport or Transport(
+            cfg.hostname,
+            cfg.port,
+            ssl=tls_context(cfg) if cfg.tls else None,
+            server_hostname=cfg.tls_server_name or None,
+            headers=self._token.headers,
+        )
+        self._prefix = urlsplit(cfg.server).path.rstrip("/")
 
     @classmethod
     async def connect(
         cls, kubeconfig: str | None = None, *, request_timeout: float = 30.0
     ) -> KubeClient:
-        """A client for ``kubeconfig`` (None: ``$KUBECONFIG`` or in-cluster)."""
-        conn = await load_configuration(kubeconfig)
-        return cls(conn, request_timeout=request_timeout)
+        """A client for ``kubeconfig`` (None: ``$KUBECONFIG`` or in-cluster). Raises
+        :class:`~kubeclient.errors.ConfigError`."""
+        cfg = await load_configuration(kubeconfig)
+        try:
+            return await asyncio.to_thread(cls, cfg, request_timeout=request_timeout)
+        except ConfigError:
+            raise
+        except (OSError, ValueError) as err:
+            raise ConfigError(str(err), source=cfg.source) from err
 
     @property
     def host(self) -> str:
-        return self._conn.host
+        return self.config.server
 
     async def close(self) -> None:
-        await self._session.close()
+        await self._transport.close()
 
     async def __aenter__(self) -> KubeClient:
         return self
@@ -108,35 +125,9 @@ class KubeClient:
         await self.close()
 
     # Transport --------------------------------------------------------------------------------
-    async def _open(
-        self,
-        method: str,
-        path: str,
-        query: list[tuple[str, str]] | None,
-        body: object,
-        content_type: str,
-        limits: aiohttp.ClientTimeout,
-    ) -> aiohttp.ClientResponse:
-        headers = {"Accept": "application/json"}
-        data = None
-        if body is not None:
-            headers["Content-Type"] = content_type
-            data = json.dumps(body, separators=(",", ":")).encode()
-        auth = await self._conn.authorization()
-        if auth:
-            headers["Authorization"] = auth
-        try:
-            return await self._session.request(
-                method,
-                self._conn.host + path,
-                params=query or None,
-                data=data,
-                headers=headers,
-                timeout=limits,
-                allow_redirects=False,
-            )
-        except (aiohttp.ClientError, TimeoutError, OSError) as err:
-            raise Transient(0, f"{method} {path}: {err!r}") from err
+    def _target(self, path: str, query: list[tuple[str, str]] | None) -> str:
+        target = self._prefix + path
+        return f"{target}?{urlencode(query)}" if query else target
 
     async def request(
         self,
@@ -148,17 +139,24 @@ class KubeClient:
         content_type: str = "application/json",
     ) -> Obj:
         """One request; the decoded JSON answer. Raises :class:`~kubeclient.errors.ApiError`."""
-        timeout = aiohttp.ClientTimeout(total=self.request_timeout)
-        resp = await self._open(method, path, query, body, content_type, timeout)
+        headers = {"Accept": "application/json"}
+        data = None
+        if body is not None:
+            data = json.dumps(body, separators=(",", ":")).encode()
+            headers["Content-Type"] = content_type
         try:
-            data = await resp.read()
-        except (aiohttp.ClientError, TimeoutError, OSError) as err:
+            resp = await self._transport.request(
+                method,
+                self._target(path, query),
+                headers=headers,
+                body=data,
+                timeout=self.request_timeout,
+            )
+        except _FAILURES as err:
             raise Transient(0, f"{method} {path}: {err!r}") from err
-        finally:
-            resp.release()
-        decoded = _decode(data)
+        decoded = _decode(resp.body)
         if not 200 <= resp.status < 300:
-            raise error_for(resp.status, decoded, resp.headers.get("Retry-After"))
+            raise error_for(resp.status, decoded, resp.headers.get("retry-after"))
         return decoded
 
     # Verbs ------------------------------------------------------------------------------------
@@ -173,11 +171,14 @@ class KubeClient:
         field_selector: str = "",
         label_selector: str = "",
         limit: int = 500,
+        transform: Callable[[Obj], Obj] | None = None,
         resource_version: str = "",
     ) -> ObjectList:
-        """Every object (pages of ``limit`` joined with ``continue``). ``resource_version``
-        ``"0"``: any version the API server has at hand (its watch cache, one answer, no read
-        from etcd: what client-go's reflector asks for its first list); empty: the latest."""
+        """Every object (pages of ``limit`` joined with ``continue``), each passed through
+        ``transform`` as its page arrives (so that only one page of whole objects is held).
+        ``resource_version`` ``"0"``: any version the API server has at hand (its watch cache:
+        one answer, no paging, no read from etcd; what client-go's reflector asks for its first
+        list); empty: the latest, paged."""
         items: list[Obj] = []
         token = ""
         while True:
@@ -188,7 +189,9 @@ class KubeClient:
             elif resource_version:
                 query.append(("resourceVersion", resource_version))
             page = await self.request("GET", res.path(namespace), query=query)
-            items.extend(page.get("items") or [])
+            got = page.pop("items", None) or []
+            items.extend(got if transform is None else map(transform, got))
+            del got
             meta = page.get("metadata") or {}
             token = str(meta.get("continue") or "")
             if not token:
@@ -219,19 +222,28 @@ class KubeClient:
         ]
         if bookmarks:
             query.append(("allowWatchBookmarks", "true"))
-        timeout = aiohttp.ClientTimeout(
-            sock_connect=self.request_timeout, sock_read=timeout_seconds + self.request_timeout
-        )
         path = res.path(namespace)
-        resp = await self._open("GET", path, query, None, "application/json", timeout)
+        try:
+            resp = await self._transport.stream(
+                "GET",
+                self._target(path, query),
+                headers={"Accept": "application/json"},
+                connect_timeout=self.request_timeout,
+                read_timeout=timeout_seconds + self.request_timeout,
+            )
+        except _FAILURES as err:
+            raise Transient(0, f"GET {path}: {err!r}") from err
         try:
             if not 200 <= resp.status < 300:
-                data = await resp.read()
-                raise error_for(resp.status, _decode(data), resp.headers.get("Retry-After"))
+                try:
+                    data = await resp.read()
+                except _FAILURES as err:
+                    raise Transient(0, f"watch {path}: {err!r}") from err
+                raise error_for(resp.status, _decode(data), resp.headers.get("retry-after"))
             while True:
                 try:
-                    line = await resp.content.readline()
-                except (aiohttp.ClientError, TimeoutError, OSError) as err:
+                    line = await resp.readline()
+                except _FAILURES as err:
                     raise Transient(0, f"watch {path}: {err!r}") from err
                 if not line:
                     return

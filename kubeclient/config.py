@@ -1,286 +1,413 @@
 """Where the API server is and how to authenticate: a kubeconfig file or the in-cluster account.
 
-``--kubeconfig`` (Koordinator's flag, also ``$KUBECONFIG``) wins; without it the pod's service
-account (``/var/run/secrets/kubernetes.io/serviceaccount`` and ``KUBERNETES_SERVICE_HOST``) is
-used. Both failing is a :class:`~kubeclient.errors.ConfigError` naming both causes.
+``--kubeconfig`` (Koordinator's flag, also ``$KUBECONFIG``, which may list several files joined
+with ``:``) wins; without it the pod's service account (``/var/run/secrets/kubernetes.io/
+serviceaccount`` and ``KUBERNETES_SERVICE_HOST``) is used. Both failing is a
+:class:`~kubeclient.errors.ConfigError` naming both causes.
 
-The result is a :class:`Connection`: the server's URL, the TLS context and the credentials.
-A kubeconfig whose user has static credentials (``token``, ``tokenFile``, a client certificate,
-a user name and password) is read here, as client-go's ``clientcmd`` reads one (the current
-context's cluster and user; relative paths against the file's folder; ``*-data`` fields in
-base64); one that needs a credential plugin (``exec``, ``auth-provider``), several files in
-``$KUBECONFIG``, or fields read nowhere else here (``proxy-url``, ``tls-server-name``...) goes
-through kubernetes-asyncio's loader, imported only then (it costs half a second and tens of
-MiB; the binaries never import it otherwise). A token read from a file (in-cluster, or
-``tokenFile``) is read again after a minute, as projected service-account tokens rotate.
+A kubeconfig is read as client-go reads one (``k8s.io/client-go/tools/clientcmd``): several
+files merge, the first file to set a map key or a named cluster, user or context wins; relative
+file paths resolve against the folder of the file that names them; the context is
+``current-context``. What is supported, per section of the chosen context:
+
+- ``cluster``: ``server`` (``https://`` or ``http://``), ``certificate-authority`` or
+  ``certificate-authority-data``, ``insecure-skip-tls-verify``, ``tls-server-name``;
+  ``disable-compression`` and ``extensions`` are accepted and have no effect (nothing asks for
+  compression);
+- ``user``: ``token`` or ``tokenFile`` (re-read when it changes, as a rotated projected token
+  is), ``client-certificate``/``client-certificate-data`` with ``client-key``/
+  ``client-key-data``; ``extensions`` accepted.
+
+What is refused, with a :class:`ConfigError` naming the field (``users[name].user.exec``):
+``exec`` and ``auth-provider`` credential plugins, ``username``/``password`` (basic auth, gone
+from the API server since 1.19), impersonation (``as``, ``as-groups``, ``as-uid``,
+``as-user-extra``) and ``proxy-url``. The binaries run in the cluster with a service account or
+beside it with a token or a client certificate; a plugin would run a program at every expiry.
 """
 
 from __future__ import annotations
 
+import asyncio
 import base64
+import binascii
 import logging
 import os
-import ssl
-import tempfile
-import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
-import yaml
-
-from apis.kubernetes_keys import SERVICE_ACCOUNT_DIR
+from apis.kubernetes_keys import SERVICE_ACCOUNT_TOKEN_PATH
 from kubeclient.errors import ConfigError
 
 logger = logging.getLogger(__name__)
 
-SERVICE_ACCOUNT = Path(SERVICE_ACCOUNT_DIR)
-"""Where a pod's service account token and the cluster's CA are mounted."""
-TOKEN_REREAD_S = 60.0
-"""A token file is read again when the copy held is older than this (kubernetes-asyncio's and
-client-go's in-cluster loaders refresh within a minute)."""
+SERVICE_ACCOUNT_DIR = os.path.dirname(SERVICE_ACCOUNT_TOKEN_PATH)
+"""The service account's projected volume in a pod (token, ``ca.crt``, namespace)."""
 
-_USER_READ = {
-    "token",
-    "tokenFile",
-    "client-certificate",
-    "client-certificate-data",
-    "client-key",
-    "client-key-data",
-    "username",
-    "password",
+CLUSTER_KEYS = frozenset(
+    {
+        "server",
+        "certificate-authority",
+        "certificate-authority-data",
+        "insecure-skip-tls-verify",
+        "tls-server-name",
+        "disable-compression",
+        "extensions",
+    }
+)
+USER_KEYS = frozenset(
+    {
+        "exec",
+        "token",
+        "tokenFile",
+        "client-certificate",
+        "client-certificate-data",
+        "client-key",
+        "client-key-data",
+        "extensions",
+    }
+)
+REFUSED = {
+    "auth-provider": "auth-provider plugins are not supported; use a token, a tokenFile or a "
+    "client certificate",
+    "username": "basic authentication is not supported (the API server dropped it in 1.19)",
+    "password": "basic authentication is not supported (the API server dropped it in 1.19)",
+    "as": "impersonation is not supported",
+    "as-groups": "impersonation is not supported",
+    "as-uid": "impersonation is not supported",
+    "as-user-extra": "impersonation is not supported",
+    "proxy-url": "proxies are not supported: the client connects to the server directly",
 }
-_CLUSTER_READ = {
-    "server",
-    "certificate-authority",
-    "certificate-authority-data",
-    "insecure-skip-tls-verify",
-    "extensions",
-}
+"""Kubeconfig keys of a cluster or user that are refused, and why."""
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterConfig:
+    """How to reach one API server and who to be there."""
+
+    server: str
+    """``https://host:port`` (or ``http://``), without a trailing ``/``."""
+    source: str = ""
+    """Where this came from (``kubeconfig /path``, ``in-cluster service account``), for logs
+    and errors."""
+    ca_file: str = ""
+    """PEM file of the CAs to trust; with :attr:`ca_data` empty too, the system's."""
+    ca_data: str = ""
+    """PEM text of the CAs to trust (``certificate-authority-data``, decoded)."""
+    insecure_skip_tls_verify: bool = False
+    """Neither the certificate nor the host name is checked (``insecure-skip-tls-verify``)."""
+    tls_server_name: str = ""
+    """The name the server's certificate must carry, when not the host of :attr:`server`."""
+    token: str = ""
+    """A bearer token given inline."""
+    token_file: str = ""
+    """A file holding the bearer token, re-read when it changes."""
+    client_cert_file: str = ""
+    client_cert_data: bytes = b""
+    """PEM of the client certificate (``client-certificate-data``, decoded)."""
+    client_key_file: str = ""
+    client_key_data: bytes = b""
+    """PEM of the client key (``client-key-data``, decoded)."""
+    exec_plugin: ExecPlugin | None = None
+    """A credential plugin that prints the bearer token (``users[].user.exec``)."""
+
+    @property
+    def hostname(self) -> str:
+        return urlsplit(self.server).hostname or ""
+
+    @property
+    def port(self) -> int:
+        parts = urlsplit(self.server)
+        return parts.port or (443 if parts.scheme == "https" else 80)
+
+    @property
+    def tls(self) -> bool:
+        return urlsplit(self.server).scheme == "https"
+
+
+EXEC_API_VERSIONS = (
+    "client.authentication.k8s.io/v1",
+    "client.authentication.k8s.io/v1beta1",
+)
+"""The ExecCredential versions a plugin may speak (client-go's, since 1.22 for v1)."""
+EXEC_KEYS = frozenset(
+    {"apiVersion", "command", "args", "env", "installHint", "provideClusterInfo",
+     "interactiveMode"}
+)  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class ExecPlugin:
+    """``users[].user.exec``: a program printing an ``ExecCredential`` with a bearer token
+    (client-go's ``exec`` credential plugins; docs/kubernetes.md, "The client layer")."""
+
+    command: str
+    args: tuple[str, ...] = ()
+    env: tuple[tuple[str, str], ...] = ()
+    api_version: str = EXEC_API_VERSIONS[0]
+    install_hint: str = ""
+    where: str = ""
+    """The kubeconfig field, for errors (``users[name].user.exec``)."""
+
+
+class _Invalid(Exception):
+    """A field of the kubeconfig that does not fit: (field, message)."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(message)
+        self.field = field
+        self.message = message
+
+
+def _named(doc: Mapping[str, Any], key: str, where: str) -> list[tuple[str, Mapping[str, Any]]]:
+    raw = doc.get(key)
+    if raw is None:
+        return []
+    if not isinstance(raw, list):
+        raise _Invalid(key, f"must be a list, not {type(raw).__name__}")
+    out = []
+    for i, entry in enumerate(raw):
+        if not isinstance(entry, Mapping) or not isinstance(entry.get("name"), str):
+            raise _Invalid(f"{key}[{i}]", "must be a mapping with a name")
+        body = entry.get(where)
+        if body is None:
+            body = {}
+        if not isinstance(body, Mapping):
+            raise _Invalid(f"{key}[{entry['name']}].{where}", "must be a mapping")
+        out.append((entry["name"], body))
+    return out
 
 
 @dataclass
-class Connection:
-    """The API server and how to talk to it."""
+class _Merged:
+    """The merge of one or more kubeconfig files (the first to set a key wins)."""
 
-    host: str
-    """``https://HOST:PORT`` (no trailing slash)."""
-    ssl: ssl.SSLContext | bool = True
-    """The TLS context; ``False`` for plain HTTP or an unverified server."""
-    token: str = ""
-    """A bearer token, when fixed."""
-    token_file: str = ""
-    """A file holding the bearer token (read again after :data:`TOKEN_REREAD_S`)."""
-    basic: str = ""
-    """``Basic ...``: a user name and password."""
-    refresh: Callable[[], Awaitable[str | None]] | None = None
-    """A credential plugin's token source (kubernetes-asyncio's loader): the whole header
-    value, asked before every request."""
-    source: str = ""
-    """Where it was read (for logs)."""
-    _read_at: float = field(default=0.0, repr=False)
+    current_context: str = ""
+    clusters: dict[str, tuple[Mapping[str, Any], Path]] = field(default_factory=dict)
+    users: dict[str, tuple[Mapping[str, Any], Path]] = field(default_factory=dict)
+    contexts: dict[str, Mapping[str, Any]] = field(default_factory=dict)
 
-    def read_token(self) -> None:
-        """Read :attr:`token_file` now. Raises ``OSError``."""
-        self.token = Path(self.token_file).read_text(encoding="utf-8").strip()
-        self._read_at = time.monotonic()
-
-    async def authorization(self) -> str | None:
-        """The ``Authorization`` header value, if any."""
-        if self.refresh is not None:
-            return await self.refresh()
-        if self.token_file and time.monotonic() - self._read_at >= TOKEN_REREAD_S:
-            try:
-                self.read_token()
-            except OSError as err:  # keep the last token: the file is being rotated
-                self._read_at = time.monotonic()
-                logger.warning("token file %s not read again: %s", self.token_file, err)
-        if self.token:
-            return f"Bearer {self.token}"
-        return self.basic or None
+    def add(self, doc: Mapping[str, Any], folder: Path) -> None:
+        if not self.current_context and isinstance(doc.get("current-context"), str):
+            self.current_context = doc["current-context"]
+        for key, where, into in (
+            ("clusters", "cluster", self.clusters),
+            ("users", "user", self.users),
+        ):
+            for name, body in _named(doc, key, where):
+                into.setdefault(name, (body, folder))
+        for name, body in _named(doc, "contexts", "context"):
+            self.contexts.setdefault(name, body)
 
 
-def _loader() -> type[Any]:
-    return getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+def _read_docs(path: str) -> list[tuple[Mapping[str, Any], Path]]:
+    import yaml  # here: a koordlet in a pod (the in-cluster account) never loads it
+
+    out = []
+    for part in (p for p in path.split(os.pathsep) if p):
+        try:
+            text = Path(part).read_text(encoding="utf-8")
+        except FileNotFoundError as err:
+            if os.pathsep in path:  # client-go skips missing files of a list
+                continue
+            raise _Invalid("", "no such file") from err
+        except OSError as err:
+            raise _Invalid("", f"cannot read it: {err.strerror or err}") from err
+        try:
+            doc = yaml.safe_load(text)
+        except yaml.YAMLError as err:
+            raise _Invalid("", f"not YAML: {err}") from err
+        if doc is None:
+            doc = {}
+        if not isinstance(doc, Mapping):
+            raise _Invalid("", f"must be a mapping, not {type(doc).__name__}")
+        out.append((doc, Path(part).resolve().parent))
+    if not out:
+        raise _Invalid("", "no such file")
+    return out
 
 
-def _named(items: Any, name: str, what: str) -> Mapping[str, Any]:
-    if not isinstance(items, list):
-        raise TypeError(f"{what}s: must be a list")
-    for item in items:
-        if isinstance(item, Mapping) and item.get("name") == name:
-            body = item.get(what) or {}
-            if not isinstance(body, Mapping):
-                raise ValueError(f"{what} {name!r}: must be a map")
-            return body
-    raise ValueError(f"no {what} named {name!r}")
+def _string(section: Mapping[str, Any], key: str, where: str) -> str:
+    value = section.get(key)
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        raise _Invalid(f"{where}.{key}", f"must be a string, not {type(value).__name__}")
+    return value
 
 
-def _data(value: str, what: str) -> bytes:
+def _file(section: Mapping[str, Any], key: str, where: str, folder: Path) -> str:
+    value = _string(section, key, where)
+    if not value:
+        return ""
+    path = Path(value).expanduser()
+    return str(path if path.is_absolute() else folder / path)
+
+
+def _data(section: Mapping[str, Any], key: str, where: str) -> bytes:
+    value = _string(section, key, where)
+    if not value:
+        return b""
     try:
         return base64.b64decode(value, validate=True)
-    except ValueError as err:
-        raise ValueError(f"{what}: not base64: {err}") from err
+    except (binascii.Error, ValueError) as err:
+        raise _Invalid(f"{where}.{key}", f"not base64: {err}") from err
 
 
-def _file(base: Path, value: str) -> str:
-    path = Path(value)
-    return str(path if path.is_absolute() else base / path)
-
-
-def _tls(base: Path, cluster: Mapping[str, Any], user: Mapping[str, Any]) -> ssl.SSLContext | bool:
-    if cluster.get("insecure-skip-tls-verify") is True:
-        ctx = ssl.create_default_context()
-        ctx.check_hostname = False
-        ctx.verify_mode = ssl.CERT_NONE
-    elif cluster.get("certificate-authority-data"):
-        pem = _data(str(cluster["certificate-authority-data"]), "certificate-authority-data")
-        ctx = ssl.create_default_context(cadata=pem.decode("ascii", "replace"))
-    elif cluster.get("certificate-authority"):
-        ctx = ssl.create_default_context(cafile=_file(base, str(cluster["certificate-authority"])))
-    else:
-        ctx = ssl.create_default_context()
-    cert = user.get("client-certificate-data") or user.get("client-certificate")
-    key = user.get("client-key-data") or user.get("client-key")
-    if cert or key:
-        if not (cert and key):
-            raise ValueError("a client certificate needs its key (and the key its certificate)")
-        if user.get("client-certificate-data") or user.get("client-key-data"):
-            _load_chain_data(ctx, base, user)
-        else:
-            ctx.load_cert_chain(_file(base, str(cert)), _file(base, str(key)))
-    return ctx
-
-
-def _load_chain_data(ctx: ssl.SSLContext, base: Path, user: Mapping[str, Any]) -> None:
-    """``ssl`` loads a client certificate from files only: the ``*-data`` fields go through a
-    private temporary folder, removed at once."""
-    parts = []
-    for data_key, file_key in (
-        ("client-certificate-data", "client-certificate"),
-        ("client-key-data", "client-key"),
-    ):
-        if user.get(data_key):
-            parts.append(_data(str(user[data_key]), data_key))
-        else:
-            parts.append(Path(_file(base, str(user[file_key]))).read_bytes())
-    with tempfile.TemporaryDirectory(prefix="kubeconfig-") as tmp:
-        cert, key = Path(tmp, "tls.crt"), Path(tmp, "tls.key")
-        for path, body in ((cert, parts[0]), (key, parts[1])):
-            path.touch(mode=0o600)
-            path.write_bytes(body)
-        ctx.load_cert_chain(str(cert), str(key))
-
-
-def _read_kubeconfig(path: str) -> Connection | None:
-    """The connection of ``path``'s current context; ``None`` when it needs kubernetes-asyncio's
-    loader (see the module docstring). Raises ``ValueError``, ``OSError``, ``yaml.YAMLError``."""
-    text = Path(path).read_text(encoding="utf-8")
-    doc = yaml.load(text, Loader=_loader())  # the C or Python *safe* loader
-    if not isinstance(doc, Mapping):
-        raise TypeError("not a kubeconfig (a map)")
-    current = doc.get("current-context")
-    if not current:
-        raise ValueError("no current-context")
-    context = _named(doc.get("contexts"), str(current), "context")
-    cluster = _named(doc.get("clusters"), str(context.get("cluster") or ""), "cluster")
-    user_name = context.get("user")
-    user = _named(doc.get("users"), str(user_name), "user") if user_name else {}
-    if set(user) - _USER_READ or set(cluster) - _CLUSTER_READ:
+def _exec_plugin(user: Mapping[str, Any], where: str, folder: Path) -> ExecPlugin | None:
+    raw = user.get("exec")
+    if raw is None:
         return None
-    server = str(cluster.get("server") or "").rstrip("/")
-    if not server.startswith(("https://", "http://")):
-        raise ValueError(f"cluster server {server!r} is not an http(s) URL")
-    base = Path(path).resolve().parent
-    conn = Connection(server, source=f"kubeconfig {path}")
-    if server.startswith("https://"):
-        conn.ssl = _tls(base, cluster, user)
-    else:
-        conn.ssl = False
-    if user.get("token"):
-        conn.token = str(user["token"])
-    elif user.get("tokenFile"):
-        conn.token_file = _file(base, str(user["tokenFile"]))
-        conn.read_token()
-    elif user.get("username"):
-        pair = f"{user['username']}:{user.get('password') or ''}".encode()
-        conn.basic = "Basic " + base64.b64encode(pair).decode("ascii")
-    return conn
-
-
-async def _through_kubernetes_asyncio(path: str) -> Connection:
-    """A kubeconfig that needs a credential plugin: kubernetes-asyncio's loader resolves it."""
-    from kubernetes_asyncio import client as k8s_client
-    from kubernetes_asyncio import config as k8s_config
-
-    cfg = k8s_client.Configuration()
-    await k8s_config.load_kube_config(
-        config_file=path, client_configuration=cfg, persist_config=False
+    ewhere = f"{where}.exec"
+    if not isinstance(raw, Mapping):
+        raise _Invalid(ewhere, "must be a mapping")
+    _check_keys(raw, EXEC_KEYS, ewhere)
+    api_version = _string(raw, "apiVersion", ewhere)
+    if api_version not in EXEC_API_VERSIONS:
+        raise _Invalid(f"{ewhere}.apiVersion", f"must be one of {', '.join(EXEC_API_VERSIONS)}")
+    command = _string(raw, "command", ewhere)
+    if not command:
+        raise _Invalid(f"{ewhere}.command", "is required")
+    if os.sep in command and not os.path.isabs(command):  # client-go: relative to the file
+        command = str(folder / command)
+    args = raw.get("args") or []
+    if not isinstance(args, list) or not all(isinstance(a, str) for a in args):
+        raise _Invalid(f"{ewhere}.args", "must be a list of strings")
+    env = []
+    for i, item in enumerate(raw.get("env") or []):
+        if not isinstance(item, Mapping) or not isinstance(item.get("name"), str):
+            raise _Invalid(f"{ewhere}.env[{i}]", "must be a mapping with a name and a value")
+        env.append((item["name"], str(item.get("value", ""))))
+    if raw.get("interactiveMode") == "Always":
+        raise _Invalid(f"{ewhere}.interactiveMode", "Always: no terminal to ask on")
+    return ExecPlugin(
+        command, tuple(args), tuple(env), api_version, _string(raw, "installHint", ewhere), ewhere
     )
-    host = str(cfg.host).rstrip("/")
-    ctx: ssl.SSLContext | bool = False
-    if host.startswith("https://"):
-        if cfg.verify_ssl:
-            ctx = ssl.create_default_context(cafile=cfg.ssl_ca_cert or None)
-        else:
-            ctx = ssl.create_default_context()
-            ctx.check_hostname = False
-            ctx.verify_mode = ssl.CERT_NONE
-        if cfg.cert_file:
-            ctx.load_cert_chain(cfg.cert_file, cfg.key_file)
-
-    async def refresh() -> str | None:
-        value = await cfg.get_api_key_with_prefix("BearerToken")
-        if value:
-            return str(value)
-        basic = cfg.get_basic_auth_token() if cfg.username else None
-        return str(basic) if basic else None
-
-    return Connection(host, ctx, refresh=refresh, source=f"kubeconfig {path}")
 
 
-def _in_cluster() -> Connection:
-    host = os.environ.get("KUBERNETES_SERVICE_HOST", "")
-    port = os.environ.get("KUBERNETES_SERVICE_PORT", "")
-    if not host or not port:
-        raise ValueError("KUBERNETES_SERVICE_HOST and KUBERNETES_SERVICE_PORT are not set")
-    token = SERVICE_ACCOUNT / "token"
-    ca = SERVICE_ACCOUNT / "ca.crt"
-    if not token.is_file():
-        raise ValueError(f"no service account token at {token}")
-    if not ca.is_file():
-        raise ValueError(f"no cluster CA at {ca}")
-    if ":" in host:  # an IPv6 address
-        host = f"[{host}]"
-    conn = Connection(
-        f"https://{host}:{port}",
-        ssl.create_default_context(cafile=str(ca)),
-        token_file=str(token),
-        source="in-cluster service account",
-    )
-    conn.read_token()
-    return conn
+def _check_keys(section: Mapping[str, Any], allowed: frozenset[str], where: str) -> None:
+    for key in section:
+        if key in REFUSED:
+            raise _Invalid(f"{where}.{key}", REFUSED[key])
+        if key not in allowed:
+            raise _Invalid(f"{where}.{key}", "unknown field")
 
 
-async def load_configuration(kubeconfig: str | None = None) -> Connection:
-    """The :class:`Connection` for ``kubeconfig`` (a path; None or empty: the ``KUBECONFIG``
-    variable, else in-cluster). Raises :class:`ConfigError`."""
-    path = kubeconfig or os.environ.get("KUBECONFIG", "")
-    if path:
-        try:
-            conn = None if os.pathsep in path else _read_kubeconfig(path)
-            if conn is None:
-                conn = await _through_kubernetes_asyncio(path)
-        except (ValueError, TypeError, AttributeError, OSError, yaml.YAMLError) as err:
-            raise ConfigError(str(err), source=f"kubeconfig {path}") from err
-        except Exception as err:  # kubernetes-asyncio's loader raises ConfigException...
-            raise ConfigError(str(err), source=f"kubeconfig {path}") from err
-        logger.info("Kubernetes API at %s (kubeconfig %s)", conn.host, path)
-        return conn
+def parse_kubeconfig(path: str) -> ClusterConfig:
+    """The :class:`ClusterConfig` of ``path``'s current context (``path``: one file, or several
+    joined with ``:``). Raises :class:`ConfigError` naming the file and the field."""
+    source = f"kubeconfig {path}"
     try:
-        conn = _in_cluster()
-    except (ValueError, OSError) as err:
+        merged = _Merged()
+        for doc, folder in _read_docs(path):
+            merged.add(doc, folder)
+        return _resolve(merged, source)
+    except _Invalid as err:
+        raise ConfigError(err.message, source=source, field=err.field) from err
+
+
+def _resolve(merged: _Merged, source: str) -> ClusterConfig:
+    name = merged.current_context
+    if not name:
+        raise _Invalid("current-context", "not set")
+    context = merged.contexts.get(name)
+    if context is None:
+        raise _Invalid("current-context", f"no context named {name!r}")
+    where = f"contexts[{name}].context"
+    cluster_name = _string(context, "cluster", where)
+    if cluster_name not in merged.clusters:
+        raise _Invalid(f"{where}.cluster", f"no cluster named {cluster_name!r}")
+    cluster, cfolder = merged.clusters[cluster_name]
+    cwhere = f"clusters[{cluster_name}].cluster"
+    _check_keys(cluster, CLUSTER_KEYS, cwhere)
+    user_name = _string(context, "user", where)
+    user: Mapping[str, Any] = {}
+    ufolder = cfolder
+    uwhere = f"users[{user_name}].user"
+    if user_name:
+        if user_name not in merged.users:
+            raise _Invalid(f"{where}.user", f"no user named {user_name!r}")
+        user, ufolder = merged.users[user_name]
+        _check_keys(user, USER_KEYS, uwhere)
+    server = _string(cluster, "server", cwhere).rstrip("/")
+    parts = urlsplit(server)
+    if parts.scheme not in ("https", "http") or not parts.hostname:
+        raise _Invalid(f"{cwhere}.server", f"{server!r} is not an http(s)://host[:port] URL")
+    skip = cluster.get("insecure-skip-tls-verify", False)
+    if not isinstance(skip, bool):
+        raise _Invalid(f"{cwhere}.insecure-skip-tls-verify", "must be true or false")
+    ca_data = _data(cluster, "certificate-authority-data", cwhere)
+    cfg = ClusterConfig(
+        server=server,
+        source=source,
+        ca_file=_file(cluster, "certificate-authority", cwhere, cfolder),
+        ca_data=ca_data.decode("ascii", "replace"),
+        insecure_skip_tls_verify=skip,
+        tls_server_name=_string(cluster, "tls-server-name", cwhere),
+        token=_string(user, "token", uwhere),
+        token_file=_file(user, "tokenFile", uwhere, ufolder),
+        client_cert_file=_file(user, "client-certificate", uwhere, ufolder),
+        client_cert_data=_data(user, "client-certificate-data", uwhere),
+        client_key_file=_file(user, "client-key", uwhere, ufolder),
+        client_key_data=_data(user, "client-key-data", uwhere),
+        exec_plugin=_exec_plugin(user, uwhere, ufolder),
+    )
+    has_cert = bool(cfg.client_cert_file or cfg.client_cert_data)
+    has_key = bool(cfg.client_key_file or cfg.client_key_data)
+    if has_cert != has_key:
+        missing = "client-key" if has_cert else "client-certificate"
+        raise _Invalid(f"{uwhere}.{missing}", "a client certificate needs both it and its key")
+    return cfg
+
+
+def in_cluster_config(
+    environ: Mapping[str, str], sa_dir: str = SERVICE_ACCOUNT_DIR
+) -> ClusterConfig:
+    """The pod's service account, as client-go's ``rest.InClusterConfig``: the API server at
+    ``$KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT``, the token file (re-read when it
+    changes) and ``ca.crt`` of ``sa_dir``. Raises :class:`ConfigError` when not in a pod."""
+    host = environ.get("KUBERNETES_SERVICE_HOST", "")
+    port = environ.get("KUBERNETES_SERVICE_PORT", "")
+    if not host or not port:
+        raise ConfigError(
+            "KUBERNETES_SERVICE_HOST and KUBERNETES_SERVICE_PORT must be set",
+            source="in-cluster service account",
+        )
+    token = os.path.join(sa_dir, "token")
+    if not os.path.isfile(token):
+        raise ConfigError("no such file", source="in-cluster service account", field=token)
+    if ":" in host and not host.startswith("["):
+        host = f"[{host}]"  # an IPv6 address
+    ca = os.path.join(sa_dir, "ca.crt")
+    return ClusterConfig(
+        server=f"https://{host}:{port}",
+        source="in-cluster service account",
+        ca_file=ca if os.path.isfile(ca) else "",
+        token_file=token,
+    )
+
+
+def load_sync(
+    kubeconfig: str | None = None, environ: Mapping[str, str] | None = None
+) -> ClusterConfig:
+    """:func:`load_configuration` without the event loop (file reads block)."""
+    env = os.environ if environ is None else environ
+    path = kubeconfig or env.get("KUBECONFIG", "")
+    if path:
+        cfg = parse_kubeconfig(path)
+        logger.info("Kubernetes API at %s (kubeconfig %s)", cfg.server, path)
+        return cfg
+    try:
+        cfg = in_cluster_config(env)
+    except ConfigError as err:
         raise ConfigError(f"not given, and not in a cluster: {err}", source="--kubeconfig") from err
-    logger.info("Kubernetes API at %s (in-cluster service account)", conn.host)
-    return conn
+    logger.info("Kubernetes API at %s (in-cluster service account)", cfg.server)
+    return cfg
+
+
+async def load_configuration(kubeconfig: str | None = None) -> ClusterConfig:
+    """The :class:`ClusterConfig` for ``kubeconfig`` (a path; None or empty: the ``KUBECONFIG``
+    variable, else in-cluster). Raises :class:`ConfigError`."""
+    return await asyncio.to_thread(load_sync, kubeconfig)

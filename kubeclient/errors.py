@@ -12,8 +12,9 @@
         ├── TooManyRequests         429: throttled (``retry_after`` seconds from Retry-After)
         └── Transient               5xx, a dropped connection or a timeout: retry with backoff
 
-Everything the layer raises is one of these; kubernetes-asyncio's and aiohttp's own exceptions
-are translated at the boundary (``raise ... from err``) so callers never import them.
+Everything the layer raises is one of these; the transport's own exceptions (``OSError``,
+``TimeoutError``, :class:`~kubeclient.transport.TransportError`) are translated at the boundary
+(``raise ... from err``) so callers never import them.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ or in ``default`` for a cluster-scoped object (a Node, a NodeSLO), as the record
 
 :class:`PodEventSink` is the node agent's Warning Event writer for pods: it logs the warning,
 then creates the Event in an owned task, so recording never blocks its caller and never raises
-into it. The module imports no kubernetes-asyncio (standalone binaries import it for free).
+into it. The module imports no transport (standalone binaries import it for free).
 """
 
 from __future__ import annotations

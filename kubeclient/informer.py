@@ -6,7 +6,8 @@ The loop, as client-go's reflector runs it:
    removed compared with the store before; the informer is *synced* from the first list on.
    The first list asks for ``resourceVersion=0`` (any version the API server has at hand: its
    watch cache answers at once, in one piece, without reading etcd), as client-go's reflector
-   does (``relistResourceVersion``); a relist after a 410 asks for the latest;
+   does (``relistResourceVersion``), unless ``cache_first_list`` is off; a relist after a 410
+   asks for the latest;
 2. **watch** from the list's ``resourceVersion`` with ``allowWatchBookmarks``; every event moves
    the resourceVersion on (bookmarks only that); when the server ends the stream (its
    ``timeoutSeconds``) the watch resumes from the last resourceVersion, without a list;
@@ -19,9 +20,16 @@ The loop, as client-go's reflector runs it:
    list means the server does not serve the resource (a CRD not installed): ``absent`` until a
    list succeeds, the list retried on the same backoff. ``last_error`` says what failed last.
 
-A ``transform`` (client-go's ``SetTransform``) changes each object as it arrives, before the
-store and the callbacks see it: :func:`strip_managed_fields` drops ``metadata.managedFields``,
-which no reader here needs and which is a third of a Node and two thirds of a NodeMetric.
+A ``transform`` (client-go's ``SetTransform``) turns each listed or watched object into what the
+store keeps and the callbacks receive: a view of the fields its readers use, so that an agent on
+every node does not keep every pod's whole JSON (``managedFields``, volumes, probes...). It must
+keep ``metadata.name``, ``namespace`` and ``resourceVersion``; :func:`strip_managed_fields` is
+the minimal one. A list asks for ``page_size`` objects a page and transforms each page as it
+arrives, so that at most one page of whole objects is held at a time. ``keep`` narrows further
+what the store holds once the callbacks have seen an object (its key and resourceVersion at
+least): a reader that keeps its own model of each object (the koordlet's pod inventory) needs
+no second copy in the store; ``get`` and ``list`` then return the kept views, and an update's or
+a delete's callback receives the kept view as the old object.
 
 The store keeps serving its last content while the API server is away; ``wait_synced(timeout)``
 lets a start-up wait a bounded time for the first list, ``wait_settled(timeout)`` for the first
@@ -56,6 +64,19 @@ def object_key(obj: Obj) -> str:
     return f"{ns}/{name}" if ns else name
 
 
+Transform = Callable[[Obj], Obj]
+"""What an informer keeps of each object (see the module docstring)."""
+
+
+def strip_managed_fields(obj: Obj) -> Obj:
+    """``obj`` without ``metadata.managedFields`` (server-side apply's bookkeeping, often the
+    largest part of an object and read by no binary here)."""
+    meta = obj.get("metadata")
+    if isinstance(meta, dict) and "managedFields" in meta:
+        del meta["managedFields"]
+    return obj
+
+
 def name_of(obj: Obj) -> str:
     """``metadata.name`` (``""`` when absent)."""
     return str((obj.get("metadata") or {}).get("name") or "")
@@ -66,14 +87,6 @@ def namespaced_name(obj: Obj) -> str:
     names none (as the API server defaults it)."""
     meta = obj.get("metadata") or {}
     return f"{meta.get('namespace') or 'default'}/{meta.get('name') or ''}"
-
-
-def strip_managed_fields(obj: Obj) -> Obj:
-    """``obj`` without ``metadata.managedFields`` (in place)."""
-    meta = obj.get("metadata")
-    if meta:
-        meta.pop("managedFields", None)
-    return obj
 
 
 def resource_version_of(obj: Obj) -> str:
@@ -131,11 +144,20 @@ class Informer:
         watch_timeout_seconds: int = 300,
         backoff: Backoff | None = None,
         sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep,
-        transform: Callable[[Obj], Obj] | None = None,
+        transform: Transform | None = None,
+        keep: Transform | None = None,
+        page_size: int = 500,
+        cache_first_list: bool = True,
     ) -> None:
         self._client = client
-        self.transform = transform
-        """Applied to every object as it arrives (see the module docstring)."""
+        self._transform = transform
+        self._keep = keep
+        self.page_size = page_size
+        """Objects a list asks for at once (``limit``; client-go's reflector asks 500)."""
+        self.cache_first_list = cache_first_list
+        """The first list asks for ``resourceVersion=0`` (the API server's watch cache answers
+        at once, in one piece), as client-go's reflector does; False: pages of
+        :attr:`page_size` from etcd (only a page of whole objects in memory at a time)."""
         self.resource = resource
         self.namespace = namespace
         self.field_selector = field_selector
@@ -249,15 +271,17 @@ class Informer:
             self.namespace,
             field_selector=self.field_selector,
             label_selector=self.label_selector,
-            resource_version="" if self.relisting or self.stats.lists else "0",
+            limit=self.page_size,
+            transform=self._transform,
+            resource_version="0" if self.cache_first_list and not self.stats.lists else "",
         )
+        listed_rv = listed.resource_version
         old = self._store
-        items = listed.items
-        if self.transform is not None:
-            items = [self.transform(o) for o in items]
-        new = {object_key(o): o for o in items}
-        self._store = new
-        self._rv = listed.resource_version
+        new = {object_key(o): o for o in listed.items}
+        del listed
+        keep = self._keep
+        self._store = new if keep is None else {k: keep(o) for k, o in new.items()}
+        self._rv = listed_rv
         self.stats.lists += 1
         self.connected = True
         self._backoff.reset()
@@ -309,15 +333,15 @@ class Informer:
             self._rv = rv
         if event.type == "BOOKMARK":
             return
-        if self.transform is not None:
-            obj = self.transform(obj)
+        if self._transform is not None:
+            obj = self._transform(obj)
         key = object_key(obj)
         if event.type == "DELETED":
             gone = self._store.pop(key, None)
             self._fire_delete(gone or obj)
         elif event.type in ("ADDED", "MODIFIED"):
             before = self._store.get(key)
-            self._store[key] = obj
+            self._store[key] = obj if self._keep is None else self._keep(obj)
             if before is None:
                 self._fire_add(obj)
             else:

@@ -20,14 +20,15 @@ import os
 import signal
 import sys
 from collections.abc import Sequence
-from typing import NoReturn
-
-from prometheus_client import CollectorRegistry, start_http_server
+from typing import TYPE_CHECKING, NoReturn
 
 from apis.duration import parse_duration
 from runtimeproxy import __version__
 from runtimeproxy.errors import ConfigError, ProxyError
 from runtimeproxy.server import ProxyConfig, RuntimeProxy
+
+if TYPE_CHECKING:
+    from prometheus_client import CollectorRegistry
 
 logger = logging.getLogger("runtimeproxy")
 
@@ -148,7 +149,7 @@ def load_config(argv: Sequence[str]) -> tuple[ProxyConfig, argparse.Namespace]:
     return cfg, args
 
 
-async def serve(cfg: ProxyConfig, registry: CollectorRegistry, stop: asyncio.Event) -> None:
+async def serve(cfg: ProxyConfig, registry: CollectorRegistry | None, stop: asyncio.Event) -> None:
     """Run the proxy until ``stop`` is set."""
     proxy = RuntimeProxy(cfg, registry)
     await proxy.start()
@@ -168,8 +169,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(
         level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
-    registry = CollectorRegistry()
-    if args.metrics_addr:
+    registry = None
+    if args.metrics_addr:  # prometheus-client (4 MiB with what it imports) only when serving
+        from prometheus_client import CollectorRegistry, start_http_server
+
+        registry = CollectorRegistry()
         host, _, port = args.metrics_addr.rpartition(":")
         start_http_server(int(port), addr=host or "127.0.0.1", registry=registry)
 

@@ -53,9 +53,6 @@ import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
-from prometheus_client import CollectorRegistry, Counter
-from prometheus_client.registry import Collector
-
 from apis.slo_inforce import NodeSLOInForce
 from koordlet import __version__
 from koordlet.collectors.framework import CollectorSpec, OnDemand
@@ -91,6 +88,7 @@ from koordlet.executor.originals import OriginalsJournal
 from koordlet.executor.statefiles import StateFiles
 from koordlet.executor.writer import CgroupWriter
 from koordlet.metriccache.store import MetricCache
+from koordlet.prom import Collector, CollectorRegistry, Counter
 from koordlet.qos.evictor import Evictor
 from koordlet.qos.framework import QoSBook, StrategyContext, StrategySpec
 from koordlet.qos.manager import QoSManager
@@ -111,7 +109,7 @@ from koordlet.system.probe import Capabilities, probe_capabilities
 from koordlet.system.psi import has_cap_sys_resource
 from kubeclient.signals import StopSignals
 
-if TYPE_CHECKING:  # cluster mode only: imported when used (kubernetes_asyncio costs ~60 MiB)
+if TYPE_CHECKING:  # cluster mode only: imported when used
     from koordlet.reporter.evictioncondition import EvictionCondition
     from koordlet.reporter.nodemetric import NodeMetricReporter
     from koordlet.reporter.topology import KubeletTopology

@@ -1,8 +1,8 @@
 """The daemon's cluster mode (without ``--standalone``): the API server connection and the
 informers, the kubelet's ``/pods``, the reporters (NodeMetric, NodeResourceTopology, Device) and
 the BE eviction Node condition. Each function wires one part into the daemon
-(:class:`koordlet.daemon.Daemon`) at its stage; what they import (kubernetes_asyncio above all) is
-imported when called, so a standalone daemon never loads it.
+(:class:`koordlet.daemon.Daemon`) at its stage; what they import (the Kubernetes client layer,
+the reporters) is imported when called, so a standalone daemon never loads it.
 """
 
 from __future__ import annotations

@@ -13,8 +13,7 @@ import os
 import resource
 from collections.abc import Callable, Iterator, Mapping
 
-from prometheus_client.core import GaugeMetricFamily, Metric
-
+from koordlet.prom import GaugeMetricFamily, Metric
 from koordlet.system.cgroups import CgroupDriver, kube_root_for
 from koordlet.system.host import Host
 from koordlet.system.paths import HostPaths

@@ -22,10 +22,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
-
 from koordlet.executor.audit import AuditLog
 from koordlet.executor.originals import OriginalsJournal
+from koordlet.prom import CounterMetricFamily, GaugeMetricFamily, Metric
 
 ORIGINALS = "originals"
 """The ``file`` label of the originals journal."""

@@ -43,8 +43,6 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
 
-from prometheus_client.core import GaugeMetricFamily, Metric
-
 from apis.extension import ANNOTATION_POD_CPU_BURST as POD_BURST_ANNOTATION
 from apis.slo import SchemaError
 from apis.slo_strategies import CPUBurstStrategy, parse_cpu_burst_strategy
@@ -56,6 +54,7 @@ from koordlet.errors import (
     WritesRefusedError,
 )
 from koordlet.metriccache import series
+from koordlet.prom import GaugeMetricFamily, Metric
 from koordlet.qos.cpuburstrules import (
     BurstLimiter,
     NodeState,

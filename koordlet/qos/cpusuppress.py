@@ -66,8 +66,6 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from prometheus_client.core import GaugeMetricFamily, Metric
-
 from apis.cpulist import format_cpulist
 from apis.extension import KubeQOS
 from apis.slo_strategies import CPUSuppressPolicy, ResourceThresholdStrategy
@@ -81,6 +79,7 @@ from koordlet.errors import (
 from koordlet.executor.batch import BatchResult, BatchWrite
 from koordlet.executor.writer import WriteResult
 from koordlet.metriccache import series
+from koordlet.prom import GaugeMetricFamily, Metric
 from koordlet.qos.cpupicker import (
     BE_MIN_CPUSET_CPUS,
     Processor,

@@ -60,9 +60,7 @@ from koordlet.errors import InvalidValueError, KoordletError
 from koordlet.executor.kill import DEFAULT_DEADLINE, KillResult, kill_cgroup
 
 if TYPE_CHECKING:
-    from prometheus_client import CollectorRegistry
-    from prometheus_client.metrics_core import Metric
-
+    from koordlet.prom import CollectorRegistry, Metric
     from koordlet.statesinformer.model import HostAppInfo, PodInfo
     from koordlet.system.host import Host
 
@@ -267,7 +265,7 @@ class EvictionMetrics:
         evictable: its QoS and no opt-in). ``koordlet_pod_eviction_failures_total``."""
 
     def collect(self) -> Iterator[Metric]:
-        from prometheus_client.metrics_core import CounterMetricFamily, UnknownMetricFamily
+        from koordlet.prom import CounterMetricFamily, UnknownMetricFamily
 
         failures = CounterMetricFamily(
             "koordlet_pod_eviction_failures",

@@ -22,14 +22,12 @@ import time
 from collections.abc import Callable, Collection, Iterator
 from typing import TYPE_CHECKING, Any, Protocol
 
-from prometheus_client.core import CounterMetricFamily
-
 from apis.pod_overrides import INVALID_ANNOTATION_REASON
+from koordlet.prom import CounterMetricFamily
 from kubeclient.events import PodEventSink
 
 if TYPE_CHECKING:
-    from prometheus_client.metrics_core import Metric
-
+    from koordlet.prom import Metric
     from koordlet.statesinformer.model import PodInfo
     from kubeclient.client import KubeClient
 

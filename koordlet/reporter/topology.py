@@ -58,8 +58,6 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
-import yaml
-
 from apis.cpulist import format_cpulist, parse_cpulist
 from apis.extension import ANNOTATION_CPU_SHARED_POOLS as ANNOTATION_CPU_SHARED_POOLS
 from apis.extension import ANNOTATION_CPU_TOPOLOGY as ANNOTATION_CPU_TOPOLOGY
@@ -143,6 +141,8 @@ class KubeletTopology:
         doc: Mapping[str, Any] = {}
         cpu_policy: str | None = None
         if config_path:
+            import yaml  # here: read only when there is a kubelet config file
+
             try:
                 with open(config_path, encoding="utf-8") as f:
                     loaded = yaml.safe_load(f)

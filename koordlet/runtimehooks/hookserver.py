@@ -11,18 +11,26 @@ numbers; see apis/runtime/v1alpha1/api.proto) and are logged.
 At start the server also writes ``koordlet.json`` (endpoint, ``failure-policy: Ignore``, the
 stages it serves) into the proxy's hook-server folder when that folder exists, as upstream's
 ``Register`` does; the proxy reads it to find this socket.
+
+gRPC is grpclib's (pure Python over h2), as koord-runtime-proxy's: grpcio's core would add
+16.6 MiB to the koordlet's resident memory on every node that runs the proxy (issue 26).
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import logging
 import os
+import weakref
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
-import grpc
+from google.protobuf.message import Message
+from grpclib.const import Cardinality, Handler
+from grpclib.protocol import H2Protocol
+from grpclib.server import Server, Stream
 
 from apis.runtime.v1alpha1 import api_pb2 as hookapi
 from koordlet.runtimehooks.framework import HookDispatcher
@@ -167,36 +175,76 @@ def container_response(
 # The server -------------------------------------------------------------------------------------
 
 
+class _Server(Server):
+    """grpclib's server, closing the connections it accepted at stop (it closes its listener and
+    cancels the calls, but leaves a client's connection open until the client closes it; a
+    private hook of grpclib 0.4, pinned in requirements/lock.txt)."""
+
+    def __init__(self, handler: HookServer) -> None:
+        super().__init__([handler])
+        self._protocols: weakref.WeakSet[H2Protocol] = weakref.WeakSet()
+
+    def _protocol_factory(self) -> H2Protocol:
+        protocol = super()._protocol_factory()
+        self._protocols.add(protocol)
+        return protocol
+
+    def close_connections(self) -> None:
+        for protocol in list(self._protocols):
+            if hasattr(protocol, "processor"):  # connected
+                protocol.processor.close("koordlet hook server stopping")
+
+
 class HookServer:
     """The gRPC server on ``path``; :meth:`start` and :meth:`stop` on the event loop."""
 
     def __init__(self, dispatcher: HookDispatcher, path: str) -> None:
         self.dispatcher = dispatcher
         self.path = path
-        self._server: grpc.aio.Server | None = None
+        self._server: _Server | None = None
+        self._in_flight = 0
+        self._idle = asyncio.Event()
+        self._idle.set()
 
-    def _handlers(self) -> grpc.GenericRpcHandler:
-        methods: dict[str, grpc.RpcMethodHandler[Any, Any]] = {}
+    def __mapping__(self) -> dict[str, Handler]:
+        """grpclib's method table: path -> handler."""
+        methods: dict[str, Handler] = {}
         for name, point in _POD_METHODS.items():
-            methods[name] = grpc.unary_unary_rpc_method_handler(
-                self._pod_handler(point),
-                request_deserializer=hookapi.PodSandboxHookRequest.FromString,
-                response_serializer=hookapi.PodSandboxHookResponse.SerializeToString,
+            methods[f"/{SERVICE}/{name}"] = Handler(
+                self._unary(self._pod_handler(point)),
+                Cardinality.UNARY_UNARY,
+                hookapi.PodSandboxHookRequest,
+                hookapi.PodSandboxHookResponse,
             )
         for name, point in _CONTAINER_METHODS.items():
-            methods[name] = grpc.unary_unary_rpc_method_handler(
-                self._container_handler(point),
-                request_deserializer=hookapi.ContainerResourceHookRequest.FromString,
-                response_serializer=hookapi.ContainerResourceHookResponse.SerializeToString,
+            methods[f"/{SERVICE}/{name}"] = Handler(
+                self._unary(self._container_handler(point)),
+                Cardinality.UNARY_UNARY,
+                hookapi.ContainerResourceHookRequest,
+                hookapi.ContainerResourceHookResponse,
             )
-        return grpc.method_handlers_generic_handler(SERVICE, methods)
+        return methods
+
+    def _unary(
+        self, handle: Callable[[Any], Awaitable[Message]]
+    ) -> Callable[[Stream[Any, Any]], Awaitable[None]]:
+        async def serve(call: Stream[Any, Any]) -> None:
+            self._in_flight += 1
+            self._idle.clear()
+            try:
+                request = await call.recv_message()
+                await call.send_message(await handle(request))
+            finally:
+                self._in_flight -= 1
+                if not self._in_flight:
+                    self._idle.set()
+
+        return serve
 
     def _pod_handler(
         self, point: HookPoint
-    ) -> Callable[[hookapi.PodSandboxHookRequest, Any], Awaitable[hookapi.PodSandboxHookResponse]]:
-        async def handle(
-            pb: hookapi.PodSandboxHookRequest, _context: Any
-        ) -> hookapi.PodSandboxHookResponse:
+    ) -> Callable[[hookapi.PodSandboxHookRequest], Awaitable[hookapi.PodSandboxHookResponse]]:
+        async def handle(pb: hookapi.PodSandboxHookRequest) -> hookapi.PodSandboxHookResponse:
             outcome = await self.dispatcher.pod(pod_request(point, pb), mode=MODE)
             return pod_response(pb, outcome.change)
 
@@ -205,11 +253,10 @@ class HookServer:
     def _container_handler(
         self, point: HookPoint
     ) -> Callable[
-        [hookapi.ContainerResourceHookRequest, Any],
-        Awaitable[hookapi.ContainerResourceHookResponse],
+        [hookapi.ContainerResourceHookRequest], Awaitable[hookapi.ContainerResourceHookResponse]
     ]:
         async def handle(
-            pb: hookapi.ContainerResourceHookRequest, _context: Any
+            pb: hookapi.ContainerResourceHookRequest,
         ) -> hookapi.ContainerResourceHookResponse:
             outcome = await self.dispatcher.container(container_request(point, pb), mode=MODE)
             return container_response(pb, outcome.change)
@@ -220,11 +267,8 @@ class HookServer:
         """Listen on the socket (a stale one from an earlier run is replaced)."""
         with contextlib.suppress(FileNotFoundError):
             os.unlink(self.path)
-        server = grpc.aio.server()
-        server.add_generic_rpc_handlers((self._handlers(),))
-        if server.add_insecure_port(f"unix://{self.path}") == 0:
-            raise OSError(f"cannot listen on {self.path}")
-        await server.start()
+        server = _Server(self)
+        await server.start(path=self.path)
         self._server = server
         logger.info(
             "runtime hook server on %s: %s",
@@ -233,10 +277,14 @@ class HookServer:
         )
 
     async def stop(self, grace: float = 1.0) -> None:
-        """Stop listening; requests in flight get ``grace`` seconds."""
+        """Stop listening; requests in flight get ``grace`` seconds, then are cancelled."""
         server, self._server = self._server, None
         if server is not None:
-            await server.stop(grace)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._idle.wait(), grace)
+            server.close()
+            server.close_connections()
+            await server.wait_closed()
         with contextlib.suppress(FileNotFoundError):
             os.unlink(self.path)
 

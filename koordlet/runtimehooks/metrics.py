@@ -13,7 +13,8 @@
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from koordlet.prom import CollectorRegistry, Counter, Histogram
+from koordlet.prom.instruments import HistogramChild
 
 STATUS_SUCCEEDED = "succeeded"
 """Upstream's ``StatusSucceed`` label value."""
@@ -54,7 +55,7 @@ class HookMetrics:
             registry=registry,
         )
 
-        self._invoked: dict[tuple[str, str, bool], Histogram] = {}
+        self._invoked: dict[tuple[str, str, bool], HistogramChild] = {}
         """The histogram's child per (hook, stage, failed): ``labels()`` costs several times an
         ``observe``."""
 

@@ -32,12 +32,11 @@ from koordlet.runtimehooks.reconciler import HookReconciler, remove_disabled_fil
 from koordlet.runtimehooks.table import HOOKS, HookContext
 
 if TYPE_CHECKING:
-    from prometheus_client import CollectorRegistry
-
     from koordlet.config import KoordletConfig
     from koordlet.executor.audit import AuditLog
     from koordlet.executor.originals import Original
     from koordlet.executor.writer import CgroupWriter
+    from koordlet.prom import CollectorRegistry
     from koordlet.runtimehooks.hookserver import HookServer
     from koordlet.statesinformer.model import WorkloadSnapshot
     from koordlet.supervisor import Supervisor

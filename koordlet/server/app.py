@@ -40,9 +40,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from prometheus_client.metrics_core import Metric
-from prometheus_client.registry import Collector
-
+from koordlet.prom import Collector, Metric
 from koordlet.server.connection import HttpServer
 from koordlet.server.debug import DebugHandlers, is_loopback_peer, json_response
 from koordlet.server.exporter import EXPORTED_SERIES, KoordletExporter, SampleReader

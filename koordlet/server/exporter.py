@@ -22,10 +22,9 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Protocol
 
-from prometheus_client.core import GaugeMetricFamily, Metric
-
 from koordlet.metriccache import series as s
 from koordlet.metriccache.series import SeriesKey
+from koordlet.prom import GaugeMetricFamily, Metric
 from koordlet.statesinformer.model import PodInfo, WorkloadSnapshot
 
 _NUMA_PREFIX = s.numa_entity(0).removesuffix("0")

@@ -27,8 +27,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from prometheus_client.registry import Collector
-
+from koordlet.prom import Collector
 from koordlet.server.exporter import FAMILIES
 from koordlet.server.render import FamilyRenderer
 from koordlet.server.textformat import Format, encode_registry, end_of_body

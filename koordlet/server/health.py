@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
-from prometheus_client.core import GaugeMetricFamily, Metric
+from koordlet.prom import GaugeMetricFamily, Metric
 
 BEHIND_INTERVALS = 3.0
 """A loop without a completed round for this many intervals is behind."""

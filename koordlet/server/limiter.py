@@ -35,8 +35,7 @@ import time
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass
 
-from prometheus_client.core import CounterMetricFamily
-from prometheus_client.metrics_core import Metric
+from koordlet.prom import CounterMetricFamily, Metric
 
 REASONS = ("busy", "budget")
 """Why a request is refused: too many in flight, or no CPU budget within ``max_wait``."""

@@ -14,7 +14,8 @@ neither, or none at all, gets the text format, as Prometheus' own clients answer
 
 Sample lines are written as prometheus-client writes them (labels sorted by name, values with
 ``floatToGoString``), so a body is byte for byte what its encoders produce for the same
-families, minus the ``_created`` gauges in the text format.
+families, minus the ``_created`` gauges in the text format; the registry's families are written
+by :mod:`koordlet.prom.encode`.
 """
 
 from __future__ import annotations
@@ -23,13 +24,11 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from enum import Enum
 
-from prometheus_client.exposition import generate_latest
-from prometheus_client.metrics_core import Metric
-from prometheus_client.openmetrics.exposition import generate_latest as generate_openmetrics
-from prometheus_client.registry import Collector
-from prometheus_client.utils import floatToGoString
+from koordlet.prom import Collector
+from koordlet.prom.encode import encode_openmetrics, encode_text
+from koordlet.prom.textvalue import go_float
 
-_go_string: Callable[[float], str] = floatToGoString
+_go_string: Callable[[float], str] = go_float
 
 
 def format_value(value: float) -> str:
@@ -150,23 +149,6 @@ def label_order(names: Sequence[str]) -> tuple[int, ...]:
     return tuple(sorted(range(len(names)), key=names.__getitem__))
 
 
-class _WithoutCreated:
-    """A registry seen without its ``_created`` samples (the text format has none)."""
-
-    def __init__(self, registry: Collector) -> None:
-        self._registry = registry
-
-    def collect(self) -> Iterator[Metric]:
-        for metric in self._registry.collect():
-            created = metric.name + "_created"
-            if any(s.name == created for s in metric.samples):
-                kept = Metric(metric.name, metric.documentation, metric.type, metric.unit)
-                kept.samples = [s for s in metric.samples if s.name != created]
-                yield kept
-            else:
-                yield metric
-
-
 _EOF = "# EOF\n"
 
 
@@ -174,9 +156,8 @@ def encode_registry(registry: Collector, fmt: Format) -> str:
     """The registry's families in ``fmt``; the OpenMetrics ``# EOF`` line is left for the
     caller to write after whatever follows."""
     if fmt is Format.TEXT:
-        return generate_latest(_WithoutCreated(registry)).decode()
-    body: bytes = generate_openmetrics(registry)  # type: ignore[no-untyped-call]
-    return body.decode().removesuffix(_EOF)
+        return encode_text(registry.collect())
+    return encode_openmetrics(registry.collect())
 
 
 def end_of_body(fmt: Format) -> str:

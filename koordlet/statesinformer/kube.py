@@ -47,6 +47,7 @@ from apis.extension import (
     KubeQOS,
     QoSClass,
 )
+from apis.kubernetes_keys import ANNOTATION_LAST_APPLIED
 from apis.manager_keys import EXTENDED_RESOURCES
 from apis.priority import pod_priority_class_with_default
 from apis.quantity import int_value, milli_value
@@ -61,7 +62,7 @@ from koordlet.system.cgroups import CgroupLayout
 from kubeclient.client import KubeClient, Obj
 from kubeclient.errors import ApiError
 from kubeclient.events import core_event
-from kubeclient.informer import Informer
+from kubeclient.informer import Informer, strip_managed_fields
 from kubeclient.resources import EVENTS, NODE_METRICS, NODE_SLOS, NODES, PODS
 
 logger = logging.getLogger(__name__)
@@ -285,6 +286,78 @@ def pod_info(pod: Obj, layout: CgroupLayout) -> PodInfo:
     )
 
 
+POD_PAGE = 50
+"""Pods a list asks for at once: the whole objects of one page are held until their views are
+made, so a smaller page keeps the list's peak (and what the allocator keeps of it) small."""
+_POD_META = ("name", "namespace", "uid", "resourceVersion", "labels", "creationTimestamp")
+_POD_STATUS = ("phase", "qosClass")
+_POD_KEY = ("name", "namespace", "uid", "resourceVersion")
+
+
+def pod_view(pod: Obj) -> Obj:
+    """What the pod informer keeps of a pod: the fields :func:`pod_info` and the handlers read
+    (metadata's name, namespace, uid, resourceVersion, labels, annotations but
+    ``kubectl.kubernetes.io/last-applied-configuration``, creationTimestamp; ``spec.priority``;
+    the name, ``restartPolicy`` and ``resources`` of each container and init container;
+    ``status.phase``, ``qosClass`` and each container status' name and ``containerID``).
+
+    A real pod's JSON is mostly what the koordlet never reads (``managedFields``, volumes,
+    probes, environment, conditions): at 200 pods the whole objects held about 8 MiB, the views
+    well under one (docs/benchmarks.md, issue 26). A reader of another field adds it here.
+    """
+    meta = pod.get("metadata") or {}
+    view_meta = {k: meta[k] for k in _POD_META if k in meta}
+    annotations = meta.get("annotations")
+    if annotations:
+        view_meta["annotations"] = (
+            {k: v for k, v in annotations.items() if k != ANNOTATION_LAST_APPLIED}
+            if ANNOTATION_LAST_APPLIED in annotations
+            else annotations
+        )
+    spec = pod.get("spec") or {}
+    view_spec: Obj = {}
+    if "priority" in spec:
+        view_spec["priority"] = spec["priority"]
+    for key in ("containers", "initContainers"):
+        containers = spec.get(key)
+        if containers:
+            view_spec[key] = [_container_view(c) for c in containers]
+    status = pod.get("status") or {}
+    view_status = {k: status[k] for k in _POD_STATUS if k in status}
+    statuses = status.get("containerStatuses")
+    if statuses:
+        view_status["containerStatuses"] = [
+            {k: s[k] for k in ("name", "containerID") if k in s}
+            for s in statuses
+            if isinstance(s, dict)
+        ]
+    return {"metadata": view_meta, "spec": view_spec, "status": view_status}
+
+
+def pod_key(pod: Obj) -> Obj:
+    """What the pod informer's store keeps once the handlers have seen a pod: its name,
+    namespace, UID and resourceVersion. The handlers keep the pod's ``PodInfo``; the store needs
+    the key, the version (a relist's comparison) and the UID (a delete's handler)."""
+    meta = pod.get("metadata") or {}
+    return {"metadata": {k: meta[k] for k in _POD_KEY if k in meta}}
+
+
+def node_view(node: Obj) -> Obj:
+    """What the Node informer keeps: the Node without ``managedFields`` and ``status.images``
+    (every image on the node, often the largest part of a Node; read by nothing here)."""
+    strip_managed_fields(node)
+    status = node.get("status")
+    if isinstance(status, dict):
+        status.pop("images", None)
+    return node
+
+
+def _container_view(container: Any) -> Any:
+    if not isinstance(container, dict):
+        return container  # malformed: left for pod_info to refuse
+    return {k: container[k] for k in ("name", "restartPolicy", "resources") if k in container}
+
+
 def _finished(pod: Obj) -> bool:
     return (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
 
@@ -314,10 +387,22 @@ class KubeStatesSource:
         self._layout = layout
         self.state_dir = state_dir
         by_name = f"metadata.name={node_name}"
-        self.nodes = informer_factory(client, NODES, field_selector=by_name)
-        self.pods = informer_factory(client, PODS, field_selector=f"spec.nodeName={node_name}")
-        self.node_slos = informer_factory(client, NODE_SLOS, field_selector=by_name)
-        self.node_metrics = informer_factory(client, NODE_METRICS, field_selector=by_name)
+        # Each informer keeps a view of its objects (kubeclient.informer: transform).
+        inform = informer_factory
+        strip = strip_managed_fields
+        self.nodes = inform(client, NODES, field_selector=by_name, transform=node_view)
+        by_node = f"spec.nodeName={node_name}"
+        self.pods = inform(
+            client,
+            PODS,
+            field_selector=by_node,
+            transform=pod_view,
+            keep=pod_key,
+            page_size=POD_PAGE,
+            cache_first_list=False,  # pages: one page of whole pods in memory at a time
+        )
+        self.node_slos = inform(client, NODE_SLOS, field_selector=by_name, transform=strip)
+        self.node_metrics = inform(client, NODE_METRICS, field_selector=by_name, transform=strip)
         self._pod_infos: dict[str, PodInfo] = {}
         self._pods_view: Mapping[str, PodInfo] = MappingProxyType({})
         self.node_slo = NodeSLOInForce()

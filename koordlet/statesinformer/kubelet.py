@@ -13,7 +13,8 @@ both sources describe a pod identically (only ``PodInfo.source`` differs: ``kube
 A poll that fails (kubelet down, 401, a timeout, a malformed answer) keeps the last good list: the
 failure is logged once, at warning, until a poll succeeds again (logged at info). The service
 account token is re-read whenever its file changes (projected tokens are rotated hourly by a
-symlink swap); the session, its TLS context and its connection pool are made once.
+symlink swap); the TLS context is made once, the connection pool (:mod:`kubeclient.transport`)
+once per kubelet address.
 
 Errors (what :meth:`KubeletPodsSource.fetch` raises; :meth:`~KubeletPodsSource.poll` logs them)::
 
@@ -31,6 +32,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import http
 import json
 import logging
 import os
@@ -40,14 +42,13 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
-import aiohttp
-
 from apis.errors import FieldError
 from apis.kubernetes_keys import SERVICE_ACCOUNT_TOKEN_PATH as SERVICE_ACCOUNT_TOKEN
 from apis.quantity import parse_quantity
 from koordlet.statesinformer.kube import pod_info
 from koordlet.statesinformer.model import PodInfo
 from koordlet.system.cgroups import CgroupLayout
+from kubeclient.transport import Transport, TransportError
 
 logger = logging.getLogger(__name__)
 
@@ -311,7 +312,8 @@ class KubeletPodsSource:
         self._layout = layout
         self._node = node
         self._token = _Token(config.token_file) if config.token_file else None
-        self._session: aiohttp.ClientSession | None = None
+        self._transport: Transport | None = None
+        self._tls: ssl.SSLContext | None = None
         self._closed = False
         self._pods: Mapping[str, PodInfo] = MappingProxyType({})
         self._synced = asyncio.Event()
@@ -347,6 +349,14 @@ class KubeletPodsSource:
     def url(self) -> str:
         """The ``/pods`` URL now (the address may come from the Node). Raises
         :class:`KubeletUnavailable` while no address is known."""
+        host, port = self.endpoint()
+        if ":" in host:
+            host = f"[{host}]"  # IPv6
+        return f"{self.config.scheme}://{host}:{port}/pods"
+
+    def endpoint(self) -> tuple[str, int]:
+        """The kubelet's host (an IPv6 address without brackets) and port now. Raises
+        :class:`KubeletUnavailable` while no address is known."""
         cfg = self.config
         node = self._node() if not cfg.address or (not cfg.insecure_tls and not cfg.port) else None
         host = cfg.address or node_address(node, cfg.preferred_address_type)
@@ -355,9 +365,7 @@ class KubeletPodsSource:
                 f"no {cfg.preferred_address_type} address for node {self.node_name!r} yet"
             )
         port = cfg.read_only_port if cfg.insecure_tls else cfg.port or node_kubelet_port(node)
-        if ":" in host and not host.startswith("["):
-            host = f"[{host}]"  # IPv6
-        return f"{cfg.scheme}://{host}:{port}/pods"
+        return host.strip("[]"), port
 
     # Running ------------------------------------------------------------------------------------
     async def poll(self) -> None:
@@ -390,7 +398,7 @@ class KubeletPodsSource:
     async def fetch(self) -> dict[str, PodInfo]:
         """Ask the kubelet once: this node's running pods by UID. Raises :class:`KubeletError`."""
         url = self.url()
-        session = await self._ensure_session()
+        transport = await self._transport_for(*self.endpoint())
         headers = {"Accept": "application/json"}
         token = ""
         if self._token is not None and not self.config.insecure_tls:
@@ -401,20 +409,21 @@ class KubeletPodsSource:
             if token:
                 headers["Authorization"] = f"Bearer {token}"
         try:
-            async with session.get(url, headers=headers) as resp:
-                if resp.status != 200:
-                    hint = ""
-                    if resp.status in (401, 403) and not self.config.insecure_tls:
-                        hint = (
-                            " (the token needs get on nodes/proxy)"
-                            if token
-                            else f" (no token: {self.config.token_file or 'none configured'})"
-                        )
-                    raise KubeletUnavailable(f"GET {url}: HTTP {resp.status} {resp.reason}{hint}")
-                body = await resp.read()
-        except (aiohttp.ClientError, TimeoutError) as err:
+            resp = await transport.request(
+                "GET", "/pods", headers=headers, timeout=self.config.sync_timeout
+            )
+        except (TransportError, OSError, TimeoutError) as err:
             raise KubeletUnavailable(f"GET {url}: {type(err).__name__}: {err}") from err
-        return await asyncio.to_thread(self._decode, body)
+        if resp.status != 200:
+            hint = ""
+            if resp.status in (401, 403) and not self.config.insecure_tls:
+                hint = (
+                    " (the token needs get on nodes/proxy)"
+                    if token
+                    else f" (no token: {self.config.token_file or 'none configured'})"
+                )
+            raise KubeletUnavailable(f"GET {url}: HTTP {resp.status} {_reason(resp.status)}{hint}")
+        return await asyncio.to_thread(self._decode, resp.body)
 
     def _decode(self, body: bytes) -> dict[str, PodInfo]:
         items = parse_pod_list(body)
@@ -424,19 +433,21 @@ class KubeletPodsSource:
             raise KubeletUnavailable("empty PodList (a kubelet restarting?)")
         return map_pods(items, self._layout(), self.node_name, self.name)
 
-    async def _ensure_session(self) -> aiohttp.ClientSession:
+    async def _transport_for(self, host: str, port: int) -> Transport:
+        """The connection pool to ``host:port``, made anew when the address moved."""
         if self._closed:
             raise KubeletUnavailable("the source is closed")
-        if self._session is None:
-            ssl_arg: ssl.SSLContext | bool = False
+        transport = self._transport
+        if transport is None or (transport.host, transport.port) != (host, port):
+            if transport is not None:
+                await transport.close()
+            tls = None
             if not self.config.insecure_tls:
-                ssl_arg = await asyncio.to_thread(self._ssl_context)
-            self._session = aiohttp.ClientSession(
-                timeout=aiohttp.ClientTimeout(total=self.config.sync_timeout),
-                connector=aiohttp.TCPConnector(ssl=ssl_arg, limit=2),
-                raise_for_status=False,
-            )
-        return self._session
+                if self._tls is None:
+                    self._tls = await asyncio.to_thread(self._ssl_context)
+                tls = self._tls
+            transport = self._transport = Transport(host, port, ssl=tls, max_idle=1)
+        return transport
 
     def _ssl_context(self) -> ssl.SSLContext:
         if self.config.ca_file:
@@ -450,9 +461,16 @@ class KubeletPodsSource:
         return ctx
 
     async def close(self) -> None:
-        """Close the HTTP session for good (the daemon's stop); a poll still running fails and
-        keeps the last good list, a later one opens no new session."""
+        """Close the connections for good (the daemon's stop); a poll still running fails and
+        keeps the last good list, a later one opens no new connection."""
         self._closed = True
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
+        if self._transport is not None:
+            await self._transport.close()
+            self._transport = None
+
+
+def _reason(status: int) -> str:
+    try:
+        return http.HTTPStatus(status).phrase
+    except ValueError:
+        return ""

@@ -1,5 +1,6 @@
-"""What a standalone koordlet loads: no aiohttp (its server is asyncio plus httptools,
-koordlet.server.http), neither at import nor through a real start that serves /metrics.
+"""What a koordlet loads: standalone, no aiohttp and no Kubernetes client (its server is asyncio
+plus httptools, koordlet.server.http), neither at import nor through a real start that serves
+/metrics; in cluster mode no aiohttp either (kubeclient.transport speaks HTTP/1.1 itself).
 Imports are process-wide, so each check runs in a fresh interpreter; the started daemon is
 probed over a raw socket, not with an HTTP client that would load a library itself."""
 
@@ -9,8 +10,16 @@ from pathlib import Path
 
 from tests.freshinterp import run_json
 
-CLUSTER_ONLY = ("aiohttp", "kubernetes_asyncio", "koordlet.statesinformer.kubelet")
-"""Loaded in cluster mode only (the kubelet client and kubernetes-asyncio speak aiohttp)."""
+CLUSTER_ONLY = (
+    "aiohttp",
+    "kubeclient.client",
+    "kubeclient.transport",
+    "koordlet.statesinformer.kubelet",
+)
+"""Not loaded by a standalone koordlet (aiohttp by none at all)."""
+NEVER = ("aiohttp", "kubernetes_asyncio", "yarl", "prometheus_client", "grpc")
+"""Not loaded by the cluster-mode modules either (prometheus-client's package imports its HTTP
+and WSGI servers; the koordlet's families are koordlet.prom's)."""
 
 
 def _loaded(modules: list[str], roots: tuple[str, ...]) -> list[str]:
@@ -20,7 +29,20 @@ def _loaded(modules: list[str], roots: tuple[str, ...]) -> list[str]:
 def test_importing_the_daemon_loads_no_aiohttp() -> None:
     modules = run_json("import json, sys, koordlet.daemon; print(json.dumps(sorted(sys.modules)))")
     assert _loaded(modules, CLUSTER_ONLY) == []
+    assert _loaded(modules, NEVER) == []
     assert "koordlet.server.http" in modules
+
+
+def test_the_cluster_mode_modules_and_the_hook_server_load_no_aiohttp_or_grpcio() -> None:
+    modules = run_json(
+        "import json, sys, koordlet.daemon, koordlet.daemon.cluster\n"
+        "from koordlet.statesinformer import kube, kubelet\n"
+        "from koordlet.reporter import nodemetric, topology, predictor, evictioncondition\n"
+        "import kubeclient.client, kubeclient.informer, koordlet.runtimehooks.hookserver\n"
+        "print(json.dumps(sorted(sys.modules)))"
+    )
+    assert _loaded(modules, NEVER) == []
+    assert "kubeclient.transport" in modules
 
 
 def test_a_standalone_start_serves_metrics_without_loading_aiohttp(tmp_path: Path) -> None:
@@ -78,4 +100,5 @@ def test_a_standalone_start_serves_metrics_without_loading_aiohttp(tmp_path: Pat
     assert result["metrics"] == "200"
     assert result["has_families"]
     assert _loaded(result["modules"], CLUSTER_ONLY) == []
+    assert _loaded(result["modules"], NEVER) == []
     assert "httptools" in result["modules"]

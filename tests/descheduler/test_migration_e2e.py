@@ -1,4 +1,4 @@
-"""A whole migration on the fake API server the real kubernetes-asyncio client talks to.
+"""A whole migration on the fake API server the real client layer (kubeclient) talks to.
 
 ``koord-descheduler``'s term (informers, a LowNodeLoad round, arbitration, the
 MigrationController) and ``koord-scheduler run``'s scheduler (informers and loop, as

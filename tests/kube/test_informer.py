@@ -94,6 +94,50 @@ async def test_a_410_gone_on_the_watch_relists_and_reports_what_changed_meanwhil
     assert ("delete", "b") in rec.events
 
 
+async def test_transform_and_keep_narrow_what_the_handlers_see_and_what_the_store_holds(
+    kube_api: FakeApiServer, kube_client: KubeClient
+) -> None:
+    kube_api.put("pods", _pod("a", "n1", {"x": "1"}))
+    kube_api.put("pods", _pod("b", "n1"))
+    seen: list[tuple[str, Obj, Obj | None]] = []
+
+    def view(obj: Obj) -> Obj:
+        return {"metadata": obj["metadata"], "spec": {"nodeName": obj["spec"]["nodeName"]}}
+
+    def key(obj: Obj) -> Obj:
+        meta = obj["metadata"]
+        return {"metadata": {k: meta[k] for k in ("name", "namespace", "resourceVersion")}}
+
+    informer = _informer(kube_client, transform=view, keep=key, page_size=1)
+    informer.add_handler(
+        lambda o: seen.append(("add", o, None)),
+        lambda old, new: seen.append(("update", new, old)),
+        lambda o: seen.append(("delete", o, None)),
+    )
+    async with running(informer):
+        assert await informer.wait_synced(5.0)
+        await eventually(lambda: kube_api.open_watches == 1)
+        kube_api.put("pods", _pod("a", "n1", {"x": "2"}))
+        kube_api.remove("pods", "b", "default")
+        await eventually(lambda: len(seen) == 4)
+        # a relist (410) compares resourceVersions of the kept views: nothing changed, no call
+        kube_api.drop_watches()
+        kube_api.compact()
+        await eventually(lambda: informer.stats.lists >= 2)
+
+    assert [(kind, o["metadata"]["name"]) for kind, o, _ in seen] == [
+        ("add", "a"), ("add", "b"), ("update", "a"), ("delete", "b"),
+    ]  # fmt: skip
+    assert seen[2][1] == view(kube_api.get("pods", "a", "default"))  # the handler's full view
+    first_rv = seen[0][1]["metadata"]["resourceVersion"]
+    assert seen[2][2] == {
+        "metadata": {"name": "a", "namespace": "default", "resourceVersion": first_rv}
+    }
+    assert informer.list() == [key(kube_api.get("pods", "a", "default"))]
+    lists = [r for r in kube_api.requests if r.query.get("watch") != "true"]
+    assert [r.query.get("limit") for r in lists[:3]] == ["1", "1", "1"]  # pages of one
+
+
 async def test_an_http_410_on_the_watch_also_relists(
     kube_api: FakeApiServer, kube_client: KubeClient
 ) -> None:

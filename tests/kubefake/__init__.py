@@ -1,4 +1,4 @@
-"""An HTTP-level fake Kubernetes API server that the real kubernetes-asyncio client talks to.
+"""An HTTP-level fake Kubernetes API server that the real client layer (kubeclient) talks to.
 
 See :mod:`tests.kubefake.server` for what it is faithful on and its fault injection, and
 :mod:`tests.kubefake.fixtures` for the pytest fixtures (``pytest_plugins``).

@@ -150,7 +150,7 @@ def test_the_installed_environment_imports_its_own_packages_not_the_repositorys(
         str(venv / "bin/python"),
         "-I",
         "-c",
-        "import sys, koordlet, uvloop, aiohttp, kubernetes_asyncio; "
+        "import sys, koordlet, uvloop, aiohttp, grpclib, yaml; "
         "print(sys.prefix); print(koordlet.__file__)",
     ).split()
 

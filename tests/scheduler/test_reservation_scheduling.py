@@ -1,6 +1,6 @@
 """Pending Reservations placed by the standalone scheduler: reserve pods, status, consumption.
 
-End to end on the fake API server that the real kubernetes-asyncio client talks to, plus
+End to end on the fake API server that the real client layer (kubeclient) talks to, plus
 table tests of the reserve pod and the status written.
 """
 

@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 
 from bench._trees import REAL_CONTROLLERS, real_cgroups_available
+from envtest import assets as envtest_assets
 from koordlet.system.paths import HostPaths
 
 REPO = Path(__file__).resolve().parents[2]
@@ -155,6 +156,26 @@ def test_daemon_bench_ends_with_one_json_line_of_cpu_and_memory_figures() -> Non
     assert figures["pods_in_metrics"] == 2  # the daemon exported both pods
     assert figures["exit_code"] == 0  # stopped cleanly by SIGTERM
     assert figures["tree"] == "fake-v1"
+    assert "daemon/collect" in figures["step_wall_ms"]
+
+
+@pytest.mark.daemon
+@pytest.mark.skipif(
+    real_cgroups_available() is not None or envtest_assets.why_not() is not None,
+    reason="needs real cgroup v1 (root) and the Kubernetes binaries of ../shared/k8s",
+)
+def test_cluster_daemon_bench_runs_the_koordlet_against_a_real_api_server() -> None:
+    figures = run_bench(
+        "daemon_cluster", "--pods", "2", "--duration", "2", "--warmup", "1", "--interval", "0.5"
+    )
+
+    for key in ("cpu_percent", "rss_mib", "rss_max_mib", "setup_s"):
+        assert is_number(figures[key]), key
+    assert figures["mode"] == "cluster"
+    assert figures["tree"] == "real-cgroup-v1"
+    assert figures["pods"] == 2
+    assert figures["pods_in_metrics"] == 2  # the API server's pods, on the tree's cgroups
+    assert figures["exit_code"] == 0
     assert "daemon/collect" in figures["step_wall_ms"]
 
 
