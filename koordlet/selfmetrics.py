@@ -14,7 +14,6 @@ covers every loop of the daemon.
 from __future__ import annotations
 
 import logging
-import platform
 import time
 from collections.abc import Callable, Iterable, Mapping
 
@@ -28,6 +27,7 @@ from koordlet.prom import (
     Info,
     Metric,
 )
+from koordlet.system import libc
 
 logger = logging.getLogger(__name__)
 
@@ -137,8 +137,8 @@ class SelfMetrics:
         self.build_info.info(
             {
                 "version": version,
-                "python_version": platform.python_version(),
-                "implementation": platform.python_implementation(),
+                "python_version": libc.python_version(),
+                "implementation": libc.python_implementation(),
             }
         )
         self.ready.set(0)

@@ -36,17 +36,15 @@ Relative directories are relative to a controller's root on v1 and to the unifie
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
-import functools
 import logging
 import os
-import platform
 import re
 from dataclasses import dataclass
 from enum import StrEnum
 
 from apis.extension import KubeQOS
 from koordlet.errors import ConfigError, HostError, InvalidValueError, UnsupportedError
+from koordlet.system import libc
 from koordlet.system.paths import HostPaths
 
 logger = logging.getLogger(__name__)
@@ -117,15 +115,13 @@ class _Statfs(ctypes.Structure):
     # is __fsword_t: a long, except on s390 where it is an unsigned int. The padding covers the
     # rest of the struct (120 bytes on 64-bit ABIs) with room to spare.
     _fields_ = [
-        ("f_type", ctypes.c_uint if platform.machine().startswith("s390") else ctypes.c_long),
+        ("f_type", ctypes.c_uint if libc.machine().startswith("s390") else ctypes.c_long),
         ("_rest", ctypes.c_byte * 256),
     ]
 
 
-@functools.cache
 def _libc() -> ctypes.CDLL | None:
-    name = ctypes.util.find_library("c")
-    return ctypes.CDLL(name, use_errno=True) if name else None
+    return libc.libc()
 
 
 def fs_magic(path: str) -> int | None:

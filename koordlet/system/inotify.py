@@ -23,15 +23,14 @@ falls back to listing; a folder that vanished before it was watched is None, not
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import errno
-import functools
 import os
 import struct
 import weakref
 from dataclasses import dataclass, field
 
 from koordlet.errors import HostError, UnsupportedError
+from koordlet.system import libc
 
 IN_MOVED_FROM = 0x00000040
 IN_MOVED_TO = 0x00000080
@@ -53,10 +52,8 @@ _EVENT = struct.Struct("iIII")
 _READ_SIZE = 64 * 1024
 
 
-@functools.cache
 def _libc() -> ctypes.CDLL | None:
-    name = ctypes.util.find_library("c")
-    return ctypes.CDLL(name, use_errno=True) if name else None
+    return libc.libc()
 
 
 @dataclass

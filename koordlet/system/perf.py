@@ -34,13 +34,10 @@ one, and tests inject fakes that hand out fake descriptors and read buffers in t
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import errno
 import fcntl
-import functools
 import logging
 import os
-import platform
 import struct
 import sys
 from collections.abc import Iterable, Mapping, Sequence
@@ -48,6 +45,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from koordlet.errors import CgroupGoneError, HostError, ParseError, UnsupportedError
+from koordlet.system import libc
 from koordlet.system.cgroups import CgroupLayout, CgroupVersion
 from koordlet.system.oserrors import DENIED_ERRNOS, errno_name, errno_of
 
@@ -88,7 +86,7 @@ PERF_ATTR_SIZE_VER5 = 112
 
 def _ioc(direction: int, nr: int, size: int) -> int:
     """``_IOC(dir, '$', nr, size)`` for this machine's ioctl encoding."""
-    machine = platform.machine()
+    machine = libc.machine()
     if machine.startswith(("ppc", "powerpc", "sparc")):
         read_bit, dir_shift = 2, 29
     elif machine.startswith("mips"):
@@ -196,16 +194,15 @@ class PerfOpener(Protocol):
         ...
 
 
-@functools.cache
 def _libc() -> ctypes.CDLL:
-    return ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
+    return libc.libc()
 
 
 class SyscallOpener:
     """The real :class:`PerfOpener`: libc's ``syscall(2)`` with this machine's number."""
 
     def __init__(self, machine: str | None = None) -> None:
-        machine = machine or platform.machine()
+        machine = machine or libc.machine()
         number = SYS_PERF_EVENT_OPEN.get(machine)
         if number is None:
             raise UnsupportedError(

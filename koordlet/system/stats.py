@@ -29,7 +29,6 @@ table.
 from __future__ import annotations
 
 import os
-import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -142,10 +141,11 @@ class BoundStat(Generic[T]):
         self.get: Callable[[StatReader, str], T] = _getter(source)
 
     def path(self, rel: str) -> str:
-        """The file of cgroup ``rel`` (relative to the hierarchy roots), interned: the collectors
-        that read one file (``memory.stat``: the pod and page-cache collectors) keep one string
-        for it in their plans and the open-file table (at 200 pods, 170 KiB less)."""
-        return sys.intern(self._layout.file(self.controller, rel, self.file))
+        """The file of cgroup ``rel`` (relative to the hierarchy roots). Not interned: sharing
+        one string between the collectors that read one file (``memory.stat``) saved 170 KiB
+        at 200 pods, but the 2,558 paths pushed the interpreter's table of interned strings
+        past a doubling, and the daemon was 0.47 MiB larger with them (docs/benchmarks.md)."""
+        return self._layout.file(self.controller, rel, self.file)
 
     def dir(self, rel: str) -> str:
         """The folder of cgroup ``rel`` that holds the file."""
