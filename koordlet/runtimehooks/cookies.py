@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from koordlet.errors import HostError, UnsupportedError
+from koordlet.system import libc
 
 logger = logging.getLogger(__name__)
 
@@ -64,7 +65,7 @@ class PrctlCoreSched:
     """:class:`CoreSchedOps` through ``prctl(2)``; call it from one thread (the writer's)."""
 
     def __init__(self) -> None:
-        self._libc = ctypes.CDLL(None, use_errno=True)
+        self._libc = libc.libc()
         self._home = os.getpid()
         """The koordlet's main thread: it never holds a cookie, the writer resets to it."""
 

@@ -130,11 +130,11 @@ def fs_magic(path: str) -> int | None:
     Raises ``FileNotFoundError`` (a subclass of ``OSError``) when the path does not exist and
     ``OSError`` for other failures.
     """
-    libc = _libc()
-    if libc is None:
+    lib = _libc()
+    if lib is None:
         return None
     buf = _Statfs()
-    if libc.statfs(os.fsencode(path), ctypes.byref(buf)) != 0:
+    if lib.statfs(os.fsencode(path), ctypes.byref(buf)) != 0:
         err = ctypes.get_errno()
         raise OSError(err, os.strerror(err), path)
     return int(buf.f_type) & 0xFFFFFFFF
@@ -143,11 +143,11 @@ def fs_magic(path: str) -> int | None:
 def fd_fs_magic(fd: int) -> int | None:
     """The file system magic (``fstatfs(2)`` ``f_type``) of an open file; None without a
     libc. Raises ``OSError``."""
-    libc = _libc()
-    if libc is None:
+    lib = _libc()
+    if lib is None:
         return None
     buf = _Statfs()
-    if libc.fstatfs(fd, ctypes.byref(buf)) != 0:
+    if lib.fstatfs(fd, ctypes.byref(buf)) != 0:
         err = ctypes.get_errno()
         raise OSError(err, os.strerror(err))
     return int(buf.f_type) & 0xFFFFFFFF

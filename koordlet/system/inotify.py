@@ -81,11 +81,11 @@ class DirWatcher:
     """
 
     def __init__(self) -> None:
-        libc = _libc()
-        if libc is None or not hasattr(libc, "inotify_init1"):
+        lib = _libc()
+        if lib is None or not hasattr(lib, "inotify_init1"):
             raise UnsupportedError("inotify", "no C library with inotify_init1")
-        self._libc = libc
-        fd = libc.inotify_init1(IN_NONBLOCK | IN_CLOEXEC)
+        self._libc = lib
+        fd = lib.inotify_init1(IN_NONBLOCK | IN_CLOEXEC)
         if fd < 0:
             err = ctypes.get_errno()
             reason = (

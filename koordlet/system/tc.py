@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from koordlet.errors import HostError, UnsupportedError
+from koordlet.system import libc
 from koordlet.system.paths import HostPaths
 
 logger = logging.getLogger(__name__)
@@ -96,7 +97,7 @@ class Link:
 
 
 def _libc() -> ctypes.CDLL:
-    return ctypes.CDLL(None, use_errno=True)
+    return libc.libc()
 
 
 def load_classid_program() -> int:
@@ -124,8 +125,8 @@ def load_classid_program() -> int:
         BPF_PROG_NAME.encode(),
     )
     buf = ctypes.create_string_buffer(attr, 128)
-    libc = _libc()
-    fd = int(libc.syscall(nr, _BPF_PROG_LOAD, buf, len(buf)))
+    lib = _libc()
+    fd = int(lib.syscall(nr, _BPF_PROG_LOAD, buf, len(buf)))
     if fd < 0:
         code = ctypes.get_errno()
         verifier = log.value.decode(errors="replace").strip()
