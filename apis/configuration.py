@@ -21,10 +21,12 @@ Each data key holds a JSON document:
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import field, replace
 from enum import StrEnum
 from types import MappingProxyType
 from typing import Any, Generic, TypeVar
+
+from apis.records import frozen
 
 T = TypeVar("T")
 
@@ -67,7 +69,7 @@ class CalculatePolicy(StrEnum):
 
 
 # Label selectors -----------------------------------------------------------------------------
-@dataclass(frozen=True, slots=True)
+@frozen
 class SelectorRequirement:
     """One ``matchExpressions`` entry."""
 
@@ -88,7 +90,7 @@ class SelectorRequirement:
         return self.key not in labels  # DoesNotExist
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class LabelSelector:
     """A metav1.LabelSelector: every ``matchLabels`` pair and every expression must hold."""
 
@@ -105,7 +107,7 @@ class LabelSelector:
 
 
 # The colocation strategy ---------------------------------------------------------------------
-@dataclass(frozen=True, slots=True)
+@frozen
 class ColocationStrategy:
     """A resolved ColocationStrategy: every field set (Koordinator's defaults under what the
     ConfigMap, the node's config and the node's own metadata say)."""
@@ -154,7 +156,7 @@ class ColocationStrategy:
     """``extensions``: third-party fields, read-only."""
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class NodeColocationConfig:
     """One ``nodeConfigs`` entry of colocation-config."""
 
@@ -166,7 +168,7 @@ class NodeColocationConfig:
     """Attribute name → value for each field the entry sets, read-only."""
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class ColocationConfig:
     """colocation-config: the cluster strategy and the per-node overrides, in order."""
 
@@ -186,7 +188,7 @@ class ColocationConfig:
 
 
 # CPU normalization and resource amplification ------------------------------------------------
-@dataclass(frozen=True, slots=True)
+@frozen
 class ModelRatio:
     """The normalization ratios of one CPU model by hyper-threading and turbo state."""
 
@@ -209,7 +211,7 @@ MODEL_RATIO_FIELDS = {
 """JSON name → :class:`ModelRatio` attribute (the ratios of ``ratioModel``)."""
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class CPUNormalizationStrategy:
     """``CPUNormalizationStrategy`` upstream."""
 
@@ -222,7 +224,7 @@ class CPUNormalizationStrategy:
     """``ratioModel``: CPU model name (as the koordlet reports it) → its ratios."""
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class ResourceAmplificationStrategy:
     """``ResourceAmplificationStrategy`` upstream."""
 
@@ -233,7 +235,7 @@ class ResourceAmplificationStrategy:
     its normalization ratio) must be ≥ 1."""
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class NodeScoped(Generic[T]):
     """A strategy applied to the nodes a selector picks."""
 
@@ -245,7 +247,7 @@ class NodeScoped(Generic[T]):
     """The fields the entry sets (unset ones inherit the cluster's)."""
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class CPUNormalizationConfig:
     """cpu-normalization-config."""
 
@@ -272,7 +274,7 @@ class CPUNormalizationConfig:
         return self.cluster
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class ResourceAmplificationConfig:
     """resource-amplification-config."""
 
@@ -293,7 +295,7 @@ class ResourceAmplificationConfig:
         return self.cluster
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class SLOControllerConfig:
     """The whole ConfigMap, parsed. Keys it lacks take Koordinator's defaults."""
 

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from apis.records import frozen
 from apis.slo import SchemaError, read_document
 from apis.timestamp import is_openapi_date_time
 
@@ -42,7 +43,7 @@ _INT_RANGES = {"int32": (-(2**31), 2**31 - 1), "int64": (-(2**63), 2**63 - 1)}
 _SIMPLE_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]*$")
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class Violation:
     """One violation: where (a JSON path, empty for the whole object) and what."""
 
@@ -55,7 +56,7 @@ class Violation:
         return f"{self.path}: {self.message}" if self.path else self.message
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class CRDVersion:
     """One version of one CRD."""
 

@@ -25,13 +25,14 @@ describes the whole path.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from types import MappingProxyType
 from typing import Any
 
 from apis.extension import NODE_DOMAIN_PREFIX
 from apis.groups import SCHEDULING_API_VERSION
 from apis.quantity import format_bytes, int_value
+from apis.records import frozen
 from apis.scheduling_keys import (
     RESOURCE_GPU_CORE,
     RESOURCE_GPU_MEMORY,
@@ -85,7 +86,7 @@ def gpu_model_label(name: str) -> str:
     return label_value(name.removeprefix("NVIDIA ").replace(" ", "-"))
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class DeviceTopology:
     """``topology``: where the device sits."""
 
@@ -99,7 +100,7 @@ class DeviceTopology:
     """``busID``: its PCI address, ``domain:bus:device.function`` in lower case."""
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class DeviceCondition:
     """One ``metav1.Condition``."""
 
@@ -115,7 +116,7 @@ class DeviceCondition:
     """RFC 3339 ``lastTransitionTime`` (``2024-05-01T10:00:00Z``)."""
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class DeviceInfo:
     """One ``spec.devices[]`` entry."""
 
@@ -137,7 +138,7 @@ class DeviceInfo:
     """``labels`` of this device."""
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class Device:
     """A Device object."""
 

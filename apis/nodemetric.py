@@ -25,7 +25,7 @@ duration strings, :mod:`apis.duration`), held in seconds.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from datetime import datetime
 from types import MappingProxyType
 from typing import Any
@@ -40,6 +40,7 @@ from apis.quantity import (
     milli_value,
     resource_value,
 )
+from apis.records import frozen
 from apis.slo import SchemaError, freeze, thaw
 from apis.timestamp import TimestampError, format_time, parse_time_datetime
 
@@ -54,7 +55,7 @@ _EMPTY_OBJECT: Mapping[str, Any] = MappingProxyType({})
 _BINARY_RESOURCES = ("memory", "ephemeral-storage")
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class ResourceMap:
     """``ResourceMap``: ``{"resources": {...}, "devices": [...]}``."""
 
@@ -67,7 +68,7 @@ class ResourceMap:
 EMPTY_RESOURCE_MAP = ResourceMap()
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class AggregatedUsage:
     """One ``aggregatedNodeUsages`` (or ``aggregatedSystemUsages``) entry."""
 
@@ -78,7 +79,7 @@ class AggregatedUsage:
     empty map for a type means too few samples."""
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class NUMAMetric:
     """One ``numaUsages`` entry."""
 
@@ -90,7 +91,7 @@ class NUMAMetric:
     """``systemUsage``; None when absent."""
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class NodeMetricInfo:
     """``status.nodeMetric``."""
 
@@ -106,7 +107,7 @@ class NodeMetricInfo:
     """``numaUsages``; written only when not empty."""
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class PodMetricInfo:
     """One ``status.podsMetric`` entry."""
 
@@ -124,7 +125,7 @@ class PodMetricInfo:
     """``extensions`` (third-party data), as read-only JSON; None when absent."""
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class HostApplicationMetricInfo:
     """One ``status.hostApplicationMetric`` entry."""
 
@@ -138,7 +139,7 @@ class HostApplicationMetricInfo:
     """``qos`` class."""
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class NodeMetricStatus:
     """``status``."""
 
@@ -156,7 +157,7 @@ class NodeMetricStatus:
     """``prodPeakMetric.resource``; None when absent."""
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class NodeMetricCollectPolicy:
     """``spec.metricCollectPolicy``; a None field is unset (the koordlet's default applies)."""
 
@@ -170,7 +171,7 @@ class NodeMetricCollectPolicy:
     """``nodeMemoryCollectPolicy`` (``usageWithoutPageCache``...)."""
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class NodeMetric:
     """A NodeMetric object."""
 

@@ -27,13 +27,13 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from apis.cpulist import format_cpulist, parse_cpulist
 from apis.extension import ANNOTATION_NODE_SYSTEM_QOS_RESOURCE
 from apis.manager_keys import ANNOTATION_CPU_BASIC_INFO, ANNOTATION_NODE_RESERVATION
 from apis.quantity import milli_value
+from apis.records import frozen
 from apis.slo import SchemaError
 
 __all__ = [
@@ -105,7 +105,7 @@ def _cpulist(doc: Mapping[str, Any], name: str, key: str) -> str:
 # cpu-basic-info ---------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class CPUBasicInfo:
     """Upstream's ``CPUBasicInfo``: what CPU normalization keys its ratio on."""
 
@@ -160,7 +160,7 @@ def parse_cpu_basic_info(raw: str) -> CPUBasicInfo:
 # reservation ------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class NodeReservation:
     """Upstream's ``NodeReservation`` (the Node's ``node.koordinator.sh/reservation``)."""
 
@@ -221,7 +221,7 @@ def reservation_json(cpus: frozenset[int]) -> str:
 # system-qos-resource ----------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class SystemQOSResource:
     """Upstream's ``SystemQOSResource`` (the Node's ``node.koordinator.sh/system-qos-resource``)."""
 

@@ -27,11 +27,11 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from apis.extension import ANNOTATION_POD_RESCTRL, DOMAIN_PREFIX
 from apis.quantity import parse_quantity
+from apis.records import frozen
 
 ANNOTATION_POD_CPU_QOS = DOMAIN_PREFIX + "cpuQOS"
 """Pod annotation: the pod's CPU QoS (``AnnotationPodCPUQoS``)."""
@@ -121,7 +121,7 @@ def _bool(annotation: str, value: Any, where: str) -> bool | None:
 # koordinator.sh/cpuQOS ----------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class PodCPUQoS:
     """``koordinator.sh/cpuQOS`` (upstream ``CPUQOSCfg``)."""
 
@@ -174,7 +174,7 @@ def parse_pod_cpu_qos(text: str) -> PodCPUQoS:
 # node.koordinator.sh/resctrl ----------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class ResctrlSchemata:
     """One resource's ``schemata`` (upstream ``SchemataConfig``)."""
 
@@ -184,7 +184,7 @@ class ResctrlSchemata:
     """L3 ways, ``[start, end)`` percent of the cache (``llc``); None: unset."""
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class PodResctrl:
     """``node.koordinator.sh/resctrl`` (upstream ``ResctrlConfig``), as upstream's
     ``ParseSchemata`` reads it: ``llc`` ranges and ``mb`` percents, for every cache domain
@@ -262,7 +262,7 @@ def parse_pod_resctrl(text: str) -> PodResctrl:
 # koordinator.sh/networkQOS ------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class PodNetworkQoS:
     """``koordinator.sh/networkQOS``, bit/s; 0: no limit (upstream's zero value)."""
 

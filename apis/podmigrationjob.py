@@ -12,11 +12,12 @@ through to the Reservation and the Eviction as written.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
 
 from apis.duration import parse_duration
 from apis.groups import SCHEDULING_API_VERSION
+from apis.records import frozen
 from apis.slo import SchemaError
 from apis.timestamp import TimestampError, parse_time
 
@@ -67,7 +68,7 @@ STATUS_COMPLETE = "Complete"
 """``status.status`` of a job that succeeded."""
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class ObjectRef:
     """A ``corev1.ObjectReference`` (the fields a job uses)."""
 
@@ -89,7 +90,7 @@ class ObjectRef:
         return {k: v for k, v in out.items() if v}
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class Condition:
     """One ``status.conditions`` entry."""
 
@@ -111,7 +112,7 @@ class Condition:
         return out
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class JobSpec:
     """``spec``."""
 
@@ -131,7 +132,7 @@ class JobSpec:
     """``deleteOptions`` as written (``metav1.DeleteOptions``)."""
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class JobStatus:
     """``status``."""
 
@@ -150,7 +151,7 @@ class JobStatus:
         return next((c for c in self.conditions if c.type == type_), None)
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class PodMigrationJob:
     """A PodMigrationJob object."""
 

@@ -22,7 +22,6 @@ import json
 import logging
 import posixpath
 from collections.abc import Hashable, Mapping, Sequence
-from dataclasses import dataclass
 from enum import StrEnum
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, NotRequired, TypedDict, TypeVar
@@ -33,6 +32,7 @@ if TYPE_CHECKING:
 from apis.errors import FieldError
 from apis.extension import QoSClass
 from apis.priority import PriorityClass
+from apis.records import frozen
 
 logger = logging.getLogger(__name__)
 
@@ -172,7 +172,7 @@ def thaw(value: Any) -> Any:
 
 
 # Parsed forms --------------------------------------------------------------------------------
-@dataclass(frozen=True, slots=True)
+@frozen
 class HostCgroupPath:
     """Where a host application's cgroup is, below a base that the cgroup layout resolves."""
 
@@ -188,7 +188,7 @@ class HostCgroupPath:
         return posixpath.join(base_dir, self.parent_dir, self.relative_path).strip("/")
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class HostApplication:
     """A non-containerized application on the node (``HostApplicationSpec``)."""
 
@@ -205,7 +205,7 @@ class HostApplication:
     """``strategy`` (an empty object in Koordinator today), read-only."""
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class NodeSLOSpec:
     """A NodeSLO's spec as written (the manager renders it, the persisted copy keeps it). Raw
     sections are read-only mappings, None when the NodeSLO omits them; what the koordlet works
@@ -261,7 +261,7 @@ def _host_app_json(app: HostApplication) -> HostApplicationJSON:
 
 
 # Parsing -------------------------------------------------------------------------------------
-@dataclass(frozen=True, slots=True)
+@frozen
 class ParseContext:
     """Where a document comes from and whether unknown fields are errors (local files, strict)
     or are logged and ignored (objects from an API server that may run a newer CRD): the one

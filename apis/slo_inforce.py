@@ -25,11 +25,12 @@ logs (and posts an Event) once per change, not once per round. ``docs/apis.md`` 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import field, replace
 from types import MappingProxyType
 from typing import Any
 
 from apis.errors import FieldError
+from apis.records import frozen
 from apis.slo import (
     HostApplication,
     NodeSLOSpec,
@@ -85,7 +86,7 @@ DEFAULTS: NodeSLOStrategies = strategies_of(NodeSLOSpec())
 disabled QoS parts cleared). The one place a strategy's missing setting comes from."""
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class Rejection:
     """Why a section of the NodeSLO was not taken."""
 
@@ -104,7 +105,7 @@ class Rejection:
         }
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class NodeSLOInForce:
     """The NodeSLO the koordlet works with: each section typed and complete, and which sections
     were rejected (they hold their last good value). Immutable; a change builds a new one."""

@@ -16,7 +16,7 @@ recommended values are in :data:`DEFAULT_RESOURCE_QOS_STRATEGY`.
 Errors are :class:`apis.slo.SchemaError` naming the full field path.
 """
 
-# ruff: noqa: RUF009  # wire() returns dataclasses.field(...) with the JSON name and codec
+# wire() returns dataclasses.field(...) with the JSON name and codec
 
 from __future__ import annotations
 
@@ -24,11 +24,12 @@ import json
 import logging
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import field, fields, replace
 from enum import StrEnum
 from types import MappingProxyType
 from typing import Any, ClassVar, Protocol, TypeVar
 
+from apis.records import frozen
 from apis.slo import ParseContext
 
 logger = logging.getLogger(__name__)
@@ -54,7 +55,7 @@ class Codec(Protocol):
     def dump(self, value: Any) -> Any: ...
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class Int:
     """An integer in ``lo..hi`` (either bound may be open)."""
 
@@ -78,7 +79,7 @@ class Int:
         return value
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class Bool:
     def parse(self, value: object, base: Any, ctx: ParseContext, path: str) -> bool:
         if isinstance(value, bool):
@@ -89,7 +90,7 @@ class Bool:
         return value
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class Str:
     def parse(self, value: object, base: Any, ctx: ParseContext, path: str) -> str:
         if isinstance(value, str):
@@ -100,7 +101,7 @@ class Str:
         return value
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class Enum:
     """One of a ``StrEnum``'s values."""
 
@@ -117,7 +118,7 @@ class Enum:
         return str(value.value)
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class IntOrString:
     """``x-kubernetes-int-or-string``: an integer, or a string (a quantity when ``quantity``)."""
 
@@ -135,7 +136,7 @@ class IntOrString:
         return value
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class BoolMap:
     """An object of boolean values (``schedFeatures``)."""
 
@@ -152,7 +153,7 @@ class BoolMap:
         return dict(value)
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class Nested:
     """An object merged field by field into the base value. ``crd_defaults`` are what the API
     server fills in from the CRD's ``default:`` when the object is present."""
@@ -169,7 +170,7 @@ class Nested:
         return dump_object(value)
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class ListOf:
     """A list of objects; a list given replaces the base list (as Go's unmarshal does)."""
 
@@ -307,7 +308,7 @@ class BlockType(StrEnum):
 
 
 # The model -------------------------------------------------------------------------------------
-@dataclass(frozen=True, slots=True)
+@frozen
 class CPUQOSConfig:
     """``cpuQOS`` (``CPUQOSCfg``); the defaults are upstream's ``NoneCPUQOS``."""
 
@@ -323,7 +324,7 @@ class CPUQOSConfig:
     Default false; recommended LSR/LS true."""
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class MemoryQOSConfig:
     """``memoryQOS`` (``MemoryQOSCfg``); the defaults are upstream's ``NoneMemoryQOS``."""
 
@@ -362,7 +363,7 @@ class MemoryQOSConfig:
     Default unset (asynchronous)."""
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class ResctrlQOSConfig:
     """``resctrlQOS`` (``ResctrlQOSCfg``); the defaults are upstream's ``NoneResctrlQOS``."""
 
@@ -380,7 +381,7 @@ class ResctrlQOSConfig:
     """Memory bandwidth allocation, percent 0..100 (``mbaPercent``). Default 100."""
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class IOConfig:
     """``blkioQOS.blocks[].ioCfg`` (``IOCfg``); every field unset by default."""
 
@@ -418,7 +419,7 @@ class IOConfig:
     """User model random write IOPS, ≥ 1 (``modelWriteRandIOPS``)."""
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class BlockConfig:
     """One ``blkioQOS.blocks[]`` entry (``BlockCfg``)."""
 
@@ -430,7 +431,7 @@ class BlockConfig:
     """Limits and weights (``ioCfg``)."""
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class BlkIOQOSConfig:
     """``blkioQOS`` (``BlkIOQOSCfg``); default off with no blocks (``NoneBlkIOQOS``)."""
 
@@ -448,7 +449,7 @@ _NET_CRD_DEFAULTS = {
 }
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class NetworkQOSConfig:
     """``networkQOS`` (``NetworkQOSCfg``); the defaults are upstream's ``NoneNetworkQOS`` (all 0).
     When the object is present, the CRD's own defaults (requests 0, limits 100) fill the fields it
@@ -467,7 +468,7 @@ class NetworkQOSConfig:
     """Egress bandwidth ceiling, percent or rate (``egressLimit``). Default 0 (CRD: 100)."""
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class ResourceQOS:
     """One class's QoS (``ResourceQOS``); each part defaults to upstream's disabled value."""
 
@@ -485,7 +486,7 @@ class ResourceQOS:
     """``networkQOS``."""
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class ResourceQOSPolicies:
     """``policies`` (``ResourceQOSPolicies``)."""
 
@@ -517,7 +518,7 @@ DEFAULT_CGROUP_ROOT_QOS = ResourceQOS()
 value here, which means the same)."""
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class ResourceQOSStrategy:
     """``spec.resourceQOSStrategy``; defaults are Koordinator's ``DefaultResourceQOSStrategy``."""
 

@@ -17,16 +17,16 @@ field path, with the ranges upstream's validator uses (``validate:`` tags of
 ``apis/slo/v1alpha1``).
 """
 
-# ruff: noqa: RUF009  # wire() returns dataclasses.field(...) with the JSON name and codec
+# wire() returns dataclasses.field(...) with the JSON name and codec
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 from enum import StrEnum
 from types import MappingProxyType
 from typing import Any, ClassVar
 
+from apis.records import frozen
 from apis.slo import NodeSLOSpec, NodeSLOSpecJSON, thaw
 from apis.slo_qos import (
     DEFAULT_RESOURCE_QOS_STRATEGY,
@@ -93,7 +93,7 @@ class CPUBurstPolicy(StrEnum):
 _INT32 = (-(2**31), 2**31 - 1)
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class ResourceThresholdStrategy:
     """``spec.resourceUsedThresholdWithBE``: BE suppression and eviction thresholds. Defaults are
     ``DefaultResourceThresholdStrategy``; fields without an upstream default are ``None``."""
@@ -186,7 +186,7 @@ class ResourceThresholdStrategy:
         return self.memory_evict_threshold_percent - 2
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class CPUBurstStrategy:
     """``spec.cpuBurstStrategy``; defaults are ``DefaultCPUBurstStrategy``."""
 
@@ -207,7 +207,7 @@ class CPUBurstStrategy:
     (``sharePoolThresholdPercent``). Default 50."""
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class SystemStrategy:
     """``spec.systemStrategy``: node-wide kernel settings; defaults are ``DefaultSystemStrategy``
     (every knob unset, meaning left alone; ``totalNetworkBandwidth`` "0").
@@ -266,7 +266,7 @@ parse_cpu_burst_strategy = parser(CPUBurstStrategy, DEFAULT_CPU_BURST_STRATEGY, 
 parse_system_strategy = parser(SystemStrategy, DEFAULT_SYSTEM_STRATEGY, "systemStrategy")
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class NodeSLOStrategies:
     """The four strategy groups of a NodeSLO, each complete (defaults filled in)."""
 

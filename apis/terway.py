@@ -28,7 +28,7 @@ import json
 import posixpath
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, fields
+from dataclasses import fields
 from types import MappingProxyType
 from typing import Any
 
@@ -36,6 +36,7 @@ from apis.extension import LABEL_POD_QOS, KubeQOS, QoSClass
 from apis.netqos import bandwidth_bps
 from apis.pod_overrides import ANNOTATION_POD_NETWORK_QOS, parse_pod_network_qos
 from apis.quantity import parse_quantity
+from apis.records import frozen
 from apis.slo import SchemaError
 from apis.slo_qos import NetworkQOSConfig
 from apis.slo_strategies import ResourceQOSStrategy
@@ -98,7 +99,7 @@ def net_cls_dir(cgroup_dir: str) -> str:
 # global_bps_config --------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class GlobalBpsConfig:
     """``global_bps_config``: bytes per second; the attribute names are the file's (upstream
     ``Node``'s ``text`` tags), in the file's order."""
@@ -193,7 +194,7 @@ def global_bps_config(
 # pod.json -----------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class TerwayPod:
     """One value of ``pod.json`` (upstream ``Pod`` with its ``QoSConfig``)."""
 

@@ -30,6 +30,7 @@ from apis.descheduler_keys import (
 )
 from apis.podmigrationjob import parse_job
 from apis.quantity import resource_value
+from apis.records import frozen
 from apis.slo import SchemaError
 from descheduler.errors import InputError
 from descheduler.migration.store import JobStore
@@ -42,7 +43,7 @@ from scheduler_plugins.snapshot import NodeInfo, PodInfo, Snapshot
 WORKLOAD_KINDS = (KIND_REPLICA_SET, KIND_DEPLOYMENT, KIND_STATEFUL_SET, KIND_REPLICATION_CONTROLLER)
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class NodeUsageReport:
     """A NodeMetric as LowNodeLoad reads it (``getNodeUsage``)."""
 
@@ -79,7 +80,7 @@ def usage_report(metric: nodemetric.NodeMetric) -> NodeUsageReport:
     )
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class DisruptionBudget:
     """A PodDisruptionBudget: its selector and what its status allows."""
 
@@ -95,7 +96,7 @@ class DisruptionBudget:
         return f"{self.namespace}/{self.name}"
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class Workload:
     """A workload the controller finder knows: its replicas and who controls it."""
 

@@ -24,12 +24,13 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from apis.records import frozen
 from descheduler.errors import ConfigError
 from descheduler.readers import Fields
 from descheduler.selectors import Selector
@@ -44,7 +45,7 @@ LEASE_NAME = "koord-descheduler"
 LEASE_NAMESPACE = "koordinator-system"
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class LeaderElection:
     """``leaderElection`` (``componentbaseconfig.LeaderElectionConfiguration``)."""
 
@@ -62,7 +63,7 @@ class LeaderElection:
     """``resourceNamespace``: the Lease's namespace."""
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class ProfileConfig:
     """One profile: its plugins per extension point and their parsed args."""
 
@@ -76,7 +77,7 @@ class ProfileConfig:
     """``nodeSelector`` of the profile."""
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class DeschedulerConfig:
     """The whole configuration after defaulting."""
 

@@ -23,12 +23,13 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from apis.records import frozen
 from descheduler.cluster import Cluster
 from descheduler.selectors import Selector
 from scheduler_plugins.snapshot import NodeInfo, PodInfo
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class EvictOptions:
     """``framework.EvictOptions``."""
 
@@ -68,7 +69,7 @@ class NodeReport:
     """Why the node was left out, when it was."""
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class Verdict:
     """What became of one candidate pod."""
 
@@ -80,7 +81,7 @@ class Verdict:
     detail: str
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class Migration:
     """One move a round asked for."""
 

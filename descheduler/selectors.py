@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
+
+from apis.records import frozen
 
 OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist")
 
@@ -21,7 +22,7 @@ class SelectorError(ValueError):
     """A selector that does not parse; the message names the part."""
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class Requirement:
     key: str
     operator: str
@@ -37,7 +38,7 @@ class Requirement:
         return self.key not in labels
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class Selector:
     """ANDed requirements."""
 

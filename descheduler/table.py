@@ -9,9 +9,9 @@ nothing registers itself on import, and tests pass their own table.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from typing import Any
 
+from apis.records import frozen
 from descheduler.loadaware import args as loadaware_args
 from descheduler.loadaware.plugin import LowNodeLoad
 from descheduler.migration import args as migration_args
@@ -26,7 +26,7 @@ ArgsParser = Callable[[Mapping[str, Any] | None, str, str], Any]
 """``parse(args, source, path)``: the plugin's typed args."""
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class PluginSpec:
     """One row of the table."""
 

@@ -17,10 +17,10 @@ import importlib
 import logging
 import sys
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 
 import uvloop
 
+from apis.records import frozen
 from koordlet.config import KoordletConfig, load_config, load_node_slo
 from koordlet.errors import ConfigError
 from koordlet.system.malloc import limit_malloc_arenas
@@ -37,7 +37,7 @@ LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 """One line per record; newlines inside a message or traceback are written as ``\\n``."""
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class Command:
     """A subcommand: a module whose ``main(argv) -> int`` takes the words after its name."""
 

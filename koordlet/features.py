@@ -13,12 +13,12 @@ and ``/debug/config`` shows it as "known but not implemented here" instead of pr
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
 from enum import StrEnum
 from types import MappingProxyType
 from typing import Any
 
 from apis.gobool import parse_go_bool
+from apis.records import frozen
 from koordlet.errors import ConfigError
 
 FLAG = "--feature-gates"
@@ -32,7 +32,7 @@ class Stage(StrEnum):
     BETA = "BETA"
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class FeatureSpec:
     """One gate of the table."""
 

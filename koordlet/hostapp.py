@@ -39,8 +39,8 @@ import logging
 import os
 import sys
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 
+from apis.records import frozen
 from apis.slo import HostApplication
 from apis.slo_inforce import NodeSLOInForce
 from koordlet.config import DEFAULT_NODESLO_FILE, load_config, load_node_slo
@@ -72,7 +72,7 @@ def _execvp(file: str, args: list[str]) -> object:
     os.execvp(file, args)
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class Placement:
     """Where one host application's processes go."""
 

@@ -28,10 +28,11 @@ import math
 import random
 from collections import deque
 from collections.abc import Awaitable, Callable, Coroutine
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from types import TracebackType
 from typing import Any
 
+from apis.records import frozen
 from koordlet.errors import WritesRefusedError
 from koordlet.selfmetrics import SelfMetrics
 
@@ -49,7 +50,7 @@ _TICK_EPSILON = 1e-9
 """Tolerance (in intervals) so a step ending exactly on a tick does not skip it to rounding."""
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class TaskState:
     """What ``/debug/tasks`` shows about one supervised task."""
 

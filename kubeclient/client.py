@@ -14,11 +14,11 @@ import asyncio
 import json
 import logging
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
-from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 from urllib.parse import urlencode, urlsplit
 
+from apis.records import frozen
 from kubeclient.auth import BearerToken, tls_context
 from kubeclient.config import ClusterConfig, load_configuration
 from kubeclient.errors import ConfigError, Transient, error_for
@@ -42,7 +42,7 @@ class PatchType(StrEnum):
     """RFC 6902 JSON patch: a list of operations (``test`` guards the others)."""
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class WatchEvent:
     """One event of a watch stream."""
 
@@ -52,7 +52,7 @@ class WatchEvent:
     """The object (for ``ERROR``, a ``Status``)."""
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class ObjectList:
     """The answer of a list call."""
 

@@ -39,6 +39,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from apis.kubernetes_keys import SERVICE_ACCOUNT_TOKEN_PATH
+from apis.records import frozen
 from kubeclient.errors import ConfigError
 
 logger = logging.getLogger(__name__)
@@ -83,7 +84,7 @@ REFUSED = {
 """Kubeconfig keys of a cluster or user that are refused, and why."""
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class ClusterConfig:
     """How to reach one API server and who to be there."""
 
@@ -138,7 +139,7 @@ EXEC_KEYS = frozenset(
 )  # fmt: skip
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class ExecPlugin:
     """``users[].user.exec``: a program printing an ``ExecCredential`` with a bearer token
     (client-go's ``exec`` credential plugins; docs/kubernetes.md, "The client layer")."""

@@ -23,9 +23,9 @@ import socket
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
+from apis.records import frozen
 from apis.timestamp import format_micro_time
 from kubeclient.client import KubeClient, Obj
 from kubeclient.errors import ApiError, KubeError, NotFound
@@ -34,7 +34,7 @@ from kubeclient.resources import LEASES
 logger = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class LeaderElectionConfig:
     """Timing and identity of one candidate."""
 

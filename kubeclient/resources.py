@@ -7,7 +7,6 @@ set the koordlet, koord-manager, koord-scheduler and koord-descheduler talk to.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from urllib.parse import quote
 
 from apis.groups import (
@@ -19,9 +18,10 @@ from apis.groups import (
     TOPOLOGY_GROUP,
     V1ALPHA1,
 )
+from apis.records import frozen
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class Resource:
     """One API collection (``nodes``, ``slo.koordinator.sh/v1alpha1 nodemetrics``...)."""
 

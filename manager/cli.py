@@ -23,9 +23,9 @@ import argparse
 import json
 import sys
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from datetime import UTC, datetime
 
+from apis.records import frozen
 from apis.slo import SchemaError, read_document
 from apis.sloconfig import parse_slo_controller_config
 from apis.timestamp import TimestampError, parse_time_datetime
@@ -43,7 +43,7 @@ from manager.noderesource.inputs import (
 EXIT_BAD_INPUT = 2
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class Command:
     """One subcommand of ``koord-manager``."""
 

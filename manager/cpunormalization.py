@@ -25,7 +25,6 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
 
 from apis.configuration import (
     CPU_NORMALIZATION_MAX_RATIO,
@@ -37,12 +36,13 @@ from apis.configuration import (
 from apis.gobool import parse_go_bool
 from apis.manager_keys import ANNOTATION_CPU_BASIC_INFO, LABEL_CPU_NORMALIZATION_ENABLED
 from apis.nodetopo import CPUBasicInfo
+from apis.records import frozen
 
 DEFAULT_RATIO_TEXT = "1.00"
 """The annotation value written when normalization is off."""
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class NormalizationResult:
     """The outcome for one node."""
 

@@ -20,9 +20,9 @@ import contextlib
 import logging
 import sys
 from collections.abc import Callable, Coroutine, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any, NoReturn, Protocol
 
+from apis.records import frozen
 from kubeclient.client import KubeClient
 from kubeclient.elected import ElectedRunner
 from kubeclient.errors import KubeError
@@ -41,7 +41,7 @@ LEASE_NAME = "koordinator-manager"
 """The Lease the replicas compete for: upstream's ``LeaderElectionID`` (``cmd/koord-manager``)."""
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class ManagerSettings:
     """Command-line settings of ``koord-manager run``."""
 

@@ -23,13 +23,13 @@ import os
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeVar
 
 from google.protobuf.message import Message
 from grpclib.client import Channel, UnaryUnaryMethod
 from grpclib.exceptions import GRPCError, StreamTerminatedError
 
+from apis.records import frozen
 from runtimeproxy.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -44,7 +44,7 @@ SERVICE = "/runtime.v1alpha1.RuntimeHookService/"
 R = TypeVar("R", bound=Message)
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class HookServerEntry:
     """One hook server and the stages it serves (None: every stage)."""
 

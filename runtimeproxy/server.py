@@ -21,7 +21,6 @@ import logging
 import os
 import weakref
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from google.protobuf.message import Message
@@ -34,6 +33,7 @@ from grpclib.protocol import H2Protocol
 from grpclib.server import Server, Stream
 
 from apis.cri.v1 import api_pb2 as cri
+from apis.records import frozen
 from apis.runtime.v1alpha1 import api_pb2 as hookapi
 from runtimeproxy import convert
 from runtimeproxy.hookclient import HookClient
@@ -119,7 +119,7 @@ class _ProxyServer(Server):
                 protocol.processor.close("koord-runtime-proxy stopping")
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class ProxyConfig:
     """What koord-runtime-proxy is started with (runtimeproxy.cli)."""
 

@@ -10,9 +10,9 @@ Each is parsed once as it enters the snapshot; a bad field raises
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
+from apis.records import frozen
 from scheduler_plugins.errors import InputError
 from scheduler_plugins.objectfields import as_object
 from scheduler_plugins.selectors import (
@@ -31,7 +31,7 @@ def _meta(obj: Mapping[str, Any], source: str, where: str) -> tuple[str, str]:
     return str(meta.get("namespace") or "default"), str(meta.get("name") or "")
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class ClaimInfo:
     """A PersistentVolumeClaim."""
 
@@ -70,7 +70,7 @@ def parse_claim(obj: Mapping[str, Any], source: str, where: str) -> ClaimInfo:
     )
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class VolumeInfo:
     """A PersistentVolume."""
 
@@ -93,7 +93,7 @@ def parse_volume(obj: Mapping[str, Any], source: str, where: str) -> VolumeInfo:
     return VolumeInfo(name, required)
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class DisruptionBudget:
     """A policy/v1 PodDisruptionBudget as preemption reads it."""
 

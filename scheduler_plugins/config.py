@@ -24,12 +24,13 @@ plugin of the table with bad args is an error naming the file and field.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from apis.records import frozen
 from scheduler_plugins.errors import InputError
 from scheduler_plugins.framework import Framework
 from scheduler_plugins.plugins import elasticquota
@@ -60,7 +61,7 @@ def parse_feature_gates(text: str) -> dict[str, bool]:
     return gates
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class SchedulerConfig:
     """What the config file says."""
 

@@ -20,7 +20,7 @@ label values, as the API server does since Kubernetes 1.31.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
 
 from apis.kubernetes_keys import (
@@ -30,6 +30,7 @@ from apis.kubernetes_keys import (
     TOLERATION_OP_EQUAL,
     TOLERATION_OP_EXISTS,
 )
+from apis.records import frozen
 from scheduler_plugins.errors import InputError
 from scheduler_plugins.objectfields import as_list, as_object
 from scheduler_plugins.selectors import (
@@ -50,7 +51,7 @@ HONOR = "Honor"
 IGNORE = "Ignore"
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class Taint:
     """One ``spec.taints[]`` entry of a node."""
 
@@ -59,7 +60,7 @@ class Taint:
     effect: str
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class Toleration:
     """One ``spec.tolerations[]`` entry of a pod."""
 
@@ -96,7 +97,7 @@ def first_untolerated(
     return None
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class AffinityTerm:
     """A ``PodAffinityTerm`` (``weight``: of a preferred one), namespaces resolved."""
 
@@ -118,7 +119,7 @@ class AffinityTerm:
         return self.selector.matches(labels)
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class SpreadConstraint:
     """One ``topologySpreadConstraints[]`` entry."""
 
@@ -134,7 +135,7 @@ class SpreadConstraint:
     """``nodeTaintsPolicy: Honor``: count only nodes whose taints the pod tolerates."""
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class HostPort:
     """A container port bound on the node (``hostPort``)."""
 
@@ -143,7 +144,7 @@ class HostPort:
     port: int
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class PodConstraints:
     """What the in-tree plugins read of one pod."""
 

@@ -25,9 +25,9 @@ Answers use the exact Go names and write every field, as ``json.Marshal`` of the
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
+from apis.records import frozen
 from scheduler_plugins.errors import InputError
 
 MAX_EXTENDER_PRIORITY = 10
@@ -44,7 +44,7 @@ _VICTIMS_KEYS = ("Pods", "NumPDBViolations")
 _META_POD_KEYS = ("UID",)
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class ExtenderArgs:
     """``ExtenderArgs``: the pod and its candidate nodes, by name or in full."""
 
@@ -63,7 +63,7 @@ class ExtenderArgs:
         return [str((n.get("metadata") or {}).get("name") or "") for n in self.nodes or ()]
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class BindingArgs:
     """``ExtenderBindingArgs``."""
 
@@ -78,7 +78,7 @@ class BindingArgs:
         return f"{self.pod_namespace}/{self.pod_name}"
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class Victims:
     """``MetaVictims`` (or ``Victims`` reduced to UIDs): the pods to evict on one node."""
 
@@ -86,7 +86,7 @@ class Victims:
     num_pdb_violations: int
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class PreemptionArgs:
     """``ExtenderPreemptionArgs``: the pod, and the victims by candidate node."""
 

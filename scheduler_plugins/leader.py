@@ -26,10 +26,10 @@ import asyncio
 import gc
 import logging
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from apis.duration import parse_duration
+from apis.records import frozen
 from kubeclient.client import KubeClient
 from kubeclient.elected import ElectedRunner
 from kubeclient.leaderelection import LeaderElectionConfig, identity
@@ -48,7 +48,7 @@ class TermError(SchedulerError):
     """A scheduling term cannot go on (its informers did not list nodes and pods in time)."""
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class LeaderElection:
     """kube-scheduler's ``leaderElection`` settings (``--leader-elect*`` flags)."""
 

@@ -7,12 +7,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from apis import nodemetric
 from apis.cpulist import parse_cpulist
 from apis.extension import ANNOTATION_CPU_TOPOLOGY
+from apis.records import frozen
 from apis.scheduling_keys import ANNOTATION_KUBELET_CPU_MANAGER_POLICY, ANNOTATION_POD_CPU_ALLOCS
 from apis.slo import SchemaError
 from scheduler_plugins.errors import InputError
@@ -25,7 +25,7 @@ from scheduler_plugins.objectfields import (
 )
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class PodMetric:
     """One pod's entry of ``NodeMetric.status.podsMetric``."""
 
@@ -37,7 +37,7 @@ class PodMetric:
     """``priority`` (the pod's priority class as the koordlet reported it)."""
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class NodeMetricInfo:
     """A NodeMetric's status, as load-aware scheduling reads it."""
 
@@ -91,7 +91,7 @@ def parse_node_metric(obj: Mapping[str, Any], source: str, where: str) -> NodeMe
     )
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class CPUInfo:
     """One logical CPU of ``node.koordinator.sh/cpu-topology``."""
 
@@ -101,7 +101,7 @@ class CPUInfo:
     node: int
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class NUMAZone:
     """One ``type: Node`` zone of a NodeResourceTopology."""
 
@@ -111,7 +111,7 @@ class NUMAZone:
     """The zone's ``allocatable`` (``capacity`` when absent) per resource."""
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class NRTInfo:
     """A NodeResourceTopology as NodeNUMAResource reads it."""
 

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from apis.kubernetes_keys import FIELD_METADATA_NAME
+from apis.records import frozen
 from scheduler_plugins.errors import InputError
 
 IN = "In"
@@ -37,7 +38,7 @@ _SET_OPS = (IN, NOT_IN, EXISTS, DOES_NOT_EXIST)
 _NODE_OPS = (*_SET_OPS, GT, LT)
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class Requirement:
     """One ``key operator values`` requirement."""
 
@@ -189,7 +190,7 @@ def raw_label_selector_matches(selector: Mapping[str, Any], labels: Mapping[str,
     return True
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class NodeSelectorTerm:
     """One ``nodeSelectorTerms[]`` entry."""
 
@@ -211,7 +212,7 @@ class NodeSelectorTerm:
         return True
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class NodeSelector:
     """``v1.NodeSelector``: ORed terms."""
 

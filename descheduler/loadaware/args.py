@@ -20,10 +20,11 @@ not above its high one, ``consecutiveAbnormalities`` > 0.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
 
 from apis.kubernetes_keys import RESOURCE_CPU, RESOURCE_MEMORY
+from apis.records import frozen
 from descheduler.readers import Fields
 from descheduler.selectors import Selector
 
@@ -37,7 +38,7 @@ DEFAULT_DETECTOR_CACHE_TIMEOUT_S = 300.0
 DEFAULT_NODE_METRIC_EXPIRATION_S = 180
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class AnomalyCondition:
     """``LoadAnomalyCondition``: when a node over its high thresholds counts as abnormal."""
 
@@ -52,7 +53,7 @@ class AnomalyCondition:
     normal marks in a row."""
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class NodePool:
     """``LowNodeLoadNodePool``: nodes of one selector with their own thresholds."""
 
@@ -76,7 +77,7 @@ class NodePool:
     """``anomalyCondition``."""
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class LowNodeLoadArgs:
     """``LowNodeLoadArgs`` after defaulting and conversion (the top level is a pool)."""
 

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 
 from apis.kubernetes_keys import RESOURCE_CPU, RESOURCE_MEMORY, RESOURCE_PODS
 from apis.priority import PRIORITY_PROD
+from apis.records import frozen
 from descheduler.cluster import Cluster, NodeUsageReport
 from descheduler.loadaware.args import NodePool
 from scheduler_plugins.snapshot import NodeInfo, PodInfo
@@ -45,7 +46,7 @@ PROD_LOW = "prod-low"
 BOTH_LOW = "both-low"
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class Thresholds:
     """The four threshold maps of a pool after ``newThresholds`` (percentages)."""
 

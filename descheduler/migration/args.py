@@ -12,10 +12,11 @@ eviction policy, no negative ``maxMigratingPer*``/``maxMigratingGlobally``, ``ev
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
 
 from apis.podmigrationjob import MODE_RESERVATION_FIRST, MODES
+from apis.records import frozen
 from descheduler.readers import Fields
 from descheduler.selectors import Selector
 
@@ -32,7 +33,7 @@ LIMIT_NAMESPACE = "namespace"
 DEFAULT_SCHEDULER = "koord-scheduler"
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class ObjectLimiter:
     """``MigrationObjectLimiter``: at most ``max_migrating`` evictions of one object in
     ``duration_s``."""
@@ -43,7 +44,7 @@ class ObjectLimiter:
     """``maxMigrating`` (an int or ``"10%"``); ``None``: ``maxMigratingPerWorkload``'s rule."""
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class MigrationControllerArgs:
     """Everything the MigrationController, its arbitrator and its evictor filter read."""
 

@@ -25,6 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from apis.podmigrationjob import MODE_RESERVATION_FIRST, PodMigrationJob
+from apis.records import frozen
 from descheduler.cluster import Cluster
 from descheduler.evictor import EvictorFilter, has_evict_annotation
 from descheduler.migration.args import LIMIT_NAMESPACE, LIMIT_WORKLOAD, MigrationControllerArgs
@@ -59,7 +60,7 @@ class _Counts:
     """uids and ``namespace/name`` of pods with a migrating job."""
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class _WorkloadLimits:
     uids: tuple[str, ...]
     """Owners whose pods are the workload's (a Deployment's ReplicaSets)."""

@@ -24,9 +24,10 @@ and the interval its row computed; the table names it by reference (``"module:bu
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any, Generic, Protocol, TypeVar
 
+from apis.records import frozen
 from koordlet.config import CollectConfig, KoordletConfig
 from koordlet.metriccache.series import Sample
 from koordlet.plugins import load
@@ -67,7 +68,7 @@ class Tick(Protocol):
         ...
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class CollectResult:
     """What one step produced."""
 
@@ -96,7 +97,7 @@ class Collector(Protocol):
         ...
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class CollectorContext:
     """Everything a collector factory may use."""
 
@@ -109,7 +110,7 @@ class CollectorContext:
     """Start-up probing's results, or None where nothing was probed (tests, benchmarks)."""
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class Fresh(Generic[T]):
     """What an on-demand read found: its value, and the samples it stores in the metric cache."""
 
@@ -119,7 +120,7 @@ class Fresh(Generic[T]):
     """Series values at the read's timestamp; the runner appends them to the metric cache."""
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class OnDemand(Generic[T]):
     """A read a strategy may ask the runner for between ticks (an event handler that needs data
     fresher than the last tick): ``await runner.read_now(NODE_MEMORY)``.
@@ -141,7 +142,7 @@ CollectorFactory = Callable[[CollectorContext, float], Collector]
 """``(context, interval seconds) -> collector``: builds one collector; the interval is its row's."""
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class CollectorSpec:
     """One row of the collector table: everything about one collector."""
 

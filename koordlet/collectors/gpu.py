@@ -35,8 +35,9 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
+from apis.records import frozen
 from koordlet.collectors.framework import CollectorContext, CollectResult, Tick
 from koordlet.errors import HostError
 from koordlet.metriccache.series import (
@@ -77,7 +78,7 @@ REASON_RESET = "GPUResetRequired"
 REASON_NVML_UNAVAILABLE = "NVMLUnavailable"
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class GPUState:
     """One GPU in the inventory, with its health."""
 
@@ -101,7 +102,7 @@ class GPUState:
     """What happened, for the condition's message; empty when healthy."""
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class GPUDevices:
     """Info ``gpu_devices``: the node's GPUs and driver."""
 

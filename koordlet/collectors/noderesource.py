@@ -30,8 +30,8 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass
 
+from apis.records import frozen
 from koordlet.collectors.framework import CollectorContext, CollectResult, Fresh, OnDemand, Tick
 from koordlet.errors import HostError
 from koordlet.metriccache.series import (
@@ -93,7 +93,7 @@ NODE_MEMORY: OnDemand[MemInfo] = OnDemand(
 """The node's memory, read on demand (``CollectorRunner.read_now(NODE_MEMORY)``)."""
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class DistressReading:
     """The node's memory distress counters at one instant (see :data:`MEMORY_DISTRESS`)."""
 

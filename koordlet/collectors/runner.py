@@ -38,9 +38,10 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any, Protocol, TypeVar
 
+from apis.records import frozen
 from koordlet.collectors.framework import Collector, CollectResult, Fresh, OnDemand
 from koordlet.errors import ConfigError, HostError
 from koordlet.metriccache.series import Sample
@@ -85,7 +86,7 @@ class StepRecorder(Protocol):
     def observe_step(self, component: str, name: str, seconds: float, *, failed: bool) -> None: ...
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class StepOutcome:
     """What one collector's step did in one tick."""
 
@@ -101,7 +102,7 @@ class StepOutcome:
     """Wall time of the step (``time.perf_counter``)."""
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class TickReport:
     """Everything one ``run_tick`` produced, handed to ``apply`` on the event loop."""
 

@@ -8,10 +8,11 @@ from __future__ import annotations
 import os
 import socket
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Literal
 
 from apis.kubernetes_keys import SERVICE_ACCOUNT_TOKEN_PATH
+from apis.records import frozen
 from apis.terway import TERWAY_QOS_DIR
 from koordlet.features import FeatureGates
 from koordlet.system.paths import HostPaths
@@ -24,7 +25,7 @@ CgroupDriverSetting = Literal["auto", "systemd", "cgroupfs"]
 LogLevel = Literal["debug", "info", "warning", "error"]
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class CgroupConfig:
     """How the cgroup hierarchy is laid out."""
 
@@ -39,7 +40,7 @@ class CgroupConfig:
     Koordinator's ``--cgroup-kube-dir`` (default ``kubepods/``)."""
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class CollectConfig:
     """How often collectors run; every interval is in seconds."""
 
@@ -76,7 +77,7 @@ class CollectConfig:
     1 s)."""
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class ServerConfig:
     """The HTTP server (``/metrics``, ``/healthz``, ``/readyz``, ``/debug/``)."""
 
@@ -105,7 +106,7 @@ class ServerConfig:
         return int(self.addr.rpartition(":")[2])
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class QoSConfig:
     """The QoS manager's safety switches."""
 
@@ -172,7 +173,7 @@ class QoSConfig:
     false)."""
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class KubeConfig:
     """The Kubernetes API server (cluster mode, i.e. without ``--standalone``)."""
 
@@ -228,7 +229,7 @@ class KubeConfig:
     """Seconds one kubelet request may take; Koordinator's ``--kubelet-sync-timeout`` (3 s)."""
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class AuditConfig:
     """The audit log of every change made to the host (``docs/qos.md``)."""
 
@@ -254,7 +255,7 @@ RUNTIME_HOOK_POINTS = (
 ``--runtime-hooks-disable-stages`` (koordlet.runtimehooks.model.HookPoint holds the same)."""
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class RuntimeHooksConfig:
     """The runtime hooks: the hook server koord-runtime-proxy calls, and the NRI plugin
     (docs/runtimehooks.md). Paths default to the host's, as the other path settings do; the
@@ -324,7 +325,7 @@ def default_node_name(environ: Mapping[str, str] | None = None) -> str:
     return env.get("NODE_NAME", "").strip() or socket.gethostname().strip().lower()
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class KoordletConfig:
     """Everything the koordlet is configured with; built by :func:`load_config`."""
 

@@ -9,9 +9,9 @@ import argparse
 import os
 import sys
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any, NoReturn
 
+from apis.records import frozen
 from koordlet import __version__
 from koordlet.config.convert import (
     abs_path,
@@ -51,7 +51,7 @@ VERSION_TEXT = f"koordlet (koordinator-py) {__version__}"
 """What ``--version`` prints."""
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class Setting:
     """One configuration setting: its YAML key, flags and where it lands in KoordletConfig."""
 

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from apis.records import frozen
 from koordlet.system.psi import drain_eventfd
 
 _GONE_MASK = select.EPOLLERR | select.EPOLLHUP
@@ -44,7 +45,7 @@ class EventKind(StrEnum):
     """A cgroup v1 memory usage threshold crossed (either way)."""
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class PressureEvent:
     """One notification, as the subscribers receive it."""
 

@@ -40,9 +40,10 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import TYPE_CHECKING, Any, Final, Literal
 
+from apis.records import frozen
 from koordlet.executor.appendfile import LineFile
 
 if TYPE_CHECKING:
@@ -72,7 +73,7 @@ RETRY_INTERVAL: Final = 1.0
 """Seconds between two attempts to write held lines."""
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class AuditEntry:
     """One audited change or decision."""
 

@@ -35,9 +35,9 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
+from apis.records import frozen
 from koordlet.errors import CgroupGoneError, HostError, InvalidValueError
 from koordlet.system.knobs import Knob
 
@@ -50,7 +50,7 @@ logger = logging.getLogger(__name__)
 _V = TypeVar("_V")
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class BatchWrite(Generic[_V]):
     """One write of a batch: ``BatchWrite(CPUSET_CPUS, rel_dir, frozenset({0, 1}))``; mypy
     checks the value against the knob's type."""
@@ -72,7 +72,7 @@ class BatchWrite(Generic[_V]):
         return self.knob.name
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class BatchResult:
     """What a batch did."""
 

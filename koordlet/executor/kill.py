@@ -38,9 +38,9 @@ import posixpath
 import signal
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 
 from apis.extension import KubeQOS
+from apis.records import frozen
 from koordlet.errors import CgroupGoneError, InvalidValueError
 from koordlet.system.cgroups import CgroupLayout, CgroupVersion
 from koordlet.system.oserrors import host_file_error, is_gone
@@ -59,7 +59,7 @@ _V1_PROCS_CONTROLLERS = ("freezer", "memory", "cpu", "pids", "cpuacct", "cpuset"
 """v1 hierarchies in which the subtree's processes are listed, in order of preference."""
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class KillResult:
     """What :func:`kill_cgroup` did."""
 

@@ -45,9 +45,10 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from typing import Any, Literal
 
+from apis.records import frozen
 from koordlet.executor.appendfile import LineFile
 
 logger = logging.getLogger(__name__)
@@ -67,7 +68,7 @@ PERSISTENT_KINDS: frozenset[str] = frozenset({"owned_file"})
 """Kinds whose entries outlive a reboot: the file they name is on disk, not in the kernel."""
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class Original:
     """A file (or resctrl group) as it was before this koordlet first changed it."""
 

@@ -28,6 +28,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
+from apis.records import frozen
 from koordlet.errors import InvalidValueError, UnsupportedError
 from koordlet.executor.sysctl import notify
 from koordlet.executor.writer import WriteResult
@@ -46,7 +47,7 @@ PROCS_CONTROLLER = "cpu"
 hierarchy has the same ones; v2 has one)."""
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class ProcessFile:
     """One per-process setting."""
 

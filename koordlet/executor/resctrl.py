@@ -30,8 +30,9 @@ import errno
 import logging
 import os
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 
+from apis.records import frozen
 from koordlet.errors import CgroupGoneError, HostError, ParseError, UnsupportedError
 from koordlet.executor.originals import Original, Recorder
 from koordlet.executor.sysctl import notify, record
@@ -113,7 +114,7 @@ def parse_pids(text: str, path: str) -> set[int]:
         raise ParseError(f"{path}: not a list of thread ids") from None
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class AllocInfo:
     """What resctrl allocation this host offers (read once a round, on the writer thread)."""
 
@@ -233,7 +234,7 @@ def read_alloc_info(
 # Writes -----------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class TaskPlacement:
     """What one ``tasks`` update did."""
 

@@ -40,11 +40,11 @@ import errno
 import logging
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
 from apis.extension import KubeQOS
+from apis.records import frozen
 from koordlet.errors import (
     CgroupGoneError,
     HostError,
@@ -102,7 +102,7 @@ KERNEL_DEFAULTS: Mapping[str, Any] = MappingProxyType(
 Anolis-only files)."""
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class Step:
     """One thing to put back."""
 
@@ -125,7 +125,7 @@ class Step:
         return self.rel_dir.count("/") + 1 if self.rel_dir else 0
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class Outcome:
     """What one step did."""
 

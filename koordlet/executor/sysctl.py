@@ -29,10 +29,10 @@ import logging
 import os
 import threading
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, TypeVar
 
+from apis.records import frozen
 from koordlet.errors import InvalidValueError, ParseError, UnsupportedError
 from koordlet.executor.originals import Original, Recorder
 from koordlet.executor.writer import WriteResult
@@ -71,7 +71,7 @@ INT_CODEC = IntCodec()
 """A decimal integer file."""
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class SystemFile:
     """One node-wide kernel setting: a row of the sysctl table."""
 

@@ -26,6 +26,7 @@ from functools import partial
 from typing import Any
 
 from apis.netqos import QDISC_HANDLE, format_handle
+from apis.records import frozen
 from koordlet.executor.originals import Original, Recorder
 from koordlet.executor.sysctl import notify
 from koordlet.executor.writer import WriteResult
@@ -45,7 +46,7 @@ DRY_RUN_REPEAT = 60.0
 """Seconds before the same dry-run decision is audited again."""
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class ClassPlan:
     """One class of the tree, rates in bit/s as the NodeSLO says them."""
 
@@ -63,7 +64,7 @@ class ClassPlan:
         return HTBClass(self.handle, self.parent, rate, max(rate, self.ceil_bps // 8), self.prio)
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class TreePlan:
     """The whole tree for one interface."""
 

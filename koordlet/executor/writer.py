@@ -44,9 +44,9 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from apis.records import frozen
 from koordlet.errors import ParseError, UnsupportedError
 from koordlet.executor.batch import BatchResult, BatchWrite, apply_batch
 from koordlet.executor.originals import Original, Recorder
@@ -70,7 +70,7 @@ PATHS_KEPT = 100_000
 """Resolved file paths the writer remembers before it starts again (pods come and go)."""
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class WriteResult:
     """What one write did."""
 
@@ -93,7 +93,7 @@ class WriteResult:
     been, and ``old != new`` (by value) tells whether it would have changed the file."""
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class _Cached:
     value: object
     text: str

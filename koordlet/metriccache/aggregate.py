@@ -18,8 +18,9 @@ and reports nothing for it, while the coverage is below :data:`MIN_VALID_COVERAG
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from enum import StrEnum
+
+from apis.records import frozen
 
 MIN_VALID_COVERAGE = 0.5
 """Below this coverage a window's aggregate is too young to report (Koordinator's
@@ -56,7 +57,7 @@ def percentile(sorted_values: Sequence[float], p: float) -> float:
     return sorted_values[percentile_index(len(sorted_values), p)]
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class Aggregate:
     """Summary of the samples of one series inside a query window ``[start, end]``."""
 

@@ -44,10 +44,11 @@ import time
 from array import array
 from bisect import bisect_left, insort
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import fields
 from typing import Any, cast
 from weakref import WeakValueDictionary
 
+from apis.records import frozen
 from koordlet.errors import ConfigError
 from koordlet.metriccache.aggregate import Aggregate, coverage, summarize
 from koordlet.metriccache.chunks import (
@@ -73,7 +74,7 @@ at most a quarter of it."""
 _KINDS = ("node", "system", "numa", "be", "hostapp", "pod", "container")
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class RetentionPolicy:
     """How long samples are kept, per entity kind (the entity id's prefix before ``/``)."""
 

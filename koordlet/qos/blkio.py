@@ -44,6 +44,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from apis.extension import KubeQOS, QoSClass
+from apis.records import frozen
 from apis.slo import SchemaError
 from apis.slo_inforce import RESOURCE_QOS_STRATEGY
 from apis.slo_qos import (
@@ -118,7 +119,7 @@ class BlockError(ValueError):
     """A block that cannot be resolved to disks on this node (the message says why)."""
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class Disk:
     """A whole device a block resolved to."""
 
@@ -127,7 +128,7 @@ class Disk:
     scheduler: str
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class Target:
     """One cgroup to reconcile and the blocks it gets."""
 

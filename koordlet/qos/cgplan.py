@@ -20,6 +20,7 @@ from typing import Any, TypeVar
 from apis.extension import KubeQOS, QoSClass
 from apis.group_identity import kube_qos_group_identity, pod_group_identity
 from apis.pod_overrides import ANNOTATION_POD_CPU_QOS, PodCPUQoS
+from apis.records import frozen
 from apis.slo_qos import CPUQOSPolicy, MemoryQOSConfig, ResourceQOS
 from apis.slo_strategies import ResourceQOSStrategy
 from koordlet.executor.batch import BatchWrite
@@ -212,7 +213,7 @@ class Plan:
         self.writes.append(BatchWrite(knob, rel_dir, value, NAME, reason))
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class _PodMemory:
     """One pod's memory QoS entries."""
 

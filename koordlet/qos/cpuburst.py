@@ -44,6 +44,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from apis.extension import ANNOTATION_POD_CPU_BURST as POD_BURST_ANNOTATION
+from apis.records import frozen
 from apis.slo import SchemaError
 from apis.slo_strategies import CPUBurstStrategy, parse_cpu_burst_strategy
 from koordlet.errors import (
@@ -127,7 +128,7 @@ class _Gauges:
     quota: dict[_GaugeKey, float] = field(default_factory=dict)
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class _Target:
     """One burstable pod and its containers with a known limit."""
 

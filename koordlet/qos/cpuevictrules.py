@@ -10,9 +10,9 @@ Upstream: ``qosmanager/plugins/cpuevict`` (``isSatisfactionConfigValid``,
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
 
 from apis.priority import PRIORITY_MID_VALUE_MAX
+from apis.records import frozen
 from apis.slo_strategies import CPUEvictPolicy, ResourceThresholdStrategy
 from koordlet.qos.evicttask import Candidate
 from koordlet.qos.shared import InvalidThreshold
@@ -30,7 +30,7 @@ CPU_RELEASE_BUFFER_PERCENT = 2
 # Settings ------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class CPUEvictSettings:
     """The ``resourceUsedThresholdWithBE`` fields CPU eviction reads, merged over defaults."""
 

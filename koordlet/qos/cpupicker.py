@@ -23,8 +23,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 
+from apis.records import frozen
 from koordlet.statesinformer.nodetopo import cpus_of_node_info
 
 BE_MIN_CPUSET_CPUS = 2
@@ -34,7 +34,7 @@ BE_MAX_INCREASE_RATIO = 0.1
 this fraction of the node's CPUs (scale up slowly)."""
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class Processor:
     """One logical CPU as the picker sees it."""
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from apis.cpulist import format_cpulist, parse_cpulist
@@ -19,6 +18,7 @@ from apis.extension import KubeQOS, QoSClass
 from apis.manager_keys import ANNOTATION_NODE_RESERVATION
 from apis.nodetopo import ANNOTATION_NODE_SYSTEM_QOS_RESOURCE, parse_node_reservation
 from apis.quantity import milli_value
+from apis.records import frozen
 from koordlet.qos.cpupicker import BE_MAX_INCREASE_RATIO, Processor, processors_from_node_info
 from koordlet.qos.shared import cpus_of_annotation
 from koordlet.statesinformer.model import HostAppInfo, PodInfo, WorkloadSnapshot
@@ -108,7 +108,7 @@ def is_be_host_app(app: HostAppInfo, be_dir: str) -> bool:
     return app.qos is QoSClass.BE and app.cgroup_dir.startswith(be_dir.rstrip("/") + "/")
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class Usage:
     """Where the node's CPU goes, in cores."""
 
@@ -206,7 +206,7 @@ def be_cgroup_dirs(snapshot: WorkloadSnapshot, be_dir: str) -> list[str]:
 # The CPUs BE may get ----------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class BECpus:
     """The node's CPUs as one round of CPU suppress sees them, and the inputs they were computed
     from (:func:`be_cpus`)."""

@@ -31,9 +31,9 @@ import logging
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from typing import Any
 
+from apis.records import frozen
 from koordlet.collectors.noderesource import DistressReading
 from koordlet.config import QoSConfig
 from koordlet.errors import HostError
@@ -49,7 +49,7 @@ MIN_SPAN_FRACTION = 0.5
 counter reset, the first half window has no rate)."""
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class DistressConfig:
     """The distress trigger's settings (``qos.memoryDistress*``, ours; docs/configuration.md)."""
 

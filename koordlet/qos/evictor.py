@@ -48,7 +48,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from apis.extension import ANNOTATION_EVICTION_POLICY as ANNOTATION_EVICTION_POLICY
@@ -56,6 +56,7 @@ from apis.extension import ANNOTATION_EVICTION_PRIORITY as ANNOTATION_EVICTION_P
 from apis.extension import LABEL_EVICTION_ENABLED as LABEL_EVICTION_ENABLED
 from apis.extension import LABEL_POD_PRIORITY as LABEL_POD_PRIORITY
 from apis.extension import QoSClass
+from apis.records import frozen
 from koordlet.errors import InvalidValueError, KoordletError
 from koordlet.executor.kill import DEFAULT_DEADLINE, KillResult, kill_cgroup
 
@@ -111,7 +112,7 @@ class EvictionFailed(KoordletError):
         super().__init__(f"{victim}: {message}")
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class Victim:
     """One workload a strategy wants evicted, with its own reason."""
 
@@ -151,7 +152,7 @@ class Victim:
         return self.labels.get(LABEL_EVICTION_ENABLED) == "true"
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class Outcome:
     """What happened to one victim."""
 

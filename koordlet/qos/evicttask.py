@@ -44,6 +44,7 @@ from apis.priority import (
     pod_priority_class_raw,
     pod_priority_class_with_default,
 )
+from apis.records import frozen
 from koordlet.qos.evictor import Outcome, eviction_priority, label_priority
 from koordlet.qos.shared import eviction_policy_allowed, pod_class
 from koordlet.statesinformer.model import PodInfo
@@ -110,7 +111,7 @@ def request_of(pod: PodInfo, kind: str) -> tuple[str, int]:
 # Candidates --------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class Candidate:
     """A pod that may be evicted (upstream's ``PodEvictInfo``), in one unit per strategy."""
 
@@ -208,7 +209,7 @@ def released_classes(release: ResourceList) -> frozenset[str]:
 # Tasks and the plan -----------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class EvictTask:
     """Upstream's ``EvictTaskInfo``."""
 
@@ -287,7 +288,7 @@ def allocatable_task(
     return EvictTask(feature, reason, TARGET_REQUEST, release, ordered, by_request)
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class Pick:
     """One candidate of the plan."""
 

@@ -37,6 +37,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
+from apis.records import frozen
 from apis.slo_inforce import NodeSLOInForce
 from koordlet.config import KoordletConfig, QoSConfig
 from koordlet.plugins import load
@@ -82,7 +83,7 @@ class Strategy(Protocol):
         ...
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class StrategyReport:
     """What one round of a strategy saw, decided and did, for ``/debug/qos``.
 
@@ -232,7 +233,7 @@ class QoSBook:
             }
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class StrategyContext:
     """Everything a strategy factory may use."""
 
@@ -338,7 +339,7 @@ StrategyFactory = Callable[[StrategyContext, float], Strategy]
 """A strategy module's ``build(ctx, interval)``."""
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class StrategySpec:
     """One row of the strategy table: everything about one strategy."""
 

@@ -14,9 +14,9 @@ with its clock, the configured interval and the counting.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Protocol
 
+from apis.records import frozen
 from koordlet.metriccache.aggregate import Aggregate
 
 STALE_FACTOR = 2.0
@@ -38,7 +38,7 @@ def max_input_age(collect_interval: float, factor: float = STALE_FACTOR) -> floa
     return factor * collect_interval
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class Reading:
     """The newest sample of one series and the verdict on its age."""
 

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Iterable
-from dataclasses import dataclass
 
 from apis.priority import PRIORITY_MID_VALUE_MAX
+from apis.records import frozen
 from apis.slo_strategies import ResourceThresholdStrategy
 from koordlet.qos.evicttask import Candidate, ResourceList
 from koordlet.qos.shared import InvalidThreshold
@@ -24,7 +24,7 @@ MEMORY_RELEASE_BUFFER_PERCENT = 2
 # Settings ------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class MemoryEvictSettings:
     """The ``resourceUsedThresholdWithBE`` fields memory eviction reads, merged over defaults."""
 

@@ -63,6 +63,7 @@ from apis.netqos import (
 )
 from apis.pod_overrides import ANNOTATION_POD_NETWORK_QOS, AnnotationError, parse_pod_network_qos
 from apis.quantity import parse_quantity
+from apis.records import frozen
 from apis.slo_inforce import RESOURCE_QOS_STRATEGY, SYSTEM_STRATEGY
 from apis.slo_qos import NetQOSPolicy, NetworkQOSConfig
 from apis.slo_strategies import ResourceQOSStrategy
@@ -99,7 +100,7 @@ class NetQoSConfigError(ValueError):
     """The NodeSLO's network QoS cannot be applied; the message names the field."""
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class Bandwidth:
     """The node's total and where it came from."""
 
@@ -185,7 +186,7 @@ def tree_classes(qos: ResourceQOSStrategy, total: int) -> tuple[tuple[ClassPlan,
     return tuple(classes), notes
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class PodLimit:
     """A pod's own egress limit (``koordinator.sh/networkQOS``)."""
 

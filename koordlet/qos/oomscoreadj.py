@@ -20,7 +20,6 @@ hook side sets the CRI ``oom_score_adj`` from the same annotations (docs/qos-ove
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
 from typing import Any
 
 from apis.pod_overrides import (
@@ -29,6 +28,7 @@ from apis.pod_overrides import (
     AnnotationError,
     oom_score_adj_for,
 )
+from apis.records import frozen
 from koordlet.executor.procfiles import OOM_SCORE_ADJ, ProcessFileWriter, ProcessResult
 from koordlet.executor.sysctl import call_on_writer, executor_hooks
 from koordlet.qos.framework import StrategyContext, StrategyReport
@@ -45,7 +45,7 @@ DEFAULT_INTERVAL = 1.0
 """Seconds between rounds (``--reconcile-interval-seconds``)."""
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class Job:
     """One container's processes to set."""
 

@@ -46,6 +46,7 @@ from typing import Any
 
 from apis.extension import ANNOTATION_POD_RESCTRL as POD_RESCTRL_ANNOTATION
 from apis.pod_overrides import RESCTRL_GROUP_PREFIX, AnnotationError, PodResctrl, parse_pod_resctrl
+from apis.records import frozen
 from apis.slo_inforce import RESOURCE_QOS_STRATEGY
 from apis.slo_qos import ResctrlQOSConfig
 from apis.slo_strategies import ResourceQOSStrategy
@@ -110,7 +111,7 @@ def mba_value(percent: int, *, gran: int = 10, minimum: int = 10, amd: bool = Fa
     return str(max(-(-percent // gran) * gran, minimum))
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class GroupPlan:
     """What one control group should get."""
 
@@ -122,7 +123,7 @@ class GroupPlan:
     """Container cgroups whose threads belong in the group (empty when the class is off)."""
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class PodGroupPlan:
     """A pod's own control group (``node.koordinator.sh/resctrl``)."""
 

@@ -24,14 +24,15 @@ weight and the non-empty buckets, with full float precision.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from typing import Any
+
+from apis.records import frozen
 
 MAX_DECAY_EXPONENT = 100
 """Half-lives a sample may run ahead of the reference before the weights are renormalized."""
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class ExponentialBuckets:
     """Bucket boundaries growing by ``ratio`` from ``first_bucket_size`` up to ``max_value``."""
 

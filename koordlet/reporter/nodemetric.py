@@ -56,6 +56,7 @@ from apis.nodemetric import (
     node_metric_status_json,
     parse_node_metric_status,
 )
+from apis.records import frozen
 from apis.slo import HostApplication
 from apis.slo_inforce import NodeSLOInForce
 from koordlet.metriccache import MIN_VALID_COVERAGE, MetricCache
@@ -80,7 +81,7 @@ AGGREGATIONS = ("avg", "p50", "p90", "p95", "p99")
 """Keys of each ``aggregatedNodeUsages[].usage`` (Koordinator's ``AggregationType`` values)."""
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class _MemorySeries:
     node: str
     pod: str

@@ -47,11 +47,11 @@ import os
 import tempfile
 import time
 from collections.abc import Awaitable, Callable, Iterable
-from dataclasses import dataclass
 from typing import Any, NoReturn
 
 from apis.priority import PriorityClass
 from apis.quantity import format_bytes, format_milli, int_value, milli_value
+from apis.records import frozen
 from koordlet.metriccache import MetricCache
 from koordlet.metriccache import series as s
 from koordlet.reporter.histogram import (
@@ -85,7 +85,7 @@ def priority_uid(priority: str) -> str:
     return f"priority/{priority or 'none'}"
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class PredictorConfig:
     """Settings of the peak predictor (Koordinator's ``prediction.Config``)."""
 
@@ -136,7 +136,7 @@ class Model:
         return int(cpu * ratio), int(mem * ratio)
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class Reclaimable:
     """A prediction in CPU and memory: what Prod pods request but will not use, capped by the
     node's capacity (``prodReclaimableMetric``), or the Prod peak (``prodPeakMetric``)."""

@@ -71,6 +71,7 @@ from apis.extension import (
 from apis.kubernetes_keys import RESOURCE_CPU, RESOURCE_MEMORY
 from apis.nodetopo import ANNOTATION_CPU_BASIC_INFO, ANNOTATION_NODE_RESERVATION, reservation_json
 from apis.quantity import format_bytes, int_value
+from apis.records import frozen
 from koordlet.metriccache import MetricCache
 from koordlet.metriccache import series as s
 from koordlet.statesinformer.model import PodInfo
@@ -114,7 +115,7 @@ def topology_policy(policy: str, scope: str = "container") -> str:
     return name + level
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class KubeletTopology:
     """What the koordlet knows of the kubelet's topology settings."""
 

@@ -27,6 +27,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from apis.records import frozen
 from koordlet.errors import HostError, UnsupportedError
 from koordlet.system import libc
 
@@ -130,7 +131,7 @@ class _Group:
     pids: set[int] = field(default_factory=set)
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class CookieResult:
     """What one container's update did."""
 

@@ -25,7 +25,6 @@ without core scheduling the manager reports it unsupported, with ``prctl``'s err
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from apis.extension import (
@@ -37,6 +36,7 @@ from apis.extension import (
     KubeQOS,
     QoSClass,
 )
+from apis.records import frozen
 from apis.slo_inforce import NodeSLOInForce
 from apis.slo_qos import CPUQOSConfig, CPUQOSPolicy
 from apis.slo_strategies import ResourceQOSStrategy
@@ -52,7 +52,7 @@ EXPELLER_SUFFIX = "-expeller"
 """Upstream's ``ExpellerGroupSuffix``."""
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class Param:
     """A class's core scheduling (upstream ``Param``)."""
 

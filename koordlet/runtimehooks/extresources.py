@@ -17,18 +17,18 @@ from __future__ import annotations
 import functools
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass
 from types import MappingProxyType
 
 from apis.extension import ANNOTATION_EXTENDED_RESOURCE_SPEC
 from apis.quantity import Quantity, parse_quantity
+from apis.records import frozen
 from koordlet.runtimehooks.errors import BadPodInput
 
 REASON = "InvalidExtendedResourceSpec"
 """The Warning Event reason for a malformed annotation."""
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class ContainerResources:
     """One container's extended resources, quantities as written (validated)."""
 
@@ -41,7 +41,7 @@ class ContainerResources:
     pod unlimited)."""
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class ExtendedResourceSpec:
     """The parsed annotation."""
 

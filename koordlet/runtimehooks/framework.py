@@ -35,9 +35,10 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
+from apis.records import frozen
 from koordlet.errors import HostError
 from koordlet.runtimehooks import cgroupparent
 from koordlet.runtimehooks.errors import BadPodInput
@@ -94,7 +95,7 @@ _KNOBS: dict[str, Knob[Any]] = {
 the quota that depends on it, cpu.shares before cpu.idle, which makes the kernel refuse it)."""
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class DispatcherOptions:
     """How the dispatcher behaves; built from the koordlet's flags."""
 

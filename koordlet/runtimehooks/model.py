@@ -12,9 +12,11 @@ names.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import field, fields, replace
 from enum import StrEnum
 from typing import Any, TypeVar
+
+from apis.records import frozen
 
 
 class HookPoint(StrEnum):
@@ -46,7 +48,7 @@ POD_POINTS = frozenset(
 :class:`ContainerRequest`."""
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class Resources:
     """Linux resources of a pod or a container; None means "not specified / unchanged".
 
@@ -118,7 +120,7 @@ sets them on pods; set at a container's creation they are dropped (logged), the 
 exist yet."""
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class Mount:
     """A bind mount to add to a container (NRI ``Mount``; the CRI hook service has none)."""
 
@@ -132,7 +134,7 @@ class Mount:
     """Mount options."""
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class CoreSchedTarget:
     """The core scheduling a container's threads should have (the ``CoreSched`` hook)."""
 
@@ -143,7 +145,7 @@ class CoreSchedTarget:
     """False: the threads get the default cookie back (0)."""
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class PodMeta:
     """Who the pod is, as the runtime names it."""
 
@@ -160,7 +162,7 @@ class PodMeta:
         return f"{self.namespace}/{self.name}"
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class PodRequest:
     """A pod sandbox event: what the hooks of a pod-level :class:`HookPoint` see."""
 
@@ -184,7 +186,7 @@ class PodRequest:
     """The runtime's sandbox ID, once it exists (empty before RunPodSandbox returns)."""
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class ContainerRequest:
     """A container event: what the hooks of a container-level :class:`HookPoint` see."""
 
@@ -210,7 +212,7 @@ class ContainerRequest:
     """The container's resources as the request carries them."""
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class Change:
     """What one hook asks for; empty fields ask for nothing. The framework merges the changes of
     all hooks of a point in table order (a later hook wins on a field both set)."""
@@ -265,7 +267,7 @@ NO_CHANGE = Change()
 """The empty change: the request goes on as it came."""
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class HookWarning:
     """A Warning Event to record on the pod (the pod's own data was malformed)."""
 
@@ -277,7 +279,7 @@ class HookWarning:
     """Event message, naming the field."""
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class Outcome:
     """What the framework did for one request."""
 
@@ -295,7 +297,7 @@ class Outcome:
     """True when the change was computed and audited but not applied."""
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class NodeFiles:
     """What a node-level hook (the reconciler's ``Level.NODE``, ``TerwayQoS``) wants in its
     folder: whole files, which the reconciler writes through the executor when they change."""

@@ -29,9 +29,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from dataclasses import dataclass
 from typing import Any
 
+from apis.records import frozen
 from koordlet.runtimehooks.errors import ProtocolError, TtrpcError
 from koordlet.runtimehooks.framework import HookDispatcher
 
@@ -50,7 +50,7 @@ DEFAULT_REQUEST_TIMEOUT = 2.0
 # The plugin -------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class NriOptions:
     """Where the runtime is and how to register; from ``--runtime-hooks-nri-*``."""
 

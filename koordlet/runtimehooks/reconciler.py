@@ -56,6 +56,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from apis.extension import ANNOTATION_EXTENDED_RESOURCE_SPEC, KubeQOS
+from apis.records import frozen
 from koordlet.errors import HostError
 from koordlet.executor.batch import BatchResult, BatchWrite
 from koordlet.executor.ownedfile import KIND as OWNED_FILE
@@ -139,7 +140,7 @@ class NodeFilesState:
     """The last write's failure, empty when it went through."""
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class PodResult:
     """What the pod and container levels ask for one pod, ready for the round's batch."""
 

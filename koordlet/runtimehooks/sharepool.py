@@ -20,10 +20,10 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 
 from apis.cpulist import format_cpulist, parse_cpulist
 from apis.extension import ANNOTATION_RESOURCE_STATUS, QoSClass
+from apis.records import frozen
 from koordlet.runtimehooks.errors import BadPodInput
 from koordlet.statesinformer.model import PodInfo
 
@@ -31,7 +31,7 @@ REASON = "InvalidResourceStatus"
 """The Warning Event reason for a malformed ``resource-status`` annotation."""
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class CPUSharedPool:
     """One NUMA node's share pool."""
 
@@ -47,7 +47,7 @@ class CPUSharedPool:
         return {"socket": self.socket, "node": self.node, "cpuset": format_cpulist(self.cpus)}
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class CPUSetRule:
     """What the CPUSetAllocator hook knows of the node (upstream ``cpusetRule``); here, beside
     the pools, so the hook table can name it without importing the hook."""
@@ -58,7 +58,7 @@ class CPUSetRule:
     """The kubelet's ``cpuManagerPolicy`` when known."""
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class ResourceStatus:
     """The scheduler's allocation of a pod."""
 

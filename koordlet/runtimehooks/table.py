@@ -21,12 +21,12 @@ framework writes, audits and records events).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
 from enum import StrEnum
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from apis.extension import KubeQOS
+from apis.records import frozen
 from apis.slo_inforce import NodeSLOInForce
 from apis.terway import TERWAY_QOS_DIR
 from koordlet.plugins import load
@@ -87,7 +87,7 @@ class Level(StrEnum):
     NODE = "node"
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class HookContext:
     """What a hook may read: the node's state, never files."""
 
@@ -112,7 +112,7 @@ class HookContext:
         return caps is not None and knob in caps and caps.supported(knob)
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class HookSpec:
     """One row of the table."""
 

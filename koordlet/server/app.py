@@ -37,9 +37,10 @@ import functools
 import logging
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any, Protocol
 
+from apis.records import frozen
 from koordlet.prom import Collector, Metric
 from koordlet.server.connection import HttpServer
 from koordlet.server.debug import DebugHandlers, is_loopback_peer, json_response
@@ -130,7 +131,7 @@ PROBE_LIMITS = LimitConfig(max_in_flight=4, cpu_share=0.02, burst=0.01)
 """The probes' limits: 4 in flight, 2 % of one core."""
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class ServerLimits:
     """The request limits (:class:`~koordlet.server.limiter.LimitConfig`), per class."""
 
@@ -140,7 +141,7 @@ class ServerLimits:
     """``/healthz`` and ``/readyz``: 4 in flight, 2 % of one core."""
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class ServerDeps:
     """Everything the server reads; the daemon builds it from the real components."""
 
@@ -199,7 +200,7 @@ EXPOSITION = AppKey("koordlet_server_exposition", Exposition)
 """The cached ``/metrics`` bodies."""
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class Limiters:
     """The limiter of each request class."""
 
@@ -376,7 +377,7 @@ def build_app(deps: ServerDeps, ui: UiDeps | None = None) -> App:
     return app
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class ServerHandle:
     """A started server; :meth:`stop` closes it."""
 

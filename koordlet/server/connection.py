@@ -12,12 +12,12 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
-from dataclasses import dataclass
 from typing import Any, NoReturn, cast
 from urllib.parse import unquote_to_bytes
 
 import httptools
 
+from apis.records import frozen
 from koordlet.server.http import App, Headers, HttpLimits, Request, Response, encode_head
 
 logger = logging.getLogger(__name__)
@@ -28,7 +28,7 @@ _HEAD_SLACK = 4096
 """Bytes a head may send beyond its target and header fields: request line, separators."""
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class _Failure:
     """A refusal queued behind the requests parsed before it (answers stay in order)."""
 

@@ -18,10 +18,10 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
 from enum import Enum
 from typing import Protocol
 
+from apis.records import frozen
 from koordlet.metriccache import series as s
 from koordlet.metriccache.series import SeriesKey
 from koordlet.prom import GaugeMetricFamily, Metric
@@ -97,7 +97,7 @@ SCOPE_LABELS: dict[Scope, tuple[str, ...]] = {
 """Label keys of each scope, in exposition order (Koordinator's keys and order)."""
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class Source:
     """One series feeding a family."""
 
@@ -112,7 +112,7 @@ class Source:
     ``value``; a label valued by another series (PSI's ``cpu_full_supported``)."""
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class FamilySpec:
     """One exported gauge family."""
 

@@ -17,9 +17,9 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
 from typing import Protocol
 
+from apis.records import frozen
 from koordlet.prom import GaugeMetricFamily, Metric
 
 BEHIND_INTERVALS = 3.0
@@ -34,7 +34,7 @@ class RoundBook(Protocol):
         ...
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class LoopState:
     """One watched loop, as judged now."""
 
@@ -53,7 +53,7 @@ class LoopState:
         return f"{self.name} (no round for {self.age:.1f}s, interval {self.interval:g}s)"
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class _Watch:
     component: str
     name: str

@@ -30,13 +30,15 @@ from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 from urllib.parse import parse_qsl
 
+from apis.records import frozen
+
 T = TypeVar("T")
 
 _DAYS = ("Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun")
 _MONTHS = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec")
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class HttpLimits:
     """The protocol's bounds and timeouts."""
 

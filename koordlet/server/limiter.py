@@ -33,15 +33,15 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable, Iterator, Mapping
-from dataclasses import dataclass
 
+from apis.records import frozen
 from koordlet.prom import CounterMetricFamily, Metric
 
 REASONS = ("busy", "budget")
 """Why a request is refused: too many in flight, or no CPU budget within ``max_wait``."""
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class LimitConfig:
     """The limits of one request class."""
 
@@ -74,7 +74,7 @@ class LimitConfig:
             raise ValueError(f"max_wait, reject_delay and overhead must not be negative: {self}")
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class Refusal:
     """Why a request was not admitted."""
 

@@ -13,10 +13,10 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from apis.extension import QoSClass
+from apis.records import frozen
 from apis.slo_inforce import NodeSLOInForce
 from apis.slo_strategies import (
     ResourceThresholdStrategy,
@@ -43,7 +43,7 @@ DEFAULT_POINTS = 300
 """Buckets in a window when ``step`` is not given."""
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class UiDeps:
     """What the ``/debug/ui`` views read beyond :class:`koordlet.server.app.ServerDeps`."""
 

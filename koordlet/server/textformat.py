@@ -21,9 +21,9 @@ by :mod:`koordlet.prom.encode`.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
 from enum import Enum
 
+from apis.records import frozen
 from koordlet.prom import Collector
 from koordlet.prom.encode import encode_openmetrics, encode_text
 from koordlet.prom.textvalue import go_float
@@ -61,7 +61,7 @@ second)."""
 _TEXT_VERSIONS = frozenset({"", "0.0.4"})
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class _Range:
     media: str
     params: dict[str, str]

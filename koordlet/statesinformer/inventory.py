@@ -12,9 +12,9 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import TypeVar
 
+from apis.records import frozen
 from koordlet.statesinformer.model import HostAppInfo, PodInfo, WorkloadSnapshot
 from koordlet.statesinformer.sources import HostAppSource, PodSource
 
@@ -23,7 +23,7 @@ logger = logging.getLogger(__name__)
 T = TypeVar("T")
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class InventoryChange:
     """What one refresh changed."""
 

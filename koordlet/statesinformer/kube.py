@@ -35,7 +35,7 @@ import os
 import tempfile
 import time
 from collections.abc import Callable, Coroutine, Iterable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from types import MappingProxyType
 from typing import Any, NoReturn
 
@@ -51,6 +51,7 @@ from apis.kubernetes_keys import ANNOTATION_LAST_APPLIED
 from apis.manager_keys import EXTENDED_RESOURCES
 from apis.priority import pod_priority_class_with_default
 from apis.quantity import int_value, milli_value
+from apis.records import frozen
 from apis.slo import API_VERSION as NODESLO_API_VERSION
 from apis.slo import KIND as NODESLO_KIND
 from apis.slo import SchemaError
@@ -79,7 +80,7 @@ _RUNTIMES = {"containerd": "containerd", "cri-o": "cri-o", "docker": "docker"}
 
 
 # The NodeMetric spec ---------------------------------------------------------------------------
-@dataclass(frozen=True, slots=True)
+@frozen
 class CollectPolicy:
     """``spec.metricCollectPolicy`` of the node's NodeMetric over Koordinator's defaults
     (``defaultNodeMetricSpec`` of the koordlet's NodeMetric informer)."""

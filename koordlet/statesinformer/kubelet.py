@@ -38,13 +38,13 @@ import logging
 import os
 import ssl
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
 from apis.errors import FieldError
 from apis.kubernetes_keys import SERVICE_ACCOUNT_TOKEN_PATH as SERVICE_ACCOUNT_TOKEN
 from apis.quantity import parse_quantity
+from apis.records import frozen
 from koordlet.statesinformer.kube import pod_info
 from koordlet.statesinformer.model import PodInfo
 from koordlet.system.cgroups import CgroupLayout
@@ -76,7 +76,7 @@ class KubeletResponseError(KubeletError, FieldError):
         super().__init__(problem, source="kubelet /pods", field=field)
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class KubeletSourceConfig:
     """How to reach the kubelet's ``/pods`` (Koordinator's ``kubelet_stub`` flags)."""
 

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 
 from apis.extension import KubeQOS, QoSClass
+from apis.records import frozen
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class ContainerInfo:
     """One container of a pod."""
 
@@ -30,7 +31,7 @@ class ContainerInfo:
     """Memory limit in bytes; None when unknown or unlimited."""
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class PodInfo:
     """One pod and its containers."""
 
@@ -83,7 +84,7 @@ class PodInfo:
     empty when none or when the source has no spec (the runtime hooks' reconciler)."""
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class HostAppInfo:
     """A non-containerized application declared in NodeSLO's ``hostApplications``."""
 
@@ -96,7 +97,7 @@ class HostAppInfo:
     """False when declared but its cgroup does not exist (reported, not an error)."""
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class WorkloadSnapshot:
     """Everything the inventory knows at one moment; replaced, never mutated."""
 

@@ -23,14 +23,14 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-from dataclasses import dataclass
 
+from apis.records import frozen
 from koordlet.system.paths import HostPaths
 
 logger = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class BlockDevice:
     """One entry of ``/sys/class/block``."""
 

@@ -39,10 +39,10 @@ import ctypes
 import logging
 import os
 import re
-from dataclasses import dataclass
 from enum import StrEnum
 
 from apis.extension import KubeQOS
+from apis.records import frozen
 from koordlet.errors import ConfigError, HostError, InvalidValueError, UnsupportedError
 from koordlet.system import libc
 from koordlet.system.paths import HostPaths
@@ -320,7 +320,7 @@ def kube_qos_of_dir(name: str) -> KubeQOS | None:
 # Layout ----------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class CgroupLayout:
     """Where this node's cgroups are, and how the kubelet names them."""
 

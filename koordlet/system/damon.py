@@ -44,6 +44,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
+from apis.records import frozen
 from koordlet.errors import HostError, ParseError, UnsupportedError
 
 logger = logging.getLogger(__name__)
@@ -70,7 +71,7 @@ class DamonBusyError(UnsupportedError):
         super().__init__("damon", f"busy: {reason}")
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class DamonAttrs:
     """The monitoring settings of our kdamond (docs/coldmemory.md says why these defaults)."""
 
@@ -105,7 +106,7 @@ class DamonAttrs:
         return max(1, -(-round(self.cold_age_s * 1_000_000) // self.aggr_us))
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class Region:
     """One monitoring region as ``tried_regions/<n>`` shows it: ``[start, end)`` physical."""
 
@@ -145,7 +146,7 @@ def io_error(path: str, err: OSError, doing: str) -> HostError:
     return HostError(f"{path}: {doing} failed: {err.strerror} ({name})")
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class RealSysfs:
     """The real files; ``OSError`` becomes :class:`HostError` (``EBUSY``:
     :class:`DamonBusyError`) naming the file."""
@@ -270,7 +271,7 @@ def system_ram_ranges(proc_root: str) -> list[tuple[int, int]]:
 # The claim file --------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class Claim:
     """What the claim file records (see the module docstring)."""
 

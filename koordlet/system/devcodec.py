@@ -32,10 +32,11 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from types import MappingProxyType
 from typing import TypeVar
+
+from apis.records import frozen
 
 _DEV = re.compile(r"(\d+):(\d+)")
 _INT = re.compile(r"\d+")
@@ -78,7 +79,7 @@ def _device_of(fields: list[str], text: str) -> str:
 # Validators -----------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class DeviceRange:
     """A mapping of devices to integers in ``[lo, hi]``; a ``None`` value drops the device."""
 
@@ -105,7 +106,7 @@ class DeviceRange:
         return f"a mapping of MAJ:MIN to {self.lo}..{self.hi}"
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class DeviceParamSet:
     """A mapping of devices to ``key=value`` parameters among ``keys``; values are kept in the
     canonical spelling :func:`canonical_param` gives (``95.00`` and ``95`` are one value)."""
@@ -151,7 +152,7 @@ def canonical_param(value: object) -> str:
 # Codecs --------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class DeviceLinesCodec:
     """``MAJ:MIN VALUE`` lines (v1 throttle files, weight files with their ``default N`` line).
 
@@ -182,7 +183,7 @@ class DeviceLinesCodec:
         return "\n".join(lines)
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class DeviceKeyCodec:
     """One ``key=value`` of ``MAJ:MIN key=value ...`` lines (v2 ``io.max``, ``io.latency``);
     ``unlimited`` (``max``) means no entry."""
@@ -212,7 +213,7 @@ class DeviceKeyCodec:
         return "\n".join(lines)
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class DeviceParamsCodec:
     """``MAJ:MIN k=v k=v ...`` lines of blk-iocost (``io.cost.qos``, ``io.cost.model``).
 

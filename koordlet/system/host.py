@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 
+from apis.records import frozen
 from koordlet.errors import ConfigError, UnsupportedError
 from koordlet.system.cgroups import CgroupDriver, CgroupLayout, CgroupVersion, detect_layout
 from koordlet.system.paths import HostPaths
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class Host:
     """The one object passed to collectors as ``CollectorContext.host`` (and to the states
     informer and the executor): the injected host roots plus the detected cgroup layout.

@@ -46,9 +46,10 @@ from __future__ import annotations
 import errno
 import itertools
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Protocol
 
+from apis.records import frozen
 from koordlet.errors import CgroupGoneError, HostError, ParseError, UnsupportedError
 from koordlet.system.cgroups import CgroupLayout
 from koordlet.system.cgroupstats import read_file_bytes
@@ -77,7 +78,7 @@ Reader = Callable[[str], bytes]
 """Reads a whole file: ``Tick.read`` or ``read_file_bytes`` (ENOENT → ``CgroupGoneError``)."""
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class IdlePageStats:
     """One ``memory.idle_page_stats``."""
 
@@ -199,7 +200,7 @@ def parse_idle_page_stats(data: bytes, path: str) -> IdlePageStats:
 # The scanner ---------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class KidledState:
     """The scanner's settings, as ``/sys/kernel/mm/kidled`` reports them."""
 

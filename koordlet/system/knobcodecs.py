@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 from typing import Generic, Protocol, TypeVar
 
 from apis.cpulist import MAX_CPU_ID, format_cpulist, parse_cpulist
+from apis.records import frozen
 from koordlet.system.cgroups import CgroupVersion
 
 T = TypeVar("T")
@@ -57,7 +57,7 @@ def _check_int(value: object) -> int:
     return value
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class Range:
     """Integers in ``[lo, hi]``."""
 
@@ -76,7 +76,7 @@ class Range:
         return f"{self.lo}..{self.hi}"
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class RangeOrUnlimited:
     """Integers in ``[lo, hi]`` or ``None`` (unlimited); ``-1`` is read as ``None``."""
 
@@ -101,7 +101,7 @@ class RangeOrUnlimited:
         return f"{self.lo}..{self.hi} or None/-1 (unlimited)"
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class CpuList:
     """A set of CPU (or NUMA node) ids, from a set of ints or a cpulist string."""
 
@@ -120,7 +120,7 @@ class CpuList:
         return f"a set of ids in 0..{MAX_CPU_ID} or a cpulist"
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class AnyText:
     """Any string (read-only sources)."""
 
@@ -153,7 +153,7 @@ class FileCodec(Protocol[T]):
         ...
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class IntCodec:
     """A plain decimal integer."""
 
@@ -166,7 +166,7 @@ class IntCodec:
         return str(value)
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class LimitCodec:
     """A non-negative integer or its "unlimited" spelling, which reads as ``None``.
 
@@ -193,7 +193,7 @@ class LimitCodec:
         return self.unlimited if value is None else str(value)
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class ConvertedCodec:
     """An integer kept in the file in another unit (shares in ``cpu.weight`` and back)."""
 
@@ -235,7 +235,7 @@ def _cpu_max_period(text: str) -> int:
     return _parse_int(_cpu_max_fields(text)[1])
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class CpuMaxQuotaCodec:
     """The quota half of v2 ``cpu.max``, read from its first field as upstream reads it; a
     write keeps the period of the current text (when it has none that is a number, only the
@@ -254,7 +254,7 @@ class CpuMaxQuotaCodec:
         return f"{quota} {period}" if period.isdigit() else quota
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class CpuMaxPeriodCodec:
     """The period half of v2 ``cpu.max``; a write needs the current text to keep the quota."""
 
@@ -268,7 +268,7 @@ class CpuMaxPeriodCodec:
         return f"{'max' if quota is None else quota} {value}"
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class CpuListCodec:
     """A cpulist file (``cpuset.cpus``, ``cpuset.mems``), written in canonical form."""
 
@@ -281,7 +281,7 @@ class CpuListCodec:
         return format_cpulist(value)
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class RawTextCodec:
     """A read-only file handed to its parser (a collector) as text."""
 
@@ -294,7 +294,7 @@ class RawTextCodec:
         raise ValueError("read-only")
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class Codec(Generic[T]):
     """The two file codecs of one knob: its text on cgroup v1 and on cgroup v2."""
 

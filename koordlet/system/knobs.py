@@ -33,10 +33,10 @@ use the exact inverse.) ``cpu_weight`` is the mirror image on v1.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, Generic, TypeVar
 
+from apis.records import frozen
 from koordlet.errors import InvalidValueError, ParseError, UnsupportedError
 from koordlet.system.cgroups import CgroupVersion
 from koordlet.system.devcodec import (
@@ -102,7 +102,7 @@ def weight_to_shares(weight: int) -> int:
 # Knobs ----------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class Knob(Generic[T]):
     """One logical cgroup resource and how it is spelled on each cgroup version."""
 

@@ -25,10 +25,10 @@ from __future__ import annotations
 import importlib
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
 from types import ModuleType
 from typing import Any, TypeVar
 
+from apis.records import frozen
 from koordlet.errors import HostError, UnsupportedError
 
 logger = logging.getLogger(__name__)
@@ -91,7 +91,7 @@ class NvmlUnsupported(UnsupportedError):
         super().__init__("nvml", reason)
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class GPUInfo:
     """One GPU, as listed once when NVML is opened."""
 
@@ -109,7 +109,7 @@ class GPUInfo:
     """PCI address as NVML's legacy form (``0000:3B:00.0``)."""
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class GPUSample:
     """What one GPU reports now."""
 
@@ -122,7 +122,7 @@ class GPUSample:
     the GPU has no such counter."""
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class XidEvent:
     """A critical Xid error one GPU reported."""
 

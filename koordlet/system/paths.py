@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+
+from apis.records import frozen
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class HostPaths:
     """Roots of the host file systems the koordlet reads and writes.
 

@@ -18,9 +18,9 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass
 
 from apis.cpulist import parse_cpulist
+from apis.records import frozen
 from koordlet.errors import HostError, ParseError
 from koordlet.system.paths import HostPaths
 
@@ -28,7 +28,7 @@ _ROOT_COMPLEX = re.compile(r"pci[0-9a-fA-F]{4}:[0-9a-fA-F]{2}")
 _BDF = re.compile(r"^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class PCIPlace:
     """The topology of one PCI device."""
 

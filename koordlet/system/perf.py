@@ -41,9 +41,9 @@ import os
 import struct
 import sys
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Protocol
 
+from apis.records import frozen
 from koordlet.errors import CgroupGoneError, HostError, ParseError, UnsupportedError
 from koordlet.system import libc
 from koordlet.system.cgroups import CgroupLayout, CgroupVersion
@@ -139,7 +139,7 @@ class PerfEventAttr(ctypes.Structure):
     )
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class PerfEvent:
     """One countable event."""
 
@@ -253,7 +253,7 @@ def pack_group_read(
     return out + b"".join(_ENTRY.pack(value, event_id) for value, event_id in values)
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class GroupReading:
     """One read of one group on one CPU."""
 
@@ -413,7 +413,7 @@ def open_group(
 # Cgroup counters -------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class CounterTotals:
     """A cgroup's counts over every CPU, each CPU's extrapolated on its own."""
 
@@ -525,7 +525,7 @@ _ABSENT = frozenset({errno.ENOENT, errno.EOPNOTSUPP, errno.ENODEV})
 PMU: a VM without a virtual PMU, a container runtime that hides it)."""
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class PerfSupport:
     """Whether the events can be counted here."""
 

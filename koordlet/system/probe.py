@@ -19,6 +19,7 @@ from dataclasses import asdict, dataclass
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
+from apis.records import frozen
 from apis.terway import BPF_PIN_PARTS
 from koordlet.system.cgroups import CgroupVersion
 from koordlet.system.damon import probe_damon
@@ -46,7 +47,7 @@ TERWAY_ABSENT = (
 )
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class Capability:
     """Whether one knob or source works on this host."""
 

@@ -19,9 +19,9 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass
 from typing import NamedTuple
 
+from apis.records import frozen
 from koordlet.errors import CgroupGoneError, HostError, ParseError
 from koordlet.system.cgroupstats import read_file_bytes
 from koordlet.system.oserrors import read_error
@@ -155,7 +155,7 @@ def _require(values: dict[str, int], path: str, wanted: dict[bytes, str], *keys:
         raise ParseError(f"{path}: missing {', '.join(missing)}")
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class MemInfo:
     """``/proc/meminfo`` in bytes (``HugePages_*`` are page counts)."""
 
@@ -248,7 +248,7 @@ def read_meminfo(paths: HostPaths) -> MemInfo:
     return parse_meminfo(read_host_file(path), path)
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class NumaMemInfo:
     """One NUMA node's ``meminfo`` in bytes (``HugePages_*`` are page counts).
 
@@ -360,7 +360,7 @@ def read_numa_meminfo(paths: HostPaths) -> dict[int, NumaMemInfo]:
 # /proc/vmstat ------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class VmStat:
     """The reclaim counters of ``/proc/vmstat``, in pages, cumulative since boot.
 

@@ -25,9 +25,10 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 
 from apis.extension import QoSClass
+from apis.records import frozen
 from koordlet.errors import CgroupGoneError, HostError, ParseError, UnsupportedError
 from koordlet.system.cgroupstats import read_file_bytes
 from koordlet.system.oserrors import absent_error
@@ -111,7 +112,7 @@ def parse_mon_features(data: bytes, path: str) -> frozenset[str]:
     return frozenset(names)
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class MonitoringSupport:
     """Which L3 monitoring events this host can read."""
 

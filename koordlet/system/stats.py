@@ -30,10 +30,10 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, Generic, Literal, Protocol, TypeVar
 
+from apis.records import frozen
 from koordlet.errors import CgroupGoneError, HostError, ParseError, UnsupportedError
 from koordlet.system.cgroups import CgroupLayout, CgroupVersion
 from koordlet.system.cgroupstats import (
@@ -86,7 +86,7 @@ class StatReader(Protocol):
         ...
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class Source(Generic[T]):
     """Where a stat lives on one cgroup version."""
 
@@ -182,7 +182,7 @@ def _getter(source: Source[T]) -> Callable[[StatReader, str], T]:
     return get_direct_pick
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class CgroupStat(Generic[T]):
     """One value of a cgroup and where each cgroup version keeps it."""
 
@@ -221,7 +221,7 @@ class CgroupStat(Generic[T]):
         return BoundStat(self.name, source, layout)
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class HostStat(Generic[T]):
     """One ``/proc`` or ``/sys`` file."""
 

@@ -30,9 +30,9 @@ import socket
 import struct
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from typing import Any
 
+from apis.records import frozen
 from koordlet.errors import HostError, UnsupportedError
 from koordlet.system import libc
 from koordlet.system.paths import HostPaths
@@ -58,7 +58,7 @@ class TCError(HostError):
     """A netlink request the kernel refused (the message names it and the errno)."""
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class Qdisc:
     """The root qdisc of an interface."""
 
@@ -68,7 +68,7 @@ class Qdisc:
     """HTB's default class minor; None for other kinds."""
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class HTBClass:
     """An HTB class as the kernel holds it (rates in bytes per second)."""
 
@@ -79,7 +79,7 @@ class HTBClass:
     prio: int
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class Filter:
     """A filter at a qdisc."""
 
@@ -88,7 +88,7 @@ class Filter:
     name: str
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class Link:
     """An interface of this network namespace."""
 

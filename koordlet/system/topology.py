@@ -19,9 +19,9 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from dataclasses import dataclass
 
 from apis.cpulist import parse_cpulist
+from apis.records import frozen
 from koordlet.errors import CgroupGoneError, HostError, ParseError
 from koordlet.system.cgroupstats import read_file_bytes
 from koordlet.system.paths import HostPaths
@@ -39,7 +39,7 @@ def read_cpulist(text: str | bytes, path: str) -> tuple[int, ...]:
         raise ParseError(f"{path}: {err}") from None
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class CpuInfo:
     """Where one logical CPU sits."""
 
@@ -53,7 +53,7 @@ class CpuInfo:
     """NUMA node holding the CPU; -1 when no node lists it."""
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class NodeCpuTopology:
     """The host's online CPUs, their cores, sockets and NUMA nodes."""
 

@@ -20,10 +20,10 @@ pods no longer in the list ("dangling") count by the priority the koordlet repor
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 from apis.configuration import CalculatePolicy, ColocationStrategy
 from apis.priority import PRIORITY_BATCH, PRIORITY_DEFAULT_VALUES, PRIORITY_FREE
+from apis.records import frozen
 from manager.noderesource.inputs import (
     CPU,
     MEMORY,
@@ -40,7 +40,7 @@ _LOW_PRIORITY = frozenset({PRIORITY_BATCH, PRIORITY_FREE})
 _ACTIVE_PHASES = frozenset({"Running", "Pending"})
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class PodTerm:
     """How one pod of the list entered the calculation."""
 
@@ -64,7 +64,7 @@ class PodTerm:
     """What it adds to HP.maxUsedRequest."""
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class MetricTerm:
     """A pod metric or host application that entered the calculation by its metric alone."""
 
@@ -78,7 +78,7 @@ class MetricTerm:
     """Whether it counts (above batch priority)."""
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class HPSums:
     """Sums over the node's pods, shared by batch and mid."""
 
@@ -96,7 +96,7 @@ class HPSums:
     """Dangling pod metrics (empty unless recorded)."""
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class BatchTerms:
     """Every term of the batch formula, as computed."""
 

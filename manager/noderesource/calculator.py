@@ -9,7 +9,6 @@ CPU normalization ratio. :func:`decide_update` says whether the Node must be wri
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from apis.configuration import SLOControllerConfig
@@ -22,6 +21,7 @@ from apis.manager_keys import (
     MID_MEMORY,
 )
 from apis.nodetopo import parse_cpu_basic_info
+from apis.records import frozen
 from manager.cpunormalization import (
     NormalizationResult,
     amplify_batch_cpu,
@@ -33,7 +33,7 @@ from manager.noderesource.mid import MidTerms, calculate_mid
 from manager.noderesource.strategy import NodeStrategy, resolve
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class NodeResourceResult:
     """What the controller would write for one node, with its working."""
 
@@ -126,7 +126,7 @@ def calculate(
     return NodeResourceResult(node.name, values, "", ns, batch, mid, norm, age)
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class UpdateDecision:
     """Whether the Node must be written, and why."""
 

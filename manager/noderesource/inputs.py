@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -21,6 +20,7 @@ from apis.manager_keys import ANNOTATION_NODE_RESERVATION
 from apis.nodemetric import NodeMetric, PodMetricInfo, ResourceMap
 from apis.priority import pod_priority_class_with_default
 from apis.quantity import int_value, milli_value, parse_quantity
+from apis.records import frozen
 from apis.slo import SchemaError
 from manager.errors import InputError
 
@@ -29,7 +29,7 @@ MEMORY = "memory"
 _QOS_NAMES = frozenset({"LSE", "LSR", "LS", "BE", "SYSTEM"})
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class Resources:
     """CPU (milli-cores) and memory (bytes)."""
 
@@ -59,7 +59,7 @@ class Resources:
 ZERO = Resources()
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class NodeView:
     """What the calculation needs of a Node."""
 
@@ -77,7 +77,7 @@ class NodeView:
     """status.allocatable of every other resource, as integers (``kubernetes.io/batch-cpu`` …)."""
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class HostAppMetricView:
     """One ``status.hostApplicationMetric`` entry."""
 
@@ -89,7 +89,7 @@ class HostAppMetricView:
     """``usage.resources``."""
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class NodeMetricView:
     """What the calculation needs of a NodeMetric."""
 
@@ -107,7 +107,7 @@ class NodeMetricView:
     """status.hostApplicationMetric."""
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class PodView:
     """What the calculation needs of a pod."""
 

@@ -19,10 +19,10 @@ the Running or Pending pods whose class is neither mid, batch nor free.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 from apis.configuration import ColocationStrategy
 from apis.priority import PRIORITY_BATCH, PRIORITY_FREE, PRIORITY_MID
+from apis.records import frozen
 from manager.noderesource.batch import host_app_usage, node_reserved
 from manager.noderesource.inputs import ZERO, NodeMetricView, NodeView, PodView, Resources
 
@@ -30,7 +30,7 @@ _NOT_PROD = frozenset({PRIORITY_MID, PRIORITY_BATCH, PRIORITY_FREE})
 _ACTIVE_PHASES = frozenset({"Running", "Pending"})
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class MidTerms:
     """Every term of the mid formula, as computed."""
 

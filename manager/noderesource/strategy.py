@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
 from apis.configuration import ColocationConfig, ColocationStrategy
@@ -20,12 +20,13 @@ from apis.manager_keys import (
     LABEL_CPU_RECLAIM_RATIO,
     LABEL_MEMORY_RECLAIM_RATIO,
 )
+from apis.records import frozen
 from apis.slo import SchemaError
 from apis.sloconfig import parse_colocation_overrides
 from manager.noderesource.inputs import NodeView
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class NodeStrategy:
     """The strategy of a node and where its parts came from."""
 

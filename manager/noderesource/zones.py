@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
@@ -40,6 +39,7 @@ from apis.configuration import CalculatePolicy, ColocationStrategy
 from apis.manager_keys import BATCH_CPU, BATCH_MEMORY, EXTENDED_RESOURCE_FORMATS
 from apis.priority import PRIORITY_BATCH, PRIORITY_FREE
 from apis.quantity import Quantity, milli_value
+from apis.records import frozen
 from manager.noderesource.batch import host_app_usage, node_reserved
 from manager.noderesource.inputs import (
     CPU,
@@ -60,7 +60,7 @@ _ACTIVE_PHASES = frozenset({"Running", "Pending"})
 Obj = dict[str, Any]
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class Zone:
     """One zone of the NodeResourceTopology, as the calculation reads it."""
 
@@ -70,7 +70,7 @@ class Zone:
     """Its ``cpu`` (milli-cores) and ``memory`` (milli-bytes) allocatable; 0 where absent."""
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class ZoneBatch:
     """A zone's batch resources before CPU normalization."""
 

@@ -20,7 +20,7 @@ over the ``totalNetworkBandwidth`` of the system strategy the node gets, as upst
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from types import MappingProxyType
 from typing import Any
 
@@ -35,6 +35,7 @@ from apis.configuration import (
 )
 from apis.manager_keys import ANNOTATION_NODE_BANDWIDTH
 from apis.quantity import parse_quantity
+from apis.records import frozen
 from apis.slo import (
     HostApplication,
     NodeSLOSpec,
@@ -75,7 +76,7 @@ _STRATEGY_PARSERS: Mapping[str, tuple[str, Callable[..., Any]]] = {
 _PROFILE_KEYS = frozenset({"name", "nodeSelector"})
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class NodeScopedValue:
     """One ``nodeStrategies``/``nodeConfigs`` entry, resolved."""
 
@@ -87,7 +88,7 @@ class NodeScopedValue:
     """The full strategy (merged over the cluster's) or the host applications."""
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class KeyConfig:
     """One key of the ConfigMap, resolved: the cluster value and the node entries in order."""
 
@@ -159,7 +160,7 @@ def default_key(key: str) -> KeyConfig:
     return KeyConfig(key, getattr(NodeSLOStrategies(), attr))
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class RenderedSLO:
     """A node's NodeSLO spec and which node entry each key used."""
 

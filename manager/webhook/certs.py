@@ -43,11 +43,11 @@ import ssl
 import subprocess
 import tempfile
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, NoReturn
 
+from apis.records import frozen
 from kubeclient.backoff import Backoff
 from kubeclient.client import KubeClient, PatchType
 from kubeclient.errors import ApiError, Conflict, NotFound
@@ -83,7 +83,7 @@ class CertificateError(RuntimeError):
     """The certificates could not be made or checked (no ``openssl``, or it failed)."""
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class Artifacts:
     """A CA and a serving certificate, PEM."""
 
@@ -336,7 +336,7 @@ async def ensure_ca_bundle(
 
 
 # The keeper ------------------------------------------------------------------------------------
-@dataclass(frozen=True, slots=True)
+@frozen
 class KeeperSettings:
     """Where the certificates live and what they are for."""
 

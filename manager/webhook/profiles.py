@@ -39,7 +39,7 @@ import logging
 import random
 import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from types import MappingProxyType
 from typing import Any
 
@@ -57,6 +57,7 @@ from apis.manager_keys import (
 from apis.priority import PRIORITY_BATCH, PRIORITY_MID, pod_priority_class_with_default
 from apis.quantity import Format, GoIdentity, format_quantity, go_identity, go_identity_of_int
 from apis.quantity import milli_value as quantity_milli_value
+from apis.records import frozen
 from kubeclient.writes import apply_merge_patch
 from manager.errors import ManagerError
 from manager.webhook.extendedspec import Path
@@ -81,7 +82,7 @@ class ProfileError(ManagerError, FieldError, ValueError):
     (``clustercolocationprofile NAME``), ``field`` the path inside it (``spec.qosClass``)."""
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class PriorityClassRef:
     """What a profile takes from a PriorityClass."""
 
@@ -91,7 +92,7 @@ class PriorityClassRef:
     """``preemptionPolicy``: becomes ``spec.preemptionPolicy`` (None: the field removed)."""
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class Profile:
     """One ClusterColocationProfile, parsed."""
 
@@ -268,7 +269,7 @@ def parse_profiles(objs: Sequence[Mapping[str, Any]]) -> list[Profile]:
 
 
 # The walk ---------------------------------------------------------------------------------------
-@dataclass(frozen=True, slots=True)
+@frozen
 class Plan:
     """What the profiles will do to one pod, decided before any is applied."""
 
@@ -431,7 +432,7 @@ def translate_resources(pod: dict[str, Any]) -> dict[Path, GoIdentity]:
     return made
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class Mutation:
     """A pod after the profiles."""
 

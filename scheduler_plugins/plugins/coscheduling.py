@@ -23,10 +23,10 @@ standalone scheduler loop, which this package does not have yet.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from apis.duration import parse_duration
+from apis.records import frozen
 from apis.scheduling_keys import (
     ANNOTATION_GANG_MIN,
     ANNOTATION_GANG_MODE,
@@ -44,7 +44,7 @@ NAME = "Coscheduling"
 DEFAULT_WAIT_S = 600.0
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class Gang:
     """A gang as one pod sees it."""
 

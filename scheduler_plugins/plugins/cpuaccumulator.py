@@ -25,8 +25,8 @@ most; ties go to the emptier (or fuller) socket, then the lower id.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 
+from apis.records import frozen
 from scheduler_plugins.nodeviews import CPUInfo
 
 FULL_PCPUS = "FullPCPUs"
@@ -40,7 +40,7 @@ Core = tuple[int, int]
 """``(socket, core)``: a physical core."""
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class Topology:
     """A node's CPUs indexed for allocation."""
 

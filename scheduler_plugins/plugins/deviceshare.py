@@ -29,6 +29,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from apis.records import frozen
 from apis.scheduling_keys import ANNOTATION_DEVICE_ALLOCATED
 from apis.scheduling_keys import RESOURCE_GPU as GPU_SHARED
 from apis.scheduling_keys import RESOURCE_GPU_CORE as GPU_CORE
@@ -55,7 +56,7 @@ class GPU:
     free_memory: int
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class GPURequest:
     """What the pod asks for: ``count`` whole GPUs, or one share of ``core`` and ``memory``
     (``memory`` may be given as a ``ratio`` of the GPU's memory)."""

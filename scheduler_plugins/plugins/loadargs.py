@@ -27,12 +27,12 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from apis.duration import parse_duration
 from apis.manager_keys import BATCH_CPU, BATCH_MEMORY, MID_CPU, MID_MEMORY
 from apis.priority import PRIORITY_BATCH, PRIORITY_MID
+from apis.records import frozen
 from apis.scheduling_keys import (
     ANNOTATION_CUSTOM_ESTIMATED_SCALING_FACTORS,
     ANNOTATION_CUSTOM_USAGE_THRESHOLDS,
@@ -57,7 +57,7 @@ _TRANSLATE = {
 }
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class AggregatedArgs:
     """``LoadAwareSchedulingArgs.aggregated``."""
 
@@ -73,7 +73,7 @@ class AggregatedArgs:
     """``scoreAggregatedDuration`` in seconds; 0: the longest window reported."""
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class LoadAwareArgs:
     """``LoadAwareSchedulingArgs``, Koordinator's defaults."""
 
@@ -235,7 +235,7 @@ def aggregated_usage(metric: NodeMetricInfo, duration: float, kind: str) -> Reso
     return found or None
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class AggregatedProfile:
     """A node's aggregated-usage filter: thresholds on a percentile over a window."""
 
@@ -246,7 +246,7 @@ class AggregatedProfile:
     """``usageAggregatedDuration`` in seconds (0: the longest window reported)."""
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class UsageProfile:
     """The thresholds that apply to one node."""
 

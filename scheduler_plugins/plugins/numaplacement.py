@@ -19,6 +19,7 @@ from typing import Any
 from apis.cpulist import parse_cpulist
 from apis.extension import ANNOTATION_RESOURCE_STATUS
 from apis.priority import PRIORITY_PROD
+from apis.records import frozen
 from apis.scheduling_keys import (
     ANNOTATION_RESOURCE_SPEC,
     LABEL_NODE_CPU_BIND_POLICY,
@@ -75,7 +76,7 @@ NUMA_NODE_LEVEL = "NUMANodeLevel"
 _NUMA_RESOURCES = ("cpu", "memory")
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class NUMAArgs:
     """``NodeNUMAResourceArgs``."""
 
@@ -99,7 +100,7 @@ def parse_args(raw: Mapping[str, Any] | None, source: str) -> NUMAArgs:
     return NUMAArgs(policy, strategy, weights, numa)
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class PodNeed:
     """What a pod asks of the plugin: a cpuset or not, how many CPUs, its bind and exclusive
     policies; ``error`` refuses it at pre-filter."""
@@ -133,7 +134,7 @@ class NodeState:
     numa_used: dict[int, ResourceList]
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class Placement:
     """Where a pod goes on one node."""
 

@@ -24,11 +24,11 @@ The snapshot keeps ElasticQuotaProfiles as raw objects keyed ``namespace/name`` 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from fractions import Fraction
 from typing import Any
 
+from apis.records import frozen
 from apis.scheduling_keys import LABEL_QUOTA_TREE_ID as LABEL_TREE_ID
 from scheduler_plugins.errors import InputError
 from scheduler_plugins.objectfields import ResourceList
@@ -41,7 +41,7 @@ ERR_POOL = "node(s) didn't match Pod's node affinity/selector"
 profile's nodeSelector into required node affinity, which kube-scheduler reports so)."""
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class QuotaProfile:
     """One ElasticQuotaProfile."""
 

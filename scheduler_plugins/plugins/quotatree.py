@@ -33,6 +33,7 @@ import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from apis.records import frozen
 from apis.scheduling_keys import (
     ANNOTATION_QUOTA_NAMESPACES,
     ANNOTATION_QUOTA_SHARED_WEIGHT,
@@ -59,7 +60,7 @@ ANNOTATION_TOTAL_RESOURCE = ANNOTATION_QUOTA_TOTAL_RESOURCE
 ROOT = "koordinator-root-quota"
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class QuotaNode:
     """One child in one resource dimension (``quotaNode``)."""
 

@@ -49,10 +49,11 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
 
 from apis.duration import parse_duration
+from apis.records import frozen
 from apis.scheduling_keys import (
     ANNOTATION_RESERVATION_AFFINITY,
     ANNOTATION_RESERVATION_ALLOCATED,
@@ -79,7 +80,7 @@ ERR_NO_RESERVATION_FITS = "node(s) no reservation(s) to meet the requirements"
 REASON_PREFIX = "Reservation(s) "
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class ActiveReservation:
     """A reservation that holds resources now."""
 
@@ -122,7 +123,7 @@ def _allocated_to(pod: PodInfo) -> str:
     return str(loaded.get("name") or "") if isinstance(loaded, dict) else ""
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class _Held:
     """What one Available Reservation object says, parsed once (see :class:`ReservationCache`)."""
 
@@ -387,7 +388,7 @@ def _requirement_matches(expr: Mapping[str, Any], labels: Mapping[str, str]) -> 
     return False
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class ReservationAffinity:
     """The pod's ``scheduling.koordinator.sh/reservation-affinity``."""
 
