@@ -105,50 +105,42 @@ class _Family(Metric):
         return dict(zip(self._labelnames, values, strict=False))
 
 
-class GaugeMetricFamily(_Family):
+class _ValueFamily(_Family):
+    """A family of plain values, one a label set: gauges and untyped metrics."""
+
+    __slots__ = ()
+    _TYPE = ""
+
+    def __init__(
+        self,
+        name: str,
+        documentation: str,
+        value: float | None = None,
+        labels: Sequence[str] | None = None,
+        unit: str = "",
+    ) -> None:
+        super().__init__(name, documentation, self._TYPE, value, labels, unit)
+        if value is not None:
+            self.add_metric([], value)
+
+    def add_metric(
+        self, labels: Sequence[str], value: float, timestamp: float | None = None
+    ) -> None:
+        self.samples.append(Sample(self.name, self._pairs(labels), value, timestamp))
+
+
+class GaugeMetricFamily(_ValueFamily):
     """A gauge's samples, for a collector."""
 
     __slots__ = ()
-
-    def __init__(
-        self,
-        name: str,
-        documentation: str,
-        value: float | None = None,
-        labels: Sequence[str] | None = None,
-        unit: str = "",
-    ) -> None:
-        super().__init__(name, documentation, "gauge", value, labels, unit)
-        if value is not None:
-            self.add_metric([], value)
-
-    def add_metric(
-        self, labels: Sequence[str], value: float, timestamp: float | None = None
-    ) -> None:
-        self.samples.append(Sample(self.name, self._pairs(labels), value, timestamp))
+    _TYPE = "gauge"
 
 
-class UnknownMetricFamily(_Family):
+class UnknownMetricFamily(_ValueFamily):
     """An untyped family's samples, for a collector."""
 
     __slots__ = ()
-
-    def __init__(
-        self,
-        name: str,
-        documentation: str,
-        value: float | None = None,
-        labels: Sequence[str] | None = None,
-        unit: str = "",
-    ) -> None:
-        super().__init__(name, documentation, "unknown", value, labels, unit)
-        if value is not None:
-            self.add_metric([], value)
-
-    def add_metric(
-        self, labels: Sequence[str], value: float, timestamp: float | None = None
-    ) -> None:
-        self.samples.append(Sample(self.name, self._pairs(labels), value, timestamp))
+    _TYPE = "unknown"
 
 
 class CounterMetricFamily(_Family):
