@@ -18,6 +18,7 @@ A file that cannot be read is a :class:`~kubeclient.errors.ConfigError` naming i
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import os
@@ -93,13 +94,14 @@ class BearerToken:
         self._token = ""
         self._stamp: tuple[int, int] | None = None
         self._checked = float("-inf")
+        self._exec_lock = asyncio.Lock()
         if self._file:
             self._reread()
 
     @property
     def token(self) -> str:
         if self._exec is not None:
-            if not self._token or (self._expires is not None and time.time() >= self._expires):
+            if self._exec_due():  # the client's refresh() ran it already, off the event loop
                 self._token, self._expires = run_exec_plugin(self._exec)
             return self._token
         if self._file and self._clock() - self._checked >= TOKEN_REREAD_SECONDS:
@@ -107,6 +109,20 @@ class BearerToken:
             with contextlib.suppress(ConfigError):
                 self._reread()
         return self._token or self._inline
+
+    def _exec_due(self) -> bool:
+        return not self._token or (self._expires is not None and time.time() >= self._expires)
+
+    async def refresh(self) -> None:
+        """Run the exec plugin in a thread when its token is missing or expired, once however
+        many requests wait, so that the event loop never waits on the plugin (up to
+        ``EXEC_TIMEOUT_SECONDS``). :class:`~kubeclient.client.KubeClient` awaits it before each
+        request; nothing to do without a plugin."""
+        if self._exec is None or not self._exec_due():
+            return
+        async with self._exec_lock:
+            if self._exec_due():
+                self._token, self._expires = await asyncio.to_thread(run_exec_plugin, self._exec)
 
     def _reread(self) -> None:
         self._checked = self._clock()

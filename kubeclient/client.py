@@ -144,6 +144,7 @@ class KubeClient:
         if body is not None:
             data = json.dumps(body, separators=(",", ":")).encode()
             headers["Content-Type"] = content_type
+        await self._token.refresh()
         try:
             resp = await self._transport.request(
                 method,
@@ -223,6 +224,7 @@ class KubeClient:
         if bookmarks:
             query.append(("allowWatchBookmarks", "true"))
         path = res.path(namespace)
+        await self._token.refresh()
         try:
             resp = await self._transport.stream(
                 "GET",

@@ -14,6 +14,7 @@ QoS tests may import it (``from tests.integration.qostree import QoSTree``).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 import signal
@@ -21,6 +22,7 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -166,6 +168,19 @@ class QoSTree:
                     break
                 except OSError:
                     time.sleep(0.1)
+
+
+@contextlib.contextmanager
+def qos_tree(*, check_removed: bool = True) -> Iterator[QoSTree]:
+    """A :class:`QoSTree` for one test, removed afterwards even on failure; with
+    ``check_removed``, a cgroup left behind fails the test."""
+    made = QoSTree.create()
+    try:
+        yield made
+    finally:
+        made.cleanup()
+        if check_removed:
+            assert not any(os.path.exists(p) for p in made.made), "test cgroups left behind"
 
 
 class SuppressRig:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import errno
 import logging
-import os
 from collections.abc import Iterator
 
 import pytest
@@ -18,7 +17,7 @@ import pytest
 from apis.extension import KubeQOS
 from koordlet.errors import WritesRefusedError
 from koordlet.qos.cpusuppressrules import BE_MIN_QUOTA_US
-from tests.integration.qostree import QoSTree, SuppressRig, real_cgroup_v1_available
+from tests.integration.qostree import QoSTree, SuppressRig, qos_tree, real_cgroup_v1_available
 
 pytestmark = [
     pytest.mark.realcgroup,
@@ -38,12 +37,8 @@ TICK = 0.5
 
 @pytest.fixture
 def tree() -> Iterator[QoSTree]:
-    made = QoSTree.create()
-    try:
+    with qos_tree() as made:
         yield made
-    finally:
-        made.cleanup()
-        assert not any(os.path.exists(p) for p in made.made), "test cgroups left behind"
 
 
 def limited_be_pod(tree: QoSTree) -> tuple[str, str]:

@@ -19,7 +19,7 @@ from apis.extension import ANNOTATION_RESOURCE_STATUS as RESOURCE_STATUS_ANNOTAT
 from apis.extension import KubeQOS, QoSClass
 from koordlet.qos.cpusuppressrules import BE_MIN_QUOTA_US, CFS_PERIOD_US
 from koordlet.statesinformer.model import PodInfo
-from tests.integration.qostree import QoSTree, SuppressRig, real_cgroup_v1_available
+from tests.integration.qostree import QoSTree, SuppressRig, qos_tree, real_cgroup_v1_available
 
 pytestmark = [
     pytest.mark.realcgroup,
@@ -35,12 +35,8 @@ TICK = 0.5
 
 @pytest.fixture
 def tree() -> Iterator[QoSTree]:
-    made = QoSTree.create()
-    try:
+    with qos_tree() as made:
         yield made
-    finally:
-        made.cleanup()
-        assert not any(os.path.exists(p) for p in made.made), "test cgroups left behind"
 
 
 async def be_rate(tree: QoSTree, seconds: float) -> tuple[float, int]:

@@ -24,7 +24,7 @@ from koordlet.runtimehooks.table import HOOKS, HookContext
 from koordlet.statesinformer.model import ContainerInfo, PodInfo, WorkloadSnapshot
 from koordlet.system.probe import probe_capabilities
 from koordlet.system.topology import read_cpu_topology
-from tests.integration.qostree import QoSTree, real_cgroup_v1_available
+from tests.integration.qostree import QoSTree, qos_tree, real_cgroup_v1_available
 from tests.strategyrig import in_force
 
 pytestmark = [
@@ -43,11 +43,8 @@ BATCH = {
 
 @pytest.fixture
 def tree() -> Iterator[QoSTree]:
-    made = QoSTree.create()
-    try:
+    with qos_tree(check_removed=False) as made:
         yield made
-    finally:
-        made.cleanup()
 
 
 def _pod(tree: QoSTree, name: str, qos: QoSClass, kube_qos: KubeQOS, **kw: object) -> PodInfo:

@@ -3,6 +3,7 @@ the client does not support with the field named."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import stat
 import sys
@@ -252,6 +253,35 @@ def test_an_exec_plugin_gives_the_token_and_runs_again_once_it_has_expired(tmp_p
     runs.unlink()
     assert token.token == "lasting"
     assert token.token == "lasting"
+    assert runs.read_text() == "1"
+
+
+async def test_the_client_runs_an_exec_plugin_off_the_event_loop_once_for_waiting_requests(
+    tmp_path: Path,
+) -> None:
+    runs = tmp_path / "runs"
+    plugin = _plugin(tmp_path, "{'token': 'slow', 'expirationTimestamp': '2999-01-01T00:00:00Z'}")
+    text = plugin.read_text().replace("import json,", "import time; time.sleep(0.5)\nimport json,")
+    plugin.write_text(text)
+    token = BearerToken(
+        parse_kubeconfig(str(kubeconfig(tmp_path / "kc", user=_exec_user(plugin, runs))))
+    )
+    ticks = 0
+
+    async def ticking() -> None:
+        nonlocal ticks
+        while True:
+            await asyncio.sleep(0.01)
+            ticks += 1
+
+    ticker = asyncio.create_task(ticking())
+    try:
+        await asyncio.gather(token.refresh(), token.refresh(), token.refresh())
+    finally:
+        ticker.cancel()
+    assert ticks >= 10  # the loop went on while the plugin slept half a second
+    assert runs.read_text() == "1"
+    assert token.headers() == {"Authorization": "Bearer slow"}
     assert runs.read_text() == "1"
 
 
