@@ -118,3 +118,133 @@ def test_the_class_before_slots_is_collected() -> None:
     # the standard library's generated __setattr__ keeps its original alive (Python 3.11)
     assert std is not None
     assert std_original() is not None
+
+
+@frozen
+class Flagged:
+    shown: int
+    hidden: int = dataclasses.field(default=0, repr=False)
+    ignored: int = dataclasses.field(default=0, compare=False)
+    unhashed: int = dataclasses.field(default=0, hash=False)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class StdFlagged:
+    shown: int
+    hidden: int = dataclasses.field(default=0, repr=False)
+    ignored: int = dataclasses.field(default=0, compare=False)
+    unhashed: int = dataclasses.field(default=0, hash=False)
+
+
+@frozen
+class One:
+    value: float
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class StdOne:
+    value: float
+
+
+@frozen
+class Empty:
+    pass
+
+
+@frozen
+class Holder:
+    items: list[object]
+
+
+@frozen
+class Own:
+    a: int
+
+    def __eq__(self, other: object) -> bool:
+        return True
+
+    def __hash__(self) -> int:
+        return 7
+
+    def __repr__(self) -> str:
+        return "mine"
+
+
+@frozen
+class EqOnly:
+    a: int
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, EqOnly)
+
+
+def test_shared_methods_answer_as_the_generated_ones() -> None:
+    cases = [
+        (Flagged(1, 2, 3, 4), Flagged(1, 2, 9, 5), StdFlagged(1, 2, 3, 4), StdFlagged(1, 2, 9, 5)),
+        (Flagged(1, 2), Flagged(1, 3), StdFlagged(1, 2), StdFlagged(1, 3)),
+        (One(1.5), One(1.5), StdOne(1.5), StdOne(1.5)),
+        (One(2.0), One(3.0), StdOne(2.0), StdOne(3.0)),
+        (Point(1, 2), Plain(1, 2), StdPoint(1, 2), StdPlain(1, 2)),
+        (Point(1, 2), Point3(1, 2), StdPoint(1, 2), StdPlain(1, 2)),
+    ]
+    for a, b, std_a, std_b in cases:
+        assert (a == b) == (std_a == std_b), (a, b)
+        assert (a != b) == (std_a != std_b), (a, b)
+        assert repr(a) == repr(std_a).replace("Std", "")
+    nan = float("nan")
+    # compared as tuples are: the same NaN object is equal to itself, two NaNs are not
+    assert One(nan) == One(nan)
+    assert StdOne(nan) == StdOne(nan)
+    assert One(float("nan")) != One(float("nan"))
+    assert StdOne(float("nan")) != StdOne(float("nan"))
+    assert (One(1.0) == 1.0) is False
+    assert One(1.0).__eq__(1.0) is NotImplemented
+    assert Empty() == Empty()
+    assert hash(Empty()) == hash(())
+    assert repr(Empty()) == "Empty()"
+
+
+def test_shared_hash_follows_the_hash_and_compare_flags() -> None:
+    assert hash(Flagged(1, 2, 3, 4)) == hash(Flagged(1, 2, 8, 9)) == hash((1, 2))
+    assert hash(StdFlagged(1, 2, 3, 4)) == hash((1, 2))
+    assert hash(One(1.5)) == hash(StdOne(1.5)) == hash((1.5,))
+    assert len({Point(1, 2), Point(1, 2), Point(2, 1)}) == 2
+
+
+def test_shared_repr_guards_recursion() -> None:
+    items: list[object] = []
+    h = Holder(items)
+    items.append(h)
+    assert repr(h) == "Holder(items=[...])"
+    assert repr(Flagged(1, 2, 3, 4)) == "Flagged(shown=1, ignored=3, unhashed=4)"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class StdEqOnly:
+    a: int
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, StdEqOnly)
+
+
+def test_methods_of_the_class_body_are_kept() -> None:
+    assert Own(1) == Own(2)
+    assert hash(Own(1)) == 7
+    assert repr(Own(1)) == "mine"
+    assert EqOnly(1) == EqOnly(2)
+    # a body's __eq__ alone: the dataclass still adds the hash of the fields
+    assert hash(EqOnly(1)) == hash(StdEqOnly(1)) == hash((1,))
+
+
+def test_shared_methods_cost_less_than_generated_ones() -> None:
+    def build(decorate: object) -> type:
+        class Record:
+            a: int = 0
+            b: str = ""
+
+        return decorate(Record)  # type: ignore[operator, no-any-return]
+
+    ours, std = build(frozen), build(dataclasses.dataclass(frozen=True, slots=True))
+    for name in ("__eq__", "__hash__", "__repr__"):
+        assert getattr(ours, name) is getattr(Point, name)
+        assert getattr(std, name) is not getattr(StdPoint, name)
