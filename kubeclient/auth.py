@@ -24,7 +24,6 @@ import json
 import os
 import ssl
 import subprocess
-import tempfile
 import time
 from collections.abc import Callable
 
@@ -74,6 +73,10 @@ def _load_client_cert(ctx: ssl.SSLContext, cfg: ClusterConfig) -> None:
 
 
 def _private_file(data: bytes, made: list[str]) -> str:
+    # here: tempfile brings shutil, bz2 and lzma (0.5 MiB), and only client certificate data
+    # given inline needs a file
+    import tempfile
+
     fd, path = tempfile.mkstemp(prefix="kubeclient-", suffix=".pem")
     made.append(path)
     with os.fdopen(fd, "wb") as f:

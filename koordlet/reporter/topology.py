@@ -142,17 +142,25 @@ class KubeletTopology:
         doc: Mapping[str, Any] = {}
         cpu_policy: str | None = None
         if config_path:
-            import yaml  # here: read only when there is a kubelet config file
-
             try:
                 with open(config_path, encoding="utf-8") as f:
-                    loaded = yaml.safe_load(f)
-                doc = loaded if isinstance(loaded, dict) else {}
-                cpu_policy = str(doc.get("cpuManagerPolicy") or "none")
+                    text = f.read()
             except FileNotFoundError:
                 logger.info("kubelet config %s not found; topology policy None", config_path)
-            except (OSError, yaml.YAMLError) as err:
+            except (OSError, UnicodeDecodeError) as err:
                 logger.warning("kubelet config %s unreadable (%s); defaults used", config_path, err)
+            else:
+                import yaml  # here: only when there is a kubelet config file to parse
+
+                try:
+                    loaded = yaml.safe_load(text)
+                except yaml.YAMLError as err:
+                    logger.warning(
+                        "kubelet config %s not YAML (%s); defaults used", config_path, err
+                    )
+                else:
+                    doc = loaded if isinstance(loaded, dict) else {}
+                    cpu_policy = str(doc.get("cpuManagerPolicy") or "none")
         reserved = frozenset[int]()
         raw_cpus = doc.get("reservedSystemCPUs")
         if isinstance(raw_cpus, str) and raw_cpus.strip():

@@ -4,6 +4,7 @@ change."""
 from __future__ import annotations
 
 import json
+import logging
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -157,6 +158,22 @@ def test_the_kubelet_config_file_is_read_and_flags_win(tmp_path: Path) -> None:
         "BestEffortContainerLevel"
     )
     assert KubeletTopology.load(str(tmp_path / "missing.yaml")).nrt_policy == "None"
+
+
+@pytest.mark.parametrize(
+    ("content", "why"),
+    [(b"topologyManagerPolicy: [unclosed\n", "not YAML"), (b"\xff\xfe\x00", "unreadable")],
+)
+def test_a_bad_kubelet_config_file_gives_the_defaults(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, content: bytes, why: str
+) -> None:
+    path = tmp_path / "config.yaml"
+    path.write_bytes(content)
+    with caplog.at_level(logging.WARNING):
+        topo = KubeletTopology.load(str(path))
+    assert topo == KubeletTopology.load(None)
+    assert topo.cpu_manager_policy is None
+    assert f"kubelet config {path} {why}" in caplog.text
 
 
 # Writing ---------------------------------------------------------------------------------------
