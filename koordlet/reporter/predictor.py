@@ -40,11 +40,9 @@ writes one file per model; the single file here bounds the directory and makes t
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
 import os
-import tempfile
 import time
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, NoReturn
@@ -61,6 +59,7 @@ from koordlet.reporter.histogram import (
     DecayingHistogram,
 )
 from koordlet.statesinformer.model import PodInfo
+from koordlet.system import atomicfile
 from kubeclient.client import Obj
 
 logger = logging.getLogger(__name__)
@@ -468,16 +467,5 @@ def _load_model(config: PredictorConfig, data: object) -> Model:
 
 def write_atomic(path: str, data: bytes) -> None:
     """Replace ``path`` with ``data`` so that a reader sees the old or the new file, whole."""
-    directory = os.path.dirname(path)
-    os.makedirs(directory, mode=0o700, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".models-", suffix=".tmp", dir=directory)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
+    os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+    atomicfile.write_atomic(path, data, prefix=".models-")

@@ -32,7 +32,6 @@ import asyncio
 import json
 import logging
 import os
-import tempfile
 import time
 from collections.abc import Callable, Coroutine, Iterable, Mapping
 from dataclasses import replace
@@ -59,6 +58,7 @@ from apis.slo_inforce import NodeSLOInForce, Rejection, node_slo_in_force
 from apis.timestamp import TimestampError, parse_time
 from koordlet.statesinformer.hostapps import host_app_info
 from koordlet.statesinformer.model import ContainerInfo, HostAppInfo, PodInfo
+from koordlet.system.atomicfile import write_atomic
 from koordlet.system.cgroups import CgroupLayout
 from kubeclient.client import KubeClient, Obj
 from kubeclient.errors import ApiError
@@ -499,16 +499,8 @@ class KubeStatesSource:
 
     def _persist(self, spec_json: Mapping[str, Any]) -> None:
         os.makedirs(self.state_dir, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=".nodeslo-", dir=self.state_dir)
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                json.dump({"spec": spec_json}, f, sort_keys=True)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, self.nodeslo_path)
-        except BaseException:
-            os.unlink(tmp)
-            raise
+        data = json.dumps({"spec": spec_json}, sort_keys=True).encode("utf-8")
+        write_atomic(self.nodeslo_path, data, prefix=".nodeslo-")
 
     async def _persist_async(self, spec_json: Mapping[str, Any]) -> None:
         try:

@@ -22,6 +22,12 @@ NEVER = ("aiohttp", "kubernetes_asyncio", "yarl", "prometheus_client", "grpc")
 and WSGI servers; the koordlet's families are koordlet.prom's)."""
 
 
+KEPT_OUT = ("yaml", "tempfile")
+"""Not imported by the cluster-mode modules: PyYAML parses a kubeconfig in a child process
+(kubeclient.config) and a kubelet config only when one is read; state files are replaced by
+koordlet.system.atomicfile, not through tempfile (with shutil, bz2, lzma)."""
+
+
 def _loaded(modules: list[str], roots: tuple[str, ...]) -> list[str]:
     return sorted(m for m in modules if any(m == r or m.startswith(r + ".") for r in roots))
 
@@ -42,6 +48,7 @@ def test_the_cluster_mode_modules_and_the_hook_server_load_no_aiohttp_or_grpcio(
         "print(json.dumps(sorted(sys.modules)))"
     )
     assert _loaded(modules, NEVER) == []
+    assert _loaded(modules, KEPT_OUT) == []
     assert "kubeclient.transport" in modules
 
 

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import logging
 import stat
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -318,3 +320,53 @@ def test_an_exec_plugin_that_fails_says_what_it_printed(tmp_path: Path) -> None:
         BearerToken(cfg).headers()
     assert "exited 3: no credentials configured" in caught.value.message
     assert "install the plugin" in caught.value.message
+
+
+def test_the_yaml_is_parsed_in_a_child_and_pyyaml_never_loaded_here(tmp_path: Path) -> None:
+    path = kubeconfig(tmp_path / "kc")
+    code = (
+        "import sys\n"
+        "from kubeclient.config import parse_kubeconfig\n"
+        f"cfg = parse_kubeconfig({str(path)!r})\n"
+        "print(cfg.server, cfg.token, 'yaml' in sys.modules)\n"
+    )
+    root = Path(__file__).resolve().parents[2]
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=root, capture_output=True, text=True, check=True
+    )
+    assert done.stdout.split() == ["https://api.test:6443", "t0k", "False"]
+
+
+@pytest.mark.parametrize("child", ["answers", "cannot run"])
+def test_a_file_that_is_not_yaml_names_the_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, child: str
+) -> None:
+    if child == "cannot run":
+        monkeypatch.setattr(sys, "executable", str(tmp_path / "no-python"))
+    bad = tmp_path / "kc"
+    bad.write_text("clusters: [unclosed\n")
+
+    with pytest.raises(ConfigError) as caught:
+        parse_kubeconfig(str(bad))
+
+    assert str(caught.value).startswith(f"kubeconfig {bad}: not YAML: while parsing")
+
+
+@pytest.mark.parametrize("child", ["declines", "cannot run"])
+def test_what_json_cannot_carry_is_parsed_here_alike(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, child: str
+) -> None:
+    # a date and an integer key: the child declines, the file is parsed in this process
+    if child == "cannot run":
+        monkeypatch.setattr(sys, "executable", str(tmp_path / "no-python"))
+    dated = tmp_path / "dated"
+    text = kubeconfig(tmp_path / "kc").read_text() + "preferences: {1: x}\n"
+    dated.write_text(text.replace("current-context: ctx", "current-context: 2020-01-01"))
+
+    with caplog.at_level(logging.DEBUG, "kubeclient.config"), pytest.raises(ConfigError) as caught:
+        parse_kubeconfig(str(dated))
+
+    # PyYAML's date is no context name: as when the file was always parsed here
+    assert str(caught.value) == f"kubeconfig {dated}: current-context: not set"
+    said = "the YAML child exited 3" if child == "declines" else "no child to parse YAML"
+    assert said in caplog.text
