@@ -346,7 +346,11 @@ class HttpServer:
 
     async def start(self, host: str | None, port: int) -> None:
         loop = asyncio.get_running_loop()
-        self._server = await loop.create_server(lambda: HttpProtocol(self), host, port)
+        # An ASCII host goes as bytes (in a list, which create_server takes): uvloop encodes a
+        # str host with the "idna" codec, which loads stringprep and unicodedata (0.2 MiB) for
+        # an address such as 127.0.0.1; a bytes host it resolves as it is.
+        hosts: Any = [host.encode("ascii")] if host and host.isascii() else host
+        self._server = await loop.create_server(lambda: HttpProtocol(self), hosts, port)
 
     @property
     def addresses(self) -> list[Any]:

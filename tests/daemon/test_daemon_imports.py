@@ -109,3 +109,26 @@ def test_a_standalone_start_serves_metrics_without_loading_aiohttp(tmp_path: Pat
     assert _loaded(result["modules"], CLUSTER_ONLY) == []
     assert _loaded(result["modules"], NEVER) == []
     assert "httptools" in result["modules"]
+
+
+def test_serving_on_an_address_loads_no_idna_codec() -> None:
+    # uvloop encodes a str host with the "idna" codec (stringprep, unicodedata); the server
+    # hands it ASCII bytes. A real bind on loopback, then the modules.
+    result = run_json(
+        """
+        import json, sys, uvloop
+        from koordlet.server.connection import HttpServer
+
+        async def main():
+            server = HttpServer(app=None)
+            await server.start("127.0.0.1", 0)
+            where = server.addresses
+            await server.stop()
+            return where
+
+        where = uvloop.run(main())
+        print(json.dumps({"where": where, "modules": sorted(sys.modules)}))
+        """
+    )
+    assert result["where"][0][0] == "127.0.0.1"
+    assert _loaded(result["modules"], ("encodings.idna", "stringprep")) == []
