@@ -110,10 +110,11 @@ class KubepodsSource:
     """Watched folder → watch descriptor."""
     _pod_of_wd: dict[int, str | None] = field(default_factory=dict, init=False, repr=False)
     """Watch descriptor → pod UID (None: a kubepods or QoS folder)."""
-    _paths_of_wd: dict[int, set[str]] = field(default_factory=dict, init=False, repr=False)
+    _paths_of_wd: dict[int, tuple[str, ...]] = field(default_factory=dict, init=False, repr=False)
     """Watch descriptor → the folders watched with it (one, unless a folder is reached twice),
     so a watch the kernel drops is forgotten without scanning ``_wd_of`` (a mass deletion at
-    1,000 pods drops about 3,000)."""
+    1,000 pods drops about 3,000). A tuple, not a set: 56 bytes for one folder instead of 216,
+    at 200 pods 0.1 MiB."""
     _pods: dict[str, PodInfo] = field(default_factory=dict, init=False, repr=False)
     _primary: set[str] = field(default_factory=set, init=False, repr=False)
     _walked_host: Host | None = field(default=None, init=False, repr=False)
@@ -262,7 +263,9 @@ class KubepodsSource:
             watcher.remove(old)
         self._wd_of[path] = wd
         self._pod_of_wd[wd] = uid
-        self._paths_of_wd.setdefault(wd, set()).add(path)
+        paths = self._paths_of_wd.get(wd, ())
+        if path not in paths:
+            self._paths_of_wd[wd] = (*paths, path)
         if watched is not None:
             watched[path] = uid
 
@@ -279,8 +282,9 @@ class KubepodsSource:
         """Unlink ``path`` from watch ``wd``; True when no folder is left on the watch."""
         paths = self._paths_of_wd.get(wd)
         if paths is not None:
-            paths.discard(path)
-            if paths:
+            left = tuple(p for p in paths if p != path)
+            if left:
+                self._paths_of_wd[wd] = left
                 return False
             del self._paths_of_wd[wd]
         self._pod_of_wd.pop(wd, None)
