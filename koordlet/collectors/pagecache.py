@@ -22,7 +22,7 @@ import logging
 from typing import NamedTuple
 
 from koordlet.collectors.framework import CollectorContext, CollectResult, Tick
-from koordlet.collectors.shared import TargetCache
+from koordlet.collectors.shared import TargetCache, target_paths
 from koordlet.errors import CgroupGoneError
 from koordlet.metriccache.series import (
     CONTAINER_MEMORY_WITH_PAGE_CACHE,
@@ -55,9 +55,10 @@ class PageCacheCollector:
 
     def collect(self, tick: Tick) -> CollectResult:
         if self._targets.refresh(tick.workloads):
+            targets = self._targets.plan
             self._plan = tuple(
                 _Plan(
-                    self._memory.path(t.rel),
+                    path,
                     SeriesKey(
                         POD_MEMORY_WITH_PAGE_CACHE
                         if t.is_pod
@@ -65,7 +66,7 @@ class PageCacheCollector:
                         t.entity,
                     ),
                 )
-                for t in self._targets.plan
+                for t, path in zip(targets, target_paths(self._memory, targets), strict=True)
             )
         mem = self._memory  # BoundStat.get inlined: a call less per file
         parse, pick, shared = mem.parse, mem.pick, mem.shared

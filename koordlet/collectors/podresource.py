@@ -28,7 +28,7 @@ import logging
 from typing import NamedTuple
 
 from koordlet.collectors.framework import CollectorContext, CollectResult, Tick
-from koordlet.collectors.shared import CpuCounters, TargetCache
+from koordlet.collectors.shared import CpuCounters, TargetCache, target_paths
 from koordlet.errors import CgroupGoneError
 from koordlet.metriccache.series import (
     CONTAINER_CPU_USAGE,
@@ -68,9 +68,11 @@ class PodResourceCollector:
         self._counters = CpuCounters()
 
     def _replan(self) -> None:
-        cpu_path, mem_path = self._cpu.path, self._memory.path
+        targets = self._targets.plan
+        cpu_paths = target_paths(self._cpu, targets)
+        mem_paths = target_paths(self._memory, targets)
         plan = []
-        for t in self._targets.plan:
+        for t, cpu_path, mem_path in zip(targets, cpu_paths, mem_paths, strict=True):
             cpu_metric, mem_metric = (
                 (POD_CPU_USAGE, POD_MEMORY_USAGE)
                 if t.is_pod
@@ -79,8 +81,8 @@ class PodResourceCollector:
             plan.append(
                 _Plan(
                     t.entity,
-                    cpu_path(t.rel),
-                    mem_path(t.rel),
+                    cpu_path,
+                    mem_path,
                     SeriesKey(cpu_metric, t.entity),
                     SeriesKey(mem_metric, t.entity),
                 )

@@ -1,7 +1,8 @@
 """Helpers several collectors share; no collector imports another (an import-linter contract).
 
 - :func:`cgroup_targets` and :class:`TargetCache`: the pod and container cgroups of an inventory
-  snapshot, recomputed only when the inventory hands out a new snapshot;
+  snapshot, recomputed only when the inventory hands out a new snapshot; :func:`target_paths`:
+  one stat's file in each of them, one string per file for all the collectors reading it;
 - :class:`CpuCounters`: previous readings of monotonically increasing counters turned into
   rates (CPU time, memory bandwidth).
 """
@@ -9,10 +10,11 @@
 from __future__ import annotations
 
 from sys import intern
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from koordlet.metriccache.series import container_entity, pod_entity
 from koordlet.statesinformer.model import WorkloadSnapshot
+from koordlet.system.stats import BoundStat
 
 
 class CgroupTarget(NamedTuple):
@@ -50,6 +52,33 @@ def cgroup_targets(snapshot: WorkloadSnapshot) -> tuple[CgroupTarget, ...]:
 
 
 _last_targets: tuple[WorkloadSnapshot | None, tuple[CgroupTarget, ...]] = (None, ())
+
+
+def target_paths(stat: BoundStat[Any], targets: tuple[CgroupTarget, ...]) -> tuple[str, ...]:
+    """``stat``'s file in each of ``targets``, in order.
+
+    Collectors reading the same file of the same targets (``memory.stat``: the pod resource and
+    the page cache collectors) get the same string objects: a one-entry memo keyed by the
+    targets tuple's identity (:func:`cgroup_targets` hands every collector of a tick the same
+    one), then by the file. At 200 pods that is 800 paths, 0.17 MiB, held once instead of twice.
+    """
+    global _last_paths
+    last_targets, by_file = _last_paths
+    if last_targets is not targets:
+        by_file = {}
+        _last_paths = (targets, by_file)
+    key = (stat.controller, stat.file)
+    paths = by_file.get(key)
+    if paths is None:
+        path = stat.path
+        paths = by_file[key] = tuple(path(t.rel) for t in targets)
+    return paths
+
+
+_last_paths: tuple[tuple[CgroupTarget, ...] | None, dict[tuple[str, str], tuple[str, ...]]] = (
+    None,
+    {},
+)
 
 
 class TargetCache:
