@@ -36,7 +36,7 @@ import time
 from collections.abc import Callable, Coroutine, Iterable, Mapping
 from dataclasses import replace
 from types import MappingProxyType
-from typing import Any, NoReturn
+from typing import Any, NoReturn, TypeVar
 
 from apis.duration import parse_duration
 from apis.errors import FieldError
@@ -67,6 +67,8 @@ from kubeclient.informer import Informer, strip_managed_fields
 from kubeclient.resources import EVENTS, NODE_METRICS, NODE_SLOS, NODES, PODS
 
 logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 NODESLO_FILE = "nodeslo.json"
 """Name of the persisted NodeSLO under the state directory."""
@@ -276,15 +278,24 @@ def pod_info(pod: Obj, layout: CgroupLayout) -> PodInfo:
         memory_request_bytes=_sum(spec_containers, "requests", "memory", int_value),
         source=KubeStatesSource.name,
         priority=priority,
-        labels=MappingProxyType(labels),
-        annotations=MappingProxyType(dict(meta.get("annotations") or {})),
+        labels=_frozen_map(labels),
+        annotations=_frozen_map(dict(meta.get("annotations") or {})),
         cpu_limit_milli=_sum(spec_containers, "limits", "cpu", milli_value),
         memory_limit_bytes=_sum(spec_containers, "limits", "memory", int_value),
         created_at=_created_at(meta),
         qos_label=qos_label_of(labels),
-        extended_requests=MappingProxyType(_extended_requests(spec)),
-        extended_resources=MappingProxyType(extended_resources(spec_containers)),
+        extended_requests=_frozen_map(_extended_requests(spec)),
+        extended_resources=_frozen_map(extended_resources(spec_containers)),
     )
+
+
+_EMPTY: Mapping[str, Any] = MappingProxyType({})
+
+
+def _frozen_map(d: dict[str, T]) -> Mapping[str, T]:
+    """A read-only view of ``d``; one shared empty view for every empty one (most pods have no
+    annotations and no batch resources: 0.1 MiB at 200 pods)."""
+    return MappingProxyType(d) if d else _EMPTY
 
 
 POD_PAGE = 50

@@ -285,6 +285,13 @@ def test_each_container_carries_its_own_requests_and_limits(host: FakeHost) -> N
     assert by_name["a"].memory_limit_bytes is None
     assert (by_name["b"].memory_request_bytes, by_name["b"].cpu_limit_milli) == (1 << 30, None)
     assert info.cpu_limit_milli is None  # container b is unlimited, so the pod is
+    # nothing to carry: one shared read-only empty mapping for all pods
+    other = pod_info({**pod, "metadata": {**pod["metadata"], "uid": UID_LS}}, host.layout)
+    for empty in ("labels", "annotations", "extended_requests", "extended_resources"):
+        assert getattr(info, empty) == {}
+        assert getattr(info, empty) is getattr(other, empty)
+    with pytest.raises(TypeError):
+        info.annotations["x"] = "y"  # type: ignore[index]
 
 
 def test_extended_requests_and_the_raw_qos_label_are_read(host: FakeHost) -> None:
