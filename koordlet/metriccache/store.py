@@ -147,6 +147,10 @@ class MetricCache:
         self._keep_ms: dict[float, tuple[int, int]] = {}
         """Retention seconds → (retention, tail span) in ms, one int object each for all series."""
         self._created = 0
+        self._ints: dict[int, int] = {}
+        """Millisecond values set on series during one ``append`` or ``gc`` call, one int object
+        for each value: the series sealed, created or trimmed together share their ``base_ms``
+        and ``next_trim`` instead of holding a 32-byte int each (0.2 MiB at 200 pods)."""
         self._gc_interval_ms = to_ms(retention.gc_interval)
         self._last_gc_ms = self._now_ms()
 
@@ -162,6 +166,7 @@ class MetricCache:
         """
         tms = to_ms(ts)
         now_ms = self._now_ms()
+        self._ints.clear()
         series = self._series
         isfinite = math.isfinite
         before = self._dropped_out_of_order + self._dropped_duplicate + self._dropped_invalid
@@ -189,6 +194,7 @@ class MetricCache:
             s.last_ms = tms
             if now_ms >= s.next_trim:
                 s.trim(now_ms)
+                s.next_trim = self._share(s.next_trim)
         dropped = self._dropped_out_of_order + self._dropped_duplicate + self._dropped_invalid
         if dropped != before:
             logger.debug(
@@ -226,6 +232,8 @@ class MetricCache:
         self._created += 1
         phase = (self._created % PHASES) * (CHUNK // PHASES)
         s = Series(key, keep_ms[0], keep_ms[1], tms, CHUNK - phase)
+        s.base_ms = s.last_ms = self._share(s.base_ms)
+        s.next_trim = self._share(s.next_trim)
         self._series[key] = s
         self._per_metric[key.metric] = self._per_metric.get(key.metric, 0) + 1
         metrics = self._by_entity.get(key.entity)
@@ -248,12 +256,17 @@ class MetricCache:
             del ts[:]
             del s.vals[:]
             s.limit = CHUNK
-        s.base_ms = tms - 1
+        s.base_ms = self._share(tms - 1)
+
+    def _share(self, value: int) -> int:
+        """``value``, as the int object already set on another series in this call if any."""
+        return self._ints.setdefault(value, value)
 
     def gc(self) -> int:
         """Trim every series to its retention and remove the empty ones; returns how many."""
         now_ms = self._now_ms()
         self._last_gc_ms = now_ms
+        self._ints.clear()
         removed = 0
         for s in list(self._series.values()):
             if not s.ts or s.last_ms < now_ms - s.keep_ms:
@@ -261,6 +274,7 @@ class MetricCache:
                 removed += 1
             elif now_ms >= s.next_trim:
                 s.trim(now_ms)
+                s.next_trim = self._share(s.next_trim)
         if removed:
             logger.debug("metric cache gc: removed %d expired series", removed)
         return removed
