@@ -364,6 +364,16 @@ def node_view(node: Obj) -> Obj:
     return node
 
 
+def node_metric_view(metric: Obj) -> Obj:
+    """What the NodeMetric informer keeps: the object without ``metadata.managedFields`` and
+    ``status``. The status is the koordlet's own last report (every pod's usage: about 0.4 MiB
+    of parsed JSON at 200 pods, handed back by the watch after each write); the koordlet reads
+    the spec (the collect policy) and whether the object exists."""
+    strip_managed_fields(metric)
+    metric.pop("status", None)
+    return metric
+
+
 def _container_view(container: Any) -> Any:
     if not isinstance(container, dict):
         return container  # malformed: left for pod_info to refuse
@@ -414,7 +424,9 @@ class KubeStatesSource:
             cache_first_list=False,  # pages: one page of whole pods in memory at a time
         )
         self.node_slos = inform(client, NODE_SLOS, field_selector=by_name, transform=strip)
-        self.node_metrics = inform(client, NODE_METRICS, field_selector=by_name, transform=strip)
+        self.node_metrics = inform(
+            client, NODE_METRICS, field_selector=by_name, transform=node_metric_view
+        )
         self._pod_infos: dict[str, PodInfo] = {}
         self._pods_view: Mapping[str, PodInfo] = MappingProxyType({})
         self.node_slo = NodeSLOInForce()
@@ -434,7 +446,8 @@ class KubeStatesSource:
         return self.nodes.get(self.node_name)
 
     def node_metric(self) -> Obj | None:
-        """The NodeMetric object when it exists (the reporter writes only then)."""
+        """The NodeMetric object when it exists (the reporter writes only then), without its
+        status (:func:`node_metric_view`)."""
         return self.node_metrics.get(self.node_name)
 
     def list_pods(self) -> Mapping[str, PodInfo]:

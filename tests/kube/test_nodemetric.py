@@ -22,6 +22,7 @@ from koordlet.system.cgroups import CgroupDriver, CgroupVersion
 from kubeclient.backoff import Backoff
 from kubeclient.client import KubeClient, Obj
 from kubeclient.informer import Informer
+from kubeclient.resources import NODE_METRICS
 from kubeclient.writes import WriteRateLimiter
 from tests.fakehost import FakeHost
 from tests.kube.conftest import eventually, running_source
@@ -273,6 +274,19 @@ async def test_nothing_is_written_until_the_nodemetric_exists(
         kube_api.put("nodemetrics", {"metadata": {"name": "node-1"}, "spec": {}})
         await eventually(lambda: states.node_metric() is not None)
         assert await reporter.report_once()
+        # the watch hands the written status back; the informer keeps the spec, not our report
+        written = await kube_client.get(NODE_METRICS, "node-1")
+        assert written["status"]["nodeMetric"]["nodeUsage"]["resources"]
+        await eventually(
+            lambda: (
+                (states.node_metric() or {}).get("metadata", {}).get("resourceVersion")
+                == written["metadata"]["resourceVersion"]
+            )
+        )
+        kept = states.node_metric()
+        assert kept is not None
+        assert "status" not in kept
+        assert kept["spec"] == {}
     assert reporter.stats.skipped_missing == 1
     assert len(kube_api.writes("PUT", "/status")) == 1
 
