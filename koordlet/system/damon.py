@@ -46,6 +46,7 @@ from typing import Any, Protocol
 
 from apis.records import frozen
 from koordlet.errors import HostError, ParseError, UnsupportedError
+from koordlet.system.atomicfile import write_atomic
 
 logger = logging.getLogger(__name__)
 
@@ -318,14 +319,10 @@ def read_claim(path: str) -> Claim | None:
 
 
 def write_claim(path: str, claim: Claim) -> None:
-    """Write atomically (temporary file, fsync, rename)."""
+    """Write atomically (temporary file, fsync, rename: :mod:`koordlet.system.atomicfile`)."""
     os.makedirs(os.path.dirname(path), exist_ok=True)
-    tmp = f"{path}.tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(asdict(claim), f, sort_keys=True)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    data = json.dumps(asdict(claim), sort_keys=True).encode("utf-8")
+    write_atomic(path, data, prefix=".claim-", mode=0o644)
 
 
 def _remove(path: str) -> None:

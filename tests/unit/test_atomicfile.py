@@ -43,3 +43,12 @@ def test_a_full_disk_keeps_the_old_file_and_leaves_nothing(tmp_path: Path) -> No
         assert caught.value.errno == errno.ENOSPC
         assert target.read_bytes() == b"old"
         assert not [n for n in os.listdir(disk) if n.startswith(".state-")]
+
+
+def test_the_mode_is_the_callers_less_the_umask(tmp_path: Path) -> None:
+    old = os.umask(0o022)
+    try:
+        write_atomic(str(tmp_path / "claim.json"), b"{}", prefix=".claim-", mode=0o666)
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE((tmp_path / "claim.json").stat().st_mode) == 0o644
