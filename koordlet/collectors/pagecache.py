@@ -39,8 +39,10 @@ NAME = "pagecache"
 
 
 class _Plan(NamedTuple):
-    path: str
-    key: SeriesKey
+    """The targets' columns, in the targets' order (a tuple per column: see podresource's)."""
+
+    paths: tuple[str, ...] = ()
+    keys: tuple[SeriesKey, ...] = ()
 
 
 class PageCacheCollector:
@@ -51,22 +53,22 @@ class PageCacheCollector:
         self.interval = interval
         self._memory = MEMORY_LRU.bind(host.layout)
         self._targets = TargetCache()
-        self._plan: tuple[_Plan, ...] = ()
+        self._plan = _Plan()
 
     def collect(self, tick: Tick) -> CollectResult:
         if self._targets.refresh(tick.workloads):
             targets = self._targets.plan
-            self._plan = tuple(
-                _Plan(
-                    path,
+            self._plan = _Plan(
+                target_paths(self._memory, targets),
+                tuple(
                     SeriesKey(
                         POD_MEMORY_WITH_PAGE_CACHE
                         if t.is_pod
                         else CONTAINER_MEMORY_WITH_PAGE_CACHE,
                         t.entity,
-                    ),
-                )
-                for t, path in zip(targets, target_paths(self._memory, targets), strict=True)
+                    )
+                    for t in targets
+                ),
             )
         mem = self._memory  # BoundStat.get inlined: a call less per file
         parse, pick, shared = mem.parse, mem.pick, mem.shared
@@ -75,7 +77,7 @@ class PageCacheCollector:
         append = samples.append
         new = tuple.__new__  # Sample's own __new__ is Python code; this skips it
         gone = 0
-        for path, key in self._plan:
+        for path, key in zip(*self._plan, strict=True):
             try:
                 m = parsed(path, parse) if shared else parse(read(path), path)
                 if pick is not None:

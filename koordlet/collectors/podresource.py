@@ -48,11 +48,14 @@ NS_PER_SECOND = 1e9
 
 
 class _Plan(NamedTuple):
-    entity: str
-    cpu_path: str
-    mem_path: str
-    cpu_key: SeriesKey
-    mem_key: SeriesKey
+    """The targets' columns, in the targets' order: a tuple per column rather than a record per
+    target (80 bytes less a target; the three per-cgroup collectors hold 2,400 at 200 pods)."""
+
+    entities: tuple[str, ...] = ()
+    cpu_paths: tuple[str, ...] = ()
+    mem_paths: tuple[str, ...] = ()
+    cpu_keys: tuple[SeriesKey, ...] = ()
+    mem_keys: tuple[SeriesKey, ...] = ()
 
 
 class PodResourceCollector:
@@ -64,31 +67,26 @@ class PodResourceCollector:
         self._cpu = CPU_USAGE.bind(host.layout)
         self._memory = MEMORY_LRU.bind(host.layout)
         self._targets = TargetCache()
-        self._plan: tuple[_Plan, ...] = ()
+        self._plan = _Plan()
         self._counters = CpuCounters()
 
     def _replan(self) -> None:
         targets = self._targets.plan
-        cpu_paths = target_paths(self._cpu, targets)
-        mem_paths = target_paths(self._memory, targets)
-        plan = []
-        for t, cpu_path, mem_path in zip(targets, cpu_paths, mem_paths, strict=True):
-            cpu_metric, mem_metric = (
-                (POD_CPU_USAGE, POD_MEMORY_USAGE)
-                if t.is_pod
-                else (CONTAINER_CPU_USAGE, CONTAINER_MEMORY_USAGE)
-            )
-            plan.append(
-                _Plan(
-                    t.entity,
-                    cpu_path,
-                    mem_path,
-                    SeriesKey(cpu_metric, t.entity),
-                    SeriesKey(mem_metric, t.entity),
-                )
-            )
-        self._plan = tuple(plan)
-        self._counters.keep_only({p.entity for p in plan})
+        entities = tuple(t.entity for t in targets)
+        self._plan = _Plan(
+            entities,
+            target_paths(self._cpu, targets),
+            target_paths(self._memory, targets),
+            tuple(
+                SeriesKey(POD_CPU_USAGE if t.is_pod else CONTAINER_CPU_USAGE, t.entity)
+                for t in targets
+            ),
+            tuple(
+                SeriesKey(POD_MEMORY_USAGE if t.is_pod else CONTAINER_MEMORY_USAGE, t.entity)
+                for t in targets
+            ),
+        )
+        self._counters.keep_only(set(entities))
 
     def collect(self, tick: Tick) -> CollectResult:
         if self._targets.refresh(tick.workloads):
@@ -107,7 +105,7 @@ class PodResourceCollector:
         append = samples.append
         new = tuple.__new__  # Sample's own __new__ is Python code; this skips it
         gone = 0
-        for entity, cpu_path, mem_path, cpu_key, mem_key in self._plan:
+        for entity, cpu_path, mem_path, cpu_key, mem_key in zip(*self._plan, strict=True):
             try:
                 usage_ns = (
                     parsed(cpu_path, cpu_parse)

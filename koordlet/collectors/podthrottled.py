@@ -17,7 +17,7 @@ import logging
 from typing import NamedTuple
 
 from koordlet.collectors.framework import CollectorContext, CollectResult, Tick
-from koordlet.collectors.shared import TargetCache
+from koordlet.collectors.shared import TargetCache, target_paths
 from koordlet.errors import CgroupGoneError
 from koordlet.metriccache.series import (
     CONTAINER_CPU_THROTTLED_RATIO,
@@ -34,9 +34,11 @@ NAME = "podthrottled"
 
 
 class _Plan(NamedTuple):
-    entity: str
-    path: str
-    key: SeriesKey
+    """The targets' columns, in the targets' order (a tuple per column: see podresource's)."""
+
+    entities: tuple[str, ...] = ()
+    paths: tuple[str, ...] = ()
+    keys: tuple[SeriesKey, ...] = ()
 
 
 class PodThrottledCollector:
@@ -49,22 +51,24 @@ class PodThrottledCollector:
         # v1: nobody else parses cpu.stat, and a memo would cost more than it saves.
         self._stat = CPU_THROTTLING.bind(host.layout)
         self._targets = TargetCache()
-        self._plan: tuple[_Plan, ...] = ()
+        self._plan = _Plan()
         self._last: dict[str, tuple[int, int]] = {}
 
     def _replan(self) -> None:
-        self._plan = tuple(
-            _Plan(
-                t.entity,
-                self._stat.path(t.rel),
+        targets = self._targets.plan
+        entities = tuple(t.entity for t in targets)
+        self._plan = _Plan(
+            entities,
+            target_paths(self._stat, targets),
+            tuple(
                 SeriesKey(
                     POD_CPU_THROTTLED_RATIO if t.is_pod else CONTAINER_CPU_THROTTLED_RATIO,
                     t.entity,
-                ),
-            )
-            for t in self._targets.plan
+                )
+                for t in targets
+            ),
         )
-        keep = {p.entity for p in self._plan}
+        keep = set(entities)
         self._last = {e: v for e, v in self._last.items() if e in keep}
 
     def collect(self, tick: Tick) -> CollectResult:
@@ -78,7 +82,7 @@ class PodThrottledCollector:
         append = samples.append
         new = tuple.__new__  # Sample's own __new__ is Python code; this skips it
         gone = 0
-        for entity, path, key in self._plan:
+        for entity, path, key in zip(*self._plan, strict=True):
             try:
                 value = parsed(path, parse) if shared else parse(read(path), path)
                 periods, throttled = value if pick is None else pick(value, path)

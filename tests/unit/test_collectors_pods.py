@@ -269,16 +269,17 @@ def test_the_usage_and_page_cache_collectors_hold_one_copy_of_each_memory_path(
     snap = snapshot(fake_host)
     usage, page_cache = PodResourceCollector(fake_host.host), PageCacheCollector(fake_host.host)
     run_all([usage, page_cache], 100.0, snap)
-    memory_paths = [p.mem_path for p in usage._plan]
+    memory_paths = usage._plan.mem_paths
     assert len(memory_paths) == 3  # the pod and its two containers
-    assert all(a is b.path for a, b in zip(memory_paths, page_cache._plan, strict=True))
+    assert all(a is b for a, b in zip(memory_paths, page_cache._plan.paths, strict=True))
     assert memory_paths[0] == MEMORY_LRU.bind(fake_host.host.layout).path(pod[0])
 
     fake_host.add_pod(OTHER, KubeQOS.BESTEFFORT, [("cri-o", container_id("x"))])
     later = WorkloadSnapshot(pods=KubepodsSource(fake_host.host).list_pods(), generation=2)
     run_all([usage, page_cache], 101.0, later)
-    assert len(usage._plan) == len(page_cache._plan) == 5
-    assert all(a.mem_path is b.path for a, b in zip(usage._plan, page_cache._plan, strict=True))
+    assert len(usage._plan.mem_paths) == len(page_cache._plan.paths) == 5
+    pairs = zip(usage._plan.mem_paths, page_cache._plan.paths, strict=True)
+    assert all(a is b for a, b in pairs)
 
 
 def test_a_malformed_memory_file_raises_a_parse_error_naming_the_file(
