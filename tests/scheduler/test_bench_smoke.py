@@ -77,12 +77,9 @@ def test_scheduler_apiserver_runs_both_schedulers_on_a_real_api_server_and_print
         assert run["over_capacity"] == 0
         assert run["backlog"] == 10
         assert run["nodemetric_reports"] > 0  # the koordlets' reports went on meanwhile
-        for key in (
-            "pods_per_s",
-            "drain_pods_per_s",
-            "cpu_ms_per_pod",
-            "peak_rss_mib",
-            "startup_s",
-        ):
+        for key in ("pods_per_s", "drain_pods_per_s", "peak_rss_mib", "startup_s"):
             assert run[key] > 0
+        # CPU comes from /proc/<pid>/stat in clock ticks (10 ms): 20 bindings can fit in less
+        # than one tick, and then the figure is an honest 0.0 (CI saw it for one scheduler)
+        assert run["cpu_ms_per_pod"] >= 0
         assert figures["20"][name]["ranges"]["pods_per_s"] == [run["pods_per_s"]] * 2
