@@ -73,7 +73,7 @@ def _load_client_cert(ctx: ssl.SSLContext, cfg: ClusterConfig) -> None:
 
 
 def _private_file(data: bytes, made: list[str]) -> str:
-    # here: tempfile brings shutil, bz2 and lzma (0.5 MiB), and only client certificate data
+    # here: tempfile brings shutil, bz2 and lzma (0.3 MiB), and only client certificate data
     # given inline needs a file
     import tempfile
 

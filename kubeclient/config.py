@@ -23,13 +23,8 @@ What is refused, with a :class:`ConfigError` naming the field (``users[name].use
 ``auth-provider`` plugins, ``username``/``password`` (basic auth, gone from the API server since
 1.19), impersonation (``as``, ``as-groups``, ``as-uid``, ``as-user-extra``) and ``proxy-url``.
 
-The YAML is parsed by a short-lived child Python (``python -I -c``, PyYAML's safe loader, the
-document handed back as JSON): a process that imports PyYAML keeps it for good, since its C
-scanner holds on to every class of the package, and a daemon that reads its kubeconfig once at
-start would carry about 0.9 MiB for the rest of its life (docs/benchmarks.md). The child answers
-only documents whose every key is a string and every value JSON's (what a kubeconfig is); for
-anything else, or when no child can run, the file is parsed in this process, with the same
-result and the same errors.
+The YAML is parsed by a short-lived child Python (:mod:`kubeclient.yamlchild`), so that a
+daemon that reads its kubeconfig once at start does not carry PyYAML for the rest of its life.
 """
 
 from __future__ import annotations
@@ -37,11 +32,8 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
-import json
 import logging
 import os
-import subprocess
-import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -51,6 +43,7 @@ from urllib.parse import urlsplit
 from apis.kubernetes_keys import SERVICE_ACCOUNT_TOKEN_PATH
 from apis.records import frozen
 from kubeclient.errors import ConfigError
+from kubeclient.yamlchild import YamlError, load_yaml
 
 logger = logging.getLogger(__name__)
 
@@ -213,71 +206,10 @@ class _Merged:
             self.contexts.setdefault(name, body)
 
 
-YAML_CHILD_TIMEOUT = 30.0
-"""Seconds the child parsing a kubeconfig may take before the file is parsed here instead."""
-
-_YAML_CHILD = """\
-import json, sys
-import yaml
-def plain(v):
-    if isinstance(v, dict):
-        return all(isinstance(k, str) and plain(x) for k, x in v.items())
-    if isinstance(v, list):
-        return all(plain(x) for x in v)
-    return v is None or isinstance(v, (str, int, float, bool))
-try:
-    doc = yaml.safe_load(sys.stdin.buffer.read().decode("utf-8"))
-except yaml.YAMLError as err:
-    json.dump({"error": str(err)}, sys.stdout)
-else:
-    if not plain(doc):
-        sys.exit(3)
-    json.dump({"doc": doc}, sys.stdout)
-"""
-
-
-def _yaml_in_child(text: str) -> dict[str, Any] | None:
-    """``{"doc": ...}`` or ``{"error": "..."}`` from a child Python; None when none answered."""
-    if getattr(sys, "frozen", False) or not sys.executable:
-        return None
-    try:
-        done = subprocess.run(
-            [sys.executable, "-I", "-c", _YAML_CHILD],
-            input=text.encode("utf-8"),
-            capture_output=True,
-            timeout=YAML_CHILD_TIMEOUT,
-            check=False,
-        )
-    except (OSError, subprocess.SubprocessError) as err:
-        logger.debug("kubeconfig: no child to parse YAML (%s); parsed here", err)
-        return None
-    if done.returncode == 0:
-        try:
-            answer = json.loads(done.stdout)
-        except ValueError:
-            answer = None
-        if isinstance(answer, dict) and ("doc" in answer or "error" in answer):
-            return answer
-    logger.debug(
-        "kubeconfig: the YAML child exited %d (%s); parsed here",
-        done.returncode,
-        done.stderr.decode("utf-8", "replace").strip()[-200:],
-    )
-    return None
-
-
 def _parse_yaml(text: str) -> Any:
-    """PyYAML's ``safe_load`` of ``text``, in a child when one answers (see the module's doc)."""
-    answer = _yaml_in_child(text)
-    if answer is not None:
-        if "error" in answer:
-            raise _Invalid("", f"not YAML: {answer['error']}")
-        return answer["doc"]
-    import yaml
-
     try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError as err:
+        return load_yaml(text)
+    except YamlError as err:
         raise _Invalid("", f"not YAML: {err}") from err
 
 

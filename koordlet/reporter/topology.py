@@ -85,6 +85,7 @@ from koordlet.statesinformer.nodetopo import (
 from kubeclient.client import KubeClient, Obj
 from kubeclient.errors import ApiError, Conflict, NotFound
 from kubeclient.resources import NODE_RESOURCE_TOPOLOGIES
+from kubeclient.yamlchild import YamlError, load_yaml
 
 logger = logging.getLogger(__name__)
 
@@ -150,11 +151,9 @@ class KubeletTopology:
             except (OSError, UnicodeDecodeError) as err:
                 logger.warning("kubelet config %s unreadable (%s); defaults used", config_path, err)
             else:
-                import yaml  # here: only when there is a kubelet config file to parse
-
                 try:
-                    loaded = yaml.safe_load(text)
-                except yaml.YAMLError as err:
+                    loaded = load_yaml(text)
+                except YamlError as err:
                     logger.warning(
                         "kubelet config %s not YAML (%s); defaults used", config_path, err
                     )

@@ -363,7 +363,10 @@ def test_what_json_cannot_carry_is_parsed_here_alike(
     text = kubeconfig(tmp_path / "kc").read_text() + "preferences: {1: x}\n"
     dated.write_text(text.replace("current-context: ctx", "current-context: 2020-01-01"))
 
-    with caplog.at_level(logging.DEBUG, "kubeclient.config"), pytest.raises(ConfigError) as caught:
+    with (
+        caplog.at_level(logging.DEBUG, "kubeclient.yamlchild"),
+        pytest.raises(ConfigError) as caught,
+    ):
         parse_kubeconfig(str(dated))
 
     # PyYAML's date is no context name: as when the file was always parsed here

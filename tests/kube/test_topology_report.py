@@ -30,6 +30,7 @@ from koordlet.statesinformer.model import PodInfo
 from koordlet.system.topology import CpuInfo, NodeCpuTopology
 from kubeclient.client import KubeClient, Obj
 from manager.cpunormalization import normalization_ratio
+from tests.freshinterp import run_json
 from tests.kubefake import FakeApiServer
 
 GiB = 2**30
@@ -361,3 +362,18 @@ def test_zones_merge_as_upstreams_merge_zone_list() -> None:
     ]  # fmt: skip
     assert out[1]["resources"] == desired[1]["resources"]
     assert current[0]["resources"][1] == res("cpu", "4")  # the input is left alone
+
+
+def test_the_kubelet_config_file_is_parsed_without_keeping_pyyaml(tmp_path: Path) -> None:
+    path = tmp_path / "config.yaml"
+    path.write_text('cpuManagerPolicy: static\nreservedSystemCPUs: "0"\n')
+    result = run_json(
+        f"""
+        import json, sys
+        from koordlet.reporter.topology import KubeletTopology
+        topo = KubeletTopology.load({str(path)!r})
+        print(json.dumps([topo.cpu_manager_policy, sorted(topo.reserved_cpus),
+                          "yaml" in sys.modules]))
+        """
+    )
+    assert result == ["static", [0], False]
