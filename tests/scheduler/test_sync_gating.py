@@ -200,11 +200,17 @@ async def test_an_elastic_quota_listed_late_is_never_exceeded(cluster, gated):
         await eventually(lambda: term.scheduler.queue.attempts != {})  # the other one was tried
         assert sum(1 for n in ("a", "b") if node_of(server, n)) == 1
         loser = "b" if node_of(server, "a") else "a"
-        events = [
-            o
-            for (plural, _, _), o in server.objects.items()
-            if plural == "events" and o["regarding"]["name"] == loser
-        ]
+
+        def loser_events() -> list[dict]:
+            return [
+                o
+                for (plural, _, _), o in server.objects.items()
+                if plural == "events" and o["regarding"]["name"] == loser
+            ]
+
+        # the Event is posted after the attempt is recorded (its own write): wait for it
+        await eventually(lambda: bool(loser_events()), within=10)
+        events = loser_events()
         assert [e["reason"] for e in events] == ["FailedScheduling"]
         assert "Insufficient quotas, quotaName: team" in events[0]["note"]
     finally:
