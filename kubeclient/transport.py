@@ -2,7 +2,8 @@
 
 kubernetes-asyncio and aiohttp cost the koordlet about 57 MiB of resident memory for a handful of
 JSON requests and four watch streams (docs/benchmarks.md, issue 26), so the client speaks the
-protocol itself, over the ``ssl`` module the interpreter already has:
+protocol itself, over the ``ssl`` module the interpreter already has (through
+:mod:`kubeclient.tls`, which keeps no read buffer for a connection between reads):
 
 - **requests**: one method, target and optional body with ``Content-Length``; the answer framed
   by ``Content-Length``, ``Transfer-Encoding: chunked`` or the end of the connection;
@@ -30,6 +31,8 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import TracebackType
+
+from kubeclient import tls
 
 IDEMPOTENT = frozenset({"GET", "HEAD", "PUT", "DELETE", "OPTIONS"})
 """Methods sent again when a reused connection turns out closed (RFC 9110, 9.2.2)."""
@@ -266,13 +269,16 @@ class Transport:
                 return conn
             conn.close()
         host = self.host.strip("[]")
-        reader, writer = await asyncio.open_connection(
-            host,
-            self.port,
-            ssl=self.ssl,
-            server_hostname=(self.server_hostname or host) if self.ssl is not None else None,
-            limit=MAX_HEAD,
-        )
+        if self.ssl is None:
+            reader, writer = await asyncio.open_connection(host, self.port, limit=MAX_HEAD)
+        else:
+            reader, writer = await tls.open_connection(
+                host,
+                self.port,
+                context=self.ssl,
+                server_hostname=self.server_hostname or host,
+                limit=MAX_HEAD,
+            )
         return _Conn(reader, writer)
 
     def _release(self, conn: _Conn, reusable: bool) -> None:
@@ -287,8 +293,8 @@ class Transport:
             conn.close()
 
     def _expire(self) -> None:
-        """Close the connections idle for ``idle_timeout`` (each TLS one holds a 256 KiB read
-        buffer of the event loop's), and look again when the next one would be."""
+        """Close the connections idle for ``idle_timeout`` (each holds a socket and, over
+        TLS, OpenSSL's state), and look again when the next one would be."""
         self._expiry = None
         now = self.clock()
         keep = []
