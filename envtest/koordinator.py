@@ -111,6 +111,11 @@ class HostProcs:
     def koordlet(self, node: Node) -> Koordlet:
         return next(k for k in self.koordlets if k.node is node)
 
+    def exited(self) -> list[Proc]:
+        """The components that are no longer running (none should be: nothing restarts them)."""
+        procs = [self.manager, self.webhook, self.scheduler, *(k.proc for k in self.koordlets)]
+        return [p for p in procs if not p.running()]
+
 
 @dataclass
 class Koordinator:
@@ -400,8 +405,15 @@ def _ok(url: str) -> bool:
         return bool(r.status == 200)
 
 
-def wait(what: str, check: Any, timeout: float = 60.0, every: float = 0.2) -> Any:
-    """Poll ``check()`` until truthy (its value); AssertionError naming ``what`` at the deadline."""
+def wait(
+    what: str,
+    check: Any,
+    timeout: float = 60.0,
+    every: float = 0.2,
+    explain: Callable[[], str] | None = None,
+) -> Any:
+    """Poll ``check()`` until truthy (its value); AssertionError naming ``what`` at the deadline,
+    with what ``explain()`` says of the state then (it is not allowed to raise)."""
     deadline = time.monotonic() + timeout
     last: BaseException | None = None
     while time.monotonic() < deadline:
@@ -413,6 +425,10 @@ def wait(what: str, check: Any, timeout: float = 60.0, every: float = 0.2) -> An
             if value:
                 return value
         time.sleep(every)
-    raise AssertionError(
-        f"{what}: not within {timeout:.0f} s" + (f" (last: {last!r})" if last else "")
-    )
+    message = f"{what}: not within {timeout:.0f} s" + (f" (last: {last!r})" if last else "")
+    if explain is not None:
+        try:
+            message += "\n" + explain()
+        except Exception as err:  # the failure is reported all the same
+            message += f"\n(explaining failed: {err!r})"
+    raise AssertionError(message)

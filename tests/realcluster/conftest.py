@@ -24,7 +24,7 @@ from envtest.koordinator import (
     qos_snapshot,
     wait,
 )
-from envtest.procs import tail
+from envtest.procs import Proc, tail
 from envtest.workloads import FAST_COLOCATION, patch_slo_config
 
 _WHY = assets.why_not()
@@ -89,6 +89,10 @@ KOORDLET_FLAGS = (
 )
 
 
+def exit_code(p: Proc) -> int | None:
+    return p.popen.poll() if p.popen is not None else None
+
+
 @pytest.fixture(scope="session")
 def hostprocs(cluster: Cluster, koordinator: Koordinator) -> HostProcs:
     """Koordinator as host processes (a bare-metal install): the manager (controllers and
@@ -113,6 +117,11 @@ def hostprocs(cluster: Cluster, koordinator: Koordinator) -> HostProcs:
             scheduler=koordinator.start_scheduler(),
             baseline=baseline,
         )
+    if exited := koordinator.hostprocs.exited():
+        # fail at once, naming it: every later test would otherwise wait out its deadlines
+        pytest.fail(
+            "\n".join(f"{p.name} exited with {exit_code(p)}:\n{tail(p.log, 40)}" for p in exited)
+        )
     return koordinator.hostprocs
 
 
@@ -124,11 +133,17 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
         funcargs = getattr(item, "funcargs", {})
         c = funcargs.get("cluster")
         k = funcargs.get("koordinator")
-        logs: dict[str, Path] = dict(c.logs()) if isinstance(c, Cluster) else {}
+        # ours first and longer (a report may be read cut short), then the cluster's
+        shown: set[Path] = set()
         if isinstance(k, Koordinator):
-            logs.update({p.name: p.log for p in k.procs})
-        for name, path in logs.items():
-            report.sections.append((f"log {name}", tail(path, 30)))
+            for p in k.procs:
+                state = "running" if p.running() else f"exited with {exit_code(p)}"
+                report.sections.append((f"log {p.name} ({state})", tail(p.log, 30)))
+                shown.add(p.log)
+        if isinstance(c, Cluster):
+            for name, path in c.logs().items():
+                if path not in shown:
+                    report.sections.append((f"log {name}", tail(path, 12)))
         if isinstance(c, Cluster) and c.control is not None:
             report.sections.append(
                 ("pods", c.kubectl("get", "pods", "-A", "-o", "wide", check=False))

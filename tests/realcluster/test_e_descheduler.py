@@ -77,6 +77,27 @@ def pods(cluster: Cluster) -> list[dict[str, Any]]:
     return list(cluster.get("pods", namespace=NS)["items"])
 
 
+def where_pods_are(cluster: Cluster) -> str:
+    """Each pod's phase, node and conditions, the namespace's events and the nodes' taints: what
+    a pod that is not Running in time is waiting for."""
+    lines = []
+    for p in pods(cluster):
+        conditions = [
+            f"{c['type']}={c['status']} {c.get('reason', '')}: {c.get('message', '')}"
+            for c in p["status"].get("conditions", [])
+        ]
+        lines.append(
+            f"pod {p['metadata']['name']}: {p['status'].get('phase')} on "
+            f"{p['spec'].get('nodeName')} {conditions}"
+        )
+    lines.extend(
+        f"node {n['metadata']['name']}: taints {n['spec'].get('taints')}"
+        for n in cluster.get("nodes")["items"]
+    )
+    lines.append(cluster.kubectl("get", "events", "-n", NS, check=False))
+    return "\n".join(lines)
+
+
 def test_a_replica_sets_pod_moves_off_the_hot_node_through_a_reservation(
     cluster: Cluster, hostprocs: HostProcs, koordinator: Koordinator, web: None
 ) -> None:
@@ -93,6 +114,7 @@ def test_a_replica_sets_pod_moves_off_the_hot_node_through_a_reservation(
             and r
         ),
         90,
+        explain=lambda: where_pods_are(cluster),
     )
     assert {p["spec"]["nodeName"] for p in started} == {hot}
     names = {p["metadata"]["name"] for p in started}
