@@ -117,12 +117,22 @@ def hostprocs(cluster: Cluster, koordinator: Koordinator) -> HostProcs:
             scheduler=koordinator.start_scheduler(),
             baseline=baseline,
         )
-    if exited := koordinator.hostprocs.exited():
-        # fail at once, naming it: every later test would otherwise wait out its deadlines
+    return koordinator.hostprocs
+
+
+@pytest.fixture(autouse=True)
+def host_components_alive(request: pytest.FixtureRequest) -> None:
+    """A test on the host-process components fails at once, naming the one that exited and
+    showing its log, when one has (nothing restarts them): it would otherwise wait out every
+    deadline for work that nobody does."""
+    if "hostprocs" not in request.fixturenames:
+        return
+    k = request.getfixturevalue("koordinator")
+    procs = k.hostprocs if isinstance(k, Koordinator) and not k.taken_over else None
+    if procs is not None and (exited := procs.exited()):
         pytest.fail(
             "\n".join(f"{p.name} exited with {exit_code(p)}:\n{tail(p.log, 40)}" for p in exited)
         )
-    return koordinator.hostprocs
 
 
 @pytest.hookimpl(wrapper=True)
