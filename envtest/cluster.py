@@ -299,8 +299,9 @@ class Cluster:
             (_runs_dir() / f"{self.id}.json").unlink()
 
     def logs(self) -> dict[str, Path]:
-        """Each part's log file."""
-        found = {p.stem: p for p in self.root.rglob("*.log")}
+        """Each part's log file, by its path under the run's folder without ``.log``
+        (``node-2/containerd``: every node's, not one per name)."""
+        found = {str(p.relative_to(self.root).with_suffix("")): p for p in self.root.rglob("*.log")}
         return dict(sorted(found.items()))
 
     # the record of a run ------------------------------------------------------------------
