@@ -34,8 +34,11 @@ import math
 import re
 from dataclasses import dataclass, field
 from enum import StrEnum
-from fractions import Fraction
 from functools import lru_cache
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from fractions import Fraction
 
 
 class Format(StrEnum):
@@ -73,6 +76,22 @@ _NANO = 10**9
 _MAX_INT64 = (1 << 63) - 1
 
 
+def _frac(value: Fraction | int | str) -> Fraction:
+    """``Fraction(value)``, with :mod:`fractions` imported at the first call: it brings
+    :mod:`decimal` and its C library (0.4 MiB), and a standalone koordlet never parses a quantity
+    that is not plain digits (docs/benchmarks.md, issue 26)."""
+    from fractions import Fraction
+
+    return Fraction(value)
+
+
+def _ratio(numerator: int, denominator: int) -> Fraction:
+    """``Fraction(numerator, denominator)``, imported as :func:`_frac` does."""
+    from fractions import Fraction
+
+    return Fraction(numerator, denominator)
+
+
 @dataclass(frozen=True, slots=True, eq=False)
 class Quantity:
     """A quantity's exact value and how it prints. Equal when the values are (``Cmp() == 0``)."""
@@ -93,17 +112,17 @@ class Quantity:
     @classmethod
     def of(cls, amount: Fraction | int, fmt: Format = Format.DECIMAL_SI) -> Quantity:
         """A quantity of ``amount``, rounded away from zero to a whole nano as Go stores it."""
-        return cls(_round_nano(Fraction(amount)), fmt)
+        return cls(_round_nano(_frac(amount)), fmt)
 
     @classmethod
     def from_milli(cls, milli: int) -> Quantity:
         """``resource.NewMilliQuantity(milli, DecimalSI)``: CPU in milli-cores."""
-        return cls(Fraction(milli, 1000), Format.DECIMAL_SI)
+        return cls(_ratio(milli, 1000), Format.DECIMAL_SI)
 
     @classmethod
     def from_int(cls, value: int, fmt: Format = Format.DECIMAL_SI) -> Quantity:
         """``resource.NewQuantity(value, fmt)``: bytes are ``BinarySI``, counts ``DecimalSI``."""
-        return cls(Fraction(value), fmt)
+        return cls(_frac(value), fmt)
 
     def __eq__(self, other: object) -> bool:
         if isinstance(other, Quantity):
@@ -122,7 +141,7 @@ def _round_nano(amount: Fraction) -> Fraction:
     if scaled.denominator == 1:
         return amount
     whole = math.ceil(scaled) if amount > 0 else math.floor(scaled)
-    return Fraction(whole, _NANO)
+    return _ratio(whole, _NANO)
 
 
 @lru_cache(maxsize=1 << 16)
@@ -131,22 +150,22 @@ def _parse_text(text: str) -> Quantity:
     if m is None:
         raise ValueError(f"not a Kubernetes quantity: {text!r}")
     sign, number, exponent, suffix = m.groups()
-    amount = Fraction(number)
+    amount = _frac(number)
     fmt = Format.DECIMAL_SI
     if exponent is not None:
         power = int(exponent[1:])
         if abs(power) > _MAX_EXPONENT:
             raise ValueError(f"quantity exponent out of range: {text!r}")
-        amount *= Fraction(10) ** power
+        amount *= _frac(10) ** power
         fmt = Format.DECIMAL_EXPONENT
     elif suffix in _BINARY_SUFFIXES:
         amount *= 1 << _BINARY_SUFFIXES[suffix]
         fmt = Format.BINARY_SI
     elif suffix:
-        amount *= Fraction(10) ** _DECIMAL_SUFFIXES[suffix]
+        amount *= _frac(10) ** _DECIMAL_SUFFIXES[suffix]
     amount = _round_nano(amount)
     if fmt is Format.BINARY_SI:
-        amount = min(amount, Fraction(_MAX_INT64))
+        amount = min(amount, _frac(_MAX_INT64))
         if 0 < amount < 1:
             fmt = Format.DECIMAL_SI
     return Quantity(-amount if sign == "-" else amount, fmt)
@@ -161,7 +180,7 @@ def parse_quantity(value: object) -> Quantity:
     if isinstance(value, bool):  # a JSON true is not a quantity
         raise ValueError(f"not a Kubernetes quantity: {value!r}")  # noqa: TRY004
     if isinstance(value, int):
-        return Quantity(Fraction(value), Format.DECIMAL_SI)
+        return Quantity(_frac(value), Format.DECIMAL_SI)
     if isinstance(value, float):
         if not math.isfinite(value):
             raise ValueError(f"not a Kubernetes quantity: {value!r}")
@@ -262,7 +281,7 @@ def format_quantity(amount: Fraction | int, fmt: Format = Format.DECIMAL_SI) -> 
 def format_milli(milli: int) -> str:
     """``NewMilliQuantity(milli, DecimalSI).String()``: ``1500`` → ``"1500m"``, ``2000``
     → ``"2"``."""
-    return _canonical(Fraction(milli, 1000), Format.DECIMAL_SI)
+    return _canonical(_ratio(milli, 1000), Format.DECIMAL_SI)
 
 
 def format_cpu(cores: float) -> str:
@@ -274,7 +293,7 @@ def format_cpu(cores: float) -> str:
 def format_bytes(value: float) -> str:
     """Bytes as Koordinator reports them: truncated to a whole byte, then
     ``NewQuantity(n, BinarySI).String()`` (``"1Gi"``, ``"1536Ki"``, ``"1025"``, ``"1k"``)."""
-    return _canonical(Fraction(int(value)), Format.BINARY_SI)
+    return _canonical(_frac(int(value)), Format.BINARY_SI)
 
 
 # Go's parsed representation ------------------------------------------------------------------

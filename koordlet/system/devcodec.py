@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping
-from decimal import Decimal, InvalidOperation
 from types import MappingProxyType
 from typing import TypeVar
 
@@ -140,6 +139,10 @@ def canonical_param(value: object) -> str:
     if isinstance(value, bool):
         return "1" if value else "0"
     text = str(value).strip()
+    # imported here: only io/blkio policies get this far, and decimal with its C library is
+    # about 0.4 MiB of a daemon that has none (docs/benchmarks.md, issue 26)
+    from decimal import Decimal, InvalidOperation
+
     try:
         number = Decimal(text)
     except InvalidOperation:

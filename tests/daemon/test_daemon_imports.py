@@ -22,10 +22,11 @@ NEVER = ("aiohttp", "kubernetes_asyncio", "yarl", "prometheus_client", "grpc")
 and WSGI servers; the koordlet's families are koordlet.prom's)."""
 
 
-KEPT_OUT = ("yaml", "tempfile")
+KEPT_OUT = ("yaml", "tempfile", "decimal")
 """Not imported by the cluster-mode modules: PyYAML parses a kubeconfig in a child process
 (kubeclient.config) and a kubelet config only when one is read; state files are replaced by
-koordlet.system.atomicfile, not through tempfile (with shutil, bz2, lzma)."""
+koordlet.system.atomicfile, not through tempfile (with shutil, bz2, lzma); decimal only when an
+io or blkio parameter is written (koordlet.system.devcodec)."""
 
 
 def _loaded(modules: list[str], roots: tuple[str, ...]) -> list[str]:
@@ -36,6 +37,7 @@ def test_importing_the_daemon_loads_no_aiohttp() -> None:
     modules = run_json("import json, sys, koordlet.daemon; print(json.dumps(sorted(sys.modules)))")
     assert _loaded(modules, CLUSTER_ONLY) == []
     assert _loaded(modules, NEVER) == []
+    assert _loaded(modules, KEPT_OUT) == []
     assert "koordlet.server.http" in modules
 
 
@@ -108,6 +110,7 @@ def test_a_standalone_start_serves_metrics_without_loading_aiohttp(tmp_path: Pat
     assert result["has_families"]
     assert _loaded(result["modules"], CLUSTER_ONLY) == []
     assert _loaded(result["modules"], NEVER) == []
+    assert _loaded(result["modules"], ("decimal", "_decimal", "yaml")) == []
     assert "httptools" in result["modules"]
 
 
