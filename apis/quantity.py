@@ -246,21 +246,29 @@ def resource_value(name: str, value: object) -> int:
 
 @lru_cache(maxsize=1 << 14)
 def _canonical(amount: Fraction, fmt: Format) -> str:
-    if amount == 0:
-        return "0"
-    if fmt is Format.BINARY_SI and abs(amount) >= 1024 and amount.denominator == 1:
-        mantissa, power = int(amount), 0
-        while power < len(_BINARY_BY_POWER) - 1 and mantissa % 1024 == 0:
-            mantissa //= 1024
-            power += 1
-        return f"{mantissa}{_BINARY_BY_POWER[power]}"
-    # Decimal: mantissa * 10^exponent, the mantissa whole, the exponent a multiple of 3.
+    # mantissa * 10^exponent with the smallest exponent that makes the mantissa whole
     exponent = 0
     value = amount
     while value.denominator != 1:
         value *= 10
         exponent -= 1
-    mantissa = int(value)
+    return _canonical_of(int(value), exponent, fmt)
+
+
+def _canonical_of(mantissa: int, exponent: int, fmt: Format) -> str:
+    """The canonical text of ``mantissa * 10^exponent``, in integers only (the writers of
+    milli-cores and bytes call it without a :class:`~fractions.Fraction`)."""
+    if mantissa == 0:
+        return "0"
+    if fmt is Format.BINARY_SI and exponent >= 0:
+        whole = mantissa * 10**exponent
+        if abs(whole) >= 1024:
+            power = 0
+            while power < len(_BINARY_BY_POWER) - 1 and whole % 1024 == 0:
+                whole //= 1024
+                power += 1
+            return f"{whole}{_BINARY_BY_POWER[power]}"
+    # Decimal: the mantissa whole, the exponent a multiple of 3.
     while mantissa % 10 == 0:
         mantissa //= 10
         exponent += 1
@@ -281,7 +289,7 @@ def format_quantity(amount: Fraction | int, fmt: Format = Format.DECIMAL_SI) -> 
 def format_milli(milli: int) -> str:
     """``NewMilliQuantity(milli, DecimalSI).String()``: ``1500`` → ``"1500m"``, ``2000``
     → ``"2"``."""
-    return _canonical(_ratio(milli, 1000), Format.DECIMAL_SI)
+    return _canonical_of(milli, -3, Format.DECIMAL_SI)
 
 
 def format_cpu(cores: float) -> str:
@@ -293,7 +301,7 @@ def format_cpu(cores: float) -> str:
 def format_bytes(value: float) -> str:
     """Bytes as Koordinator reports them: truncated to a whole byte, then
     ``NewQuantity(n, BinarySI).String()`` (``"1Gi"``, ``"1536Ki"``, ``"1025"``, ``"1k"``)."""
-    return _canonical(_frac(int(value)), Format.BINARY_SI)
+    return _canonical_of(int(value), 0, Format.BINARY_SI)
 
 
 # Go's parsed representation ------------------------------------------------------------------

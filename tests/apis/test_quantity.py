@@ -26,6 +26,7 @@ from apis.quantity import (
     parse_quantity,
     resource_value,
 )
+from tests.freshinterp import run_json
 
 DEC, BIN, EXP = Format.DECIMAL_SI, Format.BINARY_SI, Format.DECIMAL_EXPONENT
 
@@ -165,6 +166,29 @@ def test_cpu_usage_is_printed_in_whole_milli_cores(cores: float, text: str) -> N
 )
 def test_bytes_print_as_new_quantity_binary_si_does(value: float, text: str) -> None:
     assert format_bytes(value) == text
+
+
+@given(st.integers(-(10**22), 10**22))
+def test_milli_cores_and_bytes_print_as_the_exact_writer_prints_them(n: int) -> None:
+    """format_milli and format_bytes write in integers: the same text as the Fraction path."""
+    assert format_milli(n) == str(Quantity(Fraction(n, 1000), DEC))
+    assert format_bytes(n) == str(Quantity(Fraction(n), BIN))
+    assert format_bytes(n * 1024) == str(Quantity(Fraction(n * 1024), BIN))
+
+
+def test_the_writers_and_the_common_parses_need_no_fractions_module() -> None:
+    """fractions brings decimal and its C library (0.4 MiB): a koordlet that reports milli-cores
+    and bytes and reads plain quantities never imports it."""
+    loaded = run_json(
+        """
+        import json, sys
+        from apis.quantity import format_bytes, format_cpu, format_milli, int_value, milli_value
+        texts = [format_milli(1500), format_cpu(0.25), format_bytes(3 * 2**30), format_bytes(1000)]
+        values = [milli_value("250m"), milli_value("2"), int_value("256Mi"), int_value("1024")]
+        print(json.dumps([texts, values, "fractions" in sys.modules, "decimal" in sys.modules]))
+        """
+    )
+    assert loaded == [["1500m", "250m", "3Gi", "1k"], [250, 2000, 256 * 2**20, 1024], False, False]
 
 
 def test_format_quantity_rounds_to_the_nano_first() -> None:
