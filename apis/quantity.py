@@ -283,6 +283,8 @@ def _canonical_of(mantissa: int, exponent: int, fmt: Format) -> str:
 
 def format_quantity(amount: Fraction | int, fmt: Format = Format.DECIMAL_SI) -> str:
     """``String()`` of a quantity of ``amount`` in ``fmt`` (rounded to the nano first)."""
+    if type(amount) is int:  # whole already: no rounding, no Fraction
+        return _canonical_of(amount, 0, fmt)
     return str(Quantity.of(amount, fmt))
 
 

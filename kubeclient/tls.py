@@ -35,6 +35,14 @@ overhead), so neither BIO grows past about one record."""
 _FEED = RECORD + 512
 
 
+def _ascii(name: str | None) -> str | bytes | None:
+    """An ASCII host name as bytes: :mod:`ssl` sends a str through the ``idna`` codec, which loads
+    ``stringprep`` and ``unicodedata`` (about 0.3 MiB) to change nothing in an ASCII name."""
+    if name is not None and name.isascii():
+        return name.encode("ascii")
+    return name
+
+
 class _AppTransport(asyncio.Transport):
     """The decrypted side, handed to the stream protocol."""
 
@@ -100,7 +108,10 @@ class TlsProtocol(asyncio.Protocol):
         self._incoming = ssl.MemoryBIO()
         self._outgoing = ssl.MemoryBIO()
         self._ssl = context.wrap_bio(
-            self._incoming, self._outgoing, server_side=False, server_hostname=server_hostname
+            self._incoming,
+            self._outgoing,
+            server_side=False,
+            server_hostname=_ascii(server_hostname),
         )
         self._context = context
         self.upper = upper

@@ -174,6 +174,8 @@ def test_milli_cores_and_bytes_print_as_the_exact_writer_prints_them(n: int) -> 
     assert format_milli(n) == str(Quantity(Fraction(n, 1000), DEC))
     assert format_bytes(n) == str(Quantity(Fraction(n), BIN))
     assert format_bytes(n * 1024) == str(Quantity(Fraction(n * 1024), BIN))
+    for fmt in Format:
+        assert format_quantity(n, fmt) == str(Quantity(Fraction(n), fmt))
 
 
 def test_the_writers_and_the_common_parses_need_no_fractions_module() -> None:
@@ -183,12 +185,19 @@ def test_the_writers_and_the_common_parses_need_no_fractions_module() -> None:
         """
         import json, sys
         from apis.quantity import format_bytes, format_cpu, format_milli, int_value, milli_value
-        texts = [format_milli(1500), format_cpu(0.25), format_bytes(3 * 2**30), format_bytes(1000)]
+        from apis.quantity import format_quantity, Format
+        texts = [format_milli(1500), format_cpu(0.25), format_bytes(3 * 2**30), format_bytes(1000),
+                 format_quantity(2048, Format.BINARY_SI), format_quantity(5)]
         values = [milli_value("250m"), milli_value("2"), int_value("256Mi"), int_value("1024")]
         print(json.dumps([texts, values, "fractions" in sys.modules, "decimal" in sys.modules]))
         """
     )
-    assert loaded == [["1500m", "250m", "3Gi", "1k"], [250, 2000, 256 * 2**20, 1024], False, False]
+    assert loaded == [
+        ["1500m", "250m", "3Gi", "1k", "2Ki", "5"],
+        [250, 2000, 256 * 2**20, 1024],
+        False,
+        False,
+    ]
 
 
 def test_format_quantity_rounds_to_the_nano_first() -> None:

@@ -19,6 +19,7 @@ import pytest
 import uvloop
 
 from kubeclient import tls
+from tests.freshinterp import run_json
 from tests.kube.test_transport import Pki, openssl, pki, server_tls
 
 __all__ = ["pki"]  # the module-scoped CA fixture, shared with test_transport
@@ -271,3 +272,21 @@ def test_a_connection_keeps_no_read_buffer_between_reads(pki: Pki, run: Run) -> 
             server.kill()
 
     assert sizes[0] < 32 * 1024, sizes
+
+
+def test_an_ascii_server_name_does_not_load_the_idna_codec() -> None:
+    """ssl sends a str host name through the idna codec (stringprep, unicodedata: about 0.3 MiB
+    of a koordlet); an ASCII name is handed over as bytes, and checked all the same."""
+    loaded = run_json(
+        """
+        import asyncio, json, ssl, sys
+        from kubeclient import tls
+        loop = asyncio.new_event_loop()
+        proto = tls.TlsProtocol(
+            ssl.create_default_context(), "api.test", asyncio.Protocol(), loop.create_future()
+        )
+        name = proto.extra("ssl_object").server_hostname
+        print(json.dumps([name, "encodings.idna" in sys.modules, "stringprep" in sys.modules]))
+        """
+    )
+    assert loaded == ["api.test", False, False]
