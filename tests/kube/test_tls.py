@@ -54,7 +54,6 @@ async def serving(handler: Handler, context: ssl.SSLContext | None) -> AsyncIter
         yield server.sockets[0].getsockname()[1]
     finally:
         server.close()
-        server.close_clients() if hasattr(server, "close_clients") else None
         await asyncio.wait_for(server.wait_closed(), 5)
 
 
