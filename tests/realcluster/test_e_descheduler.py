@@ -67,7 +67,12 @@ def replica_set() -> dict[str, Any]:
 def web(cluster: Cluster, hostprocs: HostProcs) -> Iterator[None]:
     cluster.kubectl("create", "namespace", NS, check=False)
     yield
-    cluster.kubectl("delete", "replicaset", "web", "-n", NS, "--ignore-not-found", check=False)
+    # foreground: the ReplicaSet goes only after its pods have, so the next test's node is quiet
+    # (a Burstable pod still terminating moves the kubelet's QoS cgroups under that test)
+    cluster.kubectl(
+        "delete", "replicaset", "web", "-n", NS, "--ignore-not-found", "--cascade=foreground",
+        "--timeout=90s", check=False,
+    )  # fmt: skip
     cluster.kubectl("delete", "podmigrationjobs,reservations", "--all", check=False)
     for i in (0, 1):
         cluster.kubectl("uncordon", cluster.node_name(i), check=False)

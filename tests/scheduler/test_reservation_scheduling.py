@@ -294,10 +294,12 @@ async def test_a_failed_status_write_never_leaves_the_reservation_half_placed(
     else:
         assert messages == []
     assert status_of(server, "r1")["nodeName"] == "n1"
-    assert run.sched.placed == 1
+    # the server has the status before the scheduler has read its answer: count once it has
+    await eventually(lambda: run.sched.placed == 1)
     # held once, not twice: an owner fits in what is left plus what is reserved
     server.put("pods", ours("web-1", requests={"cpu": "4"}, labels=WEB))
     await eventually(lambda: node_of(server, "web-1") == "n1")
+    assert run.sched.placed == 1
 
 
 # -- the reserve pod and the status, table-like -----------------------------------------------
