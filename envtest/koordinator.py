@@ -87,6 +87,18 @@ QOS_KNOBS = (
 """What a koordlet may write on the node's kubepods and QoS cgroups."""
 
 
+KUBELET_RECOMPUTED = "kubepods/burstable/cpu.shares"
+"""The QoS knob the kubelet keeps recomputing from the pods it runs: the Burstable pods' CPU
+requests as shares, at each pod's sync and once a minute (UpdateCgroups in Kubernetes'
+pkg/kubelet/cm/qos_container_manager_linux.go). It moves whenever a Burstable pod comes or finishes
+going (an earlier test's, a replaced koordlet pod), so it witnesses nothing of the koordlet's."""
+
+
+def without_kubelets(snapshot: dict[str, str]) -> dict[str, str]:
+    """``snapshot`` less :data:`KUBELET_RECOMPUTED`, to compare what the koordlet may write."""
+    return {k: v for k, v in snapshot.items() if k != KUBELET_RECOMPUTED}
+
+
 def qos_snapshot(node: Node) -> dict[str, str]:
     """The node's kubepods, burstable and besteffort cgroups' :data:`QOS_KNOBS`."""
     out = {}

@@ -30,6 +30,7 @@ from envtest.koordinator import (
     free_port,
     qos_snapshot,
     wait,
+    without_kubelets,
 )
 from envtest.workloads import (
     COLOCATION_LABEL,
@@ -221,7 +222,8 @@ def test_the_koordlet_pod_made_again_writes_nothing_different_and_the_reset_rest
             lambda: (r := qos_rounds()) and all(v >= 2 for v in r.values()),
             60,
         )
-        assert knobs() == before
+        # the kubelet's Burstable shares aside: the koordlet pod replaced moves them
+        assert without_kubelets(knobs()) == without_kubelets(before)
         # the journal taken up: every original recorded before whose cgroup is still there
         # (the koordlet drops those of pods gone) is still recorded, as recorded
         assert kept_originals(journal) <= set(
