@@ -70,6 +70,13 @@ class BenchTree:
     kube_path: str = "kubepods/"
     """The kubepods folder below each controller root (``--cgroup-kube-path``)."""
 
+    @property
+    def kernel_roots(self) -> tuple[str, ...]:
+        """The tree's cgroup and procfs roots, each ending in ``/``: where the daemon's tick
+        reads."""
+        paths = self.host.paths
+        return tuple(root.rstrip("/") + "/" for root in (paths.cgroup_root, paths.proc_root))
+
 
 def qos_of(index: int) -> KubeQOS:
     """The Kubernetes QoS of pod number ``index``: BestEffort, Guaranteed, Burstable, Burstable."""

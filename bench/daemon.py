@@ -16,11 +16,23 @@ measures over ``--duration`` seconds:
   scraped just before and just after the window: the mean wall time of the whole collect step
   (``daemon/collect``: inventory walk, sweep, storing) and of each collector's step;
 - how busy the whole machine was meanwhile (``/proc/stat``, all CPUs, steal separately), to
-  judge whether the figures were taken on a quiet machine.
+  judge whether the figures were taken on a quiet machine;
+- the event loop's share: the main thread's ``utime + stime`` (``/proc/<pid>/task/<pid>/stat``),
+  the rest being the collect step's worker threads and the cgroup writer.
 
 Then it sends SIGTERM and records the exit code and how long the process took to exit. The
 process is killed, and the tree removed, in a ``finally`` whatever happens (SIGTERM to the bench
 included). Nothing scrapes during the window.
+
+**The pread floor of the tick** (issue 26: "measure against the pread floor and say how close the
+tick is"): at the window's end the bench lists the kernel files the daemon holds open
+(``/proc/<pid>/fd``: the cgroup and proc files ``koordlet.system.openfiles`` keeps from one tick to
+the next, which are the tick's reads), and once the daemon has exited it opens the same files and
+reads each with one ``pread`` per round, :data:`FLOOR_ROUNDS` rounds one interval apart (cold
+caches, like the daemon's ticks), timing its own thread's CPU. ``pread_floor_percent`` is the
+median round over the interval, in percent of a core, and ``floor_ratio`` the daemon's CPU over
+it: both taken minutes apart on the same machine, so a slow hour moves both. On a tree of regular
+files (the fake trees) nothing is held open, and the floor is reported as not measured.
 
     python -m bench.daemon [--json] [--pods N] [--duration S] [--interval S] [--warmup S]
                            [--tree fake|fake-v2|real|auto] [--command module|script]
@@ -42,6 +54,7 @@ import os
 import platform
 import signal
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -58,6 +71,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from bench._stats import print_result
 from bench._trees import BenchTree, exit_on_sigterm, fake_tree, real_cgroups_available, real_tree
 from koordlet.system.cgroups import CgroupDriver, CgroupVersion
+from koordlet.system.cgroupstats import READ_BUFFER
 from koordlet.system.paths import HostPaths
 
 REPO = Path(__file__).resolve().parents[1]
@@ -81,6 +95,8 @@ PROC = HostPaths()
 """This machine's procfs, where the daemon's own counters are."""
 STANDALONE = ("--standalone", "--nodeslo-file", "", "--node-name", "bench-node")
 """The flags of a standalone run: no API server, Koordinator's default NodeSLO."""
+FLOOR_ROUNDS = 10
+"""Rounds of the pread floor, one interval apart."""
 
 
 class CpuTicks(NamedTuple):
@@ -97,6 +113,54 @@ def read_cpu_ticks(pid: int) -> CpuTicks:
         text = f.read()
     fields = text[text.rindex(b")") + 2 :].split()
     return CpuTicks(int(fields[11]), int(fields[12]))
+
+
+def read_main_thread_ticks(pid: int) -> int:
+    """``utime + stime`` of the process's main thread (the event loop), in clock ticks."""
+    with open(PROC.proc(str(pid), "task", str(pid), "stat"), "rb") as f:
+        text = f.read()
+    fields = text[text.rindex(b")") + 2 :].split()
+    return int(fields[11]) + int(fields[12])
+
+
+def held_kernel_files(pid: int, roots: Sequence[str]) -> list[str]:
+    """The files under ``roots`` (the tree's cgroup and proc roots) that ``pid`` holds open, from
+    its ``/proc/<pid>/fd`` links; its own ``/proc/<pid>`` files are left out."""
+    fd_dir = PROC.proc(str(pid), "fd")
+    own = PROC.proc(str(pid)) + "/"
+    held = set()
+    for name in os.listdir(fd_dir):
+        with contextlib.suppress(OSError):  # closed meanwhile
+            target = os.readlink(os.path.join(fd_dir, name))
+            if target.startswith(tuple(roots)) and not target.startswith(own):
+                held.add(target)
+    return sorted(held)
+
+
+def pread_floor(paths: Sequence[str], interval: float, rounds: int) -> dict[str, Any]:
+    """One ``pread`` of each of ``paths`` per round, ``rounds`` rounds ``interval`` apart; the
+    median round's CPU (this thread's) in percent of a core at that interval."""
+    fds = []
+    try:
+        for path in paths:
+            with contextlib.suppress(OSError):  # a cgroup the tree no longer has
+                fds.append(os.open(path, os.O_RDONLY | os.O_CLOEXEC))
+        if not fds:
+            return {"tick_files": 0, "pread_floor_percent": None, "floor_ratio": None}
+        pread, cpu = os.pread, time.thread_time
+        costs = []
+        for _ in range(rounds):
+            time.sleep(interval)
+            c0 = cpu()
+            for fd in fds:
+                with contextlib.suppress(OSError):
+                    pread(fd, READ_BUFFER, 0)
+            costs.append(cpu() - c0)
+    finally:
+        for fd in fds:
+            os.close(fd)
+    percent = statistics.median(costs) / interval * 100
+    return {"tick_files": len(fds), "pread_floor_percent": round(percent, 3)}
 
 
 def read_host_cpu() -> tuple[int, int, int]:
@@ -286,6 +350,7 @@ def measure(
         pid = daemon.pid
         rss: list[float] = []
         host0 = read_host_cpu()
+        main0 = read_main_thread_ticks(pid)
         ticks0, t0 = read_cpu_ticks(pid), time.monotonic()
         end = t0 + duration
         while (left := end - time.monotonic()) > 0:
@@ -293,7 +358,9 @@ def measure(
             daemon.alive()
             rss.append(rss_mib(pid))
         ticks1, t1 = read_cpu_ticks(pid), time.monotonic()
+        main1 = read_main_thread_ticks(pid)
         host1 = read_host_cpu()
+        held = held_kernel_files(pid, tree.kernel_roots)
         threads = int(read_status(pid)["Threads"])
         status, text = daemon.get("/metrics")
         after = read_scrape(text) if status == 200 else before
@@ -310,6 +377,10 @@ def measure(
     user = (ticks1.user - ticks0.user) / CLK_TCK
     system = (ticks1.system - ticks0.system) / CLK_TCK
     busy, steal, total = (b - a for a, b in zip(host0, host1, strict=True))
+    cpu_percent = round((user + system) / window * 100, 2)
+    floor = pread_floor(held, interval, FLOOR_ROUNDS)
+    if floor["pread_floor_percent"]:
+        floor["floor_ratio"] = round(cpu_percent / floor["pread_floor_percent"], 2)
     return {
         "tree": tree.kind,
         "pods": tree.pods,
@@ -317,9 +388,11 @@ def measure(
         "interval_s": interval,
         "warmup_s": warmup,
         "duration_s": round(window, 2),
-        "cpu_percent": round((user + system) / window * 100, 2),
+        "cpu_percent": cpu_percent,
         "cpu_user_percent": round(user / window * 100, 2),
         "cpu_system_percent": round(system / window * 100, 2),
+        "cpu_main_thread_percent": round((main1 - main0) / CLK_TCK / window * 100, 2),
+        **floor,
         "host_busy_percent": round(busy / max(total, 1) * 100, 1),
         "host_steal_percent": round(steal / max(total, 1) * 100, 1),
         "rss_mib": round(rss[-1], 1),

@@ -157,6 +157,9 @@ def test_daemon_bench_ends_with_one_json_line_of_cpu_and_memory_figures() -> Non
     assert figures["exit_code"] == 0  # stopped cleanly by SIGTERM
     assert figures["tree"] == "fake-v1"
     assert "daemon/collect" in figures["step_wall_ms"]
+    assert 0 <= figures["cpu_main_thread_percent"] <= figures["cpu_percent"]
+    # regular files are not held open from tick to tick: no floor to measure on this tree
+    assert (figures["tick_files"], figures["pread_floor_percent"]) == (0, None)
 
 
 @pytest.mark.daemon
@@ -177,6 +180,13 @@ def test_cluster_daemon_bench_runs_the_koordlet_against_a_real_api_server() -> N
     assert figures["pods_in_metrics"] == 2  # the API server's pods, on the tree's cgroups
     assert figures["exit_code"] == 0
     assert "daemon/collect" in figures["step_wall_ms"]
+    # the kernel files it held open: at least the two pods' and six containers' CPU, memory and
+    # throttling files, read again by the bench for the pread floor
+    assert figures["tick_files"] >= 24
+    assert figures["pread_floor_percent"] > 0
+    assert figures["floor_ratio"] == pytest.approx(
+        figures["cpu_percent"] / figures["pread_floor_percent"], rel=0.01
+    )
 
 
 def test_runtimehooks_reconcile_bench_ends_with_one_json_line_of_round_figures() -> None:
