@@ -128,11 +128,12 @@ def held_kernel_files(pid: int, roots: Sequence[str]) -> list[str]:
     its ``/proc/<pid>/fd`` links; its own ``/proc/<pid>`` files are left out."""
     fd_dir = PROC.proc(str(pid), "fd")
     own = PROC.proc(str(pid)) + "/"
+    prefixes = tuple(roots)
     held = set()
     for name in os.listdir(fd_dir):
         with contextlib.suppress(OSError):  # closed meanwhile
             target = os.readlink(os.path.join(fd_dir, name))
-            if target.startswith(tuple(roots)) and not target.startswith(own):
+            if target.startswith(prefixes) and not target.startswith(own):
                 held.add(target)
     return sorted(held)
 
@@ -350,15 +351,15 @@ def measure(
         pid = daemon.pid
         rss: list[float] = []
         host0 = read_host_cpu()
-        main0 = read_main_thread_ticks(pid)
         ticks0, t0 = read_cpu_ticks(pid), time.monotonic()
+        main0 = read_main_thread_ticks(pid)  # inside the process's window: never more than it
         end = t0 + duration
         while (left := end - time.monotonic()) > 0:
             time.sleep(min(1.0, left))
             daemon.alive()
             rss.append(rss_mib(pid))
-        ticks1, t1 = read_cpu_ticks(pid), time.monotonic()
         main1 = read_main_thread_ticks(pid)
+        ticks1, t1 = read_cpu_ticks(pid), time.monotonic()
         host1 = read_host_cpu()
         held = held_kernel_files(pid, tree.kernel_roots)
         threads = int(read_status(pid)["Threads"])
