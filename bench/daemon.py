@@ -106,21 +106,15 @@ class CpuTicks(NamedTuple):
     system: int
 
 
-def read_cpu_ticks(pid: int) -> CpuTicks:
-    """From ``/proc/<pid>/stat``; ``comm`` may hold spaces and parentheses, so the fields are
-    counted from the last ``)`` (proc(5): utime and stime are fields 14 and 15)."""
-    with open(PROC.proc(str(pid), "stat"), "rb") as f:
+def read_cpu_ticks(pid: int, thread: int | None = None) -> CpuTicks:
+    """From ``/proc/<pid>/stat`` (the whole process), or ``/proc/<pid>/task/<thread>/stat`` (one
+    thread; the main thread's id is ``pid``); ``comm`` may hold spaces and parentheses, so the
+    fields are counted from the last ``)`` (proc(5): utime and stime are fields 14 and 15)."""
+    parts = (str(pid), "stat") if thread is None else (str(pid), "task", str(thread), "stat")
+    with open(PROC.proc(*parts), "rb") as f:
         text = f.read()
     fields = text[text.rindex(b")") + 2 :].split()
     return CpuTicks(int(fields[11]), int(fields[12]))
-
-
-def read_main_thread_ticks(pid: int) -> int:
-    """``utime + stime`` of the process's main thread (the event loop), in clock ticks."""
-    with open(PROC.proc(str(pid), "task", str(pid), "stat"), "rb") as f:
-        text = f.read()
-    fields = text[text.rindex(b")") + 2 :].split()
-    return int(fields[11]) + int(fields[12])
 
 
 def held_kernel_files(pid: int, roots: Sequence[str]) -> list[str]:
@@ -352,13 +346,13 @@ def measure(
         rss: list[float] = []
         host0 = read_host_cpu()
         ticks0, t0 = read_cpu_ticks(pid), time.monotonic()
-        main0 = read_main_thread_ticks(pid)  # inside the process's window: never more than it
+        main0 = sum(read_cpu_ticks(pid, pid))  # inside the process's window: never more
         end = t0 + duration
         while (left := end - time.monotonic()) > 0:
             time.sleep(min(1.0, left))
             daemon.alive()
             rss.append(rss_mib(pid))
-        main1 = read_main_thread_ticks(pid)
+        main1 = sum(read_cpu_ticks(pid, pid))
         ticks1, t1 = read_cpu_ticks(pid), time.monotonic()
         host1 = read_host_cpu()
         held = held_kernel_files(pid, tree.kernel_roots)
