@@ -62,6 +62,24 @@ class Tick(Protocol):
         collectors that need the same kernel file share the read and the parse."""
         ...
 
+    def column(self, paths: tuple[str, ...]) -> list[bytes] | None:
+        """Every file of ``paths`` read at once, in order, remembered as ``read`` remembers;
+        None when that does not apply (then the caller reads file by file, which names each
+        failure). For a collector's fixed files, one per pod and container."""
+        ...
+
+    def remember(
+        self, paths: Sequence[str], parser: Callable[[bytes, str], T], values: Sequence[T]
+    ) -> None:
+        """Values parsed in bulk from ``column``'s contents, stored as ``parsed`` stores them."""
+        ...
+
+    def parsed_column(
+        self, paths: Sequence[str], parser: Callable[[bytes, str], T]
+    ) -> list[T] | None:
+        """``parsed`` of every path when all are in the memo already; else None."""
+        ...
+
     def last(self, metric: str, entity: str) -> float | None:
         """This tick's value from an earlier collector, else the cache's latest value when it is
         fresh (younger than two base intervals); None otherwise."""

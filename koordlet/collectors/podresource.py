@@ -25,6 +25,8 @@ memo.
 from __future__ import annotations
 
 import logging
+from itertools import repeat
+from operator import add, sub, truediv
 from typing import NamedTuple
 
 from koordlet.collectors.framework import CollectorContext, CollectResult, Tick
@@ -91,6 +93,46 @@ class PodResourceCollector:
     def collect(self, tick: Tick) -> CollectResult:
         if self._targets.refresh(tick.workloads):
             self._replan()
+        if self._plan.entities:
+            samples = self._collect_columns(tick)
+            if samples is not None:
+                return CollectResult(samples=samples)
+        return CollectResult(samples=self._collect_each(tick))
+
+    def _collect_columns(self, tick: Tick) -> list[Sample] | None:
+        """The steady state without a line of Python per cgroup: each column of files read and
+        parsed at once (``BoundStat.column``), every cgroup with a previous CPU reading, no
+        counter gone backwards. Anything else returns None before any of the collector's state
+        changed, and :meth:`_collect_each` does the tick (what was read or parsed here stays
+        in the tick's memo). The same samples as :meth:`_collect_each`, memory ones first."""
+        plan = self._plan
+        usage = self._cpu.column(tick, plan.cpu_paths)
+        if usage is None:
+            return None
+        memory = self._memory.column(tick, plan.mem_paths)
+        if memory is None:
+            return None
+        last = self._counters.last
+        previous = list(map(last.get, plan.entities))
+        if None in previous:
+            return None  # a cgroup seeds this tick
+        prev_ns, prev_ts = zip(*previous, strict=True)
+        deltas = list(map(sub, usage, prev_ns))
+        elapsed = list(map(sub, repeat(tick.now), prev_ts))
+        if min(deltas) < 0 or min(elapsed) <= 0:
+            return None  # a cgroup re-seeds
+        anon, unevictable, _ = zip(*memory, strict=True)
+        new = tuple.__new__
+        values = map(float, map(add, anon, unevictable))  # MemoryLru.usage
+        samples = list(map(new, repeat(Sample), zip(plan.mem_keys, values, strict=True)))
+        rates = map(truediv, map(truediv, deltas, elapsed), repeat(NS_PER_SECOND))
+        samples.extend(map(new, repeat(Sample), zip(plan.cpu_keys, rates, strict=True)))
+        stamps = zip(usage, repeat(tick.now, len(usage)), strict=True)
+        last.update(zip(plan.entities, stamps, strict=True))
+        return samples
+
+    def _collect_each(self, tick: Tick) -> list[Sample]:
+        """File by file: every layout, the first tick, vanished and re-created cgroups."""
         now = tick.now
         # BoundStat.get inlined (a call less per file, 1,200 files a tick at 200 pods): v1 reads
         # cpuacct.usage directly (nobody else parses it); v2 shares cpu.stat's parse with the
@@ -128,7 +170,7 @@ class PodResourceCollector:
                     append(new(Sample, (cpu_key, delta / elapsed / NS_PER_SECOND)))
         if gone:
             logger.debug("%s: %d cgroups vanished during the tick, skipped", NAME, gone)
-        return CollectResult(samples=samples)
+        return samples
 
 
 def build(ctx: CollectorContext, interval: float) -> PodResourceCollector:

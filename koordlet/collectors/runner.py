@@ -230,6 +230,41 @@ class TickState:
             value = memo[path] = parser(self.read(path), path)
         return value
 
+    def column(self, paths: tuple[str, ...]) -> list[bytes] | None:
+        """The contents of ``paths`` in order, read at once (``OpenFiles.column``) and
+        remembered as :meth:`read` remembers; None when that does not apply (no kept files, a
+        file not kept yet or read earlier in this tick, a failed read): then read file by
+        file."""
+        open_files = self._open_files
+        if open_files is None or not paths:
+            return None
+        files = self._files
+        if files and not files.keys().isdisjoint(paths):
+            return None
+        data = open_files.column(paths)
+        if data is not None:
+            files.update(zip(paths, data, strict=True))
+        return data
+
+    def remember(self, paths: Sequence[str], parser: Parser[T], values: Sequence[T]) -> None:
+        """Store values a collector parsed in bulk as :meth:`parsed` would have: the collectors
+        after it that parse the same files with ``parser`` find them."""
+        memo = self._parsed.get(parser)
+        if memo is None:
+            memo = self._parsed[parser] = {}
+        memo.update(zip(paths, values, strict=True))
+
+    def parsed_column(self, paths: Sequence[str], parser: Parser[T]) -> list[T] | None:
+        """Every ``parsed(path, parser)`` of ``paths`` when each is already in the memo (an
+        earlier collector parsed the column); else None."""
+        memo = self._parsed.get(parser)
+        if memo is None or not paths:
+            return None
+        values: list[T | None] = list(map(memo.get, paths))
+        if None in values:
+            return None
+        return values  # type: ignore[return-value]  # no None left: checked above
+
     def publish(self, samples: Sequence[Sample]) -> None:
         """Make a finished step's samples visible to ``last`` (folded in lazily)."""
         if samples:

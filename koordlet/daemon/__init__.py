@@ -51,6 +51,7 @@ import logging
 import signal
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from apis.slo_inforce import NodeSLOInForce
@@ -199,6 +200,8 @@ class Daemon:
         self.kubepods: KubepodsSource | None = None
         self.nodeslo: NodeSLOFileSource | None = None
         self.runner: CollectorRunner | None = None
+        self.collect_thread: ThreadPoolExecutor | None = None
+        """The one thread every collect tick runs in (its caches stay warm between ticks)."""
         self.kube: KubeClient | None = None
         self.kube_states: KubeStatesSource | None = None
         self.kubelet_pods: KubeletPodsSource | None = None

@@ -19,15 +19,20 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import psutil
 import pytest
 
 from apis.extension import KubeQOS
 from koordlet.collectors.framework import CollectorContext
-from koordlet.collectors.runner import CollectorRunner
+from koordlet.collectors.pagecache import PageCacheCollector
+from koordlet.collectors.podresource import PodResourceCollector
+from koordlet.collectors.podthrottled import PodThrottledCollector
+from koordlet.collectors.runner import CollectorRunner, TickState
 from koordlet.collectors.table import build_collectors
 from koordlet.config import KoordletConfig
+from koordlet.errors import HostError
 from koordlet.metriccache import MetricCache
 from koordlet.metriccache import series as s
 from koordlet.statesinformer.kubepods import KubepodsSource
@@ -40,6 +45,7 @@ from koordlet.system.cgroupstats import (
     parse_memory_stat_v1,
 )
 from koordlet.system.host import Host
+from koordlet.system.openfiles import OpenFiles
 from koordlet.system.paths import HostPaths
 from koordlet.system.stats import MEMORY_LRU
 from tests.inotifywatches import kernel_watches
@@ -292,6 +298,77 @@ def test_memory_numa_stat_lru_sums_equal_memory_stats_on_a_real_pod(
         time.sleep(0.25)
     assert usage == expected[0] + expected[1]
     assert with_cache == sum(expected)
+
+
+def test_the_column_path_on_kept_kernel_files_gives_what_file_by_file_gives(
+    tree: Tree, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """At steady state the pod collectors read each column of kernel files at once through
+    the kept descriptors (``OpenFiles.column``) and parse it in C loops; a second set of the
+    same collectors, fed file by file with the very bytes of each tick, reports the same
+    samples, through a busy loop, memory held and a container removed under them."""
+    layout = tree.host.layout
+    uid = str(uuid.uuid4())
+    ids = [secrets.token_hex(32) for _ in range(3)]
+    pod_rel = layout.pod_dir(KubeQOS.BURSTABLE, uid)
+    rels = [layout.container_dir(pod_rel, "containerd", cid) for cid in ids]
+    for rel in (layout.kube_root, layout.qos_dir(KubeQOS.BURSTABLE), pod_rel, *rels):
+        tree.mkdir(rel)
+    busy = subprocess.Popen([sys.executable, "-c", BUSY], text=True)
+    tree.procs.append(busy)
+    tree.attach(rels[0], busy.pid)
+    tree.hold(rels[1], LRU_HOLD, str(tmp_path / "cache.bin"))
+    snap = WorkloadSnapshot(pods=KubepodsSource(tree.host).list_pods(), generation=1)
+    kinds = (PodResourceCollector, PodThrottledCollector, PageCacheCollector)
+    columns: list[Any] = [kind(tree.host) for kind in kinds]
+    each = [kind(tree.host) for kind in kinds]
+    by_file: list[int] = []
+    for collector in columns[:2]:  # count the file-by-file path's ticks
+
+        def counted(tick: TickState, each: Any = collector._collect_each) -> Any:
+            by_file.append(1)
+            return each(tick)
+
+        monkeypatch.setattr(collector, "_collect_each", counted)
+    open_files = OpenFiles(limit=100)
+    paths, busy_cpu = 0, 0.0
+    try:
+        for n in range(5):
+            if n == 3:  # no task in it: the kernel lets it go at once
+                for controller in CONTROLLERS:
+                    gone = layout.abs_dir(controller, rels[2])
+                    os.rmdir(gone)
+                    tree.made.remove(gone)
+            now = time.time()
+            by_file.clear()
+            kept = TickState(now, snap, open_files=open_files)
+            fast = [c.collect(kept) for c in columns]
+            seen = dict(kept._files)  # the bytes this tick read, for the twin
+
+            def replay(path: str, seen: dict[str, bytes | HostError] = seen) -> bytes:
+                got = seen[path]
+                if isinstance(got, BaseException):
+                    raise got
+                return got
+
+            slow = [c.collect(TickState(now, snap, read=replay)) for c in each]
+            assert [sorted(r.samples) for r in fast] == [sorted(r.samples) for r in slow], n
+            # Columns from the second tick on, until a file of the plan is gone.
+            assert len(by_file) == (0 if n in (1, 2) else 2), n
+            if n == 2:
+                busy_cpu = next(
+                    value
+                    for (metric, entity), value in fast[0].samples
+                    if metric == s.CONTAINER_CPU_USAGE and entity.endswith(ids[0])
+                )
+            paths = max(paths, len(seen))
+            open_files.end_tick()
+            time.sleep(0.2)
+        assert len(open_files) == 3 * (1 + len(rels) - 1)  # the removed container's closed
+        assert busy_cpu > 0.1  # real counters moved under the column path
+    finally:
+        open_files.close()
+    assert paths == 3 * (1 + len(rels))
 
 
 def test_the_walker_sees_real_cgroups_made_and_removed_through_its_watches(tree: Tree) -> None:

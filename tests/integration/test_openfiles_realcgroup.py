@@ -95,3 +95,77 @@ def test_regular_files_and_files_over_the_limit_are_not_kept(cgroup: Path, tmp_p
     files = OpenFiles(limit=0)
     files.read(str(cgroup / "cpuacct.usage"))
     assert len(files) == 0
+
+
+@pytest.fixture
+def cgroups(cgroup: Path) -> Iterator[list[Path]]:
+    """Three child cgroups of ``cgroup``, removed after the test (children first)."""
+    children = [cgroup / f"c{n}" for n in range(3)]
+    for child in children:
+        child.mkdir()
+    try:
+        yield children
+    finally:
+        for child in children:
+            if child.exists():
+                child.rmdir()
+
+
+def test_a_column_is_read_at_once_only_once_every_file_is_kept(cgroups: list[Path]) -> None:
+    paths = tuple(str(c / "cpuacct.usage") for c in cgroups)
+    files = OpenFiles(limit=10)
+    before = own_fds()
+    try:
+        assert files.column(paths) is None  # nothing kept yet: read file by file
+        assert own_fds() == before
+        alone = [files.read(p) for p in paths]
+        data = files.column(paths)
+
+        assert data is not None
+        assert [int(d) for d in data] == [int(d) for d in alone] == [0, 0, 0]  # no task ran
+        assert own_fds() == before + 3  # the same descriptors, none opened for the column
+        for _ in range(KEEP_TICKS + 2):  # read by column only: stamped, never pruned
+            assert files.end_tick() == 0
+            assert files.column(paths) is not None
+        assert len(files) == 3
+    finally:
+        files.close()
+    assert own_fds() == before
+
+
+def test_a_column_is_closed_like_any_kept_file_when_no_longer_read(cgroups: list[Path]) -> None:
+    paths = tuple(str(c / "cpuacct.usage") for c in cgroups)
+    files = OpenFiles(limit=10)
+    for p in paths:
+        files.read(p)
+    assert files.column(paths) is not None
+    closed = [files.end_tick() for _ in range(KEEP_TICKS + 1)]
+
+    assert closed == [0] * KEEP_TICKS + [3]
+    assert len(files) == 0
+    assert files.column(paths) is None
+
+
+def test_a_column_with_a_removed_cgroup_is_refused_and_never_reads_a_reused_descriptor(
+    cgroups: list[Path], cgroup: Path
+) -> None:
+    paths = tuple(str(c / "cpuacct.usage") for c in cgroups)
+    files = OpenFiles(limit=10)
+    try:
+        for p in paths:
+            files.read(p)
+        assert files.column(paths) is not None
+        cgroups[1].rmdir()
+
+        assert files.column(paths) is None  # the kept file reads ENODEV: file by file
+        with pytest.raises(CgroupGoneError):
+            files.read(paths[1])  # ... which names it and closes it
+        assert len(files) == 2
+        # The next file opened most likely gets the closed descriptor's number; the column,
+        # resolved before the close, must not read it as cgroups[1]'s.
+        other = str(cgroup / "cpuacct.stat")
+        files.read(other)
+        assert files.column(paths) is None  # paths[1] is no longer kept
+        assert files.column((paths[0], paths[2])) is not None
+    finally:
+        files.close()
