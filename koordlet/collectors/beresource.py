@@ -193,7 +193,14 @@ class BEResourceCollector:
             )
             return len(CPU_ONLINE.get(tick, self._online_path))
         fewest = self._count(data, self._be_cpuset_path) or None
-        for path in self._container_cpusets:
+        paths = self._container_cpusets
+        column = self._cpuset.column(tick, paths) if paths else None
+        if column is not None:  # every file read at once (a gone one: file by file below)
+            counts = [n for n in map(self._count, column, paths) if n]
+            if counts:
+                fewest = min(counts) if fewest is None else min(fewest, *counts)
+            paths = ()
+        for path in paths:
             try:
                 count = self._count(self._cpuset.get(tick, path), path)
             except CgroupGoneError:

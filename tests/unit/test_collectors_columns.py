@@ -15,12 +15,14 @@ from typing import Any
 import pytest
 
 from apis.extension import KubeQOS
+from koordlet.collectors.beresource import BEResourceCollector
 from koordlet.collectors.framework import Collector
 from koordlet.collectors.pagecache import PageCacheCollector
 from koordlet.collectors.podresource import PodResourceCollector
 from koordlet.collectors.podthrottled import PodThrottledCollector
 from koordlet.collectors.runner import TickState
 from koordlet.errors import HostError, ParseError
+from koordlet.metriccache import series as s
 from koordlet.statesinformer.kubepods import KubepodsSource
 from koordlet.statesinformer.model import WorkloadSnapshot
 from koordlet.system.cgroups import CgroupVersion
@@ -239,3 +241,38 @@ def test_a_column_partly_read_earlier_in_the_tick_is_read_file_by_file(
 
     assert tick.column(paths) is None  # each file is read at most once a tick
     assert tick.reads == 1
+
+
+@pytest.mark.parametrize(
+    ("cpusets", "expected"),
+    [
+        (("0-3", "1", "", "2-3"), 1.0),  # the smallest container's; an empty one ignored
+        (("0-3", "", ""), 4.0),  # only empty container cpusets: the QoS cgroup's
+        (("", "0-1", "0-2"), 2.0),  # an empty QoS cpuset ignored too
+    ],
+)
+def test_the_be_collector_takes_its_container_cpusets_as_one_column(
+    fake_host: FakeHost, cpusets: tuple[str, ...], expected: float
+) -> None:
+    v2 = fake_host.version is CgroupVersion.V2
+    name = "cpuset.cpus.effective" if v2 else "cpuset.cpus"
+    be = fake_host.layout.qos_dir(KubeQOS.BESTEFFORT)
+    _, containers = fake_host.add_pod(
+        UIDS[0],
+        KubeQOS.BESTEFFORT,
+        [("containerd", container_id(f"be-{n}")) for n in range(len(cpusets) - 1)],
+    )
+    fake_host.write("cpuset", be, name, cpusets[0])
+    for rel, cpus in zip(containers, cpusets[1:], strict=True):
+        fake_host.write("cpuset", rel, name, cpus)
+    snap = WorkloadSnapshot(pods=KubepodsSource(fake_host.host).list_pods(), generation=1)
+    open_files = FreshColumns()
+
+    by_columns = BEResourceCollector(fake_host.host).collect(
+        TickState(100.0, snap, open_files=open_files)
+    )
+    by_files = BEResourceCollector(fake_host.host).collect(TickState(100.0, snap))
+
+    assert open_files.columns == 1
+    assert sorted(by_columns.samples) == sorted(by_files.samples)
+    assert dict(by_columns.samples)[(s.BE_CPU_REAL_LIMIT, s.BE)] == expected
