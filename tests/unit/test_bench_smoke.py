@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -160,6 +161,27 @@ def test_daemon_bench_ends_with_one_json_line_of_cpu_and_memory_figures() -> Non
     assert 0 <= figures["cpu_main_thread_percent"] <= figures["cpu_percent"]
     # regular files are not held open from tick to tick: no floor to measure on this tree
     assert (figures["tick_files"], figures["pread_floor_percent"]) == (0, None)
+
+
+@pytest.mark.daemon
+def test_daemon_ab_bench_runs_two_koordlets_at_once_and_reports_each_window() -> None:
+    figures = run_bench(
+        "daemon_ab",
+        *("--tree", "fake", "--pods", "2", "--windows", "2", "--window", "1"),
+        *("--warmup", "0.5", "--interval", "0.2"),
+    )
+
+    assert len(figures["windows"]) == 2
+    for row in figures["windows"]:
+        assert row["a"] >= 0
+        assert row["b"] >= 0
+        assert row["rss_a"] > 0
+        assert row["rss_b"] > 0
+    means = [statistics.fmean(r[k] for r in figures["windows"]) for k in ("a", "b")]
+    assert [figures["cpu_a_percent"], figures["cpu_b_percent"]] == pytest.approx(means, abs=1e-3)
+    assert figures["diff_percent"] == pytest.approx(means[0] - means[1], abs=2e-3)
+    assert figures["a"] == figures["b"]  # this checkout twice: an A/A run
+    assert figures["tree"] == "fake-v1"
 
 
 @pytest.mark.daemon
