@@ -30,7 +30,7 @@ from operator import add, sub, truediv
 from typing import NamedTuple
 
 from koordlet.collectors.framework import CollectorContext, CollectResult, Tick
-from koordlet.collectors.shared import CpuCounters, TargetCache, target_paths
+from koordlet.collectors.shared import CpuCounters, TargetCache, by_columns, target_paths
 from koordlet.errors import CgroupGoneError
 from koordlet.metriccache.series import (
     CONTAINER_CPU_USAGE,
@@ -93,11 +93,7 @@ class PodResourceCollector:
     def collect(self, tick: Tick) -> CollectResult:
         if self._targets.refresh(tick.workloads):
             self._replan()
-        if self._plan.entities:
-            samples = self._collect_columns(tick)
-            if samples is not None:
-                return CollectResult(samples=samples)
-        return CollectResult(samples=self._collect_each(tick))
+        return by_columns(tick, self._plan.entities, self._collect_columns, self._collect_each)
 
     def _collect_columns(self, tick: Tick) -> list[Sample] | None:
         """The steady state without a line of Python per cgroup: each column of files read and

@@ -4,15 +4,19 @@
   snapshot, recomputed only when the inventory hands out a new snapshot; :func:`target_paths`:
   one stat's file in each of them, one string per file for all the collectors reading it;
 - :class:`CpuCounters`: previous readings of monotonically increasing counters turned into
-  rates (CPU time, memory bandwidth).
+  rates (CPU time, memory bandwidth);
+- :func:`by_columns`: a pod collector's tick, on its column path when that applies, else file by
+  file (docs/collectors.md, "Columns").
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from sys import intern
 from typing import Any, NamedTuple
 
-from koordlet.metriccache.series import container_entity, pod_entity
+from koordlet.collectors.framework import CollectResult, Tick
+from koordlet.metriccache.series import Sample, container_entity, pod_entity
 from koordlet.statesinformer.model import WorkloadSnapshot
 from koordlet.system.stats import BoundStat
 
@@ -133,3 +137,16 @@ class CpuCounters:
         """Drop the state of every entity not in ``entities``."""
         for entity in [e for e in self.last if e not in entities]:
             del self.last[entity]
+
+
+def by_columns(
+    tick: Tick,
+    targets: Sequence[str],
+    columns: Callable[[Tick], list[Sample] | None],
+    each: Callable[[Tick], list[Sample]],
+) -> CollectResult:
+    """``columns(tick)``, the steady state's path, when there are targets and it applies (it
+    returns None, having changed nothing, when it does not); else ``each(tick)``, file by
+    file."""
+    samples = columns(tick) if targets else None
+    return CollectResult(samples=each(tick) if samples is None else samples)
