@@ -169,3 +169,27 @@ def test_a_column_with_a_removed_cgroup_is_refused_and_never_reads_a_reused_desc
         assert files.column((paths[0], paths[2])) is not None
     finally:
         files.close()
+
+
+def test_a_columns_files_read_alone_stay_open_and_age_from_their_last_read(
+    cgroups: list[Path],
+) -> None:
+    paths = tuple(str(c / "cpuacct.usage") for c in cgroups)
+    files = OpenFiles(limit=10)
+    try:
+        for p in paths:
+            files.read(p)
+        assert files.column(paths) is not None
+        files.end_tick()
+        # The column is no longer asked for (say its collector reads file by file now): the
+        # files read alone stay open however long ago the column was last read ...
+        for _ in range(KEEP_TICKS + 2):
+            for p in paths[:2]:
+                files.read(p)
+            files.end_tick()
+        assert len(files) == 2  # ... and the one nobody reads is closed
+        closed = [files.end_tick() for _ in range(KEEP_TICKS)]
+        assert closed == [0] * (KEEP_TICKS - 1) + [2]
+        assert len(files) == 0
+    finally:
+        files.close()
