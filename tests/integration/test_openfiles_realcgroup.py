@@ -146,15 +146,21 @@ def test_a_column_is_closed_like_any_kept_file_when_no_longer_read(cgroups: list
     assert files.column(paths) is None
 
 
+def kept_column(cgroups: list[Path]) -> tuple[tuple[str, ...], OpenFiles]:
+    """The cgroups' ``cpuacct.usage`` files, each read once (so kept), and read as a column."""
+    paths = tuple(str(c / "cpuacct.usage") for c in cgroups)
+    files = OpenFiles(limit=10)
+    for p in paths:
+        files.read(p)
+    assert files.column(paths) is not None
+    return paths, files
+
+
 def test_a_column_with_a_removed_cgroup_is_refused_and_never_reads_a_reused_descriptor(
     cgroups: list[Path], cgroup: Path
 ) -> None:
-    paths = tuple(str(c / "cpuacct.usage") for c in cgroups)
-    files = OpenFiles(limit=10)
+    paths, files = kept_column(cgroups)
     try:
-        for p in paths:
-            files.read(p)
-        assert files.column(paths) is not None
         cgroups[1].rmdir()
 
         assert files.column(paths) is None  # the kept file reads ENODEV: file by file
@@ -174,12 +180,8 @@ def test_a_column_with_a_removed_cgroup_is_refused_and_never_reads_a_reused_desc
 def test_a_columns_files_read_alone_stay_open_and_age_from_their_last_read(
     cgroups: list[Path],
 ) -> None:
-    paths = tuple(str(c / "cpuacct.usage") for c in cgroups)
-    files = OpenFiles(limit=10)
+    paths, files = kept_column(cgroups)
     try:
-        for p in paths:
-            files.read(p)
-        assert files.column(paths) is not None
         files.end_tick()
         # The column is no longer asked for (say its collector reads file by file now): the
         # files read alone stay open however long ago the column was last read ...
