@@ -150,9 +150,13 @@ def kept_column(cgroups: list[Path]) -> tuple[tuple[str, ...], OpenFiles]:
     """The cgroups' ``cpuacct.usage`` files, each read once (so kept), and read as a column."""
     paths = tuple(str(c / "cpuacct.usage") for c in cgroups)
     files = OpenFiles(limit=10)
-    for p in paths:
-        files.read(p)
-    assert files.column(paths) is not None
+    try:
+        for p in paths:
+            files.read(p)
+        assert files.column(paths) is not None
+    except BaseException:
+        files.close()
+        raise
     return paths, files
 
 
