@@ -50,6 +50,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import os
 import platform
 import signal
@@ -168,6 +169,33 @@ def read_host_cpu() -> tuple[int, int, int]:
     return total - idle - iowait - steal, steal, total
 
 
+def host_share(before: tuple[int, int, int], after: tuple[int, int, int]) -> dict[str, float]:
+    """How busy the whole machine was between two :func:`read_host_cpu` readings, and how much
+    of it was stolen by the hypervisor, in percent."""
+    busy, steal, total = (b - a for a, b in zip(before, after, strict=True))
+    return {
+        "host_busy_percent": round(busy / max(total, 1) * 100, 1),
+        "host_steal_percent": round(steal / max(total, 1) * 100, 1),
+    }
+
+
+def daemon_flags(
+    tree: BenchTree,
+    interval: float,
+    log_level: str,
+    mode: Sequence[str] = STANDALONE,
+    extra: Sequence[str] = (),
+) -> list[str]:
+    """The koordlet's flags for a run on ``tree`` in ``mode``, collecting every ``interval``."""
+    return [
+        *mode,
+        *("--collect-res-used-interval-seconds", f"{interval:g}"),
+        *("--log-level", log_level),
+        *tree.daemon_args,
+        *extra,
+    ]
+
+
 def read_status(pid: int) -> dict[str, str]:
     """``/proc/<pid>/status`` as key → value text."""
     with open(PROC.proc(str(pid), "status")) as f:
@@ -280,6 +308,11 @@ class Daemon:
         return http_get(self.base + path)
 
 
+def is_ready(daemon: Daemon) -> bool:
+    """``/readyz`` answers 200."""
+    return daemon.get("/readyz")[0] == 200
+
+
 @contextlib.contextmanager
 def running(
     cmd: Sequence[str], args: Sequence[str], log: Path, cwd: Path = REPO
@@ -317,15 +350,9 @@ def measure(
 ) -> dict[str, Any]:
     """One daemon run on ``tree``; ``mode`` holds the flags of its mode (:data:`STANDALONE`, or
     a kubeconfig and a node name for cluster mode)."""
-    args = [
-        *mode,
-        *("--collect-res-used-interval-seconds", f"{interval:g}"),
-        *("--log-level", log_level),
-        *tree.daemon_args,
-        *extra,
-    ]
+    args = daemon_flags(tree, interval, log_level, mode, extra)
     with running(cmd, args, log, cwd) as daemon:
-        ready_s = daemon.until("/readyz", lambda: daemon.get("/readyz")[0] == 200, READY_TIMEOUT)
+        ready_s = daemon.until("/readyz", functools.partial(is_ready, daemon), READY_TIMEOUT)
         time.sleep(warmup)
         scraped: list[Scrape] = []
 
@@ -371,7 +398,6 @@ def measure(
     window = t1 - t0
     user = (ticks1.user - ticks0.user) / CLK_TCK
     system = (ticks1.system - ticks0.system) / CLK_TCK
-    busy, steal, total = (b - a for a, b in zip(host0, host1, strict=True))
     cpu_percent = round((user + system) / window * 100, 2)
     floor = pread_floor(held, interval, FLOOR_ROUNDS)
     if floor["pread_floor_percent"]:
@@ -388,8 +414,7 @@ def measure(
         "cpu_system_percent": round(system / window * 100, 2),
         "cpu_main_thread_percent": round((main1 - main0) / CLK_TCK / window * 100, 2),
         **floor,
-        "host_busy_percent": round(busy / max(total, 1) * 100, 1),
-        "host_steal_percent": round(steal / max(total, 1) * 100, 1),
+        **host_share(host0, host1),
         "rss_mib": round(rss[-1], 1),
         "rss_max_mib": round(max(rss), 1),
         "rss_samples": len(rss),

@@ -43,18 +43,15 @@ from bench.daemon import (
     CONTAINERS,
     READY_TIMEOUT,
     REPO,
-    STANDALONE,
-    Daemon,
     build,
+    daemon_flags,
+    host_share,
+    is_ready,
     read_cpu_ticks,
     read_host_cpu,
     rss_mib,
     running,
 )
-
-
-def is_ready(daemon: Daemon) -> bool:
-    return daemon.get("/readyz")[0] == 200
 
 
 def window_figures(pids: Sequence[int], seconds: float) -> tuple[list[float], list[float]]:
@@ -90,13 +87,8 @@ def compare(
     ):
         daemons = []
         for name, checkout in zip("ab", checkouts, strict=True):
-            args = [
-                *STANDALONE,
-                *("--collect-res-used-interval-seconds", f"{interval:g}"),
-                *("--log-level", "warning"),
-                *("--state-dir", str(Path(tmp, name))),
-                *tree.daemon_args,
-            ]
+            state = ("--state-dir", str(Path(tmp, name)))
+            args = daemon_flags(tree, interval, "warning", extra=state)
             cmd = [sys.executable, "-m", "koordlet"]
             daemons.append(
                 stack.enter_context(running(cmd, args, Path(tmp, f"{name}.log"), checkout))
@@ -113,7 +105,6 @@ def compare(
             rows.append({"a": cpu[0], "b": cpu[1], "rss_a": rss[0], "rss_b": rss[1]})
         host1 = read_host_cpu()
     diffs = [r["a"] - r["b"] for r in rows]
-    busy, steal, total = (b - a for a, b in zip(host0, host1, strict=True))
     return {
         "tree": tree.kind,
         "pods": pods,
@@ -129,8 +120,7 @@ def compare(
         "diff_stdev": round(statistics.stdev(diffs), 3) if len(diffs) > 1 else None,
         "rss_a_mib": round(rows[-1]["rss_a"], 1),
         "rss_b_mib": round(rows[-1]["rss_b"], 1),
-        "host_busy_percent": round(100 * busy / total, 1) if total else None,
-        "host_steal_percent": round(100 * steal / total, 1) if total else None,
+        **host_share(host0, host1),
     }
 
 
