@@ -47,6 +47,7 @@ from pathlib import Path
 from typing import Any
 
 from apis.manager_keys import BATCH_CPU, BATCH_MEMORY
+from apis.quantity import int_value
 from bench._stats import percentile, print_result
 from envtest import assets
 from envtest.cgroupwatch import CgroupWatch
@@ -85,8 +86,8 @@ def _create_pod(cluster: Cluster, body: dict[str, Any]) -> None:
 
 def _batch_on(cluster: Cluster, node: str) -> bool:
     alloc = cluster.get("node", node)["status"].get("allocatable", {})
-    cpu = int(alloc.get(BATCH_CPU, "0") or 0)
-    mem = int(alloc.get(BATCH_MEMORY, "0") or 0)
+    cpu = int_value(alloc.get(BATCH_CPU, "0") or 0)
+    mem = int_value(alloc.get(BATCH_MEMORY, "0") or 0)
     return cpu > 0 and mem > 0
 
 

@@ -69,7 +69,10 @@ def test_each_koordlet_publishes_the_topology_with_the_cpu_basic_info(
         zones = nrt.get("zones") or []
         assert zones, nrt
         cpus = sum(
-            int(r["capacity"]) for z in zones for r in z.get("resources", []) if r["name"] == "cpu"
+            int_value(r["capacity"])
+            for z in zones
+            for r in z.get("resources", [])
+            if r["name"] == "cpu"
         )
         assert cpus == len(os.sched_getaffinity(0)) or cpus == os.cpu_count()
 
@@ -96,9 +99,11 @@ def test_the_manager_writes_batch_resources_on_each_node_as_explain_computes_the
         explained = wait(f"batch resources on {name} as explain gives them", agreed, 90, 1.0)
         alloc = cluster.get("node", name)["status"]["allocatable"]
         # memory has room on any machine here; CPU may be all used by a busy 2-core host
-        assert int(alloc[BATCH_MEMORY]) > 0
+        assert int_value(alloc[BATCH_MEMORY]) > 0
         assert explained["resources"][BATCH_MEMORY] > 0
-        assert int(alloc[BATCH_CPU]) >= 0
+        # the API server writes a quantity in its canonical form: 1000 milli-cores come back as
+        # "1k", so a Node's values are read as quantities, never as plain integers
+        assert int_value(alloc[BATCH_CPU]) >= 0
 
 
 def test_cpu_normalization_follows_the_model_the_koordlet_reports(

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from apis.node_conditions import CONDITION_BE_EVICTION_PRESSURE
+from apis.quantity import int_value
 from envtest.cluster import Cluster
 from envtest.koordinator import HostProcs, wait
 from envtest.workloads import (
@@ -86,10 +87,7 @@ def test_a_be_pod_over_the_memory_threshold_is_evicted_by_api_and_the_condition_
     cluster: Cluster, hostprocs: HostProcs, evicting: None
 ) -> None:
     node = cluster.node_list[0]
-    capacity = (
-        int(cluster.get("node", node.name)["status"]["capacity"]["memory"].removesuffix("Ki"))
-        * 1024
-    )
+    capacity = int_value(cluster.get("node", node.name)["status"]["capacity"]["memory"])
     now = node_memory_percent(cluster, node.name)
     threshold = math.ceil(now) + 3
     fill_mib = int(capacity * 0.06 / MI)  # 6 %: over the threshold with room to spare
