@@ -39,7 +39,7 @@ def node_memory_percent(cluster: Cluster, name: str) -> float:
         key, value = line.split(":", 1)
         info[key] = int(value.split()[0]) * 1024
     capacity = cluster.get("node", name)["status"]["capacity"]["memory"]
-    cap_bytes = int(capacity.removesuffix("Ki")) * 1024
+    cap_bytes = int_value(capacity)
     return 100 * (info["MemTotal"] - info["MemAvailable"]) / cap_bytes
 
 
