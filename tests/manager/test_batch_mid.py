@@ -380,3 +380,14 @@ def test_recording_terms_does_not_change_the_result(record: bool) -> None:
     )
     assert calculate(*args, record=record).values == calculate(*args).values
     assert bool(calculate(*args, record=record).batch.hp.pods) is record  # type: ignore[union-attr]
+
+
+def test_a_nodes_batch_resources_in_the_api_servers_canonical_form_read_as_written() -> None:
+    # The API server stores a Node's quantities in canonical form: the manager's 1000 milli-cores
+    # come back as "1k" and 2 GiB as "2Gi" (seen against a real kube-apiserver); the next round
+    # reads them as the values it wrote.
+    view = parse_node(node(extended={BATCH_CPU: "1k", BATCH_MEMORY: "2Gi", MID_CPU: "0"}), "n")
+
+    assert view.extended[BATCH_CPU] == 1000
+    assert view.extended[BATCH_MEMORY] == 2 << 30
+    assert view.extended[MID_CPU] == 0
