@@ -627,3 +627,32 @@ async def test_restores_are_logged_when_they_change_a_file(
         "cpusuppress: BE cfs quota restored 2000 us -> unlimited (BE suppress disabled)"
     ]
     assert rig.quota(rig.be_dir) is None
+
+
+async def test_a_be_pod_in_a_new_snapshot_gets_the_cpuset_and_an_unchanged_one_writes_nothing(
+    rig: Rig,
+) -> None:
+    rig.usage(node=3.2, ls=0.5, be=1.0)
+    await rig.strategy.reconcile()
+    assert rig.cpuset(rig.be_container) == "0-1"
+    rig.changes.clear()
+    await rig.strategy.reconcile()  # the same snapshot object: the same cgroups, in place
+    assert rig.changes == []
+
+    cid = container_id("be2")
+    pod, [container] = rig.fake.add_pod("be-2", KubeQOS.BESTEFFORT, [("containerd", cid)])
+    for rel in (pod, container):
+        rig.fake.write("cpuset", rel, "cpuset.cpus", rig.fake.all_cpus)
+    be2 = PodInfo(
+        "be-2",
+        "be2",
+        "default",
+        QoSClass.BE,
+        KubeQOS.BESTEFFORT,
+        pod,
+        (ContainerInfo(cid, "main", "containerd", container),),
+    )
+    rig.snapshot = WorkloadSnapshot(pods={**rig.snapshot.pods, be2.uid: be2}, generation=2)
+    await rig.strategy.reconcile()
+    assert rig.cpuset(pod) == rig.cpuset(container) == "0-1"
+    assert rig.cpuset(rig.ls_pod) == rig.fake.all_cpus
