@@ -154,7 +154,7 @@ class _State:
     be_dirs: tuple[WorkloadSnapshot, str, frozenset[str]] | None = None
     """The BE cgroups of a snapshot (:func:`~koordlet.qos.cpusuppressrules.be_cgroup_dirs`):
     the inventory hands out the same snapshot object until a workload changes, so a round
-    without a change does not walk the pods again (0.3 ms a round at 200 pods)."""
+    without a change does not walk the pods again (0.45 ms a round less at 200 pods)."""
 
 
 def _settings_dict(s: ResourceThresholdStrategy) -> dict[str, Any]:
