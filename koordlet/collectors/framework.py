@@ -29,7 +29,7 @@ from typing import Any, Generic, Protocol, TypeVar
 
 from apis.records import frozen
 from koordlet.config import CollectConfig, KoordletConfig
-from koordlet.metriccache.series import Sample
+from koordlet.metriccache.series import Column, Sample
 from koordlet.plugins import load
 from koordlet.statesinformer.model import WorkloadSnapshot
 from koordlet.system.host import Host
@@ -92,10 +92,26 @@ class CollectResult:
 
     samples: Sequence[Sample] = ()
     """Series values at the tick's timestamp."""
+    columns: Sequence[Column] = ()
+    """More of them, as ``(keys, values)`` columns: a collector's steady state over many
+    cgroups, its keys tuple the same object until its targets change
+    (``MetricCache.append_columns`` stores a column's series as groups)."""
     info: Mapping[str, Any] = field(default_factory=dict)
     """Structured facts (node info, topology) stored as latest value by name."""
     unsupported: Mapping[str, str] = field(default_factory=dict)
     """Sources this step could not read because the host lacks them: source → reason."""
+
+    def all_samples(self) -> list[Sample]:
+        """``samples`` and then every key and value of ``columns``, as samples."""
+        out = list(self.samples)
+        for keys, values in self.columns:
+            out.extend(map(Sample, keys, values))
+        return out
+
+    @property
+    def sample_count(self) -> int:
+        """How many values it holds, samples and columns."""
+        return len(self.samples) + sum(len(values) for _, values in self.columns)
 
 
 class Collector(Protocol):

@@ -19,7 +19,6 @@ it.
 from __future__ import annotations
 
 import logging
-from itertools import repeat
 from operator import add
 from typing import NamedTuple
 
@@ -75,9 +74,8 @@ class PageCacheCollector:
         values = self._memory.column(tick, self._plan.paths) if self._plan.paths else None
         if values is not None:  # read and parsed at once, or parsed by the usage collector
             anon, unevictable, file = zip(*values, strict=True)
-            usage = map(float, map(add, map(add, anon, unevictable), file))
-            pairs = zip(self._plan.keys, usage, strict=True)
-            return CollectResult(samples=list(map(tuple.__new__, repeat(Sample), pairs)))
+            usage = list(map(float, map(add, map(add, anon, unevictable), file)))
+            return CollectResult(columns=[(self._plan.keys, usage)])
         mem = self._memory  # BoundStat.get inlined: a call less per file
         parse, pick, shared = mem.parse, mem.pick, mem.shared
         read, parsed = tick.read, tick.parsed

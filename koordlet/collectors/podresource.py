@@ -37,6 +37,7 @@ from koordlet.metriccache.series import (
     CONTAINER_MEMORY_USAGE,
     POD_CPU_USAGE,
     POD_MEMORY_USAGE,
+    Column,
     Sample,
     SeriesKey,
 )
@@ -95,12 +96,13 @@ class PodResourceCollector:
             self._replan()
         return by_columns(tick, self._plan.entities, self._collect_columns, self._collect_each)
 
-    def _collect_columns(self, tick: Tick) -> list[Sample] | None:
+    def _collect_columns(self, tick: Tick) -> list[Column] | None:
         """The steady state without a line of Python per cgroup: each column of files read and
         parsed at once (``BoundStat.column``), every cgroup with a previous CPU reading, no
         counter gone backwards. Anything else returns None before any of the collector's state
         changed, and :meth:`_collect_each` does the tick (what was read or parsed here stays
-        in the tick's memo). The same samples as :meth:`_collect_each`, memory ones first."""
+        in the tick's memo). The same values as :meth:`_collect_each`'s samples, as a memory
+        column and a CPU column."""
         plan = self._plan
         usage = self._cpu.column(tick, plan.cpu_paths)
         if usage is None:
@@ -118,14 +120,11 @@ class PodResourceCollector:
         if min(deltas) < 0 or min(elapsed) <= 0:
             return None  # a cgroup re-seeds
         anon, unevictable, _ = zip(*memory, strict=True)
-        new = tuple.__new__
-        values = map(float, map(add, anon, unevictable))  # MemoryLru.usage
-        samples = list(map(new, repeat(Sample), zip(plan.mem_keys, values, strict=True)))
-        rates = map(truediv, map(truediv, deltas, elapsed), repeat(NS_PER_SECOND))
-        samples.extend(map(new, repeat(Sample), zip(plan.cpu_keys, rates, strict=True)))
+        values = list(map(float, map(add, anon, unevictable)))  # MemoryLru.usage
+        rates = list(map(truediv, map(truediv, deltas, elapsed), repeat(NS_PER_SECOND)))
         stamps = zip(usage, repeat(tick.now, len(usage)), strict=True)
         last.update(zip(plan.entities, stamps, strict=True))
-        return samples
+        return [(plan.mem_keys, values), (plan.cpu_keys, rates)]
 
     def _collect_each(self, tick: Tick) -> list[Sample]:
         """File by file: every layout, the first tick, vanished and re-created cgroups."""

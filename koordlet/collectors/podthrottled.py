@@ -24,6 +24,7 @@ from koordlet.errors import CgroupGoneError
 from koordlet.metriccache.series import (
     CONTAINER_CPU_THROTTLED_RATIO,
     POD_CPU_THROTTLED_RATIO,
+    Column,
     Sample,
     SeriesKey,
 )
@@ -78,7 +79,7 @@ class PodThrottledCollector:
             self._replan()
         return by_columns(tick, self._plan.entities, self._collect_columns, self._collect_each)
 
-    def _collect_columns(self, tick: Tick) -> list[Sample] | None:
+    def _collect_columns(self, tick: Tick) -> list[Column] | None:
         """The steady state in C loops (see the pod resource collector's): every ``cpu.stat``
         read and parsed at once, every cgroup with a previous reading, no counter
         gone backwards, never more throttled periods than periods. Anything else returns None
@@ -98,9 +99,9 @@ class PodThrottledCollector:
             return None  # a counter reset (re-seed), or counters the kernel never gives
         # No period elapsed means none throttled (checked above): 0 / 1 is the 0.0 of the
         # file-by-file path, without a branch per cgroup.
-        ratios = map(truediv, d_throttled, map(max, d_periods, repeat(1)))
+        ratios = list(map(truediv, d_throttled, map(max, d_periods, repeat(1))))
         self._last.update(zip(plan.entities, counters, strict=True))
-        return list(map(tuple.__new__, repeat(Sample), zip(plan.keys, ratios, strict=True)))
+        return [(plan.keys, ratios)]
 
     def _collect_each(self, tick: Tick) -> list[Sample]:
         """File by file: the first tick, vanished and re-created cgroups."""

@@ -44,7 +44,7 @@ from typing import Any, Protocol, TypeVar
 from apis.records import frozen
 from koordlet.collectors.framework import Collector, CollectResult, Fresh, OnDemand
 from koordlet.errors import ConfigError, HostError
-from koordlet.metriccache.series import Sample
+from koordlet.metriccache.series import Column, Sample
 from koordlet.statesinformer.model import WorkloadSnapshot
 from koordlet.system.cgroupstats import READ_BUFFER, read_file_bytes
 from koordlet.system.host import Host
@@ -74,6 +74,8 @@ class MetricStore(Protocol):
     """What the runner needs of the metric cache (``koordlet.metriccache.MetricCache``)."""
 
     def append(self, ts: float, samples: Iterable[Sample]) -> None: ...
+
+    def append_columns(self, ts: float, columns: Iterable[Column]) -> None: ...
 
     def set_info(self, name: str, value: object) -> None: ...
 
@@ -126,7 +128,7 @@ class TickReport:
 
     @property
     def sample_count(self) -> int:
-        return sum(len(s.result.samples) for s in self.steps if s.result is not None)
+        return sum(s.result.sample_count for s in self.steps if s.result is not None)
 
 
 class TickState:
@@ -172,7 +174,7 @@ class TickState:
         self._max_age = max_age
         self._files: dict[str, bytes | HostError] = {}
         self._overlay: dict[tuple[str, str], float] = {}
-        self._pending: list[Sequence[Sample]] = []
+        self._pending: list[Iterable[tuple[tuple[str, str], float]]] = []
         self._parsed: dict[Callable[[bytes, str], Any], dict[str, Any]] = {}
 
     @property
@@ -265,10 +267,10 @@ class TickState:
             return None
         return values  # type: ignore[return-value]  # no None left: checked above
 
-    def publish(self, samples: Sequence[Sample]) -> None:
-        """Make a finished step's samples visible to ``last`` (folded in lazily)."""
-        if samples:
-            self._pending.append(samples)
+    def publish(self, samples: Iterable[tuple[tuple[str, str], float]]) -> None:
+        """Make a finished step's samples (or a column's ``zip(keys, values)``) visible to
+        ``last``, folded in lazily."""
+        self._pending.append(samples)
 
     def last(self, metric: str, entity: str) -> float | None:
         if self._pending:
@@ -406,6 +408,8 @@ class CollectorRunner:
             )
             if result is not None:
                 tick.publish(result.samples)
+                for keys, values in result.columns:
+                    tick.publish(zip(keys, values, strict=True))
                 for source, reason in result.unsupported.items():
                     unsupported[f"{collector.name}/{source}"] = reason
         if self._open_files is not None:
@@ -428,6 +432,8 @@ class CollectorRunner:
             if result is not None:
                 if result.samples:
                     cache.append(report.now, result.samples)
+                if result.columns:
+                    cache.append_columns(report.now, result.columns)
                 for name, value in result.info.items():
                     cache.set_info(name, value)
             self._note_outcome(step)

@@ -16,7 +16,7 @@ from sys import intern
 from typing import Any, NamedTuple
 
 from koordlet.collectors.framework import CollectResult, Tick
-from koordlet.metriccache.series import Sample, container_entity, pod_entity
+from koordlet.metriccache.series import Column, Sample, container_entity, pod_entity
 from koordlet.statesinformer.model import WorkloadSnapshot
 from koordlet.system.stats import BoundStat
 
@@ -142,11 +142,12 @@ class CpuCounters:
 def by_columns(
     tick: Tick,
     targets: Sequence[str],
-    columns: Callable[[Tick], list[Sample] | None],
+    columns: Callable[[Tick], list[Column] | None],
     each: Callable[[Tick], list[Sample]],
 ) -> CollectResult:
     """``columns(tick)``, the steady state's path, when there are targets and it applies (it
-    returns None, having changed nothing, when it does not); else ``each(tick)``, file by
-    file."""
-    samples = columns(tick) if targets else None
-    return CollectResult(samples=each(tick) if samples is None else samples)
+    returns None, having changed nothing, when it does not): its ``(keys, values)`` columns,
+    the keys tuples the plan's own, so that the metric cache stores them as groups; else
+    ``each(tick)``, file by file, as samples."""
+    found = columns(tick) if targets else None
+    return CollectResult(samples=each(tick)) if found is None else CollectResult(columns=found)

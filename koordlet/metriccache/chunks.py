@@ -101,11 +101,13 @@ class Series:
     __slots__ = (
         "base_ms",
         "chunks",
+        "group",
         "keep_ms",
         "key",
         "last_ms",
         "limit",
         "next_trim",
+        "slot",
         "span_ms",
         "ts",
         "vals",
@@ -130,6 +132,11 @@ class Series:
         self.next_trim = first_ms + keep_ms + 1
         """When ``now`` reaches this (absolute ms), a sample or a chunk may have expired: the
         next append trims (never later than needed, possibly earlier)."""
+        self.group: Group | None = None
+        """The group whose shared tail holds this series' newest samples (its own tail is then
+        empty, and ``last_ms`` is the group's once the group has a row); None: its own tail."""
+        self.slot = 0
+        """Its place in ``group``'s rows."""
 
     def trim(self, now_ms: int) -> None:
         """Delete the chunks whose newest sample expired (and, with no chunk left, the expired
@@ -154,14 +161,35 @@ class Series:
         else:
             self.next_trim = now_ms + self.keep_ms
 
+    def tail(self) -> tuple[int, array[int], array[float]]:
+        """``(base, offsets, values)`` of the newest, unsealed samples: the series' own tail, or
+        its column of its group's rows (a copy of the values)."""
+        g = self.group
+        if g is not None and g.appended:
+            return g.base_ms, g.ts, g.vals[self.slot :: g.n]
+        return self.base_ms, self.ts, self.vals
+
+    def newest(self) -> tuple[int, float] | None:
+        """Absolute ms and value of the newest sample, expired or not; None when it has none."""
+        g = self.group
+        if g is not None and g.appended:
+            return g.last_ms, g.vals[self.slot - g.n]
+        if self.ts:
+            return self.base_ms + self.ts[-1], self.vals[-1]
+        if self.chunks:
+            st = cast(Stamps, self.chunks[-2])
+            payload = cast(Payload, self.chunks[-1])
+            return st.base + st.ts[-1], unpack_values(payload, len(st.ts))[-1]
+        return None
+
     def segments(self, start_ms: int) -> list[tuple[int, array[int], Payload]]:
         """``(base, offsets, values)`` of the chunks and the tail that hold samples at or after
-        ``start_ms``, oldest first (the tail's values are its live ``array('d')``)."""
+        ``start_ms``, oldest first (an own tail's values are its live ``array('d')``)."""
         out: list[tuple[int, array[int], Payload]] = []
-        ts = self.ts
+        base_ms, ts, vals = self.tail()
         if ts:
-            out.append((self.base_ms, ts, self.vals))
-            if self.base_ms + ts[0] <= start_ms:
+            out.append((base_ms, ts, vals))
+            if base_ms + ts[0] <= start_ms:
                 return out
         chunks = self.chunks
         for i in range(len(chunks) - 2, -1, -2):
@@ -186,6 +214,46 @@ class Series:
             if hi < len(ts):
                 break
         return out
+
+
+class Group:
+    """Series appended together, a column at a time (:meth:`MetricCache.append_columns`): one
+    tail for all of them, ``ts`` (ms offsets from ``base_ms``, shared) and ``vals``, row after
+    row (``n`` values a timestamp, in ``members`` order). Appending a row costs the same for
+    3 series as for 300; sealing copies each member's column out (``vals[slot::n]``) into a
+    chunk of its own, with the row timestamps shared by all members."""
+
+    __slots__ = (
+        "alive",
+        "appended",
+        "base_ms",
+        "keys",
+        "last_ms",
+        "limit",
+        "members",
+        "n",
+        "span_ms",
+        "ts",
+        "vals",
+    )
+
+    def __init__(
+        self, keys: tuple[SeriesKey, ...], members: Sequence[Series], base_ms: int, limit: int
+    ) -> None:
+        self.keys = keys
+        self.members = tuple(members)
+        self.n = len(members)
+        self.base_ms = base_ms
+        self.limit = limit
+        self.span_ms = min(s.span_ms for s in members)
+        self.last_ms = max(s.last_ms for s in members)
+        """The newest row's ms once ``appended``; before, the newest of the members' own."""
+        self.appended = False
+        """Whether a row was appended since the group formed."""
+        self.alive = True
+        """False once dissolved: its members have their own tails again."""
+        self.ts: array[int] = array(TS_TYPECODE)
+        self.vals: array[float] = array("d")
 
 
 def to_ms(seconds: float) -> int:

@@ -7,7 +7,8 @@ of a pod is a prefix match.
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from collections.abc import Sequence
+from typing import NamedTuple, TypeAlias
 
 
 class SeriesKey(NamedTuple):
@@ -20,6 +21,12 @@ class Sample(NamedTuple):
 
     key: SeriesKey
     value: float
+
+
+Column: TypeAlias = "tuple[tuple[SeriesKey, ...], Sequence[float]]"
+"""``(keys, values)``: one value per key, all at the tick's timestamp. A collector hands the same
+``keys`` tuple object tick after tick while its targets stay the same: the metric cache plans
+how to store a column once per keys tuple (``MetricCache.append_columns``)."""
 
 
 # Entities ------------------------------------------------------------------------------------

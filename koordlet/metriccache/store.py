@@ -45,6 +45,7 @@ from array import array
 from bisect import bisect_left, insort
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import fields
+from operator import itemgetter
 from typing import Any, cast
 from weakref import WeakValueDictionary
 
@@ -56,6 +57,7 @@ from koordlet.metriccache.chunks import (
     PHASES,
     SPAN_DIVISOR,
     TS_TYPECODE,
+    Group,
     Payload,
     Series,
     Stamps,
@@ -64,7 +66,7 @@ from koordlet.metriccache.chunks import (
     to_ms,
     unpack_values,
 )
-from koordlet.metriccache.series import Sample, SeriesKey
+from koordlet.metriccache.series import Column, Sample, SeriesKey
 
 logger = logging.getLogger(__name__)
 
@@ -72,6 +74,43 @@ _MAX_RETENTION_S = 30 * 24 * 3600.0
 """Retention must stay well below the 49.7 days a 32-bit millisecond offset spans: a tail spans
 at most a quarter of it."""
 _KINDS = ("node", "system", "numa", "be", "hostapp", "pod", "container")
+
+MIN_GROUP = 16
+"""A column of fewer keys is stored sample by sample; a longer one is split into groups of about
+``MIN_GROUP`` series or more (at most ``PHASES`` groups, so that they seal in different ticks)."""
+_PLAN_IDLE_MS = 60_000
+"""A column's plan not used for this long is forgotten (its keys tuple was replaced)."""
+
+
+class _ColumnPlan:
+    """How one column's keys map onto groups: each group with the getter that picks its row
+    out of the column's values, and the indices stored sample by sample (``rest``)."""
+
+    __slots__ = ("keys", "parts", "rest", "used_ms")
+
+    def __init__(
+        self,
+        keys: tuple[SeriesKey, ...],
+        parts: list[tuple[Group, Callable[[Sequence[float]], Sequence[float]]]],
+        rest: list[int],
+        used_ms: int,
+    ) -> None:
+        self.keys = keys
+        """Held so that ``id(keys)``, the plan's key, is not reused while the plan lives."""
+        self.parts = parts
+        self.rest = rest
+        self.used_ms = used_ms
+
+    def valid(self) -> bool:
+        return all(g.alive for g, _ in self.parts)
+
+
+def _picker(indices: Sequence[int]) -> Callable[[Sequence[float]], Sequence[float]]:
+    """A C-level gather of ``values[i] for i in indices``, always a sequence."""
+    if len(indices) == 1:
+        only = indices[0]
+        return lambda values: (values[only],)
+    return itemgetter(*indices)
 
 
 @frozen
@@ -151,6 +190,12 @@ class MetricCache:
         """Millisecond values set on series during one ``append`` or ``gc`` call, one int object
         for each value: the series sealed, created or trimmed together share their ``base_ms``
         and ``next_trim`` instead of holding a 32-byte int each (0.2 MiB at 200 pods)."""
+        self._groups: dict[tuple[SeriesKey, ...], Group] = {}
+        """Live groups by their members' keys, so that a column whose keys tuple was rebuilt
+        (a pod added) keeps the groups whose members did not change."""
+        self._plans: dict[int, _ColumnPlan] = {}
+        """Column plans by ``id`` of the caller's keys tuple."""
+        self._groups_created = 0
         self._gc_interval_ms = to_ms(retention.gc_interval)
         self._last_gc_ms = self._now_ms()
 
@@ -170,12 +215,16 @@ class MetricCache:
         series = self._series
         isfinite = math.isfinite
         before = self._dropped_out_of_order + self._dropped_duplicate + self._dropped_invalid
+        rows: dict[Group, list[float | None]] = {}
         for key, value in samples:
             s = series.get(key)
             if s is None:
                 s = self._create(key, tms)
                 if s is None:
                     continue
+            if s.group is not None:
+                self._pend(rows, s, tms, value)
+                continue
             if tms <= s.last_ms:
                 if tms < s.last_ms:
                     self._dropped_out_of_order += 1
@@ -195,6 +244,8 @@ class MetricCache:
             if now_ms >= s.next_trim:
                 s.trim(now_ms)
                 s.next_trim = self._share(s.next_trim)
+        if rows:
+            self._flush(rows, tms, now_ms)
         dropped = self._dropped_out_of_order + self._dropped_duplicate + self._dropped_invalid
         if dropped != before:
             logger.debug(
@@ -208,6 +259,201 @@ class MetricCache:
             )
         if now_ms - self._last_gc_ms >= self._gc_interval_ms:
             self.gc()
+
+    def append_columns(self, ts: float, columns: Iterable[Column]) -> None:
+        """Store columns of one tick at timestamp ``ts`` (seconds): for every read, the same as
+        ``append(ts, samples)`` of each key with its value, in order.
+
+        A long column is stored as groups of series that share one tail (:class:`Group`): the
+        column's plan (its keys split into groups, the series resolved or created) is made once
+        per ``keys`` tuple object; each tick then costs a C-level gather and one row append per
+        group instead of a dictionary lookup and two array appends per sample. A row that
+        cannot go in whole (a non-finite value, a sample not newer than its series' last one)
+        goes sample by sample, which drops and counts what ``append`` drops.
+        """
+        tms = to_ms(ts)
+        now_ms = self._now_ms()
+        self._ints.clear()
+        isfinite = math.isfinite
+        for keys, values in columns:
+            if len(values) != len(keys):
+                raise ValueError(
+                    f"metric cache: a column of {len(keys)} keys came with {len(values)} values"
+                )
+            plan = self._plans.get(id(keys))
+            if plan is None or plan.keys is not keys or not plan.valid():
+                plan = self._plan(keys, tms, now_ms)
+            plan.used_ms = now_ms
+            loose: list[Sample] = []
+            for g, pick in plan.parts:
+                row = pick(values)
+                if tms > g.last_ms and isfinite(sum(row)):
+                    self._append_row(g, tms, row, now_ms)
+                else:
+                    loose.extend(map(Sample, g.keys, row))
+            loose.extend(Sample(keys[i], values[i]) for i in plan.rest)
+            if loose:  # before the next column: a key in two columns keeps the first value
+                self.append(ts, loose)  # drops and counts as append does
+        if now_ms - self._last_gc_ms >= self._gc_interval_ms:
+            self.gc()
+
+    def _plan(self, keys: tuple[SeriesKey, ...], tms: int, now_ms: int) -> _ColumnPlan:
+        """Split a column's keys into groups (by a hash of the entity, so that a pod added or
+        removed changes the groups of its own series only), reusing live groups whose members
+        are the same; create the series it does not have yet."""
+        for pid, old in list(self._plans.items()):
+            if old.used_ms < now_ms - _PLAN_IDLE_MS or not old.valid():
+                del self._plans[pid]
+        n = len(keys)
+        parts: list[tuple[Group, Callable[[Sequence[float]], Sequence[float]]]] = []
+        rest: list[int] = []
+        if n < MIN_GROUP or len(set(keys)) != n:
+            rest = list(range(n))
+        else:
+            nbuckets = min(PHASES, n // MIN_GROUP)
+            buckets: list[list[int]] = [[] for _ in range(nbuckets)]
+            for i, key in enumerate(keys):
+                buckets[hash(key[1]) % nbuckets].append(i)
+            for indices in buckets:
+                members: list[Series] = []
+                taken: list[int] = []
+                for i in indices:
+                    key = keys[i]
+                    s = self._series.get(key)
+                    if s is None:
+                        if self._retention.seconds_for(key[1]) is None:
+                            rest.append(i)  # counted as invalid each tick, as append does
+                            continue
+                        s = self._create(key, tms)
+                    assert s is not None  # a known kind: created
+                    members.append(s)
+                    taken.append(i)
+                if len(members) < 2:
+                    rest.extend(taken)
+                    continue
+                member_keys = tuple(s.key for s in members)
+                g = self._groups.get(member_keys)
+                if g is None:
+                    g = self._form(member_keys, members, tms, now_ms)
+                parts.append((g, _picker(taken)))
+            rest.sort()
+        plan = self._plans[id(keys)] = _ColumnPlan(keys, parts, rest, now_ms)
+        return plan
+
+    def _form(
+        self, keys: tuple[SeriesKey, ...], members: list[Series], tms: int, now_ms: int
+    ) -> Group:
+        """A new group of ``members``: each leaves the group it was in (which dissolves) and
+        has its own tail sealed, so that its newest samples are the group's from now on."""
+        for s in members:
+            if s.group is not None:
+                self._dissolve(s.group, now_ms)
+        for s in members:
+            if s.ts:
+                self._seal(s, tms)
+        self._groups_created += 1
+        phase = (self._groups_created % PHASES) * (CHUNK // PHASES)
+        g = Group(keys, members, self._share(tms - 1), CHUNK - phase)
+        for slot, s in enumerate(members):
+            s.group = g
+            s.slot = slot
+        self._groups[keys] = g
+        return g
+
+    def _append_row(self, g: Group, tms: int, row: Sequence[float], now_ms: int) -> None:
+        off = tms - g.base_ms
+        if off > g.span_ms or len(g.ts) >= g.limit:
+            self._seal_group(g, tms, now_ms)
+            off = 1
+        g.ts.append(off)
+        g.vals.extend(row)
+        g.last_ms = tms
+        g.appended = True
+
+    def _seal_group(self, g: Group, tms: int, now_ms: int) -> None:
+        """Seal the group's rows into a chunk per member (timestamps shared and interned, each
+        member's column in its smallest exact form), trim the members, and start an empty tail
+        based just before ``tms``."""
+        ts = g.ts
+        if ts:
+            key = (g.base_ms, ts.tobytes())
+            stamps = self._stamps.get(key)
+            if stamps is None:
+                stamps = self._stamps[key] = Stamps(g.base_ms, array(TS_TYPECODE, ts))
+            vals, n = g.vals, g.n
+            for slot, s in enumerate(g.members):
+                s.chunks += (stamps, pack_values(vals[slot::n]))
+                if now_ms >= s.next_trim:
+                    s.trim(now_ms)
+                    s.next_trim = self._share(s.next_trim)
+            del ts[:]
+            del vals[:]
+            g.limit = CHUNK
+        g.base_ms = self._share(tms - 1)
+
+    def _dissolve(self, g: Group, now_ms: int) -> None:
+        """End a group: its rows sealed into its members' chunks, each member back on a tail of
+        its own (empty, based at its newest sample)."""
+        if not g.alive:
+            return
+        g.alive = False
+        del self._groups[g.keys]
+        self._seal_group(g, g.last_ms + 1, now_ms)
+        for s in g.members:
+            s.group = None
+            if g.appended:
+                s.last_ms = g.last_ms
+            s.base_ms = self._share(s.last_ms)
+            s.limit = CHUNK
+
+    def _pend(
+        self, rows: dict[Group, list[float | None]], s: Series, tms: int, value: float
+    ) -> None:
+        """A sample of a grouped series, held until the end of ``append``: a group that gets a
+        value for every member goes in as a row (:meth:`_flush`)."""
+        g = cast(Group, s.group)
+        last = g.last_ms if g.appended else s.last_ms
+        if tms <= last:
+            if tms < last:
+                self._dropped_out_of_order += 1
+            else:
+                self._dropped_duplicate += 1
+            return
+        if not math.isfinite(value):
+            self._dropped_invalid += 1
+            return
+        row = rows.get(g)
+        if row is None:
+            row = rows[g] = [None] * g.n
+        if row[s.slot] is not None:
+            self._dropped_duplicate += 1
+            return
+        row[s.slot] = value
+
+    def _flush(self, rows: dict[Group, list[float | None]], tms: int, now_ms: int) -> None:
+        """Rows gathered by :meth:`_pend`: whole ones appended; a partial one dissolves its
+        group and its values go on the members' own tails."""
+        for g, row in rows.items():
+            if g.alive and None not in row:
+                self._append_row(g, tms, cast(list[float], row), now_ms)
+                continue
+            self._dissolve(g, now_ms)
+            for s, value in zip(g.members, row, strict=True):
+                if value is not None:
+                    self._append_own(s, tms, value, now_ms)
+
+    def _append_own(self, s: Series, tms: int, value: float, now_ms: int) -> None:
+        """One checked sample onto the series' own tail (``append``'s loop, out of line)."""
+        off = tms - s.base_ms
+        if off > s.span_ms or len(s.ts) >= s.limit:
+            self._seal(s, tms)
+            off = 1
+        s.ts.append(off)
+        s.vals.append(value)
+        s.last_ms = tms
+        if now_ms >= s.next_trim:
+            s.trim(now_ms)
+            s.next_trim = self._share(s.next_trim)
 
     def _create(self, key: SeriesKey, tms: int) -> Series | None:
         metric, entity = key
@@ -268,8 +514,15 @@ class MetricCache:
         self._last_gc_ms = now_ms
         self._ints.clear()
         removed = 0
+        for pid, plan in list(self._plans.items()):
+            if plan.used_ms < now_ms - _PLAN_IDLE_MS or not plan.valid():
+                del self._plans[pid]
         for s in list(self._series.values()):
-            if not s.ts or s.last_ms < now_ms - s.keep_ms:
+            g = s.group
+            last = g.last_ms if g is not None and g.appended else s.last_ms
+            if last < now_ms - s.keep_ms or (g is None and not s.ts and not s.chunks):
+                if g is not None:
+                    self._dissolve(g, now_ms)
                 self._remove(s)
                 removed += 1
             elif now_ms >= s.next_trim:
@@ -296,12 +549,17 @@ class MetricCache:
             del self._by_entity[entity]
             del self._entities[bisect_left(self._entities, entity)]
 
+    def _leave_group(self, s: Series) -> None:
+        if s.group is not None:
+            self._dissolve(s.group, self._now_ms())
+
     def drop_entity(self, entity: str) -> int:
         """Remove every series of one entity; returns how many."""
         metrics = self._by_entity.pop(entity, None)
         if metrics is None:
             return 0
         for s in metrics.values():
+            self._leave_group(s)
             self._forget(s.key)
         del self._entities[bisect_left(self._entities, entity)]
         return len(metrics)
@@ -319,6 +577,7 @@ class MetricCache:
         removed = 0
         while hi < len(entities) and entities[hi].startswith(prefix):
             for s in self._by_entity.pop(entities[hi]).values():
+                self._leave_group(s)
                 self._forget(s.key)
                 removed += 1
             hi += 1
@@ -337,12 +596,13 @@ class MetricCache:
     def last_sample(self, metric: str, entity: str) -> tuple[float, float] | None:
         """``(ts, value)`` of the newest unexpired sample of the series, or None."""
         s = self._series.get(SeriesKey(metric, entity))
-        if s is None or not s.ts:
+        newest = None if s is None else s.newest()
+        if newest is None:
             return None
-        last_ms = s.base_ms + s.ts[-1]
-        if last_ms < self._now_ms() - s.keep_ms:
+        last_ms, value = newest
+        if last_ms < self._now_ms() - cast(Series, s).keep_ms:
             return None
-        return last_ms / 1000.0, s.vals[-1]
+        return last_ms / 1000.0, value
 
     def last_values(self, keys: Sequence[SeriesKey], since: float) -> list[float | None]:
         """The newest value of each series when its timestamp is ``since`` or later and it is
@@ -358,11 +618,23 @@ class MetricCache:
         push = out.append
         for key in keys:
             s = get(key)
-            if s is None or not s.ts:
+            if s is None:
                 push(None)
                 continue
-            last_ms = s.base_ms + s.ts[-1]
-            push(s.vals[-1] if last_ms >= since_ms and last_ms >= now_ms - s.keep_ms else None)
+            g = s.group
+            if g is not None and g.appended:
+                last_ms = g.last_ms
+                value = g.vals[s.slot - g.n]
+            elif s.ts:
+                last_ms = s.base_ms + s.ts[-1]
+                value = s.vals[-1]
+            else:
+                newest = s.newest()
+                if newest is None:
+                    push(None)
+                    continue
+                last_ms, value = newest
+            push(value if last_ms >= since_ms and last_ms >= now_ms - s.keep_ms else None)
         return out
 
     def last(self, metric: str, entity: str, *, max_age: float | None = None) -> float | None:
@@ -452,6 +724,8 @@ class MetricCache:
                 total += size(s.chunks) + sum(map(size, s.chunks[1::2]))
         for (base, raw), stamps in self._stamps.items():
             total += size(stamps) + size(stamps.ts) + size(raw) + size(base) + 56  # key tuple
+        for g in self._groups.values():
+            total += size(g) + size(g.ts) + size(g.vals) + size(g.members) + size(g.keys)
         return total + sum(size(m) for m in metric_names)
 
     def stats(self) -> dict[str, Any]:
@@ -464,7 +738,7 @@ class MetricCache:
             "series": len(self._series),
             "entities": len(self._entities),
             "samples": sum(
-                len(s.ts) + sum(len(cast(Stamps, st).ts) for st in s.chunks[::2])
+                len(s.tail()[1]) + sum(len(cast(Stamps, st).ts) for st in s.chunks[::2])
                 for s in self._series.values()
             ),
             "dropped_out_of_order": self._dropped_out_of_order,

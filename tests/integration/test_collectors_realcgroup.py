@@ -352,13 +352,13 @@ def test_the_column_path_on_kept_kernel_files_gives_what_file_by_file_gives(
                 return got
 
             slow = [c.collect(TickState(now, snap, read=replay)) for c in each]
-            assert [sorted(r.samples) for r in fast] == [sorted(r.samples) for r in slow], n
+            assert [sorted(r.all_samples()) for r in fast] == [sorted(r.all_samples()) for r in slow], n
             # Columns from the second tick on, until a file of the plan is gone.
             assert len(by_file) == (0 if n in (1, 2) else 2), n
             if n == 2:
                 busy_cpu = next(
                     value
-                    for (metric, entity), value in fast[0].samples
+                    for (metric, entity), value in fast[0].all_samples()
                     if metric == s.CONTAINER_CPU_USAGE and entity.endswith(ids[0])
                 )
             paths = max(paths, len(seen))

@@ -69,7 +69,7 @@ def tick_all(
     tick = TickState(now, snap, open_files=FreshColumns() if columns else None)
     out = []
     for collector in collectors:
-        samples = collector.collect(tick).samples
+        samples = collector.collect(tick).all_samples()
         got = {(sample.key.metric, sample.key.entity): sample.value for sample in samples}
         assert len(got) == len(samples)  # no series twice
         out.append(got)

@@ -40,7 +40,7 @@ def collect(
     collector: Collector, now: float, snap: WorkloadSnapshot
 ) -> dict[tuple[str, str], float]:
     result = collector.collect(TickState(now, snap))
-    return {(sample.key.metric, sample.key.entity): sample.value for sample in result.samples}
+    return {(sample.key.metric, sample.key.entity): sample.value for sample in result.all_samples()}
 
 
 def run_all(
@@ -142,7 +142,7 @@ def test_cgroup_vanished_before_the_tick_is_skipped_and_others_still_reported(
 
     results = run_all(collectors, 100.0, snap)
 
-    entities = {sample.key.entity for r in results for sample in r.samples}
+    entities = {sample.key.entity for r in results for sample in r.all_samples()}
     assert CONTAINER not in entities
     assert {POD, s.container_entity(UID, CID2)} <= entities
 
@@ -252,12 +252,13 @@ def test_the_collectors_and_the_metric_cache_share_one_copy_of_each_entity_id(
     )
     for result in results:
         cache.append(100.0, result.samples)
+        cache.append_columns(100.0, result.columns)
     assert cgroup_targets(snap) is cgroup_targets(snap)
     entities = {t.entity: t.entity for t in cgroup_targets(snap)}
     assert set(cache.entities()) == set(entities)
     for entity in cache.entities():
         assert entity is entities[entity]
-    for sample in results[0].samples:
+    for sample in results[0].all_samples():
         assert sample.key.entity is entities[sample.key.entity]
 
 

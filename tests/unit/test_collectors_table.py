@@ -80,7 +80,7 @@ def test_each_default_collector_emits_only_the_series_of_the_families_its_row_cl
     for now in (100.0, 101.0):  # the second tick yields the counters' rates
         for step in runner.run_tick(now).steps:
             assert step.result is not None, (step.name, step.error)
-            names = {sample.key.metric for sample in step.result.samples}
+            names = {sample.key.metric for sample in step.result.all_samples()}
             emitted.setdefault(step.name, set()).update(names)
 
     for name, metrics in emitted.items():
