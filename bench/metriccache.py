@@ -10,13 +10,19 @@ that other processes on a shared machine do not inflate it; the median wall time
 floor of any per-series store on this machine), and of aggregating a 300 s pod window and a
 1,800 s node window.
 
+``--columns`` hands the pod and container series over as the pod collectors do at steady state:
+four ``(keys, values)`` columns a tick (CPU, memory, memory with page cache, throttling), stored
+with ``MetricCache.append_columns`` (groups of series sharing one tail); the node series stay
+samples. ``--churn N`` replaces one pod every ``N`` ticks (its series dropped, a new pod's
+created, the columns' keys tuples rebuilt, as a pod deleted and another scheduled do).
+
 The values decide how small the sealed chunks get (``koordlet.metriccache.store``): ``--values
 busy`` (default) is a busy node's (CPU usage as noisy floats, memory moving by whole pages,
 throttling mostly 0), ``--values idle`` is what ``bench.daemon``'s trees give (counters that do
 not move).
 
     python -m bench.metriccache [--json] [--ticks N] [--pods N] [--values busy|idle]
-                                [--tracemalloc]
+                                [--columns] [--churn N] [--tracemalloc]
 
 With ``--json`` the last line is one JSON object (``memory_mib``, ``append_ms``,
 ``aggregate_ms``, ``series``, ...).
@@ -84,10 +90,10 @@ def node_keys() -> list[tuple[SeriesKey, float]]:
     ]
 
 
-def workload_keys(pods: int, containers: int) -> list[tuple[SeriesKey, float]]:
-    """Four series a pod and four a container."""
+def workload_keys(pods: int, containers: int, first: int = 0) -> list[tuple[SeriesKey, float]]:
+    """Four series a pod and four a container (pods numbered from ``first``)."""
     keys: list[tuple[SeriesKey, float]] = []
-    for p in range(pods):
+    for p in range(first, first + pods):
         uid = f"{p:08x}-0000-4000-8000-{p:012x}"
         pod = pod_entity(uid)
         keys += [
@@ -149,12 +155,37 @@ def floor_append(
         vals.append(value)
 
 
+_KINDS = ("_cpu_usage", "_memory_usage", "_memory_with_page_cache", "_cpu_throttled_ratio")
+
+
+def columns_of(keys: Sequence[tuple[SeriesKey, float]], first: int) -> list[list[int]]:
+    """Indices (from ``first``) of each column: the workload keys by metric kind, pods and
+    containers mixed, in key order (as the pod collectors' plans hold them)."""
+    out: list[list[int]] = [[] for _ in _KINDS]
+    for i in range(first, len(keys)):
+        metric = keys[i][0].metric
+        out[[metric.endswith(k) for k in _KINDS].index(True)].append(i)
+    return out
+
+
 def run(
-    ticks: int, pods: int, containers: int, trace: bool, values: str = "busy"
+    ticks: int,
+    pods: int,
+    containers: int,
+    trace: bool,
+    values: str = "busy",
+    *,
+    columns: bool = False,
+    churn: int = 0,
 ) -> dict[str, float | int | str]:
     now = [START]
+    nodes = len(node_keys())
+    per_pod = 4 + 4 * containers
     keys = node_keys() + workload_keys(pods, containers)
     source = Values(keys, values)
+    layout = columns_of(keys, nodes)
+    plans = [tuple(keys[i][0] for i in idx) for idx in layout]
+    replaced = 0
     if trace:
         tracemalloc.start()
     cache = store.MetricCache(clock=lambda: now[0])
@@ -166,12 +197,27 @@ def run(
     for i in range(ticks):
         ts = START + i
         now[0] = ts
-        samples = source.tick(i)
+        if churn and i and i % churn == 0:
+            p = replaced % pods
+            replaced += 1
+            at = nodes + p * per_pod
+            old = keys[at][0].entity.partition("/")[2]
+            cache.drop_prefix(f"pod/{old}")
+            cache.drop_prefix(f"container/{old}/")
+            keys[at : at + per_pod] = workload_keys(1, containers, pods + replaced)
+            plans = [tuple(keys[j][0] for j in idx) for idx in layout]  # new tuples
+        samples = tick_samples = source.tick(i)
+        if columns:
+            cols = [(plan, [samples[j][1] for j in idx]) for plan, idx in zip(plans, layout)]
+            samples = samples[:nodes]
         c0, w0 = cpu(), wall()
         cache.append(ts, samples)
+        if columns:
+            cache.append_columns(ts, cols)
         append_wall_s.append(wall() - w0)
         append_s.append(cpu() - c0)
-        if i >= ticks - 300:  # the floor, on the same samples, for the last 300 ticks
+        if i >= ticks - 300 and not churn:  # the floor, same samples, the last 300 ticks
+            samples = tick_samples
             c0 = cpu()
             floor_append(buffers, i, samples)
             floor_s.append(cpu() - c0)
@@ -193,7 +239,7 @@ def run(
         t0 = cpu()
         result = cache.aggregate(POD_CPU_USAGE, entity, end - 300.0, end)
         agg300.append(cpu() - t0)
-        if result is None or result.count != 301:
+        if result is None or (not churn and result.count != 301):
             raise SystemExit(f"bench bug: {entity} has {result} in a 300 s window")
     agg1800: list[float] = []
     for _ in range(100):
@@ -207,6 +253,8 @@ def run(
     figures: dict[str, float | int | str] = {
         "ticks": ticks,
         "values": values,
+        "columns": columns,
+        "churn_every": churn,
         "samples_per_tick": len(keys),
         "series": stats["series"],
         "samples": stats["samples"],
@@ -215,7 +263,7 @@ def run(
         "append_ms": round(statistics.fmean(steady) * 1e3, 3),
         "append_p99_ms": round(steady[int(len(steady) * 0.99) - 1] * 1e3, 3),
         "append_max_ms": round(steady[-1] * 1e3, 3),
-        "append_floor_ms": round(statistics.fmean(floor_s) * 1e3, 3),
+        "append_floor_ms": round(statistics.fmean(floor_s) * 1e3, 3) if floor_s else 0.0,
         "append_wall_median_ms": round(steady_wall[len(steady_wall) // 2] * 1e3, 3),
         "aggregate_ms": round(statistics.fmean(agg300) * 1e3, 4),
         "aggregate_1800_ms": round(statistics.fmean(agg1800) * 1e3, 4),
@@ -239,11 +287,25 @@ def main(argv: Sequence[str] | None = None) -> int:
         default="busy",
         help="busy: noisy CPU, memory moving by pages; idle: constant, as bench.daemon's trees",
     )
+    parser.add_argument(
+        "--columns", action="store_true", help="pod and container series as columns"
+    )
+    parser.add_argument(
+        "--churn", type=int, default=0, metavar="N", help="replace a pod every N ticks"
+    )
     parser.add_argument("--tracemalloc", action="store_true", help="cross-check memory (slow)")
     args = parser.parse_args(argv)
     if args.ticks < 301:
         parser.error("--ticks must be at least 301 (a full 300 s window)")
-    figures = run(args.ticks, args.pods, args.containers_per_pod, args.tracemalloc, args.values)
+    figures = run(
+        args.ticks,
+        args.pods,
+        args.containers_per_pod,
+        args.tracemalloc,
+        args.values,
+        columns=args.columns,
+        churn=args.churn,
+    )
     print_result(figures, args.json, width=20)
     return 0
 

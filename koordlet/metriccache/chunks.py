@@ -161,13 +161,15 @@ class Series:
         else:
             self.next_trim = now_ms + self.keep_ms
 
-    def tail(self) -> tuple[int, array[int], array[float]]:
-        """``(base, offsets, values)`` of the newest, unsealed samples: the series' own tail, or
-        its column of its group's rows (a copy of the values)."""
+    def tails(self) -> list[tuple[int, array[int], array[float]]]:
+        """``(base, offsets, values)`` of the unsealed samples, oldest first: the series' own
+        tail, then, in a group, its column of the group's rows (a copy of the values). Either
+        may be empty."""
+        own = (self.base_ms, self.ts, self.vals)
         g = self.group
         if g is not None and g.appended:
-            return g.base_ms, g.ts, g.vals[self.slot :: g.n]
-        return self.base_ms, self.ts, self.vals
+            return [own, (g.base_ms, g.ts, g.vals[self.slot :: g.n])]
+        return [own]
 
     def newest(self) -> tuple[int, float] | None:
         """Absolute ms and value of the newest sample, expired or not; None when it has none."""
@@ -183,14 +185,15 @@ class Series:
         return None
 
     def segments(self, start_ms: int) -> list[tuple[int, array[int], Payload]]:
-        """``(base, offsets, values)`` of the chunks and the tail that hold samples at or after
+        """``(base, offsets, values)`` of the chunks and the tails that hold samples at or after
         ``start_ms``, oldest first (an own tail's values are its live ``array('d')``)."""
         out: list[tuple[int, array[int], Payload]] = []
-        base_ms, ts, vals = self.tail()
-        if ts:
-            out.append((base_ms, ts, vals))
-            if base_ms + ts[0] <= start_ms:
-                return out
+        for base_ms, ts, vals in reversed(self.tails()):
+            if ts:
+                out.append((base_ms, ts, vals))
+                if base_ms + ts[0] <= start_ms:
+                    out.reverse()
+                    return out
         chunks = self.chunks
         for i in range(len(chunks) - 2, -1, -2):
             st = cast(Stamps, chunks[i])
@@ -238,14 +241,21 @@ class Group:
     )
 
     def __init__(
-        self, keys: tuple[SeriesKey, ...], members: Sequence[Series], base_ms: int, limit: int
+        self,
+        keys: tuple[SeriesKey, ...],
+        members: Sequence[Series],
+        base_ms: int,
+        limit: int,
+        span_ms: int,
     ) -> None:
         self.keys = keys
         self.members = tuple(members)
         self.n = len(members)
         self.base_ms = base_ms
         self.limit = limit
-        self.span_ms = min(s.span_ms for s in members)
+        """Rows the tail holds before it is sealed."""
+        self.span_ms = span_ms
+        """The tail is sealed before a row more than this past ``base_ms`` joins it."""
         self.last_ms = max(s.last_ms for s in members)
         """The newest row's ms once ``appended``; before, the newest of the members' own."""
         self.appended = False

@@ -45,7 +45,8 @@ from array import array
 from bisect import bisect_left, insort
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import fields
-from operator import itemgetter
+from itertools import repeat
+from operator import add, itemgetter
 from typing import Any, cast
 from weakref import WeakValueDictionary
 
@@ -77,7 +78,11 @@ _KINDS = ("node", "system", "numa", "be", "hostapp", "pod", "container")
 
 MIN_GROUP = 16
 """A column of fewer keys is stored sample by sample; a longer one is split into groups of about
-``MIN_GROUP`` series or more (at most ``PHASES`` groups, so that they seal in different ticks)."""
+``MIN_GROUP`` series or more, at most ``MAX_GROUPS``."""
+MAX_GROUPS = 32
+"""Groups a column is split into at most: their first seals are spread over ``PHASES`` ticks,
+and a pod added or removed re-forms the groups of its own series only (the series of one pod
+share a group: :func:`_owner`), about one in ``MAX_GROUPS`` of each column."""
 _PLAN_IDLE_MS = 60_000
 """A column's plan not used for this long is forgotten (its keys tuple was replaced)."""
 
@@ -103,6 +108,13 @@ class _ColumnPlan:
 
     def valid(self) -> bool:
         return all(g.alive for g, _ in self.parts)
+
+
+def _owner(entity: str) -> str:
+    """What an entity belongs to, for grouping: the pod uid of ``pod/<uid>`` and of
+    ``container/<uid>/<id>``, the name of ``hostapp/<name>``, else the entity itself."""
+    parts = entity.split("/", 2)
+    return parts[1] if len(parts) > 1 else entity
 
 
 def _picker(indices: Sequence[int]) -> Callable[[Sequence[float]], Sequence[float]]:
@@ -310,10 +322,10 @@ class MetricCache:
         if n < MIN_GROUP or len(set(keys)) != n:
             rest = list(range(n))
         else:
-            nbuckets = min(PHASES, n // MIN_GROUP)
+            nbuckets = min(MAX_GROUPS, n // MIN_GROUP)
             buckets: list[list[int]] = [[] for _ in range(nbuckets)]
             for i, key in enumerate(keys):
-                buckets[hash(key[1]) % nbuckets].append(i)
+                buckets[hash(_owner(key[1])) % nbuckets].append(i)
             for indices in buckets:
                 members: list[Series] = []
                 taken: list[int] = []
@@ -343,17 +355,25 @@ class MetricCache:
     def _form(
         self, keys: tuple[SeriesKey, ...], members: list[Series], tms: int, now_ms: int
     ) -> Group:
-        """A new group of ``members``: each leaves the group it was in (which dissolves) and
-        has its own tail sealed, so that its newest samples are the group's from now on."""
+        """A new group of ``members``, its rows from ``tms`` on. A member leaves the group it
+        was in (which dissolves: its rows go back on the members' own tails). A member's own
+        tail stays in place, and the group's first seal makes one chunk of it and of the
+        member's rows, so that a pod added or removed does not cut every series it touches
+        into short chunks; an own tail of half a chunk or more is sealed now instead."""
         for s in members:
             if s.group is not None:
-                self._dissolve(s.group, now_ms)
-        for s in members:
-            if s.ts:
-                self._seal(s, tms)
+                self._dissolve(s.group)
+        base_ms = self._share(tms - 1)
         self._groups_created += 1
-        phase = (self._groups_created % PHASES) * (CHUNK // PHASES)
-        g = Group(keys, members, self._share(tms - 1), CHUNK - phase)
+        limit = CHUNK - (self._groups_created % PHASES) * (CHUNK // PHASES)
+        for s in members:
+            if not s.ts:
+                continue
+            if len(s.ts) >= CHUNK // 2 or base_ms - s.base_ms > s.span_ms // 2:
+                self._seal(s, tms)
+            else:  # the merged chunk: at most 1.5 chunks' samples and 1.5 times the span
+                limit = min(limit, CHUNK + CHUNK // 2 - len(s.ts))
+        g = Group(keys, members, base_ms, limit, min(s.span_ms for s in members))
         for slot, s in enumerate(members):
             s.group = g
             s.slot = slot
@@ -372,38 +392,66 @@ class MetricCache:
 
     def _seal_group(self, g: Group, tms: int, now_ms: int) -> None:
         """Seal the group's rows into a chunk per member (timestamps shared and interned, each
-        member's column in its smallest exact form), trim the members, and start an empty tail
-        based just before ``tms``."""
+        member's column in its smallest exact form; a member's own tail from before the group
+        formed leads its chunk), trim the members, and start an empty tail based just before
+        ``tms``: from then on, rows up to a full chunk and the members' shortest span."""
         ts = g.ts
         if ts:
-            key = (g.base_ms, ts.tobytes())
-            stamps = self._stamps.get(key)
-            if stamps is None:
-                stamps = self._stamps[key] = Stamps(g.base_ms, array(TS_TYPECODE, ts))
+            stamps = self._intern(g.base_ms, ts)
             vals, n = g.vals, g.n
             for slot, s in enumerate(g.members):
-                s.chunks += (stamps, pack_values(vals[slot::n]))
+                if s.ts:
+                    self._merge_own(s, g, vals[slot::n])
+                else:
+                    s.chunks += (stamps, pack_values(vals[slot::n]))
                 if now_ms >= s.next_trim:
                     s.trim(now_ms)
                     s.next_trim = self._share(s.next_trim)
             del ts[:]
             del vals[:]
-            g.limit = CHUNK
+        g.limit = CHUNK
+        g.span_ms = min(s.span_ms for s in g.members)
         g.base_ms = self._share(tms - 1)
 
-    def _dissolve(self, g: Group, now_ms: int) -> None:
-        """End a group: its rows sealed into its members' chunks, each member back on a tail of
-        its own (empty, based at its newest sample)."""
+    def _intern(self, base_ms: int, ts: array[int]) -> Stamps:
+        """The chunk timestamps ``base_ms + ts``, one object for every chunk that has them."""
+        key = (base_ms, ts.tobytes())
+        stamps = self._stamps.get(key)
+        if stamps is None:
+            stamps = self._stamps[key] = Stamps(base_ms, array(TS_TYPECODE, ts))
+        return stamps
+
+    def _merge_own(self, s: Series, g: Group, column: array[float]) -> None:
+        """Put the group's rows (``column``, the member's values) after the member's own tail,
+        rebased on the own tail's base: on dissolving the group (the own tail goes on), or
+        sealed with it into one chunk when the group seals."""
+        delta = g.base_ms - s.base_ms
+        s.ts.extend(map(add, g.ts, repeat(delta)))
+        s.vals.extend(column)
+        if g.alive:
+            s.chunks += (self._intern(s.base_ms, s.ts), pack_values(s.vals))
+            del s.ts[:]
+            del s.vals[:]
+
+    def _dissolve(self, g: Group) -> None:
+        """End a group: each member's rows go back on its own tail (after what was there), so
+        that the member goes on sample by sample, or joins another group, without a chunk
+        sealed early."""
         if not g.alive:
             return
         g.alive = False
         del self._groups[g.keys]
-        self._seal_group(g, g.last_ms + 1, now_ms)
-        for s in g.members:
+        ts, vals, n = g.ts, g.vals, g.n
+        for slot, s in enumerate(g.members):
             s.group = None
+            if ts:
+                if not s.ts:
+                    s.base_ms = g.base_ms
+                self._merge_own(s, g, vals[slot::n])
             if g.appended:
                 s.last_ms = g.last_ms
-            s.base_ms = self._share(s.last_ms)
+            if not s.ts:
+                s.base_ms = self._share(s.last_ms)
             s.limit = CHUNK
 
     def _pend(
@@ -437,7 +485,7 @@ class MetricCache:
             if g.alive and None not in row:
                 self._append_row(g, tms, cast(list[float], row), now_ms)
                 continue
-            self._dissolve(g, now_ms)
+            self._dissolve(g)
             for s, value in zip(g.members, row, strict=True):
                 if value is not None:
                     self._append_own(s, tms, value, now_ms)
@@ -522,7 +570,7 @@ class MetricCache:
             last = g.last_ms if g is not None and g.appended else s.last_ms
             if last < now_ms - s.keep_ms or (g is None and not s.ts and not s.chunks):
                 if g is not None:
-                    self._dissolve(g, now_ms)
+                    self._dissolve(g)
                 self._remove(s)
                 removed += 1
             elif now_ms >= s.next_trim:
@@ -551,7 +599,7 @@ class MetricCache:
 
     def _leave_group(self, s: Series) -> None:
         if s.group is not None:
-            self._dissolve(s.group, self._now_ms())
+            self._dissolve(s.group)
 
     def drop_entity(self, entity: str) -> int:
         """Remove every series of one entity; returns how many."""
@@ -738,7 +786,8 @@ class MetricCache:
             "series": len(self._series),
             "entities": len(self._entities),
             "samples": sum(
-                len(s.tail()[1]) + sum(len(cast(Stamps, st).ts) for st in s.chunks[::2])
+                sum(len(t[1]) for t in s.tails())
+                + sum(len(cast(Stamps, st).ts) for st in s.chunks[::2])
                 for s in self._series.values()
             ),
             "dropped_out_of_order": self._dropped_out_of_order,
