@@ -171,6 +171,11 @@ class Series:
             return [own, (g.base_ms, g.ts, g.vals[self.slot :: g.n])]
         return [own]
 
+    def unsealed(self) -> int:
+        """How many samples :meth:`tails` holds."""
+        g = self.group
+        return len(self.ts) + (len(g.ts) if g is not None and g.appended else 0)
+
     def newest(self) -> tuple[int, float] | None:
         """Absolute ms and value of the newest sample, expired or not; None when it has none."""
         g = self.group

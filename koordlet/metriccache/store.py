@@ -18,10 +18,23 @@ Layout, per series: sealed chunks and an open tail, oldest first.
   deflate saves a quarter (memory in bytes: about 2 bytes a sample instead of 8), else
   ``array('d')`` (CPU usage: noisy floats). Reads get every value back bit for bit.
 
+Columns (:meth:`MetricCache.append_columns`): the pod collectors hand over one column of values
+a tick for hundreds of series, with the same keys tuple each tick. Such a column is split into
+groups (a pod's series in one group, at most ``MAX_GROUPS`` a column) and a group's members share
+one open tail, row after row (:class:`~koordlet.metriccache.chunks.Group`): a tick costs a C-level
+gather and two array appends a group, not a dictionary lookup and two appends a sample. The group
+seals into one chunk per member, as a series' own tail does. A pod added or removed, a sample
+appended to a member on its own, a member dropped: the groups concerned dissolve, their rows go
+back on the members' own tails, and the next column re-forms them; a member's own tail leads its
+first chunk in the new group, so churn does not cut series into short chunks. Every read answers
+what the same samples appended one by one would give (``tests/unit/test_metriccache_columns.py``
+drives both side by side).
+
 Samples older than the retention of the series' entity kind (:class:`RetentionPolicy`) are hidden
 from every read at once (reads bound the window by ``clock() - retention``) and deleted a chunk
 at a time, when the chunk's newest sample expires: a series holds at most one chunk (64 samples,
-or a quarter of its retention) of expired samples. :meth:`MetricCache.gc` (run by ``append``
+or a quarter of its retention) of expired samples; a grouped one is trimmed when its group seals,
+so up to a chunk more (and the first chunk after a group formed may hold 96 samples). :meth:`MetricCache.gc` (run by ``append``
 every ``gc_interval`` seconds) trims series that no longer receive samples and removes the empty
 ones.
 
@@ -786,8 +799,7 @@ class MetricCache:
             "series": len(self._series),
             "entities": len(self._entities),
             "samples": sum(
-                sum(len(t[1]) for t in s.tails())
-                + sum(len(cast(Stamps, st).ts) for st in s.chunks[::2])
+                s.unsealed() + sum(len(cast(Stamps, st).ts) for st in s.chunks[::2])
                 for s in self._series.values()
             ),
             "dropped_out_of_order": self._dropped_out_of_order,
