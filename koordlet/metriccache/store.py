@@ -34,9 +34,9 @@ Samples older than the retention of the series' entity kind (:class:`RetentionPo
 from every read at once (reads bound the window by ``clock() - retention``) and deleted a chunk
 at a time, when the chunk's newest sample expires: a series holds at most one chunk (64 samples,
 or a quarter of its retention) of expired samples; a grouped one is trimmed when its group seals,
-so up to a chunk more (and the first chunk after a group formed may hold 96 samples). :meth:`MetricCache.gc` (run by ``append``
-every ``gc_interval`` seconds) trims series that no longer receive samples and removes the empty
-ones.
+so up to a chunk more (and the first chunk after a group formed may hold 96 samples).
+:meth:`MetricCache.gc` (run by ``append`` every ``gc_interval`` seconds) trims series that no
+longer receive samples and removes the empty ones.
 
 All timestamps, of samples and of query bounds, are rounded to the millisecond; window edges are
 inclusive. A sample not newer than the series' last one is dropped and counted (out of order when
@@ -234,9 +234,16 @@ class MetricCache:
         O(1) amortized per sample. Drops (and counts) samples not newer than their series' last
         one, non-finite values and entities of no known kind.
         """
-        tms = to_ms(ts)
         now_ms = self._now_ms()
         self._ints.clear()
+        self._store(ts, samples, now_ms)
+        if now_ms - self._last_gc_ms >= self._gc_interval_ms:
+            self.gc()
+
+    def _store(self, ts: float, samples: Iterable[Sample], now_ms: int) -> None:
+        """``append`` without its gc: also the loose samples of ``append_columns``, whose gc
+        runs once all its columns are in."""
+        tms = to_ms(ts)
         series = self._series
         isfinite = math.isfinite
         before = self._dropped_out_of_order + self._dropped_duplicate + self._dropped_invalid
@@ -282,8 +289,6 @@ class MetricCache:
                 self._dropped_duplicate,
                 self._dropped_invalid,
             )
-        if now_ms - self._last_gc_ms >= self._gc_interval_ms:
-            self.gc()
 
     def append_columns(self, ts: float, columns: Iterable[Column]) -> None:
         """Store columns of one tick at timestamp ``ts`` (seconds): for every read, the same as
@@ -318,7 +323,7 @@ class MetricCache:
                     loose.extend(map(Sample, g.keys, row))
             loose.extend(Sample(keys[i], values[i]) for i in plan.rest)
             if loose:  # before the next column: a key in two columns keeps the first value
-                self.append(ts, loose)  # drops and counts as append does
+                self._store(ts, loose, now_ms)  # drops and counts as append does
         if now_ms - self._last_gc_ms >= self._gc_interval_ms:
             self.gc()
 
@@ -480,15 +485,15 @@ class MetricCache:
             else:
                 self._dropped_duplicate += 1
             return
+        row = rows.get(g)
+        if row is not None and row[s.slot] is not None:
+            self._dropped_duplicate += 1  # the series' sample of this timestamp is in
+            return
         if not math.isfinite(value):
             self._dropped_invalid += 1
             return
-        row = rows.get(g)
         if row is None:
             row = rows[g] = [None] * g.n
-        if row[s.slot] is not None:
-            self._dropped_duplicate += 1
-            return
         row[s.slot] = value
 
     def _flush(self, rows: dict[Group, list[float | None]], tms: int, now_ms: int) -> None:
