@@ -202,7 +202,7 @@ def run(
             replaced += 1
             at = nodes + p * per_pod
             old = keys[at][0].entity.partition("/")[2]
-            cache.drop_prefix(f"pod/{old}")
+            cache.drop_entity(f"pod/{old}")
             cache.drop_prefix(f"container/{old}/")
             keys[at : at + per_pod] = workload_keys(1, containers, pods + replaced)
             plans = [tuple(keys[j][0] for j in idx) for idx in layout]  # new tuples

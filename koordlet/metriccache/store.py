@@ -34,7 +34,7 @@ Samples older than the retention of the series' entity kind (:class:`RetentionPo
 from every read at once (reads bound the window by ``clock() - retention``) and deleted a chunk
 at a time, when the chunk's newest sample expires: a series holds at most one chunk (64 samples,
 or a quarter of its retention) of expired samples; a grouped one is trimmed when its group seals,
-so up to a chunk more (and the first chunk after a group formed may hold 96 samples).
+so up to a chunk more.
 :meth:`MetricCache.gc` (run by ``append`` every ``gc_interval`` seconds) trims series that no
 longer receive samples and removes the empty ones.
 
@@ -383,14 +383,23 @@ class MetricCache:
                 self._dissolve(s.group)
         base_ms = self._share(tms - 1)
         self._groups_created += 1
-        limit = CHUNK - (self._groups_created % PHASES) * (CHUNK // PHASES)
+        had_own, longest = False, 0
         for s in members:
             if not s.ts:
                 continue
+            had_own = True
             if len(s.ts) >= CHUNK // 2 or base_ms - s.base_ms > s.span_ms // 2:
                 self._seal(s, tms)
-            else:  # the merged chunk: at most 1.5 chunks' samples and 1.5 times the span
-                limit = min(limit, CHUNK + CHUNK // 2 - len(s.ts))
+            else:
+                longest = max(longest, len(s.ts))
+        # New series only (a start): the first seals spread over PHASES ticks. Otherwise the
+        # members' own tails already are (a merged chunk holds at most CHUNK samples, and at
+        # least half as many for a member without an own tail).
+        limit = (
+            CHUNK - longest
+            if had_own
+            else CHUNK - self._groups_created % PHASES * (CHUNK // PHASES)
+        )
         g = Group(keys, members, base_ms, limit, min(s.span_ms for s in members))
         for slot, s in enumerate(members):
             s.group = g
