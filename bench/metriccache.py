@@ -208,7 +208,10 @@ def run(
             plans = [tuple(keys[j][0] for j in idx) for idx in layout]  # new tuples
         samples = tick_samples = source.tick(i)
         if columns:
-            cols = [(plan, [samples[j][1] for j in idx]) for plan, idx in zip(plans, layout)]
+            cols = [
+                (plan, [samples[j][1] for j in idx])
+                for plan, idx in zip(plans, layout, strict=True)
+            ]
             samples = samples[:nodes]
         c0, w0 = cpu(), wall()
         cache.append(ts, samples)
