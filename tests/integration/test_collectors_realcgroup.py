@@ -352,7 +352,9 @@ def test_the_column_path_on_kept_kernel_files_gives_what_file_by_file_gives(
                 return got
 
             slow = [c.collect(TickState(now, snap, read=replay)) for c in each]
-            assert [sorted(r.all_samples()) for r in fast] == [sorted(r.all_samples()) for r in slow], n
+            assert [sorted(r.all_samples()) for r in fast] == [
+                sorted(r.all_samples()) for r in slow
+            ], n
             # Columns from the second tick on, until a file of the plan is gone.
             assert len(by_file) == (0 if n in (1, 2) else 2), n
             if n == 2:
