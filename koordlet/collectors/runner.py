@@ -9,7 +9,8 @@ The daemon calls :meth:`CollectorRunner.run_tick` in ONE worker thread per base 
 ``run_tick`` builds the tick (file reads memoized for its duration, ENOENT → ``CgroupGoneError``,
 the samples of earlier collectors visible through ``Tick.last``), runs the collectors that are due
 in table order, each one guarded, and measures each step's thread CPU time and wall time.
-``apply`` appends the samples to the metric cache at the tick's timestamp, stores ``info``, feeds
+``apply`` appends the samples and the columns to the metric cache at the tick's timestamp
+(``MetricCache.append`` and ``append_columns``, step by step in table order), stores ``info``, feeds
 the self-metrics and logs what changed (a collector that starts or stops failing, sources that
 become unsupported) once, never once per tick.
 
