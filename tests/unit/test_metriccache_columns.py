@@ -520,7 +520,7 @@ ColumnsMatchSamples.TestCase.settings = settings(
 )
 TestAppendColumnsReadsAsAppend = shrinking_time(ColumnsMatchSamples.TestCase)
 OverlappingColumnsMatchSamples.TestCase.settings = settings(
-    max_examples=25, stateful_step_count=30, deadline=None
+    max_examples=15, stateful_step_count=30, deadline=None
 )
 TestAppendColumnsOfSharedKeysReadsAsAppend = shrinking_time(OverlappingColumnsMatchSamples.TestCase)
 
