@@ -248,6 +248,7 @@ class MetricCache:
         isfinite = math.isfinite
         before = self._dropped_out_of_order + self._dropped_duplicate + self._dropped_invalid
         rows: dict[Group, list[float | None]] = {}
+        append_own = self._append_own
         for key, value in samples:
             s = series.get(key)
             if s is None:
@@ -266,16 +267,7 @@ class MetricCache:
             if not isfinite(value):
                 self._dropped_invalid += 1
                 continue
-            off = tms - s.base_ms
-            if off > s.span_ms or len(s.ts) >= s.limit:
-                self._seal(s, tms)
-                off = 1
-            s.ts.append(off)
-            s.vals.append(value)
-            s.last_ms = tms
-            if now_ms >= s.next_trim:
-                s.trim(now_ms)
-                s.next_trim = self._share(s.next_trim)
+            append_own(s, tms, value, now_ms)  # a call a sample: the pod series come as columns
         if rows:
             self._flush(rows, tms, now_ms)
         dropped = self._dropped_out_of_order + self._dropped_duplicate + self._dropped_invalid
@@ -518,7 +510,7 @@ class MetricCache:
                     self._append_own(s, tms, value, now_ms)
 
     def _append_own(self, s: Series, tms: int, value: float, now_ms: int) -> None:
-        """One checked sample onto the series' own tail (``append``'s loop, out of line)."""
+        """One checked sample onto the series' own tail."""
         off = tms - s.base_ms
         if off > s.span_ms or len(s.ts) >= s.limit:
             self._seal(s, tms)
