@@ -133,8 +133,9 @@ class Series:
         """When ``now`` reaches this (absolute ms), a sample or a chunk may have expired: the
         next append trims (never later than needed, possibly earlier)."""
         self.group: Group | None = None
-        """The group whose shared tail holds this series' newest samples (its own tail is then
-        empty, and ``last_ms`` is the group's once the group has a row); None: its own tail."""
+        """The group whose shared tail holds this series' newest samples (its own tail then
+        holds at most samples from before the group formed, and ``last_ms`` is the group's
+        once the group has a row); None: its own tail."""
         self.slot = 0
         """Its place in ``group``'s rows."""
 
