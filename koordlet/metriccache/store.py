@@ -320,9 +320,9 @@ class MetricCache:
             self.gc()
 
     def _plan(self, keys: tuple[SeriesKey, ...], tms: int, now_ms: int) -> _ColumnPlan:
-        """Split a column's keys into groups (by a hash of the entity, so that a pod added or
-        removed changes the groups of its own series only), reusing live groups whose members
-        are the same; create the series it does not have yet."""
+        """Split a column's keys into groups (by a hash of their pod, :func:`_owner`, so that a
+        pod added or removed changes the groups of its own series only), reusing live groups
+        whose members are the same; create the series it does not have yet."""
         for pid, old in list(self._plans.items()):
             if old.used_ms < now_ms - _PLAN_IDLE_MS or not old.valid():
                 del self._plans[pid]
