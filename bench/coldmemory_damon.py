@@ -54,9 +54,11 @@ PATHS = HostPaths()
 MEMCG = PATHS.cgroup("memory")
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 TOUCH = (
-    "import sys; b = bytearray({n}); b[::4096] = b'\\x01' * len(b[::4096]); "
+    "import sys; sys.stdin.readline(); b = bytearray({n}); b[::4096] = b'\\x01' * len(b[::4096]); "
     "print(1, flush=True); sys.stdin.readline()"
 )
+"""A toucher: waits for a line (sent once it is in its cgroup, so that every page it touches is
+charged there, not to the cgroup it started in), touches ``n`` bytes, says so, and waits."""
 
 
 def _kdamond_pids() -> list[int]:
@@ -123,6 +125,9 @@ def _touchers(rels: Sequence[str], count: int, mib: int) -> list[subprocess.Pope
         )
         with open(os.path.join(MEMCG, rel, "cgroup.procs"), "w") as f:
             f.write(str(p.pid))
+        assert p.stdin is not None
+        p.stdin.write("go\n")  # moved: now it may touch
+        p.stdin.flush()
         procs.append(p)
     for p in procs:
         assert p.stdout is not None
