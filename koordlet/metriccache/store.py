@@ -303,7 +303,7 @@ class MetricCache:
                     f"metric cache: a column of {len(keys)} keys came with {len(values)} values"
                 )
             plan = self._plans.get(id(keys))
-            if plan is None or plan.keys is not keys or not plan.valid():
+            if plan is None or not plan.valid():
                 plan = self._plan(keys, tms, now_ms)
             plan.used_ms = now_ms
             loose: list[Sample] = []
@@ -323,9 +323,7 @@ class MetricCache:
         """Split a column's keys into groups (by a hash of their pod, :func:`_owner`, so that a
         pod added or removed changes the groups of its own series only), reusing live groups
         whose members are the same; create the series it does not have yet."""
-        for pid, old in list(self._plans.items()):
-            if old.used_ms < now_ms - _PLAN_IDLE_MS or not old.valid():
-                del self._plans[pid]
+        self._forget_plans(now_ms)
         n = len(keys)
         parts: list[tuple[Group, Callable[[Sequence[float]], Sequence[float]]]] = []
         rest: list[int] = []
@@ -361,6 +359,12 @@ class MetricCache:
             rest.sort()
         plan = self._plans[id(keys)] = _ColumnPlan(keys, parts, rest, now_ms)
         return plan
+
+    def _forget_plans(self, now_ms: int) -> None:
+        """Drop the plans of keys tuples not handed over for a while, or with a group gone."""
+        for pid, plan in list(self._plans.items()):
+            if plan.used_ms < now_ms - _PLAN_IDLE_MS or not plan.valid():
+                del self._plans[pid]
 
     def _form(
         self, keys: tuple[SeriesKey, ...], members: list[Series], tms: int, now_ms: int
@@ -581,9 +585,7 @@ class MetricCache:
         self._last_gc_ms = now_ms
         self._ints.clear()
         removed = 0
-        for pid, plan in list(self._plans.items()):
-            if plan.used_ms < now_ms - _PLAN_IDLE_MS or not plan.valid():
-                del self._plans[pid]
+        self._forget_plans(now_ms)
         for s in list(self._series.values()):
             g = s.group
             last = g.last_ms if g is not None and g.appended else s.last_ms
