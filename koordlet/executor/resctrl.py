@@ -274,6 +274,16 @@ class ResctrlWriter:
     def root(self) -> str:
         return resctrl_root(self.paths)
 
+    def cpu_lacks_rdt(self) -> bool:
+        """True once :meth:`alloc_info` has read the CPU flags and they name neither L3 CAT nor
+        MBA: nothing resctrl does can work on this CPU until the next boot."""
+        flags = self._flags
+        return (
+            flags is not None
+            and not any(f in flags for f in CAT_FLAGS)
+            and not any(f in flags for f in MBA_FLAGS)
+        )
+
     def alloc_info(self, groups: Iterable[str] = ()) -> AllocInfo:
         """:func:`read_alloc_info` now, the CPU flags read once (they never change)."""
         if self._flags is None:

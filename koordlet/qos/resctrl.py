@@ -33,8 +33,12 @@ Koordinator keeps one resctrl control group per class, ``LSR`` (LSE and LSR pods
 
 Capability comes from the CPU flags (``cat_l3``, ``mba`` in ``/proc/cpuinfo``) and the mount;
 a host without them is reported unsupported with the missing flag or mount, once, and the round
-does nothing. Every file operation runs through :class:`~koordlet.executor.resctrl.ResctrlWriter`
-on the executor's writer thread, audited and dry-run like cgroup writes.
+does nothing. A CPU whose flags name neither feature cannot gain one before the next boot: from
+then on a round only checks the pods' annotations when the workloads or the NodeSLO changed and
+reports the reason, without a hop to the writer's thread (a mount can still come: a host that
+lacks only the mount is looked at every round). Every file operation runs through
+:class:`~koordlet.executor.resctrl.ResctrlWriter` on the executor's writer thread, audited and
+dry-run like cgroup writes.
 """
 
 from __future__ import annotations
@@ -198,21 +202,53 @@ class ResctrlReconcile:
         self._writer = ResctrlWriter(ctx.host().paths, **executor_hooks(ctx.executor))
         self._reported: set[str] = set()
         self._failures = WriteFailures(NAME, logger, clock=ctx.now)
+        self._never = ""
+        """Why resctrl cannot work here, once the CPU flags name neither L3 CAT nor MBA (they do
+        not change until the next boot): rounds then skip the writer's thread."""
+        self._last_inputs: tuple[WorkloadSnapshot, object, dict[str, Any]] | None = None
+        """The last round's snapshot, NodeSLO and report inputs: with :attr:`_never` set, a
+        round on the same two does not pass over the pods again (its checks would repeat)."""
 
     async def reconcile(self) -> None:
         ctx = self._ctx
         node_slo = ctx.node_slo()
         snapshot = ctx.workloads()
+        last = self._last_inputs
+        if self._never and last is not None and last[0] is snapshot and last[1] is node_slo:
+            # Nothing changed since the last round, whose report stands: no pass over the pods.
+            ctx.report(NAME, StrategyReport(last[2], "unsupported", self._never))
+            return
         own = pod_groups(snapshot, self._report_error)
         for pod in snapshot.pods.values():
             if pod.uid in own or POD_RESCTRL_ANNOTATION not in pod.annotations:
                 ctx.pod_warnings.valid(pod, POD_RESCTRL_ANNOTATION)
         layout = ctx.host().layout
-        if RESOURCE_QOS_STRATEGY not in node_slo.present:
-            done = await call_on_writer(ctx.executor, lambda: self._apply([], own, layout))
-            if done.unsupported:
-                ctx.report(NAME, StrategyReport({}, "unsupported", done.unsupported))
-                return
+        with_strategy = RESOURCE_QOS_STRATEGY in node_slo.present
+        plans: list[GroupPlan] = []
+        skipped: dict[str, str] = {}
+        inputs: dict[str, Any] = {}
+        if with_strategy:
+            plans, skipped = group_plans(node_slo.resource_qos_strategy, snapshot, own)
+            inputs = {
+                g.group: {
+                    "enable": g.config.enable,
+                    "catRange": [g.config.cat_range_start_percent, g.config.cat_range_end_percent],
+                    "mbaPercent": g.config.mba_percent,
+                    "cgroups": len(g.cgroups),
+                }
+                for g in plans
+            }
+        self._last_inputs = (snapshot, node_slo, inputs)
+        if self._never:  # the CPU cannot: no hop to the writer's thread, nothing to look at
+            ctx.report(NAME, StrategyReport(inputs, "unsupported", self._never))
+            return
+        done = await call_on_writer(ctx.executor, lambda: self._apply(plans, own, layout))
+        if done.unsupported:
+            if self._writer.cpu_lacks_rdt():
+                self._never = done.unsupported
+            ctx.report(NAME, StrategyReport(inputs, "unsupported", done.unsupported))
+            return
+        if not with_strategy:
             ctx.report(
                 NAME,
                 StrategyReport(
@@ -222,21 +258,6 @@ class ResctrlReconcile:
                     detail={"pods": done.pods},
                 ),
             )
-            return
-        strategy = node_slo.resource_qos_strategy
-        plans, skipped = group_plans(strategy, snapshot, own)
-        done = await call_on_writer(ctx.executor, lambda: self._apply(plans, own, layout))
-        inputs = {
-            g.group: {
-                "enable": g.config.enable,
-                "catRange": [g.config.cat_range_start_percent, g.config.cat_range_end_percent],
-                "mbaPercent": g.config.mba_percent,
-                "cgroups": len(g.cgroups),
-            }
-            for g in plans
-        }
-        if done.unsupported:
-            ctx.report(NAME, StrategyReport(inputs, "unsupported", done.unsupported))
             return
         ctx.report(
             NAME,

@@ -263,6 +263,97 @@ async def test_without_rdt_flags_the_round_reports_unsupported_with_the_reason(
     assert "flags lack mba" in report.result
 
 
+class _CountingExecutor:
+    """The rig's writer, counting the jobs sent to its thread (``call_on_writer``)."""
+
+    def __init__(self, inner: CgroupWriter) -> None:
+        self.inner = inner
+        self.calls = 0
+
+    def call(self, fn: Any) -> Any:
+        self.calls += 1
+        return self.inner.call(fn)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+def _steady(rig: SimpleNamespace) -> tuple[StrategyContext, _CountingExecutor, dict[str, Any]]:
+    """The rig's context with one snapshot and one NodeSLO object until ``box`` swaps them, as
+    the daemon hands them out, and a counting executor."""
+    executor = _CountingExecutor(rig.ctx.executor)
+    box: dict[str, Any] = {
+        "snapshot": WorkloadSnapshot(pods={p.uid: p for p in rig.box["pods"]}),
+        "slo": in_force(resourceQOSStrategy=ALL_ON),
+    }
+    ctx = replace(
+        rig.ctx,
+        executor=executor,
+        workloads=lambda: box["snapshot"],
+        node_slo=lambda: box["slo"],
+        pod_warnings=PodAnnotationWarnings(Sink()),
+    )
+    return ctx, executor, box
+
+
+async def test_a_cpu_without_rdt_is_not_asked_again_and_annotations_are_still_checked(
+    rig: SimpleNamespace,
+) -> None:
+    shutil.rmtree(rig.root)
+    shutil.copy(GOLDEN.parent / "proc" / "cpuinfo", rig.fake.paths.proc("cpuinfo"))
+    ctx, executor, box = _steady(rig)
+    strategy = ResctrlReconcile(ctx)
+    await strategy.reconcile()
+    first = rig.book.last_report("resctrl")
+    assert first is not None
+    assert first.decision == "unsupported"
+    assert executor.calls == 1
+    for _ in range(3):  # the same workloads and NodeSLO: the same report, no job, no pass
+        await strategy.reconcile()
+    again = rig.book.last_report("resctrl")
+    assert again is not None
+    assert (again.decision, again.result, again.inputs) == (
+        first.decision,
+        first.result,
+        first.inputs,
+    )
+    assert again.inputs["BE"]["cgroups"] == 1
+    assert executor.calls == 1
+    pod = rig.box["pods"][0]
+    bad = replace(pod, annotations={POD_RESCTRL_ANNOTATION: "{not json"})
+    box["snapshot"] = WorkloadSnapshot(pods={**box["snapshot"].pods, pod.uid: bad})
+    await strategy.reconcile()  # new workloads: the annotation is checked, still no job
+    assert executor.calls == 1
+    [warning] = ctx.pod_warnings.describe()
+    assert warning["annotation"] == POD_RESCTRL_ANNOTATION
+    box["snapshot"] = WorkloadSnapshot(pods={**box["snapshot"].pods, pod.uid: pod})
+    await strategy.reconcile()  # mended: the warning goes
+    assert ctx.pod_warnings.describe() == []
+    assert executor.calls == 1
+
+
+async def test_a_cpu_with_rdt_but_no_mount_is_looked_at_every_round(rig: SimpleNamespace) -> None:
+    fs = Path(rig.fake.paths.sys("fs"))
+    shutil.move(rig.root, fs / "resctrl.unmounted")
+    rig.root.mkdir()  # the bare mount point of an unmounted kernel
+    ctx, executor, _ = _steady(rig)
+    strategy = ResctrlReconcile(ctx)
+    await strategy.reconcile()
+    await strategy.reconcile()
+    report = rig.book.last_report("resctrl")
+    assert report is not None
+    assert report.decision == "unsupported"
+    assert "not mounted" in report.result
+    assert executor.calls == 2
+    rig.root.rmdir()
+    shutil.move(fs / "resctrl.unmounted", rig.root)  # mounted now
+    await strategy.reconcile()
+    report = rig.book.last_report("resctrl")
+    assert report is not None
+    assert report.decision == "apply schemata and tasks"
+    assert _tasks(rig.root, "BE") == [300, 301]
+
+
 def test_alloc_info_reads_the_mount(rig: SimpleNamespace) -> None:
     info = read_alloc_info(rig.fake.paths, ("LSR", "XX"))
     assert (info.l3_cbm, info.l3_min_cbm_bits, info.l3_domains) == (0x7FF, 1, (0, 1))
