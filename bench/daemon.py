@@ -18,7 +18,9 @@ measures over ``--duration`` seconds:
 - how busy the whole machine was meanwhile (``/proc/stat``, all CPUs, steal separately), to
   judge whether the figures were taken on a quiet machine;
 - the event loop's share: the main thread's ``utime + stime`` (``/proc/<pid>/task/<pid>/stat``),
-  the rest being the collect step's worker threads and the cgroup writer.
+  the rest being the collect step's worker threads and the cgroup writer; and every thread's
+  share by its kernel name (``cpu_threads_percent``: ``main``, ``collect_0``,
+  ``cgroup-writer_0``...).
 
 Then it sends SIGTERM and records the exit code and how long the process took to exit. The
 process is killed, and the tree removed, in a ``finally`` whatever happens (SIGTERM to the bench
@@ -116,6 +118,33 @@ def read_cpu_ticks(pid: int, thread: int | None = None) -> CpuTicks:
         text = f.read()
     fields = text[text.rindex(b")") + 2 :].split()
     return CpuTicks(int(fields[11]), int(fields[12]))
+
+
+def read_thread_ticks(pid: int) -> dict[int, tuple[str, int]]:
+    """Every thread of ``pid``: its ``comm`` (the koordlet names its threads in the kernel:
+    ``collect_0``, ``cgroup-writer_0``, ``audit-log``; the main thread reads ``main``) and its
+    ``utime + stime`` in clock ticks. A thread that ends meanwhile is left out."""
+    out: dict[int, tuple[str, int]] = {}
+    for name in os.listdir(PROC.proc(str(pid), "task")):
+        tid = int(name)
+        with contextlib.suppress(OSError):
+            with open(PROC.proc(str(pid), "task", name, "comm")) as f:
+                comm = "main" if tid == pid else f.read().rstrip("\n")
+            out[tid] = (comm, sum(read_cpu_ticks(pid, tid)))
+    return out
+
+
+def thread_shares(
+    before: dict[int, tuple[str, int]], after: dict[int, tuple[str, int]], window: float
+) -> dict[str, float]:
+    """Percent of a core per thread name over the window (threads of one name summed), for
+    the threads alive at both ends; largest first."""
+    shares: dict[str, float] = {}
+    for tid, (comm, ticks) in after.items():
+        if tid in before:
+            used = (ticks - before[tid][1]) / CLK_TCK / window * 100
+            shares[comm] = shares.get(comm, 0.0) + used
+    return {k: round(v, 3) for k, v in sorted(shares.items(), key=lambda kv: -kv[1])}
 
 
 def held_kernel_files(pid: int, roots: Sequence[str]) -> list[str]:
@@ -374,11 +403,13 @@ def measure(
         host0 = read_host_cpu()
         ticks0, t0 = read_cpu_ticks(pid), time.monotonic()
         main0 = sum(read_cpu_ticks(pid, pid))  # inside the process's window: never more
+        threads0 = read_thread_ticks(pid)
         end = t0 + duration
         while (left := end - time.monotonic()) > 0:
             time.sleep(min(1.0, left))
             daemon.alive()
             rss.append(rss_mib(pid))
+        threads1 = read_thread_ticks(pid)
         main1 = sum(read_cpu_ticks(pid, pid))
         ticks1, t1 = read_cpu_ticks(pid), time.monotonic()
         host1 = read_host_cpu()
@@ -413,6 +444,7 @@ def measure(
         "cpu_user_percent": round(user / window * 100, 2),
         "cpu_system_percent": round(system / window * 100, 2),
         "cpu_main_thread_percent": round((main1 - main0) / CLK_TCK / window * 100, 2),
+        "cpu_threads_percent": thread_shares(threads0, threads1, window),
         **floor,
         **host_share(host0, host1),
         "rss_mib": round(rss[-1], 1),

@@ -24,6 +24,7 @@ from koordlet.statesinformer.inventory import InventoryChange
 from koordlet.statesinformer.model import WorkloadSnapshot
 from koordlet.system.damon import clean_stale_kdamond
 from koordlet.system.host import Host
+from koordlet.system.libc import name_os_thread
 
 if TYPE_CHECKING:
     from koordlet.daemon import Daemon
@@ -40,7 +41,9 @@ async def start_collectors(daemon: Daemon) -> None:
     daemon.runner = build_runner(daemon, daemon.need(daemon.host))
     # One thread of its own, not the loop's shared pool: the same thread (its stack, its CPU's
     # caches) runs every tick, and no other work waits behind a tick.
-    daemon.collect_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="collect")
+    daemon.collect_thread = ThreadPoolExecutor(
+        max_workers=1, thread_name_prefix="collect", initializer=name_os_thread
+    )
     # Registered before the supervisor, so it runs after the collect loop has stopped.
     daemon.on_stop("collectors", lambda t: asyncio.to_thread(close_runner, daemon))
     supervisor = daemon.supervisor_for("collectors")

@@ -45,6 +45,7 @@ from typing import TYPE_CHECKING, Any, Final, Literal
 
 from apis.records import frozen
 from koordlet.executor.appendfile import LineFile
+from koordlet.system.libc import name_os_thread
 
 if TYPE_CHECKING:
     from koordlet.config import KoordletConfig
@@ -293,6 +294,7 @@ class AuditLog:
     # The file thread ---------------------------------------------------------------------------
 
     def _run(self) -> None:
+        name_os_thread()
         try:
             while True:
                 timeout = self.retry_interval if self._held else None

@@ -52,6 +52,7 @@ from koordlet.executor.batch import BatchResult, BatchWrite, apply_batch
 from koordlet.executor.originals import Original, Recorder
 from koordlet.system.cgroupstats import read_whole
 from koordlet.system.knobs import KNOBS, Knob
+from koordlet.system.libc import name_os_thread
 from koordlet.system.oserrors import knob_error
 
 if TYPE_CHECKING:
@@ -146,7 +147,9 @@ class CgroupWriter:
     def start(self) -> None:
         """Start the writer thread (idempotent)."""
         if self._pool is None:
-            self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="cgroup-writer")
+            self._pool = ThreadPoolExecutor(
+                max_workers=1, thread_name_prefix="cgroup-writer", initializer=name_os_thread
+            )
 
     def stop(self, *, cancel_pending: bool = False) -> None:
         """Stop the writer thread after the queued writes (or dropping them when asked)."""

@@ -12,6 +12,12 @@ import ctypes
 import functools
 import os
 import sys
+import threading
+
+PR_SET_NAME = 15
+"""``prctl(2)``: name the calling thread."""
+THREAD_NAME_MAX = 15
+"""Bytes of a thread's name the kernel keeps (``TASK_COMM_LEN`` less the NUL)."""
 
 
 @functools.cache
@@ -34,3 +40,16 @@ def python_implementation() -> str:
     """The interpreter's name as ``platform.python_implementation()`` spells it."""
     name = sys.implementation.name
     return {"cpython": "CPython", "pypy": "PyPy", "ironpython": "IronPython"}.get(name, name)
+
+
+def name_os_thread(name: str | None = None) -> None:
+    """Give the calling thread ``name`` (its Python name when None) in the kernel too, as
+    ``/proc/<pid>/task/<tid>/comm``: what ``top -H``, ``ps -L``, ``perf`` and ``py-spy`` show,
+    so a node's operator sees which of the koordlet's threads spends the CPU. The kernel keeps
+    the first 15 bytes. Best effort: where ``prctl`` is missing or refuses, nothing changes."""
+    text = threading.current_thread().name if name is None else name
+    raw = text.encode(errors="replace")[:THREAD_NAME_MAX]
+    try:
+        libc().prctl(PR_SET_NAME, ctypes.c_char_p(raw), 0, 0, 0)
+    except (AttributeError, OSError):  # no prctl in this C library
+        return

@@ -159,6 +159,9 @@ def test_daemon_bench_ends_with_one_json_line_of_cpu_and_memory_figures() -> Non
     assert figures["tree"] == "fake-v1"
     assert "daemon/collect" in figures["step_wall_ms"]
     assert 0 <= figures["cpu_main_thread_percent"] <= figures["cpu_percent"]
+    threads = figures["cpu_threads_percent"]  # by the names the koordlet gives its threads
+    assert {"main", "collect_0", "cgroup-writer_0"} <= set(threads)
+    assert sum(threads.values()) <= figures["cpu_percent"] + 1  # clock ticks: a tick or so off
     # regular files are not held open from tick to tick: no floor to measure on this tree
     assert (figures["tick_files"], figures["pread_floor_percent"]) == (0, None)
 
