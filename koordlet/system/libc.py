@@ -44,8 +44,8 @@ def python_implementation() -> str:
 
 def name_os_thread(name: str | None = None) -> None:
     """Give the calling thread ``name`` (its Python name when None) in the kernel too, as
-    ``/proc/<pid>/task/<tid>/comm``: what ``top -H``, ``ps -L``, ``perf`` and ``py-spy`` show,
-    so a node's operator sees which of the koordlet's threads spends the CPU. The kernel keeps
+    ``/proc/<pid>/task/<tid>/comm``: what ``top -H``, ``ps -L`` and ``perf`` show, so a
+    node's operator sees which of the koordlet's threads spends the CPU. The kernel keeps
     the first 15 bytes. Best effort: where ``prctl`` is missing or refuses, nothing changes."""
     text = threading.current_thread().name if name is None else name
     raw = text.encode(errors="replace")[:THREAD_NAME_MAX]

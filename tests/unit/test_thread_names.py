@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -67,10 +68,9 @@ def test_the_audit_log_thread_is_named(tmp_path: Path) -> None:
     try:
         [thread] = [t for t in threading.enumerate() if t.name == "audit-log"]
         assert thread.native_id is not None
-        for _ in range(100):  # named as its first step: wait for it, briefly
-            if _comm(thread.native_id) == "audit-log":
-                break
-            threading.Event().wait(0.01)
+        deadline = time.monotonic() + 10  # named as its first step: wait for it, bounded
+        while _comm(thread.native_id) != "audit-log" and time.monotonic() < deadline:
+            time.sleep(0.01)
         assert _comm(thread.native_id) == "audit-log"
     finally:
         log.close()
