@@ -64,9 +64,10 @@ def test_the_cgroup_writer_thread_is_named(fake_host: FakeHost) -> None:
 
 def test_the_audit_log_thread_is_named(tmp_path: Path) -> None:
     log = AuditLog(str(tmp_path))
+    before = set(threading.enumerate())  # other tests' audit logs may still run: not those
     log.start()
     try:
-        [thread] = [t for t in threading.enumerate() if t.name == "audit-log"]
+        [thread] = [t for t in set(threading.enumerate()) - before if t.name == "audit-log"]
         assert thread.native_id is not None
         deadline = time.monotonic() + 10  # named as its first step: wait for it, bounded
         while _comm(thread.native_id) != "audit-log" and time.monotonic() < deadline:
