@@ -38,6 +38,10 @@ async def start_executor(daemon: Daemon) -> None:
     audit = audit_log_for(daemon.cfg)
     audit.start()
     daemon.audit = audit
+    # Registered as soon as its thread runs, so that a stop during the awaits below closes it too;
+    # it stops after the writer (a stage's steps stop last registered first): the writer's last
+    # changes still reach the file.
+    daemon.on_stop("executor", lambda t: asyncio.to_thread(audit.close, min(t, 2.0)))
     journal = OriginalsJournal(
         daemon.cfg.state_dir, boot_id=read_boot_id(daemon.cfg.paths.proc_root)
     )
@@ -51,9 +55,6 @@ async def start_executor(daemon: Daemon) -> None:
         len(journal),
         f", {pruned} of removed cgroups dropped" if pruned else "",
     )
-    # Stops after the writer (a stage's steps stop last registered first): the writer's
-    # last changes still reach the file.
-    daemon.on_stop("executor", lambda t: asyncio.to_thread(audit.close, min(t, 2.0)))
     state = StateFiles(journal, audit)
     daemon.state_files = state
     daemon.registry.register(state)

@@ -9,6 +9,7 @@ import json
 import logging
 import re
 import socket
+import threading
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,6 +34,7 @@ from koordlet.config import (
     ServerConfig,
 )
 from koordlet.errors import ConfigError
+from koordlet.executor.originals import OriginalsJournal
 from koordlet.features import FeatureGates
 from koordlet.qos.framework import (
     Strategy,
@@ -532,6 +534,33 @@ async def test_a_stop_requested_during_start_up_stops_what_started_and_returns_0
         code = await daemon.run(make_config(fake), stop=stop)
 
     assert code == daemon.EXIT_OK
+
+
+async def test_a_stop_while_the_journal_loads_closes_the_audit_log_already_started(
+    fake: FakeHost, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The executor stage starts the audit log's thread, then awaits the originals journal: a stop
+    # at that moment must not leave the thread behind (it did: its close was registered later).
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    release = threading.Event()
+    load = OriginalsJournal.load
+
+    def slow_load(journal: OriginalsJournal) -> None:
+        loop.call_soon_threadsafe(stop.set)
+        release.wait(daemon.STOP_TIMEOUT)  # until run() returned: the stop came mid-load
+        load(journal)
+
+    monkeypatch.setattr(OriginalsJournal, "load", slow_load)
+    before = set(threading.enumerate())
+    try:
+        async with asyncio.timeout(daemon.STOP_TIMEOUT):
+            code = await daemon.run(make_config(fake), stop=stop)
+    finally:
+        release.set()
+    assert code == daemon.EXIT_OK
+    left = [t.name for t in set(threading.enumerate()) - before if t.name == "audit-log"]
+    assert left == []
 
 
 async def test_a_daemon_in_its_own_process_freezes_what_start_up_built_once_ready(
