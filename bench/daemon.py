@@ -402,15 +402,13 @@ def measure(
         rss: list[float] = []
         host0 = read_host_cpu()
         ticks0, t0 = read_cpu_ticks(pid), time.monotonic()
-        main0 = sum(read_cpu_ticks(pid, pid))  # inside the process's window: never more
-        threads0 = read_thread_ticks(pid)
+        threads0 = read_thread_ticks(pid)  # inside the process's window: never more
         end = t0 + duration
         while (left := end - time.monotonic()) > 0:
             time.sleep(min(1.0, left))
             daemon.alive()
             rss.append(rss_mib(pid))
         threads1 = read_thread_ticks(pid)
-        main1 = sum(read_cpu_ticks(pid, pid))
         ticks1, t1 = read_cpu_ticks(pid), time.monotonic()
         host1 = read_host_cpu()
         held = held_kernel_files(pid, tree.kernel_roots)
@@ -430,6 +428,7 @@ def measure(
     user = (ticks1.user - ticks0.user) / CLK_TCK
     system = (ticks1.system - ticks0.system) / CLK_TCK
     cpu_percent = round((user + system) / window * 100, 2)
+    shares = thread_shares(threads0, threads1, window)
     floor = pread_floor(held, interval, FLOOR_ROUNDS)
     if floor["pread_floor_percent"]:
         floor["floor_ratio"] = round(cpu_percent / floor["pread_floor_percent"], 2)
@@ -443,8 +442,8 @@ def measure(
         "cpu_percent": cpu_percent,
         "cpu_user_percent": round(user / window * 100, 2),
         "cpu_system_percent": round(system / window * 100, 2),
-        "cpu_main_thread_percent": round((main1 - main0) / CLK_TCK / window * 100, 2),
-        "cpu_threads_percent": thread_shares(threads0, threads1, window),
+        "cpu_main_thread_percent": round(shares["main"], 2),
+        "cpu_threads_percent": shares,
         **floor,
         **host_share(host0, host1),
         "rss_mib": round(rss[-1], 1),
