@@ -33,6 +33,7 @@ from koordlet.metriccache.series import Column, Sample
 from koordlet.plugins import load
 from koordlet.statesinformer.model import WorkloadSnapshot
 from koordlet.system.host import Host
+from koordlet.system.nativeread import NativeFormat
 from koordlet.system.probe import Capabilities
 
 T = TypeVar("T")
@@ -66,6 +67,11 @@ class Tick(Protocol):
         """Every file of ``paths`` read at once, in order, remembered as ``read`` remembers;
         None when that does not apply (then the caller reads file by file, which names each
         failure). For a collector's fixed files, one per pod and container."""
+        ...
+
+    def native_column(self, paths: tuple[str, ...], fmt: NativeFormat) -> list[Any] | None:
+        """``fmt``'s parse of every file of ``paths``, read and parsed in C
+        (``koordlet.system.nativeread``); None when that does not apply (then ``column``)."""
         ...
 
     def remember(

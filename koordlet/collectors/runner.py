@@ -49,6 +49,8 @@ from koordlet.metriccache.series import Column, Sample
 from koordlet.statesinformer.model import WorkloadSnapshot
 from koordlet.system.cgroupstats import READ_BUFFER, read_file_bytes
 from koordlet.system.host import Host
+from koordlet.system.nativeread import NativeFormat, NativeReader
+from koordlet.system.nativeread import load as load_native
 from koordlet.system.openfiles import OpenFiles, default_limit
 from koordlet.system.oserrors import read_error
 
@@ -249,6 +251,19 @@ class TickState:
             files.update(zip(paths, data, strict=True))
         return data
 
+    def native_column(self, paths: tuple[str, ...], fmt: NativeFormat) -> list[Any] | None:
+        """``fmt``'s parse of every file of ``paths``, read and parsed at once by the native
+        reader (``OpenFiles.native_column``); None when that does not apply, as :meth:`column`.
+        The files' bytes are not kept: a :meth:`read` of one of them later in the tick reads
+        it again (the memo of parsed values, :meth:`remember`, is what collectors share)."""
+        open_files = self._open_files
+        if open_files is None or not paths:
+            return None
+        files = self._files
+        if files and not files.keys().isdisjoint(paths):
+            return None
+        return open_files.native_column(paths, fmt)
+
     def remember(self, paths: Sequence[str], parser: Parser[T], values: Sequence[T]) -> None:
         """Store values a collector parsed in bulk as :meth:`parsed` would have: the collectors
         after it that parse the same files with ``parser`` find them."""
@@ -319,12 +334,15 @@ class CollectorRunner:
         recorder: StepRecorder | None = None,
         read: Callable[[str], bytes] = read_file_bytes,
         keep_open: int | None = None,
+        native: NativeReader | bool = True,
         host: Host | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
         """``keep_open``: how many kernel files stay open between ticks (re-read with ``pread``;
         ``koordlet.system.openfiles``); None: ``openfiles.default_limit()``, three quarters of
-        the soft open-file limit; 0: none. Only with the default reader. ``host``: what
+        the soft open-file limit; 0: none. Only with the default reader. ``native``: the
+        native column reader for those kept files (``koordlet.system.nativeread``); True:
+        the built one where there is one (``nativeread.load``), False: none. ``host``: what
         on-demand reads (:meth:`read_now`) read; None: they are refused. ``clock``: their
         timestamps (``time.time``)."""
         if not base_interval > 0:
@@ -342,7 +360,19 @@ class CollectorRunner:
         self._recorder = recorder
         self._read = read
         limit = default_limit() if keep_open is None else keep_open
-        self._open_files = OpenFiles(limit) if read is read_file_bytes and limit > 0 else None
+        self._open_files: OpenFiles | None = None
+        self.native_reads = "off: no files are kept open"
+        """Whether kept columns are read natively, and why not (``koordlet.system.nativeread``)."""
+        if read is read_file_bytes and limit > 0:
+            reader: NativeReader | None
+            if native is True:
+                reader, self.native_reads = load_native()
+                logger.info("collectors: native column reads %s", self.native_reads)
+            elif native is False:
+                reader, self.native_reads = None, "off: not asked for"
+            else:
+                reader, self.native_reads = native, f"on: {native.path}"
+            self._open_files = OpenFiles(limit, reader)
         self._schedules = {
             c.name: _Schedule(ticks_per_step(c.interval, base_interval)) for c in collectors
         }

@@ -35,6 +35,7 @@ from typing import Any, Generic, Literal, Protocol, TypeVar
 
 from apis.records import frozen
 from koordlet.errors import CgroupGoneError, HostError, ParseError, UnsupportedError
+from koordlet.system import nativeread
 from koordlet.system.cgroups import CgroupLayout, CgroupVersion
 from koordlet.system.cgroupstats import (
     CpuStat,
@@ -52,6 +53,7 @@ from koordlet.system.cgroupstats import (
     parse_memory_stat_v2,
     parse_raw,
 )
+from koordlet.system.nativeread import NativeFormat
 from koordlet.system.paths import HostPaths
 from koordlet.system.procfs import (
     CpuTimes,
@@ -93,6 +95,10 @@ class ColumnReader(StatReader, Protocol):
         """Every file's bytes, in order, read at once; None when that does not apply."""
         ...
 
+    def native_column(self, paths: tuple[str, ...], fmt: NativeFormat) -> list[Any] | None:
+        """``fmt``'s parse of every file, read and parsed in C; None when that does not apply."""
+        ...
+
     def parsed_column(self, paths: Sequence[str], parser: Parser[T]) -> list[T] | None:
         """Every ``parsed(path, parser)`` when all are memoized already; else None."""
         ...
@@ -120,6 +126,9 @@ class Source(Generic[T]):
     kernel_wide: bool = False
     """An existing cgroup without the file means no cgroup has it (a boot-time switch), so a
     reader may stop at the first absence instead of trying every cgroup."""
+    native: NativeFormat | None = None
+    """The file's layout as the native column reader knows it (``koordlet.system.nativeread``),
+    when it parses to what ``parse`` returns (``pick`` is None): columns of it are read in C."""
 
 
 class BoundStat(Generic[T]):
@@ -140,6 +149,7 @@ class BoundStat(Generic[T]):
         "get",
         "kernel_wide",
         "name",
+        "native",
         "parse",
         "pick",
         "shared",
@@ -153,6 +163,7 @@ class BoundStat(Generic[T]):
         self.pick = source.pick
         self.shared = source.shared
         self.kernel_wide = source.kernel_wide
+        self.native = source.native if source.pick is None else None
         self._layout = layout
         self.get: Callable[[StatReader, str], T] = _getter(source)
 
@@ -160,26 +171,38 @@ class BoundStat(Generic[T]):
         """``get`` of every path, in order, without a Python loop per file: the files read at
         once (``reader.column``) or, when shared, taken from the memo where an earlier collector
         parsed them all, and parsed by ``map`` with the same parser (a ``ParseError`` is
-        raised as ``get`` raises it). None, having changed nothing, when the reader cannot
+        raised as ``get`` raises it). Where the file has a ``native`` layout, the native
+        reader reads and parses the column first, with the same values; the Python path
+        reads it when that does not apply. None, having changed nothing, when the reader cannot
         read the column at once (a file not kept open yet or gone): read file by file then."""
         parse = self.parse
         if self.shared:
             values = reader.parsed_column(paths, parse)
             if values is None:
-                data = reader.column(paths)
-                if data is None:
+                values = self._read_column(reader, paths)
+                if values is None:
                     return None
-                values = list(map(parse, data, paths))
                 reader.remember(paths, parse, values)
         else:
-            data = reader.column(paths)
-            if data is None:
+            values = self._read_column(reader, paths)
+            if values is None:
                 return None
-            values = list(map(parse, data, paths))
         pick = self.pick
         if pick is not None:
             return list(map(pick, values, paths))
         return values
+
+    def _read_column(self, reader: ColumnReader, paths: tuple[str, ...]) -> list[Any] | None:
+        """``parse`` of every file, natively where that applies, else from the bytes."""
+        native = self.native
+        if native is not None:
+            values = reader.native_column(paths, native)
+            if values is not None:
+                return values
+        data = reader.column(paths)
+        if data is None:
+            return None
+        return list(map(self.parse, data, paths))
 
     def path(self, rel: str) -> str:
         """The file of cgroup ``rel`` (relative to the hierarchy roots). Not interned: sharing
@@ -336,12 +359,12 @@ def _pressure(stem: str, what: str) -> CgroupStat[PSIStats]:
 # fmt: off
 CPU_USAGE: CgroupStat[int] = CgroupStat(
     "cpu_usage",
-    Source("cpuacct", "cpuacct.usage", parse_integer),
+    Source("cpuacct", "cpuacct.usage", parse_integer, native=nativeread.INTEGER),
     Source("cpu", "cpu.stat", parse_cpu_stat, _usage_ns, shared=True),
     "total CPU time of the cgroup and its descendants, ns (v2: usage_usec x 1000)")
 CPU_THROTTLING: CgroupStat[tuple[int, int]] = CgroupStat(
     "cpu_throttling",
-    Source("cpu", "cpu.stat", parse_cpu_throttling),
+    Source("cpu", "cpu.stat", parse_cpu_throttling, native=nativeread.CPU_THROTTLING_V1),
     Source("cpu", "cpu.stat", parse_cpu_stat, _throttling, shared=True),
     "(nr_periods, nr_throttled): CFS periods elapsed and periods throttled, counters")
 MEMORY_STAT: CgroupStat[MemoryUsage] = CgroupStat(
@@ -351,7 +374,13 @@ MEMORY_STAT: CgroupStat[MemoryUsage] = CgroupStat(
     "anon, unevictable, file LRU lists, cache and rss, bytes (v1: hierarchical total_* keys)")
 MEMORY_LRU: CgroupStat[MemoryLru] = CgroupStat(
     "memory_lru",
-    Source("memory", "memory.numa_stat", parse_memory_lru_v1, shared=True),
+    Source(
+        "memory",
+        "memory.numa_stat",
+        parse_memory_lru_v1,
+        shared=True,
+        native=nativeread.MEMORY_LRU_V1,
+    ),
     Source("memory", "memory.stat", parse_memory_stat_v2, lru_of_memory_stat, shared=True),
     "anon, unevictable and file LRU lists of the cgroup and its descendants, bytes (v1:"
     " hierarchical_* of memory.numa_stat, half the kernel's cost of memory.stat)",
