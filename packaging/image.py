@@ -473,7 +473,7 @@ def project_wheel(python: str, out: Path, work: Path) -> Path:
     checkout)."""
     src = work / "src"
     src.mkdir()
-    for name in ("pyproject.toml", "README.md"):
+    for name in ("pyproject.toml", "setup.py", "README.md"):
         shutil.copy2(REPO / name, src / name)
     with open(REPO / "pyproject.toml", "rb") as f:
         find = tomllib.load(f)["tool"]["setuptools"]["packages"]["find"]
@@ -481,7 +481,10 @@ def project_wheel(python: str, out: Path, work: Path) -> Path:
         top = pattern.rstrip("*")
         if (REPO / top).is_dir() and not (src / top).exists():
             shutil.copytree(
-                REPO / top, src / top, ignore=shutil.ignore_patterns("__pycache__", "*.pyc")
+                REPO / top,
+                src / top,
+                # *.so: the checkout's own build of the native reader; the wheel builds its own
+                ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "*.so"),
             )
     run(
         [python, "-m", "pip", "wheel", "-q", "--disable-pip-version-check", "--no-deps",

@@ -45,6 +45,7 @@ from koordlet.system.cgroupstats import (
     parse_memory_stat_v1,
 )
 from koordlet.system.host import Host
+from koordlet.system.nativeread import load as load_native
 from koordlet.system.openfiles import OpenFiles
 from koordlet.system.paths import HostPaths
 from koordlet.system.stats import MEMORY_LRU
@@ -371,6 +372,60 @@ def test_the_column_path_on_kept_kernel_files_gives_what_file_by_file_gives(
     finally:
         open_files.close()
     assert paths == 3 * (1 + len(rels))
+
+
+def test_the_native_columns_give_what_the_python_columns_give(tree: Tree, tmp_path: Path) -> None:
+    """The pod collectors over kept files read natively (``koordlet.system.nativeread``) and,
+    at the same tick timestamps, over kept files read in Python: the same samples, tick after
+    tick, for a pod whose counters stand still (memory held on each LRU list, no CPU used), and
+    a removed container takes both back to file by file alike."""
+    native, why = load_native()
+    if native is None:
+        pytest.skip(f"native column reader {why}")
+    layout = tree.host.layout
+    uid = str(uuid.uuid4())
+    ids = [secrets.token_hex(32) for _ in range(3)]
+    pod_rel = layout.pod_dir(KubeQOS.BURSTABLE, uid)
+    rels = [layout.container_dir(pod_rel, "containerd", cid) for cid in ids]
+    for rel in (layout.kube_root, layout.qos_dir(KubeQOS.BURSTABLE), pod_rel, *rels):
+        tree.mkdir(rel)
+    tree.hold(rels[1], LRU_HOLD, str(tmp_path / "cache.bin"))
+    time.sleep(2.5)  # the kernel's periodic flush of memcg statistics (2 s) has run since
+    snap = WorkloadSnapshot(pods=KubepodsSource(tree.host).list_pods(), generation=1)
+    kinds = (PodResourceCollector, PodThrottledCollector, PageCacheCollector)
+    natively: list[Any] = [kind(tree.host) for kind in kinds]
+    in_python: list[Any] = [kind(tree.host) for kind in kinds]
+    native_files = OpenFiles(limit=100, native=native)
+    python_files = OpenFiles(limit=100)
+    native_columns = 0
+    try:
+        for n in range(5):
+            if n == 3:
+                for controller in CONTROLLERS:
+                    gone = layout.abs_dir(controller, rels[2])
+                    os.rmdir(gone)
+                    tree.made.remove(gone)
+            now = time.time()
+            fast = TickState(now, snap, open_files=native_files)
+            fast_results = [c.collect(fast) for c in natively]
+            native_columns += len(native_files._read_columns)
+            slow = TickState(now, snap, open_files=python_files)
+            slow_results = [c.collect(slow) for c in in_python]
+            assert [sorted(r.all_samples()) for r in fast_results] == [
+                sorted(r.all_samples()) for r in slow_results
+            ], n
+            # bytes only where files were read one by one: the first tick, and from the removal
+            # on (the snapshot still names the removed container, whose file is gone)
+            assert any(isinstance(v, bytes) for v in fast._files.values()) == (n in (0, 3, 4)), n
+            native_files.end_tick()
+            python_files.end_tick()
+        # Columns were read natively on the ticks whose files were all kept (1 and 2):
+        # cpuacct.usage, cpu.stat, memory.numa_stat (the page cache shares the memory parse).
+        assert native_columns == 2 * 3
+        assert len(native_files) == len(python_files) == 3 * len(rels)
+    finally:
+        native_files.close()
+        python_files.close()
 
 
 def test_the_walker_sees_real_cgroups_made_and_removed_through_its_watches(tree: Tree) -> None:

@@ -1,10 +1,12 @@
 """The project's wheel (what the .deb, the .rpm and the image install) carries the data its code
 reads at run time, not only the code: the CRDs the manager validates NodeSLOs against, and the
 /debug/ui page. An install without them failed only once the manager ran in a pod
-(``apis.slo.SchemaError: .../packaging/kubernetes/crds: no CRD files``)."""
+(``apis.slo.SchemaError: .../packaging/kubernetes/crds: no CRD files``). Where a C compiler is,
+it carries the koordlet's native column reader too (``koordlet.system.nativeread``)."""
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -29,3 +31,5 @@ def test_the_wheel_carries_the_crds_and_the_ui_page(tmp_path: Path) -> None:
             shipped = (REPO / "packaging" / "kubernetes" / "crds" / name).read_bytes()
             assert z.read(f"apis/crds/{name}") == shipped
         assert "koordlet/server/ui.html" in names
+        if shutil.which("cc") or shutil.which("gcc"):  # setup.py's optional native reader
+            assert any(n.startswith("koordlet/system/_colread") for n in names), sorted(names)
