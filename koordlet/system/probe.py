@@ -26,6 +26,7 @@ from koordlet.system.damon import probe_damon
 from koordlet.system.inotify import probe_inotify
 from koordlet.system.kidled import probe_kidled
 from koordlet.system.knobs import KNOBS, Knob
+from koordlet.system.nativeread import load as load_native
 from koordlet.system.oserrors import refused_errno
 from koordlet.system.perf import CYCLES, INSTRUCTIONS, probe_events
 from koordlet.system.psi import probe_memcg_threshold, probe_psi_trigger
@@ -242,6 +243,21 @@ class _Prober:
         why = _check_file(path, writable=False, must_contain=must_contain)
         return Capability(name, not why, why or "readable", path)
 
+    def _native_column_reads(self) -> Capability:
+        """The native column reader (``koordlet.system.nativeread``): built and loadable, and a
+        layout it reads (the v1 files)."""
+        reader, why = load_native()
+        if reader is None:
+            return Capability("native_column_reads", False, why, "")
+        if self.version is CgroupVersion.V2:
+            return Capability(
+                "native_column_reads",
+                False,
+                "cgroup v2: the library reads the v1 layouts; columns are read in Python",
+                reader.path,
+            )
+        return Capability("native_column_reads", True, why, reader.path)
+
     def sources(self) -> list[Capability]:
         paths = self.host.paths
         v2 = self.version is CgroupVersion.V2
@@ -267,6 +283,7 @@ class _Prober:
                 *probe_memcg_threshold(self.host.layout.abs_dir("memory", "")),
             ),
             Capability("inotify_cgroup", *probe_inotify(self.host.layout.abs_dir("cpu", ""))),
+            self._native_column_reads(),
             self.cgroup_file("memory_stat", "memory", "memory.stat"),
             self.cgroup_file(
                 "memory_numa_stat", "memory", "memory.numa_stat", absent_note="needs CONFIG_NUMA"

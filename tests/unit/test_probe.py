@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from koordlet.daemon.host import CapabilityWatch
+from koordlet.system import nativeread
 from koordlet.system.cgroups import CgroupDriver, CgroupVersion, detect_layout
 from koordlet.system.host import Host
 from koordlet.system.knobs import KNOBS
@@ -33,6 +34,7 @@ SOURCES = {
     "cpu_stat_usage",
     "memory_stat",
     "inotify_cgroup",
+    "native_column_reads",
     "memory_numa_stat",
     "cpu_stat_throttling",
     "idle_page_stats",
@@ -210,6 +212,25 @@ def test_v1_reads_cpu_usage_from_cpuacct_not_cpu_stat(tmp_path: Path) -> None:
     assert caps.supported("cpuacct_usage")
     assert not caps.supported("cpu_stat_usage")
     assert caps.supported("cpu_stat_throttling")
+
+
+def test_native_column_reads_are_reported_as_the_loader_finds_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    reader, why = nativeread.load()
+    v1 = probe_capabilities(v1_host(tmp_path / "v1"))["native_column_reads"]
+    assert (v1.supported, v1.reason) == (reader is not None, why)
+    assert v1.path == (reader.path if reader is not None else "")
+    v2 = probe_capabilities(v2_host(tmp_path / "v2"))["native_column_reads"]
+    assert not v2.supported
+    assert v2.reason == (
+        "cgroup v2: the library reads the v1 layouts; columns are read in Python"
+        if reader is not None
+        else why
+    )
+    monkeypatch.setenv(nativeread.ENV, "off")
+    off = probe_capabilities(v1_host(tmp_path / "off"))["native_column_reads"]
+    assert (off.supported, off.reason) == (False, f"off: {nativeread.ENV}=off")
 
 
 def test_host_sources_of_a_machine_without_rdt_or_perf_cgroup(tmp_path: Path) -> None:
