@@ -361,17 +361,13 @@ class CollectorRunner:
         self._read = read
         limit = default_limit() if keep_open is None else keep_open
         self._open_files: OpenFiles | None = None
-        self.native_reads = "off: no files are kept open"
-        """Whether kept columns are read natively, and why not (``koordlet.system.nativeread``)."""
         if read is read_file_bytes and limit > 0:
-            reader: NativeReader | None
+            reader: NativeReader | None = None
             if native is True:
-                reader, self.native_reads = load_native()
-                logger.info("collectors: native column reads %s", self.native_reads)
-            elif native is False:
-                reader, self.native_reads = None, "off: not asked for"
-            else:
-                reader, self.native_reads = native, f"on: {native.path}"
+                reader, why = load_native()
+                logger.info("collectors: native column reads %s", why)
+            elif native is not False:
+                reader = native
             self._open_files = OpenFiles(limit, reader)
         self._schedules = {
             c.name: _Schedule(ticks_per_step(c.interval, base_interval)) for c in collectors

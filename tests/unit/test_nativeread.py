@@ -20,6 +20,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from koordlet.collectors.runner import CollectorRunner
+from koordlet.metriccache import MetricCache
+from koordlet.statesinformer.model import WorkloadSnapshot
 from koordlet.system import nativeread
 from koordlet.system.cgroupstats import (
     PAGE_SIZE,
@@ -368,3 +371,19 @@ def test_real_cgroup_files_read_as_the_python_parser_reads_them(
         for folder in made:
             if folder.exists():
                 folder.rmdir()
+
+
+def test_the_runner_reads_its_kept_columns_with_the_reader_it_is_given(
+    native: NativeReader,
+) -> None:
+    def runner(**kwargs: Any) -> CollectorRunner:
+        return CollectorRunner([], MetricCache(), lambda: WorkloadSnapshot(), **kwargs)
+
+    loaded = runner(keep_open=10)._open_files
+    assert loaded is not None
+    assert loaded.native is not None
+    assert loaded.native.path == native.path
+    unasked = runner(keep_open=10, native=False)._open_files
+    assert unasked is not None
+    assert unasked.native is None
+    assert runner(keep_open=0)._open_files is None  # nothing kept: nothing read natively
