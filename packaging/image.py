@@ -484,7 +484,7 @@ def project_wheel(python: str, out: Path, work: Path) -> Path:
                 REPO / top,
                 src / top,
                 # *.so: the checkout's own build of the native reader; the wheel builds its own
-                ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "*.so"),
+                ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "*.so", "*.so.1"),
             )
     run(
         [python, "-m", "pip", "wheel", "-q", "--disable-pip-version-check", "--no-deps",

@@ -54,7 +54,7 @@ setup() {
   local stamp=$VENV/.lock-stamp
   local sources=(requirements/lock.txt pyproject.toml setup.py koordlet/system/_colread.c)
   if [ -x "$VENV/bin/python" ] && [ -f "$stamp" ] && cat "${sources[@]}" | cmp -s "$stamp" - &&
-     { ! command -v gcc >/dev/null || compgen -G "koordlet/system/_colread*.so" >/dev/null; }; then
+     { ! command -v gcc >/dev/null || [ -f koordlet/system/_colread.so.1 ]; }; then
     return 0
   fi
   log "creating $VENV with $py"

@@ -21,7 +21,6 @@ values it returns are the Python parsers' for the same bytes (``tests/unit/test_
 from __future__ import annotations
 
 import ctypes
-import importlib.util
 import logging
 import os
 from collections.abc import Callable, Sequence
@@ -33,8 +32,8 @@ from koordlet.system.cgroupstats import PAGE_SIZE, MemoryLru
 
 logger = logging.getLogger(__name__)
 
-LIBRARY = "koordlet.system._colread"
-"""The library's module name (``setup.py``): where ``importlib`` finds its file."""
+LIBRARY_FILE = "_colread.so.1"
+"""The library's file, beside this module (``setup.py`` names it so: not a module to import)."""
 ENV = "KOORDLET_NATIVE_READS"
 """``off`` (or ``0``, ``false``, ``no``) keeps the library unused."""
 _OFF = frozenset({"off", "0", "false", "no"})
@@ -142,11 +141,8 @@ class NativeReader:
 
 def library_path() -> str | None:
     """The built library's file, or None when this installation has none."""
-    try:
-        spec = importlib.util.find_spec(LIBRARY)
-    except (ImportError, ValueError):
-        return None
-    return spec.origin if spec is not None and spec.origin else None
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), LIBRARY_FILE)
+    return path if os.path.isfile(path) else None
 
 
 def load() -> tuple[NativeReader | None, str]:
@@ -156,7 +152,7 @@ def load() -> tuple[NativeReader | None, str]:
     path = library_path()
     if path is None:
         return None, (
-            f"off: {LIBRARY} was not built (no C compiler when the package was installed);"
+            f"off: {LIBRARY_FILE} was not built (no C compiler when the package was installed);"
             " columns are read in Python"
         )
     try:

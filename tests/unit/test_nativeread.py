@@ -317,7 +317,7 @@ def test_an_installation_without_the_library_says_so(monkeypatch: pytest.MonkeyP
     monkeypatch.setattr(nativeread, "library_path", lambda: None)
     reader, why = nativeread.load()
     assert reader is None
-    assert why.startswith(f"off: {nativeread.LIBRARY} was not built")
+    assert why.startswith(f"off: {nativeread.LIBRARY_FILE} was not built")
 
 
 def test_a_library_that_does_not_load_says_which_file(
