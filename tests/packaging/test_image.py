@@ -15,6 +15,7 @@ import importlib.util
 import json
 import os
 import shlex
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -328,6 +329,8 @@ for top in ("apis", "kubeclient", "koordlet", "manager", "scheduler_plugins", "r
             importlib.import_module(m.name)
             n += 1
 print("imported", n, "modules")
+from koordlet.system import nativeread
+print("native column reads", nativeread.load()[1])
 """
 
 
@@ -384,6 +387,9 @@ async def test_containerd_imports_the_image_and_its_containers_run_every_compone
         assert first_lines[4].startswith("OpenSSL 3.")
         assert first_lines[5].startswith("imported ")
         assert int(first_lines[5].split()[1]) > 300
+        # the koordlet's native column reader, built with the wheel, loads in the image
+        if shutil.which("gcc") or shutil.which("cc"):
+            assert first_lines[6].startswith("native column reads on: /opt/koordinator/"), out
     finally:
         await runtime.cleanup()
         print(ctrd.log_tail(15))
