@@ -21,7 +21,6 @@ values it returns are the Python parsers' for the same bytes (``tests/unit/test_
 from __future__ import annotations
 
 import ctypes
-import logging
 import os
 from collections.abc import Callable, Sequence
 from itertools import repeat
@@ -29,8 +28,6 @@ from operator import mul
 from typing import Any
 
 from koordlet.system.cgroupstats import PAGE_SIZE, MemoryLru
-
-logger = logging.getLogger(__name__)
 
 LIBRARY_FILE = "_colread.so.1"
 """The library's file, beside this module (``setup.py`` names it so: not a module to import)."""

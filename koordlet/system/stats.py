@@ -35,7 +35,6 @@ from typing import Any, Generic, Literal, Protocol, TypeVar
 
 from apis.records import frozen
 from koordlet.errors import CgroupGoneError, HostError, ParseError, UnsupportedError
-from koordlet.system import nativeread
 from koordlet.system.cgroups import CgroupLayout, CgroupVersion
 from koordlet.system.cgroupstats import (
     CpuStat,
@@ -53,7 +52,7 @@ from koordlet.system.cgroupstats import (
     parse_memory_stat_v2,
     parse_raw,
 )
-from koordlet.system.nativeread import NativeFormat
+from koordlet.system.nativeread import CPU_THROTTLING_V1, INTEGER, MEMORY_LRU_V1, NativeFormat
 from koordlet.system.paths import HostPaths
 from koordlet.system.procfs import (
     CpuTimes,
@@ -359,12 +358,12 @@ def _pressure(stem: str, what: str) -> CgroupStat[PSIStats]:
 # fmt: off
 CPU_USAGE: CgroupStat[int] = CgroupStat(
     "cpu_usage",
-    Source("cpuacct", "cpuacct.usage", parse_integer, native=nativeread.INTEGER),
+    Source("cpuacct", "cpuacct.usage", parse_integer, native=INTEGER),
     Source("cpu", "cpu.stat", parse_cpu_stat, _usage_ns, shared=True),
     "total CPU time of the cgroup and its descendants, ns (v2: usage_usec x 1000)")
 CPU_THROTTLING: CgroupStat[tuple[int, int]] = CgroupStat(
     "cpu_throttling",
-    Source("cpu", "cpu.stat", parse_cpu_throttling, native=nativeread.CPU_THROTTLING_V1),
+    Source("cpu", "cpu.stat", parse_cpu_throttling, native=CPU_THROTTLING_V1),
     Source("cpu", "cpu.stat", parse_cpu_stat, _throttling, shared=True),
     "(nr_periods, nr_throttled): CFS periods elapsed and periods throttled, counters")
 MEMORY_STAT: CgroupStat[MemoryUsage] = CgroupStat(
@@ -379,7 +378,7 @@ MEMORY_LRU: CgroupStat[MemoryLru] = CgroupStat(
         "memory.numa_stat",
         parse_memory_lru_v1,
         shared=True,
-        native=nativeread.MEMORY_LRU_V1,
+        native=MEMORY_LRU_V1,
     ),
     Source("memory", "memory.stat", parse_memory_stat_v2, lru_of_memory_stat, shared=True),
     "anon, unevictable and file LRU lists of the cgroup and its descendants, bytes (v1:"
