@@ -240,15 +240,12 @@ class TickState:
         remembered as :meth:`read` remembers; None when that does not apply (no kept files, a
         file not kept yet or read earlier in this tick, a failed read): then read file by
         file."""
-        open_files = self._open_files
-        if open_files is None or not paths:
-            return None
-        files = self._files
-        if files and not files.keys().isdisjoint(paths):
+        open_files = self._column_files(paths)
+        if open_files is None:
             return None
         data = open_files.column(paths)
         if data is not None:
-            files.update(zip(paths, data, strict=True))
+            self._files.update(zip(paths, data, strict=True))
         return data
 
     def native_column(self, paths: tuple[str, ...], fmt: NativeFormat) -> list[Any] | None:
@@ -256,13 +253,19 @@ class TickState:
         reader (``OpenFiles.native_column``); None when that does not apply, as :meth:`column`.
         The files' bytes are not kept: a :meth:`read` of one of them later in the tick reads
         it again (the memo of parsed values, :meth:`remember`, is what collectors share)."""
+        open_files = self._column_files(paths)
+        return None if open_files is None else open_files.native_column(paths, fmt)
+
+    def _column_files(self, paths: tuple[str, ...]) -> OpenFiles | None:
+        """The kept files, when ``paths`` can be read as a column: some, and none of them read
+        earlier in this tick (the tick keeps the bytes it read first)."""
         open_files = self._open_files
         if open_files is None or not paths:
             return None
         files = self._files
         if files and not files.keys().isdisjoint(paths):
             return None
-        return open_files.native_column(paths, fmt)
+        return open_files
 
     def remember(self, paths: Sequence[str], parser: Parser[T], values: Sequence[T]) -> None:
         """Store values a collector parsed in bulk as :meth:`parsed` would have: the collectors

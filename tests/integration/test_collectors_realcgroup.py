@@ -301,6 +301,17 @@ def test_memory_numa_stat_lru_sums_equal_memory_stats_on_a_real_pod(
     assert with_cache == sum(expected)
 
 
+def burstable_pod(tree: Tree, containers: int) -> tuple[list[str], list[str]]:
+    """A Burstable pod's cgroups with ``containers`` containers: their ids and folders."""
+    layout = tree.host.layout
+    ids = [secrets.token_hex(32) for _ in range(containers)]
+    pod_rel = layout.pod_dir(KubeQOS.BURSTABLE, str(uuid.uuid4()))
+    rels = [layout.container_dir(pod_rel, "containerd", cid) for cid in ids]
+    for rel in (layout.kube_root, layout.qos_dir(KubeQOS.BURSTABLE), pod_rel, *rels):
+        tree.mkdir(rel)
+    return ids, rels
+
+
 def test_the_column_path_on_kept_kernel_files_gives_what_file_by_file_gives(
     tree: Tree, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -309,12 +320,7 @@ def test_the_column_path_on_kept_kernel_files_gives_what_file_by_file_gives(
     same collectors, fed file by file with the very bytes of each tick, reports the same
     samples, through a busy loop, memory held and a container removed under them."""
     layout = tree.host.layout
-    uid = str(uuid.uuid4())
-    ids = [secrets.token_hex(32) for _ in range(3)]
-    pod_rel = layout.pod_dir(KubeQOS.BURSTABLE, uid)
-    rels = [layout.container_dir(pod_rel, "containerd", cid) for cid in ids]
-    for rel in (layout.kube_root, layout.qos_dir(KubeQOS.BURSTABLE), pod_rel, *rels):
-        tree.mkdir(rel)
+    ids, rels = burstable_pod(tree, 3)
     busy = subprocess.Popen([sys.executable, "-c", BUSY], text=True)
     tree.procs.append(busy)
     tree.attach(rels[0], busy.pid)
@@ -383,12 +389,7 @@ def test_the_native_columns_give_what_the_python_columns_give(tree: Tree, tmp_pa
     if native is None:
         pytest.skip(f"native column reader {why}")
     layout = tree.host.layout
-    uid = str(uuid.uuid4())
-    ids = [secrets.token_hex(32) for _ in range(3)]
-    pod_rel = layout.pod_dir(KubeQOS.BURSTABLE, uid)
-    rels = [layout.container_dir(pod_rel, "containerd", cid) for cid in ids]
-    for rel in (layout.kube_root, layout.qos_dir(KubeQOS.BURSTABLE), pod_rel, *rels):
-        tree.mkdir(rel)
+    _, rels = burstable_pod(tree, 3)
     tree.hold(rels[1], LRU_HOLD, str(tmp_path / "cache.bin"))
     time.sleep(2.5)  # the kernel's periodic flush of memcg statistics (2 s) has run since
     snap = WorkloadSnapshot(pods=KubepodsSource(tree.host).list_pods(), generation=1)
