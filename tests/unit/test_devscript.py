@@ -11,10 +11,14 @@ REPO = Path(__file__).resolve().parents[2]
 STAMP = REPO / ".venv" / ".lock-stamp"
 
 
+STAMPED = ("requirements/lock.txt", "pyproject.toml", "setup.py", "koordlet/system/_colread.c")
+"""What ``scripts/dev.sh setup`` writes to its stamp, in order (``sources`` there)."""
+
+
 def _set_up() -> bool:
     """Whether ``scripts/dev.sh setup`` made this checkout's .venv as it stands: its stamp is
-    the lock file followed by pyproject.toml."""
-    want = (REPO / "requirements/lock.txt").read_bytes() + (REPO / "pyproject.toml").read_bytes()
+    the files of :data:`STAMPED`, one after the other."""
+    want = b"".join((REPO / name).read_bytes() for name in STAMPED)
     return STAMP.is_file() and STAMP.read_bytes() == want
 
 
