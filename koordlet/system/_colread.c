@@ -117,20 +117,26 @@ static int parse_memory_lru_v1(const char *p, const char *end, int64_t *out)
 }
 
 /*
- * Reads fds[0..n) at offset 0 and parses each as `kind`, writing its values (1, 2 or 3 a file,
- * in file order) to out. Returns n when every file was read and parsed; else the index of the
- * first file that was not, with *err = its read's errno, or 0 when it was read but not in the
- * kernel's layout (or filled the buffer). An unknown kind returns 0 with *err = EINVAL.
+ * Reads fds[0..n) at offset 0 and parses each as `kind`, writing its values (`width` a file: 1,
+ * 2 or 3 by kind, in file order) to out, which holds n * width. Returns n when every file was
+ * read and parsed; else the index of the first file that was not, with *err = its read's errno,
+ * or 0 when it was read but not in the kernel's layout (or filled the buffer). An unknown kind,
+ * or a width that is not the kind's (out would be the wrong size), returns 0 with *err = EINVAL
+ * before anything is read or written.
  */
-int koord_read_column(const int *fds, int n, int kind, int64_t *out, int *err)
+int koord_read_column(const int *fds, int n, int kind, int width, int64_t *out, int *err)
 {
     char buf[KOORD_BUFFER];
-    int width;
+    int expected;
     switch (kind) {
-    case KOORD_INTEGER: width = 1; break;
-    case KOORD_CPU_THROTTLING_V1: width = 2; break;
-    case KOORD_MEMORY_LRU_V1: width = 3; break;
-    default: *err = EINVAL; return 0;
+    case KOORD_INTEGER: expected = 1; break;
+    case KOORD_CPU_THROTTLING_V1: expected = 2; break;
+    case KOORD_MEMORY_LRU_V1: expected = 3; break;
+    default: expected = 0; break;
+    }
+    if (expected == 0 || width != expected) {
+        *err = EINVAL;
+        return 0;
     }
     *err = 0;
     for (int i = 0; i < n; i++) {

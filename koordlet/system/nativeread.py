@@ -118,6 +118,7 @@ class NativeReader:
             ctypes.POINTER(ctypes.c_int),
             ctypes.c_int,
             ctypes.c_int,
+            ctypes.c_int,
             ctypes.POINTER(ctypes.c_int64),
             ctypes.POINTER(ctypes.c_int),
         )
@@ -130,7 +131,7 @@ class NativeReader:
         each. Raises :class:`ColumnFailure` at the first file that was not."""
         if prepared.width != fmt.width:
             raise ValueError(f"{fmt}: prepared for {prepared.width} values a file")
-        done = self._read(prepared.fds, prepared.n, fmt.kind, prepared.out, prepared.err)
+        done = self._read(prepared.fds, prepared.n, fmt.kind, fmt.width, prepared.out, prepared.err)
         if done != prepared.n:
             raise ColumnFailure(done, prepared.err.value)
         return fmt.decode(prepared.out[:])

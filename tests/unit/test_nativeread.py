@@ -280,6 +280,25 @@ def test_a_column_read_with_another_width_is_refused(native: NativeReader, files
         native.read(Prepared(fds, 1), MEMORY_LRU_V1)
 
 
+@pytest.mark.parametrize(
+    "fmt",
+    [
+        NativeFormat("wrong width", INTEGER.kind, 3, list),  # out would be 3x the C's writes
+        NativeFormat("too narrow", MEMORY_LRU_V1.kind, 1, list),  # out would overflow
+        NativeFormat("unknown kind", 7, 1, list),
+    ],
+    ids=lambda f: f.name,
+)
+def test_a_width_or_kind_the_library_does_not_know_is_refused_before_any_read(
+    native: NativeReader, files: Files, fmt: NativeFormat
+) -> None:
+    prepared = Prepared(files.open([b"1\n"]), fmt.width)
+    with pytest.raises(ColumnFailure) as failure:
+        native.read(prepared, fmt)
+    assert (failure.value.index, failure.value.errno) == (0, errno.EINVAL)
+    assert list(prepared.out) == [0] * fmt.width  # nothing written
+
+
 def test_the_prepared_arrays_are_reused_with_fresh_values(
     native: NativeReader, tmp_path: Path
 ) -> None:
