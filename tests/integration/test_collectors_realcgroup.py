@@ -301,6 +301,24 @@ def test_memory_numa_stat_lru_sums_equal_memory_stats_on_a_real_pod(
     assert with_cache == sum(expected)
 
 
+def wait_memcg_still(path: str, *, deadline: float = 20.0) -> None:
+    """Until ``path`` (a ``memory.numa_stat``) reads the same over a span that holds one of the
+    kernel's periodic flushes of memcg statistics (every 2 s): the counters of an idle cgroup
+    then stand still, with no update pending that a flush could publish mid-test."""
+    span = 2.2
+    end = time.monotonic() + deadline
+    with open(path, "rb") as f:
+        before = f.read()
+    while time.monotonic() < end:
+        time.sleep(span)
+        with open(path, "rb") as f:
+            now = f.read()
+        if now == before:
+            return
+        before = now
+    raise AssertionError(f"{path} still changing after {deadline} s")
+
+
 def burstable_pod(tree: Tree, containers: int) -> tuple[list[str], list[str]]:
     """A Burstable pod's cgroups with ``containers`` containers: their ids and folders."""
     layout = tree.host.layout
@@ -391,7 +409,7 @@ def test_the_native_columns_give_what_the_python_columns_give(tree: Tree, tmp_pa
     layout = tree.host.layout
     _, rels = burstable_pod(tree, 3)
     tree.hold(rels[1], LRU_HOLD, str(tmp_path / "cache.bin"))
-    time.sleep(2.5)  # the kernel's periodic flush of memcg statistics (2 s) has run since
+    wait_memcg_still(layout.file("memory", rels[1], "memory.numa_stat"))
     snap = WorkloadSnapshot(pods=KubepodsSource(tree.host).list_pods(), generation=1)
     kinds = (PodResourceCollector, PodThrottledCollector, PageCacheCollector)
     natively: list[Any] = [kind(tree.host) for kind in kinds]
